@@ -1,0 +1,67 @@
+"""lakelog's exceptions, in one place at the bottom layer.
+
+Every error a user can see is a ``LakelogError`` with a message that says what was wrong and
+what to do. ``RetriableError`` subclasses are the ones a client handles by refreshing metadata
+and trying again (Kafka's retriable errors); the rest are fatal for the request.
+"""
+
+from __future__ import annotations
+
+
+class LakelogError(Exception):
+    """Base class. Raised for any problem lakelog reports to its user."""
+
+
+class RetriableError(LakelogError):
+    """The request may succeed if retried after refreshing metadata."""
+
+
+class InvalidPartitionMetadataError(RetriableError):
+    """An append saw a partition count, epoch or mode that differs from the producer's view.
+
+    Raised by the fenced append when the producer's ``undeleted_partition_count`` is stale or a
+    target partition is not writable. The producer refreshes metadata, re-partitions and retries.
+    """
+
+
+class ConcurrentAppendError(RetriableError):
+    """Another writer committed to the same partition (or changed its metadata) first.
+
+    Raised when Delta's optimistic concurrency rejects our commit; retry from a fresh read.
+    """
+
+
+class FencedLeaderEpochError(RetriableError):
+    """A request carried a leader epoch older than the partition's current one."""
+
+
+class IllegalGenerationError(LakelogError):
+    """A group member acted on an old generation; it must rejoin the group."""
+
+
+class UnknownTopicError(LakelogError):
+    """The topic does not exist under this root. Create it with ``lakelog topics create``."""
+
+
+class TopicExistsError(LakelogError):
+    """``topics create`` named a topic that already exists."""
+
+
+class UnknownGroupError(LakelogError):
+    """The consumer group has never committed under this root."""
+
+
+class InvalidRecordError(LakelogError):
+    """An input record is malformed (bad JSON, missing value, wrong types)."""
+
+
+class InvalidConfigurationError(LakelogError):
+    """A configuration file or option is invalid; the message names the key."""
+
+
+class SetupError(LakelogError):
+    """The environment is missing something (Java, Maven, Delta jars); the message says what to run."""
+
+
+class StorageError(LakelogError):
+    """The root cannot be read or written (permissions, missing mount)."""

@@ -1,0 +1,77 @@
+"""The one place that decides how a Spark session with Delta is built.
+
+local: Delta jars resolved by ``make setup`` into ``.jars/``; cluster: ``spark.jars.packages``;
+databricks: Delta is built in, nothing is added.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from log_store.config import PROJECT_ROOT, LakelogConfig, SparkSettings
+from log_store.errors import SetupError
+
+# Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
+_BASE_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    "spark.databricks.delta.stalenessLimit": "0",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "4g",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def local_delta_jars(settings: SparkSettings) -> list[str]:
+    """The jars ``make setup`` put in place, or a SetupError saying how to get them."""
+    folder = Path(settings.jars_dir)
+    if not folder.is_absolute():
+        folder = PROJECT_ROOT / folder
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not any("delta-spark" in j for j in jars):
+        raise SetupError(
+            f"Delta's jars are missing from {folder}. Run `make setup` (needs Maven: "
+            "`apt-get install maven`) to fetch them from Maven Central."
+        )
+    return jars
+
+
+def _check_java() -> None:
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise SetupError("Java is not installed; Spark needs Java 17: `apt-get install openjdk-17-jre-headless`.")
+
+
+def build_session(config: LakelogConfig) -> SparkSession:
+    """Return the active session (or build one) configured for Delta per ``config.spark.mode``."""
+    settings = config.spark
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.mode == "databricks":
+        return builder.getOrCreate()
+    _check_java()
+    conf = dict(_BASE_CONF)
+    if settings.mode == "local":
+        jars = local_delta_jars(settings)
+        conf["spark.jars"] = ",".join(jars)
+        # Executors started by a standalone master read jars from the same paths.
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(jars)
+        conf["spark.executor.extraClassPath"] = os.pathsep.join(jars)
+    else:
+        conf["spark.jars.packages"] = ",".join(settings.packages)
+    conf.update(settings.conf)
+    if settings.master:
+        builder = builder.master(settings.master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
