@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -65,6 +66,10 @@ def build_session(config: LakelogConfig) -> SparkSession:
         # Executors started by a standalone master read jars from the same paths.
         conf["spark.driver.extraClassPath"] = os.pathsep.join(jars)
         conf["spark.executor.extraClassPath"] = os.pathsep.join(jars)
+        # Python workers must use this interpreter (it has lakelog's dependencies).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     else:
         conf["spark.jars.packages"] = ",".join(settings.packages)
     conf.update(settings.conf)

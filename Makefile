@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` and `make test`. Each does its own set-up.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+JARS    := .jars/.resolved
+
+.PHONY: setup demo test bench clean check-tools
+
+check-tools:
+	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: Maven is missing (needed to fetch Delta's jars): apt-get install maven"; exit 1; }
+	@command -v $(PY) >/dev/null || command -v python3 >/dev/null || { echo "error: Python 3.11 is missing"; exit 1; }
+
+$(STAMP): pyproject.toml
+	@command -v $(PY) >/dev/null && $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(STAMP)
+
+$(JARS): conf/delta-jars.pom.xml
+	mvn -q -f conf/delta-jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jars
+	touch $(JARS)
+
+setup: check-tools $(STAMP) $(JARS)
+
+demo: setup
+	$(BIN)/lakelog demo
+
+test: setup
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/produce_consume.py
+
+clean:
+	rm -rf $(VENV) .jars lakelog-data

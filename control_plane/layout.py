@@ -1,0 +1,38 @@
+"""Where everything lives under one root (a local path or a URI)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from log_store.errors import StorageError
+
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
+
+
+class RootLayout:
+    """``<root>/control/<table>`` for the control plane, ``<root>/topics/<topic>`` for logs."""
+
+    def __init__(self, root: str) -> None:
+        self.is_local = not _URI.match(root) or root.startswith("file:/")
+        local = root[len("file:"):] if root.startswith("file:/") else root
+        self.root = str(Path(local).expanduser().resolve()) if self.is_local else root.rstrip("/")
+
+    def control(self, table: str) -> str:
+        return f"{self.root}/control/{table}"
+
+    def topic(self, name: str) -> str:
+        return f"{self.root}/topics/{name}"
+
+    def check_writable(self) -> None:
+        """Fail early, before any commit, if a local root cannot be written."""
+        if not self.is_local:
+            return
+        path = Path(self.root)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create root {path}: {exc.strerror}; pass a writable --root") from exc
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise StorageError(f"root {path} is not writable; pass a writable --root or fix its permissions")

@@ -1,0 +1,143 @@
+"""Topic administration: create, list, describe (Kafka's ``kafka-topics``).
+
+Creating a topic makes its log table (initial metadata in the table's properties) and then
+records version 1 of the topic in the ``topics`` control table with a conditional insert, so
+two racing creators cannot both win. A crash between the two steps is completed by re-running.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from control_plane.layout import RootLayout
+from control_plane.records import PartitionState, TopicEvent, TopicRecord
+from control_plane.tables import ControlTables
+from log_store.errors import (
+    ConcurrentAppendError,
+    InvalidConfigurationError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from log_store.topic_log import Mode, TopicLog, TopicLogMetadata
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+MAX_PARTITIONS = 10_000
+
+
+class PartitionDescription(BaseModel):
+    partition: int
+    location: str
+    leader_epoch: int
+    mode: Mode
+    earliest_offset: int
+    latest_offset: int
+
+
+class TopicDescription(BaseModel):
+    topic: str
+    location: str
+    partition_count: int
+    undeleted_partition_count: int
+    topic_version: int
+    partitions: list[PartitionDescription]
+
+
+class TopicAdmin:
+    """Topic operations over one root."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.layout = RootLayout(root)
+        self.tables = ControlTables(spark, self.layout)
+
+    # -- reads -------------------------------------------------------------------------------
+    def current(self) -> dict[str, TopicRecord]:
+        """The latest record of every topic (the control plane's image of topics)."""
+        df = self.tables.read("topics")
+        w = Window.partitionBy("topic").orderBy(F.col("topic_version").desc())
+        rows = df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n").collect()
+        return {r["topic"]: TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows}
+
+    def get(self, topic: str) -> TopicRecord:
+        found = self.current().get(topic)
+        if found is None:
+            raise UnknownTopicError(
+                f"unknown topic '{topic}' under {self.layout.root}; "
+                f"create it with `lakelog topics create --topic {topic} --partitions N`"
+            )
+        return found
+
+    def log(self, topic: str) -> TopicLog:
+        return TopicLog.for_path(self.spark, self.get(topic).location)
+
+    def list(self) -> list[TopicRecord]:
+        return sorted(self.current().values(), key=lambda r: r.topic)
+
+    def describe(self, topic: str) -> TopicDescription:
+        record = self.get(topic)
+        log = TopicLog.for_path(self.spark, record.location)
+        meta = log.metadata()
+        earliest = log.earliest_offsets()
+        latest = log.log_end_offsets()
+        return TopicDescription(
+            topic=topic,
+            location=record.location,
+            partition_count=len(meta.partitions),
+            undeleted_partition_count=meta.undeleted_partition_count,
+            topic_version=record.topic_version,
+            partitions=[
+                PartitionDescription(
+                    partition=p,
+                    location=f"{record.location}/partition={p}",
+                    leader_epoch=pm.leader_epoch,
+                    mode=pm.mode,
+                    earliest_offset=earliest.get(p, 0),
+                    latest_offset=latest.get(p, 0),
+                )
+                for p, pm in meta.partitions.items()
+            ],
+        )
+
+    # -- create ------------------------------------------------------------------------------
+    def create(self, topic: str, partitions: int) -> TopicRecord:
+        """Create ``topic`` with ``partitions`` partitions; fails clearly if it exists."""
+        if not _NAME.match(topic or ""):
+            raise InvalidConfigurationError(
+                f"invalid topic name '{topic}': use 1-200 letters, digits, '.', '_' or '-'"
+            )
+        if not isinstance(partitions, int) or partitions < 1 or partitions > MAX_PARTITIONS:
+            raise InvalidConfigurationError(
+                f"invalid partition count {partitions}: a topic needs between 1 and {MAX_PARTITIONS} partitions"
+            )
+        self.layout.check_writable()
+        if topic in self.current():
+            raise TopicExistsError(f"topic '{topic}' already exists; see `lakelog topics describe --topic {topic}`")
+        location = self.layout.topic(topic)
+        wanted = TopicLogMetadata.initial(topic, partitions)
+        log = TopicLog.create(self.spark, location, wanted)
+        found = log.metadata()
+        if found.undeleted_partition_count != partitions or len(found.partitions) != partitions:
+            raise TopicExistsError(
+                f"a log table for '{topic}' already exists at {location} with "
+                f"{len(found.partitions)} partitions; remove it or create the topic with that count"
+            )
+        record = TopicRecord(
+            topic=topic,
+            topic_version=1,
+            event=TopicEvent.CREATE,
+            location=location,
+            partition_count=partitions,
+            undeleted_partition_count=partitions,
+            partitions=[PartitionState(partition=p) for p in range(partitions)],
+        )
+        try:
+            inserted = self.tables.insert_if_absent("topics", [record.row()], ["topic", "topic_version"])
+        except ConcurrentAppendError:
+            inserted = 0
+        if inserted != 1:
+            raise TopicExistsError(f"topic '{topic}' was created concurrently by another process")
+        return record

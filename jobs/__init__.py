@@ -1,0 +1,1 @@
+"""Entry points: the ``lakelog`` CLI and the scheduled jobs, thin over pipelines."""

@@ -1,0 +1,248 @@
+"""``lakelog``: a Kafka-style command line over the log store, control plane and clients.
+
+Every command takes ``--root`` (or ``$LAKELOG_ROOT``) and ``--conf`` (or ``$LAKELOG_CONF``);
+read commands take ``--json``. Errors print what was wrong and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import cached_property
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jobs.output import emit, stderr
+from log_store.config import LakelogConfig, load_config
+from log_store.errors import LakelogError
+
+
+class Context:
+    """Lazily built configuration and Spark session shared by the commands of one run."""
+
+    def __init__(self, conf: str | None, root: str | None) -> None:
+        self.conf_path = conf
+        self.root_override = root
+
+    @cached_property
+    def config(self) -> LakelogConfig:
+        return load_config(self.conf_path, self.root_override)
+
+    @property
+    def root(self) -> str:
+        return self.config.root
+
+    @cached_property
+    def spark(self):
+        from log_store.session import build_session
+
+        return build_session(self.config)
+
+
+pass_ctx = click.make_pass_decorator(Context)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def progress_bar(label: str) -> Progress:
+    return Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=stderr, transient=False
+    )
+
+
+@click.group()
+@click.option("--root", envvar="LAKELOG_ROOT", default=None, help="Root path or URI (default from conf: ./lakelog-data).")
+@click.option("--conf", envvar="LAKELOG_CONF", default=None, help="Configuration YAML (default conf/local.yaml).")
+@click.pass_context
+def cli(ctx: click.Context, root: str | None, conf: str | None) -> None:
+    """lakelog: a Kafka-style partitioned log in Delta Lake tables."""
+    ctx.obj = Context(conf, root)
+
+
+# -- topics ------------------------------------------------------------------------------------
+@cli.group()
+def topics() -> None:
+    """Create, list and describe topics."""
+
+
+def _admin(c: Context):
+    from control_plane.topics import TopicAdmin
+
+    return TopicAdmin(c.spark, c.root)
+
+
+@topics.command("create")
+@click.option("--topic", required=True)
+@click.option("--partitions", required=True, type=int)
+@json_option
+@pass_ctx
+def topics_create(c: Context, topic: str, partitions: int, as_json: bool) -> None:
+    """Create TOPIC with N partitions."""
+    c.config  # validate configuration before touching Spark
+    record = _admin(c).create(topic, partitions)
+    emit({"topic": record.topic, "partitions": record.partition_count, "location": record.location}, as_json, "created")
+
+
+@topics.command("list")
+@json_option
+@pass_ctx
+def topics_list(c: Context, as_json: bool) -> None:
+    """List topics under the root."""
+    rows = [
+        {"topic": r.topic, "partitions": r.partition_count, "undeleted": r.undeleted_partition_count,
+         "version": r.topic_version, "location": r.location}
+        for r in _admin(c).list()
+    ]
+    emit(rows, as_json, "topics")
+
+
+@topics.command("describe")
+@click.option("--topic", required=True)
+@json_option
+@pass_ctx
+def topics_describe(c: Context, topic: str, as_json: bool) -> None:
+    """Partitions of TOPIC: location, leader epoch, mode, earliest and latest offset."""
+    d = _admin(c).describe(topic)
+    if as_json:
+        emit(d.model_dump(mode="json"), True)
+        return
+    emit({k: v for k, v in d.model_dump(mode="json").items() if k != "partitions"}, False, f"topic {topic}")
+    emit([p.model_dump(mode="json") for p in d.partitions], False, "partitions")
+
+
+# -- produce / consume -------------------------------------------------------------------------
+@cli.command()
+@click.option("--topic", required=True)
+@click.option("--input", "input_path", required=True, help="JSON Lines (.jsonl) or Parquet file.")
+@click.option("--producer-id", default=None, help="Names the input stream; re-running with it resumes without duplicates.")
+@click.option("--sequence-start", default=0, type=int, help="Sequence of the first record (to continue a stream).")
+@json_option
+@pass_ctx
+def produce(c: Context, topic: str, input_path: str, producer_id: str | None, sequence_start: int, as_json: bool) -> None:
+    """Produce the records of an input file to TOPIC."""
+    from pipelines.inputs import read_input
+    from pipelines.producer import Producer
+
+    c.config
+    producer = Producer(c.spark, c.root, topic, producer_id, c.config.producer)
+    records = read_input(c.spark, input_path)
+    with progress_bar("producing batches") as bar:
+        task = bar.add_task("produce", total=None)
+        result = producer.send(records, sequence_start, lambda done, total: bar.update(task, completed=done, total=total))
+    emit(result.model_dump(), as_json, "produced")
+
+
+@cli.command()
+@click.option("--topic", required=True)
+@click.option("--group", required=True)
+@click.option("--output", default=None, help="Delta sink table path: records are written there exactly once.")
+@click.option("--max-records", default=None, type=click.IntRange(min=1))
+@json_option
+@pass_ctx
+def consume(c: Context, topic: str, group: str, output: str | None, max_records: int | None, as_json: bool) -> None:
+    """Consume TOPIC as GROUP from its committed offsets (to stdout, or to a Delta sink)."""
+    from pipelines.consumer import Consumer
+
+    c.config
+    consumer = Consumer(c.spark, c.root, topic, group, c.config.consumer)
+
+    def print_batch(df, _ranges) -> None:
+        for row in df.toLocalIterator():
+            rec = {
+                "partition": row["partition"], "offset": row["offset"], "leader_epoch": row["leader_epoch"],
+                "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
+                "value": bytes(row["value"]).decode("utf-8", "replace"),
+                "timestamp": str(row["timestamp"]),
+            }
+            sys.stdout.write((json.dumps(rec) if as_json else "\t".join(str(v) for v in rec.values())) + "\n")
+
+    with progress_bar("consuming records") as bar:
+        task = bar.add_task("consume", total=max_records)
+        update = lambda done, total: bar.update(task, completed=done, total=max_records)  # noqa: E731
+        if output:
+            result = consumer.run_to_sink(output, max_records, update)
+        else:
+            result = consumer.run(print_batch, max_records, update)
+    if output or not as_json:
+        summary = result.model_dump()
+        if as_json:
+            emit(summary, True)
+        else:
+            stderr.print(f"consumed {result.records} records in {result.batches} batches ({result.seconds:.1f}s)")
+
+
+# -- groups ------------------------------------------------------------------------------------
+@cli.group()
+def groups() -> None:
+    """Inspect consumer groups."""
+
+
+@groups.command("list")
+@json_option
+@pass_ctx
+def groups_list(c: Context, as_json: bool) -> None:
+    from control_plane.offsets import GroupOffsets
+
+    emit([{"group": g} for g in GroupOffsets(c.spark, c.root).groups()], as_json, "groups")
+
+
+@groups.command("describe")
+@click.option("--group", required=True)
+@json_option
+@pass_ctx
+def groups_describe(c: Context, group: str, as_json: bool) -> None:
+    """Committed offset, log end and lag per partition."""
+    from control_plane.offsets import GroupOffsets
+
+    rows = [r.model_dump() for r in GroupOffsets(c.spark, c.root).describe(group)]
+    emit(rows, as_json, f"group {group}")
+
+
+# -- sql ---------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("query")
+@click.option("--limit", default=1000, show_default=True, help="Most rows to print.")
+@json_option
+@pass_ctx
+def sql(c: Context, query: str, limit: int, as_json: bool) -> None:
+    """Run Spark SQL with the control-plane tables registered (topics, partitions,
+    topic_history, offset_commits, group_offsets, log_<topic>)."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    from control_plane.layout import RootLayout
+    from control_plane.tables import ControlTables
+
+    ControlTables(c.spark, RootLayout(c.root)).register_views()
+    try:
+        rows = [r.asDict(recursive=True) for r in c.spark.sql(query).limit(limit).collect()]
+    except (AnalysisException, ParseException) as exc:
+        raise LakelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    emit(rows, as_json, "result")
+
+
+# -- demo --------------------------------------------------------------------------------------
+@cli.command()
+@json_option
+@pass_ctx
+def demo(c: Context, as_json: bool) -> None:
+    """Create a topic, produce keyed records, consume them with a group, and show what happened."""
+    from jobs.demo import run_demo
+
+    run_demo(c.spark, c.root, c.config, as_json)
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except LakelogError as exc:
+        stderr.print(f"error: {type(exc).__name__}: {exc}", style="bold red", highlight=False, markup=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

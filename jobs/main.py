@@ -1,0 +1,6 @@
+"""spark-submit entry point: ``spark-submit jobs/main.py <lakelog command> ...``."""
+
+from jobs.cli import main
+
+if __name__ == "__main__":
+    main()

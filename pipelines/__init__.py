@@ -1,0 +1,1 @@
+"""Clients over DataFrames: the producer and the consumer. Depends on control_plane and log_store."""

@@ -1,0 +1,158 @@
+"""A single-member consumer: from the group's committed positions to a handler or a Delta sink.
+
+At-least-once: each batch goes to a user function, then the positions are committed.
+Exactly-once: each batch is written to a Delta sink table in one commit together with the new
+positions, stored as the sink's application transaction versions (one per source partition), so
+a crash between the sink write and the control-plane commit never delivers a record twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable
+
+from delta.tables import DeltaTable
+from pydantic import BaseModel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from control_plane.offsets import GroupOffsets
+from control_plane.topics import TopicAdmin
+from log_store.config import ConsumerSettings
+from log_store.delta_txn import DeltaTransaction, app_versions
+from log_store.errors import ConcurrentAppendError, InvalidConfigurationError
+from log_store.topic_log import RECORD_SCHEMA, Mode
+
+Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
+ProgressFn = Callable[[int, int], None]
+Ranges = dict[int, tuple[int, int]]
+# A sink row is a log record plus its topic, so a sink can be audited against the log.
+SINK_SCHEMA = StructType([StructField("topic", StringType(), False), *RECORD_SCHEMA.fields])
+
+
+class ConsumeResult(BaseModel):
+    topic: str
+    group: str
+    records: int
+    batches: int
+    positions: dict[int, int]
+    seconds: float
+
+
+def sink_app_id(group: str, topic: str, partition: int) -> str:
+    return f"lakelog.sink.{group}.{topic}.{partition}"
+
+
+class Consumer:
+    """Consumes one topic for one group (one member; group membership is another module)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        topic: str,
+        group: str,
+        settings: ConsumerSettings | None = None,
+        member_id: str | None = None,
+    ) -> None:
+        if not group:
+            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        self.spark = spark
+        self.topic = topic
+        self.group = group
+        self.settings = settings or ConsumerSettings()
+        self.member_id = member_id or f"consumer-{uuid.uuid4()}"
+        self.admin = TopicAdmin(spark, root)
+        self.log = self.admin.log(topic)
+        self.offsets = GroupOffsets(spark, root)
+
+    # -- positions ---------------------------------------------------------------------------
+    def positions(self, sink_path: str | None = None) -> dict[int, int]:
+        """Where delivery resumes per readable partition: committed, sink, or the reset policy."""
+        meta = self.log.metadata()
+        readable = [p for p, pm in meta.partitions.items() if pm.mode is not Mode.NONE]
+        committed = self.offsets.committed(self.group, self.topic)
+        if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
+            versions = app_versions(self.spark, sink_path)
+            for p in readable:
+                v = versions.get(sink_app_id(self.group, self.topic, p), -1)
+                if v > committed.get(p, -1):
+                    committed[p] = v
+        missing = [p for p in readable if p not in committed]
+        if missing:
+            reset = self.log.earliest_offsets() if self.settings.auto_offset_reset == "earliest" else self.log.log_end_offsets()
+            committed.update({p: reset.get(p, 0) for p in missing})
+        return {p: committed[p] for p in readable}
+
+    def plan(self, positions: dict[int, int], limit: int) -> Ranges:
+        """Ranges [position, end) to read next, at most ``limit`` records, shared over partitions."""
+        ends = self.log.log_end_offsets()
+        lags = {p: ends.get(p, 0) - pos for p, pos in positions.items() if ends.get(p, 0) > pos}
+        ranges: Ranges = {}
+        remaining = limit
+        while lags and remaining > 0:
+            share = max(remaining // len(lags), 1)
+            for p in sorted(lags):
+                take = min(lags[p], share, remaining)
+                if take <= 0:
+                    continue
+                start, end = ranges.get(p, (positions[p], positions[p]))
+                ranges[p] = (start, end + take)
+                lags[p] -= take
+                remaining -= take
+            lags = {p: lag for p, lag in lags.items() if lag > 0}
+        return ranges
+
+    # -- at-least-once -----------------------------------------------------------------------
+    def run(self, handler: Handler, max_records: int | None = None, on_progress: ProgressFn | None = None) -> ConsumeResult:
+        """Hand each batch to ``handler``, then commit; stops when caught up or at ``max_records``."""
+        return self._loop(None, handler, max_records, on_progress)
+
+    # -- exactly-once into a Delta sink ------------------------------------------------------
+    def run_to_sink(self, sink_path: str, max_records: int | None = None, on_progress: ProgressFn | None = None) -> ConsumeResult:
+        """Write every record to the Delta table at ``sink_path`` exactly once."""
+        (
+            DeltaTable.createIfNotExists(self.spark)
+            .location(sink_path)
+            .addColumns(SINK_SCHEMA)
+            .execute()
+        )
+        return self._loop(sink_path, None, max_records, on_progress)
+
+    def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
+        txn = DeltaTransaction.start(self.spark, sink_path)
+        for p, (start, _end) in ranges.items():
+            if txn.app_version(sink_app_id(self.group, self.topic, p)) > start:
+                raise ConcurrentAppendError(f"another member already wrote partition {p} past {start} to the sink")
+        rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
+        txn.commit(rows, {sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})
+
+    def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
+        started = time.perf_counter()
+        positions = self.positions(sink_path)
+        delivered = batches = 0
+        while max_records is None or delivered < max_records:
+            limit = self.settings.max_records_per_batch
+            if max_records is not None:
+                limit = min(limit, max_records - delivered)
+            ranges = self.plan(positions, limit)
+            if not ranges:
+                break
+            data = self.log.read(ranges)
+            if sink_path:
+                self._write_sink(sink_path, data, ranges)
+            else:
+                handler(data, ranges)
+            new_positions = {p: end for p, (_s, end) in ranges.items()}
+            self.offsets.commit(self.group, self.topic, new_positions, member_id=self.member_id)
+            positions.update(new_positions)
+            delivered += sum(end - start for start, end in ranges.values())
+            batches += 1
+            if on_progress:
+                on_progress(delivered, max_records or delivered)
+        return ConsumeResult(
+            topic=self.topic, group=self.group, records=delivered, batches=batches,
+            positions=positions, seconds=time.perf_counter() - started,
+        )
