@@ -50,7 +50,18 @@ def progress_bar(label: str) -> Progress:
     )
 
 
-@click.group()
+class LakelogGroup(click.Group):
+    """Turns lakelog's errors into a one-line message and exit code 1, for every subcommand."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LakelogError as exc:
+            stderr.print(f"error: {type(exc).__name__}: {exc}", style="bold red", highlight=False, markup=False, soft_wrap=True)
+            ctx.exit(1)
+
+
+@click.group(cls=LakelogGroup)
 @click.option("--root", envvar="LAKELOG_ROOT", default=None, help="Root path or URI (default from conf: ./lakelog-data).")
 @click.option("--conf", envvar="LAKELOG_CONF", default=None, help="Configuration YAML (default conf/local.yaml).")
 @click.pass_context
@@ -232,16 +243,7 @@ def demo(c: Context, as_json: bool) -> None:
 
 
 def main() -> None:
-    try:
-        cli(standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except LakelogError as exc:
-        stderr.print(f"error: {type(exc).__name__}: {exc}", style="bold red", highlight=False, markup=False)
-        sys.exit(1)
+    cli()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""The fenced append and offset queries on a real Delta table (rules 1-3, invariants 1-4)."""
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
+from log_store.topic_log import Mode, PartitionMetadata, TopicLog, TopicLogMetadata
+
+
+def batch(spark, start, n, partitions=3, producer="p1", ts=None):
+    return spark.range(start, start + n).select(
+        (F.col("id") % partitions).cast("int").alias("partition"),
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"),
+        F.lit(None).cast("map<string,binary>").alias("headers"),
+        (F.lit(ts).cast("timestamp") if ts else F.current_timestamp()).alias("timestamp"),
+        F.lit(producer).alias("producer_id"),
+        F.col("id").alias("sequence"),
+    )
+
+
+@pytest.fixture()
+def log(spark, tmp_path):
+    return TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3))
+
+
+def offsets_by_partition(log):
+    rows = log.table().select("partition", "offset", "sequence").collect()
+    out = {}
+    for r in rows:
+        out.setdefault(r["partition"], []).append((r["offset"], r["sequence"]))
+    return {p: sorted(v) for p, v in out.items()}
+
+
+def test_offsets_dense_per_partition_and_ordered_by_sequence(spark, log):
+    first = log.append(batch(spark, 0, 30), 3, "p1")
+    second = log.append(batch(spark, 30, 30), 3, "p1")
+    assert first.ranges == {0: (0, 10), 1: (0, 10), 2: (0, 10)}
+    assert second.ranges == {0: (10, 20), 1: (10, 20), 2: (10, 20)}
+    for p, rows in offsets_by_partition(log).items():
+        assert [o for o, _ in rows] == list(range(20))
+        seqs = [s for _, s in rows]
+        assert seqs == sorted(seqs)
+    assert log.log_end_offsets() == {0: 20, 1: 20, 2: 20}
+
+
+def test_stale_partition_count_is_rejected_and_nothing_written(spark, log):
+    with pytest.raises(InvalidPartitionMetadataError, match="stale partition count: producer has 2"):
+        log.append(batch(spark, 0, 10), 2, "p1")
+    assert log.table().count() == 0
+
+
+def test_read_only_partition_is_not_writable(spark, log):
+    meta = log.metadata()
+    parts = dict(meta.partitions)
+    parts[2] = PartitionMetadata(partition=2, leader_epoch=1, mode=Mode.READ_ONLY)
+    log.set_metadata(meta.model_copy(update={"partitions": parts}))
+    with pytest.raises(InvalidPartitionMetadataError, match="partition 2 of t is ReadOnly"):
+        log.append(batch(spark, 0, 10), 3, "p1")
+    assert log.table().count() == 0
+    only01 = batch(spark, 0, 10).where("partition < 2")
+    assert log.append(only01, 3, "p1").appended == only01.count()
+
+
+def test_leader_epoch_stamped_and_never_decreasing(spark, log):
+    log.append(batch(spark, 0, 9), 3, "p1")
+    meta = log.metadata()
+    log.set_metadata(meta.model_copy(update={"partitions": {
+        p: m.model_copy(update={"leader_epoch": m.leader_epoch + 1}) for p, m in meta.partitions.items()
+    }}))
+    log.append(batch(spark, 9, 9), 3, "p1")
+    rows = log.table().where("partition = 0").orderBy("offset").select("leader_epoch").collect()
+    epochs = [r[0] for r in rows]
+    assert epochs == [0, 0, 0, 1, 1, 1]
+    assert log.last_offset_of_epoch(0, 0) == 2
+    assert log.last_offset_of_epoch(0, 1) == 5
+    assert log.last_offset_of_epoch(0, -1) == -1
+
+
+def test_retried_batch_with_same_producer_and_sequence_lands_once(spark, log):
+    log.append(batch(spark, 0, 30), 3, "p1")
+    again = log.append(batch(spark, 0, 30), 3, "p1")
+    assert again.appended == 0 and again.duplicates == 30 and again.version is None
+    overlap = log.append(batch(spark, 15, 30), 3, "p1")  # half already committed
+    assert overlap.appended == 15 and overlap.duplicates == 15
+    assert log.table().count() == 45
+    for rows in offsets_by_partition(log).values():
+        assert [o for o, _ in rows] == list(range(15))
+    other = log.append(batch(spark, 0, 3, producer="p2"), 3, "p2")  # another producer is independent
+    assert other.appended == 3
+
+
+def test_offset_queries(spark, log):
+    log.append(batch(spark, 0, 6, ts="2026-01-01 00:00:00"), 3, "p1")
+    log.append(batch(spark, 6, 6, ts="2026-01-02 00:00:00"), 3, "p1")
+    assert log.earliest_offsets() == {0: 0, 1: 0, 2: 0}
+    assert log.log_end_offsets() == {0: 4, 1: 4, 2: 4}
+    day2 = int(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    assert log.offset_for_timestamp(1, day2) == 2
+    assert log.offset_for_timestamp(1, day2 + 1) is None
+    got = log.read({1: (1, 3)}).select("offset", "sequence").collect()
+    assert [(r[0], r[1]) for r in got] == [(1, 4), (2, 7)]
+
+
+def test_records_missing_columns_are_rejected(spark, log):
+    with pytest.raises(InvalidRecordError, match="lack columns"):
+        log.append(batch(spark, 0, 3).drop("sequence"), 3, "p1")
