@@ -34,7 +34,7 @@ _CONFLICTS = (
 
 def conflict_name(exc: BaseException) -> str | None:
     """The name of the Delta conflict behind ``exc``, or None if it is not a conflict."""
-    text = str(exc.java_exception) if isinstance(exc, Py4JJavaError) else str(exc)
+    text = f"{type(exc).__name__} {exc.java_exception if isinstance(exc, Py4JJavaError) else exc}"
     for name in _CONFLICTS:
         if name in text:
             return name
@@ -87,13 +87,13 @@ class DeltaTransaction:
             seq = jvm.scala.collection.JavaConverters.asScalaBuffer(actions).toSeq()
             manual = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$ManualUpdate$")
             return int(self.jtxn.commit(seq, getattr(manual, "MODULE$")))
-        except Py4JJavaError as exc:
+        except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             name = conflict_name(exc)
             if name:
                 raise ConcurrentAppendError(
                     f"a concurrent commit changed the table first ({name}); retry from a fresh read"
                 ) from None
-            raise LakelogError(f"Delta commit failed: {exc.java_exception}") from exc
+            raise LakelogError(f"Delta commit failed: {str(exc).splitlines()[0]}") from exc
 
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:

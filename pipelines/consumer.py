@@ -145,9 +145,9 @@ class Consumer:
                 self._write_sink(sink_path, data, ranges)
             else:
                 handler(data, ranges)
-            new_positions = {p: end for p, (_s, end) in ranges.items()}
-            self.offsets.commit(self.group, self.topic, new_positions, member_id=self.member_id)
-            positions.update(new_positions)
+            positions.update({p: end for p, (_s, end) in ranges.items()})
+            # Commit every position: it also records positions recovered from the sink.
+            self.offsets.commit(self.group, self.topic, positions, member_id=self.member_id)
             delivered += sum(end - start for start, end in ranges.values())
             batches += 1
             if on_progress:
