@@ -41,7 +41,8 @@ def _timestamp(col: Column) -> Column:
 
 def read_json_lines(spark: SparkSession, path: str) -> DataFrame:
     """Records with ``line`` (1-based), key/value/headers as binary, timestamp; validated."""
-    _check_readable(path)
+    if _check_readable(path).is_dir():
+        raise InvalidRecordError(f"input {path} is a directory and cannot be read as JSON Lines; pass a file")
     text = spark.read.text(path).withColumn("_order", F.monotonically_increasing_id())
     text = text.withColumn("line", F.row_number().over(Window.orderBy("_order")))
     text = text.where(F.trim("value") != "")

@@ -1,0 +1,141 @@
+"""The CLI, in-process over the shared session, plus real console-script runs for exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobs.cli import cli
+
+
+@pytest.fixture()
+def run(spark, root):
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(cli, ["--root", root, *args], catch_exceptions=False)
+
+    return invoke
+
+
+def jsonl(tmp_path, lines, name="in.jsonl"):
+    f = tmp_path / name
+    f.write_text("\n".join(lines) + "\n")
+    return str(f)
+
+
+GOOD = [
+    json.dumps({"key": f"user-{i % 5}", "value": {"n": i}, "headers": {"src": "test"}, "timestamp": 1767225600000 + i})
+    for i in range(50)
+]
+
+
+def test_create_produce_consume_describe_sql(run, tmp_path, root):
+    assert run("topics", "create", "--topic", "t1", "--partitions", "4").exit_code == 0
+    listed = json.loads(run("topics", "list", "--json").stdout)
+    assert [t["topic"] for t in listed] == ["t1"]
+    res = run("produce", "--topic", "t1", "--input", jsonl(tmp_path, GOOD), "--json")
+    assert res.exit_code == 0, res.output
+    desc = json.loads(run("topics", "describe", "--topic", "t1", "--json").stdout)
+    assert [p["partition"] for p in desc["partitions"]] == [0, 1, 2, 3]
+    assert sum(p["latest_offset"] for p in desc["partitions"]) == 50
+    assert all(p["mode"] == "ReadWrite" and p["leader_epoch"] == 0 and p["location"].endswith(f"partition={p['partition']}")
+               for p in desc["partitions"])
+    sink = str(tmp_path / "sink")
+    res = run("consume", "--topic", "t1", "--group", "g", "--output", sink, "--max-records", "30", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["records"] == 30
+    lag = json.loads(run("groups", "describe", "--group", "g", "--json").stdout)
+    assert sum(r["lag"] for r in lag) == 20
+    printed = run("consume", "--topic", "t1", "--group", "g", "--json")
+    records = [json.loads(line) for line in printed.stdout.splitlines() if line.startswith("{")]
+    assert len(records) == 20 and all(r["value"].startswith('{"n":') for r in records)
+    q = run("sql", "SELECT topic, partition_count FROM topics", "--json")
+    assert json.loads(q.stdout) == [{"topic": "t1", "partition_count": 4}]
+    q = run("sql", "SELECT count(*) AS n FROM log_t1", "--json")
+    assert json.loads(q.stdout) == [{"n": 50}]
+    assert "topics" in run("sql", "SHOW VIEWS").output
+
+
+def _nothing_written(root):
+    topics = Path(root) / "topics"
+    return not topics.exists() or not any(topics.iterdir())
+
+
+def test_unknown_topic(run, tmp_path, root):
+    res = run("produce", "--topic", "nope", "--input", jsonl(tmp_path, GOOD))
+    assert res.exit_code == 1 and "unknown topic 'nope'" in res.output and "topics create" in res.output
+    assert run("topics", "describe", "--topic", "nope").exit_code == 1
+    assert run("consume", "--topic", "nope", "--group", "g").exit_code == 1
+    assert _nothing_written(root)
+
+
+def test_topic_already_exists_and_bad_partition_counts(run, root):
+    assert run("topics", "create", "--topic", "t", "--partitions", "2").exit_code == 0
+    res = run("topics", "create", "--topic", "t", "--partitions", "2")
+    assert res.exit_code == 1 and "already exists" in res.output
+    for bad in ("0", "-1"):
+        res = run("topics", "create", "--topic", "u", "--partitions", bad)
+        assert res.exit_code == 1 and "invalid partition count" in res.output
+    assert not (Path(root) / "topics" / "u").exists()
+    res = run("topics", "create", "--topic", "bad/name", "--partitions", "1")
+    assert res.exit_code == 1 and "invalid topic name" in res.output
+
+
+@pytest.mark.parametrize(
+    "lines,expected",
+    [
+        (GOOD[:3] + ['{"key": "a", "value": '] + GOOD[3:5], "line 4: malformed JSON"),
+        (GOOD[:2] + ['{"key": "a"}'], "line 3: record has no 'value'"),
+        (GOOD[:1] + ['[1, 2]'], "line 2: malformed JSON"),
+        (GOOD[:1] + ['{"key": "a", "value": "v", "timestamp": "yesterday"}'], "line 2: bad timestamp"),
+    ],
+)
+def test_bad_input_lines_name_the_line_and_write_nothing(run, tmp_path, root, lines, expected):
+    run("topics", "create", "--topic", "t", "--partitions", "2")
+    res = run("produce", "--topic", "t", "--input", jsonl(tmp_path, lines))
+    assert res.exit_code == 1 and expected in res.output and "Nothing was produced" in res.output
+    desc = json.loads(run("topics", "describe", "--topic", "t", "--json").stdout)
+    assert sum(p["latest_offset"] for p in desc["partitions"]) == 0
+
+
+def test_unreadable_and_missing_input(run, tmp_path):
+    run("topics", "create", "--topic", "t", "--partitions", "1")
+    res = run("produce", "--topic", "t", "--input", str(tmp_path / "missing.jsonl"))
+    assert res.exit_code == 1 and "does not exist" in res.output
+    locked = jsonl(tmp_path, GOOD, "locked.jsonl")
+    os.chmod(locked, 0)
+    if os.access(locked, os.R_OK):  # root ignores file modes: use a directory of the wrong kind
+        os.chmod(locked, 0o644)
+        locked = str(tmp_path / "dir.jsonl")
+        os.mkdir(locked)
+    res = run("produce", "--topic", "t", "--input", locked)
+    assert res.exit_code == 1 and ("not readable" in res.output or "cannot be read" in res.output)
+    assert json.loads(run("topics", "describe", "--topic", "t", "--json").stdout)["partitions"][0]["latest_offset"] == 0
+
+
+def test_unwritable_root(spark, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    res = CliRunner().invoke(cli, ["--root", str(blocker / "root"), "topics", "create", "--topic", "t", "--partitions", "1"])
+    assert res.exit_code == 1 and "cannot create root" in res.output
+
+
+def test_invalid_configuration_file_names_the_key(spark, tmp_path):
+    conf = tmp_path / "bad.yaml"
+    conf.write_text("consumer:\n  max_records_per_batch: 0\n")
+    res = CliRunner().invoke(cli, ["--conf", str(conf), "--root", str(tmp_path), "topics", "list"])
+    assert res.exit_code == 1 and "consumer.max_records_per_batch" in res.output
+
+
+def test_console_script_exit_code_and_message(tmp_path):
+    """A real `lakelog` process: the error reaches the user and the exit code is non-zero."""
+    exe = Path(sys.executable).parent / "lakelog"
+    conf = tmp_path / "bad.yaml"
+    conf.write_text("producer:\n  batchsize: 10\n")
+    proc = subprocess.run([str(exe), "--conf", str(conf), "topics", "list"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "producer.batchsize" in proc.stderr
