@@ -11,11 +11,16 @@ from log_store.errors import StorageError
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
 
 
+def is_remote(path: str) -> bool:
+    """True for URIs such as s3://, abfss://, dbfs:/ (anything but a local path or file:/)."""
+    return bool(_URI.match(path)) and not path.startswith("file:/")
+
+
 class RootLayout:
     """``<root>/control/<table>`` for the control plane, ``<root>/topics/<topic>`` for logs."""
 
     def __init__(self, root: str) -> None:
-        self.is_local = not _URI.match(root) or root.startswith("file:/")
+        self.is_local = not is_remote(root)
         local = root[len("file:"):] if root.startswith("file:/") else root
         self.root = str(Path(local).expanduser().resolve()) if self.is_local else root.rstrip("/")
 

@@ -27,6 +27,9 @@ _BASE_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.databricks.delta.stalenessLimit": "0",
+    # Keep application transaction ids (log ends, producer sequences) in the .crc file, so the
+    # fenced append reads them without reconstructing table state.
+    "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",

@@ -13,6 +13,7 @@ and each partition's log end offset is a Delta application transaction version
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from enum import Enum
@@ -46,7 +47,7 @@ RECORD_SCHEMA = StructType(
         StructField("offset", LongType(), False),
         StructField("leader_epoch", IntegerType(), False),
         StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
+        StructField("value", BinaryType(), False),
         StructField("headers", MapType(StringType(), BinaryType()), True),
         StructField("timestamp", TimestampType(), True),
         StructField("producer_id", StringType(), True),
@@ -120,7 +121,6 @@ class AppendResult(BaseModel):
 
     version: int | None
     ranges: dict[int, tuple[int, int]]
-    duplicates: int = 0
     attempts: int = 1
 
     @property
@@ -193,42 +193,29 @@ class TopicLog:
         ``undeleted_partition_count`` or a target partition is not ReadWrite; the caller
         re-partitions and retries. Concurrent commits to the same partitions are retried here.
         With a ``producer_id``, records whose sequence was already committed for their partition
-        are dropped, so a retried batch lands once.
+        are dropped, so a retried batch lands once. Pass a persisted DataFrame: a retry reads
+        it again.
         """
         missing = [c for c in PRODUCER_COLUMNS if c not in records.columns]
         if missing:
             raise InvalidRecordError(f"records lack columns {missing}; expected {PRODUCER_COLUMNS}")
-        order = Window.partitionBy("partition").orderBy("sequence")
-        ranked = records.select(*PRODUCER_COLUMNS).withColumn("_rank", F.row_number().over(order) - 1)
-        ranked = ranked.persist()
-        try:
-            stats = {
-                r["partition"]: (r["n"], r["lo"], r["hi"])
-                for r in ranked.groupBy("partition")
-                .agg(F.count("*").alias("n"), F.min("sequence").alias("lo"), F.max("sequence").alias("hi"))
-                .collect()
-            }
-            if not stats:
-                return AppendResult(version=None, ranges={})
-            for attempt in range(1, max_retries + 2):
-                try:
-                    result = self._append_once(ranked, stats, expected_count, producer_id)
-                    return result.model_copy(update={"attempts": attempt})
-                except ConcurrentAppendError:
-                    if attempt > max_retries:
-                        raise
-                    time.sleep(backoff_ms / 1000 * (1 + random.random()) * min(attempt, 10))
-            raise AssertionError("unreachable")
-        finally:
-            ranked.unpersist()
+        records = records.select(*PRODUCER_COLUMNS)
+        for attempt in range(1, max_retries + 2):
+            try:
+                result = self._append_once(records, expected_count, producer_id)
+                return result.model_copy(update={"attempts": attempt})
+            except ConcurrentAppendError:
+                if attempt > max_retries:
+                    raise
+                time.sleep(backoff_ms / 1000 * (1 + random.random()) * min(attempt, 10))
+        raise AssertionError("unreachable")
 
-    def _append_once(
-        self,
-        ranked: DataFrame,
-        stats: dict[int, tuple[int, int, int]],
-        expected_count: int,
-        producer_id: str | None,
-    ) -> AppendResult:
+    def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None) -> AppendResult:
+        """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
+
+        Offsets come from the log ends read inside the transaction; counts and sequence bounds
+        per partition come back from the written files' Delta stats, so no extra pass is needed.
+        """
         txn = DeltaTransaction.start(self.spark, self.path)
         meta = TopicLogMetadata.from_properties(txn.configuration())
         if meta.undeleted_partition_count != expected_count:
@@ -236,46 +223,43 @@ class TopicLog:
                 f"stale partition count: producer has {expected_count}, topic {meta.topic} has "
                 f"{meta.undeleted_partition_count}; refresh metadata and re-partition"
             )
-        for p in stats:
-            pm = meta.partitions.get(p)
-            if pm is None or pm.mode is not Mode.READ_WRITE:
-                state = "does not exist" if pm is None else f"is {pm.mode.value}"
-                raise InvalidPartitionMetadataError(
-                    f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition"
-                )
-        last_seq: dict[int, int] = {}
+        writable = [p for p, pm in meta.partitions.items() if pm.mode is Mode.READ_WRITE]
+        bases = {p: max(txn.app_version(log_end_app_id(p)), 0) for p in writable}
+        data = records
         if producer_id:
-            last_seq = {p: txn.app_version(producer_app_id(producer_id, p)) for p in stats}
-        keep = {p: s for p, s in stats.items() if last_seq.get(p, -1) < s[2]}
-        duplicates = sum(s[0] for p, s in stats.items() if p not in keep)
-        if not keep:
-            return AppendResult(version=None, ranges={}, duplicates=duplicates)
-        data = ranked.where(F.col("partition").isin(list(keep)))
-        counts = {p: s[0] for p, s in keep.items()}
-        partial = {p: last_seq[p] for p, s in keep.items() if last_seq.get(p, -1) >= s[1]}
-        if partial:  # part of this batch committed before: drop that prefix and re-rank
-            data = data.where(~(F.col("sequence") <= F.coalesce(_map_lookup(partial, "partition"), F.lit(-1))))
-            order = Window.partitionBy("partition").orderBy("sequence")
-            data = data.withColumn("_rank", F.row_number().over(order) - 1)
-            counts = {r["partition"]: r["n"] for r in data.groupBy("partition").agg(F.count("*").alias("n")).collect()}
-            duplicates += sum(keep[p][0] - counts.get(p, 0) for p in keep)
-        bases = {p: max(txn.app_version(log_end_app_id(p)), 0) for p in counts}
-        epochs = {p: meta.partitions[p].leader_epoch for p in counts}
+            last_seq = {p: txn.app_version(producer_app_id(producer_id, p)) for p in writable}
+            data = data.where(F.col("sequence") > F.coalesce(_map_lookup(last_seq, "partition"), F.lit(-1)))
+        order = Window.partitionBy("partition").orderBy("sequence")
         out = data.select(
             "partition",
-            (_map_lookup(bases, "partition") + F.col("_rank")).cast("long").alias("offset"),
-            _map_lookup(epochs, "partition").cast("int").alias("leader_epoch"),
+            (F.coalesce(_map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long").alias("offset"),
+            F.coalesce(_map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
+            .cast("int").alias("leader_epoch"),
             "key", "value", "headers", "timestamp", "producer_id", "sequence",
         )
+        counts: dict[int, int] = {}
+        max_seq: dict[int, int] = {}
+        for f in txn.write(out):
+            p = int(f.partition_values["partition"])
+            counts[p] = counts.get(p, 0) + f.num_records
+            max_seq[p] = max(max_seq.get(p, -1), int(f.max_values.get("sequence", -1)))
+        not_writable = sorted(set(counts) - set(writable))
+        if not_writable:  # the written files are never committed; VACUUM removes them
+            p = not_writable[0]
+            state = "does not exist" if p not in meta.partitions else f"is {meta.partitions[p].mode.value}"
+            raise InvalidPartitionMetadataError(
+                f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition"
+            )
+        if not counts:
+            return AppendResult(version=None, ranges={})
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
         if producer_id:
-            versions.update({producer_app_id(producer_id, p): keep[p][2] for p in counts})
-        version = txn.commit(out, versions)
-        return AppendResult(
-            version=version,
-            ranges={p: (bases[p], bases[p] + n) for p, n in counts.items()},
-            duplicates=duplicates,
-        )
+            versions.update({producer_app_id(producer_id, p): max_seq[p] for p in counts})
+        ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
+        info = {"lakelog": "append", "producer_id": producer_id, "undeleted_partition_count": expected_count,
+                "ranges": {str(p): list(r) for p, r in sorted(ranges.items())}}
+        version = txn.commit(versions, json.dumps(info))
+        return AppendResult(version=version, ranges=ranges)
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:

@@ -127,7 +127,8 @@ class Consumer:
             if txn.app_version(sink_app_id(self.group, self.topic, p)) > start:
                 raise ConcurrentAppendError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
-        txn.commit(rows, {sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})
+        txn.write(rows)
+        txn.commit({sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()

@@ -12,6 +12,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from control_plane.layout import is_remote
 from log_store.errors import InvalidRecordError
 
 JSON_SCHEMA = "key STRING, value STRING, headers MAP<STRING, STRING>, timestamp STRING, _corrupt STRING"
@@ -20,7 +21,10 @@ MAX_REPORTED = 5
 
 
 def _check_readable(path: str) -> Path:
+    """Fail early on a missing or unreadable local file (remote paths are left to Spark)."""
     p = Path(path)
+    if is_remote(path):
+        return p
     if not p.exists():
         raise InvalidRecordError(f"input file {path} does not exist")
     if not os.access(p, os.R_OK) or (p.is_dir() and not os.access(p, os.X_OK)):

@@ -128,7 +128,9 @@ class Producer:
                 result = self._send_batch(batch, result)
                 if on_progress:
                     on_progress(b + 1, n_batches)
-            return result.model_copy(update={"seconds": time.perf_counter() - started})
+            return result.model_copy(update={
+                "seconds": time.perf_counter() - started, "duplicates": total - result.appended,
+            })
         finally:
             df.unpersist()
 
@@ -152,7 +154,6 @@ class Producer:
                 per[p] = per.get(p, 0) + hi - lo
             return result.model_copy(update={
                 "appended": result.appended + appended.appended,
-                "duplicates": result.duplicates + appended.duplicates,
                 "commit_retries": result.commit_retries + appended.attempts - 1,
                 "per_partition": per,
             })

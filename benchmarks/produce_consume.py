@@ -1,0 +1,134 @@
+"""Produce and consume throughput of lakelog against raw Delta on the same rows, in one run.
+
+    .venv/bin/python benchmarks/produce_consume.py [--records 1000000] [--partitions 8,64]
+
+Prints a table of times and ratios (lakelog / raw Delta throughput, or latency ratio) and writes
+the figures as JSON to benchmarks/out/. Every comparison uses the same cached source rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import functions as F  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from control_plane.topics import TopicAdmin  # noqa: E402
+from log_store.config import ConsumerSettings, LakelogConfig, ProducerSettings  # noqa: E402
+from log_store.session import build_session  # noqa: E402
+from pipelines.consumer import Consumer  # noqa: E402
+from pipelines.producer import Producer  # noqa: E402
+
+console = Console(stderr=True)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def source(spark, n: int, keys: int, value_bytes: int, start: int = 0):
+    return spark.range(start, start + n).select(
+        F.concat(F.lit("key-"), (F.col("id") % keys).cast("string")).alias("key"),
+        F.rpad(F.col("id").cast("string"), value_bytes, "x").alias("value"),
+        F.col("id").alias("sequence"),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--partitions", default="8,64")
+    ap.add_argument("--small-produces", type=int, default=200)
+    ap.add_argument("--small-size", type=int, default=100)
+    args = ap.parse_args()
+
+    spark = build_session(LakelogConfig())
+    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-"))
+    rows: list[dict] = []
+    try:
+        data = source(spark, args.records, args.keys, args.value_bytes).persist()
+        data.count()
+        for n_parts in [int(x) for x in args.partitions.split(",")]:
+            root = str(work / f"root{n_parts}")
+            raw = str(work / f"raw{n_parts}")
+            TopicAdmin(spark, root).create("bench", n_parts)
+            console.print(f"[{n_parts} partitions] raw Delta append of {args.records:,} rows ...")
+            t_raw, _ = timed(lambda: data.write.format("delta").mode("append").save(raw))
+            console.print(f"[{n_parts} partitions] lakelog produce ...")
+            producer = Producer(spark, root, "bench", "bench-producer", ProducerSettings(batch_size=args.records))
+            t_prod, res = timed(lambda: producer.send(data))
+            assert res.appended == args.records
+            rows.append({"case": f"produce {args.records:,} -> {n_parts} partitions", "raw_s": t_raw, "lakelog_s": t_prod,
+                         "ratio": t_raw / t_prod, "aim": ">= 0.8 of raw throughput"})
+            console.print(f"[{n_parts} partitions] consume ...")
+            t_read, _ = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save())
+            consumer = Consumer(spark, root, "bench", "bench-group", ConsumerSettings(max_records_per_batch=args.records))
+            t_cons, cres = timed(lambda: consumer.run(lambda df, _r: df.write.format("noop").mode("overwrite").save()))
+            assert cres.records == args.records
+            rows.append({"case": f"consume {args.records:,} from {n_parts} partitions", "raw_s": t_read, "lakelog_s": t_cons,
+                         "ratio": t_read / t_cons, "aim": ">= 0.9 of raw throughput"})
+            # The alternative layout: one Delta table per partition means one commit per partition.
+            if n_parts == max(int(x) for x in args.partitions.split(",")):
+                console.print(f"[{n_parts} partitions] raw Delta, one table per partition ({n_parts} commits) ...")
+                parted = data.withColumn("p", F.abs(F.hash("key")) % n_parts).persist()
+                parted.count()
+                t_one, _ = timed(lambda: parted.write.format("delta").partitionBy("p").mode("append").save(str(work / "one")))
+                t_many, _ = timed(lambda: [parted.where(F.col("p") == p).write.format("delta").mode("append").save(str(work / f"many/{p}"))
+                                           for p in range(n_parts)])
+                parted.unpersist()
+                rows.append({"case": f"raw Delta: {n_parts} tables (1 commit each) vs 1 partitioned table", "raw_s": t_one,
+                             "lakelog_s": t_many, "ratio": t_one / t_many, "aim": "layout choice (not lakelog)"})
+        data.unpersist()
+
+        console.print(f"{args.small_produces} sequential produces of {args.small_size} records ...")
+        root = str(work / "small")
+        TopicAdmin(spark, root).create("small", 8)
+        producer = Producer(spark, root, "small", "small-producer", ProducerSettings(batch_size=args.small_size))
+        lat_l, lat_r = [], []
+        for i in range(args.small_produces):
+            batch = source(spark, args.small_size, args.keys, args.value_bytes, start=i * args.small_size)
+            lat_l.append(timed(lambda: producer.send(batch))[0])
+            lat_r.append(timed(lambda: batch.write.format("delta").mode("append").save(str(work / "small-raw")))[0])
+            if (i + 1) % 20 == 0:
+                console.print(f"  {i + 1}/{args.small_produces}")
+
+        def pct(xs, q):
+            return statistics.quantiles(xs, n=100)[q - 1]
+
+        for q in (50, 95):
+            rows.append({"case": f"{args.small_produces} produces of {args.small_size}: p{q} latency", "raw_s": pct(lat_r, q),
+                         "lakelog_s": pct(lat_l, q), "ratio": pct(lat_l, q) / pct(lat_r, q), "aim": "<= 1.5x raw latency"})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    table = Table(title="lakelog vs raw Delta (ratio: throughput share for bulk rows, latency multiple for p50/p95)")
+    for col in ("case", "raw Delta s", "lakelog s", "ratio", "aim"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["case"], f"{r['raw_s']:.2f}", f"{r['lakelog_s']:.2f}", f"{r['ratio']:.2f}", r["aim"])
+    Console().print(table)
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    meta = {"date": datetime.now(timezone.utc).isoformat(), "machine": f"{platform.node()} {platform.machine()} "
+            f"{__import__('os').cpu_count()} cores", "args": vars(args), "results": rows}
+    (out / "produce_consume.json").write_text(json.dumps(meta, indent=2))
+
+
+if __name__ == "__main__":
+    main()
