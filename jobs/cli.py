@@ -126,7 +126,7 @@ def topics_describe(c: Context, topic: str, as_json: bool) -> None:
 @click.option("--topic", required=True)
 @click.option("--input", "input_path", required=True, help="JSON Lines (.jsonl) or Parquet file.")
 @click.option("--producer-id", default=None, help="Names the input stream; re-running with it resumes without duplicates.")
-@click.option("--sequence-start", default=0, type=int, help="Sequence of the first record (to continue a stream).")
+@click.option("--sequence-start", default=0, type=click.IntRange(min=0), help="Sequence of the first record (to continue a stream).")
 @json_option
 @pass_ctx
 def produce(c: Context, topic: str, input_path: str, producer_id: str | None, sequence_start: int, as_json: bool) -> None:

@@ -22,7 +22,8 @@ from control_plane.topics import TopicAdmin
 from log_store.config import ProducerSettings
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
 from log_store.partitioner import partition_for, partition_for_unkeyed
-from log_store.topic_log import PRODUCER_COLUMNS
+from log_store.delta_txn import app_versions
+from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
 
 ProgressFn = Callable[[int, int], None]
 
@@ -79,6 +80,13 @@ class Producer:
         self.producer_id = producer_id or f"producer-{uuid.uuid4()}"
         self.settings = settings or ProducerSettings()
 
+    def next_sequence(self) -> int:
+        """One past the highest sequence this producer id has committed to any partition."""
+        prefix = producer_app_id(self.producer_id, 0)[:-1]
+        versions = app_versions(self.spark, self.log.path)
+        mine = [v for k, v in versions.items() if k.startswith(prefix) and k[len(prefix):].isdigit()]
+        return max(mine, default=-1) + 1
+
     def normalize(self, records: DataFrame, sequence_start: int = 0) -> DataFrame:
         """Columns key/value as binary, headers, timestamp, sequence; value must be present."""
         if "value" not in records.columns:
@@ -100,11 +108,18 @@ class Producer:
     def send(
         self,
         records: DataFrame,
-        sequence_start: int = 0,
+        sequence_start: int | None = None,
         on_progress: ProgressFn | None = None,
     ) -> ProduceResult:
-        """Produce every record of ``records``; returns counts, retries and timing."""
+        """Produce every record of ``records``; returns counts, retries and timing.
+
+        Records with a ``sequence`` column keep it (plus ``sequence_start``): re-sending them
+        under the same producer id lands nothing twice. Records without one continue this
+        producer's stream after its last committed sequence.
+        """
         started = time.perf_counter()
+        if sequence_start is None:
+            sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
         df = self.normalize(records, sequence_start).persist()
         try:
             stats = df.agg(
