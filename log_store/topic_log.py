@@ -265,15 +265,20 @@ class TopicLog:
     def table(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.path)
 
-    def read(self, ranges: dict[int, tuple[int, int]]) -> DataFrame:
-        """Records in [start, end) of each partition, ordered by partition and offset."""
+    def read(self, ranges: dict[int, tuple[int, int]], ordered: bool = True) -> DataFrame:
+        """Records in [start, end) of each partition, ordered by partition and offset.
+
+        ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets, such as
+        a Delta sink.
+        """
         if not ranges:
             return self.spark.createDataFrame([], RECORD_SCHEMA)
         cond = None
         for p, (start, end) in ranges.items():
             c = (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)
             cond = c if cond is None else cond | c
-        return self.table().where(cond).orderBy("partition", "offset")
+        found = self.table().where(cond)
+        return found.orderBy("partition", "offset") if ordered else found
 
     def log_end_offsets(self) -> dict[int, int]:
         """Next offset to be written, per partition (Kafka's log end offset)."""

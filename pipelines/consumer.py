@@ -141,7 +141,7 @@ class Consumer:
             ranges = self.plan(positions, limit)
             if not ranges:
                 break
-            data = self.log.read(ranges)
+            data = self.log.read(ranges, ordered=sink_path is None)
             if sink_path:
                 self._write_sink(sink_path, data, ranges)
             else:

@@ -28,13 +28,17 @@ from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
 ProgressFn = Callable[[int, int], None]
 
 
-@pandas_udf(IntegerType())
-def _partition_udf(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.Series:
+def _partitions(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.Series:
     n = int(counts.iloc[0])
     return pd.Series(
         [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
         dtype="int32",
     )
+
+
+# Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
+# copies it into every expression that uses ``partition`` (filter, window, offset lookups).
+_partition_udf = pandas_udf(_partitions, IntegerType()).asNondeterministic()
 
 
 class ProduceResult(BaseModel):

@@ -46,3 +46,12 @@ def test_not_yaml_and_missing_file(tmp_path):
         load_config(f)
     with pytest.raises(InvalidConfigurationError, match="cannot read configuration file"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_missing_delta_jars_say_what_to_run(tmp_path):
+    from log_store.config import SparkSettings
+    from log_store.errors import SetupError
+    from log_store.session import local_delta_jars
+
+    with pytest.raises(SetupError, match="make setup"):
+        local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))

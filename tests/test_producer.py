@@ -50,3 +50,13 @@ def test_records_without_value_are_rejected_and_nothing_written(spark, root):
 def test_unknown_topic(spark, root):
     with pytest.raises(UnknownTopicError, match="unknown topic 'nope'"):
         Producer(spark, root, "nope")
+
+
+def test_parquet_input_file(spark, root, tmp_path):
+    from pipelines.inputs import read_input
+
+    TopicAdmin(spark, root).create("pq", 3)
+    path = str(tmp_path / "in.parquet")
+    spark.range(25).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")).write.parquet(path)
+    res = Producer(spark, root, "pq", "file").send(read_input(spark, path))
+    assert res.appended == 25
