@@ -47,10 +47,9 @@ class ControlTables:
                     .property("delta.enableChangeDataFeed", "true")
                     .execute()
                 )
-            except (Py4JJavaError, AnalysisException) as exc:
+            except Exception:  # a racing process created it first: fine if the table is there
                 if not DeltaTable.isDeltaTable(self.spark, path):
                     raise
-                del exc
 
     def exists(self, name: str) -> bool:
         return DeltaTable.isDeltaTable(self.spark, self.path(name))
