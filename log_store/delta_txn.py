@@ -76,6 +76,13 @@ class DeltaTransaction:
         jmap = self.spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(conf)
         return {str(k): str(v) for k, v in jmap.items()}
 
+    def snapshot_app_versions(self) -> dict[str, int]:
+        """All application versions of this transaction's snapshot, *without* depending on them:
+        only ids later passed to ``app_version`` make the commit conflict when they move."""
+        conv = self.spark._jvm.scala.collection.JavaConverters
+        jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
+        return {str(k): int(v) for k, v in jmap.items()}
+
     def app_version(self, app_id: str) -> int:
         """Latest version committed for ``app_id`` (-1 if none); the commit will conflict if it moves."""
         return int(self.jtxn.txnVersion(app_id))
@@ -140,7 +147,4 @@ def _translate(exc: Exception) -> LakelogError:
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:
     """All application transaction versions of a table's latest snapshot."""
-    txn = DeltaTransaction.start(spark, path)
-    snap = txn.jtxn.snapshot()
-    jmap = spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(snap.transactions())
-    return {str(k): int(v) for k, v in jmap.items()}
+    return DeltaTransaction.start(spark, path).snapshot_app_versions()

@@ -224,10 +224,13 @@ class TopicLog:
                 f"{meta.undeleted_partition_count}; refresh metadata and re-partition"
             )
         writable = [p for p, pm in meta.partitions.items() if pm.mode is Mode.READ_WRITE]
-        bases = {p: max(txn.app_version(log_end_app_id(p)), 0) for p in writable}
+        # Read every partition's log end and sequence without depending on them; after the
+        # write, depend only on the partitions written, so appends to others never conflict.
+        known = txn.snapshot_app_versions()
+        bases = {p: max(known.get(log_end_app_id(p), 0), 0) for p in writable}
         data = records
         if producer_id:
-            last_seq = {p: txn.app_version(producer_app_id(producer_id, p)) for p in writable}
+            last_seq = {p: known.get(producer_app_id(producer_id, p), -1) for p in writable}
             data = data.where(F.col("sequence") > F.coalesce(_map_lookup(last_seq, "partition"), F.lit(-1)))
         order = Window.partitionBy("partition").orderBy("sequence")
         out = data.select(
@@ -252,6 +255,10 @@ class TopicLog:
             )
         if not counts:
             return AppendResult(version=None, ranges={})
+        for p in counts:  # the commit now fails if another writer moved these partitions
+            txn.app_version(log_end_app_id(p))
+            if producer_id:
+                txn.app_version(producer_app_id(producer_id, p))
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
         if producer_id:
             versions.update({producer_app_id(producer_id, p): max_seq[p] for p in counts})

@@ -77,3 +77,22 @@ def test_killed_producer_rerun_with_same_id_loses_and_duplicates_nothing(spark, 
     for p in range(4):
         offs = sorted(r["offset"] for r in rows if r["partition"] == p)
         assert offs == list(range(len(offs)))
+
+
+def test_processes_appending_to_different_partitions_never_conflict(spark, root):
+    admin = TopicAdmin(spark, root)
+    admin.create("apart", 2)
+    # one key per process, chosen to land in partition 0 and partition 1
+    prefixes = {}
+    for i in range(100):
+        prefixes.setdefault(partition_for(f"x{i}-0".encode(), 2), f"x{i}-")
+    procs = [spawn_worker("append", root, "apart", f"d{p}", "0", "60", "20", "1", prefixes[p]) for p in (0, 1)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert sum(x["appended"] for x in lines) == 60
+        assert sum(x["retries"] for x in lines) == 0, "appends to other partitions must not conflict"
+    rows = _log_rows(spark, admin, "apart")
+    for p in (0, 1):
+        assert sorted(r["offset"] for r in rows if r["partition"] == p) == list(range(60))

@@ -1,6 +1,6 @@
 """Processes the tests race and kill. Each builds its own Spark session (its own JVM).
 
-Usage: workers.py append ROOT TOPIC PRODUCER_ID START N BATCH_SIZE [KEYS]
+Usage: workers.py append ROOT TOPIC PRODUCER_ID START N BATCH_SIZE [KEYS] [KEY_PREFIX]
        workers.py alter_count ROOT TOPIC NEW_COUNT
 Prints one JSON line per committed batch so a test can watch progress.
 """
@@ -17,7 +17,8 @@ from log_store.config import LakelogConfig, ProducerSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 
 
-def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: str, keys: str = "10") -> None:
+def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: str, keys: str = "10",
+           prefix: str = "k") -> None:
     from pyspark.sql import functions as F
 
     from pipelines.producer import Producer
@@ -28,7 +29,7 @@ def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: s
     for lo in range(s, s + total, b):
         hi = min(lo + b, s + total)
         df = spark.range(lo, hi).select(
-            F.concat(F.lit("k"), (F.col("id") % int(keys)).cast("string")).alias("key"),
+            F.concat(F.lit(prefix), (F.col("id") % int(keys)).cast("string")).alias("key"),
             F.col("id").cast("string").alias("value"),
             F.col("id").alias("sequence"),
         )
