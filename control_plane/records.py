@@ -12,7 +12,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from log_store.topic_log import Mode
+from log_store.topic_log import PartitionMetadata
 
 
 def utcnow() -> datetime:
@@ -23,12 +23,9 @@ class TopicEvent(str, Enum):
     CREATE = "create"
 
 
-class PartitionState(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class PartitionState(PartitionMetadata):
+    """A partition as the control plane records it: the log's metadata plus the resize maps."""
 
-    partition: int
-    leader_epoch: int = 0
-    mode: Mode = Mode.READ_WRITE
     epoch_after_creation: dict[int, int] = Field(default_factory=dict)
     epoch_before_deletion: dict[int, int] = Field(default_factory=dict)
     marked_for_deletion_at: datetime | None = None
