@@ -20,7 +20,12 @@ def utcnow() -> datetime:
 
 
 class TopicEvent(str, Enum):
+    """What changed a topic: one control-plane row per event (rules 4, 5, 7)."""
+
     CREATE = "create"
+    EXPAND = "expand"
+    MARK_DELETION = "mark_deletion"
+    RETIRE = "retire"
 
 
 class PartitionState(PartitionMetadata):
@@ -29,6 +34,7 @@ class PartitionState(PartitionMetadata):
     epoch_after_creation: dict[int, int] = Field(default_factory=dict)
     epoch_before_deletion: dict[int, int] = Field(default_factory=dict)
     marked_for_deletion_at: datetime | None = None
+    retired_at: datetime | None = None
 
 
 class TopicRecord(BaseModel):
@@ -56,7 +62,7 @@ TOPIC_SCHEMA = (
     "partition_count INT NOT NULL, undeleted_partition_count INT NOT NULL, "
     "partitions ARRAY<STRUCT<partition: INT, leader_epoch: INT, mode: STRING, "
     "epoch_after_creation: MAP<INT, INT>, epoch_before_deletion: MAP<INT, INT>, "
-    "marked_for_deletion_at: TIMESTAMP>>, changed_at TIMESTAMP, changed_by STRING"
+    "marked_for_deletion_at: TIMESTAMP, retired_at: TIMESTAMP>>, changed_at TIMESTAMP, changed_by STRING"
 )
 
 

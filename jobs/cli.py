@@ -242,6 +242,13 @@ def demo(c: Context, as_json: bool) -> None:
     run_demo(c.spark, c.root, c.config, as_json)
 
 
+# Commands kept in their own modules (they use the helpers above).
+from jobs import audit_commands, controller_commands  # noqa: E402
+
+controller_commands.register(cli, topics)
+audit_commands.register(cli, topics)
+
+
 def main() -> None:
     cli()
 

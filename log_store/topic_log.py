@@ -163,6 +163,9 @@ class TopicLog:
             .location(path)
             .addColumns(RECORD_SCHEMA)
             .partitionedBy("partition")
+            # The change feed keeps every record ever appended readable (``table_changes``)
+            # after a retired partition's rows are deleted, for the ordering audit.
+            .property("delta.enableChangeDataFeed", "true")
         )
         for key, value in metadata.to_properties().items():
             builder = builder.property(key, value)

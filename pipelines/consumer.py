@@ -117,6 +117,8 @@ class Consumer:
             DeltaTable.createIfNotExists(self.spark)
             .location(sink_path)
             .addColumns(SINK_SCHEMA)
+            # The change feed's _commit_version is the delivery order the ordering audit checks.
+            .property("delta.enableChangeDataFeed", "true")
             .execute()
         )
         return self._loop(sink_path, None, max_records, on_progress)
