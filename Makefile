@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 
-.PHONY: setup demo test bench clean check-tools
+.PHONY: setup demo test bench bench-groups bench-gating clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -32,6 +32,12 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/produce_consume.py
+
+bench-groups: setup
+	$(BIN)/python benchmarks/rebalance.py
+
+bench-gating: setup
+	$(BIN)/python benchmarks/gating.py
 
 clean:
 	rm -rf $(VENV) .jars lakelog-data

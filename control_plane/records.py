@@ -79,9 +79,152 @@ class OffsetCommit(BaseModel):
     member_id: str = ""
     committed_at: datetime = Field(default_factory=utcnow)
     metadata: str = ""
+    kind: str = "commit"
 
 
 OFFSET_SCHEMA = (
     "`group` STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
-    "generation INT, member_id STRING, committed_at TIMESTAMP, metadata STRING"
+    "generation INT, member_id STRING, committed_at TIMESTAMP, metadata STRING, kind STRING"
+)
+
+
+# -- consumer groups ------------------------------------------------------------------------
+TP_DDL = "STRUCT<topic: STRING, partition: INT>"
+
+
+class TopicPartition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class CommitKind(str, Enum):
+    """Rows of ``offset_commits``: positions, ownership claims, and generation fences."""
+
+    COMMIT = "commit"
+    ACQUIRE = "acquire"
+    REVOKE = "revoke"
+    GENERATION = "generation"
+
+
+class MemberState(str, Enum):
+    JOINING = "joining"
+    STABLE = "stable"
+    LEFT = "left"
+
+
+class PartitionPosition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class MemberHeartbeat(BaseModel):
+    """One heartbeat of a member: who it is, what it joins or owns (Kafka's JoinGroup/Heartbeat)."""
+
+    model_config = ConfigDict(frozen=True, use_enum_values=True)
+
+    group: str
+    member_id: str
+    state: MemberState
+    generation: int  # the generation the member has adopted (0: none yet)
+    joining: int | None = None  # the generation it is joining, while a rebalance runs
+    protocol: str = "eager"
+    assignor: str = "range"
+    topics: list[str] = Field(default_factory=list)
+    owned: list[TopicPartition] = Field(default_factory=list)
+    previous: list[TopicPartition] = Field(default_factory=list)  # last assignment (sticky's memory)
+    warm_ready: list[TopicPartition] = Field(default_factory=list)
+    warmup: bool = False
+    positions: list[PartitionPosition] = Field(default_factory=list)
+    session_timeout_ms: int = 20_000
+    rebalance_timeout_ms: int = 60_000
+    unassigned_ms: int = 0
+    rebalances: int = 0
+    heartbeat_at: datetime = Field(default_factory=utcnow)
+    host: str = ""
+
+
+class MemberAssignment(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    member_id: str
+    partitions: list[TopicPartition] = Field(default_factory=list)
+    warmups: list[TopicPartition] = Field(default_factory=list)
+
+
+class Handover(BaseModel):
+    """A warmed-up partition moving directly: the new owner starts once the old one revoked it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int
+    from_member: str
+    to_member: str
+
+
+class GenerationMember(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    member_id: str
+    protocol: str
+    topics: list[str]
+    owned: list[TopicPartition] = Field(default_factory=list)
+
+
+class GenerationRecord(BaseModel):
+    """One generation of a group: its members and the leader's assignment (Kafka's SyncGroup)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str
+    generation: int
+    protocol: str  # eager, cooperative, or mixed (members on both during an upgrade)
+    assignor: str
+    leader: str
+    members: list[GenerationMember]
+    assignment: list[MemberAssignment]
+    partitions: list[TopicPartition] = Field(default_factory=list)  # undeleted, as assigned
+    marked: list[TopicPartition] = Field(default_factory=list)  # marked for deletion (rule 11)
+    handovers: list[Handover] = Field(default_factory=list)
+    revoked: int = 0  # partitions members give up in this rebalance
+    rebalance_ms: int = 0
+    reason: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+    def partitions_of(self, member_id: str) -> list[TopicPartition]:
+        return next((a.partitions for a in self.assignment if a.member_id == member_id), [])
+
+    def warmups_of(self, member_id: str) -> list[TopicPartition]:
+        return next((a.warmups for a in self.assignment if a.member_id == member_id), [])
+
+    def member_ids(self) -> set[str]:
+        return {m.member_id for m in self.members}
+
+    def owner(self) -> dict[TopicPartition, str]:
+        return {tp: a.member_id for a in self.assignment for tp in a.partitions}
+
+
+MEMBER_SCHEMA = (
+    f"`group` STRING NOT NULL, member_id STRING NOT NULL, state STRING NOT NULL, generation INT NOT NULL, "
+    f"joining INT, protocol STRING, assignor STRING, topics ARRAY<STRING>, owned ARRAY<{TP_DDL}>, "
+    f"previous ARRAY<{TP_DDL}>, warm_ready ARRAY<{TP_DDL}>, warmup BOOLEAN, "
+    "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, session_timeout_ms INT, "
+    "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP, host STRING"
+)
+
+GENERATION_SCHEMA = (
+    "`group` STRING NOT NULL, generation INT NOT NULL, protocol STRING, assignor STRING, leader STRING, "
+    f"members ARRAY<STRUCT<member_id: STRING, protocol: STRING, topics: ARRAY<STRING>, owned: ARRAY<{TP_DDL}>>>, "
+    f"assignment ARRAY<STRUCT<member_id: STRING, partitions: ARRAY<{TP_DDL}>, warmups: ARRAY<{TP_DDL}>>>, "
+    f"partitions ARRAY<{TP_DDL}>, marked ARRAY<{TP_DDL}>, "
+    "handovers ARRAY<STRUCT<topic: STRING, partition: INT, from_member: STRING, to_member: STRING>>, "
+    "revoked INT, rebalance_ms BIGINT, reason STRING, created_at TIMESTAMP"
 )

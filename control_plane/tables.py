@@ -1,8 +1,10 @@
 """The control-plane Delta tables: creation, conditional inserts, and SQL names.
 
-Tables (under ``<root>/control``): ``topics`` (one row per topic change) and ``offset_commits``
-(one row per committed position). Both have the change data feed on, so every change can be
-read back with ``table_changes`` as well as with history and time travel.
+Tables (under ``<root>/control``): ``topics`` (one row per topic change), ``offset_commits``
+(one row per committed position, ownership claim or generation fence), ``group_members`` (one
+row per member heartbeat) and ``group_generations`` (one row per group generation). All have
+the change data feed on, so every change can be read back with ``table_changes`` as well as
+with history and time travel.
 """
 
 from __future__ import annotations
@@ -10,17 +12,24 @@ from __future__ import annotations
 import re
 
 from delta.tables import DeltaTable
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
-from control_plane.records import OFFSET_SCHEMA, TOPIC_SCHEMA
+from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA
 from log_store.delta_txn import conflict_name
 from log_store.errors import ConcurrentAppendError
 
-TABLES = {"topics": TOPIC_SCHEMA, "offset_commits": OFFSET_SCHEMA}
+TABLES = {
+    "topics": TOPIC_SCHEMA,
+    "offset_commits": OFFSET_SCHEMA,
+    "group_members": MEMBER_SCHEMA,
+    "group_generations": GENERATION_SCHEMA,
+    # Heartbeats are commits that only set an application version (member -> time in ms): cheap
+    # to write and to read back from the commit files; the table holds no rows.
+    "group_heartbeats": "`group` STRING",
+}
+TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"}}
 
 
 class ControlTables:
@@ -35,21 +44,26 @@ class ControlTables:
 
     def ensure(self) -> None:
         """Create any missing control table (safe to race: a lost race finds the table made)."""
+        if getattr(self, "_ensured", False):
+            return
         for name, schema in TABLES.items():
             path = self.path(name)
             if DeltaTable.isDeltaTable(self.spark, path):
                 continue
             try:
-                (
+                builder = (
                     DeltaTable.createIfNotExists(self.spark)
                     .location(path)
                     .addColumns(self.spark.createDataFrame([], schema).schema)
                     .property("delta.enableChangeDataFeed", "true")
-                    .execute()
                 )
+                for key, value in TABLE_PROPERTIES.get(name, {}).items():
+                    builder = builder.property(key, value)
+                builder.execute()
             except Exception:  # a racing process created it first: fine if the table is there
                 if not DeltaTable.isDeltaTable(self.spark, path):
                     raise
+        self._ensured = True
 
     def exists(self, name: str) -> bool:
         return DeltaTable.isDeltaTable(self.spark, self.path(name))
@@ -80,7 +94,7 @@ class ControlTables:
                 f"MERGE INTO delta.`{self.path(name)}` t USING {view} s ON {on} "
                 "WHEN NOT MATCHED THEN INSERT *"
             ).first()
-        except (Py4JJavaError, AnalysisException) as exc:
+        except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             conflict = conflict_name(exc)
             if conflict:
                 raise ConcurrentAppendError(f"a concurrent change to {name} won ({conflict})") from None
@@ -100,8 +114,14 @@ class ControlTables:
                 "topic", F.explode("partitions").alias("p"), "topic_version", "changed_at"
             ).select("topic", "p.*", "topic_version", "changed_at"),
             "offset_commits": self.read("offset_commits"),
+            "group_generations": self.read("group_generations"),
+            "group_members": self.read("group_members"),
         }
-        commits = names["offset_commits"]
+        gens = names["group_generations"]
+        names["groups"] = gens.join(
+            gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"]
+        )
+        commits = names["offset_commits"].where("partition >= 0")
         names["group_offsets"] = commits.groupBy("group", "topic", "partition").agg(
             F.max_by("offset", "committed_at").alias("offset"),
             F.max("committed_at").alias("committed_at"),

@@ -8,6 +8,7 @@ two racing creators cannot both win. A crash between the two steps is completed 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession, Window
@@ -35,6 +36,8 @@ class PartitionDescription(BaseModel):
     mode: Mode
     earliest_offset: int
     latest_offset: int
+    marked_for_deletion_at: datetime | None = None  # set while marked (ReadOnly) and after retirement
+    retired_at: datetime | None = None  # mode None: out of the assignment, rows deleted
 
 
 class TopicDescription(BaseModel):
@@ -83,10 +86,12 @@ class TopicAdmin:
         meta = log.metadata()
         earliest = log.earliest_offsets()
         latest = log.log_end_offsets()
+        states = {p.partition: p for p in record.partitions}
         return TopicDescription(
             topic=topic,
             location=record.location,
-            partition_count=len(meta.partitions),
+            # the assignment: undeleted and marked partitions, not retired ones (rule 7)
+            partition_count=sum(pm.mode is not Mode.NONE for pm in meta.partitions.values()),
             undeleted_partition_count=meta.undeleted_partition_count,
             topic_version=record.topic_version,
             partitions=[
@@ -97,6 +102,8 @@ class TopicAdmin:
                     mode=pm.mode,
                     earliest_offset=earliest.get(p, 0),
                     latest_offset=latest.get(p, 0),
+                    marked_for_deletion_at=states[p].marked_for_deletion_at if p in states else None,
+                    retired_at=states[p].retired_at if p in states else None,
                 )
                 for p, pm in meta.partitions.items()
             ],

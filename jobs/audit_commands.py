@@ -7,3 +7,45 @@ import click
 
 def register(cli: click.Group, topics: click.Group) -> None:
     """Add this module's commands to the CLI."""
+    from jobs.cli import Context, json_option, pass_ctx
+    from jobs.output import emit, stdout
+
+    @cli.command("audit")
+    @click.option("--topic", required=True)
+    @click.option("--sink", default=None, help="Delta sink table (a `consume --output` path) to audit against the log.")
+    @click.option("--report", "report_path", default=None, help="Markdown report path (default <root>/audit/<topic>-<time>.md).")
+    @click.option("--samples", default=10, show_default=True, type=click.IntRange(min=1), help="Sample violations per check.")
+    @json_option
+    @pass_ctx
+    def audit(c: Context, topic: str, sink: str | None, report_path: str | None, samples: int, as_json: bool) -> None:
+        """Check TOPIC's log (dense offsets, non-decreasing epochs) and a sink (no loss, no
+        duplicate, per-key order). Exits 1 when a check fails; the report says which records."""
+        from pipelines.audit import run_audit
+
+        c.config
+        report = run_audit(c.spark, c.root, topic, sink, report_path, samples)
+        if as_json:
+            emit(report.model_dump(mode="json"), True)
+        else:
+            emit([{"check": k.name, "result": "pass" if k.passed else "FAIL", "checked": k.checked,
+                   "violations": k.violations} for k in report.checks], False,
+                 f"audit of {topic}: {'PASSED' if report.passed else 'FAILED'} ({report.seconds:.1f}s)")
+            stdout.print(f"report: {report.report_path}", highlight=False, soft_wrap=True)
+        if not report.passed:
+            click.get_current_context().exit(1)
+
+    @topics.command("timeline")
+    @click.option("--topic", required=True)
+    @click.option("--output", default=None, help="PNG path (default <root>/timelines/<topic>.png).")
+    @json_option
+    @pass_ctx
+    def timeline(c: Context, topic: str, output: str | None, as_json: bool) -> None:
+        """Draw TOPIC's history (modes, epochs, expansions, deletions, retirements) as a PNG."""
+        from pipelines.timeline import write_timeline
+
+        c.config
+        path, events = write_timeline(c.spark, c.root, topic, output)
+        if as_json:
+            emit({"path": path, "events": [e.model_dump(mode="json") for e in events]}, True)
+        else:
+            stdout.print(path, highlight=False, soft_wrap=True)

@@ -143,19 +143,53 @@ def produce(c: Context, topic: str, input_path: str, producer_id: str | None, se
     emit(result.model_dump(), as_json, "produced")
 
 
+def _group_settings(c: Context, overrides: dict):
+    """The configuration's group settings with the command line's overrides, validated."""
+    from pydantic import ValidationError
+
+    from log_store.config import GroupSettings
+    from log_store.errors import InvalidConfigurationError
+
+    merged = {**c.config.group.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return GroupSettings.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'group'}: {e['msg']}"
+            + (f" (got {e['input']!r})" if e["loc"] else "")
+            for e in exc.errors()
+        )
+        raise InvalidConfigurationError(f"invalid group settings: {problems}") from None
+
+
 @cli.command()
 @click.option("--topic", required=True)
 @click.option("--group", required=True)
 @click.option("--output", default=None, help="Delta sink table path: records are written there exactly once.")
 @click.option("--max-records", default=None, type=click.IntRange(min=1))
+@click.option("--member-id", default=None, help="Name this member (default: a random id).")
+@click.option("--protocol", type=click.Choice(["eager", "cooperative"]), default=None, help="Rebalance protocol (conf: group.protocol).")
+@click.option("--assignor", default=None, help="range, roundrobin, sticky or cooperative-sticky (conf: group.assignor).")
+@click.option("--session-timeout-ms", type=int, default=None)
+@click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option("--idle-timeout", type=float, default=0.0, show_default=True,
+              help="Seconds to stay in the group once caught up (0: leave as soon as caught up).")
+@click.option("--standalone", is_flag=True, help="Consume every partition without joining the group (no membership).")
 @json_option
 @pass_ctx
-def consume(c: Context, topic: str, group: str, output: str | None, max_records: int | None, as_json: bool) -> None:
-    """Consume TOPIC as GROUP from its committed offsets (to stdout, or to a Delta sink)."""
-    from pipelines.consumer import Consumer
+def consume(c: Context, topic: str, group: str, output: str | None, max_records: int | None, member_id: str | None,
+            protocol: str | None, assignor: str | None, session_timeout_ms: int | None, heartbeat_interval_ms: int | None,
+            idle_timeout: float, standalone: bool, as_json: bool) -> None:
+    """Consume TOPIC as a member of GROUP (to stdout, or exactly once to a Delta sink).
 
-    c.config
-    consumer = Consumer(c.spark, c.root, topic, group, c.config.consumer)
+    Several processes with the same GROUP share the partitions; each leaves the group when it
+    is caught up (after --idle-timeout) or has delivered --max-records.
+    """
+    from pipelines.consumer import Consumer
+    from pipelines.group_consumer import GroupConsumer
+
+    settings = _group_settings(c, {"protocol": protocol, "assignor": assignor, "session_timeout_ms": session_timeout_ms,
+                                   "heartbeat_interval_ms": heartbeat_interval_ms})
 
     def print_batch(df, _ranges) -> None:
         for row in df.toLocalIterator():
@@ -170,10 +204,13 @@ def consume(c: Context, topic: str, group: str, output: str | None, max_records:
     with progress_bar("consuming records") as bar:
         task = bar.add_task("consume", total=max_records)
         update = lambda done, total: bar.update(task, completed=done, total=max_records)  # noqa: E731
-        if output:
-            result = consumer.run_to_sink(output, max_records, update)
+        if standalone:
+            consumer = Consumer(c.spark, c.root, topic, group, c.config.consumer, member_id)
+            result = consumer.run_to_sink(output, max_records, update) if output else consumer.run(print_batch, max_records, update)
         else:
-            result = consumer.run(print_batch, max_records, update)
+            member = GroupConsumer(c.spark, c.root, topic, group, c.config.consumer, settings, member_id)
+            result = member.run(None if output else print_batch, output, max_records, idle_timeout,
+                                on_batch=lambda _r, done: update(done, max_records))
     if output or not as_json:
         summary = result.model_dump()
         if as_json:
@@ -192,9 +229,10 @@ def groups() -> None:
 @json_option
 @pass_ctx
 def groups_list(c: Context, as_json: bool) -> None:
-    from control_plane.offsets import GroupOffsets
+    """Groups under the root with their latest generation, protocol and member count."""
+    from control_plane.groups import list_groups
 
-    emit([{"group": g} for g in GroupOffsets(c.spark, c.root).groups()], as_json, "groups")
+    emit(list_groups(c.spark, c.root), as_json, "groups")
 
 
 @groups.command("describe")
@@ -202,11 +240,18 @@ def groups_list(c: Context, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def groups_describe(c: Context, group: str, as_json: bool) -> None:
-    """Committed offset, log end and lag per partition."""
-    from control_plane.offsets import GroupOffsets
+    """Members, generation, protocol, each member's partitions, committed offsets, lag and metrics."""
+    from control_plane.groups import describe_group
 
-    rows = [r.model_dump() for r in GroupOffsets(c.spark, c.root).describe(group)]
-    emit(rows, as_json, f"group {group}")
+    d = describe_group(c.spark, c.root, group)
+    if as_json:
+        emit(d.model_dump(mode="json"), True)
+        return
+    head = {k: v for k, v in d.model_dump(mode="json").items() if k not in ("members", "partitions")}
+    emit(head, False, f"group {group}")
+    emit([{**m.model_dump(), "partitions": ",".join(m.partitions), "warmups": ",".join(m.warmups)} for m in d.members],
+         False, "members")
+    emit([p.model_dump() for p in d.partitions], False, "partitions")
 
 
 # -- sql ---------------------------------------------------------------------------------------

@@ -1,59 +1,97 @@
-"""``lakelog demo``: the foundation's story on the local root, printed as tables."""
+"""``lakelog demo``: the whole story on the local root, printed as tables.
+
+Produce keyed records, consume some with a group member, grow the topic 4 -> 6, produce, shrink
+it 6 -> 5 (the demo turns the deletion switch on for itself), produce, consume the rest (the
+gates keep every key in order), retire the drained partition, audit the order with
+great-expectations, draw the topic's timeline, and read the resize history back with SQL.
+Each run uses a fresh topic and group, so the demo can be re-run on the same root.
+"""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from control_plane.controller import TopicController
+from control_plane.groups import describe_group
 from control_plane.layout import RootLayout
-from control_plane.offsets import GroupOffsets
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from jobs.output import emit, stderr
-from log_store.config import LakelogConfig
-from pipelines.consumer import Consumer
+from log_store.config import ControllerSettings, LakelogConfig
+from pipelines.audit import run_audit
+from pipelines.group_consumer import GroupConsumer
 from pipelines.producer import Producer
+from pipelines.timeline import write_timeline
 
-DEMO_TOPIC = "demo-orders"
 DEMO_GROUP = "demo-group"
 
 
-def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: bool = False) -> dict:
-    """Create (once) a 4-partition topic, produce 2,000 keyed records, consume them exactly once."""
-    admin = TopicAdmin(spark, root)
-    layout = RootLayout(root)
-    report: dict = {"root": layout.root}
-    if DEMO_TOPIC not in admin.current():
-        admin.create(DEMO_TOPIC, 4)
-        stderr.print(f"created topic {DEMO_TOPIC} with 4 partitions under {layout.root}")
-    records = spark.range(2000).select(
+def _orders(spark: SparkSession, start: int, n: int) -> DataFrame:
+    return spark.range(start, start + n).select(
         F.concat(F.lit("customer-"), (F.col("id") % 50).cast("string")).alias("key"),
         F.to_json(F.struct(F.col("id").alias("order"), (F.col("id") * 7 % 100).alias("amount"))).alias("value"),
+        F.col("id").alias("sequence"),
     )
-    produced = Producer(spark, root, DEMO_TOPIC, settings=config.producer).send(records)
-    report["produced"] = produced.model_dump()
-    sink = f"{layout.root}/sinks/{DEMO_GROUP}"
-    consumed = Consumer(spark, root, DEMO_TOPIC, DEMO_GROUP, config.consumer).run_to_sink(sink)
-    report["consumed"] = consumed.model_dump()
-    report["topic"] = admin.describe(DEMO_TOPIC).model_dump(mode="json")
-    report["group"] = [r.model_dump() for r in GroupOffsets(spark, root).describe(DEMO_GROUP)]
+
+
+def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: bool = False) -> dict:
+    """Run the story on a new topic under ``root``; return what happened (also printed)."""
+    layout = RootLayout(root)
+    topic = f"demo-orders-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    sink = f"{layout.root}/sinks/{topic}"
+    admin = TopicAdmin(spark, root)
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True, delete_delay_seconds=0))
+    steps: list[dict] = []
+
+    def step(what: str, **facts) -> None:
+        steps.append({"step": len(steps) + 1, "what": what, **{k: str(v) for k, v in facts.items()}})
+        stderr.print(f"{len(steps)}. {what}")
+
+    def consume(max_records: int | None) -> int:
+        member = GroupConsumer(spark, root, topic, DEMO_GROUP, config.consumer, config.group)
+        return member.run(sink_path=sink, max_records=max_records).records
+
+    admin.create(topic, 4)
+    step("created topic", topic=topic, partitions=4)
+    producer = Producer(spark, root, topic, "demo-feed", config.producer)
+    step("produced 2,000 keyed orders (50 customers)", records=producer.send(_orders(spark, 0, 2000)).appended)
+    step("a group member consumed 1,000 of them exactly once into the sink", records=consume(1000), sink=sink)
+    grown = controller.alter(topic, 6)
+    step("grew the topic 4 -> 6 (epochs bumped, new partitions gated)", topic_version=grown.topic_version)
+    step("produced 1,000 more", records=producer.send(_orders(spark, 2000, 1000)).appended)
+    shrunk = controller.alter(topic, 5)
+    step("shrank it 6 -> 5: partition 5 marked for deletion, ReadOnly", topic_version=shrunk.topic_version)
+    step("produced 1,000 more", records=producer.send(_orders(spark, 3000, 1000)).appended)
+    step("the group consumed the rest, behind the resize gates", records=consume(None))
+    ticks = controller.tick(topic, delete_delay=0)
+    step("controller tick retired the drained marked partition", retired=ticks[0].retired if ticks else [])
+    report = run_audit(spark, root, topic, sink)
+    step("ordering audit (great-expectations)", passed=report.passed, report=report.report_path)
+    picture, _events = write_timeline(spark, root, topic)
+    step("drew the topic's timeline", picture=picture)
+
     ControlTables(spark, layout).register_views()
-    order_check = spark.sql(
-        f"SELECT key, count(*) AS records, "
-        f"bool_and(seq_ok) AS in_order FROM (SELECT key, sequence > lag(sequence, 1, -1) "
-        f"OVER (PARTITION BY key ORDER BY partition, offset) AS seq_ok FROM delta.`{sink}`) GROUP BY key"
-    ).agg(F.count("*").alias("keys"), F.sum("records").alias("records"), F.min(F.col("in_order").cast("int")).alias("all_in_order")).first()
-    report["sink_check"] = order_check.asDict()
-    if as_json:
-        emit(report, True)
-        return report
-    emit({k: v for k, v in report["produced"].items() if k != "per_partition"}, False, "1. produced 2,000 keyed records")
-    emit({k: v for k, v in report["consumed"].items()}, False, f"2. consumed exactly once into {sink}")
-    emit([{k: v for k, v in p.items() if k != "location"} for p in report["topic"]["partitions"]], False, f"3. topic {DEMO_TOPIC}")
-    emit(report["group"], False, f"4. group {DEMO_GROUP}: committed offsets and lag")
-    emit(report["sink_check"], False, "5. sink: per-key order by producer sequence (1 = every key in order)")
     history = spark.sql(
-        "SELECT topic, topic_version, event, partition_count, changed_at FROM topic_history ORDER BY changed_at"
+        "SELECT topic_version, event, partition_count, undeleted_partition_count, "
+        "transform(partitions, p -> concat(p.partition, ':', p.mode, '@', p.leader_epoch)) AS partitions "
+        f"FROM topic_history WHERE topic = '{topic}' ORDER BY topic_version"
     ).collect()
-    emit([r.asDict() for r in history], False, "6. `lakelog sql`: control-plane history (topic_history)")
-    return report
+    result = {
+        "root": layout.root, "topic": topic, "steps": steps,
+        "checks": [{"check": c.name, "passed": c.passed, "violations": c.violations} for c in report.checks],
+        "group": describe_group(spark, root, DEMO_GROUP).model_dump(mode="json"),
+        "history": [{**r.asDict(), "partitions": " ".join(r["partitions"])} for r in history],
+    }
+    if as_json:
+        emit(result, True)
+        return result
+    emit(steps, False, f"the story of {topic}")
+    emit(result["checks"], False, f"audit: {'PASSED' if report.passed else 'FAILED'} ({report.report_path})")
+    emit([{k: v for k, v in r.items() if k != "partitions"} | {"partitions": r["partitions"]} for r in result["history"]],
+         False, "resize history from SQL: SELECT ... FROM topic_history (partition:mode@epoch)")
+    emit([{"member": m["member_id"], "partitions": ",".join(m["partitions"]), "rebalances": m["rebalances"]}
+          for m in result["group"]["members"]], False, f"group {DEMO_GROUP} (generation {result['group']['generation']})")
+    return result

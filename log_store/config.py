@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from log_store.errors import InvalidConfigurationError
 
@@ -20,6 +20,7 @@ CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_ROOT = "./lakelog-data"
 ROOT_ENV = "LAKELOG_ROOT"
 CONF_ENV = "LAKELOG_CONF"
+DELETE_PARTITION_ENV = "LAKELOG_DELETE_PARTITION_ENABLE"
 
 
 class _Strict(BaseModel):
@@ -50,17 +51,58 @@ class ConsumerSettings(_Strict):
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
 
 
+ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+
+
+class GroupSettings(_Strict):
+    """Consumer-group membership (Kafka's group.* and partition.assignment.strategy settings)."""
+
+    protocol: Literal["eager", "cooperative"] = "eager"
+    assignor: Literal["range", "roundrobin", "sticky", "cooperative-sticky"] = "range"
+    session_timeout_ms: int = Field(default=20_000, ge=100)
+    heartbeat_interval_ms: int = Field(default=2_000, ge=10)
+    rebalance_timeout_ms: int = Field(default=60_000, ge=100)
+    # Two-phase hand-over: a partition moving to this member is first a warm-up copy until the
+    # member is within ``warmup_max_lag`` records of the owner's committed position.
+    warmup: bool = False
+    warmup_max_lag: int = Field(default=1_000, ge=0)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> "GroupSettings":
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"session_timeout_ms ({self.session_timeout_ms}) must be longer than heartbeat_interval_ms "
+                f"({self.heartbeat_interval_ms}), or members are expelled between heartbeats"
+            )
+        return self
+
+
+class ControllerSettings(_Strict):
+    """The topic controller: Kafka's ``delete.topic.partition.enable`` switch and retirement delay.
+
+    Shrinking a topic is off by default because it retires partitions; a marked partition is
+    retired once drained or ``delete_delay_seconds`` after it was marked (its undelivered
+    records are then dropped).
+    """
+
+    delete_partition_enable: bool = False
+    delete_delay_seconds: float = Field(default=86_400.0, ge=0)
+
+
 class LakelogConfig(_Strict):
     root: str = DEFAULT_ROOT
     spark: SparkSettings = SparkSettings()
     producer: ProducerSettings = ProducerSettings()
     consumer: ConsumerSettings = ConsumerSettings()
+    controller: ControllerSettings = ControllerSettings()
+    group: GroupSettings = GroupSettings()
 
 
 def load_config(path: str | os.PathLike | None = None, root: str | None = None) -> LakelogConfig:
     """Load a config file (default ``$LAKELOG_CONF`` or ``conf/local.yaml``).
 
-    ``root`` (or ``$LAKELOG_ROOT``) overrides the file's root. Errors name the offending key.
+    ``root`` (or ``$LAKELOG_ROOT``) overrides the file's root; ``$LAKELOG_DELETE_PARTITION_ENABLE``
+    overrides ``controller.delete_partition_enable``. Errors name the offending key.
     """
     chosen = path or os.environ.get(CONF_ENV) or CONF_DIR / "local.yaml"
     file = Path(chosen)
@@ -79,6 +121,10 @@ def load_config(path: str | os.PathLike | None = None, root: str | None = None) 
     override = root or os.environ.get(ROOT_ENV)
     if override:
         raw = {**raw, "root": override}
+    switch = os.environ.get(DELETE_PARTITION_ENV)
+    section = raw.get("controller") or {}
+    if switch is not None and isinstance(section, dict):  # the environment beats the file
+        raw = {**raw, "controller": {**section, "delete_partition_enable": switch}}
     try:
         return LakelogConfig.model_validate(raw)
     except ValidationError as exc:

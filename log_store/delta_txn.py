@@ -83,6 +83,18 @@ class DeltaTransaction:
         jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
         return {str(k): int(v) for k, v in jmap.items()}
 
+    def set_properties(self, properties: Mapping[str, str]) -> None:
+        """Change table properties in this transaction's commit (a metadata update: every
+        concurrent commit to the table then conflicts, so it acts as a fence)."""
+        meta = self.jtxn.metadata()
+        conf = meta.configuration()
+        for key, value in properties.items():
+            conf = conf.updated(key, value)
+        self._actions.add(meta.copy(
+            meta.id(), meta.name(), meta.description(), meta.format(), meta.schemaString(),
+            meta.partitionColumns(), conf, meta.createdTime(),
+        ))
+
     def app_version(self, app_id: str) -> int:
         """Latest version committed for ``app_id`` (-1 if none); the commit will conflict if it moves."""
         return int(self.jtxn.txnVersion(app_id))
@@ -143,6 +155,26 @@ def _translate(exc: Exception) -> LakelogError:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")
     return LakelogError(f"Delta write failed: {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+def table_version(spark: SparkSession, path: str) -> int:
+    """The table's latest version (-1 if there is no table): a listing, no Spark job."""
+    log = getattr(spark._jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
+    none = spark._jvm.scala.Option.empty()
+    return int(log.update(False, none, none).version())
+
+
+def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, int]:
+    """Latest version of each application id starting with ``prefix`` set in commits after
+    ``since``, read from the commit files themselves: no Spark job, no state reconstruction."""
+    log = getattr(spark._jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
+    found: dict[str, int] = {}
+    changes = log.getChanges(since + 1, False)
+    while changes.hasNext():
+        for action in spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2()):
+            if action.getClass().getSimpleName() == "SetTransaction" and action.appId().startswith(prefix):
+                found[str(action.appId())] = int(action.version())
+    return found
 
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:

@@ -65,3 +65,14 @@ class SetupError(LakelogError):
 
 class StorageError(LakelogError):
     """The root cannot be read or written (permissions, missing mount)."""
+
+
+class InvalidPartitionsError(InvalidConfigurationError):
+    """A partition count the controller cannot move a topic to (Kafka's InvalidPartitionsException).
+
+    Growing is always allowed; shrinking needs ``controller.delete_partition_enable``.
+    """
+
+
+class ConcurrentTopicChangeError(RetriableError):
+    """Another controller changed the topic first with a different change; re-run against its result."""

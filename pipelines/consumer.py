@@ -24,6 +24,7 @@ from log_store.config import ConsumerSettings
 from log_store.delta_txn import DeltaTransaction, app_versions
 from log_store.errors import ConcurrentAppendError, InvalidConfigurationError
 from log_store.topic_log import RECORD_SCHEMA, Mode
+from pipelines.gating import OffsetGate
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
 ProgressFn = Callable[[int, int], None]
@@ -67,6 +68,7 @@ class Consumer:
         self.admin = TopicAdmin(spark, root)
         self.log = self.admin.log(topic)
         self.offsets = GroupOffsets(spark, root)
+        self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None) -> dict[int, int]:
@@ -87,8 +89,13 @@ class Consumer:
         return {p: committed[p] for p in readable}
 
     def plan(self, positions: dict[int, int], limit: int) -> Ranges:
-        """Ranges [position, end) to read next, at most ``limit`` records, shared over partitions."""
+        """Ranges [position, end) to read next, at most ``limit`` records, shared over partitions.
+
+        ``end`` is the log end, or lower where the resize gates (rules 8, 9) hold a partition back.
+        """
         ends = self.log.log_end_offsets()
+        for p, cap in self.gate.limits(positions).items():
+            ends[p] = min(ends.get(p, 0), cap)
         lags = {p: ends.get(p, 0) - pos for p, pos in positions.items() if ends.get(p, 0) > pos}
         ranges: Ranges = {}
         remaining = limit
@@ -113,15 +120,40 @@ class Consumer:
     # -- exactly-once into a Delta sink ------------------------------------------------------
     def run_to_sink(self, sink_path: str, max_records: int | None = None, on_progress: ProgressFn | None = None) -> ConsumeResult:
         """Write every record to the Delta table at ``sink_path`` exactly once."""
-        (
-            DeltaTable.createIfNotExists(self.spark)
-            .location(sink_path)
-            .addColumns(SINK_SCHEMA)
-            # The change feed's _commit_version is the delivery order the ordering audit checks.
-            .property("delta.enableChangeDataFeed", "true")
-            .execute()
-        )
+        self.ensure_sink(sink_path)
         return self._loop(sink_path, None, max_records, on_progress)
+
+    def ensure_sink(self, sink_path: str) -> None:
+        """Create the sink table if missing (members of a group may race to create it)."""
+        for attempt in range(20):
+            if DeltaTable.isDeltaTable(self.spark, sink_path):
+                return
+            try:
+                (
+                    DeltaTable.createIfNotExists(self.spark)
+                    .location(sink_path)
+                    .addColumns(SINK_SCHEMA)
+                    # The change feed's _commit_version is the delivery order the ordering audit checks.
+                    .property("delta.enableChangeDataFeed", "true")
+                    .execute()
+                )
+                return
+            except Exception:  # another member is creating it: wait until its commit lands
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+
+    def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None) -> Ranges:
+        """Deliver the next batch after ``positions`` to the sink or handler; return its ranges."""
+        ranges = self.plan(positions, limit)
+        if not ranges:
+            return ranges
+        data = self.log.read(ranges, ordered=sink_path is None)
+        if sink_path:
+            self._write_sink(sink_path, data, ranges)
+        else:
+            handler(data, ranges)
+        return ranges
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = DeltaTransaction.start(self.spark, sink_path)
@@ -140,14 +172,9 @@ class Consumer:
             limit = self.settings.max_records_per_batch
             if max_records is not None:
                 limit = min(limit, max_records - delivered)
-            ranges = self.plan(positions, limit)
+            ranges = self.deliver(positions, limit, sink_path, handler)
             if not ranges:
                 break
-            data = self.log.read(ranges, ordered=sink_path is None)
-            if sink_path:
-                self._write_sink(sink_path, data, ranges)
-            else:
-                handler(data, ranges)
             positions.update({p: end for p, (_s, end) in ranges.items()})
             # Commit every position: it also records positions recovered from the sink.
             self.offsets.commit(self.group, self.topic, positions, member_id=self.member_id)

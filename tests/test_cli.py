@@ -48,8 +48,11 @@ def test_create_produce_consume_describe_sql(run, tmp_path, root):
     sink = str(tmp_path / "sink")
     res = run("consume", "--topic", "t1", "--group", "g", "--output", sink, "--max-records", "30", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["records"] == 30
-    lag = json.loads(run("groups", "describe", "--group", "g", "--json").stdout)
-    assert sum(r["lag"] for r in lag) == 20
+    group = json.loads(run("groups", "describe", "--group", "g", "--json").stdout)
+    assert sum(r["lag"] for r in group["partitions"]) == 20
+    assert group["generation"] == 1 and group["state"] == "Empty" and group["protocol"] == "eager"
+    assert len(group["members"]) == 1 and len(group["members"][0]["partitions"]) == 4
+    assert json.loads(run("groups", "list", "--json").stdout)[0]["group"] == "g"
     printed = run("consume", "--topic", "t1", "--group", "g", "--json")
     records = [json.loads(line) for line in printed.stdout.splitlines() if line.startswith("{")]
     assert len(records) == 20 and all(r["value"].startswith('{"n":') for r in records)

@@ -1,0 +1,324 @@
+"""The ordering audit: checks the protocol's guarantee on a topic's log and a consumer's sink.
+
+The guarantee (protocol.md): a key's records, produced in order by one producer, are delivered
+in that order, none lost, none twice. The audit derives one DataFrame per question with Spark
+(single-pass windows) and asks great-expectations to judge it, so every check has counts and
+sample rows naming partitions, offsets and keys. A readable Markdown report is always written.
+
+- log: per partition, offsets unique and dense from the partition's first offset; leader_epoch
+  never decreasing as offset grows (rule 3). Retired partitions have no rows and pass.
+- sink (optional): no (partition, offset) delivered twice; per (producer_id, key) the sequence
+  strictly increases in delivery order (_commit_version, partition, offset); every record ever
+  appended to the log (its change feed's inserts) was delivered, grouped by retired partition.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from delta.tables import DeltaTable
+from pydantic import BaseModel, Field
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from control_plane.layout import RootLayout
+from control_plane.tables import ControlTables
+from control_plane.topics import TopicAdmin
+from log_store.errors import InvalidConfigurationError, LakelogError
+from pipelines.consumer import SINK_SCHEMA
+
+
+class OffsetRange(BaseModel):
+    """A run of consecutive missing offsets in one partition."""
+
+    partition: int
+    first: int
+    last: int
+    count: int
+    retired: bool
+
+
+class CheckResult(BaseModel):
+    name: str
+    about: str
+    expectation: str
+    passed: bool
+    checked: int
+    violations: int
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    groups: dict[str, int] = Field(default_factory=dict)
+    ranges: list[OffsetRange] = Field(default_factory=list)
+
+
+class AuditReport(BaseModel):
+    topic: str
+    log_path: str
+    sink_path: str | None
+    audited_at: datetime
+    seconds: float
+    passed: bool
+    checks: list[CheckResult]
+    report_path: str | None = None
+
+
+# -- derived DataFrames (one window each) -----------------------------------------------------
+def _cdf(spark: SparkSession, path: str) -> DataFrame:
+    try:
+        return spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+    except AnalysisException as exc:
+        raise InvalidConfigurationError(
+            f"cannot read the change data feed of {path} ({str(exc).splitlines()[0]}); "
+            "the audit needs a lakelog log or sink table (change data feed on)"
+        ) from None
+
+
+def log_rows(log: DataFrame) -> DataFrame:
+    """Each log row with the step from the previous offset and epoch of its partition."""
+    w = Window.partitionBy("partition").orderBy("offset")
+    return log.select(
+        "partition", "offset", "leader_epoch", F.col("key").cast("string").alias("key"),
+        F.lag("offset").over(w).alias("prev_offset"), F.lag("leader_epoch").over(w).alias("prev_epoch"),
+    ).select("*", (F.col("offset") - F.col("prev_offset")).alias("gap"),
+             (F.col("prev_epoch") - F.col("leader_epoch")).alias("epoch_drop"))
+
+
+def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
+    """What the sink holds now for ``topic``: each row with its delivery version, copy number and
+    the step from its key's previous sequence in delivery order (key as text, for the report).
+
+    Net of deletes: a (partition, offset) deleted d times loses its d earliest deliveries. The
+    order step is taken over first deliveries only, so a repeat counts as a duplicate, not as
+    an order violation; unkeyed records have no per-key order.
+    """
+    adds = F.col("_change_type").isin("insert", "update_postimage")
+    ident = Window.partitionBy("partition", "offset")
+    per_key = (Window.partitionBy("producer_id", "key").orderBy("_commit_version", "partition", "offset")
+               .rowsBetween(Window.unboundedPreceding, -1))
+    first = F.col("copy") == 1
+    prev = F.last(F.when(first, F.col("sequence")), ignorenulls=True).over(per_key)
+    keyed = first & F.col("key").isNotNull() & F.col("producer_id").isNotNull()
+    return (
+        sink_changes.where(F.col("topic") == topic)
+        .withColumn("_removed", F.sum(F.when(adds, 0).otherwise(1)).over(ident))
+        .where(adds)
+        .withColumn("copy", F.row_number().over(ident.orderBy("_commit_version")) - F.col("_removed"))
+        .where(F.col("copy") >= 1)
+        .withColumn("prev_sequence", F.when(keyed, prev))
+        .select("partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
+                "_commit_version", "copy", "prev_sequence",
+                (F.col("sequence") - F.col("prev_sequence")).alias("sequence_step"))
+    )
+
+
+def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[int]) -> DataFrame:
+    """Every record ever appended, with the sink version that delivered it (null: never)."""
+    got = first_deliveries.select("partition", "offset", F.col("_commit_version").alias("delivered_in_version"))
+    return produced.where(F.col("_change_type") == "insert").select(
+        "partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
+        F.col("partition").isin(sorted(retired)).alias("retired") if retired else F.lit(False).alias("retired"),
+    ).join(got, ["partition", "offset"], "left")
+
+
+def retired_partitions(history: DataFrame) -> set[int]:
+    """Partitions that any topic row shows retired (mode None / retired_at) or that left the topic."""
+    rows = history.select("topic_version", F.explode("partitions").alias("p")).select(
+        "topic_version", "p.partition", ((F.col("p.mode") == "None") | F.col("p.retired_at").isNotNull()).alias("gone")
+    ).collect()
+    if not rows:
+        return set()
+    last = max(r["topic_version"] for r in rows)
+    current = {r["partition"] for r in rows if r["topic_version"] == last}
+    return {r["partition"] for r in rows if r["gone"]} | ({r["partition"] for r in rows} - current)
+
+
+# -- great-expectations ---------------------------------------------------------------------
+def _gx():
+    """A GX Spark data source in an ephemeral context, imported late (slow import) and quiet."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+    )
+    return gx.get_context(mode="ephemeral", project_config=config).data_sources.add_spark("lakelog_audit")
+
+
+def _sortable(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+
+
+def _validate(source, name: str, df: DataFrame, checks: list[tuple[str, str, Any]], index: list[str], samples: int) -> list[CheckResult]:
+    """Run ``checks`` (name, about, expectation) on ``df`` as one GX suite; samples name ``index``."""
+    import great_expectations as gx
+
+    owned = not df.is_cached
+    df = df.persist()  # GX computes several metrics, each a Spark job: derive the windows once
+    batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe(name).get_batch(
+        batch_parameters={"dataframe": df}
+    )
+    suite = gx.ExpectationSuite(name=name, expectations=[e for _n, _a, e in checks])
+    fmt = {"result_format": "SUMMARY", "partial_unexpected_count": samples, "unexpected_index_column_names": index}
+    try:
+        results = batch.validate(suite, result_format=fmt).results
+    finally:
+        if owned:
+            df.unpersist()
+    out = []
+    for (check, about, _e), r in zip(checks, results):
+        info = r.exception_info or {}
+        errors = [e for e in ([info] if "raised_exception" in info else info.values()) if e.get("raised_exception")]
+        if errors:
+            raise LakelogError(f"audit check {check} could not run: {errors[0].get('exception_message')}")
+        found = sorted(r.result.get("partial_unexpected_index_list") or [], key=lambda s: [_sortable(s.get(k)) for k in index])
+        out.append(CheckResult(
+            name=check, about=about, expectation=r.expectation_config.type, passed=bool(r.success),
+            checked=int(r.result.get("element_count", 0)), violations=int(r.result.get("unexpected_count", 0)),
+            samples=[{k: s.get(k) for k in index} for s in found],
+        ))
+    return out
+
+
+def _missing_details(check: CheckResult, missing: DataFrame, max_ranges: int) -> CheckResult:
+    """Which records are missing, as offset ranges per partition, counted by retired or live."""
+    lost = missing.where(F.col("delivered_in_version").isNull())
+    groups = {("retired" if r["retired"] else "live"): int(r["count"]) for r in lost.groupBy("retired").count().collect()}
+    run = F.col("offset") - F.row_number().over(Window.partitionBy("partition").orderBy("offset"))
+    ranges = (
+        lost.withColumn("_run", run).groupBy("partition", "_run", "retired")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("count"))
+        .orderBy("partition", "first").limit(max_ranges).collect()
+    )
+    return check.model_copy(update={"groups": groups, "ranges": [OffsetRange(**r.asDict()) for r in ranges]})
+
+
+# -- the audit --------------------------------------------------------------------------------
+def check_log(source, log: DataFrame, samples: int) -> list[CheckResult]:
+    import great_expectations as gx
+
+    E = gx.expectations
+    checks = [
+        ("log.offsets_unique", "no offset appears twice in a partition (gap 0: a repeat of the previous offset)",
+         E.ExpectColumnValuesToBeBetween(column="gap", min_value=1)),
+        ("log.offsets_dense", "each offset is the previous one + 1 (dense from the partition's first offset)",
+         E.ExpectColumnValuesToBeBetween(column="gap", max_value=1)),
+        ("log.epochs_non_decreasing", "leader_epoch never decreases as offset grows (rule 3)",
+         E.ExpectColumnValuesToBeBetween(column="epoch_drop", max_value=0)),
+    ]
+    index = ["partition", "offset", "prev_offset", "leader_epoch", "prev_epoch", "key"]
+    return _validate(source, "log", log_rows(log), checks, index, samples)
+
+
+def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int) -> list[CheckResult]:
+    import great_expectations as gx
+
+    E = gx.expectations
+    delivery = _validate(source, "sink_delivered", delivered, [
+        ("sink.no_duplicates", "no (partition, offset) is delivered twice (copy 2+: a repeated delivery)",
+         E.ExpectColumnValuesToBeBetween(column="copy", max_value=1)),
+        ("sink.per_key_order", "per (producer_id, key), sequence strictly increases in delivery order",
+         E.ExpectColumnValuesToBeBetween(column="sequence_step", min_value=1)),
+    ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
+    missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired).persist()
+    try:
+        [lost] = _validate(source, "sink_missing", missing, [
+            ("sink.nothing_missing", "every record ever appended to the log is in the sink",
+             E.ExpectColumnValuesToNotBeNull(column="delivered_in_version")),
+        ], ["partition", "offset", "key", "sequence", "producer_id", "retired"], samples)
+        if lost.violations:
+            lost = _missing_details(lost, missing, max_ranges=max(samples, 50))
+    finally:
+        missing.unpersist()
+    return delivery + [lost]
+
+
+def run_audit(
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    sink_path: str | None = None,
+    report_path: str | None = None,
+    samples: int = 10,
+) -> AuditReport:
+    """Audit ``topic`` (and a sink of it); write the Markdown report and return the result."""
+    started = time.perf_counter()
+    record = TopicAdmin(spark, root).get(topic)  # UnknownTopicError names the topic
+    if sink_path is not None:
+        if not DeltaTable.isDeltaTable(spark, sink_path):
+            raise InvalidConfigurationError(f"no Delta sink table at {sink_path}; pass the --output path given to `lakelog consume`")
+        lacking = set(SINK_SCHEMA.fieldNames()) - set(spark.read.format("delta").load(sink_path).columns)
+        if lacking:
+            raise InvalidConfigurationError(f"{sink_path} is not a lakelog sink: it lacks columns {sorted(lacking)}")
+    source = _gx()
+    checks = check_log(source, spark.read.format("delta").load(record.location), samples)
+    if sink_path is not None:
+        history = ControlTables(spark, RootLayout(root)).read("topics").where(F.col("topic") == topic)
+        delivered = delivered_rows(_cdf(spark, sink_path), topic).persist()
+        try:
+            checks += check_sink(source, delivered, _cdf(spark, record.location), retired_partitions(history), samples)
+        finally:
+            delivered.unpersist()
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    report = AuditReport(
+        topic=topic, log_path=record.location, sink_path=sink_path, audited_at=now,
+        seconds=round(time.perf_counter() - started, 2), passed=all(c.passed for c in checks), checks=checks,
+    )
+    path = report_path or f"{RootLayout(root).root}/audit/{topic}-{now:%Y%m%dT%H%M%SZ}.md"
+    report = report.model_copy(update={"report_path": path})
+    write_file(spark, path, to_markdown(report).encode())
+    return report
+
+
+# -- the report -------------------------------------------------------------------------------
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    cols = list(rows[0])
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+            *("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |" for r in rows), ""]
+
+
+def to_markdown(report: AuditReport) -> str:
+    """A report a person can read: the verdict, one line per check, then each failure's evidence."""
+    lines = [
+        f"# Ordering audit of topic `{report.topic}`: {'PASSED' if report.passed else 'FAILED'}", "",
+        f"- log: `{report.log_path}`", f"- sink: `{report.sink_path or '(not audited)'}`",
+        f"- audited at {report.audited_at:%Y-%m-%d %H:%M:%S} UTC in {report.seconds:.1f}s", "",
+        *_table([{"check": c.name, "result": "pass" if c.passed else "FAIL", "rows checked": c.checked,
+                  "violations": c.violations, "what it checks": c.about} for c in report.checks]),
+    ]
+    for c in (c for c in report.checks if not c.passed):
+        lines += [f"## {c.name}: {c.violations} violations", "", f"{c.about} (`{c.expectation}`).", ""]
+        if c.groups:
+            lines += ["Missing records by partition state:", "", *_table([{"partitions": k, "records": v} for k, v in c.groups.items()])]
+        if c.ranges:
+            lines += ["Missing offsets:", "", *_table([r.model_dump() for r in c.ranges])]
+        if c.samples:
+            lines += [f"Sample violations ({len(c.samples)} of {c.violations}):", "", *_table(c.samples)]
+    return "\n".join(lines) + "\n"
+
+
+def write_file(spark: SparkSession, path: str, data: bytes) -> None:
+    """Write a local file, or through Hadoop's FileSystem for a URI (s3://, dbfs:/)."""
+    if RootLayout(path).is_local:
+        target = Path(RootLayout(path).root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    out = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(hpath, True)
+    try:
+        out.write(data)
+    finally:
+        out.close()

@@ -1,0 +1,204 @@
+"""A consumer-group member that consumes one topic: the loop a consumer process or job runs.
+
+Between batches it polls the group (heartbeat, rebalance, hand-overs); it delivers only the
+partitions it owns, commits after every batch under its generation (fenced), commits before
+giving a partition up, and leaves the group when done. Warm-up copies (the two-phase hand-over)
+are read into ``warmup_handler`` without committing until they are within ``warmup_max_lag``
+records of the owner's committed position; then ownership moves in one rebalance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from control_plane.groups import GroupMember, MembershipChange, RebalanceListener
+from control_plane.records import TopicPartition
+from log_store.config import ConsumerSettings, GroupSettings
+from log_store.errors import ConcurrentAppendError, IllegalGenerationError
+from pipelines.consumer import Consumer, Handler
+
+StopFn = Callable[[], bool]
+BatchFn = Callable[[dict[int, tuple[int, int]], int], None]
+
+
+class GroupConsumeResult(BaseModel):
+    topic: str
+    group: str
+    member_id: str
+    records: int
+    batches: int
+    generation: int
+    rebalances: int
+    unassigned_ms: int
+    seconds: float
+
+
+class GroupConsumer:
+    """One member of ``group`` consuming ``topic`` (build one per process or job)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        topic: str,
+        group: str,
+        settings: ConsumerSettings | None = None,
+        group_settings: GroupSettings | None = None,
+        member_id: str | None = None,
+        listener: RebalanceListener | None = None,
+        warmup_handler: Handler | None = None,
+    ) -> None:
+        self.consumer = Consumer(spark, root, topic, group, settings, member_id)
+        self.topic = topic
+        self.listener = listener or RebalanceListener()
+        self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener)
+        gate = self.consumer.gate
+        gate.published = lambda: self.member.published_positions(topic)
+        gate.on_open = lambda ps: self.listener.on_partition_keys_assigned([self._tp(p) for p in ps])
+        self._published: dict[int, tuple[int, int]] = {}  # partition -> (position, epoch) last published
+        self.warmup_handler = warmup_handler
+        self.positions: dict[int, int] = {}
+        self.warm_positions: dict[int, int] = {}
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+    def _tp(self, p: int) -> TopicPartition:
+        return TopicPartition(topic=self.topic, partition=p)
+
+    def _tp_positions(self) -> dict[TopicPartition, int]:
+        return {self._tp(p): o for p, o in self.positions.items()}
+
+    def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
+        for tp in change.revoked + change.lost:
+            self.positions.pop(tp.partition, None)
+        if change.assigned:
+            start = self.consumer.positions(sink_path)
+            for tp in change.assigned:
+                self.positions[tp.partition] = start.get(tp.partition, 0)
+                self.warm_positions.pop(tp.partition, None)
+            fresh = {tp.partition: self.positions[tp.partition] for tp in change.assigned}
+            limits = self.consumer.gate.limits(fresh)
+            ungated = [tp for tp in change.assigned if limits.get(tp.partition, fresh[tp.partition] + 1) > fresh[tp.partition]]
+            if ungated:  # shut ones fire when their gate opens (rule 8)
+                self.listener.on_partition_keys_assigned(ungated)
+        for tp in change.warmups:
+            self.warm_positions.setdefault(tp.partition, self.consumer.log.earliest_offsets().get(tp.partition, 0))
+        for p in list(self.warm_positions):
+            if self._tp(p) not in self.member.warm:
+                del self.warm_positions[p]
+
+    def _warm_up(self, limit: int) -> bool:
+        """Read warm-up copies a batch further; report the ones caught up. True if it read any."""
+        if not self.warm_positions:
+            return False
+        ranges = self.consumer.deliver(self.warm_positions, limit, None, self.warmup_handler or (lambda df, r: None))
+        self.warm_positions.update({p: end for p, (_s, end) in ranges.items()})
+        committed = self.member.tables.offsets.committed(self.member.group, self.topic)
+        lag = self.member.settings.warmup_max_lag
+        ready = [self._tp(p) for p, pos in self.warm_positions.items() if pos >= committed.get(p, 0) - lag]
+        self.member.ready_for_warm(ready)
+        return bool(ranges)
+
+    def _publish(self, ranges: dict[int, tuple[int, int]]) -> None:
+        """Publish positions others wait on, under the source's conditions (rule 10): the first
+        time; when the position grew and reached the log end; when the largest epoch before the
+        position grew. Fires keys-maybe-revoked for them, as the source does."""
+        watched = self.consumer.gate.watched() & set(self.positions)
+        if not watched:
+            return
+        meta = self.consumer.log.metadata()
+        ends = self.consumer.log.log_end_offsets()
+        due: dict[TopicPartition, int] = {}
+        for p in sorted(watched):
+            pos = self.positions[p]
+            epoch = meta.partitions[p].leader_epoch if p in meta.partitions else 0
+            last = self._published.get(p)
+            if last is None:
+                due[self._tp(p)] = pos
+            elif pos > last[0] and pos >= ends.get(p, 0):
+                due[self._tp(p)] = pos
+            elif epoch > last[1] and pos - 1 > self.consumer.gate.threshold(p, last[1]):
+                due[self._tp(p)] = pos
+            if self._tp(p) in due:
+                self._published[p] = (pos, epoch)
+        if due:
+            self.listener.on_partition_keys_maybe_revoked(sorted(due, key=str))
+            self.member.publish(due)
+
+    def run(
+        self,
+        handler: Handler | None = None,
+        sink_path: str | None = None,
+        max_records: int | None = None,
+        idle_timeout_s: float = 0.0,
+        stop: StopFn | None = None,
+        on_batch: BatchFn | None = None,
+    ) -> GroupConsumeResult:
+        """Consume until ``max_records``, ``stop()``, or caught up and settled for ``idle_timeout_s``.
+
+        Exactly-once into the Delta table at ``sink_path``, or at-least-once through ``handler``.
+        Leaves the group on the way out (committing first), also on errors.
+        """
+        started = time.perf_counter()
+        if sink_path:
+            self.consumer.ensure_sink(sink_path)
+        delivered = batches = 0
+        idle_since: float | None = None
+        pause = max(self.member.settings.heartbeat_interval_ms / 2000, 0.05)
+        try:
+            while True:
+                change = self.member.poll(self._tp_positions)
+                self._apply(change, sink_path)
+                limit = self.consumer.settings.max_records_per_batch
+                if max_records is not None:
+                    limit = min(limit, max_records - delivered)
+                ranges = {}
+                if self.positions and limit > 0:
+                    try:
+                        ranges = self.consumer.deliver(self.positions, limit, sink_path, handler)
+                    except ConcurrentAppendError:  # a former owner wrote the sink first: resume after it
+                        start = self.consumer.positions(sink_path)
+                        self.positions = {p: start.get(p, o) for p, o in self.positions.items()}
+                        continue
+                if ranges:
+                    self.positions.update({p: end for p, (_s, end) in ranges.items()})
+                    try:
+                        self._apply(self.member.commit(self._tp_positions()), sink_path)
+                    except IllegalGenerationError:
+                        self.positions.clear()
+                        continue
+                    self._publish(ranges)
+                    n = sum(end - start for start, end in ranges.values())
+                    delivered += n
+                    batches += 1
+                    idle_since = None
+                    if on_batch:
+                        on_batch(ranges, delivered)
+                else:
+                    warmed = self._warm_up(limit or 1)
+                    settled = (
+                        not change.rebalancing and self.member.generation > 0 and not self.member.pending
+                        and not self.member.followup and not warmed
+                    )
+                    if settled:
+                        idle_since = idle_since or time.perf_counter()
+                        if time.perf_counter() - idle_since >= idle_timeout_s:
+                            break
+                    else:
+                        idle_since = None
+                    time.sleep(pause)
+                if (max_records is not None and delivered >= max_records) or (stop and stop()):
+                    break
+        finally:
+            self.member.close(self._tp_positions)
+        return GroupConsumeResult(
+            topic=self.topic, group=self.member.group, member_id=self.member_id, records=delivered, batches=batches,
+            generation=self.member.generation, rebalances=self.member.rebalances,
+            unassigned_ms=self.member.unassigned_ms, seconds=time.perf_counter() - started,
+        )
