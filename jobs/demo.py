@@ -47,7 +47,7 @@ def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: boo
     steps: list[dict] = []
 
     def step(what: str, **facts) -> None:
-        steps.append({"step": len(steps) + 1, "what": what, **{k: str(v) for k, v in facts.items()}})
+        steps.append({"step": len(steps) + 1, "what": what, "details": ", ".join(f"{k}={v}" for k, v in facts.items())})
         stderr.print(f"{len(steps)}. {what}")
 
     def consume(max_records: int | None) -> int:
