@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 
-.PHONY: setup demo test bench bench-groups bench-gating clean check-tools
+.PHONY: setup demo test test-slow bench bench-groups bench-gating bench-controller clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -30,6 +30,9 @@ demo: setup
 test: setup
 	$(BIN)/pytest -q
 
+test-slow: setup
+	$(BIN)/pytest -q -m slow
+
 bench: setup
 	$(BIN)/python benchmarks/produce_consume.py
 
@@ -38,6 +41,9 @@ bench-groups: setup
 
 bench-gating: setup
 	$(BIN)/python benchmarks/gating.py
+
+bench-controller: setup
+	$(BIN)/python benchmarks/controller.py
 
 clean:
 	rm -rf $(VENV) .jars lakelog-data

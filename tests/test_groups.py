@@ -172,6 +172,7 @@ def sink_rows(spark, tmp: Path, group: str):
     return spark.read.format("delta").load(str(tmp / f"sink-{group}"))
 
 
+@pytest.mark.slow
 def test_join_leave_crash_rejoin_never_two_owners(spark, root, tmp_path):
     TopicAdmin(spark, root).create(T, 6)
     produce(spark, root, 0, 600)
@@ -233,6 +234,7 @@ def test_zombie_member_cannot_commit_or_claim(spark, root, tmp_path):
     assert commits.count() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol,assignor", [("eager", "sticky"), ("cooperative", "cooperative-sticky")])
 def test_a_fourth_member_moves_only_what_changes_owner_under_cooperative(spark, root, tmp_path, protocol, assignor):
     TopicAdmin(spark, root).create(T, 12)
@@ -259,6 +261,7 @@ def test_a_fourth_member_moves_only_what_changes_owner_under_cooperative(spark, 
     assert ownership_violations(spark, root, "g") == []
 
 
+@pytest.mark.slow
 def test_rolling_upgrade_from_eager_to_cooperative(spark, root, tmp_path):
     TopicAdmin(spark, root).create(T, 6)
     produce(spark, root, 0, 300)

@@ -49,6 +49,7 @@ def resize_run(spark, root: str, tmp_path, gating: bool):
     return run_audit(spark, root, T, str(tmp_path / "sink-g"))
 
 
+@pytest.mark.slow
 def test_per_key_order_survives_grow_and_shrink(spark, root, tmp_path):
     report = resize_run(spark, root, tmp_path, gating=True)
     assert report.passed, report.model_dump_json(indent=1)[:4000]
@@ -58,9 +59,9 @@ def test_per_key_order_survives_grow_and_shrink(spark, root, tmp_path):
     assert ownership_violations(spark, root, "g") == []
 
 
-@pytest.mark.parametrize("gating", [False])
-def test_the_audit_catches_a_run_without_gating(spark, root, tmp_path, gating):
-    report = resize_run(spark, root, tmp_path, gating=gating)
+@pytest.mark.slow
+def test_the_audit_catches_a_run_without_gating(spark, root, tmp_path):
+    report = resize_run(spark, root, tmp_path, gating=False)
     assert not report.passed
     failed = [c for c in report.checks if not c.passed]
     assert any("order" in c.name for c in failed), [c.name for c in report.checks]
