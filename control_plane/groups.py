@@ -704,8 +704,9 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
     """Replay the group's claims and commits in commit order; return every broken rule.
 
     Rules: no two members claim a partition under one generation; a new claim never overlaps a
-    claim of a member still in the group that did not revoke it; commits come from the owner;
-    committed offsets never move backwards.
+    claim of a member that stayed in every generation since and did not revoke it (a member left
+    out of a generation was fenced: its claims lapsed); commits come from the owner; committed
+    offsets never move backwards.
     """
     tables = GroupTables(spark, root)
     members_of = {g.generation: g.member_ids() for g in tables.generations(group)}
@@ -729,9 +730,11 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
             for other, other_gen in owners.items():
                 if other == member:
                     continue
+                # A claim lapses when its holder is left out of any later generation (fenced).
+                held = all(other in members_of.get(g, set()) for g in range(other_gen, gen + 1))
                 if other_gen == gen:
                     problems.append(f"{where}: {member} and {other} both own it in generation {gen}")
-                elif other in members_of.get(gen, set()):
+                elif held:
                     problems.append(f"{where}: {member} claimed it in generation {gen} while {other} "
                                     f"(a member of it) still held it from generation {other_gen}")
             owners[member] = gen
