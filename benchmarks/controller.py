@@ -18,7 +18,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from produce_consume import timed  # noqa: E402  (the script directory is on sys.path)
 from control_plane.controller import TopicController, log_metadata, plan_expand  # noqa: E402
 from control_plane.records import utcnow  # noqa: E402
 from control_plane.topics import TopicAdmin  # noqa: E402
@@ -37,10 +37,6 @@ from log_store.topic_log import TopicLog  # noqa: E402
 console = Console(stderr=True)
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
 
 
 def instrument(ctl: TopicController, name: str, spent: dict[str, float]) -> None:
