@@ -378,8 +378,9 @@ class GroupMember:
             elif self.generation > 0 or self.owned:
                 self._lose(change, f"generation {gen.generation} was formed without this member")
         self._finish_handovers(change)
-        beats = self.tables.heartbeats(self.group, max(self.settings.rebalance_timeout_ms, self.settings.session_timeout_ms) * 2)
+        # Liveness is judged as of when the read began: a slow read must not make others look dead.
         now_ms = time.time() * 1000
+        beats = self.tables.heartbeats(self.group, max(self.settings.rebalance_timeout_ms, self.settings.session_timeout_ms) * 2)
         # Members: live, and either in the generation or joining a newer one. A live member left
         # out of the generation and not rejoining is a zombie (expelled, still heartbeating).
         live = {
@@ -669,8 +670,8 @@ def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescripti
             raise
         lags = []
     gen = gens[-1] if gens else None
-    beats = tables.heartbeats(group, 24 * 3600 * 1000)
     now_ms = time.time() * 1000
+    beats = tables.heartbeats(group, 24 * 3600 * 1000)
     owner = {str(tp): m for tp, m in gen.owner().items()} if gen else {}
     members = []
     for m in sorted(beats.values(), key=lambda b: b.member_id):

@@ -35,6 +35,16 @@ _BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+# The "small" profile (see SparkSettings.profile): measured in BENCHMARKS.md.
+_SMALL_CONF = {
+    "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
+}
+_SMALL_MASTER = "local[1]"
+
 
 def local_delta_jars(settings: SparkSettings) -> list[str]:
     """The jars ``make setup`` put in place, or a SetupError saying how to get them."""
@@ -75,9 +85,13 @@ def build_session(config: LakelogConfig) -> SparkSession:
         conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     else:
         conf["spark.jars.packages"] = ",".join(settings.packages)
+    master = settings.master
+    if settings.profile == "small":
+        conf.update(_SMALL_CONF)
+        master = _SMALL_MASTER if master and master.startswith("local") else master
     conf.update(settings.conf)
-    if settings.master:
-        builder = builder.master(settings.master)
+    if master:
+        builder = builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -24,7 +24,7 @@ from log_store.session import build_session  # noqa: E402
 def _controller(root: str):
     from control_plane.controller import TopicController
 
-    return TopicController(build_session(LakelogConfig()), root, ControllerSettings(delete_partition_enable=True))
+    return TopicController(build_session(LakelogConfig(spark={"profile": "small"})), root, ControllerSettings(delete_partition_enable=True))
 
 
 def _barrier(folder: str, name: str, peers: int) -> None:

@@ -41,7 +41,7 @@ class Printer(RebalanceListener):
 
 
 def main(root, topic, group, member_id, protocol, assignor, sink, stop_file, batch="50", warmup="0") -> None:
-    spark = build_session(LakelogConfig())
+    spark = build_session(LakelogConfig(spark={"profile": "small"}))
     settings = GroupSettings(
         protocol=protocol, assignor=assignor, warmup=warmup == "1", warmup_max_lag=0,
         session_timeout_ms=int(os.environ.get("LAKELOG_TEST_SESSION_MS", "20000")),

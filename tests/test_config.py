@@ -55,3 +55,12 @@ def test_missing_delta_jars_say_what_to_run(tmp_path):
 
     with pytest.raises(SetupError, match="make setup"):
         local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
+
+
+def test_spark_profile_from_environment_and_bad_profile(monkeypatch):
+    monkeypatch.delenv("LAKELOG_CONF", raising=False)
+    monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "small")
+    assert load_config().spark.profile == "small"
+    monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "tiny")
+    with pytest.raises(InvalidConfigurationError, match=r"key 'spark.profile'"):
+        load_config()

@@ -148,13 +148,15 @@ class Member:
         assert self.proc.returncode in (0, -9), self.stderr_path.read_text()[-3000:]
 
 
-def wait_stable(spark, root: str, group: str, members: set[str], timeout: float = 480):
-    """Until the group's latest generation is exactly ``members`` and every one adopted it."""
+def wait_stable(spark, root: str, group: str, members: set[str], timeout: float = 480, owned: int | None = None):
+    """Until the group's latest generation is exactly ``members`` and every one adopted it (and,
+    with ``owned``, that many partitions have an owner: a cooperative rebalance that withheld
+    partitions is not over before its follow-up)."""
     deadline = time.time() + timeout
     tables = GroupTables(spark, root)
     while time.time() < deadline:
         gen = tables.generation(group)
-        if gen and gen.member_ids() == members:
+        if gen and gen.member_ids() == members and (owned is None or len(gen.owner()) == owned):
             beats = tables.heartbeats(group, 10**9)
             if all(m in beats and beats[m].generation == gen.generation and beats[m].joining is None for m in members):
                 return gen
@@ -240,15 +242,11 @@ def test_a_fourth_member_moves_only_what_changes_owner_under_cooperative(spark, 
     TopicAdmin(spark, root).create(T, 12)
     produce(spark, root, 0, 240)
     members = [Member(root, "g", m, protocol, assignor, tmp_path) for m in ("a", "b", "c")]
-    before = wait_stable(spark, root, "g", {"a", "b", "c"})
+    before = wait_stable(spark, root, "g", {"a", "b", "c"}, owned=12)
     members.append(Member(root, "g", "d", protocol, assignor, tmp_path))
-    after = wait_stable(spark, root, "g", {"a", "b", "c", "d"})
+    # Under cooperative, wait for the follow-up rebalance that hands the moved ones over.
+    after = wait_stable(spark, root, "g", {"a", "b", "c", "d"}, owned=12)
     tables = GroupTables(spark, root)
-    if protocol == "cooperative":  # wait for the follow-up rebalance that hands the moved ones over
-        deadline = time.time() + 120
-        while len(after.owner()) < 12 and time.time() < deadline:
-            time.sleep(1)
-            after = wait_stable(spark, root, "g", {"a", "b", "c", "d"})
     for m in members:
         m.finish()
     moved = sum(1 for tp, owner in after.owner().items() if before.owner().get(tp) != owner)
@@ -276,10 +274,7 @@ def test_rolling_upgrade_from_eager_to_cooperative(spark, root, tmp_path):
         gen = wait_stable(spark, root, "g", current)
         if m != "c":
             assert gen.protocol == "mixed"
-    deadline = time.time() + 120
-    while len(gen.owner()) < 6 and time.time() < deadline:
-        time.sleep(1)
-        gen = GroupTables(spark, root).generation("g")
+    gen = wait_stable(spark, root, "g", current, owned=6)
     for m in new.values():
         m.finish()
     assert gen.protocol == "cooperative" and len(gen.owner()) == 6

@@ -23,7 +23,7 @@ def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: s
 
     from pipelines.producer import Producer
 
-    spark = build_session(LakelogConfig())
+    spark = build_session(LakelogConfig(spark={"profile": "small"}))
     producer = Producer(spark, root, topic, producer_id, ProducerSettings(batch_size=int(batch), max_retries=100))
     s, total, b = int(start), int(n), int(batch)
     for lo in range(s, s + total, b):
@@ -43,7 +43,7 @@ def alter_count(root: str, topic: str, new_count: str) -> None:
     from control_plane.topics import TopicAdmin
     from log_store.topic_log import PartitionMetadata
 
-    spark = build_session(LakelogConfig())
+    spark = build_session(LakelogConfig(spark={"profile": "small"}))
     log = TopicAdmin(spark, root).log(topic)
     meta = log.metadata()
     n = int(new_count)
