@@ -44,8 +44,8 @@ def main(root, topic, group, member_id, protocol, assignor, sink, stop_file, bat
     spark = build_session(LakelogConfig(spark={"profile": "small"}))
     settings = GroupSettings(
         protocol=protocol, assignor=assignor, warmup=warmup == "1", warmup_max_lag=0,
-        session_timeout_ms=int(os.environ.get("LAKELOG_TEST_SESSION_MS", "20000")),
-        heartbeat_interval_ms=1000, rebalance_timeout_ms=60_000,
+        session_timeout_ms=int(os.environ.get("LAKELOG_TEST_SESSION_MS", "30000")),
+        heartbeat_interval_ms=3000, rebalance_timeout_ms=60_000,
     )
     consumer = GroupConsumer(
         spark, root, topic, group, ConsumerSettings(max_records_per_batch=int(batch)), settings, member_id, Printer(),

@@ -17,7 +17,7 @@ from log_store.topic_log import Mode
 from pipelines.audit import run_audit
 from pipelines.gating import DISABLE_ENV
 from tests.conftest import spawn_worker
-from tests.test_groups import Member
+from tests.test_groups import Member, wait_stable
 
 T = "t"
 
@@ -31,16 +31,22 @@ def caught_up(spark, root: str, group: str) -> bool:
 
 
 def resize_run(spark, root: str, tmp_path, gating: bool):
+    """Members join first; the producer then writes 16 batches of 100 and the controller resizes
+    after its 4th, 8th and 12th batch, so every resize lands while keys are being produced and
+    the members still have a backlog on the old partitions."""
     TopicAdmin(spark, root).create(T, 4)
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
-    producer = spawn_worker("append", root, T, "keyed", "0", "1600", "100", "24")
     env = {} if gating else {DISABLE_ENV: "1"}
-    members = [Member(root, "g", m, "cooperative", "cooperative-sticky", tmp_path, batch=30, env=env) for m in "abc"]
-    for count in (6, 8, 5):
-        time.sleep(8)
-        controller.alter(T, count)
+    members = [Member(root, "g", m, "cooperative", "cooperative-sticky", tmp_path, batch=50, env=env) for m in "abc"]
+    wait_stable(spark, root, "g", {"a", "b", "c"}, owned=4)
+    producer = spawn_worker("append", root, T, "keyed", "0", "1600", "100", "24")
+    resizes = {4: 6, 8: 8, 12: 5}
+    for n, line in enumerate(producer.stdout, start=1):
+        if n in resizes:
+            controller.alter(T, resizes[n])
     assert producer.wait(timeout=600) == 0, producer.stderr.read()[-3000:]
-    deadline = time.time() + 600
+    assert TopicAdmin(spark, root).get(T).undeleted_partition_count == 5
+    deadline = time.time() + 900
     while not caught_up(spark, root, "g") and time.time() < deadline:
         time.sleep(2)
     for m in members:
