@@ -101,6 +101,8 @@ class OffsetGate:
 
     def _group_positions(self, own: Positions, fresh: bool) -> Positions:
         at, committed = self._committed
+        if fresh and self.watched() <= set(own):
+            fresh = False  # others' committed offsets only matter for partitions it does not hold
         if fresh and time.time() - at > 0.5:
             committed = self.offsets.committed(self.group, self.topic)
             self._committed = (time.time(), committed)
