@@ -81,10 +81,13 @@ def measure(spark, root: str, tmp: Path, protocol: str, partitions: int) -> dict
     t_start = time.time()
     members.append(Member(root, group, "d", protocol, assignor, tmp))
     wait_stable(tables, group, {"a", "b", "c", "d"}, partitions)
+    t_stable = time.time()
     after = tables.generation(group)
     for m in members:
         m.finish()
-    events = [e for m in members for e in m.events if e["t"] >= t_start and e["event"] in ("assigned", "revoked")]
+    # Only the join's rebalance: members leaving afterwards revoke everything again.
+    events = [e for m in members for e in m.events
+              if t_start <= e["t"] <= t_stable and e["event"] in ("assigned", "revoked")]
     revoked_at: dict[int, float] = {}
     unowned: list[float] = []
     for e in sorted(events, key=lambda e: e["t"]):
