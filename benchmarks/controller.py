@@ -37,8 +37,6 @@ from log_store.topic_log import TopicLog  # noqa: E402
 console = Console(stderr=True)
 
 
-
-
 def instrument(ctl: TopicController, name: str, spent: dict[str, float]) -> None:
     """Accumulate the time spent in one of the controller's steps."""
     inner = getattr(ctl, name)
