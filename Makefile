@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 
-.PHONY: setup demo test test-slow bench bench-groups bench-gating bench-controller clean check-tools
+.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -33,6 +33,12 @@ test: setup
 test-slow: setup
 	$(BIN)/pytest -q -m slow
 
+# The fault campaign: SCHEDULES seeds from SEED (or SEEDS=3,7,10-12); see RELIABILITY.md.
+SCHEDULES ?= 100
+SEED ?= 1
+chaos: setup
+	$(BIN)/python -m chaos --schedules $(SCHEDULES) --seed-start $(SEED) $(if $(SEEDS),--seeds $(SEEDS)) $(CHAOS_ARGS)
+
 bench: setup
 	$(BIN)/python benchmarks/produce_consume.py
 
@@ -46,4 +52,4 @@ bench-controller: setup
 	$(BIN)/python benchmarks/controller.py
 
 clean:
-	rm -rf $(VENV) .jars lakelog-data
+	rm -rf $(VENV) .jars lakelog-data chaos-runs

@@ -1,0 +1,122 @@
+"""The processes a campaign schedule starts, kills and restarts: ``python -m chaos.actors KIND JSON``.
+
+Each actor is one OS process using lakelog's public API, as a user's job would. It prints one JSON
+line per event (``{"event": ...}``) so the runner can follow it; a lakelog error ends it with
+exit code 1 and an ``error`` line. Kinds:
+
+- ``create``: create the topic.
+- ``produce``: send an input file with a producer id; after each batch, append the batch's
+  sequence range to ``ack_file`` (what the producer has been told is committed).
+- ``alter`` / ``tick``: one controller command (partition deletion enabled).
+- ``member``: one consumer-group member consuming into the group's Delta sink until ``stop_file``
+  exists; ``lag_s`` sleeps after each batch (a slow consumer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def say(event: str, **fields) -> None:
+    print(json.dumps({**fields, "event": event, "at": round(time.time(), 3)}, default=str), flush=True)
+
+
+def create(spark, a: dict) -> None:
+    from control_plane.topics import TopicAdmin
+
+    record = TopicAdmin(spark, a["root"]).create(a["topic"], a["partitions"])
+    say("created", partitions=record.partition_count)
+
+
+def produce(spark, a: dict) -> None:
+    from log_store.config import ProducerSettings
+    from pipelines.inputs import read_input
+    from pipelines.producer import Producer
+
+    batch = a["batch"]
+    producer = Producer(spark, a["root"], a["topic"], a["producer_id"], ProducerSettings(batch_size=batch, max_retries=200))
+    records = read_input(spark, a["input"])
+
+    def acked(done: int, total: int) -> None:
+        lo, hi = (done - 1) * batch, min(done * batch, a["records"])
+        with open(a["ack_file"], "a") as fh:
+            fh.write(json.dumps({"lo": lo, "hi": hi}) + "\n")
+        say("batch", lo=lo, hi=hi, of=total)
+
+    result = producer.send(records, 0, acked)
+    say("produced", appended=result.appended, duplicates=result.duplicates, refreshes=result.metadata_refreshes)
+
+
+def _controller(spark, a: dict):
+    from control_plane.controller import TopicController
+    from log_store.config import ControllerSettings
+
+    return TopicController(spark, a["root"], ControllerSettings(delete_partition_enable=True))
+
+
+def alter(spark, a: dict) -> None:
+    result = _controller(spark, a).alter(a["topic"], a["partitions"])
+    say("altered", result=result.model_dump(mode="json"))
+
+
+def tick(spark, a: dict) -> None:
+    for result in _controller(spark, a).tick(a["topic"], a["delay"]):
+        say("ticked", result=result.model_dump(mode="json"))
+
+
+def member(spark, a: dict) -> None:
+    from control_plane.groups import RebalanceListener
+    from log_store.config import ConsumerSettings, GroupSettings
+    from pipelines.group_consumer import GroupConsumer
+
+    class Listener(RebalanceListener):
+        def on_partitions_assigned(self, partitions):
+            say("assigned", partitions=[tp.partition for tp in partitions])
+
+        def on_partitions_revoked(self, partitions):
+            say("revoked", partitions=[tp.partition for tp in partitions])
+
+        def on_partitions_lost(self, partitions):
+            say("lost", partitions=[tp.partition for tp in partitions])
+
+    settings = GroupSettings(protocol=a["protocol"], assignor=a["assignor"], session_timeout_ms=a["session_ms"],
+                             heartbeat_interval_ms=a["heartbeat_ms"], rebalance_timeout_ms=a["session_ms"] * 3)
+    consumer = GroupConsumer(spark, a["root"], a["topic"], a["group"], ConsumerSettings(max_records_per_batch=a["batch"]),
+                             settings, a["member_id"], Listener())
+    stop = Path(a["stop_file"])
+
+    def on_batch(ranges, delivered) -> None:
+        say("delivered", ranges={p: r for p, r in ranges.items()}, total=delivered)
+        if a.get("lag_s"):
+            time.sleep(a["lag_s"])
+
+    say("started", member=a["member_id"])
+    result = consumer.run(sink_path=a["sink"], stop=stop.exists, idle_timeout_s=1e9, on_batch=on_batch)
+    say("left", result=result.model_dump(mode="json"))
+
+
+ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "member": member}
+
+
+def main() -> int:
+    from chaos.host import session
+    from log_store.errors import LakelogError
+
+    kind, args = sys.argv[1], json.loads(sys.argv[2])
+    spark = session(own_jvm=bool(args.get("own_jvm")))
+    say("ready", kind=kind, pid=os.getpid(), tz=os.environ.get("TZ", ""))
+    try:
+        ACTORS[kind](spark, args)
+    except LakelogError as exc:
+        say("error", error=type(exc).__name__, message=str(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())

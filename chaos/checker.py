@@ -1,0 +1,328 @@
+"""The campaign's independent checker: reads a root's tables with delta-rs, not with lakelog.
+
+It imports nothing from lakelog: it knows only the on-disk format (README, "Storage format") and
+reads every table with the ``deltalake`` package (delta-rs), so a bug in lakelog's own readers
+cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for one topic:
+
+- the log (its change feed: every record ever appended, also those of retired partitions):
+  ``lost_acknowledged``, ``log_duplicate``, ``log_phantom``, ``offset_reuse``, ``offset_gap``,
+  ``epoch_decrease``, ``log_key_reorder``;
+- each group's Delta sink (delivery order = the sink's commit order): ``sink_duplicate``,
+  ``sink_phantom``, ``delivery_reorder`` (a record delivered after a later record of its key),
+  ``undelivered`` (never delivered, partition still live), ``expired_unreported`` (its partition
+  was retired before the group delivered it and the group did not report it expired);
+- each group's control rows: ``two_owners``, ``position_backwards``, ``position_beyond_end``,
+  ``duplicate_generation``.
+
+Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
+its first generation: partitions retired before it (by topic version) are not expected of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+ANOMALIES = (
+    "lost_acknowledged", "log_duplicate", "log_phantom", "offset_reuse", "offset_gap", "epoch_decrease",
+    "log_key_reorder", "sink_duplicate", "sink_phantom", "delivery_reorder", "undelivered",
+    "expired_unreported", "two_owners", "position_backwards", "position_beyond_end", "duplicate_generation",
+)
+SAMPLES = 5
+
+
+@dataclass
+class Findings:
+    """Anomalies by class (each with a count and a few samples) and counters that are not anomalies."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALIES, 0))
+    samples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    stats: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, kind: str, what: str, n: int = 1) -> None:
+        self.counts[kind] += n
+        if len(self.samples[kind]) < SAMPLES:
+            self.samples[kind].append(what)
+
+    @property
+    def anomalies(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {"anomalies": {k: v for k, v in self.counts.items() if v}, "samples": dict(self.samples),
+                "stats": dict(self.stats)}
+
+
+# -- reading (delta-rs only) ---------------------------------------------------------------------
+def _exists(path: str) -> bool:
+    return Path(path, "_delta_log").is_dir()
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    return table.to_pylist()
+
+
+def read_changes(path: str) -> list[dict]:
+    """Every row ever inserted into the table at ``path``, with ``_commit_version`` (change feed)."""
+    if not _exists(path):
+        return []
+    table = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
+    rows = _rows(table)
+    return [r for r in rows if r["_change_type"] == "insert"]
+
+
+def read_current(path: str) -> list[dict]:
+    if not _exists(path):
+        return []
+    return _rows(DeltaTable(path).to_pyarrow_table())
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+
+
+# -- the log ---------------------------------------------------------------------------------
+def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[str, set[int]], out: Findings) -> None:
+    by_record: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    by_partition: dict[int, list[dict]] = defaultdict(list)
+    for r in log:
+        by_partition[r["partition"]].append(r)
+        if r["producer_id"] is not None:
+            by_record[(r["producer_id"], r["sequence"])].append(r)
+    out.stats["log_records"] = len(log)
+    for (pid, seq), copies in by_record.items():
+        if len(copies) > 1:
+            out.add("log_duplicate", f"{pid}#{seq} at " + ", ".join(f"p{c['partition']}@{c['offset']}" for c in copies),
+                    len(copies) - 1)
+        want = inputs.get(pid, {}).get(seq)
+        if pid in inputs and (want is None or want != _text(copies[0]["key"])):
+            out.add("log_phantom", f"{pid}#{seq} key {_text(copies[0]['key'])!r} is not in the input (expected {want!r})")
+    for pid, seqs in acked.items():
+        lost = sorted(s for s in seqs if (pid, s) not in by_record)
+        if lost:
+            out.add("lost_acknowledged", f"{pid}: {len(lost)} acknowledged records missing, first {lost[:5]}", len(lost))
+    for p, rows in sorted(by_partition.items()):
+        rows.sort(key=lambda r: (r["offset"], r["_commit_version"]))
+        expect = 0
+        last_epoch = -1
+        last_seq: dict[tuple, int] = {}
+        for r in rows:
+            if r["offset"] < expect:
+                out.add("offset_reuse", f"p{p}@{r['offset']} written again in version {r['_commit_version']}")
+                continue
+            if r["offset"] > expect:
+                out.add("offset_gap", f"p{p}: offsets {expect}..{r['offset'] - 1} missing", r["offset"] - expect)
+            expect = r["offset"] + 1
+            if r["leader_epoch"] < last_epoch:
+                out.add("epoch_decrease", f"p{p}@{r['offset']}: epoch {r['leader_epoch']} after {last_epoch}")
+            last_epoch = max(last_epoch, r["leader_epoch"])
+            if r["key"] is not None and r["producer_id"] is not None:
+                k = (r["producer_id"], _text(r["key"]))
+                if r["sequence"] < last_seq.get(k, -1):
+                    out.add("log_key_reorder", f"p{p}@{r['offset']}: {k[0]}/{k[1]} sequence {r['sequence']} after "
+                                               f"{last_seq[k]}")
+                last_seq[k] = max(last_seq.get(k, -1), r["sequence"])
+
+
+# -- a group -------------------------------------------------------------------------------------
+def _topic_history(root: str, topic: str) -> list[dict]:
+    rows = [r for r in read_current(f"{root}/control/topics") if r["topic"] == topic]
+    return sorted(rows, key=lambda r: r["topic_version"])
+
+
+def retired_before(history: list[dict], version: int) -> dict[int, int]:
+    """Per partition, the end of its latest incarnation retired at or before topic ``version``."""
+    out: dict[int, int] = {}
+    for rec in history:
+        if rec["topic_version"] > version:
+            break
+        for p in rec["partitions"]:
+            if p["mode"] == "None" and p.get("end_offset") is not None:
+                out[p["partition"]] = max(out.get(p["partition"], 0), p["end_offset"])
+    return out
+
+
+def retired_ends(history: list[dict]) -> dict[int, list[int]]:
+    """Per partition, the final ends of every retired incarnation (ascending)."""
+    ends: dict[int, set[int]] = defaultdict(set)
+    for rec in history:
+        for p in rec["partitions"]:
+            if p["mode"] == "None" and p.get("end_offset") is not None:
+                ends[p["partition"]].add(p["end_offset"])
+    return {p: sorted(v) for p, v in ends.items()}
+
+
+def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings) -> None:
+    history = _topic_history(root, topic)
+    generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
+                         key=lambda g: g["generation"])
+    commits = [c for c in read_changes(f"{root}/control/offset_commits") if c["group"] == group]
+    commits.sort(key=lambda c: c["_commit_version"])
+    first_version = 0
+    if generations:
+        first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
+    excluded = retired_before(history, first_version)
+    expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)}
+    check_sink(group, sink, topic, log, expected, commits, history, out)
+    check_ownership(group, topic, generations, commits, out)
+    check_positions(group, topic, commits, log, out)
+
+
+def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int, int]]]:
+    ranges: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for c in commits:
+        if c["kind"] == "expired" and c["topic"] == topic:
+            ranges[c["partition"]].append((c["offset"], c["end_offset"]))
+    return ranges
+
+
+def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
+               commits: list[dict], history: list[dict], out: Findings) -> None:
+    in_log = {(r["partition"], r["offset"]): r for r in log}
+    delivered = sorted((r for r in read_changes(sink) if r["topic"] == topic),
+                       key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
+    seen: set[tuple[int, int]] = set()
+    last_seq: dict[tuple, tuple[int, tuple]] = {}
+    for r in delivered:
+        ident = (r["partition"], r["offset"])
+        if ident in seen:
+            out.add("sink_duplicate", f"{group}: p{ident[0]}@{ident[1]} delivered again in version {r['_commit_version']}")
+            continue
+        seen.add(ident)
+        src = in_log.get(ident)
+        if src is None or src["producer_id"] != r["producer_id"] or src["sequence"] != r["sequence"]:
+            out.add("sink_phantom", f"{group}: p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']}) is not that log record")
+            continue
+        if r["key"] is None or r["producer_id"] is None:
+            continue
+        k = (r["producer_id"], _text(r["key"]))
+        prev = last_seq.get(k)
+        if prev is not None and r["sequence"] < prev[0]:
+            out.add("delivery_reorder", f"{group}: {k[0]}/{k[1]} #{r['sequence']} (p{ident[0]}@{ident[1]}, v{r['_commit_version']}) "
+                                        f"after #{prev[0]} (p{prev[1][0]}@{prev[1][1]})")
+        if prev is None or r["sequence"] > prev[0]:
+            last_seq[k] = (r["sequence"], ident)
+    out.stats[f"delivered[{group}]"] = len(seen)
+    expired = _expired_ranges(commits, topic)
+    retired = retired_ends(history)
+    for ident in sorted(set(expected) - seen):
+        p, o = ident
+        if any(lo <= o < hi for lo, hi in expired.get(p, [])):
+            out.stats[f"expired[{group}]"] += 1
+            continue
+        if any(o < end for end in retired.get(p, [])):
+            out.add("expired_unreported", f"{group}: p{p}@{o} was retired undelivered and not reported expired")
+        else:
+            out.add("undelivered", f"{group}: p{p}@{o} ({expected[ident]['producer_id']}#{expected[ident]['sequence']}) never delivered")
+    for ident in seen:
+        if any(lo <= ident[1] < hi for lo, hi in expired.get(ident[0], [])):
+            out.stats[f"expired_but_delivered[{group}]"] += 1
+
+
+def _tp(x: Any) -> tuple[str, int]:
+    return (x["topic"], x["partition"])
+
+
+def check_ownership(group: str, topic: str, generations: list[dict], commits: list[dict], out: Findings) -> None:
+    numbers = [g["generation"] for g in generations]
+    for n in sorted(set(numbers)):
+        if numbers.count(n) > 1:
+            out.add("duplicate_generation", f"{group}: generation {n} written {numbers.count(n)} times")
+    members_of: dict[int, set[str]] = {}
+    for g in generations:
+        members_of[g["generation"]] = {m["member_id"] for m in g["members"] or []}
+        owner: dict[tuple, str] = {}
+        for a in g["assignment"] or []:
+            for tp in a["partitions"] or []:
+                if _tp(tp) in owner:
+                    out.add("two_owners", f"{group} generation {g['generation']}: {tp['topic']}-{tp['partition']} "
+                                          f"assigned to {owner[_tp(tp)]} and {a['member_id']}")
+                owner[_tp(tp)] = a["member_id"]
+    claims: dict[tuple, dict[str, int]] = defaultdict(dict)
+    for c in commits:
+        if c["topic"] != topic or c["kind"] not in ("acquire", "revoke"):
+            continue
+        tp, member, gen = (c["topic"], c["partition"]), c["member_id"], c["generation"]
+        holders = claims[tp]
+        if c["kind"] == "acquire":
+            for other, other_gen in holders.items():
+                if other == member:
+                    continue
+                # A claim lapses once its holder is left out of a later generation (it was fenced).
+                held = all(other in members_of.get(x, set()) for x in range(other_gen, gen + 1))
+                if other_gen == gen or held:
+                    out.add("two_owners", f"{group}: {tp[0]}-{tp[1]} claimed by {member} (generation {gen}) while "
+                                          f"{other} held it since generation {other_gen} (version {c['_commit_version']})")
+            holders[member] = gen
+        else:
+            holders.pop(member, None)
+
+
+def check_positions(group: str, topic: str, commits: list[dict], log: list[dict], out: Findings) -> None:
+    ends: dict[int, int] = defaultdict(int)
+    for r in log:
+        ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
+    last: dict[int, int] = {}
+    for c in commits:
+        if c["topic"] != topic or c["kind"] not in ("commit", "revoke") or c["offset"] < 0:
+            continue
+        p = c["partition"]
+        if c["offset"] < last.get(p, -1):
+            out.add("position_backwards", f"{group}: p{p} moved back from {last[p]} to {c['offset']} "
+                                          f"({c['member_id']}, version {c['_commit_version']})")
+        if c["offset"] > ends.get(p, 0):
+            out.add("position_beyond_end", f"{group}: p{p} committed {c['offset']} past the log end {ends.get(p, 0)}")
+        last[p] = max(last.get(p, -1), c["offset"])
+
+
+# -- the whole check ----------------------------------------------------------------------------
+def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:
+    """Each producer's input file: sequence (line number - 1) -> key."""
+    out: dict[str, dict[int, str]] = {}
+    for pid, path in paths.items():
+        with open(path) as fh:
+            out[pid] = {i: json.loads(line).get("key") for i, line in enumerate(fh) if line.strip()}
+    return out
+
+
+def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Iterable[int]],
+          groups: dict[str, str]) -> Findings:
+    """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
+    producer had acknowledged, and each group's sink (group -> sink path)."""
+    out = Findings()
+    log = read_changes(f"{root}/topics/{topic}")
+    check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
+    for group, sink in sorted(groups.items()):
+        check_group(root, topic, group, sink, log, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Check a lakelog topic with delta-rs (independent of lakelog).")
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--producer", action="append", default=[], help="ID=INPUT.jsonl (all its records acknowledged)")
+    parser.add_argument("--group", action="append", default=[], help="GROUP=SINK_PATH")
+    args = parser.parse_args(argv)
+    producers = dict(p.split("=", 1) for p in args.producer)
+    inputs = read_inputs(producers)
+    found = check(args.root, args.topic, producers, {p: set(s) for p, s in inputs.items()},
+                  dict(g.split("=", 1) for g in args.group))
+    print(json.dumps(found.summary(), indent=2))
+    return 1 if found.anomalies else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RUST_LOG", "error")
+    raise SystemExit(main())

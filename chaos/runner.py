@@ -1,0 +1,415 @@
+"""Runs one schedule against real Spark and real Delta tables, then checks it.
+
+The runner itself runs no Spark: it starts actor processes (``chaos.actors``) at the schedule's
+moments, kills them (SIGKILL), freezes them (SIGSTOP, a zombie) and restarts them, each under a
+time zone of its own. When every producer has finished and every controller step is done, it
+makes sure each group has a live member, waits until every group has consumed every live
+partition to its log end (read with delta-rs, not lakelog), stops the members and runs the
+independent checker (``chaos.checker``). Progress goes to ``progress`` (one line per event).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from chaos import checker
+from chaos.host import GATEWAY_ENV
+from chaos.schedule import ControllerStep, GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
+
+PROJECT = Path(__file__).resolve().parents[1]
+CRASH_EXIT = 86
+TOPIC = "chaos"
+DRAIN_TIMEOUT_S = 300.0
+ACTOR_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Actor:
+    name: str
+    kind: str
+    proc: subprocess.Popen
+    started: float
+    on_exit: Callable[[int], None]
+    frozen: bool = False
+
+
+@dataclass
+class ScheduleResult:
+    seed: int
+    seconds: float = 0.0
+    operations: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    anomalies: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # actor failures, stuck groups: counted as anomalies
+    workdir: str = ""
+
+    @property
+    def anomaly_count(self) -> int:
+        return sum(self.anomalies.values())
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "seconds": round(self.seconds, 1), "operations": dict(self.operations),
+                "faults": dict(self.faults), "anomalies": self.anomalies, "samples": self.samples,
+                "stats": self.stats, "problems": self.problems, "workdir": self.workdir}
+
+
+class Runner:
+    """Executes one schedule in ``workdir`` with actors attached to the host JVM at ``gateway``."""
+
+    def __init__(self, schedule: Schedule, workdir: Path, gateway: str | None,
+                 progress: Callable[[str], None] = lambda line: None, env: dict | None = None) -> None:
+        self.s = schedule
+        self.dir = workdir
+        self.root = str(workdir / "root")
+        self.gateway = gateway
+        self.progress = progress
+        self.env = env or {}
+        self.result = ScheduleResult(seed=schedule.seed, workdir=str(workdir))
+        self.events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.actors: dict[str, Actor] = {}
+        self.t0 = 0.0
+        self.pending_producers = {p.producer_id for p in schedule.producers}
+        self.pending_steps = 0
+        self.created = False
+        self.members: dict[str, list[str]] = defaultdict(list)  # group -> live member actor names
+        self.incarnation = Counter()
+        self.stopping = False
+        self.rng = random.Random(f"{schedule.seed}/runner")
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self.events, (self.t0 + when, next(self._seq), action))
+
+    def log(self, line: str) -> None:
+        self.progress(f"[seed {self.s.seed} {self.now():6.1f}s] {line}")
+
+    def spawn(self, name: str, kind: str, args: dict, on_exit: Callable[[int], None], crash_at: str | None = None) -> Actor:
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "TZ": timezone_for(self.s, name), "PYTHONUNBUFFERED": "1"}
+        env.pop("LAKELOG_CRASH_AT", None)
+        if crash_at:
+            env["LAKELOG_CRASH_AT"] = crash_at
+        if self.gateway and not args.get("own_jvm"):
+            env[GATEWAY_ENV] = self.gateway
+        else:
+            env.pop(GATEWAY_ENV, None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chaos.actors", kind, json.dumps({"root": self.root, "topic": TOPIC, **args})],
+            cwd=PROJECT, env=env, stdout=open(logs / f"{name}.out", "a"), stderr=open(logs / f"{name}.err", "a"),
+            start_new_session=True,
+        )
+        actor = Actor(name=name, kind=kind, proc=proc, started=self.now(), on_exit=on_exit)
+        self.actors[name] = actor
+        self.result.operations[f"{kind} runs"] += 1
+        self.log(f"start {name} ({kind}{', crash at ' + crash_at if crash_at else ''}{', own JVM' if args.get('own_jvm') else ''}, TZ={env['TZ']})")
+        return actor
+
+    def last_event(self, name: str) -> dict:
+        path = self.dir / "logs" / f"{name}.out"
+        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
+        return json.loads(lines[-1]) if lines else {}
+
+    def stderr_tail(self, name: str, n: int = 1500) -> str:
+        path = self.dir / "logs" / f"{name}.err"
+        return path.read_text()[-n:] if path.exists() else ""
+
+    def kill(self, name: str, why: str) -> bool:
+        actor = self.actors.get(name)
+        if actor is None or actor.proc.poll() is not None:
+            return False
+        os.killpg(actor.proc.pid, signal.SIGKILL)
+        self.log(f"kill -9 {name} ({why})")
+        return True
+
+    def unexpected(self, name: str, rc: int) -> None:
+        event = self.last_event(name)
+        what = f"{event.get('error')}: {event.get('message', '')[:300]}" if event.get("event") == "error" else \
+            f"exit {rc}: {self.stderr_tail(name, 600)}"
+        self.result.problems.append(f"{name}: {what}")
+        self.result.faults["unexpected actor failures"] += 1
+        self.log(f"{name} failed unexpectedly ({what[:200]})")
+
+    # -- actors ----------------------------------------------------------------------------------
+    def start_create(self, crash: bool) -> None:
+        def done(rc: int) -> None:
+            if rc == 0:
+                self.created = True
+                self.schedule_work()
+            elif rc == CRASH_EXIT:
+                self.result.faults["crash create:after_log_table"] += 1
+                self.start_create(False)
+            else:
+                self.unexpected("create", rc)
+                self.at(self.now() + 1, lambda: self.start_create(False))
+
+        self.spawn("create", "create", {"partitions": self.s.partitions}, done,
+                   crash_at="create:after_log_table" if crash else None)
+
+    def write_inputs(self) -> None:
+        (self.dir / "inputs").mkdir(parents=True, exist_ok=True)
+        (self.dir / "acks").mkdir(parents=True, exist_ok=True)
+        for plan in self.s.producers:
+            records = input_records(self.s, plan)
+            lines = [json.dumps(r) for r in records]
+            if plan.bad_input:
+                lines[len(lines) // 2] = '{"key": "k1", "value": '  # malformed: nothing may be written
+            (self.dir / "inputs" / f"{plan.producer_id}.jsonl").write_text("\n".join(lines) + "\n")
+
+    def start_producer(self, plan: ProducerPlan, run: int) -> None:
+        name = f"{plan.producer_id}.{run}"
+        crash = plan.crash_at if run == 0 else None
+        args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
+                "records": plan.records, "batch": plan.batch, "ack_file": str(self.dir / "acks" / f"{plan.producer_id}.jsonl"),
+                "own_jvm": plan.own_jvm and run == 0}
+
+        def done(rc: int) -> None:
+            if rc == 0 and not plan.bad_input:
+                self.pending_producers.discard(plan.producer_id)
+                self.log(f"{plan.producer_id} finished after {run + 1} runs")
+                return
+            if plan.bad_input and rc == 1 and self.last_event(name).get("error") == "InvalidRecordError":
+                self.pending_producers.discard(plan.producer_id)
+                self.result.operations["bad inputs refused"] += 1
+                return
+            if rc == CRASH_EXIT:
+                self.result.faults[f"crash {crash.split('@')[0]}"] += 1
+            elif rc != -signal.SIGKILL:
+                self.unexpected(name, rc)
+            self.at(self.now() + self.rng.uniform(0.5, 2), lambda: self.start_producer(plan, run + 1))
+
+        actor = self.spawn(name, "produce", args, done, crash)
+        if run < len(plan.kill_after):
+            def kill() -> None:
+                if self.kill(name, "producer"):
+                    self.result.faults["kill -9 producer"] += 1
+            self.at(actor.started + plan.kill_after[run], kill)
+
+    def start_step(self, i: int, step: ControllerStep, attempt: int) -> None:
+        racers = step.racers if attempt == 0 else 1
+        left = {"n": racers}
+
+        def done_for(name: str, crash: str | None) -> Callable[[int], None]:
+            def done(rc: int) -> None:
+                event = self.last_event(name)
+                if rc == CRASH_EXIT:
+                    self.result.faults[f"crash {crash}"] += 1
+                    self.at(self.now() + 0.5, lambda: self.start_step(i, step, attempt + 1))  # re-running finishes it
+                    return
+                if rc == 0:
+                    self.result.operations[f"{step.kind} done"] += 1
+                elif rc == 1 and event.get("event") == "error" and event["error"] in (
+                        "InvalidPartitionsError", "ConcurrentTopicChangeError"):
+                    self.result.operations[f"{step.kind} refused ({event['error']})"] += 1
+                else:
+                    self.unexpected(name, rc)
+                left["n"] -= 1
+                if left["n"] == 0:
+                    self.pending_steps -= 1
+            return done
+
+        if racers > 1:
+            self.result.faults["racing controllers"] += 1
+        for r in range(racers):
+            name = f"ctl{i}.{attempt}.{r}"
+            crash = step.crash_at if attempt == 0 and r == 0 else None
+            args = {"partitions": step.partitions} if step.kind == "alter" else {"delay": step.delay}
+            self.spawn(name, step.kind, args, done_for(name, crash), crash)
+
+    def start_member(self, group: GroupPlan, index: int, plan: MemberPlan) -> None:
+        if self.stopping:
+            return
+        self.incarnation[(group.name, index)] += 1
+        n = self.incarnation[(group.name, index)]
+        name = f"{group.name}-m{index}.{n}"
+        crash = plan.crash_at if n == 1 else None
+        args = {"group": group.name, "member_id": name, "protocol": group.protocol, "assignor": group.assignor,
+                "sink": f"{self.root}/sinks/{group.name}", "stop_file": str(self.dir / "stop" / group.name),
+                "batch": group.batch, "lag_s": plan.lag_s if not self.stopping else 0.0,
+                "session_ms": self.s.session_ms, "heartbeat_ms": self.s.heartbeat_ms}
+
+        def done(rc: int) -> None:
+            self.members[group.name].remove(name)
+            if rc == 0:
+                return
+            if rc == CRASH_EXIT:
+                self.result.faults[f"crash {crash}"] += 1
+            elif rc != -signal.SIGKILL:
+                self.unexpected(name, rc)
+            if not self.stopping:
+                self.at(self.now() + plan.restart_after, lambda: self.start_member(group, index, plan))
+
+        self.spawn(name, "member", args, done, crash)
+        self.members[group.name].append(name)
+
+    def member_faults(self, base: float, group: GroupPlan, index: int, plan: MemberPlan) -> None:
+        def current() -> str:
+            return f"{group.name}-m{index}.{self.incarnation[(group.name, index)]}"
+
+        if plan.kill_at is not None:
+            def kill() -> None:
+                if self.kill(current(), "member"):
+                    self.result.faults["kill -9 member"] += 1
+            self.at(base + plan.kill_at, kill)
+        if plan.freeze_at is not None:
+            def freeze() -> None:
+                actor = self.actors.get(current())
+                if actor and actor.proc.poll() is None:
+                    os.killpg(actor.proc.pid, signal.SIGSTOP)
+                    actor.frozen = True
+                    self.result.faults["zombie member (SIGSTOP)"] += 1
+                    self.log(f"freeze {actor.name} for {plan.freeze_for}s")
+                    self.at(self.now() + plan.freeze_for, lambda: self.thaw(actor))
+            self.at(base + plan.freeze_at, freeze)
+
+    def thaw(self, actor: Actor) -> None:
+        if actor.frozen and actor.proc.poll() is None:
+            os.killpg(actor.proc.pid, signal.SIGCONT)
+            self.log(f"thaw {actor.name}")
+        actor.frozen = False
+
+    # -- the run ---------------------------------------------------------------------------------
+    def schedule_work(self) -> None:
+        """Once the topic exists: every producer, controller step and member at its moment."""
+        base = self.now()
+        for plan in self.s.producers:
+            self.at(base + plan.start_at, lambda plan=plan: self.start_producer(plan, 0))
+        self.pending_steps = len(self.s.controller)
+        for i, step in enumerate(self.s.controller):
+            self.at(base + step.at, lambda i=i, step=step: self.start_step(i, step, 0))
+        for group in self.s.groups:
+            for index, plan in enumerate(group.members):
+                self.at(base + plan.start_at, lambda g=group, i=index, p=plan: self.start_member(g, i, p))
+                self.member_faults(base, group, index, plan)
+        self.work_ends = base + self.s.last_event
+
+    def step(self) -> None:
+        while self.events and self.events[0][0] <= time.monotonic():
+            _, _, action = heapq.heappop(self.events)
+            action()
+        for name, actor in list(self.actors.items()):
+            rc = actor.proc.poll()
+            if rc is None:
+                if self.now() - actor.started > ACTOR_TIMEOUT_S and actor.kind != "member" and not actor.frozen:
+                    self.result.problems.append(f"{name}: still running after {ACTOR_TIMEOUT_S:.0f}s")
+                    self.kill(name, "timeout")
+                continue
+            del self.actors[name]
+            actor.on_exit(rc)
+
+    def busy(self) -> bool:
+        return (not self.created or bool(self.pending_producers) or self.pending_steps > 0
+                or self.now() < getattr(self, "work_ends", 0) or any(a.kind != "member" for a in self.actors.values()))
+
+    def run(self) -> ScheduleResult:
+        started = time.monotonic()
+        self.t0 = time.monotonic()
+        (self.dir / "stop").mkdir(parents=True, exist_ok=True)
+        self.write_inputs()
+        self.start_create(self.s.create_crash)
+        try:
+            deadline = self.t0 + DRAIN_TIMEOUT_S * 3
+            while self.busy() and time.monotonic() < deadline:
+                self.step()
+                time.sleep(0.1)
+            if self.busy():
+                self.result.problems.append("the schedule's work did not finish in time")
+            self.drain()
+        finally:
+            for name in list(self.actors):
+                actor = self.actors[name]
+                if actor.frozen:
+                    self.thaw(actor)
+                self.kill(name, "end of schedule")
+            for actor in list(self.actors.values()):
+                actor.proc.wait()
+        self.check()
+        self.result.seconds = time.monotonic() - started
+        (self.dir / "result.json").write_text(json.dumps(self.result.to_dict(), indent=2))
+        return self.result
+
+    def drain(self) -> None:
+        """Every group consumes every live partition to its log end, then its members leave."""
+        for actor in list(self.actors.values()):
+            self.thaw(actor)
+        self.log("draining: every group consumes to the log end")
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        behind: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for group in self.s.groups:
+                if not self.members[group.name]:
+                    self.start_member(group, 0, MemberPlan(start_at=0))
+            behind = {g.name: why for g in self.s.groups if (why := drain_gap(self.root, TOPIC, g.name))}
+            if not behind:
+                break
+            for _ in range(20):
+                self.step()
+                time.sleep(0.1)
+        for group, why in behind.items():
+            self.result.problems.append(f"group {group} did not drain in {DRAIN_TIMEOUT_S:.0f}s: {why}")
+        self.stopping = True
+        for group in self.s.groups:
+            (self.dir / "stop" / group.name).write_text("stop")
+        end = time.monotonic() + 90
+        while any(a.kind == "member" for a in self.actors.values()) and time.monotonic() < end:
+            self.step()
+            time.sleep(0.1)
+
+    def check(self) -> None:
+        acked: dict[str, set[int]] = {}
+        for plan in self.s.producers:
+            path = self.dir / "acks" / f"{plan.producer_id}.jsonl"
+            seqs: set[int] = set()
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    ack = json.loads(line)
+                    seqs.update(range(ack["lo"], ack["hi"]))
+            acked[plan.producer_id] = seqs
+        inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.s.producers if not p.bad_input}
+        found = checker.check(self.root, TOPIC, inputs, acked, {g.name: f"{self.root}/sinks/{g.name}" for g in self.s.groups})
+        self.result.anomalies = {k: v for k, v in found.counts.items() if v}
+        if self.result.problems:
+            self.result.anomalies["actor_failure_or_stuck"] = len(self.result.problems)
+        self.result.samples = {k: v for k, v in found.samples.items() if v}
+        self.result.stats = dict(found.stats)
+        self.result.operations["records produced"] = found.stats.get("log_records", 0)
+        for plan in self.s.producers:
+            if plan.bad_input:
+                self.result.operations["bad input producers"] += 1
+
+
+def drain_gap(root: str, topic: str, group: str) -> str | None:
+    """Why ``group`` has not consumed every live partition to its log end (None: it has). Read with delta-rs."""
+    history = [r for r in checker.read_current(f"{root}/control/topics") if r["topic"] == topic]
+    if not history:
+        return "no topic"
+    latest = max(history, key=lambda r: r["topic_version"])
+    live = {p["partition"] for p in latest["partitions"] if p["mode"] != "None"}
+    ends: dict[int, int] = defaultdict(int)
+    for r in checker.read_changes(f"{root}/topics/{topic}"):
+        ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
+    positions: dict[int, int] = {}
+    commits = [c for c in checker.read_changes(f"{root}/control/offset_commits")
+               if c["group"] == group and c["topic"] == topic and c["kind"] in ("commit", "revoke") and c["offset"] >= 0]
+    for c in sorted(commits, key=lambda c: c["_commit_version"]):
+        positions[c["partition"]] = c["offset"]
+    gaps = {p: (positions.get(p, 0), ends.get(p, 0)) for p in sorted(live) if positions.get(p, 0) < ends.get(p, 0)}
+    return ", ".join(f"p{p} at {pos} of {end}" for p, (pos, end) in gaps.items()) or None

@@ -1,0 +1,194 @@
+"""A campaign schedule, drawn from a seed: who produces, resizes, consumes and fails, and when.
+
+Pure: ``draw(seed)`` always returns the same schedule, so a failing seed can be re-run and kept
+as a regression test. Times are seconds from the schedule's start. Execution is truly concurrent
+(``chaos.runner``), so two runs of one seed interleave differently; what a seed fixes is the
+plan of operations and faults.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+
+PRODUCER_CRASHES = ("produce:after_write", "produce:after_commit")
+CONTROLLER_CRASHES = {
+    "alter": ("alter:before_record", "alter:after_record", "alter:after_apply"),
+    "tick": ("retire:before_record", "retire:after_record", "retire:after_apply", "retire:after_purge"),
+}
+MEMBER_CRASHES = ("group:after_revoke", "group:after_propose", "group:after_acquire",
+                  "consume:after_sink_commit", "consume:after_offset_commit")
+TIMEZONES = ("UTC", "Asia/Tokyo", "America/Los_Angeles")
+MAX_PARTITIONS = 8
+
+
+@dataclass(frozen=True)
+class ProducerPlan:
+    producer_id: str
+    records: int
+    batch: int
+    start_at: float
+    kill_after: tuple[float, ...] = ()  # SIGKILL the n-th run this long after it started; then re-run
+    crash_at: str | None = None  # the first run dies at this crash point; then re-run
+    own_jvm: bool = False
+    bad_input: bool = False  # a malformed line: must fail with exit 1 and write nothing
+
+
+@dataclass(frozen=True)
+class ControllerStep:
+    at: float
+    kind: str  # "alter" or "tick"
+    partitions: int | None = None
+    delay: float | None = None
+    racers: int = 1  # controllers running the same step at once
+    crash_at: str | None = None  # the first racer dies here; the runner re-runs the step
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    start_at: float
+    kill_at: float | None = None  # SIGKILL, then a new member after restart_after
+    restart_after: float = 2.0
+    freeze_at: float | None = None  # SIGSTOP for freeze_for seconds: a zombie, expelled meanwhile
+    freeze_for: float = 0.0
+    lag_s: float = 0.0  # sleep after each batch: a lagging consumer
+    crash_at: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    name: str
+    protocol: str
+    assignor: str
+    batch: int
+    members: tuple[MemberPlan, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    partitions: int
+    keys: int
+    producers: tuple[ProducerPlan, ...]
+    controller: tuple[ControllerStep, ...]
+    groups: tuple[GroupPlan, ...]
+    session_ms: int = 9_000
+    heartbeat_ms: int = 1_500
+    create_crash: bool = False  # the first topic creation dies between the log table and the record
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def last_event(self) -> float:
+        times = [p.start_at for p in self.producers] + [s.at for s in self.controller]
+        for g in self.groups:
+            for m in g.members:
+                times += [t for t in (m.start_at, m.kill_at, m.freeze_at) if t is not None]
+        return max(times, default=0.0)
+
+
+def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerStep]:
+    """Resizes and ticks at random moments, tracking the expected count so targets make sense;
+    after a shrink, often a retirement and a grow back over the retired numbers."""
+    steps: list[ControllerStep] = []
+    count, marked = partitions, set()
+    t = rng.uniform(3, 6)
+    planned: list[tuple[str, dict]] = []
+    for _ in range(rng.randint(3, 6)):
+        planned.append((rng.choices(["grow", "shrink", "tick", "tick_delay"], [3, 3, 2, 1])[0], {}))
+    queue = list(planned)
+    while queue:
+        kind, _ = queue.pop(0)
+        racers = 1
+        crash = None
+        if kind == "grow":
+            target = min(MAX_PARTITIONS, count + rng.randint(1, 3))
+            if target == count:
+                kind = "shrink"
+            else:
+                if not any(q in marked for q in range(count, target)):
+                    count = target
+                racers = 2 if rng.random() < 0.25 else 1
+                crash = rng.choice(CONTROLLER_CRASHES["alter"]) if rng.random() < 0.3 else None
+                steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, racers=racers, crash_at=crash))
+        if kind == "shrink":
+            if count <= 1:
+                continue
+            target = rng.randint(max(1, count - 2), count - 1)
+            marked |= set(range(target, count))
+            count = target
+            crash = rng.choice(CONTROLLER_CRASHES["alter"]) if rng.random() < 0.3 else None
+            steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, crash_at=crash))
+            if rng.random() < 0.5:  # retire at once, then grow back over the retired numbers
+                queue[:0] = [("tick", {}), ("grow", {})]
+        elif kind in ("tick", "tick_delay"):
+            delay = 0.0 if kind == "tick" else round(rng.uniform(1, 6), 1)
+            if delay == 0.0:
+                marked.clear()
+            crash = rng.choice(CONTROLLER_CRASHES["tick"]) if rng.random() < 0.3 else None
+            steps.append(ControllerStep(at=round(t, 1), kind="tick", delay=delay, crash_at=crash))
+        t += rng.uniform(3, 7)
+    return steps
+
+
+def _members(rng: random.Random, start: float, lag: float, session_s: float) -> tuple[MemberPlan, ...]:
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        kill = freeze = None
+        fault = rng.random()
+        if fault < 0.25:
+            kill = round(start + rng.uniform(4, 25), 1)
+        elif fault < 0.45:
+            freeze = round(start + rng.uniform(4, 25), 1)
+        crash = rng.choice(MEMBER_CRASHES) if rng.random() < 0.25 else None
+        out.append(MemberPlan(start_at=round(start + rng.uniform(0, 3), 1), kill_at=kill,
+                              restart_after=round(rng.uniform(1, 4), 1), freeze_at=freeze,
+                              freeze_for=round(session_s * rng.uniform(1.3, 2.0), 1), lag_s=lag, crash_at=crash))
+    return tuple(out)
+
+
+def draw(seed: int) -> Schedule:
+    """The schedule of ``seed``."""
+    rng = random.Random(seed)
+    partitions = rng.randint(2, 4)
+    producers = []
+    for i in range(rng.randint(2, 4)):
+        producers.append(ProducerPlan(
+            producer_id=f"p{i}", records=rng.randint(150, 350), batch=rng.randint(30, 80),
+            start_at=round(rng.uniform(0, 10), 1),
+            kill_after=(round(rng.uniform(2, 10), 1),) if rng.random() < 0.5 else (),
+            crash_at=f"{rng.choice(PRODUCER_CRASHES)}@{rng.randint(1, 3)}" if rng.random() < 0.3 else None,
+            own_jvm=i == 0 and rng.random() < 0.5,
+        ))
+    if rng.random() < 0.3:
+        producers.append(ProducerPlan(producer_id="bad", records=40, batch=20, start_at=round(rng.uniform(0, 15), 1),
+                                      bad_input=True))
+    session_ms = 9_000
+    late = rng.choice(["eager", "coop"])
+    lagging = rng.choice(["eager", "coop"])
+    groups = []
+    for name, protocol, assignor in (("eager", "eager", rng.choice(["range", "roundrobin", "sticky"])),
+                                     ("coop", "cooperative", "cooperative-sticky")):
+        start = rng.uniform(12, 25) if name == late else rng.uniform(0, 4)
+        lag = round(rng.uniform(0.3, 1.2), 1) if name == lagging else 0.0
+        groups.append(GroupPlan(name=name, protocol=protocol, assignor=assignor, batch=rng.randint(20, 60),
+                                members=_members(rng, start, lag, session_ms / 1000)))
+    return Schedule(
+        seed=seed, partitions=partitions, keys=rng.randint(8, 30), producers=tuple(producers),
+        controller=tuple(_controller_steps(rng, partitions)), groups=tuple(groups), session_ms=session_ms,
+        create_crash=rng.random() < 0.15,
+        notes=[f"late group: {late}", f"lagging group: {lagging}"],
+    )
+
+
+def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:
+    """The records of a producer's input file (deterministic per seed and producer)."""
+    rng = random.Random(f"{schedule.seed}/{plan.producer_id}")
+    return [{"key": f"k{rng.randrange(schedule.keys)}", "value": f"{plan.producer_id}:{i}"} for i in range(plan.records)]
+
+
+def timezone_for(schedule: Schedule, actor: str) -> str:
+    """Each actor process runs under a time zone of its own (UTC, UTC+9, UTC-8)."""
+    return random.Random(f"{schedule.seed}/tz/{actor}").choice(TIMEZONES)

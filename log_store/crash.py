@@ -1,0 +1,59 @@
+"""Named crash points: where the fault campaign and the crash tests kill a lakelog process.
+
+A process started with ``LAKELOG_CRASH_AT=step`` (or ``step@n`` for the n-th time it gets
+there, or several, comma-separated) dies with ``os._exit(86)`` at that step, as a process killed
+by the operating system would: no ``finally``, no commit, nothing flushed. Every step that can
+leave work half done has a name here, so ``chaos`` can enumerate them all. Never set this
+variable in production.
+"""
+
+from __future__ import annotations
+
+import os
+
+CRASH_ENV = "LAKELOG_CRASH_AT"
+CRASH_EXIT_CODE = 86
+
+POINTS: dict[str, str] = {
+    "create:after_log_table": "topic create: the log table exists, the topic's record does not",
+    "produce:after_write": "producer: a batch's files are written, not committed",
+    "produce:after_commit": "producer: a batch is committed, the producer has not heard back",
+    "consume:after_sink_commit": "consumer: a batch is in the sink, the group's positions are not committed",
+    "consume:after_offset_commit": "consumer: a batch and its positions are committed",
+    "group:after_revoke": "group member: it committed and gave up its partitions, it has not joined",
+    "group:after_propose": "group leader: the generation is written, the fence is not raised",
+    "group:after_acquire": "group member: it claimed its partitions, it has not started delivering",
+    "alter:before_record": "controller alter: planned, nothing recorded",
+    "alter:after_record": "controller alter: the change is recorded, not applied to the log",
+    "alter:after_apply": "controller alter: recorded and applied",
+    "retire:before_record": "controller tick: retirement planned, nothing recorded",
+    "retire:after_record": "controller tick: retirement recorded, not applied to the log",
+    "retire:after_apply": "controller tick: retirement applied, rows not deleted",
+    "retire:after_purge": "controller tick: the retired partitions' rows are deleted",
+}
+
+_hits: dict[str, int] = {}
+
+
+def _wanted(spec: str, step: str) -> int | None:
+    """The hit number at which ``step`` should crash according to ``spec``, or None."""
+    for part in spec.split(","):
+        name, _, nth = part.strip().partition("@")
+        if name == step:
+            return int(nth or 1)
+    return None
+
+
+def crash_point(step: str) -> None:
+    """Die here if ``$LAKELOG_CRASH_AT`` names ``step`` (and this is the chosen hit)."""
+    if step not in POINTS:
+        raise KeyError(f"unregistered crash point {step!r}; add it to log_store.crash.POINTS")
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    nth = _wanted(spec, step)
+    if nth is None:
+        return
+    _hits[step] = _hits.get(step, 0) + 1
+    if _hits[step] == nth:
+        os._exit(CRASH_EXIT_CODE)

@@ -1,0 +1,170 @@
+"""The campaign's checker on hand-made roots (written with delta-rs, no Spark): each anomaly class
+is planted once and must be reported, and a clean root must report none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from chaos.checker import check
+
+TP = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
+LOG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
+                 ("key", pa.binary()), ("value", pa.binary()), ("producer_id", pa.string()), ("sequence", pa.int64())])
+SINK = pa.schema([("topic", pa.string()), *LOG])
+TOPICS = pa.schema([("topic", pa.string()), ("topic_version", pa.int32()), ("partitions", pa.list_(pa.struct([
+    ("partition", pa.int32()), ("leader_epoch", pa.int32()), ("mode", pa.string()), ("end_offset", pa.int64())])))])
+GENERATIONS = pa.schema([("group", pa.string()), ("generation", pa.int32()),
+                         ("members", pa.list_(pa.struct([("member_id", pa.string())]))),
+                         ("assignment", pa.list_(pa.struct([("member_id", pa.string()), ("partitions", pa.list_(TP))]))),
+                         ("topic_versions", pa.map_(pa.string(), pa.int32()))])
+COMMITS = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                     ("generation", pa.int32()), ("member_id", pa.string()), ("kind", pa.string()),
+                     ("end_offset", pa.int64())])
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+class Root:
+    """A root written by hand: every call is one Delta commit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.inputs: dict[str, str] = {}
+
+    def _write(self, table: str, schema: pa.Schema, rows: list[dict]) -> None:
+        write_deltalake(str(self.path / table), pa.Table.from_pylist(rows, schema), mode="append", configuration=CDF)
+
+    def producer(self, pid: str, keys: list[str]) -> None:
+        path = self.path.parent / f"{pid}.jsonl"
+        path.write_text("".join(json.dumps({"key": k, "value": f"{pid}:{i}"}) + "\n" for i, k in enumerate(keys)))
+        self.inputs[pid] = str(path)
+
+    def append(self, *records: tuple, pid: str = "p") -> None:
+        """records: (partition, offset, epoch, key, sequence)."""
+        self._write("topics/t", LOG, [dict(partition=p, offset=o, leader_epoch=e, key=k.encode(), value=b"v",
+                                           producer_id=pid, sequence=s) for p, o, e, k, s in records])
+
+    def deliver(self, group: str, *records: tuple, pid: str = "p") -> None:
+        self._write(f"sinks/{group}", SINK, [dict(topic="t", partition=p, offset=o, leader_epoch=e, key=k.encode(),
+                                                  value=b"v", producer_id=pid, sequence=s) for p, o, e, k, s in records])
+
+    def topic(self, version: int, partitions: list[tuple]) -> None:
+        """partitions: (partition, mode, end_offset or None)."""
+        self._write("control/topics", TOPICS, [dict(topic="t", topic_version=version, partitions=[
+            dict(partition=p, leader_epoch=0, mode=m, end_offset=end) for p, m, end in partitions])])
+
+    def generation(self, group: str, n: int, assignment: dict[str, list[int]], topic_version: int = 1) -> None:
+        self._write("control/group_generations", GENERATIONS, [dict(
+            group=group, generation=n, members=[{"member_id": m} for m in assignment],
+            assignment=[{"member_id": m, "partitions": [{"topic": "t", "partition": p} for p in ps]}
+                        for m, ps in assignment.items()],
+            topic_versions=[("t", topic_version)])])
+
+    def commit(self, group: str, member: str, generation: int, kind: str, positions: dict[int, int],
+               end: int | None = None) -> None:
+        self._write("control/offset_commits", COMMITS, [dict(group=group, topic="t", partition=p, offset=o,
+                                                             generation=generation, member_id=member, kind=kind,
+                                                             end_offset=end) for p, o in positions.items()])
+
+    def check(self, groups=("g",), acked: dict | None = None):
+        inputs = {pid: range(len(Path(path).read_text().splitlines())) for pid, path in self.inputs.items()}
+        return check(str(self.path), "t", self.inputs, acked if acked is not None else inputs,
+                     {g: str(self.path / "sinks" / g) for g in groups})
+
+
+@pytest.fixture()
+def clean(tmp_path) -> Root:
+    """Two partitions, four records of keys a and b, delivered in order by group g's two members."""
+    root = Root(tmp_path / "root")
+    root.producer("p", ["a", "b", "a", "b"])
+    root.topic(1, [(0, "ReadWrite", None), (1, "ReadWrite", None)])
+    root.append((0, 0, 0, "a", 0), (1, 0, 0, "b", 1))
+    root.append((0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    root.generation("g", 1, {"m1": [0], "m2": [1]})
+    root.commit("g", "m1", 1, "acquire", {0: 0})
+    root.commit("g", "m2", 1, "acquire", {1: 0})
+    return root
+
+
+def anomalies(found) -> dict[str, int]:
+    return {k: v for k, v in found.counts.items() if v}
+
+
+def test_clean_root_has_no_anomaly(clean):
+    clean.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1))
+    clean.commit("g", "m1", 1, "commit", {0: 1})
+    clean.deliver("g", (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    clean.commit("g", "m1", 1, "commit", {0: 2})
+    found = clean.check()
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["delivered[g]"] == 4
+
+
+def test_log_anomalies(clean):
+    clean.producer("q", ["c", "c", "c"])
+    clean.append((0, 2, 0, "a", 2))  # p#2 again, at a fresh offset: a duplicate append
+    clean.append((0, 2, 0, "z", 9))  # offset 2 of p0 reused, and p#9 was never produced
+    clean.append((1, 5, 0, "b", 3), pid="q")  # a gap in p1 (2..4), q's key is wrong
+    clean.append((1, 6, -1, "c", 2), (1, 7, 0, "c", 1), pid="q")  # epoch down; q/c's sequence down
+    found = clean.check(groups=(), acked={"p": range(4), "q": range(3)})
+    assert anomalies(found) == {"log_duplicate": 1, "offset_reuse": 1, "log_phantom": 2, "offset_gap": 3,
+                                "epoch_decrease": 1, "log_key_reorder": 1, "lost_acknowledged": 1}, found.summary()
+
+
+def test_sink_duplicate_reorder_phantom_and_undelivered(clean):
+    clean.deliver("g", (0, 1, 0, "a", 2))
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))  # a before its predecessor's delivery; 0@1 twice
+    clean.deliver("g", (1, 9, 0, "b", 1))  # no such log record
+    found = clean.check()
+    assert anomalies(found) == {"delivery_reorder": 1, "sink_duplicate": 1, "sink_phantom": 1, "undelivered": 2}
+
+
+def test_expired_records_must_be_reported(clean):
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])  # p1 retired at its end 2
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    found = clean.check()
+    assert anomalies(found) == {"expired_unreported": 2}
+    clean.commit("g", "m2", 1, "expired", {1: 0}, end=2)
+    found = clean.check()
+    assert anomalies(found) == {} and found.stats["expired[g]"] == 2
+
+
+def test_partitions_retired_before_a_group_started_are_not_expected(clean):
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    clean.generation("late", 1, {"x": [0]}, topic_version=2)
+    clean.deliver("late", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    found = clean.check(groups=("late",))
+    assert anomalies(found) == {}, found.summary()
+
+
+def test_ownership_and_position_anomalies(clean):
+    clean.generation("g", 1, {"m1": [0], "m2": [0]})  # generation 1 again, p0 twice
+    clean.commit("g", "m2", 1, "acquire", {0: 0})  # m1 still holds p0 in generation 1
+    clean.commit("g", "m1", 1, "commit", {0: 2})
+    clean.commit("g", "m1", 1, "commit", {0: 1})
+    clean.commit("g", "m1", 1, "commit", {1: 7})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 0, 0, "b", 1), (1, 1, 0, "b", 3))
+    found = clean.check()
+    assert anomalies(found) == {"duplicate_generation": 1, "two_owners": 2, "position_backwards": 1,
+                                "position_beyond_end": 1}, found.summary()
+
+
+def test_a_claim_lapses_when_its_holder_leaves_the_group(clean):
+    clean.generation("g", 2, {"m2": [0, 1]})  # m1 was expelled: its claim on p0 lapsed
+    clean.commit("g", "m2", 2, "acquire", {0: 0, 1: 0})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 0, 0, "b", 1), (1, 1, 0, "b", 3))
+    assert anomalies(clean.check()) == {}
+
+
+def test_a_claim_held_into_a_later_generation_blocks_a_new_owner(clean):
+    clean.generation("g", 2, {"m1": [1], "m2": [0]})  # m1 stayed in the group and never revoked p0
+    clean.commit("g", "m2", 2, "acquire", {0: 0})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 0, 0, "b", 1), (1, 1, 0, "b", 3))
+    assert anomalies(clean.check()) == {"two_owners": 1}
+    clean.commit("g", "m1", 2, "revoke", {0: 0})
+    clean.commit("g", "m2", 2, "acquire", {0: 0})
+    assert anomalies(clean.check()) == {"two_owners": 1}, "after the revocation the claim is fine"
