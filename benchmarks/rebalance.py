@@ -62,7 +62,7 @@ def wait_stable(tables: GroupTables, group: str, members: set[str], owned: int, 
     while time.time() < deadline:
         gen = tables.generation(group)
         if gen and gen.member_ids() == members and len(gen.owner()) == owned:
-            beats = tables.heartbeats(group, 10**9)
+            beats = tables.member_states(group)
             if all(beats[m].generation == gen.generation and beats[m].joining is None and len(beats[m].owned) ==
                    len(gen.partitions_of(m)) for m in members if m in beats) and set(beats) >= members:
                 return

@@ -95,7 +95,7 @@ def member(spark, a: dict) -> None:
             time.sleep(a["lag_s"])
 
     say("started", member=a["member_id"])
-    result = consumer.run(sink_path=a["sink"], stop=stop.exists, idle_timeout_s=1e9, on_batch=on_batch)
+    result = consumer.run(sink_path=a["sink"], stop=stop.exists, idle_timeout_s=a.get("idle_s", 1e9), on_batch=on_batch)
     say("left", result=result.model_dump(mode="json"))
 
 

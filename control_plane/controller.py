@@ -33,10 +33,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
+from control_plane.offsets import GroupOffsets
 from control_plane.records import PartitionState, TopicEvent, TopicRecord, utcnow
 from control_plane.tables import ControlTables
 from control_plane.topics import MAX_PARTITIONS
 from log_store.config import ControllerSettings
+from log_store.crash import crash_point
 from log_store.delta_txn import DeltaTransaction, conflict_name
 from log_store.errors import (
     ConcurrentAppendError,
@@ -46,25 +48,22 @@ from log_store.errors import (
     LakelogError,
     UnknownTopicError,
 )
-from log_store.topic_log import Mode, PartitionMetadata, TopicLog, TopicLogMetadata, log_end_app_id
+from log_store.topic_log import (
+    Mode,
+    PartitionMetadata,
+    TopicLog,
+    TopicLogMetadata,
+    TOPIC_VERSION_PROP,
+    end_offset_prop,
+    log_end_app_id,
+)
 
-CRASH_ENV = "LAKELOG_CONTROLLER_CRASH_AT"
-CRASH_EXIT_CODE = 86
-# The version of the record the log's metadata was last set from: keeps a slow controller from
-# rolling the log back to an older record (see ``_apply``).
-VERSION_PROP = "lakelog.topic_version"
 _ATTEMPTS = 10
 _PARTITION_DIR = re.compile(r"/partition=(-?\d+)/")
 _SWITCH_HINT = (
     "set `controller.delete_partition_enable: true` in the configuration, or "
     "LAKELOG_DELETE_PARTITION_ENABLE=true, or pass --delete-partition-enable"
 )
-
-
-def _crash_point(step: str) -> None:
-    """For tests only: die here, as a killed controller would, if $LAKELOG_CONTROLLER_CRASH_AT names ``step``."""
-    if os.environ.get(CRASH_ENV) == step:
-        os._exit(CRASH_EXIT_CODE)
 
 
 def _backoff(attempt: int) -> None:
@@ -101,7 +100,8 @@ def log_metadata(record: TopicRecord) -> TopicLogMetadata:
         topic=record.topic,
         undeleted_partition_count=record.undeleted_partition_count,
         partitions={
-            p.partition: PartitionMetadata(partition=p.partition, leader_epoch=p.leader_epoch, mode=p.mode)
+            p.partition: PartitionMetadata(partition=p.partition, leader_epoch=p.leader_epoch, mode=p.mode,
+                                           start_offset=p.start_offset)
             for p in record.partitions
         },
     )
@@ -147,6 +147,7 @@ def plan_expand(record: TopicRecord, count: int, now: datetime) -> TopicRecord:
         parts[q] = PartitionState(
             partition=q,
             leader_epoch=0 if retired is None else retired.leader_epoch + 1,
+            start_offset=0 if retired is None else retired.end_offset or 0,
             epoch_after_creation=before,
         )
     return _successor(record, TopicEvent.EXPAND, parts, count, now)
@@ -163,11 +164,13 @@ def plan_shrink(record: TopicRecord, count: int, now: datetime) -> TopicRecord:
     return _successor(record, TopicEvent.MARK_DELETION, parts, count, now)
 
 
-def plan_retire(record: TopicRecord, partitions: list[int], now: datetime) -> TopicRecord:
-    """Rule 7: the marked ``partitions`` go to mode None (out of the assignment); the count stays."""
+def plan_retire(record: TopicRecord, ends: dict[int, int], now: datetime) -> TopicRecord:
+    """Rule 7: the marked partitions (-> their final log end) go to mode None (out of the
+    assignment); the count stays. The record keeps each one's end: a group that had not read
+    that far reports the rest expired, and a reused number's offsets continue after it."""
     parts = {p.partition: p for p in record.partitions}
-    for p in partitions:
-        parts[p] = parts[p].model_copy(update={"mode": Mode.NONE, "retired_at": now})
+    for p, end in ends.items():
+        parts[p] = parts[p].model_copy(update={"mode": Mode.NONE, "retired_at": now, "end_offset": end})
     return _successor(record, TopicEvent.RETIRE, parts, record.undeleted_partition_count, now)
 
 
@@ -214,11 +217,11 @@ class TopicController:
             )
         now = utcnow()
         target = plan_expand(record, partitions, now) if partitions > k else plan_shrink(record, partitions, now)
-        _crash_point("alter:before_record")
+        crash_point("alter:before_record")
         if self._insert(target):
-            _crash_point("alter:after_record")
+            crash_point("alter:after_record")
             self._apply(topic, target)
-            _crash_point("alter:after_apply")
+            crash_point("alter:after_apply")
             return result.model_copy(update={"undeleted_partition_count": partitions,
                                              "topic_version": target.topic_version, "event": target.event})
         winner = self._read(topic, target.topic_version)
@@ -267,23 +270,40 @@ class TopicController:
             if not marked:
                 return result
             now = utcnow()
-            holding = self._partitions_with_rows(record.location) - self._delivered_by_every_group(topic, record)
+            ends = {p: pm.end_offset for p, pm in TopicLog(self.spark, record.location).metadata().partitions.items()
+                    if pm.end_offset is not None}
+            drained = self._drained(topic, {p.partition: (p.start_offset, ends[p.partition]) for p in marked})
             left = {p.partition: delay - (now - p.marked_for_deletion_at).total_seconds() for p in marked}
-            due = [p for p, s in left.items() if p not in holding or s <= 0]
+            due = [p for p, s in left.items() if p in drained or s <= 0]
             waiting = {p: round(s, 3) for p, s in left.items() if p not in due}
             if not due:
                 return result.model_copy(update={"waiting": waiting})
-            target = plan_retire(record, due, now)
-            _crash_point("retire:before_record")
+            target = plan_retire(record, {p: ends[p] for p in due}, now)
+            crash_point("retire:before_record")
             if not self._insert(target):
                 continue  # another controller changed the topic first: start over from its result
-            _crash_point("retire:after_record")
+            crash_point("retire:after_record")
             self._apply(topic, target)
-            _crash_point("retire:after_apply")
+            crash_point("retire:after_apply")
             purged = self._purge(target.location)
             return result.model_copy(update={"topic_version": target.topic_version, "retired": due,
                                              "purged": purged, "waiting": waiting})
         raise ConcurrentTopicChangeError(f"'{topic}' kept changing under the controller's tick; run it again")
+
+    def _drained(self, topic: str, spans: dict[int, tuple[int, int]]) -> set[int]:
+        """Marked partitions (-> [start, end) of their records) that hold nothing, or that every
+        group with an interest in ``topic`` has consumed to the end.
+
+        A group has an interest once a member of it subscribed to the topic or it committed a
+        position on it, whether it has committed on the marked partition yet or not: a group
+        that has not read a partition has not drained it. lakelog keeps records until
+        retirement, so "log start == log end" (the source's drained) only holds for empty ones. A
+        topic no group reads yet keeps its records for the delay: a group may still come for them.
+        """
+        offsets = GroupOffsets(self.spark, self.layout.root)
+        positions = [offsets.committed(group, topic) for group in offsets.interested_groups(topic)]
+        return {p for p, (start, end) in spans.items()
+                if end <= start or (positions and all(pos.get(p, start) >= end for pos in positions))}
 
     def _resume(self, topic: str) -> tuple[TopicRecord, bool]:
         record, applied = self._apply(topic)
@@ -328,6 +348,10 @@ class TopicController:
         older one; it fails if the metadata changes after that snapshot. So a slow controller
         can never roll the log back to an older record: a newer one applied before our snapshot
         is seen, one applied after it fails our commit (and the retry sees it).
+
+        The same commit fixes each newly marked partition's final log end (``end_offset``): it
+        depends on the partition's log end, so an append that lands first makes it retry, and
+        no append can land after it. New partition numbers get their log end 0.
         """
         record = record or self._latest(topic)
         wanted = log_metadata(record)
@@ -335,59 +359,28 @@ class TopicController:
             txn = DeltaTransaction.start(self.spark, record.location)
             conf = txn.configuration()
             # A log never touched by the controller is as ``topics create`` made it: version 1.
-            if int(conf.get(VERSION_PROP, "1")) >= record.topic_version or TopicLogMetadata.from_properties(conf) == wanted:
+            if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
                 return record, False
+            known = txn.snapshot_app_versions()
+            props = {**wanted.to_properties(), TOPIC_VERSION_PROP: str(record.topic_version)}
+            drop = []
+            for p, pm in wanted.partitions.items():
+                key = end_offset_prop(p)
+                if pm.mode is Mode.READ_WRITE:
+                    drop += [key] if key in conf else []
+                elif key in conf:
+                    props[key] = conf[key]
+                else:
+                    txn.app_version(log_end_app_id(p))
+                    props[key] = str(max(known.get(log_end_app_id(p), 0), 0))
+            new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
+                        if log_end_app_id(p) not in known}
             try:
-                self._commit_properties(txn, conf, {**wanted.to_properties(), VERSION_PROP: str(record.topic_version)})
+                txn.commit_properties(props, drop, new_ends)
                 return record, True
             except ConcurrentAppendError:
                 _backoff(attempt)
         raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again")
-
-    def _commit_properties(self, txn: DeltaTransaction, conf: dict[str, str], props: dict[str, str]) -> None:
-        """One SET TBLPROPERTIES commit inside ``txn`` (an ALTER TABLE would start its own, later snapshot)."""
-        jvm = self.spark._jvm
-        delta = jvm.org.apache.spark.sql.delta
-
-        def scala_map(d: dict[str, str]):
-            jmap = jvm.java.util.HashMap()
-            for k, v in d.items():
-                jmap.put(k, v)
-            return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jmap)
-
-        meta = txn.jtxn.metadata()
-        new = meta.copy(meta.id(), meta.name(), meta.description(), meta.format(), meta.schemaString(),
-                        meta.partitionColumns(), scala_map({**conf, **props}), meta.createdTime())
-        changed = {k: v for k, v in props.items() if conf.get(k) != v}
-        operation = getattr(delta, "DeltaOperations$SetTableProperties")(scala_map(changed))
-        try:
-            txn.jtxn.updateMetadata(new, False)
-            txn.jtxn.commit(jvm.scala.collection.JavaConverters.asScalaBuffer(jvm.java.util.ArrayList()).toSeq(),
-                            operation)
-        except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
-            name = conflict_name(exc)
-            if name:
-                raise ConcurrentAppendError(f"the log's metadata changed first ({name})") from None
-            raise LakelogError(f"setting the log's metadata failed: {str(exc).splitlines()[0]}") from exc
-
-    def _delivered_by_every_group(self, topic: str, record: TopicRecord) -> set[int]:
-        """Partitions every group that consumes ``topic`` has consumed to the log end.
-
-        lakelog keeps records until retirement (no retention), so "log start == log end" only
-        holds for empty partitions; a marked partition that every consuming group has drained
-        is as good as empty to them. A topic no group consumed has none.
-        """
-        commits = self.tables.read("offset_commits").where((F.col("topic") == topic) & (F.col("partition") >= 0))
-        rows = commits.groupBy("group", "partition").agg(F.max("offset").alias("offset")).collect()
-        if not rows:
-            return set()
-        ends = TopicLog(self.spark, record.location).log_end_offsets()
-        groups = {r["group"] for r in rows}
-        reached: dict[int, set[str]] = {}
-        for r in rows:
-            if r["offset"] >= ends.get(r["partition"], 0):
-                reached.setdefault(r["partition"], set()).add(r["group"])
-        return {p for p, gs in reached.items() if gs == groups}
 
     def _partitions_with_rows(self, location: str) -> set[int]:
         """Partitions that still have data files (from the Delta snapshot: no data is read)."""
@@ -397,18 +390,16 @@ class TopicController:
     def _purge(self, location: str) -> list[int]:
         """Delete the rows of retired (mode None) partitions that still have any; return those.
 
-        Which partitions are retired and where their logs end come from one log snapshot, and
-        only offsets below those ends are deleted: a number reused by a later expansion never
-        loses its new rows (they start at the old log end) to a slow controller's purge.
+        Only offsets below each partition's final end (fixed at its mark) are deleted, so a
+        number reused by a later expansion never loses its new rows, which start at that end.
         """
-        txn = DeltaTransaction.start(self.spark, location)
-        meta = TopicLogMetadata.from_properties(txn.configuration())
-        retired = {p for p, pm in meta.partitions.items() if pm.mode is Mode.NONE}
-        holding = sorted(retired & self._partitions_with_rows(location)) if retired else []
+        meta = TopicLog(self.spark, location).metadata()
+        ends = {p: pm.end_offset for p, pm in meta.partitions.items()
+                if pm.mode is Mode.NONE and pm.end_offset is not None}
+        holding = sorted(set(ends) & self._partitions_with_rows(location)) if ends else []
         if not holding:
             return []
-        versions = txn.snapshot_app_versions()
-        ends = {p: max(versions.get(log_end_app_id(p), 0), 0) for p in holding}
+        ends = {p: ends[p] for p in holding}
         cond = " OR ".join(f"(partition = {p} AND offset < {end})" for p, end in ends.items())
         for attempt in range(_ATTEMPTS):
             try:
@@ -418,5 +409,5 @@ class TopicController:
                 if not conflict_name(exc) or attempt == _ATTEMPTS - 1:
                     raise
                 _backoff(attempt)
-        _crash_point("retire:after_purge")
+        crash_point("retire:after_purge")
         return holding

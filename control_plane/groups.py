@@ -20,12 +20,14 @@ source's rules for members on mixed protocols, writes the generation and raises 
 
 from __future__ import annotations
 
+import itertools
+import random
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
@@ -33,9 +35,11 @@ from pyspark.sql import functions as F
 
 from control_plane.assignors import Subscription, assign_lists, assignor
 from control_plane.layout import RootLayout
-from control_plane.offsets import GroupOffsets, PartitionLag
+from control_plane.liveness import Liveness
+from control_plane.offsets import GroupOffsets, PartitionLag, expired_ranges
 from control_plane.records import (
     CommitKind,
+    ExpiredRange,
     GenerationMember,
     GenerationRecord,
     Handover,
@@ -43,15 +47,16 @@ from control_plane.records import (
     MemberHeartbeat,
     MemberState,
     PartitionPosition,
+    TopicEvent,
     TopicPartition,
-    utcnow,
 )
 from control_plane.tables import TABLES, ControlTables
 from control_plane.topics import TopicAdmin
 from log_store.config import GroupSettings
 from log_store.errors import ConcurrentAppendError, IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 from log_store.delta_txn import DeltaTransaction, app_version_changes, table_version
-from log_store.topic_log import Mode, TopicLog
+from log_store.crash import crash_point
+from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
 EAGER, COOPERATIVE, MIXED = "eager", "cooperative", "mixed"
 
@@ -70,7 +75,7 @@ class GroupTables:
         self.offsets = GroupOffsets(spark, root)
         self.topics = TopicAdmin(spark, root)
         self._cache: dict[tuple, tuple[int, object]] = {}
-        self._ticks: dict[str, int] = {}
+        self._ticks: dict[str, tuple[int, int | None]] = {}
         self._ticks_version: int | None = None
 
     def _cached(self, table: str, key: tuple, load: Callable[[], object]) -> object:
@@ -86,14 +91,15 @@ class GroupTables:
         """A member's state changed: append its full heartbeat row."""
         self.tables.append("group_members", [beat.model_dump()])
 
-    def tick(self, group: str, member_id: str) -> None:
-        """A member is alive: one commit setting its heartbeat time, no data written."""
+    def tick(self, group: str, member_id: str, beat: int) -> None:
+        """A member is alive: one commit setting its heartbeat counter to ``beat``, no data written."""
         self.tables.ensure()
         txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
-        txn.commit({f"{_TICK}{group}.{member_id}": int(time.time() * 1000)})
+        txn.commit({f"{_TICK}{group}.{member_id}": beat})
 
-    def ticks(self, group: str) -> dict[str, int]:
-        """Latest heartbeat time (ms) of each member, read from new commits only."""
+    def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
+        """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),
+        read from new commits only."""
         path = self.tables.path("group_heartbeats")
         version = table_version(self.spark, path)
         if version < 0:
@@ -105,28 +111,19 @@ class GroupTables:
         prefix = f"{_TICK}{group}."
         return {k[len(prefix):]: v for k, v in self._ticks.items() if k.startswith(prefix)}
 
-    def heartbeats(self, group: str, horizon_ms: int) -> dict[str, MemberHeartbeat]:
-        """Each member's latest state within ``horizon_ms``, its time raised to its latest tick."""
-        def load() -> list[MemberHeartbeat]:
-            since = utcnow() - timedelta(milliseconds=horizon_ms)
+    def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
+        """Each member's latest state row, latest in commit order (never by the writers' clocks)."""
+        def load() -> dict[str, MemberHeartbeat]:
+            if not self.tables.exists("group_members"):
+                return {}
             rows = (
-                self.tables.read("group_members")
-                .where((F.col("group") == group) & (F.col("heartbeat_at") >= F.lit(since)))
-                .collect()
+                self.tables.read("group_members").where(F.col("group") == group)
+                .groupBy("member_id").agg(F.max_by(F.struct("*"), F.col("_metadata.row_commit_version")).alias("r"))
+                .select("r.*").collect()
             )
-            return [MemberHeartbeat.model_validate(r.asDict(recursive=True)) for r in rows]
+            return {r["member_id"]: MemberHeartbeat.model_validate(r.asDict(recursive=True)) for r in rows}
 
-        latest: dict[str, MemberHeartbeat] = {}
-        for beat in self._cached("group_members", (group, horizon_ms), load):
-            seen = latest.get(beat.member_id)
-            if seen is None or beat.heartbeat_at >= seen.heartbeat_at:
-                latest[beat.member_id] = beat
-        for member, ms in self.ticks(group).items():
-            beat = latest.get(member)
-            at = datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
-            if beat is not None and at > beat.heartbeat_at:
-                latest[member] = beat.model_copy(update={"heartbeat_at": at})
-        return latest
+        return self._cached("group_members", (group,), load)
 
     def generation(self, group: str) -> GenerationRecord | None:
         gens = self.generations(group)
@@ -160,22 +157,37 @@ class GroupTables:
                 continue
         return False
 
-    def partition_lists(self, topics: Iterable[str]) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    def snapshots(self, topics: Iterable[str]) -> dict[str, LogSnapshot]:
+        """Each existing subscribed topic's log snapshot (metadata, log ends, topic version)."""
+        current = self._cached("topics", (), self.topics.current)
+        return {t: TopicLog(self.spark, current[t].location).snapshot(ends=False) for t in sorted(set(topics)) if t in current}
+
+    def partition_lists(self, topics: Iterable[str], snaps: dict[str, LogSnapshot] | None = None
+                        ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         """Undeleted (ReadWrite) and marked (ReadOnly) partitions of the subscribed topics."""
         undeleted: list[TopicPartition] = []
         marked: list[TopicPartition] = []
-        current = self._cached("topics", (), self.topics.current)
-        for topic in sorted(set(topics)):
-            if topic not in current:
-                continue
-            meta = TopicLog(self.spark, current[topic].location).metadata()
-            for p, pm in sorted(meta.partitions.items()):
+        for topic, snap in (snaps if snaps is not None else self.snapshots(topics)).items():
+            for p, pm in sorted(snap.metadata.partitions.items()):
                 tp = TopicPartition(topic=topic, partition=p)
                 if pm.mode is Mode.READ_WRITE:
                     undeleted.append(tp)
                 elif pm.mode is Mode.READ_ONLY:
                     marked.append(tp)
         return undeleted, marked
+
+    def retired_between(self, topic: str, after: int, upto: int) -> list[tuple[int, int, int]]:
+        """Partition incarnations (partition, start, end) of ``topic`` retired by a record with a
+        version in (``after``, ``upto``]."""
+        out = []
+        history = self.topics.history(topic)
+        for prev, cur in zip(history, history[1:]):
+            if after < cur.topic_version <= upto and cur.event is TopicEvent.RETIRE:
+                was = {p.partition: p for p in prev.partitions}
+                out += [(p.partition, p.start_offset, p.end_offset) for p in cur.partitions
+                        if p.mode is Mode.NONE and p.end_offset is not None
+                        and p.partition in was and was[p.partition].mode is not Mode.NONE]
+        return out
 
     def handed_over(self, group: str, handover: Handover, generation: int) -> bool:
         """True once the previous owner committed its revocation of the partition."""
@@ -195,10 +207,6 @@ class GroupTables:
 
 
 _TICK = "lakelog.heartbeat."
-
-
-def is_live(beat: MemberHeartbeat, now_ms: float) -> bool:
-    return beat.state != MemberState.LEFT.value and now_ms - beat.heartbeat_at.timestamp() * 1000 <= beat.session_timeout_ms
 
 
 # -- the leader's rules ------------------------------------------------------------------------
@@ -327,6 +335,7 @@ class GroupMember:
         settings: GroupSettings | None = None,
         member_id: str | None = None,
         listener: RebalanceListener | None = None,
+        group_positions: Callable[[str], dict[int, int]] | None = None,
     ) -> None:
         if not group:
             raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
@@ -357,7 +366,12 @@ class GroupMember:
         self._last_lists = 0.0
         self._last_row: dict | None = None
         self.published: dict[TopicPartition, int] = {}
-        self._last_row_at = 0.0
+        self.liveness = Liveness()
+        # The group's positions on a topic when this member leads (the consumer adds its sink's).
+        self.group_positions = group_positions or (lambda topic: self.tables.offsets.committed(self.group, topic))
+        self.reported: list[ExpiredRange] = []  # expiry reports this member wrote
+        # Heartbeat counts start at a random point, so a restarted member with the same id is seen to move.
+        self._beats = itertools.count(random.getrandbits(30) << 32)
         self.last_generation: GenerationRecord | None = None
         self._stopped = threading.Event()
         threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.member_id}", daemon=True).start()
@@ -378,16 +392,7 @@ class GroupMember:
             elif self.generation > 0 or self.owned:
                 self._lose(change, f"generation {gen.generation} was formed without this member")
         self._finish_handovers(change)
-        # Liveness is judged as of when the read began: a slow read must not make others look dead.
-        now_ms = time.time() * 1000
-        beats = self.tables.heartbeats(self.group, max(self.settings.rebalance_timeout_ms, self.settings.session_timeout_ms) * 2)
-        # Members: live, and either in the generation or joining a newer one. A live member left
-        # out of the generation and not rejoining is a zombie (expelled, still heartbeating).
-        live = {
-            m: b for m, b in beats.items()
-            if m == self.member_id or (is_live(b, now_ms) and (
-                gen is None or m in gen.member_ids() or (b.joining or 0) > gen.generation))
-        }
+        live = self._live_members(gen)
         reason = self._rejoin_reason(gen, live)
         if reason:
             target = max([(gen.generation if gen else 0) + 1] + [b.joining or 0 for b in live.values()])
@@ -410,7 +415,7 @@ class GroupMember:
             if self.generation > 0 or self.joining is not None:
                 if time.time() - self._last_beat >= interval:
                     try:
-                        self.tables.tick(self.group, self.member_id)
+                        self.tables.tick(self.group, self.member_id, next(self._beats))
                         self._last_beat = time.time()
                     except Exception:  # the next poll heartbeats (and reports) anyway
                         pass
@@ -451,16 +456,32 @@ class GroupMember:
 
     def published_positions(self, topic: str) -> dict[int, int]:
         """The highest position each live member published, per partition of ``topic``."""
-        now_ms = time.time() * 1000
         out: dict[int, int] = {}
-        horizon = max(self.settings.rebalance_timeout_ms, self.settings.session_timeout_ms) * 2
-        for beat in self.tables.heartbeats(self.group, horizon).values():
-            if beat.member_id == self.member_id or not is_live(beat, now_ms):
+        for beat in self.tables.member_states(self.group).values():
+            if beat.member_id == self.member_id or not self._alive(beat):
                 continue
             for pos in beat.positions:
                 if pos.topic == topic:
                     out[pos.partition] = max(out.get(pos.partition, -1), pos.offset)
         return out
+
+    def _alive(self, beat: MemberHeartbeat, as_of: float | None = None) -> bool:
+        return beat.state != MemberState.LEFT.value and self.liveness.alive(beat.member_id, beat.session_timeout_ms, as_of)
+
+    def _live_members(self, gen: GenerationRecord | None) -> dict[str, MemberHeartbeat]:
+        """Members judged alive by this member's own observation (control_plane.liveness), and
+        either in the generation or joining a newer one. A live member left out of the
+        generation and not rejoining is a zombie (expelled, still heartbeating): not counted."""
+        began = time.monotonic()  # judge as of when the read began: a slow read must not kill others
+        states = self.tables.member_states(self.group)
+        ticks = self.tables.ticks(self.group)
+        for member, state in states.items():
+            self.liveness.observe(member, (state.beat, ticks.get(member, (None, None))[0]))
+        return {
+            m: b for m, b in states.items()
+            if m == self.member_id or (self._alive(b, as_of=began) and (
+                gen is None or m in gen.member_ids() or (b.joining or 0) > gen.generation))
+        }
 
     def ready_for_warm(self, partitions: Iterable[TopicPartition]) -> None:
         """A warm-up copy caught up: ask for a rebalance that hands the partitions over."""
@@ -507,17 +528,45 @@ class GroupMember:
         waited_ms = (time.time() - self.joining_since) * 1000
         if len(joined) < len(live) and waited_ms < self.settings.rebalance_timeout_ms:
             return
-        undeleted, marked = self.tables.partition_lists(self.topics)
+        snaps = self.tables.snapshots(self.topics)
+        undeleted, marked = self.tables.partition_lists(self.topics, snaps)
+        versions = {t: snap.topic_version for t, snap in snaps.items()}
         record = plan_generation(
             self.group, target, sorted(joined, key=lambda b: b.member_id), undeleted, marked,
             self.settings.assignor, self.member_id, reason, int(waited_ms), gen,
-        )
+        ).model_copy(update={"topic_versions": versions, "expired": self._expired_since(gen, versions, joined)})
         if self.tables.propose(record):
-            self.tables.offsets.raise_fence(self.group, target, self.member_id)
+            crash_point("group:after_propose")
+            if self.tables.offsets.raise_fence(self.group, target, self.member_id, record.expired):
+                self.reported.extend(record.expired)
+
+    def _expired_since(self, gen: GenerationRecord | None, versions: dict[str, int],
+                       joined: list[MemberHeartbeat]) -> list[ExpiredRange]:
+        """The records of partitions retired since the previous generation that the group had not
+        delivered, for partitions no joined member owns (an owner reports its own on revoking).
+
+        A group's view starts at its first generation (or at the first one that subscribed to a
+        topic): partitions retired before it were never the group's to deliver.
+        """
+        if gen is None:
+            return []
+        owned = {tp for b in joined for tp in b.owned}
+        out: list[ExpiredRange] = []
+        for topic, upto in versions.items():
+            after = gen.topic_versions.get(topic)
+            if after is None:
+                continue
+            retired = [r for r in self.tables.retired_between(topic, after, upto)
+                       if TopicPartition(topic=topic, partition=r[0]) not in owned]
+            if retired:
+                out += expired_ranges(topic, retired, self.group_positions(topic),
+                                      self.tables.offsets.expired(self.group, topic))
+        return out
 
     def _adopt(self, gen: GenerationRecord, positions: PositionsFn, change: MembershipChange) -> None:
         """Take the new generation's assignment: revoke what left, claim what came."""
-        self.tables.offsets.raise_fence(self.group, gen.generation, gen.leader)  # if the leader died first
+        if self.tables.offsets.raise_fence(self.group, gen.generation, gen.leader, gen.expired):  # if the leader died first
+            self.reported.extend(gen.expired)
         mine = set(gen.partitions_of(self.member_id))
         self.generation = gen.generation
         self.joining = None
@@ -553,6 +602,7 @@ class GroupMember:
         except IllegalGenerationError:
             self._lose(change, "claim fenced")
             return
+        crash_point("group:after_acquire")
         self.owned.update(claim)
         self.warm -= set(claim)
         self.warm_ready -= set(claim)
@@ -578,13 +628,32 @@ class GroupMember:
             found = self.tables.offsets.committed(self.group, topic)
             committed.update({TopicPartition(topic=topic, partition=p): o for p, o in found.items()})
         rows = {tp: where.get(tp, committed.get(tp, -1)) for tp in partitions}
+        expired = self._expired_on_revoke(rows)
         try:
-            self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.REVOKE)
+            self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.REVOKE,
+                                                 expired)
         except IllegalGenerationError:
             self._lose(change, "revocation fenced")
             return
+        crash_point("group:after_revoke")
+        self.reported.extend(expired)
         self.owned -= set(partitions)
         change.revoked.extend(partitions)
+
+    def _expired_on_revoke(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
+        """An owner giving up a retired partition it had not read to the end reports the rest."""
+        out: list[ExpiredRange] = []
+        for topic in sorted({tp.topic for tp in rows}):
+            snap = self.tables.snapshots([topic]).get(topic)
+            if snap is None:
+                continue
+            retired = [(tp.partition, pm.start_offset, pm.end_offset) for tp in rows if tp.topic == topic
+                       and (pm := snap.metadata.partitions.get(tp.partition)) is not None
+                       and pm.mode is Mode.NONE and pm.end_offset is not None]
+            if retired:
+                positions = {tp.partition: o for tp, o in rows.items() if tp.topic == topic and o >= 0}
+                out += expired_ranges(topic, retired, positions, self.tables.offsets.expired(self.group, topic))
+        return out
 
     def _lose(self, change: MembershipChange, why: str) -> None:
         """Expelled: drop every partition without committing (Kafka's onPartitionsLost)."""
@@ -612,12 +681,12 @@ class GroupMember:
             positions=[PartitionPosition(topic=tp.topic, partition=tp.partition, offset=o)
                        for tp, o in sorted(self.published.items(), key=lambda kv: str(kv[0])) if tp in self.owned],
         )
-        content = beat.model_dump(exclude={"heartbeat_at", "unassigned_ms"})
-        if content != self._last_row or time.time() - self._last_row_at > 60:
-            self.tables.heartbeat(beat)
-            self._last_row, self._last_row_at = content, time.time()
+        content = beat.model_dump(exclude={"heartbeat_at", "unassigned_ms", "beat"})
+        if content != self._last_row:  # a state row is a heartbeat too: it carries the next count
+            self.tables.heartbeat(beat.model_copy(update={"beat": next(self._beats)}))
+            self._last_row = content
         else:
-            self.tables.tick(self.group, self.member_id)
+            self.tables.tick(self.group, self.member_id, next(self._beats))
         self._last_beat = time.time()
         return beat
 
@@ -640,7 +709,8 @@ class MemberDescription(BaseModel):
     live: bool
     partitions: list[str]
     warmups: list[str]
-    last_heartbeat: str
+    last_heartbeat: str  # UTC, as the member's own clock wrote it
+    heartbeat_age_s: float
     unassigned_ms: int
     rebalances: int
 
@@ -657,10 +727,16 @@ class GroupDescription(BaseModel):
     revoked_total: int
     members: list[MemberDescription]
     partitions: list[PartitionLag]
+    expired: list[ExpiredRange] = []  # records retired before the group read them (reported, never silent)
 
 
 def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescription:
-    """Members, generation, protocol, each member's partitions, committed offsets and lag."""
+    """Members, generation, protocol, each member's partitions, committed offsets and lag.
+
+    For display only, a member's ``live`` and heartbeat age compare the epoch time its last
+    heartbeat carries with this host's clock. The group's own decisions never do that: members
+    judge each other by observation (control_plane.liveness).
+    """
     tables = GroupTables(spark, root)
     gens = tables.generations(group)
     try:
@@ -671,19 +747,23 @@ def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescripti
         lags = []
     gen = gens[-1] if gens else None
     now_ms = time.time() * 1000
-    beats = tables.heartbeats(group, 24 * 3600 * 1000)
+    beats = tables.member_states(group)
+    ticks = tables.ticks(group)
     owner = {str(tp): m for tp, m in gen.owner().items()} if gen else {}
     members = []
     for m in sorted(beats.values(), key=lambda b: b.member_id):
-        live = is_live(m, now_ms)
+        row_ms = m.heartbeat_at.replace(tzinfo=timezone.utc).timestamp() * 1000  # naive datetimes are UTC
+        last_ms = max(row_ms, ticks.get(m.member_id, (0, None))[1] or 0)
+        age_s = max(now_ms - last_ms, 0) / 1000
+        live = m.state != MemberState.LEFT.value and age_s * 1000 <= m.session_timeout_ms
         if not live and (gen is None or m.member_id not in gen.member_ids()):
             continue
         members.append(MemberDescription(
             member_id=m.member_id, host=m.host, protocol=m.protocol, state=m.state, live=live,
             partitions=sorted((tp for tp, o in owner.items() if o == m.member_id)),
             warmups=[str(tp) for tp in gen.warmups_of(m.member_id)] if gen else [],
-            last_heartbeat=m.heartbeat_at.isoformat(timespec="seconds"), unassigned_ms=m.unassigned_ms,
-            rebalances=m.rebalances,
+            last_heartbeat=datetime.fromtimestamp(last_ms / 1000, timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds"),
+            heartbeat_age_s=round(age_s, 1), unassigned_ms=m.unassigned_ms, rebalances=m.rebalances,
         ))
     live_ids = {m.member_id for m in members if m.live}
     if not live_ids:
@@ -696,8 +776,31 @@ def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescripti
         group=group, state=state, generation=gen.generation if gen else 0, protocol=gen.protocol if gen else "",
         assignor=gen.assignor if gen else "", leader=gen.leader if gen else "", rebalances=len(gens),
         revoked_last=gen.revoked if gen else 0, revoked_total=sum(g.revoked for g in gens),
-        members=members, partitions=lags,
+        members=members, partitions=lags, expired=tables.offsets.expired_ranges(group),
     )
+
+
+# -- what a group was to deliver ---------------------------------------------------------------
+class DeliveryView(BaseModel):
+    """What ``group`` owes on ``topic``: every record ever appended, except the partition
+    incarnations retired before the group's first generation (``before_view``: partition -> end
+    of the last one), and less what it reported expired."""
+
+    group: str
+    topic: str
+    first_topic_version: int
+    before_view: dict[int, int]
+    expired: list[ExpiredRange]
+
+
+def delivery_view(spark: SparkSession, root: str, group: str, topic: str) -> DeliveryView:
+    tables = GroupTables(spark, root)
+    first = next((g.topic_versions[topic] for g in tables.generations(group) if topic in g.topic_versions), 0)
+    before: dict[int, int] = {}
+    for p, _start, end in tables.retired_between(topic, 0, first):
+        before[p] = max(before.get(p, 0), end)
+    expired = [r for r in tables.offsets.expired_ranges(group) if r.topic == topic]
+    return DeliveryView(group=group, topic=topic, first_topic_version=first, before_view=before, expired=expired)
 
 
 # -- history checks ----------------------------------------------------------------------------

@@ -10,20 +10,41 @@ of the same fenced kind, so the table's history shows who owned what and when.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
-from control_plane.records import CommitKind, OffsetCommit, TopicPartition
+from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
 from control_plane.tables import TABLES, ControlTables
 from control_plane.topics import TopicAdmin
 from log_store.delta_txn import DeltaTransaction
 from log_store.errors import ConcurrentAppendError, IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 
 
+# Rows that move a position (claims, fences and expiry reports do not).
+POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value)
+# The Delta commit version of each row (row tracking is on for the control tables).
+COMMIT_ORDER = "_metadata.row_commit_version"
+
+
 def fence_property(group: str) -> str:
     return f"lakelog.fence.{group}"
+
+
+def expired_ranges(topic: str, retired: Iterable[tuple[int, int, int]], positions: dict[int, int],
+                   reported: set[tuple[int, int]]) -> list[ExpiredRange]:
+    """What a group must report expired: for each retired partition incarnation (partition,
+    start, end) where the group's position is below the end, unless already reported (partition,
+    end). A partition without a position was not read at all: everything from its start expired."""
+    out = []
+    for p, start, end in sorted(retired):
+        first = max(positions.get(p, start), start)
+        if first < end and (p, end) not in reported:
+            out.append(ExpiredRange(topic=topic, partition=p, first=first, end=end))
+    return out
 
 
 class PartitionLag(BaseModel):
@@ -54,6 +75,7 @@ class GroupOffsets:
         generation: int = 0,
         member_id: str = "",
         kind: CommitKind = CommitKind.COMMIT,
+        expired: list[ExpiredRange] = (),
     ) -> None:
         """Commit positions (or claims) in one commit; fenced when ``generation`` > 0.
 
@@ -62,13 +84,13 @@ class GroupOffsets:
         """
         if not group:
             raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
-        if not positions:
+        if not positions and not expired:
             return
         rows = [
             OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
                          member_id=member_id, kind=kind.value).model_dump()
             for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))
-        ]
+        ] + [self._expired_row(group, r, generation, member_id) for r in expired]
         if generation <= 0:
             self.tables.append("offset_commits", rows)
             return
@@ -81,11 +103,50 @@ class GroupOffsets:
         conf = DeltaTransaction.start(self.spark, self.tables.path("offset_commits")).configuration()
         return int(conf.get(fence_property(group), 0))
 
-    def raise_fence(self, group: str, generation: int, leader: str) -> bool:
-        """Raise the fence to ``generation`` (idempotent); False if it already was there."""
+    def raise_fence(self, group: str, generation: int, leader: str, expired: list[ExpiredRange] = ()) -> bool:
+        """Raise the fence to ``generation`` (idempotent); False if it already was there.
+
+        The generation's expiry reports (decided by its leader) are written with the raise, so
+        exactly once, whoever raises it first.
+        """
         row = OffsetCommit(group=group, topic="", partition=-1, offset=generation, generation=generation,
                            member_id=leader, kind=CommitKind.GENERATION.value).model_dump()
-        return self._fenced(group, [row], generation, leader, raise_version=generation)
+        rows = [row] + [self._expired_row(group, r, generation, leader) for r in expired]
+        return self._fenced(group, rows, generation, leader, raise_version=generation)
+
+    @staticmethod
+    def _expired_row(group: str, r: ExpiredRange, generation: int, member_id: str) -> dict:
+        return OffsetCommit(group=group, topic=r.topic, partition=r.partition, offset=r.first, end_offset=r.end,
+                            generation=generation, member_id=member_id, kind=CommitKind.EXPIRED.value).model_dump()
+
+    def report_expired(self, group: str, ranges: list[ExpiredRange], generation: int = 0, member_id: str = "") -> None:
+        """Record expired ranges (one commit; fenced when ``generation`` > 0)."""
+        if not ranges:
+            return
+        rows = [self._expired_row(group, r, generation, member_id) for r in ranges]
+        if generation <= 0:
+            self.tables.append("offset_commits", rows)
+        else:
+            self._fenced(group, rows, generation, member_id, raise_version=None)
+
+    def expired(self, group: str, topic: str) -> set[tuple[int, int]]:
+        """(partition, end) of every range ``group`` reported expired on ``topic``."""
+        if not self.tables.exists("offset_commits"):
+            return set()
+        rows = (self.tables.read("offset_commits")
+                .where((F.col("group") == group) & (F.col("topic") == topic) & (F.col("kind") == CommitKind.EXPIRED.value))
+                .select("partition", "end_offset").collect())
+        return {(r["partition"], r["end_offset"]) for r in rows}
+
+    def expired_ranges(self, group: str) -> list[ExpiredRange]:
+        """Every range ``group`` reported expired, for ``groups describe`` and the audit."""
+        if not self.tables.exists("offset_commits"):
+            return []
+        rows = (self.tables.read("offset_commits")
+                .where((F.col("group") == group) & (F.col("kind") == CommitKind.EXPIRED.value))
+                .select("topic", "partition", "offset", "end_offset").collect())
+        return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
+                       for r in rows), key=lambda r: (r.topic, r.partition, r.first))
 
     def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None) -> bool:
         self.tables.ensure()
@@ -111,15 +172,29 @@ class GroupOffsets:
         raise ConcurrentAppendError(f"could not commit to group '{group}' after 50 attempts: too much contention")
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
-        """Latest committed offset per partition (empty if the group never committed)."""
+        """Latest committed offset per partition (empty if the group never committed).
+
+        Latest in commit order (each row's Delta commit version, from row tracking), never by
+        the writers' clocks: two members' clocks may disagree, the table's commit order cannot.
+        """
+        if not self.tables.exists("offset_commits"):
+            return {}
         rows = (
             self.tables.read("offset_commits")
-            .where((F.col("group") == group) & (F.col("topic") == topic) & (F.col("partition") >= 0) & (F.col("offset") >= 0))
+            .where((F.col("group") == group) & (F.col("topic") == topic) & (F.col("partition") >= 0)
+                   & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
             .groupBy("partition")
-            .agg(F.max_by("offset", "committed_at").alias("offset"))
+            .agg(F.max_by("offset", F.col(COMMIT_ORDER)).alias("offset"))
             .collect()
         )
         return {r["partition"]: int(r["offset"]) for r in rows}
+
+    def interested_groups(self, topic: str) -> list[str]:
+        """Groups that subscribed to ``topic`` (a member joined for it) or committed on it."""
+        commits = self.tables.read("offset_commits").where((F.col("topic") == topic) & (F.col("partition") >= 0))
+        members = self.tables.read("group_members").where(F.array_contains("topics", topic))
+        rows = commits.select("group").union(members.select("group")).distinct().collect()
+        return sorted(r["group"] for r in rows)
 
     def groups(self) -> list[str]:
         rows = self.tables.read("offset_commits").where("partition >= 0").select("group").distinct().collect()

@@ -61,9 +61,29 @@ TOPIC_SCHEMA = (
     "topic STRING NOT NULL, topic_version INT NOT NULL, event STRING NOT NULL, location STRING NOT NULL, "
     "partition_count INT NOT NULL, undeleted_partition_count INT NOT NULL, "
     "partitions ARRAY<STRUCT<partition: INT, leader_epoch: INT, mode: STRING, "
+    "start_offset: BIGINT, end_offset: BIGINT, "
     "epoch_after_creation: MAP<INT, INT>, epoch_before_deletion: MAP<INT, INT>, "
-    "marked_for_deletion_at: TIMESTAMP, retired_at: TIMESTAMP>>, changed_at TIMESTAMP, changed_by STRING"
+    "marked_for_deletion_at: TIMESTAMP_NTZ, retired_at: TIMESTAMP_NTZ>>, changed_at TIMESTAMP_NTZ, changed_by STRING"
 )
+
+
+class ExpiredRange(BaseModel):
+    """Records [first, end) of a retired partition that a group can no longer deliver: the
+    partition was retired (its deletion delay passed) before the group read that far."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    partition: int
+    first: int
+    end: int
+
+    @property
+    def records(self) -> int:
+        return self.end - self.first
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} offsets {self.first}..{self.end - 1} ({self.records} records)"
 
 
 class OffsetCommit(BaseModel):
@@ -80,11 +100,12 @@ class OffsetCommit(BaseModel):
     committed_at: datetime = Field(default_factory=utcnow)
     metadata: str = ""
     kind: str = "commit"
+    end_offset: int | None = None  # kind "expired": the records [offset, end_offset) can no longer be delivered
 
 
 OFFSET_SCHEMA = (
     "`group` STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
-    "generation INT, member_id STRING, committed_at TIMESTAMP, metadata STRING, kind STRING"
+    "generation INT, member_id STRING, committed_at TIMESTAMP_NTZ, metadata STRING, kind STRING, end_offset BIGINT"
 )
 
 
@@ -109,6 +130,7 @@ class CommitKind(str, Enum):
     ACQUIRE = "acquire"
     REVOKE = "revoke"
     GENERATION = "generation"
+    EXPIRED = "expired"  # records of a retired partition the group can no longer deliver
 
 
 class MemberState(str, Enum):
@@ -147,8 +169,9 @@ class MemberHeartbeat(BaseModel):
     rebalance_timeout_ms: int = 60_000
     unassigned_ms: int = 0
     rebalances: int = 0
-    heartbeat_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime = Field(default_factory=utcnow)  # the writer's clock: shown, never compared
     host: str = ""
+    beat: int = 0  # the member's heartbeat counter: liveness is a counter observed to move
 
 
 class MemberAssignment(BaseModel):
@@ -198,6 +221,8 @@ class GenerationRecord(BaseModel):
     rebalance_ms: int = 0
     reason: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+    topic_versions: dict[str, int] = Field(default_factory=dict)  # the topic versions the leader planned with
+    expired: list[ExpiredRange] = Field(default_factory=list)  # records retired before the group read them
 
     def partitions_of(self, member_id: str) -> list[TopicPartition]:
         return next((a.partitions for a in self.assignment if a.member_id == member_id), [])
@@ -217,7 +242,7 @@ MEMBER_SCHEMA = (
     f"joining INT, protocol STRING, assignor STRING, topics ARRAY<STRING>, owned ARRAY<{TP_DDL}>, "
     f"previous ARRAY<{TP_DDL}>, warm_ready ARRAY<{TP_DDL}>, warmup BOOLEAN, "
     "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, session_timeout_ms INT, "
-    "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP, host STRING"
+    "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP_NTZ, host STRING, beat BIGINT"
 )
 
 GENERATION_SCHEMA = (
@@ -226,5 +251,6 @@ GENERATION_SCHEMA = (
     f"assignment ARRAY<STRUCT<member_id: STRING, partitions: ARRAY<{TP_DDL}>, warmups: ARRAY<{TP_DDL}>>>, "
     f"partitions ARRAY<{TP_DDL}>, marked ARRAY<{TP_DDL}>, "
     "handovers ARRAY<STRUCT<topic: STRING, partition: INT, from_member: STRING, to_member: STRING>>, "
-    "revoked INT, rebalance_ms BIGINT, reason STRING, created_at TIMESTAMP"
+    "revoked INT, rebalance_ms BIGINT, reason STRING, created_at TIMESTAMP_NTZ, topic_versions MAP<STRING, INT>, "
+    "expired ARRAY<STRUCT<topic: STRING, partition: INT, first: BIGINT, end: BIGINT>>"
 )

@@ -17,8 +17,14 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA
-from log_store.delta_txn import conflict_name
-from log_store.errors import ConcurrentAppendError
+from log_store.delta_txn import DeltaTransaction, conflict_name
+from log_store.errors import ConcurrentAppendError, StorageError
+
+_CHECKED: set[str] = set()
+
+# The layout of the tables under a root; a root written by another layout is refused, not misread.
+FORMAT_PROP = "lakelog.format"
+FORMAT_VERSION = 2
 
 TABLES = {
     "topics": TOPIC_SCHEMA,
@@ -29,6 +35,10 @@ TABLES = {
     # to write and to read back from the commit files; the table holds no rows.
     "group_heartbeats": "`group` STRING",
 }
+# Every control table: the change feed (``table_changes``) and row tracking (each row's commit
+# version, ``_metadata.row_commit_version``: "latest" means latest in commit order).
+COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableRowTracking": "true",
+                     FORMAT_PROP: str(FORMAT_VERSION)}
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"}}
 
 
@@ -42,10 +52,26 @@ class ControlTables:
     def path(self, name: str) -> str:
         return self.layout.control(name)
 
+    def check_format(self) -> None:
+        """Refuse a root whose control tables were written in another layout (once per root)."""
+        if self.layout.root in _CHECKED:
+            return
+        path = self.path("topics")
+        if DeltaTable.isDeltaTable(self.spark, path):
+            found = DeltaTransaction.start(self.spark, path).configuration().get(FORMAT_PROP)
+            if found != str(FORMAT_VERSION):
+                raise StorageError(
+                    f"the root {self.layout.root} was written by an older lakelog (control-plane format "
+                    f"{found or 1}; this lakelog writes format {FORMAT_VERSION}): nothing was read or written. "
+                    "Use a new --root, or move the old root aside"
+                )
+        _CHECKED.add(self.layout.root)
+
     def ensure(self) -> None:
         """Create any missing control table (safe to race: a lost race finds the table made)."""
         if getattr(self, "_ensured", False):
             return
+        self.check_format()
         for name, schema in TABLES.items():
             path = self.path(name)
             if DeltaTable.isDeltaTable(self.spark, path):
@@ -55,9 +81,8 @@ class ControlTables:
                     DeltaTable.createIfNotExists(self.spark)
                     .location(path)
                     .addColumns(self.spark.createDataFrame([], schema).schema)
-                    .property("delta.enableChangeDataFeed", "true")
                 )
-                for key, value in TABLE_PROPERTIES.get(name, {}).items():
+                for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
                     builder = builder.property(key, value)
                 builder.execute()
             except Exception:  # a racing process created it first: fine if the table is there
@@ -69,6 +94,8 @@ class ControlTables:
         return DeltaTable.isDeltaTable(self.spark, self.path(name))
 
     def read(self, name: str) -> DataFrame:
+        """The table's rows (none if it does not exist yet; ``_metadata`` only when it does)."""
+        self.check_format()
         if not self.exists(name):
             return self.spark.createDataFrame([], TABLES[name])
         return self.spark.read.format("delta").load(self.path(name))
@@ -122,11 +149,16 @@ class ControlTables:
             gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"]
         )
         commits = names["offset_commits"].where("partition >= 0")
-        names["group_offsets"] = commits.groupBy("group", "topic", "partition").agg(
-            F.max_by("offset", "committed_at").alias("offset"),
-            F.max("committed_at").alias("committed_at"),
-            F.max_by("generation", "committed_at").alias("generation"),
+        order = F.col("_metadata.row_commit_version") if self.exists("offset_commits") else F.lit(0)
+        positions = commits.where(F.col("kind").isin("commit", "revoke") & (F.col("offset") >= 0))
+        names["group_offsets"] = positions.groupBy("group", "topic", "partition").agg(
+            F.max_by("offset", order).alias("offset"),
+            F.max_by("committed_at", order).alias("committed_at"),
+            F.max_by("generation", order).alias("generation"),
         )
+        names["expired_records"] = names["offset_commits"].where("kind = 'expired'").select(
+            "group", "topic", "partition", F.col("offset").alias("first_offset"), "end_offset",
+            (F.col("end_offset") - F.col("offset")).alias("records"), "member_id", "committed_at")
         for name, df in names.items():
             df.createOrReplaceTempView(name)
         for row in current.select("topic", "location").collect():

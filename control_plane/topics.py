@@ -23,6 +23,8 @@ from log_store.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from log_store.crash import crash_point
+from log_store.delta_txn import table_version
 from log_store.topic_log import Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -56,6 +58,7 @@ class TopicAdmin:
         self.spark = spark
         self.layout = RootLayout(root)
         self.tables = ControlTables(spark, self.layout)
+        self._history: dict[str, tuple[int, list[TopicRecord]]] = {}
 
     # -- reads -------------------------------------------------------------------------------
     def current(self) -> dict[str, TopicRecord]:
@@ -64,6 +67,20 @@ class TopicAdmin:
         w = Window.partitionBy("topic").orderBy(F.col("topic_version").desc())
         rows = df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n").collect()
         return {r["topic"]: TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows}
+
+    def history(self, topic: str) -> list[TopicRecord]:
+        """Every record of ``topic``, oldest first (cached per version of the topics table)."""
+        version = table_version(self.spark, self.tables.path("topics"))
+        if self._history.get(topic, (None,))[0] != version:
+            rows = self.tables.read("topics").where(F.col("topic") == topic).collect()
+            records = sorted((TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows), key=lambda r: r.topic_version)
+            self._history[topic] = (version, records)
+        return self._history[topic][1]
+
+    def latest_version(self, topic: str) -> int:
+        """The version of ``topic``'s latest record (0 if it has none)."""
+        history = self.history(topic)
+        return history[-1].topic_version if history else 0
 
     def get(self, topic: str) -> TopicRecord:
         found = self.current().get(topic)
@@ -126,6 +143,7 @@ class TopicAdmin:
         location = self.layout.topic(topic)
         wanted = TopicLogMetadata.initial(topic, partitions)
         log = TopicLog.create(self.spark, location, wanted)
+        crash_point("create:after_log_table")
         found = log.metadata()
         if found.undeleted_partition_count != partitions or len(found.partitions) != partitions:
             raise TopicExistsError(

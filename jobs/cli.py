@@ -217,6 +217,10 @@ def consume(c: Context, topic: str, group: str, output: str | None, max_records:
             emit(summary, True)
         else:
             stderr.print(f"consumed {result.records} records in {result.batches} batches ({result.seconds:.1f}s)")
+        expired = getattr(result, "expired", 0)
+        if expired:
+            stderr.print(f"warning: {expired} records of retired partitions expired before group {group} read them "
+                         f"(`lakelog groups describe --group {group}` lists them)", style="yellow", highlight=False)
 
 
 # -- groups ------------------------------------------------------------------------------------

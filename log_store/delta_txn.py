@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +47,7 @@ class WrittenFile:
     """What Delta recorded about one data file written in a transaction (for counting)."""
 
     partition_values: dict[str, str]
-    num_records: int
+    num_records: int | None  # None when Delta collected no statistics
     min_values: dict
     max_values: dict
 
@@ -83,11 +83,13 @@ class DeltaTransaction:
         jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
         return {str(k): int(v) for k, v in jmap.items()}
 
-    def set_properties(self, properties: Mapping[str, str]) -> None:
-        """Change table properties in this transaction's commit (a metadata update: every
-        concurrent commit to the table then conflicts, so it acts as a fence)."""
+    def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
+        """Change (and remove) table properties in this transaction's commit (a metadata update:
+        every concurrent commit to the table then conflicts, so it acts as a fence)."""
         meta = self.jtxn.metadata()
         conf = meta.configuration()
+        for key in drop:
+            conf = getattr(conf, "$minus")(key)
         for key, value in properties.items():
             conf = conf.updated(key, value)
         self._actions.add(meta.copy(
@@ -116,11 +118,24 @@ class DeltaTransaction:
             values = converters.mapAsJavaMap(action.partitionValues())
             out.append(WrittenFile(
                 partition_values={str(k): str(v) for k, v in values.items()},
-                num_records=int(stats.get("numRecords", 0)),
+                num_records=int(stats["numRecords"]) if "numRecords" in stats else None,
                 min_values=stats.get("minValues", {}),
                 max_values=stats.get("maxValues", {}),
             ))
         return out
+
+    def commit_properties(self, properties: Mapping[str, str], drop: Iterable[str] = (),
+                          app_versions: Mapping[str, int] | None = None) -> int:
+        """One commit that only changes table properties (and sets ``app_versions``), recorded
+        as SET TBLPROPERTIES in the table's history."""
+        self.set_properties(properties, drop)
+        jvm = self.spark._jvm
+        jmap = jvm.java.util.HashMap()
+        for k, v in properties.items():
+            jmap.put(k, v)
+        operation = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$SetTableProperties")(
+            jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jmap))
+        return self._commit(app_versions or {}, operation)
 
     def commit(self, app_versions: Mapping[str, int], user_metadata: str | None = None) -> int:
         """Commit the written files and set ``app_versions`` in one commit; return the version.
@@ -130,15 +145,18 @@ class DeltaTransaction:
         ten times slower.) Raises ConcurrentAppendError on a conflicting concurrent commit.
         """
         jvm = self.spark._jvm
+        meta = jvm.scala.Some(user_metadata) if user_metadata else jvm.scala.Option.empty()
+        none = jvm.scala.Option.empty()
+        write_op = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$Write")
+        return self._commit(app_versions, write_op(jvm.org.apache.spark.sql.SaveMode.Append, none, none, meta))
+
+    def _commit(self, app_versions: Mapping[str, int], operation: Any) -> int:
+        jvm = self.spark._jvm
         now = jvm.scala.Some(int(time.time() * 1000))
         set_txn = getattr(jvm, _DELTA_PKG).actions.SetTransaction
         for app_id, version in app_versions.items():
             self._actions.add(set_txn(app_id, int(version), now))
         seq = jvm.scala.collection.JavaConverters.asScalaBuffer(self._actions).toSeq()
-        meta = jvm.scala.Some(user_metadata) if user_metadata else jvm.scala.Option.empty()
-        none = jvm.scala.Option.empty()
-        write_op = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$Write")
-        operation = write_op(jvm.org.apache.spark.sql.SaveMode.Append, none, none, meta)
         try:
             return int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
@@ -164,16 +182,18 @@ def table_version(spark: SparkSession, path: str) -> int:
     return int(log.update(False, none, none).version())
 
 
-def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, int]:
-    """Latest version of each application id starting with ``prefix`` set in commits after
-    ``since``, read from the commit files themselves: no Spark job, no state reconstruction."""
+def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
+    """Latest (version, lastUpdated ms of the writer's clock) of each application id starting with
+    ``prefix`` set in commits after ``since``, read from the commit files themselves: no Spark
+    job, no state reconstruction."""
     log = getattr(spark._jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, int | None]] = {}
     changes = log.getChanges(since + 1, False)
     while changes.hasNext():
         for action in spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2()):
             if action.getClass().getSimpleName() == "SetTransaction" and action.appId().startswith(prefix):
-                found[str(action.appId())] = int(action.version())
+                updated = action.lastUpdated()
+                found[str(action.appId())] = (int(action.version()), int(updated.get()) if updated.isDefined() else None)
     return found
 
 

@@ -63,6 +63,11 @@ class SetupError(LakelogError):
     """The environment is missing something (Java, Maven, Delta jars); the message says what to run."""
 
 
+class TableConfigError(LakelogError):
+    """A Delta table is configured in a way lakelog cannot write to safely (the message names the
+    setting and how to change it); nothing was written."""
+
+
 class StorageError(LakelogError):
     """The root cannot be read or written (permissions, missing mount)."""
 

@@ -33,11 +33,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from log_store.delta_txn import DeltaTransaction, app_versions
+from log_store.crash import crash_point
+from log_store.delta_txn import DeltaTransaction
 from log_store.errors import (
     ConcurrentAppendError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
+    TableConfigError,
     UnknownTopicError,
 )
 
@@ -60,6 +62,8 @@ PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "produc
 _PREFIX = "lakelog."
 COUNT_PROP = "lakelog.undeleted_partition_count"
 TOPIC_PROP = "lakelog.topic"
+# The version of the topic's control-plane record the metadata was last set from (1: as created).
+TOPIC_VERSION_PROP = "lakelog.topic_version"
 
 
 class Mode(str, Enum):
@@ -71,11 +75,20 @@ class Mode(str, Enum):
 
 
 class PartitionMetadata(BaseModel):
+    """One partition's metadata as every append and read obeys it.
+
+    ``start_offset`` is the first offset of this incarnation of the partition number (a number
+    reused after retirement continues after the old log end); ``end_offset`` is the final log
+    end, fixed when the partition was marked for deletion (no append can land after the mark).
+    """
+
     model_config = ConfigDict(frozen=True)
 
     partition: int
     leader_epoch: int = 0
     mode: Mode = Mode.READ_WRITE
+    start_offset: int = 0
+    end_offset: int | None = None
 
 
 class TopicLogMetadata(BaseModel):
@@ -100,6 +113,10 @@ class TopicLogMetadata(BaseModel):
         for p, meta in self.partitions.items():
             props[f"lakelog.partition.{p}.leader_epoch"] = str(meta.leader_epoch)
             props[f"lakelog.partition.{p}.mode"] = meta.mode.value
+            if meta.start_offset:
+                props[start_offset_prop(p)] = str(meta.start_offset)
+            if meta.end_offset is not None:
+                props[end_offset_prop(p)] = str(meta.end_offset)
         return props
 
     @classmethod
@@ -114,6 +131,33 @@ class TopicLogMetadata(BaseModel):
             undeleted_partition_count=int(props.get(COUNT_PROP, "0")),
             partitions={p: PartitionMetadata(**f) for p, f in sorted(fields.items())},
         )
+
+
+def start_offset_prop(partition: int) -> str:
+    return f"lakelog.partition.{partition}.start_offset"
+
+
+def end_offset_prop(partition: int) -> str:
+    return f"lakelog.partition.{partition}.end_offset"
+
+
+class LogSnapshot(BaseModel):
+    """One consistent view of a log: its Delta version, metadata and every partition's log end.
+
+    Consumers plan a batch on a snapshot and read it at the same version, so a retirement's
+    purge committed meanwhile can never make a read come back short.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    topic_version: int
+    metadata: TopicLogMetadata
+    log_ends: dict[int, int]
+
+    def readable(self) -> list[int]:
+        """Partitions consumers read: undeleted and marked ones, not retired ones."""
+        return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
 
 
 class AppendResult(BaseModel):
@@ -132,8 +176,27 @@ def log_end_app_id(partition: int) -> str:
     return f"lakelog.log_end.{partition}"
 
 
-def producer_app_id(producer_id: str, partition: int) -> str:
-    return f"lakelog.producer.{producer_id}.{partition}"
+def producer_app_id(producer_id: str) -> str:
+    """The producer's high-water mark: the highest sequence it has committed to any partition.
+
+    Producer-wide, not per partition: after a resize a record hashes to another partition, and a
+    per-partition mark there would not know it was already written.
+    """
+    return f"lakelog.producer.{producer_id}"
+
+
+RETENTION_PROP = "delta.setTransactionRetentionDuration"
+
+
+def check_set_transactions_kept(conf: dict[str, str], path: str) -> None:
+    """Fail closed if the table lets Delta expire set transactions (log ends, producer marks, sink
+    positions): an expired log end would make the next append reuse offsets."""
+    if RETENTION_PROP in conf:
+        raise TableConfigError(
+            f"the Delta table at {path} sets {RETENTION_PROP}={conf[RETENTION_PROP]}, which expires the set "
+            "transactions lakelog keeps its log end offsets, producer sequences and sink positions in; nothing was "
+            f"written. Remove it: ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{RETENTION_PROP}')"
+        )
 
 
 def _map_lookup(mapping: dict[int, int], column: str) -> Column:
@@ -170,7 +233,29 @@ class TopicLog:
         for key, value in metadata.to_properties().items():
             builder = builder.property(key, value)
         builder.execute()
-        return cls(spark, path)
+        log = cls(spark, path)
+        log.ensure_log_ends(list(metadata.partitions))
+        return log
+
+    def ensure_log_ends(self, partitions: list[int]) -> None:
+        """Record log end 0 for partitions that have none yet (one commit; idempotent).
+
+        Every partition has a log end from its creation on, so a missing one can only mean an
+        expired set transaction, and the append refuses to guess (it would reuse offsets).
+        """
+        for attempt in range(10):
+            txn = DeltaTransaction.start(self.spark, self.path)
+            known = txn.snapshot_app_versions()
+            missing = [p for p in partitions if log_end_app_id(p) not in known]
+            if not missing:
+                return
+            for p in missing:
+                txn.app_version(log_end_app_id(p))
+            try:
+                txn.commit({log_end_app_id(p): 0 for p in missing}, json.dumps({"lakelog": "log_ends", "partitions": missing}))
+                return
+            except ConcurrentAppendError:
+                time.sleep(0.05 * (attempt + 1))
 
     # -- metadata --------------------------------------------------------------------------
     def metadata(self) -> TopicLogMetadata:
@@ -220,21 +305,24 @@ class TopicLog:
         per partition come back from the written files' Delta stats, so no extra pass is needed.
         """
         txn = DeltaTransaction.start(self.spark, self.path)
-        meta = TopicLogMetadata.from_properties(txn.configuration())
+        conf = txn.configuration()
+        check_set_transactions_kept(conf, self.path)
+        meta = TopicLogMetadata.from_properties(conf)
         if meta.undeleted_partition_count != expected_count:
             raise InvalidPartitionMetadataError(
                 f"stale partition count: producer has {expected_count}, topic {meta.topic} has "
                 f"{meta.undeleted_partition_count}; refresh metadata and re-partition"
             )
         writable = [p for p, pm in meta.partitions.items() if pm.mode is Mode.READ_WRITE]
-        # Read every partition's log end and sequence without depending on them; after the
-        # write, depend only on the partitions written, so appends to others never conflict.
+        # Read every partition's log end and the producer's mark without depending on them; after
+        # the write, depend only on what the commit moves, so appends to other partitions never conflict.
         known = txn.snapshot_app_versions()
         bases = {p: max(known.get(log_end_app_id(p), 0), 0) for p in writable}
         data = records
+        mark = -1
         if producer_id:
-            last_seq = {p: known.get(producer_app_id(producer_id, p), -1) for p in writable}
-            data = data.where(F.col("sequence") > F.coalesce(_map_lookup(last_seq, "partition"), F.lit(-1)))
+            mark = known.get(producer_app_id(producer_id), -1)
+            data = data.where(F.col("sequence") > F.lit(mark))
         order = Window.partitionBy("partition").orderBy("sequence")
         out = data.select(
             "partition",
@@ -244,11 +332,18 @@ class TopicLog:
             "key", "value", "headers", "timestamp", "producer_id", "sequence",
         )
         counts: dict[int, int] = {}
-        max_seq: dict[int, int] = {}
+        max_seq = mark
         for f in txn.write(out):
+            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
+                raise TableConfigError(
+                    f"Delta wrote files without statistics to {self.path} (is spark.databricks.delta.stats.collect "
+                    "false, or delta.dataSkippingNumIndexedCols 0?); lakelog counts appended records from them, so "
+                    "nothing was committed. Turn statistics collection back on."
+                )
             p = int(f.partition_values["partition"])
             counts[p] = counts.get(p, 0) + f.num_records
-            max_seq[p] = max(max_seq.get(p, -1), int(f.max_values.get("sequence", -1)))
+            if producer_id:
+                max_seq = max(max_seq, int(f.max_values["sequence"]))
         not_writable = sorted(set(counts) - set(writable))
         if not_writable:  # the written files are never committed; VACUUM removes them
             p = not_writable[0]
@@ -258,28 +353,37 @@ class TopicLog:
             )
         if not counts:
             return AppendResult(version=None, ranges={})
+        lost = sorted(p for p in counts if log_end_app_id(p) not in known)
+        if lost:
+            raise TableConfigError(
+                f"the log end offset of partition {lost[0]} is missing from the Delta log of {self.path} (an expired "
+                "set transaction?); appending would reuse offsets, so nothing was written. Restore the table's "
+                "set transactions (see README, Storage format) before producing again"
+            )
+        crash_point("produce:after_write")
         for p in counts:  # the commit now fails if another writer moved these partitions
             txn.app_version(log_end_app_id(p))
-            if producer_id:
-                txn.app_version(producer_app_id(producer_id, p))
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
         if producer_id:
-            versions.update({producer_app_id(producer_id, p): max_seq[p] for p in counts})
+            txn.app_version(producer_app_id(producer_id))  # and if the same producer committed meanwhile
+            versions[producer_app_id(producer_id)] = max_seq
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
         info = {"lakelog": "append", "producer_id": producer_id, "undeleted_partition_count": expected_count,
                 "ranges": {str(p): list(r) for p, r in sorted(ranges.items())}}
         version = txn.commit(versions, json.dumps(info))
+        crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges)
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.path)
 
-    def read(self, ranges: dict[int, tuple[int, int]], ordered: bool = True) -> DataFrame:
+    def read(self, ranges: dict[int, tuple[int, int]], ordered: bool = True, version: int | None = None) -> DataFrame:
         """Records in [start, end) of each partition, ordered by partition and offset.
 
-        ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets, such as
-        a Delta sink.
+        ``version`` reads the log as of that Delta version (the snapshot a batch was planned
+        on). ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets,
+        such as a Delta sink.
         """
         if not ranges:
             return self.spark.createDataFrame([], RECORD_SCHEMA)
@@ -287,21 +391,41 @@ class TopicLog:
         for p, (start, end) in ranges.items():
             c = (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)
             cond = c if cond is None else cond | c
-        found = self.table().where(cond)
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        found = reader.load(self.path).where(cond)
         return found.orderBy("partition", "offset") if ordered else found
+
+    def snapshot(self, ends: bool = True) -> LogSnapshot:
+        """The log's latest version, metadata and log ends, all from one Delta snapshot.
+
+        ``ends=False`` skips the log ends (reading them costs a Spark job; the metadata does not).
+        """
+        txn = DeltaTransaction.start(self.spark, self.path)
+        conf = txn.configuration()
+        check_set_transactions_kept(conf, self.path)
+        meta = TopicLogMetadata.from_properties(conf)
+        known = txn.snapshot_app_versions() if ends else {}
+        return LogSnapshot(
+            version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
+            log_ends={p: max(known.get(log_end_app_id(p), pm.start_offset), pm.start_offset)
+                      for p, pm in meta.partitions.items()},
+        )
 
     def log_end_offsets(self) -> dict[int, int]:
         """Next offset to be written, per partition (Kafka's log end offset)."""
-        versions = app_versions(self.spark, self.path)
-        meta = self.metadata()
-        return {p: max(versions.get(log_end_app_id(p), 0), 0) for p in meta.partitions}
+        return self.snapshot().log_ends
 
     def earliest_offsets(self) -> dict[int, int]:
-        """First offset still in the log, per partition (log end when empty)."""
-        ends = self.log_end_offsets()
-        rows = self.table().groupBy("partition").agg(F.min("offset").alias("lo")).collect()
-        found = {r["partition"]: r["lo"] for r in rows}
-        return {p: found.get(p, end) for p, end in ends.items()}
+        """First offset of each partition's current incarnation (Kafka's log start offset).
+
+        lakelog deletes records only when it retires a partition, so that is where a partition
+        number's current life began: 0, or the old log end for a number reused after retirement.
+        A retired partition holds nothing: its log start is its log end.
+        """
+        return {p: pm.end_offset if pm.mode is Mode.NONE and pm.end_offset is not None else pm.start_offset
+                for p, pm in self.metadata().partitions.items()}
 
     def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:
         """Earliest offset whose timestamp is at or after ``timestamp_ms`` (ListOffsets)."""

@@ -26,9 +26,11 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from control_plane.groups import DeliveryView, delivery_view
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
+from log_store.delta_txn import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, LakelogError
 from pipelines.consumer import SINK_SCHEMA
 
@@ -115,13 +117,26 @@ def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
     )
 
 
-def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[int]) -> DataFrame:
-    """Every record ever appended, with the sink version that delivered it (null: never)."""
+def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[int],
+                 views: list[DeliveryView] = ()) -> DataFrame:
+    """Every record the sink's groups owe (every record ever appended, less the partitions
+    retired before a group started), with the sink version that delivered it (null: never) and
+    its ``outcome``: delivered, expired (its group reported it), or missing."""
     got = first_deliveries.select("partition", "offset", F.col("_commit_version").alias("delivered_in_version"))
-    return produced.where(F.col("_change_type") == "insert").select(
+    rows = produced.where(F.col("_change_type") == "insert")
+    before = {p: end for v in views for p, end in v.before_view.items()}
+    for p, end in before.items():
+        rows = rows.where(~((F.col("partition") == p) & (F.col("offset") < end)))
+    expired = F.lit(False)
+    for r in (r for v in views for r in v.expired):
+        expired = expired | ((F.col("partition") == r.partition) & (F.col("offset") >= r.first) & (F.col("offset") < r.end))
+    return rows.select(
         "partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
         F.col("partition").isin(sorted(retired)).alias("retired") if retired else F.lit(False).alias("retired"),
-    ).join(got, ["partition", "offset"], "left")
+        expired.alias("expired"),
+    ).join(got, ["partition", "offset"], "left").withColumn(
+        "outcome", F.when(F.col("delivered_in_version").isNotNull(), "delivered")
+        .when(F.col("expired"), "expired").otherwise("missing"))
 
 
 def retired_partitions(history: DataFrame) -> set[int]:
@@ -191,7 +206,7 @@ def _validate(source, name: str, df: DataFrame, checks: list[tuple[str, str, Any
 
 def _missing_details(check: CheckResult, missing: DataFrame, max_ranges: int) -> CheckResult:
     """Which records are missing, as offset ranges per partition, counted by retired or live."""
-    lost = missing.where(F.col("delivered_in_version").isNull())
+    lost = missing.where(F.col("outcome") == "missing")
     groups = {("retired" if r["retired"] else "live"): int(r["count"]) for r in lost.groupBy("retired").count().collect()}
     run = F.col("offset") - F.row_number().over(Window.partitionBy("partition").orderBy("offset"))
     ranges = (
@@ -219,7 +234,8 @@ def check_log(source, log: DataFrame, samples: int) -> list[CheckResult]:
     return _validate(source, "log", log_rows(log), checks, index, samples)
 
 
-def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int) -> list[CheckResult]:
+def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int,
+               views: list[DeliveryView] = ()) -> list[CheckResult]:
     import great_expectations as gx
 
     E = gx.expectations
@@ -229,17 +245,32 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
         ("sink.per_key_order", "per (producer_id, key), sequence strictly increases in delivery order",
          E.ExpectColumnValuesToBeBetween(column="sequence_step", min_value=1)),
     ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
-    missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired).persist()
+    missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired, views).persist()
     try:
         [lost] = _validate(source, "sink_missing", missing, [
-            ("sink.nothing_missing", "every record ever appended to the log is in the sink",
-             E.ExpectColumnValuesToNotBeNull(column="delivered_in_version")),
+            ("sink.nothing_missing", "every record the group owes is in the sink, or its group reported it expired "
+             "(its partition was retired before the group read it)",
+             E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["delivered", "expired"])),
         ], ["partition", "offset", "key", "sequence", "producer_id", "retired"], samples)
         if lost.violations:
             lost = _missing_details(lost, missing, max_ranges=max(samples, 50))
+        expired = missing.where(F.col("outcome") == "expired").count()
+        if expired:
+            lost = lost.model_copy(update={"groups": {**lost.groups, "expired (reported)": expired}})
     finally:
         missing.unpersist()
     return delivery + [lost]
+
+
+def sink_groups(spark: SparkSession, sink_path: str, topic: str) -> list[str]:
+    """The groups that wrote ``topic``'s records to the sink (from its application ids)."""
+    prefix = "lakelog.sink."
+    out = set()
+    for app_id in DeltaTransaction.start(spark, sink_path).snapshot_app_versions():
+        head, _, partition = app_id.rpartition(".")
+        if app_id.startswith(prefix) and partition.isdigit() and head.endswith(f".{topic}"):
+            out.add(head[len(prefix):-len(topic) - 1])
+    return sorted(out)
 
 
 def run_audit(
@@ -249,8 +280,10 @@ def run_audit(
     sink_path: str | None = None,
     report_path: str | None = None,
     samples: int = 10,
+    group: str | None = None,
 ) -> AuditReport:
-    """Audit ``topic`` (and a sink of it); write the Markdown report and return the result."""
+    """Audit ``topic`` (and a sink of it, written by ``group`` or by the groups its positions
+    name); write the Markdown report and return the result."""
     started = time.perf_counter()
     record = TopicAdmin(spark, root).get(topic)  # UnknownTopicError names the topic
     if sink_path is not None:
@@ -264,8 +297,10 @@ def run_audit(
     if sink_path is not None:
         history = ControlTables(spark, RootLayout(root)).read("topics").where(F.col("topic") == topic)
         delivered = delivered_rows(_cdf(spark, sink_path), topic).persist()
+        views = [delivery_view(spark, root, g, topic) for g in ([group] if group else sink_groups(spark, sink_path, topic))]
         try:
-            checks += check_sink(source, delivered, _cdf(spark, record.location), retired_partitions(history), samples)
+            checks += check_sink(source, delivered, _cdf(spark, record.location), retired_partitions(history), samples,
+                                 views)
         finally:
             delivered.unpersist()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -297,6 +332,10 @@ def to_markdown(report: AuditReport) -> str:
         *_table([{"check": c.name, "result": "pass" if c.passed else "FAIL", "rows checked": c.checked,
                   "violations": c.violations, "what it checks": c.about} for c in report.checks]),
     ]
+    for c in report.checks:
+        if c.groups.get("expired (reported)"):
+            lines += [f"{c.groups['expired (reported)']} records were retired before the group read them; the group "
+                      "reported them expired (`lakelog groups describe` lists the ranges).", ""]
     for c in (c for c in report.checks if not c.passed):
         lines += [f"## {c.name}: {c.violations} violations", "", f"{c.about} (`{c.expectation}`).", ""]
         if c.groups:

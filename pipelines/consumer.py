@@ -18,12 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from control_plane.offsets import GroupOffsets
+from control_plane.offsets import GroupOffsets, expired_ranges
+from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
 from log_store.config import ConsumerSettings
-from log_store.delta_txn import DeltaTransaction, app_versions
+from log_store.crash import crash_point
+from log_store.delta_txn import DeltaTransaction
 from log_store.errors import ConcurrentAppendError, InvalidConfigurationError
-from log_store.topic_log import RECORD_SCHEMA, Mode
+from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, Mode, check_set_transactions_kept
 from pipelines.gating import OffsetGate
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
@@ -40,10 +42,20 @@ class ConsumeResult(BaseModel):
     batches: int
     positions: dict[int, int]
     seconds: float
+    expired: int = 0  # records of retired partitions this group had not read (reported, see groups describe)
 
 
 def sink_app_id(group: str, topic: str, partition: int) -> str:
     return f"lakelog.sink.{group}.{topic}.{partition}"
+
+
+def sink_positions(spark: SparkSession, sink_path: str, group: str, topic: str) -> dict[int, int]:
+    """The positions a Delta sink holds for ``group`` on ``topic`` (its application versions)."""
+    txn = DeltaTransaction.start(spark, sink_path)
+    check_set_transactions_kept(txn.configuration(), sink_path)
+    prefix = sink_app_id(group, topic, 0)[:-1]
+    return {int(k[len(prefix):]): v for k, v in txn.snapshot_app_versions().items()
+            if k.startswith(prefix) and k[len(prefix):].isdigit()}
 
 
 class Consumer:
@@ -71,30 +83,53 @@ class Consumer:
         self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
 
     # -- positions ---------------------------------------------------------------------------
-    def positions(self, sink_path: str | None = None) -> dict[int, int]:
-        """Where delivery resumes per readable partition: committed, sink, or the reset policy."""
-        meta = self.log.metadata()
-        readable = [p for p, pm in meta.partitions.items() if pm.mode is not Mode.NONE]
+    def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None) -> dict[int, int]:
+        """Where delivery resumes per readable partition: committed, sink, or the reset policy.
+
+        Never below the start of a partition's current incarnation: a number reused after
+        retirement holds no records of its predecessor (those were delivered or reported expired).
+        """
+        snap = snap or self.log.snapshot()
+        committed = self.resume_positions(sink_path)
+        out = {}
+        for p in snap.readable():
+            start = snap.metadata.partitions[p].start_offset
+            if p in committed:
+                out[p] = max(committed[p], start)
+            else:
+                out[p] = start if self.settings.auto_offset_reset == "earliest" else snap.log_ends[p]
+        return out
+
+    def resume_positions(self, sink_path: str | None = None) -> dict[int, int]:
+        """The group's committed positions, raised to what the sink already holds (a crash
+        between the sink commit and the offsets commit leaves the sink ahead)."""
         committed = self.offsets.committed(self.group, self.topic)
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
-            versions = app_versions(self.spark, sink_path)
-            for p in readable:
-                v = versions.get(sink_app_id(self.group, self.topic, p), -1)
+            for p, v in sink_positions(self.spark, sink_path, self.group, self.topic).items():
                 if v > committed.get(p, -1):
                     committed[p] = v
-        missing = [p for p in readable if p not in committed]
-        if missing:
-            reset = self.log.earliest_offsets() if self.settings.auto_offset_reset == "earliest" else self.log.log_end_offsets()
-            committed.update({p: reset.get(p, 0) for p in missing})
-        return {p: committed[p] for p in readable}
+        return committed
 
-    def plan(self, positions: dict[int, int], limit: int) -> Ranges:
+    def report_expired(self, snap: LogSnapshot, positions: dict[int, int]) -> list[ExpiredRange]:
+        """Report, once, the records of retired partitions this group had not delivered (a
+        standalone consumer; group members report through the group protocol)."""
+        retired = [(p, pm.start_offset, pm.end_offset) for p, pm in snap.metadata.partitions.items()
+                   if pm.mode is Mode.NONE and pm.end_offset is not None and p in positions]
+        ranges = expired_ranges(self.topic, retired, positions, self.offsets.expired(self.group, self.topic))
+        self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
+        return ranges
+
+    def plan(self, positions: dict[int, int], limit: int, snap: LogSnapshot | None = None) -> Ranges:
         """Ranges [position, end) to read next, at most ``limit`` records, shared over partitions.
 
-        ``end`` is the log end, or lower where the resize gates (rules 8, 9) hold a partition back.
+        ``end`` is the log end in ``snap``, or lower where the resize gates (rules 8, 9) hold a
+        partition back. Retired partitions are never read.
         """
-        ends = self.log.log_end_offsets()
-        for p, cap in self.gate.limits(positions).items():
+        snap = snap or self.log.snapshot()
+        readable = set(snap.readable())
+        positions = {p: o for p, o in positions.items() if p in readable}
+        ends = dict(snap.log_ends)
+        for p, cap in self.gate.limits(positions, snap).items():
             ends[p] = min(ends.get(p, 0), cap)
         lags = {p: ends.get(p, 0) - pos for p, pos in positions.items() if ends.get(p, 0) > pos}
         ranges: Ranges = {}
@@ -143,12 +178,17 @@ class Consumer:
                     raise
                 time.sleep(0.5)
 
-    def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None) -> Ranges:
-        """Deliver the next batch after ``positions`` to the sink or handler; return its ranges."""
-        ranges = self.plan(positions, limit)
+    def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None,
+                snap: LogSnapshot | None = None) -> Ranges:
+        """Deliver the next batch after ``positions`` to the sink or handler; return its ranges.
+
+        The batch is planned on one log snapshot and read at that snapshot's version.
+        """
+        snap = snap or self.log.snapshot()
+        ranges = self.plan(positions, limit, snap)
         if not ranges:
             return ranges
-        data = self.log.read(ranges, ordered=sink_path is None)
+        data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
         if sink_path:
             self._write_sink(sink_path, data, ranges)
         else:
@@ -157,16 +197,20 @@ class Consumer:
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = DeltaTransaction.start(self.spark, sink_path)
+        check_set_transactions_kept(txn.configuration(), sink_path)
         for p, (start, _end) in ranges.items():
             if txn.app_version(sink_app_id(self.group, self.topic, p)) > start:
                 raise ConcurrentAppendError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
         txn.write(rows)
         txn.commit({sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})
+        crash_point("consume:after_sink_commit")
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
-        positions = self.positions(sink_path)
+        snap = self.log.snapshot()
+        positions = self.positions(sink_path, snap)
+        expired = self.report_expired(snap, self.resume_positions(sink_path))
         delivered = batches = 0
         while max_records is None or delivered < max_records:
             limit = self.settings.max_records_per_batch
@@ -178,11 +222,12 @@ class Consumer:
             positions.update({p: end for p, (_s, end) in ranges.items()})
             # Commit every position: it also records positions recovered from the sink.
             self.offsets.commit(self.group, self.topic, positions, member_id=self.member_id)
+            crash_point("consume:after_offset_commit")
             delivered += sum(end - start for start, end in ranges.values())
             batches += 1
             if on_progress:
                 on_progress(delivered, max_records or delivered)
         return ConsumeResult(
             topic=self.topic, group=self.group, records=delivered, batches=batches,
-            positions=positions, seconds=time.perf_counter() - started,
+            positions=positions, seconds=time.perf_counter() - started, expired=sum(r.records for r in expired),
         )

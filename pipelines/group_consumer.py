@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from control_plane.groups import GroupMember, MembershipChange, RebalanceListener
 from control_plane.records import TopicPartition
 from log_store.config import ConsumerSettings, GroupSettings
+from log_store.crash import crash_point
 from log_store.errors import ConcurrentAppendError, IllegalGenerationError
 from pipelines.consumer import Consumer, Handler
 
@@ -31,6 +32,7 @@ class GroupConsumeResult(BaseModel):
     member_id: str
     records: int
     batches: int
+    expired: int = 0  # records of retired partitions this member reported it can no longer deliver
     generation: int
     rebalances: int
     unassigned_ms: int
@@ -55,7 +57,9 @@ class GroupConsumer:
         self.consumer = Consumer(spark, root, topic, group, settings, member_id)
         self.topic = topic
         self.listener = listener or RebalanceListener()
-        self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener)
+        self.sink_path: str | None = None
+        self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener,
+                                  group_positions=lambda _topic: self.consumer.resume_positions(self.sink_path))
         gate = self.consumer.gate
         gate.published = lambda: self.member.published_positions(topic)
         gate.on_open = lambda ps: self.listener.on_partition_keys_assigned([self._tp(p) for p in ps])
@@ -87,8 +91,10 @@ class GroupConsumer:
             ungated = [tp for tp in change.assigned if limits.get(tp.partition, fresh[tp.partition] + 1) > fresh[tp.partition]]
             if ungated:  # shut ones fire when their gate opens (rule 8)
                 self.listener.on_partition_keys_assigned(ungated)
-        for tp in change.warmups:
-            self.warm_positions.setdefault(tp.partition, self.consumer.log.earliest_offsets().get(tp.partition, 0))
+        if change.warmups:
+            earliest = self.consumer.log.earliest_offsets()
+            for tp in change.warmups:
+                self.warm_positions.setdefault(tp.partition, earliest.get(tp.partition, 0))
         for p in list(self.warm_positions):
             if self._tp(p) not in self.member.warm:
                 del self.warm_positions[p]
@@ -109,11 +115,11 @@ class GroupConsumer:
         """Publish positions others wait on, under the source's conditions (rule 10): the first
         time; when the position grew and reached the log end; when the largest epoch before the
         position grew. Fires keys-maybe-revoked for them, as the source does."""
-        watched = self.consumer.gate.watched() & set(self.positions)
+        snap = self.consumer.log.snapshot()
+        watched = self.consumer.gate.watched(snap) & set(self.positions)
         if not watched:
             return
-        meta = self.consumer.log.metadata()
-        ends = self.consumer.log.log_end_offsets()
+        meta, ends = snap.metadata, snap.log_ends
         due: dict[TopicPartition, int] = {}
         for p in sorted(watched):
             pos = self.positions[p]
@@ -131,6 +137,24 @@ class GroupConsumer:
             self.listener.on_partition_keys_maybe_revoked(sorted(due, key=str))
             self.member.publish(due)
 
+    def _idle(self) -> bool:
+        """Caught up with nothing to deliver because the log has nothing more, not because a gate
+        holds it: the member is settled in a generation that covers the topic's current
+        partitions, no controller change is half done, and every owned partition is at its log end.
+        """
+        m = self.member
+        if m.generation <= 0 or m.pending or m.followup or m.joining is not None:
+            return False
+        snap = self.consumer.log.snapshot()
+        if self.consumer.admin.latest_version(self.topic) != snap.topic_version:
+            return False  # the controller recorded a change it has not applied yet
+        gen = m.last_generation
+        undeleted, marked = m.tables.partition_lists([self.topic], {self.topic: snap})
+        if gen is None or set(undeleted) != set(gen.partitions) or set(marked) != set(gen.marked):
+            return False  # the topic's partitions changed: a rebalance is due
+        return all(self.positions.get(p, 0) >= snap.log_ends.get(p, 0) for p in snap.readable()
+                   if self._tp(p) in m.owned)
+
     def run(
         self,
         handler: Handler | None = None,
@@ -146,6 +170,7 @@ class GroupConsumer:
         Leaves the group on the way out (committing first), also on errors.
         """
         started = time.perf_counter()
+        self.sink_path = sink_path
         if sink_path:
             self.consumer.ensure_sink(sink_path)
         delivered = batches = 0
@@ -173,6 +198,7 @@ class GroupConsumer:
                     except IllegalGenerationError:
                         self.positions.clear()
                         continue
+                    crash_point("consume:after_offset_commit")
                     self._publish(ranges)
                     n = sum(end - start for start, end in ranges.values())
                     delivered += n
@@ -182,11 +208,7 @@ class GroupConsumer:
                         on_batch(ranges, delivered)
                 else:
                     warmed = self._warm_up(limit or 1)
-                    settled = (
-                        not change.rebalancing and self.member.generation > 0 and not self.member.pending
-                        and not self.member.followup and not warmed
-                    )
-                    if settled:
+                    if not change.rebalancing and not warmed and self._idle():
                         idle_since = idle_since or time.perf_counter()
                         if time.perf_counter() - idle_since >= idle_timeout_s:
                             break
@@ -199,6 +221,7 @@ class GroupConsumer:
             self.member.close(self._tp_positions)
         return GroupConsumeResult(
             topic=self.topic, group=self.member.group, member_id=self.member_id, records=delivered, batches=batches,
+            expired=sum(r.records for r in self.member.reported),
             generation=self.member.generation, rebalances=self.member.rebalances,
             unassigned_ms=self.member.unassigned_ms, seconds=time.perf_counter() - started,
         )

@@ -85,11 +85,8 @@ class Producer:
         self.settings = settings or ProducerSettings()
 
     def next_sequence(self) -> int:
-        """One past the highest sequence this producer id has committed to any partition."""
-        prefix = producer_app_id(self.producer_id, 0)[:-1]
-        versions = app_versions(self.spark, self.log.path)
-        mine = [v for k, v in versions.items() if k.startswith(prefix) and k[len(prefix):].isdigit()]
-        return max(mine, default=-1) + 1
+        """One past the highest sequence this producer id has committed."""
+        return app_versions(self.spark, self.log.path).get(producer_app_id(self.producer_id), -1) + 1
 
     def normalize(self, records: DataFrame, sequence_start: int = 0) -> DataFrame:
         """Columns key/value as binary, headers, timestamp, sequence; value must be present."""

@@ -16,11 +16,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import PartitionState, TopicRecord
-from control_plane.tables import ControlTables
+from control_plane.topics import TopicAdmin
 from log_store.errors import UnknownTopicError
 from pipelines.audit import write_file
 
@@ -44,10 +43,10 @@ class TimelineEvent(BaseModel):
 
 def topic_history(spark: SparkSession, root: str, topic: str) -> list[TopicRecord]:
     """Every row of ``topic`` in the control plane, oldest first."""
-    rows = ControlTables(spark, RootLayout(root)).read("topics").where(F.col("topic") == topic).collect()
-    if not rows:
+    history = TopicAdmin(spark, root).history(topic)
+    if not history:
         raise UnknownTopicError(f"unknown topic '{topic}' under {RootLayout(root).root}; see `lakelog topics list`")
-    return sorted((TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows), key=lambda r: r.topic_version)
+    return history
 
 
 def _gone(p: PartitionState) -> bool:

@@ -2,7 +2,7 @@
 
 Usage: controller_workers.py alter ROOT TOPIC N [BARRIER_DIR NAME PEERS]
        controller_workers.py tick ROOT TOPIC DELAY
-With $LAKELOG_CONTROLLER_CRASH_AT=<step> the controller dies at that step (exit code 86).
+With $LAKELOG_CRASH_AT=<step> the controller dies at that step (exit code 86).
 With a barrier, the worker warms up, then waits until PEERS workers are ready before acting.
 Prints one JSON line with the result; a lakelog error is printed as {"error": ...}, exit code 1.
 """

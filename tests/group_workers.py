@@ -2,6 +2,7 @@
 
 Usage: group_workers.py ROOT TOPIC GROUP MEMBER_ID PROTOCOL ASSIGNOR SINK STOP_FILE [BATCH] [WARMUP]
 Consumes TOPIC into the Delta SINK as a member of GROUP until STOP_FILE exists, then leaves.
+Attaches to the test run's JVM (chaos.host) when $LAKELOG_CHAOS_GATEWAY is set.
 Prints one JSON line per membership event and batch, with a wall-clock time, so a test can
 watch it and a benchmark can time hand-overs.
 """
@@ -16,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from chaos.host import session  # noqa: E402
 from control_plane.groups import RebalanceListener  # noqa: E402
-from log_store.config import ConsumerSettings, GroupSettings, LakelogConfig  # noqa: E402
-from log_store.session import build_session  # noqa: E402
+from log_store.config import ConsumerSettings, GroupSettings  # noqa: E402
 from pipelines.group_consumer import GroupConsumer  # noqa: E402
 
 
@@ -41,7 +42,7 @@ class Printer(RebalanceListener):
 
 
 def main(root, topic, group, member_id, protocol, assignor, sink, stop_file, batch="50", warmup="0") -> None:
-    spark = build_session(LakelogConfig(spark={"profile": "small"}))
+    spark = session()  # the test run's JVM when it exported its gateway, else one of its own
     settings = GroupSettings(
         protocol=protocol, assignor=assignor, warmup=warmup == "1", warmup_max_lag=0,
         session_timeout_ms=int(os.environ.get("LAKELOG_TEST_SESSION_MS", "30000")),

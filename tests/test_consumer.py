@@ -73,3 +73,19 @@ def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(spark, 
     rows = spark.read.format("delta").load(sink).select("partition", "offset", "sequence").collect()
     assert sorted(r["sequence"] for r in rows) == list(range(240)), "no loss, no duplicate"
     assert GroupOffsets(spark, root).committed("g4", topic) == result.positions
+
+
+def test_resumed_position_is_the_latest_commit_not_the_latest_clock(spark, root, topic):
+    """Positions are latest in commit order (issue 9, item 5): a member whose clock runs an hour
+    ahead committed 10 first; the later commit of 20 is where the group resumes."""
+    from datetime import timedelta
+
+    from control_plane.offsets import GroupOffsets
+    from control_plane.records import OffsetCommit, utcnow
+
+    offsets = GroupOffsets(spark, root)
+    ahead = OffsetCommit(group="g", topic=topic, partition=0, offset=10, committed_at=utcnow() + timedelta(hours=1))
+    offsets.tables.append("offset_commits", [ahead.model_dump()])
+    offsets.commit("g", topic, {0: 20})
+    assert offsets.committed("g", topic)[0] == 20
+    assert Consumer(spark, root, topic, "g").positions()[0] == 20

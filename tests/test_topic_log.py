@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
+from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, TableConfigError
 from log_store.topic_log import Mode, PartitionMetadata, TopicLog, TopicLogMetadata
 
 
@@ -107,3 +107,38 @@ def test_offset_queries(spark, log):
 def test_records_missing_columns_are_rejected(spark, log):
     with pytest.raises(InvalidRecordError, match="lack columns"):
         log.append(batch(spark, 0, 3).drop("sequence"), 3, "p1")
+
+
+# -- fail closed: offsets are never reused ------------------------------------------------------
+def test_set_transaction_retention_is_refused_and_nothing_written(spark, log):
+    log.append(batch(spark, 0, 9), 3, "p1")
+    spark.sql(f"ALTER TABLE delta.`{log.path}` SET TBLPROPERTIES ('delta.setTransactionRetentionDuration' = 'interval 1 seconds')")
+    with pytest.raises(TableConfigError, match="setTransactionRetentionDuration"):
+        log.append(batch(spark, 9, 9), 3, "p1")
+    assert log.table().count() == 9
+
+
+def test_append_without_statistics_is_refused_and_log_end_kept(spark, log):
+    log.append(batch(spark, 0, 9), 3, "p1")
+    spark.conf.set("spark.databricks.delta.stats.collect", "false")
+    try:
+        with pytest.raises(TableConfigError, match="without statistics"):
+            log.append(batch(spark, 9, 9), 3, "p1")
+    finally:
+        spark.conf.unset("spark.databricks.delta.stats.collect")
+    assert log.table().count() == 9 and log.log_end_offsets() == {0: 3, 1: 3, 2: 3}
+    log.append(batch(spark, 9, 9), 3, "p1")
+    assert offsets_by_partition(log)[0] == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12), (5, 15)]
+
+
+def test_missing_log_end_is_refused(spark, tmp_path):
+    """A log end can only be missing if a set transaction expired: guessing 0 would reuse offsets."""
+    log = TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3))
+    log.append(batch(spark, 0, 9), 3, "p1")
+    bare = str(tmp_path / "bare")
+    spark.read.format("delta").load(log.path).write.format("delta").partitionBy("partition").save(bare)
+    meta = TopicLogMetadata.initial("t", 3).to_properties()
+    spark.sql(f"ALTER TABLE delta.`{bare}` SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in meta.items())})")
+    with pytest.raises(TableConfigError, match="log end offset of partition"):
+        TopicLog(spark, bare).append(batch(spark, 9, 9), 3, "p1")
+    assert spark.read.format("delta").load(bare).count() == 9

@@ -1,0 +1,226 @@
+"""Every named crash point (log_store.crash.POINTS), once each: die there, recover, check.
+
+Each scenario is a short, fixed sequence of actor processes (``chaos.actors``) attached to the
+campaign's host JVM: set up, run the victim with ``LAKELOG_CRASH_AT`` (it must exit 86 at that
+step), run what a user would run next (the same command again, or a fresh member), then check
+the topic with the independent checker plus the scenario's own assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from chaos import checker
+from chaos.host import GATEWAY_ENV
+from chaos.runner import PROJECT, drain_gap
+from log_store.crash import CRASH_ENV, CRASH_EXIT_CODE, POINTS
+
+TOPIC = "crash"
+SESSION_MS = 6000
+
+
+@dataclass
+class Scene:
+    """One crash point's run: a work directory, the actors it started, what it found."""
+
+    point: str
+    dir: Path
+    gateway: str
+    problems: list[str] = field(default_factory=list)
+    producers: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> str:
+        return str(self.dir / "root")
+
+    def actor(self, name: str, kind: str, args: dict, crash: str | None = None, wait: bool = True):
+        env = {**os.environ, GATEWAY_ENV: self.gateway, "PYTHONUNBUFFERED": "1"}
+        env.pop(CRASH_ENV, None)
+        if crash:
+            env[CRASH_ENV] = crash
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        out = open(self.dir / "logs" / f"{name}.out", "a")
+        proc = subprocess.Popen([sys.executable, "-m", "chaos.actors", kind, json.dumps({"root": self.root, "topic": TOPIC, **args})],
+                                cwd=PROJECT, env=env, stdout=out, stderr=open(self.dir / "logs" / f"{name}.err", "a"))
+        if not wait:
+            return proc
+        return proc.wait(timeout=300)
+
+    def events(self, name: str) -> list[dict]:
+        path = self.dir / "logs" / f"{name}.out"
+        return [json.loads(ln) for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
+
+    def expect(self, what: str, ok: bool) -> None:
+        if not ok:
+            self.problems.append(what)
+
+    # -- building blocks ---------------------------------------------------------------------
+    def create(self, partitions: int = 3, crash: str | None = None) -> int:
+        return self.actor("create", "create", {"partitions": partitions}, crash)
+
+    def produce(self, pid: str, n: int = 200, batch: int = 50, crash: str | None = None) -> int:
+        path = self.dir / f"{pid}.jsonl"
+        if not path.exists():
+            path.write_text("".join(json.dumps({"key": f"k{i % 13}", "value": f"{pid}:{i}"}) + "\n" for i in range(n)))
+        self.producers[pid] = str(path)
+        return self.actor(pid, "produce", {"producer_id": pid, "input": str(path), "records": n, "batch": batch,
+                                           "ack_file": str(self.dir / f"{pid}.acks")}, crash)
+
+    def member(self, group: str, name: str, protocol: str = "eager", crash: str | None = None, wait: bool = True,
+               idle_s: float = 4.0, batch: int = 40):
+        self.groups[group] = f"{self.root}/sinks/{group}"
+        return self.actor(name, "member", {
+            "group": group, "member_id": name, "protocol": protocol,
+            "assignor": "cooperative-sticky" if protocol == "cooperative" else "range", "sink": self.groups[group],
+            "stop_file": str(self.dir / f"stop-{group}"), "batch": batch, "session_ms": SESSION_MS,
+            "heartbeat_ms": 1000, "idle_s": idle_s}, crash, wait)
+
+    def controller(self, kind: str, crash: str | None = None, **args) -> int:
+        return self.actor(f"{kind}-{len(list((self.dir / 'logs').glob(f'{kind}-*.out'))) if (self.dir / 'logs').exists() else 0}",
+                          kind, args, crash)
+
+    def wait_for(self, what: str, test: Callable[[], bool], timeout: float = 120) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if test():
+                return True
+            time.sleep(0.5)
+        self.problems.append(f"timed out waiting for {what}")
+        return False
+
+    def check(self) -> None:
+        for group in self.groups:
+            gap = drain_gap(self.root, TOPIC, group)
+            self.expect(f"group {group} has not consumed everything: {gap}", gap is None)
+        acked = {}
+        for pid in self.producers:
+            acks = self.dir / f"{pid}.acks"
+            acked[pid] = {s for line in (acks.read_text().splitlines() if acks.exists() else [])
+                          for s in range(json.loads(line)["lo"], json.loads(line)["hi"])}
+        found = checker.check(self.root, TOPIC, self.producers, acked, self.groups)
+        for kind, n in found.counts.items():
+            if n:
+                self.problems.append(f"{kind}: {n} ({'; '.join(found.samples[kind][:2])})")
+
+
+# -- the scenarios -----------------------------------------------------------------------------
+def crashed(scene: Scene, rc: int) -> None:
+    scene.expect(f"the victim exited {rc}, not {CRASH_EXIT_CODE} at {scene.point}", rc == CRASH_EXIT_CODE)
+
+
+def scenario_create(scene: Scene) -> None:
+    crashed(scene, scene.create(crash=scene.point))
+    scene.expect("re-running create must finish it", scene.create() == 0)
+    scene.expect("producing after the recovered create", scene.produce("p0") == 0)
+    scene.expect("consuming after the recovered create", scene.member("g", "g-a") == 0)
+
+
+def scenario_produce(scene: Scene) -> None:
+    scene.create()
+    crashed(scene, scene.produce("p0", crash=f"{scene.point}@2"))
+    scene.controller("alter", partitions=5)  # the re-run meets a resize: its records now hash elsewhere
+    scene.expect("the re-run producer must finish", scene.produce("p0") == 0)
+    scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
+
+
+def scenario_consume(scene: Scene) -> None:
+    scene.create()
+    scene.produce("p0", n=300)
+    crashed(scene, scene.member("g", "g-a", crash=f"{scene.point}@2"))
+    scene.expect("a restarted member must finish", scene.member("g", "g-b") == 0)
+
+
+def scenario_group(scene: Scene) -> None:
+    """Two members settle; a third joins, which makes the first (the leader, smallest id) crash at
+    the point on its next rebalance step; the others carry on and drain the topic."""
+    scene.create(partitions=4)
+    scene.produce("p0", n=400)
+    a = scene.member("g", "g-a", crash=f"{scene.point}@2" if scene.point != "group:after_revoke" else scene.point,
+                     wait=False, idle_s=1e9, batch=20)
+    b = scene.member("g", "g-b", wait=False, idle_s=1e9, batch=20)
+    scene.wait_for("a and b to own partitions", lambda: any(e["event"] == "assigned" for e in scene.events("g-a"))
+                   and any(e["event"] == "assigned" for e in scene.events("g-b")))
+    c = scene.member("g", "g-c", wait=False, idle_s=1e9, batch=20)
+    try:
+        crashed(scene, a.wait(timeout=180))
+    except subprocess.TimeoutExpired:
+        a.kill()
+        scene.problems.append(f"g-a did not reach {scene.point}")
+    scene.wait_for("the group to drain", lambda: drain_gap(scene.root, TOPIC, "g") is None, timeout=240)
+    (scene.dir / "stop-g").write_text("stop")
+    for proc in (b, c):
+        scene.expect("a surviving member leaves cleanly", proc.wait(timeout=120) == 0)
+
+
+def scenario_alter(scene: Scene) -> None:
+    scene.create(partitions=3)
+    scene.produce("p0")
+    crashed(scene, scene.controller("alter", crash=scene.point, partitions=5))
+    scene.expect("re-running the alter must finish it", scene.controller("alter", partitions=5) == 0)
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
+
+
+def scenario_retire(scene: Scene) -> None:
+    scene.create(partitions=4)
+    scene.produce("p0")
+    scene.member("g", "g-a")  # drains everything
+    scene.controller("alter", partitions=2)
+    crashed(scene, scene.controller("tick", crash=scene.point, delay=0.0))
+    scene.expect("re-running the tick must finish it", scene.controller("tick", delay=0.0) == 0)
+    scene.expect("growing back over the retired numbers", scene.controller("alter", partitions=4) == 0)
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("the group reads the rest", scene.member("g", "g-b") == 0)
+
+
+SCENARIOS: dict[str, Callable[[Scene], None]] = {
+    "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
+    "alter": scenario_alter, "retire": scenario_retire,
+}
+
+
+def run_point(point: str, workdir: Path, gateway: str) -> Scene:
+    scene = Scene(point=point, dir=workdir / point.replace(":", "-"), gateway=gateway)
+    shutil.rmtree(scene.dir, ignore_errors=True)
+    scene.dir.mkdir(parents=True)
+    SCENARIOS[point.split(":")[0]](scene)
+    scene.check()
+    return scene
+
+
+def run_all(workdir: Path, points: list[str] | None = None, verbose: bool = False) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from chaos.__main__ import Host
+
+    host = Host()
+    table = Table(title="crash points: die there, recover, check")
+    for col in ("crash point", "what is left half done", "result", "seconds"):
+        table.add_column(col)
+    failed = 0
+    try:
+        for point in points or list(POINTS):
+            started = time.monotonic()
+            scene = run_point(point, workdir, host.ensure())
+            ok = not scene.problems
+            failed += not ok
+            table.add_row(point, POINTS[point], "ok" if ok else "FAILED: " + "; ".join(scene.problems)[:300],
+                          f"{time.monotonic() - started:.0f}")
+            if verbose or not ok:
+                Console(stderr=True).print(f"{point}: {'ok' if ok else scene.problems}", highlight=False, markup=False)
+            if ok:
+                shutil.rmtree(scene.dir, ignore_errors=True)
+    finally:
+        host.stop()
+    Console().print(table)
+    return 1 if failed else 0
