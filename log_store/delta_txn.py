@@ -59,6 +59,7 @@ class DeltaTransaction:
         self.spark = spark
         self.jtxn = jtxn
         self._actions = spark._jvm.java.util.ArrayList()
+        self._known: dict[str, int] | None = None
 
     @classmethod
     def start(cls, spark: SparkSession, path: str) -> "DeltaTransaction":
@@ -78,10 +79,26 @@ class DeltaTransaction:
 
     def snapshot_app_versions(self) -> dict[str, int]:
         """All application versions of this transaction's snapshot, *without* depending on them:
-        only ids later passed to ``app_version`` make the commit conflict when they move."""
-        conv = self.spark._jvm.scala.collection.JavaConverters
-        jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
-        return {str(k): int(v) for k, v in jmap.items()}
+        only ids later passed to ``app_version`` make the commit conflict when they move.
+
+        Read from the snapshot's checksum file (``.crc``), where Delta keeps every set
+        transaction, when it has them; otherwise from the snapshot's state, which Delta
+        reconstructs with a Spark job (about 0.5 s a snapshot).
+        """
+        if self._known is None:
+            self._known = self._from_checksum()
+            if self._known is None:
+                conv = self.spark._jvm.scala.collection.JavaConverters
+                jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
+                self._known = {str(k): int(v) for k, v in jmap.items()}
+        return dict(self._known)
+
+    def _from_checksum(self) -> dict[str, int] | None:
+        crc = self.jtxn.snapshot().checksumOpt()
+        if not crc.isDefined() or not crc.get().setTransactions().isDefined():
+            return None
+        text = getattr(self.spark._jvm, _DELTA_PKG).util.JsonUtils.mapper().writeValueAsString(crc.get())
+        return {t["appId"]: int(t["version"]) for t in json.loads(text).get("setTransactions", [])}
 
     def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
         """Change (and remove) table properties in this transaction's commit (a metadata update:
@@ -98,8 +115,15 @@ class DeltaTransaction:
         ))
 
     def app_version(self, app_id: str) -> int:
-        """Latest version committed for ``app_id`` (-1 if none); the commit will conflict if it moves."""
-        return int(self.jtxn.txnVersion(app_id))
+        """Latest version committed for ``app_id`` (-1 if none); the commit will conflict if it moves.
+
+        Delta's own ``txnVersion`` registers the dependency and reads the value from the
+        reconstructed state; registering it directly (``readTxn``, what ``txnVersion`` adds to)
+        keeps the value from the checksum. Conflict detection is the same either way.
+        """
+        known = self.snapshot_app_versions()
+        getattr(self.jtxn.readTxn(), "$plus$eq")(app_id)
+        return known.get(app_id, -1)
 
     def write(self, data: DataFrame) -> list[WrittenFile]:
         """Write ``data`` as files of this transaction (not yet visible); return their stats."""

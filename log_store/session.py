@@ -30,6 +30,8 @@ _BASE_CONF = {
     # Keep application transaction ids (log ends, producer sequences) in the .crc file, so the
     # fenced append reads them without reconstructing table state.
     "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
+    # ... up to 1,000 of them (Delta's default, 100, is passed by 64 partitions and a few producers).
+    "spark.databricks.delta.setTransactionsInCrc.maxAllowed": "1000",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",

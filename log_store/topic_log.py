@@ -262,9 +262,15 @@ class TopicLog:
         return TopicLogMetadata.from_properties(DeltaTransaction.start(self.spark, self.path).configuration())
 
     def set_metadata(self, metadata: TopicLogMetadata) -> None:
-        """Replace the partition metadata in one commit; conflicts with every concurrent append."""
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in metadata.to_properties().items())
-        self.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ({props})")
+        """Replace the partition metadata in one commit; conflicts with every concurrent append.
+
+        New partitions get their log end in the same commit (the controller's apply does the
+        same, with more bookkeeping).
+        """
+        txn = DeltaTransaction.start(self.spark, self.path)
+        known = txn.snapshot_app_versions()
+        txn.commit_properties(metadata.to_properties(), app_versions={
+            log_end_app_id(p): pm.start_offset for p, pm in metadata.partitions.items() if log_end_app_id(p) not in known})
 
     # -- the fenced append -------------------------------------------------------------------
     def append(

@@ -2,7 +2,8 @@
 
 Usage: controller_workers.py alter ROOT TOPIC N [BARRIER_DIR NAME PEERS]
        controller_workers.py tick ROOT TOPIC DELAY
-With $LAKELOG_CRASH_AT=<step> the controller dies at that step (exit code 86).
+With $LAKELOG_CRASH_AT=<step> the controller dies at that step (exit code 86). Attaches to the
+test run's JVM (chaos.host) when $LAKELOG_CHAOS_GATEWAY is set.
 With a barrier, the worker warms up, then waits until PEERS workers are ready before acting.
 Prints one JSON line with the result; a lakelog error is printed as {"error": ...}, exit code 1.
 """
@@ -16,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from log_store.config import ControllerSettings, LakelogConfig  # noqa: E402
+from chaos.host import session  # noqa: E402
+from log_store.config import ControllerSettings  # noqa: E402
 from log_store.errors import LakelogError  # noqa: E402
-from log_store.session import build_session  # noqa: E402
 
 
 def _controller(root: str):
     from control_plane.controller import TopicController
 
-    return TopicController(build_session(LakelogConfig(spark={"profile": "small"})), root, ControllerSettings(delete_partition_enable=True))
+    return TopicController(session(), root, ControllerSettings(delete_partition_enable=True))
 
 
 def _barrier(folder: str, name: str, peers: int) -> None:

@@ -113,12 +113,12 @@ def test_expand_4_6_8_and_shrink_to_5_follow_rules_4_and_5(spark, root):
 
 
 # -- killed controllers ------------------------------------------------------------------------
-# Killed between the steps, and once after the last (the re-run must not bump again). A kill
-# after the last step of a shrink or a retirement takes the same path as expand's, so it is left out.
+# Killed before the record, between the steps, and after the last (the re-run must not bump
+# again, must not purge twice).
 CRASHES = {
-    "expand": ["alter:after_record", "alter:after_apply"],
-    "shrink": ["alter:after_record"],
-    "retire": ["retire:after_record", "retire:after_apply"],
+    "expand": ["alter:before_record", "alter:after_record", "alter:after_apply"],
+    "shrink": ["alter:before_record", "alter:after_record", "alter:after_apply"],
+    "retire": ["retire:before_record", "retire:after_record", "retire:after_apply", "retire:after_purge"],
 }
 
 
