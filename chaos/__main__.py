@@ -3,6 +3,7 @@
     python -m chaos --schedules 100            # seeds 1..100
     python -m chaos --seeds 7,42 --verbose     # chosen seeds, every event printed
     python -m chaos --crash-points             # every named crash point, once each
+    python -m chaos --seeds 1-3 --short        # trimmed schedules, as the default test suite runs them
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
 and what the checker found (anomalies by class). Exit code 1 if any anomaly was found. Work
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directories of passing schedules too")
     parser.add_argument("--verbose", action="store_true", help="print every event")
     parser.add_argument("--crash-points", action="store_true", help="run each named crash point once instead")
+    parser.add_argument("--short", action="store_true", help="trimmed schedules (what the default test suite runs)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, seed in enumerate(seeds, 1):
             run_dir = workdir / f"seed-{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
-            result = Runner(draw(seed), run_dir, host.ensure(), progress=say).run()
+            result = Runner(draw(seed, short=args.short), run_dir, host.ensure(), progress=say).run()
             results.append(result)
             verdict = "ok" if not result.anomaly_count else f"ANOMALIES {result.anomalies}"
             err.print(f"[{n}/{len(seeds)}] seed {seed}: {verdict} ({result.seconds:.0f}s, "

@@ -15,6 +15,7 @@ exit code 1 and an ``error`` line. Kinds:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -107,6 +108,8 @@ def main() -> int:
     from log_store.errors import LakelogError
 
     kind, args = sys.argv[1], json.loads(sys.argv[2])
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("lakelog.gating").setLevel(logging.DEBUG)  # evidence for a failing schedule
     spark = session(own_jvm=bool(args.get("own_jvm")))
     say("ready", kind=kind, pid=os.getpid(), tz=os.environ.get("TZ", ""))
     try:

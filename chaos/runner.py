@@ -216,6 +216,12 @@ class Runner:
                     return
                 if rc == 0:
                     self.result.operations[f"{step.kind} done"] += 1
+                elif rc == 1 and event.get("event") == "error" and event["error"] == "ConcurrentTopicChangeError" \
+                        and racers == 1 and attempt < 3:
+                    # lost the compare-and-set to an overlapping step: an operator re-runs it
+                    self.result.operations[f"{step.kind} re-run after a lost race"] += 1
+                    self.at(self.now() + 0.5, lambda: self.start_step(i, step, attempt + 1))
+                    return
                 elif rc == 1 and event.get("event") == "error" and event["error"] in (
                         "InvalidPartitionsError", "ConcurrentTopicChangeError"):
                     self.result.operations[f"{step.kind} refused ({event['error']})"] += 1

@@ -9,7 +9,7 @@ plan of operations and faults.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 PRODUCER_CRASHES = ("produce:after_write", "produce:after_commit")
 CONTROLLER_CRASHES = {
@@ -80,6 +80,16 @@ class Schedule:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Schedule":
+        """The inverse of ``to_dict``: regression schedules are kept as JSON (tests/chaos_regressions)."""
+        return cls(**{**d, "producers": tuple(ProducerPlan(**{**p, "kill_after": tuple(p["kill_after"])})
+                                              for p in d["producers"]),
+                      "controller": tuple(ControllerStep(**c) for c in d["controller"]),
+                      "groups": tuple(GroupPlan(**{**g, "members": tuple(MemberPlan(**m) for m in g["members"])})
+                                      for g in d["groups"]),
+                      "notes": list(d.get("notes", []))})
+
     @property
     def last_event(self) -> float:
         times = [p.start_at for p in self.producers] + [s.at for s in self.controller]
@@ -96,7 +106,7 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
     count, marked = partitions, set()
     t = rng.uniform(3, 6)
     planned: list[tuple[str, dict]] = []
-    for _ in range(rng.randint(3, 6)):
+    for _ in range(rng.randint(2, 5)):
         planned.append((rng.choices(["grow", "shrink", "tick", "tick_delay"], [3, 3, 2, 1])[0], {}))
     queue = list(planned)
     while queue:
@@ -135,7 +145,7 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
 
 def _members(rng: random.Random, start: float, lag: float, session_s: float) -> tuple[MemberPlan, ...]:
     out = []
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(1, 2)):
         kill = freeze = None
         fault = rng.random()
         if fault < 0.25:
@@ -149,14 +159,15 @@ def _members(rng: random.Random, start: float, lag: float, session_s: float) -> 
     return tuple(out)
 
 
-def draw(seed: int) -> Schedule:
-    """The schedule of ``seed``."""
+def draw(seed: int, short: bool = False) -> Schedule:
+    """The schedule of ``seed``; ``short`` trims it (two producers of at most 60 records, three
+    controller steps, one member per group, faults kept) for the default test suite."""
     rng = random.Random(seed)
     partitions = rng.randint(2, 4)
     producers = []
     for i in range(rng.randint(2, 4)):
         producers.append(ProducerPlan(
-            producer_id=f"p{i}", records=rng.randint(150, 350), batch=rng.randint(30, 80),
+            producer_id=f"p{i}", records=rng.randint(40, 160), batch=rng.randint(20, 60),
             start_at=round(rng.uniform(0, 10), 1),
             kill_after=(round(rng.uniform(2, 10), 1),) if rng.random() < 0.5 else (),
             crash_at=f"{rng.choice(PRODUCER_CRASHES)}@{rng.randint(1, 3)}" if rng.random() < 0.3 else None,
@@ -173,14 +184,22 @@ def draw(seed: int) -> Schedule:
                                      ("coop", "cooperative", "cooperative-sticky")):
         start = rng.uniform(12, 25) if name == late else rng.uniform(0, 4)
         lag = round(rng.uniform(0.3, 1.2), 1) if name == lagging else 0.0
-        groups.append(GroupPlan(name=name, protocol=protocol, assignor=assignor, batch=rng.randint(20, 60),
+        groups.append(GroupPlan(name=name, protocol=protocol, assignor=assignor, batch=rng.randint(30, 60) if lag else rng.randint(100, 250),
                                 members=_members(rng, start, lag, session_ms / 1000)))
-    return Schedule(
+    schedule = Schedule(
         seed=seed, partitions=partitions, keys=rng.randint(8, 30), producers=tuple(producers),
         controller=tuple(_controller_steps(rng, partitions)), groups=tuple(groups), session_ms=session_ms,
         create_crash=rng.random() < 0.15,
         notes=[f"late group: {late}", f"lagging group: {lagging}"],
     )
+    return shorten(schedule) if short else schedule
+
+
+def shorten(s: Schedule) -> Schedule:
+    producers = tuple(replace(p, records=min(p.records, 60), start_at=min(p.start_at, 4.0)) for p in s.producers[:2])
+    groups = tuple(replace(g, members=tuple(replace(m, start_at=min(m.start_at, 8.0)) for m in g.members[:1]))
+                   for g in s.groups)
+    return replace(s, producers=producers, controller=s.controller[:3], groups=groups, notes=s.notes + ["short"])
 
 
 def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:

@@ -26,7 +26,7 @@ from log_store.errors import ConcurrentAppendError, IllegalGenerationError, Inva
 
 # Rows that move a position (claims, fences and expiry reports do not).
 POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value)
-# The Delta commit version of each row (row tracking is on for the control tables).
+# The Delta commit version of each row (offset_commits tracks rows; see control_plane.tables).
 COMMIT_ORDER = "_metadata.row_commit_version"
 
 

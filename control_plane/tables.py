@@ -35,11 +35,15 @@ TABLES = {
     # to write and to read back from the commit files; the table holds no rows.
     "group_heartbeats": "`group` STRING",
 }
-# Every control table: the change feed (``table_changes``) and row tracking (each row's commit
-# version, ``_metadata.row_commit_version``: "latest" means latest in commit order).
-COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableRowTracking": "true",
-                     FORMAT_PROP: str(FORMAT_VERSION)}
-TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"}}
+# Every control table keeps the change feed (``table_changes``). The tables whose current state
+# is "the latest row in commit order" also track rows (``_metadata.row_commit_version``), never
+# ordered by a writer's clock. Only those: with row tracking, every commit computes the
+# snapshot's state to find the row id high-water mark (a Spark job, about 0.5 s), which the
+# heartbeat table, committed every interval by every member, cannot afford.
+COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
+ROW_TRACKING = {"delta.enableRowTracking": "true"}
+TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
+                    "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING}
 
 
 class ControlTables:

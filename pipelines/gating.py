@@ -28,6 +28,7 @@ final ends from the same log snapshot a batch is planned on, and the group's pos
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ DISABLE_ENV = "LAKELOG_UNSAFE_DISABLE_GATING"
 
 Positions = dict[int, int]
 PositionsFn = Callable[[], Positions]
+_log = logging.getLogger("lakelog.gating")  # DEBUG: every decision (the campaign's actors turn it on)
 ThresholdFn = Callable[[int, int], int]
 
 
@@ -187,6 +189,11 @@ class OffsetGate:
         if any(out.get(p, positions[p] + 1) <= positions[p] for p in positions):  # a gate is shut: fresher positions
             out = limits(barriers, positions, self._group_positions(positions, True, watched), self.threshold, ends,
                          self._passed_versions)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("group %s at log v%s (topic v%s): positions %s, group %s, marked ends %s, thresholds %s, "
+                       "barriers %s, passed %s -> limits %s", self.group, snap.version, snap.topic_version, positions,
+                       self._group_positions(positions, False, watched), ends, self._thresholds,
+                       [(b.version, b.before, b.marked) for b in barriers], sorted(self._passed_versions), out)
         shut = {p for p in positions if out.get(p, positions[p] + 1) <= positions[p]}
         opened = sorted(p for p in self._shut & set(positions) if p not in shut)
         self._shut = (self._shut - set(positions)) | shut

@@ -73,6 +73,8 @@ def lakelog(conf, *args):
     return proc.stdout
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_produce_and_consume_jobs_on_standalone_cluster(cluster, spark):
     conf, workers, base = cluster
     inp = base / "in.jsonl"

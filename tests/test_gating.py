@@ -8,6 +8,8 @@ here can catch a violation.
 
 from __future__ import annotations
 
+import pytest
+
 from control_plane.controller import TopicController
 from control_plane.topics import TopicAdmin
 from log_store.config import ConsumerSettings, ControllerSettings
@@ -43,6 +45,7 @@ def consume_all(spark, root, group: str, sink: str, gating: bool) -> int:
     return consumer.run_to_sink(sink).records
 
 
+@pytest.mark.slow
 def test_gates_keep_per_key_order_through_grow_and_shrink(spark, root, tmp_path):
     admin = TopicAdmin(spark, root)
     admin.create(T, 2)

@@ -4,6 +4,8 @@ import json
 import signal
 import time
 
+import pytest
+
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
 from tests.conftest import run_worker, spawn_worker
@@ -79,6 +81,7 @@ def test_killed_producer_rerun_with_same_id_loses_and_duplicates_nothing(spark, 
         assert offs == list(range(len(offs)))
 
 
+@pytest.mark.slow
 def test_processes_appending_to_different_partitions_never_conflict(spark, root):
     admin = TopicAdmin(spark, root)
     admin.create("apart", 2)

@@ -1,0 +1,33 @@
+"""Campaign schedules are pure: a seed always draws the same plan, and a kept schedule round-trips."""
+
+import json
+
+from chaos.schedule import MAX_PARTITIONS, Schedule, draw, input_records, shorten
+
+
+def test_a_seed_always_draws_the_same_schedule():
+    assert draw(17).to_dict() == draw(17).to_dict()
+    assert draw(17).to_dict() != draw(18).to_dict()
+    plan = draw(17).producers[0]
+    assert input_records(draw(17), plan) == input_records(draw(17), plan)
+
+
+def test_a_kept_schedule_round_trips_through_json():
+    for seed in range(1, 30):
+        s = draw(seed)
+        again = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
+        assert again == s
+
+
+def test_schedules_stay_within_bounds_and_short_ones_are_trimmed():
+    kinds = set()
+    for seed in range(1, 200):
+        s = draw(seed)
+        assert 2 <= len(s.producers) <= 5 and len(s.groups) == 2
+        assert all(1 <= (c.partitions or 1) <= MAX_PARTITIONS for c in s.controller)
+        kinds |= {c.kind for c in s.controller} | {c.crash_at for c in s.controller if c.crash_at}
+        short = shorten(s)
+        assert len(short.producers) <= 2 and all(p.records <= 60 for p in short.producers)
+        assert len(short.controller) <= 3 and all(len(g.members) == 1 for g in short.groups)
+    # over 200 seeds every kind of controller step and every controller crash point is drawn
+    assert {"alter", "tick", "alter:before_record", "alter:after_apply", "retire:after_purge"} <= kinds
