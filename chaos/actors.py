@@ -110,6 +110,7 @@ def main() -> int:
     kind, args = sys.argv[1], json.loads(sys.argv[2])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("lakelog.gating").setLevel(logging.DEBUG)  # evidence for a failing schedule
+    logging.getLogger("lakelog.group").setLevel(logging.INFO)
     spark = session(own_jvm=bool(args.get("own_jvm")))
     say("ready", kind=kind, pid=os.getpid(), tz=os.environ.get("TZ", ""))
     try:

@@ -392,9 +392,14 @@ class Runner:
         inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.s.producers if not p.bad_input}
         found = checker.check(self.root, TOPIC, inputs, acked, {g.name: f"{self.root}/sinks/{g.name}" for g in self.s.groups})
         self.result.anomalies = {k: v for k, v in found.counts.items() if v}
+        self.result.samples = {k: v for k, v in found.samples.items() if v}
+        stray = [f"{err.stem}: {line.strip()[:300]}" for err in sorted((self.dir / "logs").glob("*.err"))
+                 for line in err.read_text(errors="replace").splitlines() if "does not own" in line]
+        if stray:  # the member's guard caught positions out of step with its ownership
+            self.result.anomalies["positions_without_ownership"] = len(stray)
+            self.result.samples["positions_without_ownership"] = stray[:5]
         if self.result.problems:
             self.result.anomalies["actor_failure_or_stuck"] = len(self.result.problems)
-        self.result.samples = {k: v for k, v in found.samples.items() if v}
         self.result.stats = dict(found.stats)
         self.result.operations["records produced"] = found.stats.get("log_records", 0)
         for plan in self.s.producers:
