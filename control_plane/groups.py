@@ -315,6 +315,15 @@ class MembershipChange(BaseModel):
     warmups: list[TopicPartition] = Field(default_factory=list)
     rebalancing: bool = False
 
+    def given_up(self, partitions: list[TopicPartition], lost: bool = False) -> None:
+        """Partitions revoked (or lost) in this poll. One poll can assign a partition and then
+        revoke it (an eager member adopts generation N, then rejoins for N+1): the consumer
+        applies revocations before assignments, so a partition given up after it was assigned
+        must not stay in ``assigned``, or the consumer would deliver it without owning it."""
+        (self.lost if lost else self.revoked).extend(partitions)
+        gone = set(partitions)
+        self.assigned = [tp for tp in self.assigned if tp not in gone]
+
 
 PositionsFn = Callable[[], dict[TopicPartition, int]]
 
@@ -638,7 +647,7 @@ class GroupMember:
         crash_point("group:after_revoke")
         self.reported.extend(expired)
         self.owned -= set(partitions)
-        change.revoked.extend(partitions)
+        change.given_up(partitions)
 
     def _expired_on_revoke(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
         """An owner giving up a retired partition it had not read to the end reports the rest."""
@@ -664,7 +673,7 @@ class GroupMember:
         self.generation = 0
         self.joining = None
         if lost:
-            change.lost.extend(lost)
+            change.given_up(lost, lost=True)
             self.listener.on_partitions_lost(lost)
 
     def _beat_now(self, state: MemberState | None = None) -> MemberHeartbeat:
