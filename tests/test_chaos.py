@@ -32,8 +32,9 @@ CRASH_POINTS = ("create:after_log_table", "group:after_propose", "consume:after_
 # Regression schedules whose anomaly is not fixed yet: they run and report, without failing the
 # suite (an anomaly that shows in some interleavings only would make it flaky). RELIABILITY.md.
 OPEN = {
-    "seed-8-short": "open: in 1 of 5 runs a group delivered a shrunk partition's last records in the same batch as "
-                    "the surviving partition's post-shrink records of the same keys (gate open too early)",
+    "seed-8-short": "known open anomaly (RELIABILITY.md, 'Open'): in 1 of 8 runs a group delivered a shrunk "
+                    "partition's last records in the same batch as the surviving partition's post-shrink records of "
+                    "the same keys; not reproduced since the ownership fix; the run still executes and reports",
 }
 
 
