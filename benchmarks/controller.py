@@ -27,17 +27,18 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from produce_consume import timed  # noqa: E402  (the script directory is on sys.path)
-from control_plane.controller import TopicController, log_metadata, plan_expand  # noqa: E402
+from control_plane.controller import TopicController  # noqa: E402
+from control_plane.controller.rules import log_metadata, plan_expand  # noqa: E402
 from control_plane.records import utcnow  # noqa: E402
 from control_plane.topics import TopicAdmin  # noqa: E402
-from log_store.config import LakelogConfig  # noqa: E402
+from log_store.config import SparkSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from log_store.topic_log import TopicLog  # noqa: E402
 
 console = Console(stderr=True)
 
 
-def instrument(ctl: TopicController, name: str, spent: dict[str, float]) -> None:
+def instrument(ctl: object, name: str, spent: dict[str, float]) -> None:
     """Accumulate the time spent in one of the controller's steps."""
     inner = getattr(ctl, name)
 
@@ -56,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     cases = [tuple(int(x) for x in c.split(":")) for c in args.cases.split(",")]
 
-    spark = build_session(LakelogConfig())
+    spark = build_session(SparkSettings())
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-ctl-"))
     rows: list[dict] = []
     try:
@@ -72,8 +73,8 @@ def main() -> None:
                 record = admin.create(topic, n)
                 spent: dict[str, float] = {}
                 probe = TopicController(spark, root)
-                instrument(probe, "_insert", spent)
-                instrument(probe, "_commit_properties", spent)
+                instrument(probe.changes, "record", spent)
+                instrument(probe.changes, "apply", spent)
                 t, result = timed(lambda: probe.alter(topic, m))
                 assert result.undeleted_partition_count == m
                 ctl_times.append(t)
@@ -85,8 +86,8 @@ def main() -> None:
                 assert raw.metadata().partitions == wanted.partitions
                 raw_times.append(t_raw)
             t_ctl, t_raw = statistics.median(ctl_times), statistics.median(raw_times)
-            cas = statistics.median(s["_insert"] for s in steps)
-            commit = statistics.median(s["_commit_properties"] for s in steps)
+            cas = statistics.median(s["record"] for s in steps)
+            commit = statistics.median(s["apply"] for s in steps)
             rows.append({
                 "case": f"grow {n} -> {m} partitions", "controller_s": t_ctl, "raw_alter_s": t_raw,
                 "ratio": t_ctl / t_raw, "record_cas_s": cas, "log_commit_s": commit,

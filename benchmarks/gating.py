@@ -28,7 +28,8 @@ from rich.console import Console  # noqa: E402
 from control_plane.controller import TopicController  # noqa: E402
 from control_plane.topics import TopicAdmin  # noqa: E402
 from jobs.output import emit  # noqa: E402
-from log_store.config import ConsumerSettings, LakelogConfig  # noqa: E402
+from log_store.config import SparkSettings  # noqa: E402
+from pipelines.settings import ConsumerSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from pipelines.consumer import Consumer  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
@@ -66,7 +67,7 @@ def consume(spark, root: str, topic: str, sink: str, batch: int) -> tuple[float,
 def main(n: int = 400_000, batch: int = 50_000) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lakelog-bench-gating-"))
     root = str(tmp / "root")
-    spark = build_session(LakelogConfig())
+    spark = build_session(SparkSettings())
     try:
         admin = TopicAdmin(spark, root)
         admin.create("steady", 8)

@@ -26,7 +26,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from control_plane.topics import TopicAdmin  # noqa: E402
-from log_store.config import ConsumerSettings, LakelogConfig, ProducerSettings  # noqa: E402
+from log_store.config import SparkSettings  # noqa: E402
+from pipelines.settings import ConsumerSettings, ProducerSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from pipelines.consumer import Consumer  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> None:
     ap.add_argument("--small-size", type=int, default=100)
     args = ap.parse_args()
 
-    spark = build_session(LakelogConfig())
+    spark = build_session(SparkSettings())
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-"))
     rows: list[dict] = []
     try:

@@ -1,6 +1,6 @@
 """Rebalance benchmark: 64 partitions, 3 -> 4 members, eager vs cooperative, in one run.
 
-Each member is its own process (tests/group_workers.py) printing timed events. For each
+Each member is its own process (tests/processes/group_workers.py) printing timed events. For each
 protocol we start three members, wait until the group is stable, start a fourth, and measure
 from the members' own events: partitions revoked and moved, time from the first revocation
 until every partition is owned again, and how long partitions sat unowned. As the raw-Delta
@@ -25,10 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
-from control_plane.groups import GroupTables, ownership_violations  # noqa: E402
+from control_plane.group.describe import ownership_violations  # noqa: E402
+
+from control_plane.group.store import GroupTables  # noqa: E402
 from control_plane.topics import TopicAdmin  # noqa: E402
 from jobs.output import emit  # noqa: E402
-from log_store.config import LakelogConfig  # noqa: E402
+from log_store.config import SparkSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
 
@@ -41,7 +43,7 @@ class Member:
         self.stop_file = tmp / f"stop-{group}-{member_id}"
         self.events: list[dict] = []
         self.proc = subprocess.Popen(
-            [sys.executable, str(PROJECT / "tests" / "group_workers.py"), root, "bench", group, member_id, protocol,
+            [sys.executable, str(PROJECT / "tests" / "processes" / "group_workers.py"), root, "bench", group, member_id, protocol,
              assignor, str(tmp / f"sink-{group}"), str(self.stop_file), "100000"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=PROJECT,
         )
@@ -123,7 +125,7 @@ def raw_commit_seconds(spark, tmp: Path, n: int = 10) -> float:
 def main(partitions: int = 64) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lakelog-bench-groups-"))
     root = str(tmp / "root")
-    spark = build_session(LakelogConfig())
+    spark = build_session(SparkSettings())
     try:
         TopicAdmin(spark, root).create("bench", partitions)
         records = spark.range(partitions * 20).selectExpr("cast(id as string) as key", "cast(id as string) as value", "id as sequence")

@@ -34,7 +34,7 @@ def create(spark, a: dict) -> None:
 
 
 def produce(spark, a: dict) -> None:
-    from log_store.config import ProducerSettings
+    from pipelines.settings import ProducerSettings
     from pipelines.inputs import read_input
     from pipelines.producer import Producer
 
@@ -54,7 +54,7 @@ def produce(spark, a: dict) -> None:
 
 def _controller(spark, a: dict):
     from control_plane.controller import TopicController
-    from log_store.config import ControllerSettings
+    from control_plane.settings import ControllerSettings
 
     return TopicController(spark, a["root"], ControllerSettings(delete_partition_enable=True))
 
@@ -70,8 +70,9 @@ def tick(spark, a: dict) -> None:
 
 
 def member(spark, a: dict) -> None:
-    from control_plane.groups import RebalanceListener
-    from log_store.config import ConsumerSettings, GroupSettings
+    from control_plane.group.member import RebalanceListener
+    from control_plane.settings import GroupSettings
+    from pipelines.settings import ConsumerSettings
     from pipelines.group_consumer import GroupConsumer
 
     class Listener(RebalanceListener):

@@ -24,14 +24,14 @@ GATEWAY_ENV = "LAKELOG_CHAOS_GATEWAY"
 
 def host_config():
     """The host's Spark: the local default with room for many concurrent small jobs."""
-    from log_store.config import LakelogConfig
+    from log_store.config import SparkSettings
 
-    return LakelogConfig(spark={"conf": {
+    return SparkSettings(conf={
         "spark.driver.memory": "6g",
         "spark.scheduler.mode": "FAIR",
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
-    }})
+    })
 
 
 def serve() -> None:
@@ -65,10 +65,10 @@ def attach(gateway: str | None = None):
 def session(own_jvm: bool = False):
     """The session an actor uses: attached to the host, or (``own_jvm``) a JVM of its own."""
     if own_jvm or not os.environ.get(GATEWAY_ENV):
-        from log_store.config import LakelogConfig
+        from log_store.config import SparkSettings
         from log_store.session import build_session
 
-        return build_session(LakelogConfig(spark={"profile": "small"}))
+        return build_session(SparkSettings(profile="small"))
     return attach()
 
 

@@ -82,7 +82,7 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schedule":
-        """The inverse of ``to_dict``: regression schedules are kept as JSON (tests/chaos_regressions)."""
+        """The inverse of ``to_dict``: regression schedules are kept as JSON (tests/processes/chaos_regressions)."""
         return cls(**{**d, "producers": tuple(ProducerPlan(**{**p, "kill_after": tuple(p["kill_after"])})
                                               for p in d["producers"]),
                       "controller": tuple(ControllerStep(**c) for c in d["controller"]),

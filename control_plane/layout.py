@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from log_store.errors import StorageError
-
-_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
-
-
-def is_remote(path: str) -> bool:
-    """True for URIs such as s3://, abfss://, dbfs:/ (anything but a local path or file:/)."""
-    return bool(_URI.match(path)) and not path.startswith("file:/")
+from log_store.files import is_remote, local_path
 
 
 class RootLayout:
@@ -21,8 +14,7 @@ class RootLayout:
 
     def __init__(self, root: str) -> None:
         self.is_local = not is_remote(root)
-        local = root[len("file:"):] if root.startswith("file:/") else root
-        self.root = str(Path(local).expanduser().resolve()) if self.is_local else root.rstrip("/")
+        self.root = str(local_path(root)) if self.is_local else root.rstrip("/")
 
     def control(self, table: str) -> str:
         return f"{self.root}/control/{table}"

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from log_store.topic_log import PartitionMetadata
 
 
+MAX_PARTITIONS = 10_000  # the most partitions a topic keeps
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
@@ -44,9 +47,9 @@ class TopicRecord(BaseModel):
     topic_version: int
     event: TopicEvent
     location: str
-    partition_count: int
-    undeleted_partition_count: int
-    partitions: list[PartitionState]
+    partition_count: int  # in the assignment: undeleted and marked partitions, not retired ones
+    undeleted_partition_count: int  # what producers partition keys over (0..count-1)
+    partitions: list[PartitionState]  # every number ever used, retired ones included (mode None)
     changed_at: datetime = Field(default_factory=utcnow)
     changed_by: str = "lakelog"
 

@@ -16,9 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
-from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA
+from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
 from log_store.delta_txn import DeltaTransaction, conflict_name
-from log_store.errors import ConcurrentAppendError, StorageError
+from log_store.errors import ConcurrentCommitError, StorageError
 
 _CHECKED: set[str] = set()
 
@@ -41,6 +41,17 @@ TABLES = {
 # snapshot's state to find the row id high-water mark (a Spark job, about 0.5 s), which the
 # heartbeat table, committed every interval by every member, cannot afford.
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
+COMMIT_ORDER = "_metadata.row_commit_version"
+# offset_commits rows that move a position (claims, fences and expiry reports do not).
+POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value)
+
+
+def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
+    """Each (group, topic, partition)'s current position in ``commits`` (offset_commits rows): the
+    position row latest in commit order, never by a writer's clock, with ``columns`` of that row."""
+    moves = commits.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
+    return moves.groupBy("group", "topic", "partition").agg(
+        *(F.max_by(c, F.col(COMMIT_ORDER)).alias(c) for c in ("offset", *columns)))
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING}
@@ -114,7 +125,7 @@ class ControlTables:
         """Insert rows whose ``keys`` are not yet present, in one MERGE commit; return rows inserted.
 
         The MERGE reads the table, so two racing inserts of the same key cannot both succeed:
-        the loser fails with ConcurrentAppendError or inserts nothing.
+        the loser fails with ConcurrentCommitError or inserts nothing.
         """
         self.ensure()
         view = f"_lakelog_src_{name}"
@@ -128,7 +139,7 @@ class ControlTables:
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             conflict = conflict_name(exc)
             if conflict:
-                raise ConcurrentAppendError(f"a concurrent change to {name} won ({conflict})") from None
+                raise ConcurrentCommitError(f"a concurrent change to {name} won ({conflict})") from None
             raise
         return int(metrics["num_inserted_rows"])
 
@@ -152,14 +163,10 @@ class ControlTables:
         names["groups"] = gens.join(
             gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"]
         )
-        commits = names["offset_commits"].where("partition >= 0")
-        order = F.col("_metadata.row_commit_version") if self.exists("offset_commits") else F.lit(0)
-        positions = commits.where(F.col("kind").isin("commit", "revoke") & (F.col("offset") >= 0))
-        names["group_offsets"] = positions.groupBy("group", "topic", "partition").agg(
-            F.max_by("offset", order).alias("offset"),
-            F.max_by("committed_at", order).alias("committed_at"),
-            F.max_by("generation", order).alias("generation"),
-        )
+        names["group_offsets"] = (latest_positions(names["offset_commits"], "committed_at", "generation")
+                                  if self.exists("offset_commits")
+                                  else self.spark.createDataFrame([], "`group` STRING, topic STRING, partition INT, "
+                                                                      "offset BIGINT, committed_at TIMESTAMP_NTZ, generation INT"))
         names["expired_records"] = names["offset_commits"].where("kind = 'expired'").select(
             "group", "topic", "partition", F.col("offset").alias("first_offset"), "end_offset",
             (F.col("end_offset") - F.col("offset")).alias("records"), "member_id", "committed_at")

@@ -11,14 +11,14 @@ import re
 from datetime import datetime
 
 from pydantic import BaseModel
-from pyspark.sql import SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
+from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
-from control_plane.records import PartitionState, TopicEvent, TopicRecord
+from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
 from control_plane.tables import ControlTables
 from log_store.errors import (
-    ConcurrentAppendError,
+    ConcurrentCommitError,
     InvalidConfigurationError,
     TopicExistsError,
     UnknownTopicError,
@@ -28,7 +28,6 @@ from log_store.delta_txn import table_version
 from log_store.topic_log import Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-MAX_PARTITIONS = 10_000
 
 
 class PartitionDescription(BaseModel):
@@ -58,29 +57,32 @@ class TopicAdmin:
         self.spark = spark
         self.layout = RootLayout(root)
         self.tables = ControlTables(spark, self.layout)
-        self._history: dict[str, tuple[int, list[TopicRecord]]] = {}
+        self._images: tuple[int, dict[str, TopicImage]] | None = None
 
     # -- reads -------------------------------------------------------------------------------
-    def current(self) -> dict[str, TopicRecord]:
-        """The latest record of every topic (the control plane's image of topics)."""
-        df = self.tables.read("topics")
-        w = Window.partitionBy("topic").orderBy(F.col("topic_version").desc())
-        rows = df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n").collect()
-        return {r["topic"]: TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows}
-
-    def history(self, topic: str) -> list[TopicRecord]:
-        """Every record of ``topic``, oldest first (cached per version of the topics table)."""
+    def images(self) -> dict[str, TopicImage]:
+        """Every topic's history, replayed (one read of the small ``topics`` table, cached per
+        version of it: a listing, no Spark job, while nothing changed)."""
         version = table_version(self.spark, self.tables.path("topics"))
-        if self._history.get(topic, (None,))[0] != version:
-            rows = self.tables.read("topics").where(F.col("topic") == topic).collect()
-            records = sorted((TopicRecord.model_validate(r.asDict(recursive=True)) for r in rows), key=lambda r: r.topic_version)
-            self._history[topic] = (version, records)
-        return self._history[topic][1]
+        if self._images is None or self._images[0] != version:
+            records: dict[str, list[TopicRecord]] = {}
+            for row in self.tables.read("topics").collect():
+                record = TopicRecord.model_validate(row.asDict(recursive=True))
+                records.setdefault(record.topic, []).append(record)
+            self._images = (version, {t: TopicImage(t, rs) for t, rs in records.items()})
+        return self._images[1]
+
+    def image(self, topic: str) -> TopicImage:
+        """``topic``'s history (empty if the topic has no record)."""
+        return self.images().get(topic) or TopicImage(topic, [])
+
+    def current(self) -> dict[str, TopicRecord]:
+        """The latest record of every topic."""
+        return {t: img.latest for t, img in self.images().items()}
 
     def latest_version(self, topic: str) -> int:
         """The version of ``topic``'s latest record (0 if it has none)."""
-        history = self.history(topic)
-        return history[-1].topic_version if history else 0
+        return self.image(topic).version
 
     def get(self, topic: str) -> TopicRecord:
         found = self.current().get(topic)
@@ -161,7 +163,7 @@ class TopicAdmin:
         )
         try:
             inserted = self.tables.insert_if_absent("topics", [record.row()], ["topic", "topic_version"])
-        except ConcurrentAppendError:
+        except ConcurrentCommitError:
             inserted = 0
         if inserted != 1:
             raise TopicExistsError(f"topic '{topic}' was created concurrently by another process")

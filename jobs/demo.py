@@ -15,12 +15,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.controller import TopicController
-from control_plane.groups import describe_group
+from control_plane.group.describe import describe_group
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from jobs.output import emit, stderr
-from log_store.config import ControllerSettings, LakelogConfig
+from control_plane.settings import ControllerSettings
+from jobs.config import LakelogConfig
 from pipelines.audit import run_audit
 from pipelines.group_consumer import GroupConsumer
 from pipelines.producer import Producer

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from log_store.errors import ConcurrentAppendError, InvalidRecordError, LakelogError
+from log_store.errors import ConcurrentCommitError, InvalidRecordError, LakelogError
 
 _DELTA_PKG = "org.apache.spark.sql.delta"
 
@@ -166,7 +166,7 @@ class DeltaTransaction:
 
         Recorded as a WRITE (append) with ``user_metadata`` in the commit info, so history shows
         it. (A "Manual Update" operation made Delta recompute the table state on every commit:
-        ten times slower.) Raises ConcurrentAppendError on a conflicting concurrent commit.
+        ten times slower.) Raises ConcurrentCommitError on a conflicting concurrent commit.
         """
         jvm = self.spark._jvm
         meta = jvm.scala.Some(user_metadata) if user_metadata else jvm.scala.Option.empty()
@@ -191,7 +191,7 @@ def _translate(exc: Exception) -> LakelogError:
     """Map Delta's errors to lakelog's, in one place."""
     name = conflict_name(exc)
     if name:
-        return ConcurrentAppendError(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
+        return ConcurrentCommitError(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"

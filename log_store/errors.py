@@ -24,15 +24,19 @@ class InvalidPartitionMetadataError(RetriableError):
     """
 
 
-class ConcurrentAppendError(RetriableError):
-    """Another writer committed to the same partition (or changed its metadata) first.
+class ConcurrentCommitError(RetriableError):
+    """Delta's optimistic concurrency rejected a commit: another writer changed what this one
+    read (a partition's log end, the table's metadata, a fence, a MERGE's rows) first. Retry
+    from a fresh read."""
 
-    Raised when Delta's optimistic concurrency rejects our commit; retry from a fresh read.
-    """
+
+class ConcurrentAppendError(ConcurrentCommitError):
+    """An append to a topic's log kept losing to other appends to the same partitions."""
 
 
-class FencedLeaderEpochError(RetriableError):
-    """A request carried a leader epoch older than the partition's current one."""
+class SinkConflictError(ConcurrentCommitError):
+    """Another member of the group already wrote a partition's records past this batch to the
+    Delta sink (a former owner that was slower to let go): resume from the sink's position."""
 
 
 class IllegalGenerationError(LakelogError):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from log_store.config import PROJECT_ROOT, LakelogConfig, SparkSettings
+
+from log_store.config import PROJECT_ROOT, SparkSettings
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
@@ -67,9 +68,8 @@ def _check_java() -> None:
         raise SetupError("Java is not installed; Spark needs Java 17: `apt-get install openjdk-17-jre-headless`.")
 
 
-def build_session(config: LakelogConfig) -> SparkSession:
-    """Return the active session (or build one) configured for Delta per ``config.spark.mode``."""
-    settings = config.spark
+def build_session(settings: SparkSettings) -> SparkSession:
+    """Return the active session (or build one) configured for Delta per ``settings.mode``."""
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.mode == "databricks":
         return builder.getOrCreate()

@@ -37,6 +37,7 @@ from log_store.crash import crash_point
 from log_store.delta_txn import DeltaTransaction
 from log_store.errors import (
     ConcurrentAppendError,
+    ConcurrentCommitError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
     TableConfigError,
@@ -176,6 +177,12 @@ def log_end_app_id(partition: int) -> str:
     return f"lakelog.log_end.{partition}"
 
 
+def log_end(known: dict[str, int], partition: int, start: int) -> int:
+    """A partition's log end from a snapshot's application versions (``known``): the one place it
+    is read. Never below the start of the partition's current incarnation."""
+    return max(known.get(log_end_app_id(partition), start), start)
+
+
 def producer_app_id(producer_id: str) -> str:
     """The producer's high-water mark: the highest sequence it has committed to any partition.
 
@@ -254,7 +261,7 @@ class TopicLog:
             try:
                 txn.commit({log_end_app_id(p): 0 for p in missing}, json.dumps({"lakelog": "log_ends", "partitions": missing}))
                 return
-            except ConcurrentAppendError:
+            except ConcurrentCommitError:
                 time.sleep(0.05 * (attempt + 1))
 
     # -- metadata --------------------------------------------------------------------------
@@ -298,9 +305,10 @@ class TopicLog:
             try:
                 result = self._append_once(records, expected_count, producer_id)
                 return result.model_copy(update={"attempts": attempt})
-            except ConcurrentAppendError:
+            except ConcurrentCommitError as exc:
                 if attempt > max_retries:
-                    raise
+                    raise ConcurrentAppendError(f"the append lost to concurrent commits {attempt} times ({exc}); "
+                                                f"raise producer.max_retries or produce again") from exc
                 time.sleep(backoff_ms / 1000 * (1 + random.random()) * min(attempt, 10))
         raise AssertionError("unreachable")
 
@@ -323,7 +331,7 @@ class TopicLog:
         # Read every partition's log end and the producer's mark without depending on them; after
         # the write, depend only on what the commit moves, so appends to other partitions never conflict.
         known = txn.snapshot_app_versions()
-        bases = {p: max(known.get(log_end_app_id(p), 0), 0) for p in writable}
+        bases = {p: log_end(known, p, meta.partitions[p].start_offset) for p in writable}
         data = records
         mark = -1
         if producer_id:
@@ -415,8 +423,7 @@ class TopicLog:
         known = txn.snapshot_app_versions() if ends else {}
         return LogSnapshot(
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
-            log_ends={p: max(known.get(log_end_app_id(p), pm.start_offset), pm.start_offset)
-                      for p, pm in meta.partitions.items()},
+            log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
         )
 
     def log_end_offsets(self) -> dict[int, int]:

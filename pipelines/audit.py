@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -26,12 +25,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from control_plane.groups import DeliveryView, delivery_view
+from control_plane.group.describe import DeliveryView, delivery_view
 from control_plane.layout import RootLayout
-from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from log_store.delta_txn import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, LakelogError
+from log_store.files import write_file
 from pipelines.consumer import SINK_SCHEMA
 
 
@@ -137,18 +136,6 @@ def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[
     ).join(got, ["partition", "offset"], "left").withColumn(
         "outcome", F.when(F.col("delivered_in_version").isNotNull(), "delivered")
         .when(F.col("expired"), "expired").otherwise("missing"))
-
-
-def retired_partitions(history: DataFrame) -> set[int]:
-    """Partitions that any topic row shows retired (mode None / retired_at) or that left the topic."""
-    rows = history.select("topic_version", F.explode("partitions").alias("p")).select(
-        "topic_version", "p.partition", ((F.col("p.mode") == "None") | F.col("p.retired_at").isNotNull()).alias("gone")
-    ).collect()
-    if not rows:
-        return set()
-    last = max(r["topic_version"] for r in rows)
-    current = {r["partition"] for r in rows if r["topic_version"] == last}
-    return {r["partition"] for r in rows if r["gone"]} | ({r["partition"] for r in rows} - current)
 
 
 # -- great-expectations ---------------------------------------------------------------------
@@ -295,11 +282,10 @@ def run_audit(
     source = _gx()
     checks = check_log(source, spark.read.format("delta").load(record.location), samples)
     if sink_path is not None:
-        history = ControlTables(spark, RootLayout(root)).read("topics").where(F.col("topic") == topic)
         delivered = delivered_rows(_cdf(spark, sink_path), topic).persist()
         views = [delivery_view(spark, root, g, topic) for g in ([group] if group else sink_groups(spark, sink_path, topic))]
         try:
-            checks += check_sink(source, delivered, _cdf(spark, record.location), retired_partitions(history), samples,
+            checks += check_sink(source, delivered, _cdf(spark, record.location), TopicAdmin(spark, root).image(topic).ever_retired(), samples,
                                  views)
         finally:
             delivered.unpersist()
@@ -345,19 +331,3 @@ def to_markdown(report: AuditReport) -> str:
         if c.samples:
             lines += [f"Sample violations ({len(c.samples)} of {c.violations}):", "", *_table(c.samples)]
     return "\n".join(lines) + "\n"
-
-
-def write_file(spark: SparkSession, path: str, data: bytes) -> None:
-    """Write a local file, or through Hadoop's FileSystem for a URI (s3://, dbfs:/)."""
-    if RootLayout(path).is_local:
-        target = Path(RootLayout(path).root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        return
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    out = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(hpath, True)
-    try:
-        out.write(data)
-    finally:
-        out.close()

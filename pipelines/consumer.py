@@ -18,13 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from control_plane.offsets import GroupOffsets, expired_ranges
+from control_plane.group.offsets import GroupOffsets, expired_ranges
 from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
-from log_store.config import ConsumerSettings
+from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
 from log_store.delta_txn import DeltaTransaction
-from log_store.errors import ConcurrentAppendError, InvalidConfigurationError
+from log_store.errors import InvalidConfigurationError, SinkConflictError
 from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, Mode, check_set_transactions_kept
 from pipelines.gating import OffsetGate
 
@@ -200,7 +200,7 @@ class Consumer:
         check_set_transactions_kept(txn.configuration(), sink_path)
         for p, (start, _end) in ranges.items():
             if txn.app_version(sink_app_id(self.group, self.topic, p)) > start:
-                raise ConcurrentAppendError(f"another member already wrote partition {p} past {start} to the sink")
+                raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
         txn.write(rows)
         txn.commit({sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})

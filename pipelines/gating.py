@@ -35,8 +35,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from control_plane.offsets import GroupOffsets
-from control_plane.records import TopicEvent, TopicRecord
+from control_plane.image import TopicImage
+from control_plane.group.offsets import GroupOffsets
+from control_plane.records import TopicEvent
 from control_plane.topics import TopicAdmin
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
@@ -58,27 +59,21 @@ class Barrier(BaseModel):
 
 
 # -- the rules (pure) ----------------------------------------------------------------------------
-def barriers_of(history: list[TopicRecord]) -> list[Barrier]:
-    """The resizes in ``history`` (a topic's records, oldest first), each pruned of the partition
-    incarnations a later record retired."""
+def barriers_of(image: TopicImage) -> list[Barrier]:
+    """The resizes in ``image`` (a topic's history), each pruned of the partition incarnations a
+    later record retired."""
     out: list[Barrier] = []
-    for prev, cur in zip(history, history[1:]):
-        was = {p.partition: p for p in prev.partitions}
-        if cur.event is TopicEvent.EXPAND:
-            created = [p for p in cur.partitions if p.epoch_after_creation
-                       and (p.partition not in was or was[p.partition].mode is Mode.NONE
-                            or was[p.partition].epoch_after_creation != p.epoch_after_creation)]
+    for change in image.changes()[1:]:
+        now = {p.partition: p for p in change.record.partitions}
+        if change.record.event is TopicEvent.EXPAND:
+            created = [now[q] for q in change.added if now[q].epoch_after_creation]
             if created:
-                out.append(Barrier(version=cur.topic_version, before=dict(created[0].epoch_after_creation)))
-        elif cur.event is TopicEvent.MARK_DELETION:
-            marked = [p for p in cur.partitions if p.mode is Mode.READ_ONLY
-                      and p.partition in was and was[p.partition].mode is Mode.READ_WRITE]
-            if marked:
-                out.append(Barrier(version=cur.topic_version, before=dict(marked[0].epoch_before_deletion),
-                                   marked=[p.partition for p in marked]))
-        elif cur.event is TopicEvent.RETIRE:
-            gone = {p.partition for p in cur.partitions if p.mode is Mode.NONE
-                    and p.partition in was and was[p.partition].mode is not Mode.NONE}
+                out.append(Barrier(version=change.version, before=dict(created[0].epoch_after_creation)))
+        elif change.record.event is TopicEvent.MARK_DELETION and change.marked:
+            out.append(Barrier(version=change.version, before=dict(now[change.marked[0]].epoch_before_deletion),
+                               marked=list(change.marked)))
+        elif change.record.event is TopicEvent.RETIRE:
+            gone = {p.partition for p in change.retired}
             out = [b.model_copy(update={"before": {p: e for p, e in b.before.items() if p not in gone},
                                         "marked": [m for m in b.marked if m not in gone]}) for b in out]
     return out
@@ -144,8 +139,7 @@ class OffsetGate:
     def barriers(self, topic_version: int) -> list[Barrier]:
         """The resizes in force at ``topic_version`` (the version the log's metadata was set from)."""
         if self._barriers is None or self._barriers[0] != topic_version:
-            history = [r for r in self.admin.history(self.topic) if r.topic_version <= topic_version]
-            self._barriers = (topic_version, barriers_of(history))
+            self._barriers = (topic_version, barriers_of(self.admin.image(self.topic).at(topic_version)))
         return self._barriers[1]
 
     def watched(self, snap: LogSnapshot | None = None) -> set[int]:

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
-from control_plane.groups import GroupMember, MembershipChange, RebalanceListener
+from control_plane.group.member import GroupMember, RebalanceListener
+
+from control_plane.group.state import MembershipChange
 from control_plane.records import TopicPartition
-from log_store.config import ConsumerSettings, GroupSettings
+from control_plane.settings import GroupSettings
+from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
-from log_store.errors import ConcurrentAppendError, IllegalGenerationError
+from log_store.errors import IllegalGenerationError, SinkConflictError
 from pipelines.consumer import Consumer, Handler
 
 _log = logging.getLogger("lakelog.group")
@@ -202,7 +205,7 @@ class GroupConsumer:
                 if self.positions and limit > 0:
                     try:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler)
-                    except ConcurrentAppendError:  # a former owner wrote the sink first: resume after it
+                    except SinkConflictError:  # a former owner wrote the sink first: resume after it
                         start = self.consumer.positions(sink_path)
                         self.positions = {p: start.get(p, o) for p, o in self.positions.items()}
                         continue

@@ -12,7 +12,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from control_plane.layout import is_remote
+from log_store.files import is_remote
 from log_store.errors import InvalidRecordError
 
 JSON_SCHEMA = "key STRING, value STRING, headers MAP<STRING, STRING>, timestamp STRING, _corrupt STRING"

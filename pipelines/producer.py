@@ -19,7 +19,7 @@ from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import BinaryType, IntegerType, StringType
 
 from control_plane.topics import TopicAdmin
-from log_store.config import ProducerSettings
+from pipelines.settings import ProducerSettings
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
 from log_store.partitioner import partition_for, partition_for_unkeyed
 from log_store.delta_txn import app_versions

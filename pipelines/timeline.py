@@ -17,11 +17,12 @@ from matplotlib.patches import Patch
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
 
+from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import PartitionState, TopicRecord
 from control_plane.topics import TopicAdmin
 from log_store.errors import UnknownTopicError
-from pipelines.audit import write_file
+from log_store.files import write_file
 
 MODE_COLOURS = {"ReadWrite": "#4c9a5b", "ReadOnly": "#e39b2d", "None": "#b0b0b0"}
 MARKERS = {"added": ("P", "#1f5fa8"), "marked": ("v", "#c0392b"), "retired": ("X", "#222222")}
@@ -43,7 +44,7 @@ class TimelineEvent(BaseModel):
 
 def topic_history(spark: SparkSession, root: str, topic: str) -> list[TopicRecord]:
     """Every row of ``topic`` in the control plane, oldest first."""
-    history = TopicAdmin(spark, root).history(topic)
+    history = TopicAdmin(spark, root).image(topic).records
     if not history:
         raise UnknownTopicError(f"unknown topic '{topic}' under {RootLayout(root).root}; see `lakelog topics list`")
     return history
@@ -54,25 +55,15 @@ def _gone(p: PartitionState) -> bool:
 
 
 def timeline_events(history: list[TopicRecord]) -> list[TimelineEvent]:
-    """Replay the history: per version, which partitions were added, marked, retired or re-epoched."""
-    events = []
-    before: dict[int, PartitionState] = {}
-    for rec in history:
-        now = {p.partition: p for p in rec.partitions}
-        was = lambda q, test: q in before and test(before[q])  # noqa: E731
-        events.append(TimelineEvent(
-            topic_version=rec.topic_version, event=rec.event.value, changed_at=rec.changed_at,
-            partition_count=rec.partition_count, undeleted_partition_count=rec.undeleted_partition_count,
-            added=sorted(q for q, p in now.items() if not _gone(p) and (q not in before or _gone(before[q]))),
-            marked=sorted(q for q, p in now.items() if p.marked_for_deletion_at is not None
-                          and not was(q, lambda b: b.marked_for_deletion_at is not None)),
-            retired=sorted([q for q, p in now.items() if _gone(p) and not was(q, _gone)]
-                           + [q for q in before if q not in now and not _gone(before[q])]),
-            epochs={q: p.leader_epoch for q, p in sorted(now.items())
-                    if q not in before or before[q].leader_epoch != p.leader_epoch},
-        ))
-        before = {**{q: b for q, b in before.items() if q not in now and _gone(b)}, **now}
-    return events
+    """Per version, which partitions were added, marked, retired or re-epoched (the image's replay)."""
+    return [
+        TimelineEvent(
+            topic_version=c.version, event=c.record.event.value, changed_at=c.record.changed_at,
+            partition_count=c.record.partition_count, undeleted_partition_count=c.record.undeleted_partition_count,
+            added=c.added, marked=c.marked, retired=[p.partition for p in c.retired], epochs=c.epochs,
+        )
+        for c in TopicImage(history[0].topic if history else "", history).changes()
+    ]
 
 
 def draw_timeline(topic: str, history: list[TopicRecord]) -> bytes:

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from log_store.config import LakelogConfig
-
-PROJECT = Path(__file__).resolve().parents[1]
+from log_store.config import SparkSettings
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +14,7 @@ def spark():
     from chaos.host import GATEWAY_ENV
     from log_store.session import build_session
 
-    session = build_session(LakelogConfig())
+    session = build_session(SparkSettings())
     # Member and worker processes that do not test races across JVMs attach to this JVM
     # (chaos.host.session): 0.4 s to start instead of 15 s.
     params = session.sparkContext._gateway.gateway_parameters
@@ -32,32 +27,3 @@ def spark():
 @pytest.fixture()
 def root(tmp_path) -> str:
     return str(tmp_path / "root")
-
-
-def run_worker(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``tests/workers.py`` in its own OS process (its own JVM and Spark session)."""
-    proc = subprocess.run(
-        [sys.executable, str(PROJECT / "tests" / "workers.py"), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=PROJECT, env={**os.environ},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"worker {args} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def spawn_worker(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(PROJECT / "tests" / "workers.py"), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT,
-    )
-
-
-def make_records(spark, n: int, keys: int = 10, start: int = 0, key_prefix: str = "k"):
-    """A DataFrame of n keyed records with sequences start..start+n-1 and value == sequence."""
-    from pyspark.sql import functions as F
-
-    return spark.range(start, start + n).select(
-        F.concat(F.lit(key_prefix), (F.col("id") % keys).cast("string")).alias("key"),
-        F.col("id").cast("string").alias("value"),
-        F.col("id").alias("sequence"),
-    )

@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from control_plane.controller import plan_expand, plan_retire, plan_shrink
+from control_plane.controller.rules import plan_expand, plan_retire, plan_shrink
 from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from log_store.partitioner import partition_for
 from log_store.topic_log import Mode
+from control_plane.image import TopicImage
 from pipelines.gating import barriers_of, limits
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc).replace(tzinfo=None)
@@ -102,7 +103,7 @@ class OrderingModel(RuleBasedStateMachine):
     def limits(self) -> dict[int, int]:
         own = {p: self.positions.setdefault(p, self.part(p).start_offset) for p in self.live()}
         ends = {m: self.end[m] for m in self.marked()}
-        return limits(barriers_of(self.history), own, dict(own), self.threshold, ends, self.passed)
+        return limits(barriers_of(TopicImage("t", self.history)), own, dict(own), self.threshold, ends, self.passed)
 
     @rule(data=st.data(), n=st.integers(1, 4))
     def consume(self, data, n):

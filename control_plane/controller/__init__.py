@@ -1,0 +1,163 @@
+"""The topic controller: grows and shrinks topics and retires marked partitions (rules 4-7).
+
+Where things are: ``rules`` decides (pure: expand, shrink, retire, drained, due), ``apply``
+records a change (compare-and-set) and applies it to the log, ``retirement`` reads who drained
+a marked partition and purges retired rows. This module runs the steps in order, with the crash
+points the fault campaign kills them at.
+
+Two tables take part in every step. The ``topics`` control table holds the intent and the
+history: each change is the next ``TopicRecord`` version, inserted with a compare-and-set on
+``(topic, topic_version)``, so of two racing controllers one wins. The log table's properties
+are the commit point every producer and consumer obeys: the controller applies the latest record
+to them in one conditional metadata commit (all epochs, the count and the modes at once). Every
+command first finishes what the latest record asks for (``resume``), so a controller killed
+anywhere is completed by re-running any command, and a recorded change is applied exactly once:
+no epoch is bumped twice.
+
+Partition numbers. The partitioner sends keys to ``0..undeleted_partition_count-1``, so the
+undeleted partitions are always exactly those numbers and a grown topic's new partitions are
+numbered from the current count up (the source's "partitions without a znode"). A number whose
+partition was retired is reused: its epoch continues from the retired one (``leader_epoch`` never
+decreases along offsets) and its offsets continue after the old log end. A number whose partition
+is still marked (ReadOnly) blocks growth over it until it is retired: reviving it would lift the
+upper-offset gate (rule 9) that orders its remaining records before the same keys' newer ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from control_plane.controller.apply import ATTEMPTS, TopicChanges
+from control_plane.controller.retirement import drained_partitions, purge
+from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
+from control_plane.layout import RootLayout
+from control_plane.records import TopicEvent, TopicRecord, utcnow
+from control_plane.topics import TopicAdmin
+from control_plane.settings import ControllerSettings
+from log_store.crash import crash_point
+from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
+from log_store.topic_log import Mode, TopicLog
+
+__all__ = ["AlterResult", "TickResult", "TopicController", "essence", "log_metadata"]
+
+
+class AlterResult(BaseModel):
+    """What ``alter`` did. ``event`` is None when there was nothing to change."""
+
+    topic: str
+    previous_count: int
+    undeleted_partition_count: int
+    topic_version: int
+    event: TopicEvent | None
+    resumed: bool = False  # an interrupted earlier change was finished first
+    note: str = ""
+
+
+class TickResult(BaseModel):
+    """What one ``tick`` did to one topic."""
+
+    topic: str
+    topic_version: int
+    retired: list[int] = []  # marked partitions retired by this tick
+    purged: list[int] = []  # retired partitions whose rows this tick deleted
+    waiting: dict[int, float] = {}  # marked partitions still holding records: seconds of delay left
+    resumed: bool = False
+
+
+class TopicController:
+    """Grows, shrinks and retires the partitions of the topics under one root."""
+
+    def __init__(self, spark: SparkSession, root: str, settings: ControllerSettings | None = None) -> None:
+        self.spark = spark
+        self.layout = RootLayout(root)
+        self.admin = TopicAdmin(spark, root)
+        self.changes = TopicChanges(spark, self.admin)
+        self.settings = settings or ControllerSettings()
+
+    def alter(self, topic: str, partitions: int) -> AlterResult:
+        """Move ``topic`` to ``partitions`` undeleted partitions: grow (rule 4) or, if enabled, shrink (rule 5).
+
+        The same count is a no-op (after finishing any interrupted change), so re-running a
+        killed ``alter`` is how it is completed.
+        """
+        check_count(topic, partitions)
+        record, resumed = self._resume(topic)
+        k = record.undeleted_partition_count
+        result = AlterResult(topic=topic, previous_count=k, undeleted_partition_count=k,
+                             topic_version=record.topic_version, event=None, resumed=resumed)
+        target = plan_alter(record, partitions, self.settings.delete_partition_enable, utcnow())
+        if target is None:
+            return result.model_copy(update={"note": f"'{topic}' already has {k} undeleted partitions; nothing to change"})
+        crash_point("alter:before_record")
+        if self.changes.record(target):
+            crash_point("alter:after_record")
+            self.changes.apply(topic, target)
+            crash_point("alter:after_apply")
+            return result.model_copy(update={"undeleted_partition_count": partitions,
+                                             "topic_version": target.topic_version, "event": target.event})
+        winner = self.admin.image(topic).record(target.topic_version)
+        if winner is not None and essence(winner) == essence(target):
+            self.changes.apply(topic, winner)
+            return result.model_copy(update={
+                "undeleted_partition_count": partitions, "topic_version": winner.topic_version,
+                "note": f"another controller made this change ({winner.changed_by}); nothing more to do",
+            })
+        raise ConcurrentTopicChangeError(
+            f"'{topic}' was changed by another controller first (version {target.topic_version}: "
+            f"{winner.event.value if winner else 'unknown'} to {winner.undeleted_partition_count if winner else '?'} "
+            f"undeleted partitions); nothing was changed here: check `lakelog topics describe --topic {topic}` and re-run"
+        )
+
+    def resume(self, topic: str) -> TopicRecord:
+        """Finish whatever the latest record asks for; return it (a no-op when nothing is pending)."""
+        return self._resume(topic)[0]
+
+    def tick(self, topic: str | None = None, delete_delay: float | None = None) -> list[TickResult]:
+        """Rule 7, run periodically: retire marked partitions that are drained or past the delete delay.
+
+        Drained is the source's "log start == log end": the partition holds no records, or every
+        group consuming the topic has consumed it to its log end (``rules.drained``). A retired
+        partition goes to mode None (producers and consumers skip it) and then its rows are
+        deleted; its records stay in the record history, Delta's history and change feed.
+        """
+        delay = self.settings.delete_delay_seconds if delete_delay is None else delete_delay
+        if not isinstance(delay, (int, float)) or math.isnan(delay) or delay < 0:
+            raise InvalidConfigurationError(
+                f"invalid delete delay {delete_delay}: pass a number of seconds >= 0 (--delete-delay)"
+            )
+        names = [topic] if topic is not None else sorted(self.admin.images())
+        return [self._tick(name, float(delay)) for name in names]
+
+    def _tick(self, topic: str, delay: float) -> TickResult:
+        for _ in range(ATTEMPTS):
+            record, resumed = self._resume(topic)
+            result = TickResult(topic=topic, topic_version=record.topic_version, resumed=resumed)
+            marked = [p for p in record.partitions if p.mode is Mode.READ_ONLY and p.marked_for_deletion_at]
+            if not marked:
+                return result
+            now = utcnow()
+            ends = {p: pm.end_offset for p, pm in TopicLog(self.spark, record.location).metadata().partitions.items()
+                    if pm.end_offset is not None}
+            spans = {p.partition: (p.start_offset, ends[p.partition]) for p in marked}
+            retire, waiting = due(marked, drained_partitions(self.spark, self.layout.root, topic, spans), delay, now)
+            if not retire:
+                return result.model_copy(update={"waiting": waiting})
+            target = plan_retire(record, {p: ends[p] for p in retire}, now)
+            crash_point("retire:before_record")
+            if not self.changes.record(target):
+                continue  # another controller changed the topic first: start over from its result
+            crash_point("retire:after_record")
+            self.changes.apply(topic, target)
+            crash_point("retire:after_apply")
+            purged = purge(self.spark, target.location)
+            return result.model_copy(update={"topic_version": target.topic_version, "retired": retire,
+                                             "purged": purged, "waiting": waiting})
+        raise ConcurrentTopicChangeError(f"'{topic}' kept changing under the controller's tick; run it again")
+
+    def _resume(self, topic: str) -> tuple[TopicRecord, bool]:
+        record, applied = self.changes.apply(topic)
+        purged = purge(self.spark, record.location)
+        return record, applied or bool(purged)

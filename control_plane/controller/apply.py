@@ -1,0 +1,100 @@
+"""Recording and applying a topic change: the record's compare-and-set, then one log metadata commit.
+
+The ``topics`` control table holds the intent: each change is the next ``TopicRecord`` version,
+inserted only if no record has that version yet, so of two racing controllers one wins. The log
+table's properties are the commit point every producer and consumer obeys: the latest record is
+applied to them in one conditional metadata commit (all epochs, the count and the modes at once).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from pyspark.sql import SparkSession
+
+from control_plane.controller.rules import log_metadata
+from control_plane.records import TopicRecord
+from control_plane.topics import TopicAdmin
+from log_store.delta_txn import DeltaTransaction, conflict_name
+from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError, UnknownTopicError
+from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end, log_end_app_id
+
+ATTEMPTS = 10
+
+
+def backoff(attempt: int) -> None:
+    time.sleep(0.05 * (1 + random.random()) * min(attempt + 1, 10))
+
+
+class TopicChanges:
+    """Records topic changes (compare-and-set on the topic's version) and applies them to logs."""
+
+    def __init__(self, spark: SparkSession, admin: TopicAdmin) -> None:
+        self.spark = spark
+        self.admin = admin
+
+    def latest(self, topic: str) -> TopicRecord:
+        record = self.admin.image(topic).latest
+        if record is None:
+            raise UnknownTopicError(
+                f"unknown topic '{topic}' under {self.admin.layout.root}; "
+                f"create it with `lakelog topics create --topic {topic} --partitions N`"
+            )
+        return record
+
+    def record(self, target: TopicRecord) -> bool:
+        """The compare-and-set: True if ``target`` became the next version, False if another did."""
+        for attempt in range(ATTEMPTS):
+            try:
+                return self.admin.tables.insert_if_absent("topics", [target.row()], ["topic", "topic_version"]) == 1
+            except Exception as exc:  # any concurrent insert (other topics too) fails the MERGE
+                # insert_if_absent converts py4j conflicts, but pyspark raises Delta's own
+                # delta.exceptions.Concurrent* classes, which it lets through.
+                if not isinstance(exc, ConcurrentCommitError) and not conflict_name(exc):
+                    raise
+                if self.admin.image(target.topic).record(target.topic_version) is not None:
+                    return False
+                backoff(attempt)
+        raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}'; run it again")
+
+    def apply(self, topic: str, record: TopicRecord | None = None) -> tuple[TopicRecord, bool]:
+        """Set the log's metadata from ``record`` (default: the latest) in one commit, unless applied.
+
+        The commit carries the record's version and is made only if the log's snapshot holds an
+        older one; it fails if the metadata changes after that snapshot. So a slow controller
+        can never roll the log back to an older record: a newer one applied before our snapshot
+        is seen, one applied after it fails our commit (and the retry sees it).
+
+        The same commit fixes each newly marked partition's final log end (``end_offset``): it
+        depends on the partition's log end, so an append that lands first makes it retry, and
+        no append can land after it. New partition numbers get their log end 0.
+        """
+        record = record or self.latest(topic)
+        wanted = log_metadata(record)
+        for attempt in range(ATTEMPTS):
+            txn = DeltaTransaction.start(self.spark, record.location)
+            conf = txn.configuration()
+            # A log never touched by the controller is as ``topics create`` made it: version 1.
+            if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
+                return record, False
+            known = txn.snapshot_app_versions()
+            props = {**wanted.to_properties(), TOPIC_VERSION_PROP: str(record.topic_version)}
+            drop = []
+            for p, pm in wanted.partitions.items():
+                key = end_offset_prop(p)
+                if pm.mode is Mode.READ_WRITE:
+                    drop += [key] if key in conf else []
+                elif key in conf:
+                    props[key] = conf[key]
+                else:
+                    txn.app_version(log_end_app_id(p))
+                    props[key] = str(log_end(known, p, pm.start_offset))
+            new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
+                        if log_end_app_id(p) not in known}
+            try:
+                txn.commit_properties(props, drop, new_ends)
+                return record, True
+            except ConcurrentCommitError:
+                backoff(attempt)
+        raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again")

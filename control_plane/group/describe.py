@@ -1,0 +1,182 @@
+"""What operators and the audit read about groups: ``groups describe`` and ``groups list``,
+each group's delivery view of a topic (positions and expired records), and an ownership audit
+of the commit history."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from control_plane.group.offsets import PartitionLag
+from control_plane.group.store import GroupTables
+from control_plane.records import CommitKind, ExpiredRange, MemberState
+from log_store.errors import UnknownGroupError
+
+
+class MemberDescription(BaseModel):
+    member_id: str
+    host: str
+    protocol: str
+    state: str
+    live: bool
+    partitions: list[str]
+    warmups: list[str]
+    last_heartbeat: str  # UTC, as the member's own clock wrote it
+    heartbeat_age_s: float
+    unassigned_ms: int
+    rebalances: int
+
+
+class GroupDescription(BaseModel):
+    group: str
+    state: str  # Stable, PreparingRebalance, Empty
+    generation: int
+    protocol: str
+    assignor: str
+    leader: str
+    rebalances: int
+    revoked_last: int
+    revoked_total: int
+    members: list[MemberDescription]
+    partitions: list[PartitionLag]
+    expired: list[ExpiredRange] = []  # records retired before the group read them (reported, never silent)
+
+
+def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescription:
+    """Members, generation, protocol, each member's partitions, committed offsets and lag.
+
+    For display only, a member's ``live`` and heartbeat age compare the epoch time its last
+    heartbeat carries with this host's clock. The group's own decisions never do that: members
+    judge each other by observation (control_plane.liveness).
+    """
+    tables = GroupTables(spark, root)
+    gens = tables.generations(group)
+    try:
+        lags = tables.offsets.describe(group)
+    except UnknownGroupError:
+        if not gens:
+            raise
+        lags = []
+    gen = gens[-1] if gens else None
+    now_ms = time.time() * 1000
+    beats = tables.member_states(group)
+    ticks = tables.ticks(group)
+    owner = {str(tp): m for tp, m in gen.owner().items()} if gen else {}
+    members = []
+    for m in sorted(beats.values(), key=lambda b: b.member_id):
+        row_ms = m.heartbeat_at.replace(tzinfo=timezone.utc).timestamp() * 1000  # naive datetimes are UTC
+        last_ms = max(row_ms, ticks.get(m.member_id, (0, None))[1] or 0)
+        age_s = max(now_ms - last_ms, 0) / 1000
+        live = m.state != MemberState.LEFT.value and age_s * 1000 <= m.session_timeout_ms
+        if not live and (gen is None or m.member_id not in gen.member_ids()):
+            continue
+        members.append(MemberDescription(
+            member_id=m.member_id, host=m.host, protocol=m.protocol, state=m.state, live=live,
+            partitions=sorted((tp for tp, o in owner.items() if o == m.member_id)),
+            warmups=[str(tp) for tp in gen.warmups_of(m.member_id)] if gen else [],
+            last_heartbeat=datetime.fromtimestamp(last_ms / 1000, timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds"),
+            heartbeat_age_s=round(age_s, 1), unassigned_ms=m.unassigned_ms, rebalances=m.rebalances,
+        ))
+    live_ids = {m.member_id for m in members if m.live}
+    if not live_ids:
+        state = "Empty"
+    elif gen and live_ids == gen.member_ids() and not any(b.joining for b in beats.values() if b.member_id in live_ids):
+        state = "Stable"
+    else:
+        state = "PreparingRebalance"
+    return GroupDescription(
+        group=group, state=state, generation=gen.generation if gen else 0, protocol=gen.protocol if gen else "",
+        assignor=gen.assignor if gen else "", leader=gen.leader if gen else "", rebalances=len(gens),
+        revoked_last=gen.revoked if gen else 0, revoked_total=sum(g.revoked for g in gens),
+        members=members, partitions=lags, expired=tables.offsets.expired_ranges(group),
+    )
+
+
+# -- what a group was to deliver ---------------------------------------------------------------
+class DeliveryView(BaseModel):
+    """What ``group`` owes on ``topic``: every record ever appended, except the partition
+    incarnations retired before the group's first generation (``before_view``: partition -> end
+    of the last one), and less what it reported expired."""
+
+    group: str
+    topic: str
+    first_topic_version: int
+    before_view: dict[int, int]
+    expired: list[ExpiredRange]
+
+
+def delivery_view(spark: SparkSession, root: str, group: str, topic: str) -> DeliveryView:
+    tables = GroupTables(spark, root)
+    first = next((g.topic_versions[topic] for g in tables.generations(group) if topic in g.topic_versions), 0)
+    before: dict[int, int] = {}
+    for p, _start, end in tables.retired_between(topic, 0, first):
+        before[p] = max(before.get(p, 0), end)
+    expired = [r for r in tables.offsets.expired_ranges(group) if r.topic == topic]
+    return DeliveryView(group=group, topic=topic, first_topic_version=first, before_view=before, expired=expired)
+
+
+# -- history checks ----------------------------------------------------------------------------
+def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str]:
+    """Replay the group's claims and commits in commit order; return every broken rule.
+
+    Rules: no two members claim a partition under one generation; a new claim never overlaps a
+    claim of a member that stayed in every generation since and did not revoke it (a member left
+    out of a generation was fenced: its claims lapsed); commits come from the owner; committed
+    offsets never move backwards.
+    """
+    tables = GroupTables(spark, root)
+    members_of = {g.generation: g.member_ids() for g in tables.generations(group)}
+    rows = (
+        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+        .load(tables.tables.path("offset_commits"))
+        .where((F.col("group") == group) & (F.col("_change_type") == "insert"))
+        .orderBy("_commit_version", "committed_at")
+        .collect()
+    )
+    problems: list[str] = []
+    claims: dict[tuple[str, int], dict[str, int]] = {}
+    last: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if r["kind"] == CommitKind.GENERATION.value:
+            continue
+        tp, member, gen = (r["topic"], r["partition"]), r["member_id"], r["generation"]
+        owners = claims.setdefault(tp, {})
+        where = f"{tp[0]}-{tp[1]} at commit {r['_commit_version']}"
+        if r["kind"] == CommitKind.ACQUIRE.value:
+            for other, other_gen in owners.items():
+                if other == member:
+                    continue
+                # A claim lapses when its holder is left out of any later generation (fenced).
+                held = all(other in members_of.get(g, set()) for g in range(other_gen, gen + 1))
+                if other_gen == gen:
+                    problems.append(f"{where}: {member} and {other} both own it in generation {gen}")
+                elif held:
+                    problems.append(f"{where}: {member} claimed it in generation {gen} while {other} "
+                                    f"(a member of it) still held it from generation {other_gen}")
+            owners[member] = gen
+        elif gen > 0 and member not in owners:
+            problems.append(f"{where}: {member} committed {r['kind']} without owning it")
+        if r["kind"] == CommitKind.REVOKE.value:
+            owners.pop(member, None)
+        if r["offset"] >= 0:
+            if r["offset"] < last.get(tp, -1):
+                problems.append(f"{where}: committed offset moved back from {last[tp]} to {r['offset']} ({member})")
+            last[tp] = max(last.get(tp, -1), r["offset"])
+    return problems
+
+
+def list_groups(spark: SparkSession, root: str) -> list[dict]:
+    """Every group that ever had a generation or a commit, with its latest generation."""
+    tables = GroupTables(spark, root)
+    names = set(tables.offsets.groups())
+    names.update(r["group"] for r in tables.tables.read("group_generations").select("group").distinct().collect())
+    out = []
+    for name in sorted(names):
+        gen = tables.generation(name)
+        out.append({"group": name, "generation": gen.generation if gen else 0, "protocol": gen.protocol if gen else "",
+                    "assignor": gen.assignor if gen else "", "members": len(gen.members) if gen else 0})
+    return out

@@ -1,0 +1,210 @@
+"""Consumer groups' committed positions (Kafka's ``__consumer_offsets``, as a Delta table).
+
+The same table holds the generation fence of every group: a table property
+``lakelog.fence.<group>`` that the leader raises when a generation completes. A member's commit
+reads that property inside its own Delta transaction; raising it is a metadata change, which
+makes every concurrent commit to the table fail and retry. So a commit from an older generation
+(an expelled member, a zombie) is always rejected. Ownership claims (acquire, revoke) are rows
+of the same fenced kind, so the table's history shows who owned what and when.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from control_plane.layout import RootLayout
+from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
+from control_plane.tables import TABLES, ControlTables, latest_positions
+from control_plane.topics import TopicAdmin
+from log_store.delta_txn import DeltaTransaction
+from log_store.errors import ConcurrentCommitError, IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
+
+
+
+
+def fence_property(group: str) -> str:
+    return f"lakelog.fence.{group}"
+
+
+def expired_ranges(topic: str, retired: Iterable[tuple[int, int, int]], positions: dict[int, int],
+                   reported: set[tuple[int, int]]) -> list[ExpiredRange]:
+    """What a group must report expired: for each retired partition incarnation (partition,
+    start, end) where the group's position is below the end, unless already reported (partition,
+    end). A partition without a position was not read at all: everything from its start expired."""
+    out = []
+    for p, start, end in sorted(retired):
+        first = max(positions.get(p, start), start)
+        if first < end and (p, end) not in reported:
+            out.append(ExpiredRange(topic=topic, partition=p, first=first, end=end))
+    return out
+
+
+class PartitionLag(BaseModel):
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_end_offset: int
+    lag: int
+
+
+class GroupOffsets:
+    """Commit and fetch positions for consumer groups under one root."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.layout = RootLayout(root)
+        self.tables = ControlTables(spark, self.layout)
+
+    def commit(self, group: str, topic: str, offsets: dict[int, int], generation: int = 0, member_id: str = "") -> None:
+        """Record the next offset to deliver for each partition, in one commit."""
+        positions = {TopicPartition(topic=topic, partition=p): o for p, o in offsets.items()}
+        self.commit_positions(group, positions, generation, member_id)
+
+    def commit_positions(
+        self,
+        group: str,
+        positions: dict[TopicPartition, int],
+        generation: int = 0,
+        member_id: str = "",
+        kind: CommitKind = CommitKind.COMMIT,
+        expired: list[ExpiredRange] = (),
+    ) -> None:
+        """Commit positions (or claims) in one commit; fenced when ``generation`` > 0.
+
+        Raises IllegalGenerationError when the group's fence is past ``generation``. A member
+        outside any group (generation 0, a standalone consumer) commits without the fence.
+        """
+        if not group:
+            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        if not positions and not expired:
+            return
+        rows = [
+            OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
+                         member_id=member_id, kind=kind.value).model_dump()
+            for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))
+        ] + [self._expired_row(group, r, generation, member_id) for r in expired]
+        if generation <= 0:
+            self.tables.append("offset_commits", rows)
+            return
+        self._fenced(group, rows, generation, member_id, raise_version=None)
+
+    def fence(self, group: str) -> int:
+        """The group's current generation fence (0 before its first generation)."""
+        if not self.tables.exists("offset_commits"):
+            return 0
+        conf = DeltaTransaction.start(self.spark, self.tables.path("offset_commits")).configuration()
+        return int(conf.get(fence_property(group), 0))
+
+    def raise_fence(self, group: str, generation: int, leader: str, expired: list[ExpiredRange] = ()) -> bool:
+        """Raise the fence to ``generation`` (idempotent); False if it already was there.
+
+        The generation's expiry reports (decided by its leader) are written with the raise, so
+        exactly once, whoever raises it first.
+        """
+        row = OffsetCommit(group=group, topic="", partition=-1, offset=generation, generation=generation,
+                           member_id=leader, kind=CommitKind.GENERATION.value).model_dump()
+        rows = [row] + [self._expired_row(group, r, generation, leader) for r in expired]
+        return self._fenced(group, rows, generation, leader, raise_version=generation)
+
+    @staticmethod
+    def _expired_row(group: str, r: ExpiredRange, generation: int, member_id: str) -> dict:
+        return OffsetCommit(group=group, topic=r.topic, partition=r.partition, offset=r.first, end_offset=r.end,
+                            generation=generation, member_id=member_id, kind=CommitKind.EXPIRED.value).model_dump()
+
+    def report_expired(self, group: str, ranges: list[ExpiredRange], generation: int = 0, member_id: str = "") -> None:
+        """Record expired ranges (one commit; fenced when ``generation`` > 0)."""
+        if not ranges:
+            return
+        rows = [self._expired_row(group, r, generation, member_id) for r in ranges]
+        if generation <= 0:
+            self.tables.append("offset_commits", rows)
+        else:
+            self._fenced(group, rows, generation, member_id, raise_version=None)
+
+    def expired(self, group: str, topic: str) -> set[tuple[int, int]]:
+        """(partition, end) of every range ``group`` reported expired on ``topic``."""
+        if not self.tables.exists("offset_commits"):
+            return set()
+        rows = (self.tables.read("offset_commits")
+                .where((F.col("group") == group) & (F.col("topic") == topic) & (F.col("kind") == CommitKind.EXPIRED.value))
+                .select("partition", "end_offset").collect())
+        return {(r["partition"], r["end_offset"]) for r in rows}
+
+    def expired_ranges(self, group: str) -> list[ExpiredRange]:
+        """Every range ``group`` reported expired, for ``groups describe`` and the audit."""
+        if not self.tables.exists("offset_commits"):
+            return []
+        rows = (self.tables.read("offset_commits")
+                .where((F.col("group") == group) & (F.col("kind") == CommitKind.EXPIRED.value))
+                .select("topic", "partition", "offset", "end_offset").collect())
+        return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
+                       for r in rows), key=lambda r: (r.topic, r.partition, r.first))
+
+    def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None) -> bool:
+        self.tables.ensure()
+        path = self.tables.path("offset_commits")
+        for attempt in range(50):
+            txn = DeltaTransaction.start(self.spark, path)
+            fence = int(txn.configuration().get(fence_property(group), 0))
+            if raise_version is not None and fence >= raise_version:
+                return False
+            if raise_version is None and fence > generation:
+                raise IllegalGenerationError(
+                    f"member '{member_id}' of group '{group}' acts on generation {generation}, but the group is "
+                    f"on generation {fence}: it was expelled or missed a rebalance; it must rejoin"
+                )
+            if raise_version is not None:
+                txn.set_properties({fence_property(group): str(raise_version)})
+            txn.write(self.spark.createDataFrame(rows, TABLES["offset_commits"]))
+            try:
+                txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
+                return True
+            except ConcurrentCommitError:
+                continue
+        raise ConcurrentCommitError(f"could not commit to group '{group}' after 50 attempts: too much contention")
+
+    def committed(self, group: str, topic: str) -> dict[int, int]:
+        """Latest committed offset per partition (empty if the group never committed).
+
+        Latest in commit order (each row's Delta commit version, from row tracking), never by
+        the writers' clocks: two members' clocks may disagree, the table's commit order cannot.
+        """
+        if not self.tables.exists("offset_commits"):
+            return {}
+        commits = self.tables.read("offset_commits").where((F.col("group") == group) & (F.col("topic") == topic))
+        rows = latest_positions(commits).collect()
+        return {r["partition"]: int(r["offset"]) for r in rows}
+
+    def interested_groups(self, topic: str) -> list[str]:
+        """Groups that subscribed to ``topic`` (a member joined for it) or committed on it."""
+        commits = self.tables.read("offset_commits").where((F.col("topic") == topic) & (F.col("partition") >= 0))
+        members = self.tables.read("group_members").where(F.array_contains("topics", topic))
+        rows = commits.select("group").union(members.select("group")).distinct().collect()
+        return sorted(r["group"] for r in rows)
+
+    def groups(self) -> list[str]:
+        rows = self.tables.read("offset_commits").where("partition >= 0").select("group").distinct().collect()
+        return sorted(r["group"] for r in rows)
+
+    def describe(self, group: str) -> list[PartitionLag]:
+        """Committed offset, log end and lag per partition of every topic the group consumed."""
+        commits = self.tables.read("offset_commits").where((F.col("group") == group) & (F.col("partition") >= 0))
+        topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
+        if not topics:
+            raise UnknownGroupError(
+                f"unknown group '{group}' under {self.layout.root}: it has never committed; "
+                "`lakelog groups list` shows known groups"
+            )
+        admin = TopicAdmin(self.spark, self.layout.root)
+        out: list[PartitionLag] = []
+        for topic in topics:
+            committed = self.committed(group, topic)
+            ends = admin.log(topic).log_end_offsets()
+            for p, end in sorted(ends.items()):
+                pos = committed.get(p)
+                out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end, lag=end - (pos or 0)))
+        return out

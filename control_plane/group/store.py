@@ -1,0 +1,162 @@
+"""The group tables of one root: member state rows and heartbeat ticks, generations with their
+compare-and-set, and the reads a member needs of topics (partition lists, retirements,
+hand-overs). Reads are cached per table version (a cheap listing), so a member polling a quiet
+group runs no Spark job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from control_plane.group.offsets import GroupOffsets
+from control_plane.layout import RootLayout
+from control_plane.records import CommitKind, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
+from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables
+from control_plane.topics import TopicAdmin
+from log_store.delta_txn import DeltaTransaction, app_version_changes, table_version
+from log_store.errors import ConcurrentCommitError
+from log_store.topic_log import LogSnapshot, Mode, TopicLog
+
+_TICK = "lakelog.heartbeat."
+
+
+class GroupTables:
+    """Reads and writes of the group tables for one root.
+
+    Reads are cached per table version (a cheap listing), so a member polling a quiet group
+    runs no Spark job; heartbeats are read incrementally from the heartbeat table's commits.
+    """
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.tables = ControlTables(spark, RootLayout(root))
+        self.offsets = GroupOffsets(spark, root)
+        self.topics = TopicAdmin(spark, root)
+        self._cache: dict[tuple, tuple[int, object]] = {}
+        self._ticks: dict[str, tuple[int, int | None]] = {}
+        self._ticks_version: int | None = None
+
+    def _cached(self, table: str, key: tuple, load: Callable[[], object]) -> object:
+        version = table_version(self.spark, self.tables.path(table))
+        hit = self._cache.get((table, *key))
+        if hit and hit[0] == version:
+            return hit[1]
+        value = load()
+        self._cache[(table, *key)] = (version, value)
+        return value
+
+    def heartbeat(self, beat: MemberHeartbeat) -> None:
+        """A member's state changed: append its full heartbeat row."""
+        self.tables.append("group_members", [beat.model_dump()])
+
+    def tick(self, group: str, member_id: str, beat: int) -> None:
+        """A member is alive: one commit setting its heartbeat counter to ``beat``, no data written."""
+        self.tables.ensure()
+        txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
+        txn.commit({f"{_TICK}{group}.{member_id}": beat})
+
+    def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
+        """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),
+        read from new commits only."""
+        path = self.tables.path("group_heartbeats")
+        version = table_version(self.spark, path)
+        if version < 0:
+            return {}
+        since = self._ticks_version if self._ticks_version is not None else max(version - 2000, -1)
+        if version > since:
+            self._ticks.update(app_version_changes(self.spark, path, since, _TICK))
+            self._ticks_version = version
+        prefix = f"{_TICK}{group}."
+        return {k[len(prefix):]: v for k, v in self._ticks.items() if k.startswith(prefix)}
+
+    def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
+        """Each member's latest state row, latest in commit order (never by the writers' clocks)."""
+        def load() -> dict[str, MemberHeartbeat]:
+            if not self.tables.exists("group_members"):
+                return {}
+            rows = (
+                self.tables.read("group_members").where(F.col("group") == group)
+                .groupBy("member_id").agg(F.max_by(F.struct("*"), F.col(COMMIT_ORDER)).alias("r"))
+                .select("r.*").collect()
+            )
+            return {r["member_id"]: MemberHeartbeat.model_validate(r.asDict(recursive=True)) for r in rows}
+
+        return self._cached("group_members", (group,), load)
+
+    def generation(self, group: str) -> GenerationRecord | None:
+        gens = self.generations(group)
+        return gens[-1] if gens else None
+
+    def generations(self, group: str) -> list[GenerationRecord]:
+        def load() -> list[GenerationRecord]:
+            rows = self.tables.read("group_generations").where(F.col("group") == group).orderBy("generation").collect()
+            return [GenerationRecord.model_validate(r.asDict(recursive=True)) for r in rows]
+
+        return self._cached("group_generations", (group,), load)
+
+    def propose(self, record: GenerationRecord) -> bool:
+        """Write a generation if nobody wrote that number first (one leader per generation).
+
+        The compare-and-set is the table property ``lakelog.generation.<group>``, read and raised
+        in the same commit as the row: cheaper than a MERGE, and any concurrent proposal conflicts.
+        """
+        self.tables.ensure()
+        prop = f"lakelog.generation.{record.group}"
+        for _ in range(20):
+            txn = DeltaTransaction.start(self.spark, self.tables.path("group_generations"))
+            if int(txn.configuration().get(prop, 0)) >= record.generation:
+                return False
+            txn.set_properties({prop: str(record.generation)})
+            txn.write(self.spark.createDataFrame([record.model_dump()], TABLES["group_generations"]))
+            try:
+                txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
+                return True
+            except ConcurrentCommitError:
+                continue
+        return False
+
+    def snapshots(self, topics: Iterable[str]) -> dict[str, LogSnapshot]:
+        """Each existing subscribed topic's log snapshot (metadata, log ends, topic version)."""
+        current = self._cached("topics", (), self.topics.current)
+        return {t: TopicLog(self.spark, current[t].location).snapshot(ends=False) for t in sorted(set(topics)) if t in current}
+
+    def partition_lists(self, topics: Iterable[str], snaps: dict[str, LogSnapshot] | None = None
+                        ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Undeleted (ReadWrite) and marked (ReadOnly) partitions of the subscribed topics."""
+        undeleted: list[TopicPartition] = []
+        marked: list[TopicPartition] = []
+        for topic, snap in (snaps if snaps is not None else self.snapshots(topics)).items():
+            for p, pm in sorted(snap.metadata.partitions.items()):
+                tp = TopicPartition(topic=topic, partition=p)
+                if pm.mode is Mode.READ_WRITE:
+                    undeleted.append(tp)
+                elif pm.mode is Mode.READ_ONLY:
+                    marked.append(tp)
+        return undeleted, marked
+
+    def retired_between(self, topic: str, after: int, upto: int) -> list[tuple[int, int, int]]:
+        """Partition incarnations (partition, start, end) of ``topic`` retired by a record with a
+        version in (``after``, ``upto``]."""
+        return self.topics.image(topic).retired_between(after, upto)
+
+    def handed_over(self, group: str, handover: Handover, generation: int) -> bool:
+        """True once the previous owner committed its revocation of the partition."""
+        if not self.tables.exists("offset_commits"):
+            return False
+        found = (
+            self.tables.read("offset_commits")
+            .where(
+                (F.col("group") == group) & (F.col("topic") == handover.topic)
+                & (F.col("partition") == handover.partition) & (F.col("member_id") == handover.from_member)
+                & (F.col("kind") == CommitKind.REVOKE.value) & (F.col("generation") >= generation)
+            )
+            .limit(1)
+            .count()
+        )
+        return found > 0
+
+
+_TICK = "lakelog.heartbeat."

@@ -1,0 +1,1 @@
+"""One module per verb of the ``lakelog`` command line (``jobs.cli`` assembles them)."""

@@ -1,0 +1,29 @@
+"""``lakelog produce``: an input file's records to a topic (idempotent per producer id)."""
+
+from __future__ import annotations
+
+import click
+
+from jobs.context import Context, json_option, pass_ctx, progress_bar
+from jobs.output import emit
+
+
+@click.command()
+@click.option("--topic", required=True)
+@click.option("--input", "input_path", required=True, help="JSON Lines (.jsonl) or Parquet file.")
+@click.option("--producer-id", default=None, help="Names the input stream; re-running with it resumes without duplicates.")
+@click.option("--sequence-start", default=0, type=click.IntRange(min=0), help="Sequence of the first record (to continue a stream).")
+@json_option
+@pass_ctx
+def produce(c: Context, topic: str, input_path: str, producer_id: str | None, sequence_start: int, as_json: bool) -> None:
+    """Produce the records of an input file to TOPIC."""
+    from pipelines.inputs import read_input
+    from pipelines.producer import Producer
+
+    c.config
+    producer = Producer(c.spark, c.root, topic, producer_id, c.config.producer)
+    records = read_input(c.spark, input_path)
+    with progress_bar("producing batches") as bar:
+        task = bar.add_task("produce", total=None)
+        result = producer.send(records, sequence_start, lambda done, total: bar.update(task, completed=done, total=total))
+    emit(result.model_dump(), as_json, "produced")

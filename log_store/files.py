@@ -1,0 +1,36 @@
+"""Paths and plain files (reports, pictures) under a local root or a URI (s3://, abfss://, dbfs:/)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
+
+
+def is_remote(path: str) -> bool:
+    """True for URIs such as s3://, abfss://, dbfs:/ (anything but a local path or file:/)."""
+    return bool(_URI.match(path)) and not path.startswith("file:/")
+
+
+def local_path(path: str) -> Path:
+    """A local path or ``file:/`` URI as an absolute path."""
+    return Path(path[len("file:"):] if path.startswith("file:/") else path).expanduser().resolve()
+
+
+def write_file(spark: SparkSession, path: str, data: bytes) -> None:
+    """Write a local file, or through Hadoop's FileSystem for a URI."""
+    if not is_remote(path):
+        target = local_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    out = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(hpath, True)
+    try:
+        out.write(data)
+    finally:
+        out.close()

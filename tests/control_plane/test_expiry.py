@@ -1,0 +1,81 @@
+"""Records a deletion delay retires before a group reads them are expired, never silently
+skipped (issue 9, item 2): the group reports how many, which partition and offsets; ``groups
+describe`` shows them; the audit counts them as expired. And a group that has not read a marked
+partition yet, even one that joined after the mark, holds its retirement until the delay."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from control_plane.controller import TopicController
+from control_plane.group.describe import describe_group
+from control_plane.group.member import GroupMember
+from control_plane.records import ExpiredRange
+from control_plane.topics import TopicAdmin
+from jobs.cli import cli
+from control_plane.settings import ControllerSettings, GroupSettings
+from pipelines.settings import ConsumerSettings
+from pipelines.audit import run_audit
+from pipelines.consumer import Consumer
+from pipelines.group_consumer import GroupConsumer
+from pipelines.producer import Producer
+from tests.support import make_records
+
+T = "exp"
+ON = ControllerSettings(delete_partition_enable=True)
+FAST = GroupSettings(session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+
+def setup(spark, root):
+    TopicAdmin(spark, root).create(T, 3)
+    Producer(spark, root, T, "p").send(make_records(spark, 120, keys=30))
+    return TopicController(spark, root, ON)
+
+
+def test_a_group_without_commits_holds_retirement_until_the_delay(spark, root):
+    ctl = setup(spark, root)
+    Consumer(spark, root, T, "reader").run_to_sink(f"{root}/reader")  # one group read everything
+    ctl.alter(T, 2)
+    member = GroupMember(spark, root, "newcomer", [T], FAST)  # joined after the mark, nothing committed
+    member.poll()
+    member.close()
+    (tick,) = ctl.tick(T, delete_delay=3600)
+    assert tick.retired == [] and set(tick.waiting) == {2}, "newcomer has not read partition 2"
+    (tick,) = ctl.tick(T, delete_delay=0)
+    assert tick.retired == [2]
+
+
+def test_a_lagging_group_reports_what_the_delay_expired(spark, root):
+    ctl = setup(spark, root)
+    sink = f"{root}/sink"
+    first = GroupConsumer(spark, root, T, "lag", ConsumerSettings(max_records_per_batch=30), FAST)
+    assert first.run(sink_path=sink, max_records=30).records == 30
+    log = TopicAdmin(spark, root).log(T)
+    end = log.log_end_offsets()[2]
+    read = first.consumer.offsets.committed("lag", T).get(2, 0)
+    assert read < end
+    ctl.alter(T, 2)
+    (tick,) = ctl.tick(T, delete_delay=0)  # the delay is up: retired with records "lag" has not read
+    assert tick.retired == [2]
+    again = GroupConsumer(spark, root, T, "lag", ConsumerSettings(max_records_per_batch=200), FAST)
+    result = again.run(sink_path=sink, idle_timeout_s=1)
+    assert result.expired == end - read and result.records == 120 - 30 - (end - read)
+    assert describe_group(spark, root, "lag").expired == [ExpiredRange(topic=T, partition=2, first=read, end=end)]
+    out = CliRunner().invoke(cli, ["--root", root, "groups", "describe", "--group", "lag", "--json"])
+    assert json.loads(out.stdout)["expired"] == [{"topic": T, "partition": 2, "first": read, "end": end}]
+    report = run_audit(spark, root, T, sink)
+    missing = next(c for c in report.checks if c.name == "sink.nothing_missing")
+    assert report.passed and missing.groups == {"expired (reported)": end - read}, report.model_dump_json()[:3000]
+
+
+def test_a_standalone_consumer_reports_expiry_too(spark, root):
+    ctl = setup(spark, root)
+    sink = f"{root}/solo"
+    assert Consumer(spark, root, T, "solo", ConsumerSettings(max_records_per_batch=30)).run_to_sink(sink, 30).records == 30
+    ctl.alter(T, 2)
+    ctl.tick(T, delete_delay=0)
+    result = Consumer(spark, root, T, "solo").run_to_sink(sink)
+    assert result.expired > 0 and result.records + result.expired == 90
+    assert run_audit(spark, root, T, sink).passed

@@ -1,0 +1,161 @@
+"""The ordering audit on real Delta tables: a clean run passes; each corruption is named precisely."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from control_plane.layout import RootLayout
+from control_plane.records import TopicEvent, utcnow
+from control_plane.tables import ControlTables
+from control_plane.topics import TopicAdmin
+from jobs.cli import cli
+from log_store.topic_log import RECORD_SCHEMA, Mode
+from pipelines.audit import run_audit
+from pipelines.consumer import SINK_SCHEMA, Consumer
+from pipelines.producer import Producer
+from tests.support import make_records
+
+CHECKS = ["log.offsets_unique", "log.offsets_dense", "log.epochs_non_decreasing",
+          "sink.no_duplicates", "sink.per_key_order", "sink.nothing_missing"]
+
+
+@pytest.fixture(scope="module")
+def shared(spark, tmp_path_factory):
+    """One topic (4 partitions, 200 keyed records) consumed exactly once into a sink."""
+    root = str(tmp_path_factory.mktemp("audit") / "root")
+    TopicAdmin(spark, root).create("t", 4)
+    Producer(spark, root, "t", "p1").send(make_records(spark, 200, keys=10))
+    Consumer(spark, root, "t", "g").run_to_sink(f"{root}/sink")
+    return root
+
+
+def audit_cli(root, *args):
+    return CliRunner().invoke(cli, ["--root", root, "audit", *args], catch_exceptions=False)
+
+
+def sink_copy(shared, tmp_path):
+    dst = str(tmp_path / "sink")
+    shutil.copytree(f"{shared}/sink", dst)
+    return dst
+
+
+def by_name(report):
+    return {c["name"]: c for c in report["checks"]}
+
+
+def failed(report):
+    return sorted(c["name"] for c in report["checks"] if not c["passed"])
+
+
+def test_clean_produce_consume_passes(shared, tmp_path):
+    res = audit_cli(shared, "--topic", "t", "--sink", f"{shared}/sink", "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["passed"] and list(by_name(report)) == CHECKS
+    assert all(c["checked"] == 200 and c["violations"] == 0 for c in report["checks"])
+    text = Path(report["report_path"]).read_text()
+    assert report["report_path"].startswith(f"{RootLayout(shared).root}/audit/t-") and "PASSED" in text
+    table = audit_cli(shared, "--topic", "t", "--report", str(tmp_path / "r.md"))  # log only, rich table
+    assert table.exit_code == 0 and "PASSED" in table.stdout and str(tmp_path / "r.md") in table.stdout
+    assert "sink: `(not audited)`" in (tmp_path / "r.md").read_text()
+
+
+def test_sink_with_duplicate(spark, shared, tmp_path):
+    sink = sink_copy(shared, tmp_path)
+    again = spark.read.format("delta").load(sink).where("partition = 1 AND offset IN (4, 5)")
+    again.write.format("delta").mode("append").save(sink)
+    report = run_audit(spark, shared, "t", sink, str(tmp_path / "dup.md"))
+    assert [c.name for c in report.checks if not c.passed] == ["sink.no_duplicates"]
+    dup = next(c for c in report.checks if c.name == "sink.no_duplicates")
+    assert dup.violations == 2 and dup.checked == 202
+    assert [(s["partition"], s["offset"], s["copy"]) for s in dup.samples] == [(1, 4, 2), (1, 5, 2)]
+    assert all(s["key"].startswith("k") for s in dup.samples)
+    assert "sink.no_duplicates: 2 violations" in (tmp_path / "dup.md").read_text()
+
+
+def test_sink_with_per_key_order_violated(spark, shared, tmp_path):
+    """Partition 0's later records are committed to the sink before its earlier ones."""
+    loc = TopicAdmin(spark, shared).get("t").location
+    log = spark.read.format("delta").load(loc).select(F.lit("t").alias("topic"), *RECORD_SCHEMA.fieldNames())
+    sink = str(tmp_path / "sink")
+    DeltaTable.createIfNotExists(spark).location(sink).addColumns(SINK_SCHEMA).property(
+        "delta.enableChangeDataFeed", "true").execute()
+    log.where("partition = 0 AND offset >= 5").write.format("delta").mode("append").save(sink)
+    log.where("NOT (partition = 0 AND offset >= 5)").write.format("delta").mode("append").save(sink)
+    report = run_audit(spark, shared, "t", sink, str(tmp_path / "order.md"))
+    assert [c.name for c in report.checks if not c.passed] == ["sink.per_key_order"]
+    order = next(c for c in report.checks if c.name == "sink.per_key_order")
+    early = log.where("partition = 0 AND offset < 5").collect()
+    # each key of partition 0 that has records before offset 5 regresses once, at its first early record
+    keys = {bytes(r["key"]).decode() for r in early}
+    assert order.violations == len(keys)
+    assert {s["key"] for s in order.samples} == keys
+    assert all(s["partition"] == 0 and s["offset"] < 5 and s["sequence"] < s["prev_sequence"] for s in order.samples)
+
+
+def test_sink_missing_records_grouped_by_retired_partition(spark, root):
+    TopicAdmin(spark, root).create("r", 4)
+    Producer(spark, root, "r", "p1").send(make_records(spark, 120, keys=12))
+    sink = f"{root}/sink"
+    Consumer(spark, root, "r", "g").run_to_sink(sink)
+    created = TopicAdmin(spark, root).get("r")
+    # the last partition with records is retired: its rows are deleted from the log and the sink
+    gone = spark.read.format("delta").load(sink).agg(F.max("partition")).first()[0]
+    assert gone > 0
+    DeltaTable.forPath(spark, created.location).delete(f"partition = {gone}")
+    parts = [p.model_copy(update={"mode": Mode.NONE}) if p.partition == gone else p for p in created.partitions]
+    retire = created.model_copy(update={"topic_version": 2, "event": TopicEvent.RETIRE, "undeleted_partition_count": 3,
+                                        "partitions": parts, "changed_at": utcnow()})
+    ControlTables(spark, RootLayout(root)).append("topics", [retire.row()])
+    lost = spark.read.format("delta").load(sink).where(f"partition = {gone}").count()
+    DeltaTable.forPath(spark, sink).delete(f"partition = {gone} OR (partition = 0 AND offset IN (2, 3, 7))")
+
+    res = audit_cli(root, "--topic", "r", "--sink", sink, "--json", "--samples", "5")
+    assert res.exit_code == 1
+    report = json.loads(res.stdout)
+    assert not report["passed"] and failed(report) == ["sink.nothing_missing"]
+    missing = by_name(report)["sink.nothing_missing"]
+    assert missing["violations"] == lost + 3 and missing["groups"] == {"retired": lost, "live": 3}
+    live = [(r["partition"], r["first"], r["last"]) for r in missing["ranges"] if not r["retired"]]
+    assert live == [(0, 2, 3), (0, 7, 7)]
+    assert [r["retired"] for r in missing["ranges"]] == [False, False, True]
+    assert len(missing["samples"]) == 5 and all(s["key"] and s["sequence"] is not None for s in missing["samples"])
+    text = Path(report["report_path"]).read_text()
+    assert "FAILED" in text and "| 0 | 2 | 3 | 2 | False |" in text and "| retired |" in text
+
+
+def test_log_with_gap_duplicate_and_epoch_drop(spark, root, tmp_path):
+    """Rows written straight to the log with Delta: p0 skips offsets, p1's epoch drops, p2 repeats."""
+    TopicAdmin(spark, root).create("bad", 3)
+    loc = TopicAdmin(spark, root).get("bad").location
+    rows = [(0, 0, 0), (0, 1, 0), (0, 4, 0), (1, 0, 0), (1, 1, 2), (1, 2, 1), (2, 0, 0), (2, 1, 0), (2, 1, 0)]
+    df = spark.createDataFrame(
+        [(p, o, e, f"k{p}".encode(), b"v", None, None, "x", o) for p, o, e in rows], RECORD_SCHEMA
+    )
+    df.write.format("delta").mode("append").save(loc)
+    report = run_audit(spark, root, "bad", report_path=str(tmp_path / "log.md"))
+    checks = {c.name: c for c in report.checks}
+    assert not report.passed and list(checks) == CHECKS[:3]
+    assert [(s["partition"], s["offset"], s["prev_offset"]) for s in checks["log.offsets_dense"].samples] == [(0, 4, 1)]
+    assert [(s["partition"], s["offset"], s["leader_epoch"], s["prev_epoch"])
+            for s in checks["log.epochs_non_decreasing"].samples] == [(1, 2, 1, 2)]
+    assert [(s["partition"], s["offset"]) for s in checks["log.offsets_unique"].samples] == [(2, 1)]
+    assert all(c.violations == 1 and c.checked == len(rows) for c in checks.values())
+    text = (tmp_path / "log.md").read_text()
+    assert all(f"## {n}: 1 violations" in text for n in CHECKS[:3]) and "| 0 | 4 | 1 |" in text
+    table = audit_cli(root, "--topic", "bad", "--report", str(tmp_path / "cli.md"))
+    assert table.exit_code == 1 and "FAILED" in table.stdout and f"report: {tmp_path / 'cli.md'}" in table.stdout
+
+
+def test_bad_input_is_a_clear_error(shared, tmp_path):
+    reports = set(Path(shared).glob("audit/*.md"))
+    res = audit_cli(shared, "--topic", "nope")
+    assert res.exit_code == 1 and "unknown topic 'nope'" in res.output
+    res = audit_cli(shared, "--topic", "t", "--sink", str(tmp_path / "no-sink"))
+    assert res.exit_code == 1 and "no Delta sink table at" in res.output
+    assert set(Path(shared).glob("audit/*.md")) == reports  # nothing written

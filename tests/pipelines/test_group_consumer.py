@@ -1,0 +1,63 @@
+"""A group member's loop: when is it idle? (issue 9, item 6)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from control_plane.controller import TopicController
+from control_plane.group.member import GroupMember
+from control_plane.topics import TopicAdmin
+from control_plane.settings import ControllerSettings, GroupSettings
+from pipelines.settings import ConsumerSettings
+from pipelines.group_consumer import GroupConsumer
+from pipelines.producer import Producer
+from tests.support import make_records
+
+T = "idle"
+SETTINGS = GroupSettings(session_timeout_ms=8000, heartbeat_interval_ms=500)
+
+
+def test_idle_timeout_does_not_count_while_a_gate_holds_records(spark, root):
+    """Idle means caught up with nothing more in the log, not held back by a resize gate: a member
+    whose new partitions wait on another member's old ones stays in the group."""
+    TopicAdmin(spark, root).create(T, 2)
+    producer = Producer(spark, root, T, "p")
+    producer.send(make_records(spark, 100, keys=20))
+    TopicController(spark, root, ControllerSettings()).alter(T, 4)
+    producer.send(make_records(spark, 100, keys=20, start=100))
+    # "a-holder" owns partitions 0 and 1 and never delivers them: 2 and 3 stay gated (rule 8).
+    holder = GroupMember(spark, root, T, [T], SETTINGS, member_id="a-holder")
+    stop = threading.Event()
+
+    def hold() -> None:
+        while not stop.is_set():
+            holder.poll()
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while len(holder.owned) < 4 and time.monotonic() < deadline:  # it forms the group alone first
+        time.sleep(0.2)
+    try:
+        worker = GroupConsumer(spark, root, T, T, ConsumerSettings(max_records_per_batch=50), SETTINGS, "b-worker")
+        started = time.monotonic()
+        seen: dict = {}
+
+        def done() -> bool:  # 20 s after it got the gated partitions, or 3 minutes in all
+            owned = sorted(tp.partition for tp in worker.member.owned)
+            if owned == [2, 3]:
+                seen.setdefault("at", time.monotonic())
+            seen.update(owned=owned, generation=worker.member.generation)
+            return time.monotonic() - seen.get("at", started + 160) > 20
+
+        result = worker.run(sink_path=f"{root}/sink", idle_timeout_s=3, stop=done)
+    finally:
+        stop.set()
+        thread.join()
+        holder.close()
+    assert seen["owned"] == [2, 3] and seen["generation"] > 0, f"the worker must own the gated partitions: {seen}"
+    assert result.records == 0, "its partitions were gated the whole time"
+    held = time.monotonic() - seen["at"]
+    assert held >= 20, f"it left {held:.0f}s after getting its partitions, with gated records unread"

@@ -1,0 +1,101 @@
+"""Several OS processes racing on one topic, and a producer killed mid-run (invariants 1-4)."""
+
+import json
+import signal
+import time
+
+import pytest
+
+from control_plane.topics import TopicAdmin
+from log_store.partitioner import partition_for
+from tests.support import run_worker, spawn_worker
+
+
+def _log_rows(spark, admin, topic):
+    return admin.log(topic).table().select("partition", "offset", "key", "sequence", "producer_id").collect()
+
+
+def test_processes_appending_to_one_partition_get_dense_unique_offsets(spark, root):
+    admin = TopicAdmin(spark, root)
+    admin.create("race", 1)
+    procs = [spawn_worker("append", root, "race", f"w{i}", "0", "40", "20") for i in range(3)]
+    acked = {}
+    for i, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+        acked[f"w{i}"] = sum(json.loads(line)["appended"] for line in out.splitlines())
+    rows = _log_rows(spark, admin, "race")
+    offsets = sorted(r["offset"] for r in rows)
+    assert offsets == list(range(120)), "offsets must be unique and dense"
+    for pid, n in acked.items():
+        mine = sorted(r["sequence"] for r in rows if r["producer_id"] == pid)
+        assert mine == list(range(40)) and n == 40, f"every acknowledged record of {pid} is present once"
+    # per producer, offsets follow sequence order
+    for pid in acked:
+        seqs = [r["sequence"] for r in sorted(rows, key=lambda r: r["offset"]) if r["producer_id"] == pid]
+        assert seqs == sorted(seqs)
+
+
+def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spark, root):
+    admin = TopicAdmin(spark, root)
+    admin.create("grow", 3)
+    producer = spawn_worker("append", root, "grow", "px", "0", "200", "20", "50")
+    time.sleep(1)
+    run_worker("alter_count", root, "grow", "5")  # the controller commits while the producer runs
+    out, err = producer.communicate(timeout=400)
+    assert producer.returncode == 0, err[-3000:]
+    rows = _log_rows(spark, admin, "grow")
+    assert sorted(r["sequence"] for r in rows) == list(range(200))
+    log = admin.log("grow")
+    meta = log.metadata()
+    assert meta.undeleted_partition_count == 5
+    # every record is in partition_for(key, count) for the count it was committed under
+    by_epoch = log.table().select("partition", "key", "leader_epoch").collect()
+    for r in by_epoch:
+        count = 3 if (r["leader_epoch"] == 0 and r["partition"] < 3) else 5
+        assert r["partition"] == partition_for(bytes(r["key"]), count)
+    assert any(r["partition"] >= 3 for r in by_epoch), "records after the change use the new count"
+
+
+def test_killed_producer_rerun_with_same_id_loses_and_duplicates_nothing(spark, root):
+    admin = TopicAdmin(spark, root)
+    admin.create("crash", 4)
+    proc = spawn_worker("append", root, "crash", "steady", "0", "1000", "100")
+    committed_batches = 0
+    deadline = time.time() + 300
+    while committed_batches < 2 and time.time() < deadline:
+        line = proc.stdout.readline()
+        if line:
+            committed_batches += 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = admin.log("crash").table().count()
+    assert 200 <= before < 1000, "the kill happened mid-run"
+    rerun = run_worker("append", root, "crash", "steady", "0", "1000", "100")
+    lines = [json.loads(x) for x in rerun.stdout.splitlines()]
+    assert sum(x["duplicates"] for x in lines) == before
+    rows = _log_rows(spark, admin, "crash")
+    assert sorted(r["sequence"] for r in rows) == list(range(1000))
+    for p in range(4):
+        offs = sorted(r["offset"] for r in rows if r["partition"] == p)
+        assert offs == list(range(len(offs)))
+
+
+@pytest.mark.slow
+def test_processes_appending_to_different_partitions_never_conflict(spark, root):
+    admin = TopicAdmin(spark, root)
+    admin.create("apart", 2)
+    # one key per process, chosen to land in partition 0 and partition 1
+    prefixes = {}
+    for i in range(100):
+        prefixes.setdefault(partition_for(f"x{i}-0".encode(), 2), f"x{i}-")
+    procs = [spawn_worker("append", root, "apart", f"d{p}", "0", "60", "20", "1", prefixes[p]) for p in (0, 1)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert sum(x["appended"] for x in lines) == 60
+        assert sum(x["retries"] for x in lines) == 0, "appends to other partitions must not conflict"
+    rows = _log_rows(spark, admin, "apart")
+    for p in (0, 1):
+        assert sorted(r["offset"] for r in rows if r["partition"] == p) == list(range(60))

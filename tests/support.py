@@ -1,0 +1,40 @@
+"""Helpers the tests share: worker processes and generated records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+WORKERS = PROJECT / "tests" / "processes"
+
+
+def run_worker(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``tests/processes/workers.py`` in its own OS process (its own JVM and Spark session)."""
+    proc = subprocess.run(
+        [sys.executable, str(WORKERS / "workers.py"), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=PROJECT, env={**os.environ},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"worker {args} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def spawn_worker(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WORKERS / "workers.py"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT,
+    )
+
+
+def make_records(spark, n: int, keys: int = 10, start: int = 0, key_prefix: str = "k"):
+    """A DataFrame of n keyed records with sequences start..start+n-1 and value == sequence."""
+    from pyspark.sql import functions as F
+
+    return spark.range(start, start + n).select(
+        F.concat(F.lit(key_prefix), (F.col("id") % keys).cast("string")).alias("key"),
+        F.col("id").cast("string").alias("value"),
+        F.col("id").alias("sequence"),
+    )

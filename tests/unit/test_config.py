@@ -1,0 +1,66 @@
+"""Configuration errors name the key and say what to do (no Spark)."""
+
+import pytest
+
+from jobs.config import load_config
+from log_store.errors import InvalidConfigurationError
+
+
+def test_default_config_is_local(monkeypatch):
+    monkeypatch.delenv("LAKELOG_ROOT", raising=False)
+    monkeypatch.delenv("LAKELOG_CONF", raising=False)
+    cfg = load_config()
+    assert cfg.spark.mode == "local" and cfg.root == "./lakelog-data"
+
+
+def test_root_override_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAKELOG_ROOT", str(tmp_path))
+    assert load_config().root == str(tmp_path)
+
+
+def test_invalid_value_names_the_key(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("producer:\n  batch_size: -3\n")
+    with pytest.raises(InvalidConfigurationError, match=r"key 'producer.batch_size'"):
+        load_config(f)
+
+
+def test_unknown_key_is_named(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("spark:\n  mastr: local[1]\n")
+    with pytest.raises(InvalidConfigurationError, match=r"key 'spark.mastr'"):
+        load_config(f)
+
+
+def test_unknown_spark_mode(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("spark:\n  mode: yarnish\n")
+    with pytest.raises(InvalidConfigurationError, match=r"key 'spark.mode'"):
+        load_config(f)
+
+
+def test_not_yaml_and_missing_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("root: [unclosed\n")
+    with pytest.raises(InvalidConfigurationError, match="not valid YAML"):
+        load_config(f)
+    with pytest.raises(InvalidConfigurationError, match="cannot read configuration file"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_missing_delta_jars_say_what_to_run(tmp_path):
+    from log_store.config import SparkSettings
+    from log_store.errors import SetupError
+    from log_store.session import local_delta_jars
+
+    with pytest.raises(SetupError, match="make setup"):
+        local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
+
+
+def test_spark_profile_from_environment_and_bad_profile(monkeypatch):
+    monkeypatch.delenv("LAKELOG_CONF", raising=False)
+    monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "small")
+    assert load_config().spark.profile == "small"
+    monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "tiny")
+    with pytest.raises(InvalidConfigurationError, match=r"key 'spark.profile'"):
+        load_config()
