@@ -4,6 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
+JVMJAR  := .jars/lakelog-jvm.jar
 
 .PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller clean check-tools
 
@@ -19,10 +20,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(JARS): conf/delta-jars.pom.xml
+	rm -rf .jars
 	mvn -q -f conf/delta-jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jars
 	touch $(JARS)
 
-setup: check-tools $(STAMP) $(JARS)
+# Kafka's partitioner as a JVM function (log_store/jvm), built from source.
+$(JVMJAR): $(JARS) log_store/jvm/pom.xml $(wildcard log_store/jvm/src/main/java/lakelog/*.java)
+	mvn -q -f log_store/jvm/pom.xml package -DskipTests
+	cp log_store/jvm/target/lakelog-jvm.jar $(JVMJAR)
+
+setup: check-tools $(STAMP) $(JARS) $(JVMJAR)
 
 demo: setup
 	$(BIN)/lakelog demo
@@ -52,4 +59,4 @@ bench-controller: setup
 	$(BIN)/python benchmarks/controller.py
 
 clean:
-	rm -rf $(VENV) .jars lakelog-data chaos-runs
+	rm -rf $(VENV) .jars lakelog-data chaos-runs log_store/jvm/target

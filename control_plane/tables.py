@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
-from log_store.delta_txn import DeltaTransaction, conflict_name
+from log_store.engine import DeltaTransaction, conflict_name
 from log_store.errors import ConcurrentCommitError, StorageError
 
 _CHECKED: set[str] = set()

@@ -24,7 +24,7 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.crash import crash_point
-from log_store.delta_txn import table_version
+from log_store.engine import table_version
 from log_store.topic_log import Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")

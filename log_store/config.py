@@ -28,8 +28,10 @@ class SparkSettings(Strict):
     app_name: str = "lakelog"
     jars_dir: str = ".jars"
     packages: list[str] = Field(
-        default_factory=lambda: ["io.delta:delta-spark_2.12:3.3.2"]
+        default_factory=lambda: ["io.delta:delta-spark_4.1_2.13:4.4.0"]
     )
+    # Where Delta's internal classes live: open-source Delta ("oss") or Databricks' runtime.
+    delta_internals: Literal["oss", "databricks"] = "oss"
     # "small": for many short jobs sharing one machine (group members, scheduled micro-jobs):
     # one core, 1 GB, quick-start JIT and no whole-stage codegen. About twice as fast on tiny
     # control-plane queries when four such JVMs share two cores; slower on big scans.

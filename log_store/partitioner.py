@@ -1,16 +1,30 @@
 """Kafka's default partitioner, exactly: ``murmur2(key) & 0x7fffffff % num_partitions``.
 
-The hash comes from kafka-python (a well-kept implementation of Kafka's murmur2), so a key lands
-in the same partition number as it would with a Kafka producer given the same count.
+Two implementations that must agree, number for number: ``partition_for`` in Python (the hash from
+kafka-python, a well-kept implementation of Kafka's murmur2) for rules and tests, and
+``partition_column`` for producing: the JVM function ``lakelog_partition`` (``log_store/jvm``,
+built by ``make setup``) when it is on the classpath, so keys never travel to Python and back;
+otherwise a pandas UDF over ``partition_for``. ``tests/log_store/test_partitioner_jvm.py``
+cross-checks them on random keys.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 
+import pandas as pd
 from kafka.partitioner.default import murmur2
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
+from pyspark.sql.types import IntegerType
 
 from log_store.errors import InvalidPartitionMetadataError
+
+JVM_FUNCTION = "lakelog_partition"
+JVM_CLASS = "lakelog.KafkaPartition"
+_log = logging.getLogger("lakelog.partitioner")
 
 
 @lru_cache(maxsize=262_144)
@@ -30,3 +44,40 @@ def partition_for(key: bytes, num_partitions: int) -> int:
 def partition_for_unkeyed(sequence: int, num_partitions: int) -> int:
     """Unkeyed records spread round-robin by their sequence over the undeleted partitions."""
     return sequence % num_partitions
+
+
+def _partitions(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.Series:
+    n = int(counts.iloc[0])
+    return pd.Series(
+        [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
+        dtype="int32",
+    )
+
+
+# Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
+# copies it into every expression that uses ``partition`` (filter, window, offset lookups).
+_pandas_partition = pandas_udf(_partitions, IntegerType()).asNondeterministic()
+_registered: dict[int, bool] = {}
+
+
+def jvm_partitioner(spark: SparkSession) -> bool:
+    """Register ``lakelog_partition`` in this session if its class is on the classpath."""
+    key = id(spark)
+    if key not in _registered:
+        try:
+            spark.udf.registerJavaFunction(JVM_FUNCTION, JVM_CLASS, IntegerType())
+            _registered[key] = True
+        except Exception as exc:  # the jar is not on this cluster's classpath: the pandas UDF computes the same
+            _log.info("lakelog_partition is not available (%s); partitioning in a pandas UDF",
+                      str(exc).splitlines()[0][:200])
+            _registered[key] = False
+    return _registered[key]
+
+
+def partition_column(spark: SparkSession, key: str, sequence: str, num_partitions: int) -> Column:
+    """Each row's partition among ``num_partitions``, from its key (or, unkeyed, its sequence)."""
+    if num_partitions < 1:
+        raise InvalidPartitionMetadataError(f"cannot partition over {num_partitions} partitions; a topic has at least 1")
+    if jvm_partitioner(spark):
+        return F.call_function(JVM_FUNCTION, F.col(key), F.col(sequence).cast("long"), F.lit(num_partitions))
+    return _pandas_partition(key, sequence, F.lit(num_partitions))

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 
 from log_store.config import PROJECT_ROOT, SparkSettings
+from log_store.engine import INTERNALS_CONF
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
@@ -50,15 +51,21 @@ _SMALL_MASTER = "local[1]"
 
 
 def local_delta_jars(settings: SparkSettings) -> list[str]:
-    """The jars ``make setup`` put in place, or a SetupError saying how to get them."""
+    """The jars ``make setup`` put in place (Delta's, built for this PySpark's Spark line, and
+    lakelog's JVM functions), or a SetupError saying how to get them."""
+    import pyspark
+
     folder = Path(settings.jars_dir)
     if not folder.is_absolute():
         folder = PROJECT_ROOT / folder
     jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not any("delta-spark" in j for j in jars):
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    if not any(f"delta-spark_{line}_2.13" in j for j in jars):
+        found = [Path(j).name for j in jars if "delta-spark" in j]
         raise SetupError(
-            f"Delta's jars are missing from {folder}. Run `make setup` (needs Maven: "
-            "`apt-get install maven`) to fetch them from Maven Central."
+            f"Delta's jars for Spark {line} are missing from {folder}"
+            + (f" (found {', '.join(found)}, built for another Spark)" if found else "")
+            + ". Run `make setup` (needs Maven: `apt-get install maven`) to fetch them from Maven Central."
         )
     return jars
 
@@ -72,9 +79,11 @@ def build_session(settings: SparkSettings) -> SparkSession:
     """Return the active session (or build one) configured for Delta per ``settings.mode``."""
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.mode == "databricks":
-        return builder.getOrCreate()
+        spark = builder.getOrCreate()
+        spark.conf.set(INTERNALS_CONF, settings.delta_internals)
+        return spark
     _check_java()
-    conf = dict(_BASE_CONF)
+    conf = {**_BASE_CONF, INTERNALS_CONF: settings.delta_internals}
     if settings.mode == "local":
         jars = local_delta_jars(settings)
         conf["spark.jars"] = ",".join(jars)

@@ -14,8 +14,6 @@ and each partition's log end offset is a Delta application transaction version
 from __future__ import annotations
 
 import json
-import random
-import time
 from enum import Enum
 
 from delta.tables import DeltaTable
@@ -34,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from log_store.crash import crash_point
-from log_store.delta_txn import DeltaTransaction
+from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -250,7 +248,7 @@ class TopicLog:
         Every partition has a log end from its creation on, so a missing one can only mean an
         expired set transaction, and the append refuses to guess (it would reuse offsets).
         """
-        for attempt in range(10):
+        def attempt() -> None:
             txn = DeltaTransaction.start(self.spark, self.path)
             known = txn.snapshot_app_versions()
             missing = [p for p in partitions if log_end_app_id(p) not in known]
@@ -258,11 +256,9 @@ class TopicLog:
                 return
             for p in missing:
                 txn.app_version(log_end_app_id(p))
-            try:
-                txn.commit({log_end_app_id(p): 0 for p in missing}, json.dumps({"lakelog": "log_ends", "partitions": missing}))
-                return
-            except ConcurrentCommitError:
-                time.sleep(0.05 * (attempt + 1))
+            txn.commit({log_end_app_id(p): 0 for p in missing}, json.dumps({"lakelog": "log_ends", "partitions": missing}))
+
+        retry_on_conflict(attempt)
 
     # -- metadata --------------------------------------------------------------------------
     def metadata(self) -> TopicLogMetadata:
@@ -301,16 +297,18 @@ class TopicLog:
         if missing:
             raise InvalidRecordError(f"records lack columns {missing}; expected {PRODUCER_COLUMNS}")
         records = records.select(*PRODUCER_COLUMNS)
-        for attempt in range(1, max_retries + 2):
-            try:
-                result = self._append_once(records, expected_count, producer_id)
-                return result.model_copy(update={"attempts": attempt})
-            except ConcurrentCommitError as exc:
-                if attempt > max_retries:
-                    raise ConcurrentAppendError(f"the append lost to concurrent commits {attempt} times ({exc}); "
-                                                f"raise producer.max_retries or produce again") from exc
-                time.sleep(backoff_ms / 1000 * (1 + random.random()) * min(attempt, 10))
-        raise AssertionError("unreachable")
+        attempts = [0]
+
+        def attempt() -> AppendResult:
+            attempts[0] += 1
+            return self._append_once(records, expected_count, producer_id)
+
+        try:
+            result = retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
+        except ConcurrentCommitError as exc:
+            raise ConcurrentAppendError(f"the append lost to concurrent commits {attempts[0]} times ({exc}); "
+                                        f"raise producer.max_retries or produce again") from exc
+        return result.model_copy(update={"attempts": attempts[0]})
 
     def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None) -> AppendResult:
         """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from control_plane.group.describe import DeliveryView, delivery_view
 from control_plane.layout import RootLayout
 from control_plane.topics import TopicAdmin
-from log_store.delta_txn import DeltaTransaction
+from log_store.engine import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, LakelogError
 from log_store.files import write_file
 from pipelines.consumer import SINK_SCHEMA

@@ -23,7 +23,7 @@ from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
-from log_store.delta_txn import DeltaTransaction
+from log_store.engine import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, SinkConflictError
 from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, Mode, check_set_transactions_kept
 from pipelines.gating import OffsetGate

@@ -40,7 +40,8 @@ def _check_readable(path: str) -> Path:
 
 def _timestamp(col: Column) -> Column:
     """Epoch milliseconds (Kafka's form) or an ISO-8601 string."""
-    return F.when(col.rlike(r"^-?\d+$"), F.timestamp_millis(col.cast("long"))).otherwise(F.to_timestamp(col))
+    # try_*: an unparsable value is null (reported as a bad timestamp), also under ANSI mode.
+    return F.when(col.rlike(r"^-?\d+$"), F.timestamp_millis(col.try_cast("long"))).otherwise(F.try_to_timestamp(col))
 
 
 def read_json_lines(spark: SparkSession, path: str) -> DataFrame:

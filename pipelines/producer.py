@@ -11,34 +11,19 @@ import time
 import uuid
 from typing import Callable
 
-import pandas as pd
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.functions import pandas_udf
-from pyspark.sql.types import BinaryType, IntegerType, StringType
+from pyspark.sql.types import BinaryType, StringType
 
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
-from log_store.partitioner import partition_for, partition_for_unkeyed
-from log_store.delta_txn import app_versions
+from log_store.partitioner import partition_column
+from log_store.engine import app_versions
 from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
 
 ProgressFn = Callable[[int, int], None]
-
-
-def _partitions(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.Series:
-    n = int(counts.iloc[0])
-    return pd.Series(
-        [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
-        dtype="int32",
-    )
-
-
-# Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
-# copies it into every expression that uses ``partition`` (filter, window, offset lookups).
-_partition_udf = pandas_udf(_partitions, IntegerType()).asNondeterministic()
 
 
 class ProduceResult(BaseModel):
@@ -153,7 +138,7 @@ class Producer:
     def _send_batch(self, batch: DataFrame, result: ProduceResult) -> ProduceResult:
         for refresh in range(self.settings.max_retries + 1):
             count = self.log.metadata().undeleted_partition_count
-            parted = batch.withColumn("partition", _partition_udf("key", "sequence", F.lit(count)))
+            parted = batch.withColumn("partition", partition_column(self.spark, "key", "sequence", count))
             parted = parted.withColumn("producer_id", F.lit(self.producer_id)).select(*PRODUCER_COLUMNS)
             try:
                 appended = self.log.append(

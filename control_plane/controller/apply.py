@@ -8,23 +8,16 @@ applied to them in one conditional metadata commit (all epochs, the count and th
 
 from __future__ import annotations
 
-import random
-import time
-
 from pyspark.sql import SparkSession
 
 from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
-from log_store.delta_txn import DeltaTransaction, conflict_name
+from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError, UnknownTopicError
 from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end, log_end_app_id
 
 ATTEMPTS = 10
-
-
-def backoff(attempt: int) -> None:
-    time.sleep(0.05 * (1 + random.random()) * min(attempt + 1, 10))
 
 
 class TopicChanges:
@@ -45,18 +38,18 @@ class TopicChanges:
 
     def record(self, target: TopicRecord) -> bool:
         """The compare-and-set: True if ``target`` became the next version, False if another did."""
-        for attempt in range(ATTEMPTS):
+        def attempt() -> bool:
             try:
                 return self.admin.tables.insert_if_absent("topics", [target.row()], ["topic", "topic_version"]) == 1
             except Exception as exc:  # any concurrent insert (other topics too) fails the MERGE
-                # insert_if_absent converts py4j conflicts, but pyspark raises Delta's own
-                # delta.exceptions.Concurrent* classes, which it lets through.
-                if not isinstance(exc, ConcurrentCommitError) and not conflict_name(exc):
-                    raise
-                if self.admin.image(target.topic).record(target.topic_version) is not None:
-                    return False
-                backoff(attempt)
-        raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}'; run it again")
+                if is_conflict(exc) and self.admin.image(target.topic).record(target.topic_version) is not None:
+                    return False  # another controller recorded this version: the compare-and-set is lost
+                raise
+
+        try:
+            return retry_on_conflict(attempt, ATTEMPTS)
+        except ConcurrentCommitError:
+            raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}'; run it again") from None
 
     def apply(self, topic: str, record: TopicRecord | None = None) -> tuple[TopicRecord, bool]:
         """Set the log's metadata from ``record`` (default: the latest) in one commit, unless applied.
@@ -72,12 +65,12 @@ class TopicChanges:
         """
         record = record or self.latest(topic)
         wanted = log_metadata(record)
-        for attempt in range(ATTEMPTS):
+        def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, record.location)
             conf = txn.configuration()
             # A log never touched by the controller is as ``topics create`` made it: version 1.
             if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
-                return record, False
+                return False
             known = txn.snapshot_app_versions()
             props = {**wanted.to_properties(), TOPIC_VERSION_PROP: str(record.topic_version)}
             drop = []
@@ -92,9 +85,10 @@ class TopicChanges:
                     props[key] = str(log_end(known, p, pm.start_offset))
             new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
                         if log_end_app_id(p) not in known}
-            try:
-                txn.commit_properties(props, drop, new_ends)
-                return record, True
-            except ConcurrentCommitError:
-                backoff(attempt)
-        raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again")
+            txn.commit_properties(props, drop, new_ends)
+            return True
+
+        try:
+            return record, retry_on_conflict(attempt, ATTEMPTS)
+        except ConcurrentCommitError:
+            raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again") from None

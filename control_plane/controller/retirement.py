@@ -10,11 +10,11 @@ import re
 
 from pyspark.sql import SparkSession
 
-from control_plane.controller.apply import ATTEMPTS, backoff
+from control_plane.controller.apply import ATTEMPTS
 from control_plane.controller.rules import drained
 from control_plane.group.offsets import GroupOffsets
 from log_store.crash import crash_point
-from log_store.delta_txn import conflict_name
+from log_store.engine import retry_on_conflict
 from log_store.topic_log import Mode, TopicLog
 
 _PARTITION_DIR = re.compile(r"/partition=(-?\d+)/")
@@ -48,13 +48,6 @@ def purge(spark: SparkSession, location: str) -> list[int]:
         return []
     ends = {p: ends[p] for p in holding}
     cond = " OR ".join(f"(partition = {p} AND offset < {end})" for p, end in ends.items())
-    for attempt in range(ATTEMPTS):
-        try:
-            spark.sql(f"DELETE FROM delta.`{location}` WHERE {cond}")
-            break
-        except Exception as exc:
-            if not conflict_name(exc) or attempt == ATTEMPTS - 1:
-                raise
-            backoff(attempt)
+    retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{location}` WHERE {cond}"), ATTEMPTS)
     crash_point("retire:after_purge")
     return holding

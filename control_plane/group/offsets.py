@@ -20,8 +20,8 @@ from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
 from control_plane.tables import TABLES, ControlTables, latest_positions
 from control_plane.topics import TopicAdmin
-from log_store.delta_txn import DeltaTransaction
-from log_store.errors import ConcurrentCommitError, IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
+from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 
 
 
@@ -147,7 +147,8 @@ class GroupOffsets:
     def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None) -> bool:
         self.tables.ensure()
         path = self.tables.path("offset_commits")
-        for attempt in range(50):
+
+        def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, path)
             fence = int(txn.configuration().get(fence_property(group), 0))
             if raise_version is not None and fence >= raise_version:
@@ -160,12 +161,10 @@ class GroupOffsets:
             if raise_version is not None:
                 txn.set_properties({fence_property(group): str(raise_version)})
             txn.write(self.spark.createDataFrame(rows, TABLES["offset_commits"]))
-            try:
-                txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
-                return True
-            except ConcurrentCommitError:
-                continue
-        raise ConcurrentCommitError(f"could not commit to group '{group}' after 50 attempts: too much contention")
+            txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
+            return True
+
+        return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         """Latest committed offset per partition (empty if the group never committed).

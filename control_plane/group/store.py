@@ -16,7 +16,7 @@ from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
 from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables
 from control_plane.topics import TopicAdmin
-from log_store.delta_txn import DeltaTransaction, app_version_changes, table_version
+from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.errors import ConcurrentCommitError
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
@@ -105,18 +105,20 @@ class GroupTables:
         """
         self.tables.ensure()
         prop = f"lakelog.generation.{record.group}"
-        for _ in range(20):
+
+        def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, self.tables.path("group_generations"))
             if int(txn.configuration().get(prop, 0)) >= record.generation:
                 return False
             txn.set_properties({prop: str(record.generation)})
             txn.write(self.spark.createDataFrame([record.model_dump()], TABLES["group_generations"]))
-            try:
-                txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
-                return True
-            except ConcurrentCommitError:
-                continue
-        return False
+            txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
+            return True
+
+        try:
+            return retry_on_conflict(attempt, attempts=20, backoff_ms=10)
+        except ConcurrentCommitError:
+            return False  # others keep proposing: this member leads another time
 
     def snapshots(self, topics: Iterable[str]) -> dict[str, LogSnapshot]:
         """Each existing subscribed topic's log snapshot (metadata, log ends, topic version)."""

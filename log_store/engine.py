@@ -1,25 +1,41 @@
-"""A Delta transaction driven from Python, for appends that must read before they write.
+"""The engine facade: the only module that reaches Delta's JVM classes (through py4j).
 
 Delta's DataFrame writer makes blind appends, which never conflict. lakelog's appends must fail
 when the partition's metadata or log end moved under them, so they open a transaction on the
 table's DeltaLog, read the metadata and the application transaction ids (``SetTransaction``)
 *inside* it, write files and commit them together with new ``SetTransaction`` versions. Delta
 then rejects the commit if a concurrent commit changed the metadata or the same application ids.
+
+Also here, in one place each: Delta's conflicts mapped to lakelog's errors (``translate``), the
+one retry policy for them (``retry_on_conflict``, tenacity), and which internal package Delta's
+classes live in: ``org.apache.spark.sql.delta`` in open-source Delta, another on Databricks
+(``spark.delta_internals`` in the configuration; see the README for what was verified where).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.errors import ConcurrentCommitError, InvalidRecordError, LakelogError
 
-_DELTA_PKG = "org.apache.spark.sql.delta"
+# Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
+DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
+INTERNALS_CONF = "spark.lakelog.deltaInternals"
+T = TypeVar("T")
+
+
+def delta(spark: SparkSession) -> Any:
+    """Delta's internal package on the JVM (a py4j package object)."""
+    name = DELTA_PACKAGES.get(spark.conf.get(INTERNALS_CONF, "oss"), DELTA_PACKAGES["oss"])
+    return getattr(spark._jvm, name)
 
 # Delta's optimistic-concurrency failures: all mean "someone committed first; read again".
 _CONFLICTS = (
@@ -63,8 +79,7 @@ class DeltaTransaction:
 
     @classmethod
     def start(cls, spark: SparkSession, path: str) -> "DeltaTransaction":
-        jvm = spark._jvm
-        log = getattr(jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
+        log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
         return cls(spark, log.startTransaction())
 
     @property
@@ -97,7 +112,7 @@ class DeltaTransaction:
         crc = self.jtxn.snapshot().checksumOpt()
         if not crc.isDefined() or not crc.get().setTransactions().isDefined():
             return None
-        text = getattr(self.spark._jvm, _DELTA_PKG).util.JsonUtils.mapper().writeValueAsString(crc.get())
+        text = delta(self.spark).util.JsonUtils.mapper().writeValueAsString(crc.get())
         return {t["appId"]: int(t["version"]) for t in json.loads(text).get("setTransactions", [])}
 
     def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
@@ -131,7 +146,7 @@ class DeltaTransaction:
         try:
             written = self.jtxn.writeFiles(data._jdf).iterator()
         except Exception as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         converters = self.spark._jvm.scala.collection.JavaConverters
         while written.hasNext():
             action = written.next()
@@ -157,7 +172,7 @@ class DeltaTransaction:
         jmap = jvm.java.util.HashMap()
         for k, v in properties.items():
             jmap.put(k, v)
-        operation = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$SetTableProperties")(
+        operation = getattr(delta(self.spark), "DeltaOperations$SetTableProperties")(
             jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jmap))
         return self._commit(app_versions or {}, operation)
 
@@ -171,23 +186,25 @@ class DeltaTransaction:
         jvm = self.spark._jvm
         meta = jvm.scala.Some(user_metadata) if user_metadata else jvm.scala.Option.empty()
         none = jvm.scala.Option.empty()
-        write_op = getattr(getattr(jvm, _DELTA_PKG), "DeltaOperations$Write")
-        return self._commit(app_versions, write_op(jvm.org.apache.spark.sql.SaveMode.Append, none, none, meta))
+        write_op = getattr(delta(self.spark), "DeltaOperations$Write")
+        # Delta 4.4's WRITE: mode, partitionBy, predicate, userMetadata, then five options unset.
+        return self._commit(app_versions, write_op(jvm.org.apache.spark.sql.SaveMode.Append, none, none, meta,
+                                                   none, none, none, none, none))
 
     def _commit(self, app_versions: Mapping[str, int], operation: Any) -> int:
         jvm = self.spark._jvm
         now = jvm.scala.Some(int(time.time() * 1000))
-        set_txn = getattr(jvm, _DELTA_PKG).actions.SetTransaction
+        set_txn = delta(self.spark).actions.SetTransaction
         for app_id, version in app_versions.items():
             self._actions.add(set_txn(app_id, int(version), now))
         seq = jvm.scala.collection.JavaConverters.asScalaBuffer(self._actions).toSeq()
         try:
             return int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
 
 
-def _translate(exc: Exception) -> LakelogError:
+def translate(exc: Exception) -> LakelogError:
     """Map Delta's errors to lakelog's, in one place."""
     name = conflict_name(exc)
     if name:
@@ -199,9 +216,31 @@ def _translate(exc: Exception) -> LakelogError:
     return LakelogError(f"Delta write failed: {text.splitlines()[0] if text else type(exc).__name__}")
 
 
+def is_conflict(exc: BaseException) -> bool:
+    """A commit that lost to a concurrent one: lakelog's error, or Delta's raised through pyspark."""
+    return isinstance(exc, ConcurrentCommitError) or conflict_name(exc) is not None
+
+
+def retry_on_conflict(fn: Callable[[], T], attempts: int = 10, backoff_ms: float = 50) -> T:
+    """Run ``fn`` until it does not lose to a concurrent commit, at most ``attempts`` times, with
+    randomized exponential backoff: the one retry policy for optimistic-concurrency conflicts.
+    The last conflict is raised as ConcurrentCommitError."""
+    try:
+        for attempt in Retrying(stop=stop_after_attempt(attempts), reraise=True,
+                                wait=wait_random_exponential(multiplier=backoff_ms / 1000, max=2.0),
+                                retry=retry_if_exception(is_conflict)):
+            with attempt:
+                return fn()
+    except Exception as exc:
+        if is_conflict(exc) and not isinstance(exc, LakelogError):
+            raise translate(exc) from exc
+        raise
+    raise AssertionError("unreachable")
+
+
 def table_version(spark: SparkSession, path: str) -> int:
     """The table's latest version (-1 if there is no table): a listing, no Spark job."""
-    log = getattr(spark._jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
+    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
     none = spark._jvm.scala.Option.empty()
     return int(log.update(False, none, none).version())
 
@@ -210,9 +249,9 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
     """Latest (version, lastUpdated ms of the writer's clock) of each application id starting with
     ``prefix`` set in commits after ``since``, read from the commit files themselves: no Spark
     job, no state reconstruction."""
-    log = getattr(spark._jvm, _DELTA_PKG).DeltaLog.forTable(spark._jsparkSession, path)
+    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
     found: dict[str, tuple[int, int | None]] = {}
-    changes = log.getChanges(since + 1, False)
+    changes = log.getChanges(since + 1, spark._jvm.scala.Option.empty(), False)
     while changes.hasNext():
         for action in spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2()):
             if action.getClass().getSimpleName() == "SetTransaction" and action.appId().startswith(prefix):
