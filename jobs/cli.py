@@ -1,8 +1,9 @@
 """``lakelog``: a Kafka-style command line over the log store, control plane and clients.
 
 The root only: its options and the verbs, each in its own module under ``jobs/commands``.
-Every command takes ``--root`` (or ``$LAKELOG_ROOT``) and ``--conf`` (or ``$LAKELOG_CONF``);
-read commands take ``--json``. Errors print what was wrong and exit non-zero.
+``--root`` (or ``$LAKELOG_ROOT``), ``--conf`` (or ``$LAKELOG_CONF``), ``--json`` and
+``--verbose`` go before or after the verb. Exit codes: 0 ok, 1 an error lakelog reports (what
+was wrong, what to do), 2 a usage error (click's).
 """
 
 from __future__ import annotations
@@ -17,20 +18,34 @@ from jobs.commands.groups import groups
 from jobs.commands.produce import produce
 from jobs.commands.sql import sql
 from jobs.commands.topics import topics
-from jobs.context import Context, LakelogGroup
+from jobs.context import Context, LakelogGroup, add_global_options
 
 
-@click.group(cls=LakelogGroup)
+@click.group(cls=LakelogGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", envvar="LAKELOG_ROOT", default=None, help="Root path or URI (default from conf: ./lakelog-data).")
 @click.option("--conf", envvar="LAKELOG_CONF", default=None, help="Configuration YAML (default conf/local.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (any read command).")
+@click.option("--verbose", is_flag=True, help="Show Spark's and the JVM's own log lines.")
+@click.version_option(package_name="lakelog", prog_name="lakelog")
 @click.pass_context
-def cli(ctx: click.Context, root: str | None, conf: str | None) -> None:
-    """lakelog: a Kafka-style partitioned log in Delta Lake tables."""
-    ctx.obj = Context(conf, root)
+def cli(ctx: click.Context, root: str | None, conf: str | None, as_json: bool, verbose: bool) -> None:
+    """lakelog: a Kafka-style partitioned log in Delta Lake tables.
+
+    Shell completion: eval "$(_LAKELOG_COMPLETE=bash_source lakelog)" (zsh_source, fish_source).
+    """
+    if ctx.obj is None:
+        ctx.obj = Context(conf, root, as_json, verbose)
+    else:  # options given after the verb were parsed first (eager): they win
+        obj = ctx.obj
+        obj.conf_path = obj.conf_path or conf
+        obj.root_override = obj.root_override or root
+        obj.as_json = obj.as_json or as_json
+        obj.verbose = obj.verbose or verbose
 
 
 for command in (topics, produce, consume, groups, controller, audit, sql, demo):
     cli.add_command(command)
+add_global_options(cli)
 
 
 def main() -> None:

@@ -16,9 +16,11 @@ from log_store.errors import LakelogError, RetriableError
 class Context:
     """Lazily built configuration and Spark session shared by the commands of one run."""
 
-    def __init__(self, conf: str | None, root: str | None) -> None:
+    def __init__(self, conf: str | None, root: str | None, as_json: bool = False, verbose: bool = False) -> None:
         self.conf_path = conf
         self.root_override = root
+        self.as_json = as_json
+        self.verbose = verbose
 
     @cached_property
     def config(self) -> LakelogConfig:
@@ -32,7 +34,8 @@ class Context:
     def spark(self):
         from log_store.session import build_session
 
-        return build_session(self.config.spark)
+        settings = self.config.spark
+        return build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings)
 
     def topic_admin(self):
         from control_plane.topics import TopicAdmin
@@ -67,7 +70,44 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    root = ctx.find_object(Context)
+    return bool(value or (root and root.as_json))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, callback=_json_flag, help="Print JSON for scripts.")
+
+
+def _setter(field: str):
+    def callback(ctx: click.Context, _param: click.Parameter, value):
+        if value not in (None, False):
+            setattr(ctx.find_object(Context), field, value)
+        return value
+    return callback
+
+
+def global_options() -> list[click.Option]:
+    """The root's options, also accepted after the verb (``lakelog topics list --root X``), as
+    Kafka's tools take their connection options. Given after the verb, they win."""
+    return [
+        click.Option(["--root"], expose_value=False, callback=_setter("root_override"),
+                     help="Root path or URI (also before the verb; $LAKELOG_ROOT)."),
+        click.Option(["--conf"], expose_value=False, callback=_setter("conf_path"),
+                     help="Configuration YAML (also before the verb; $LAKELOG_CONF)."),
+        click.Option(["--verbose"], is_flag=True, expose_value=False, callback=_setter("verbose"),
+                     help="Show Spark's and the JVM's own log lines."),
+    ]
+
+
+def add_global_options(group: click.Group) -> None:
+    """Give every command under ``group`` the global options."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            add_global_options(command)
+        else:
+            command.params.extend(global_options())
 
 
 def progress_bar(label: str) -> Progress:

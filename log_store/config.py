@@ -36,4 +36,7 @@ class SparkSettings(Strict):
     # one core, 1 GB, quick-start JIT and no whole-stage codegen. About twice as fast on tiny
     # control-plane queries when four such JVMs share two cores; slower on big scans.
     profile: Literal["standard", "small"] = "standard"
+    # Keep Spark's and the JVM's own log lines (start-up banner, warnings) off the terminal: only
+    # errors (conf/log4j2-quiet.properties). The CLI's --verbose turns it off. Local mode only.
+    quiet: bool = True
     conf: dict[str, str] = Field(default_factory=dict)

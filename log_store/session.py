@@ -100,6 +100,9 @@ def build_session(settings: SparkSettings) -> SparkSession:
     if settings.profile == "small":
         conf.update(_SMALL_CONF)
         master = _SMALL_MASTER if master and master.startswith("local") else master
+    if settings.quiet and settings.mode == "local":
+        quiet = f"-Dlog4j2.configurationFile={PROJECT_ROOT / 'conf' / 'log4j2-quiet.properties'}"
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), quiet]))
     conf.update(settings.conf)
     if master:
         builder = builder.master(master)

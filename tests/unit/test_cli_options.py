@@ -1,0 +1,72 @@
+"""The CLI's global options before or after the verb, its exit codes and --version, without Spark
+(every case fails or finishes before a session is needed)."""
+
+import click
+from click.testing import CliRunner
+
+from jobs.cli import cli
+from jobs.context import Context, global_options, json_option, pass_ctx
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_conf_after_the_verb_is_used_and_wins_over_the_one_before(tmp_path):
+    after = run("topics", "list", "--conf", str(tmp_path / "after.yaml"))
+    assert after.exit_code == 1 and "after.yaml" in after.output
+    both = run("--conf", str(tmp_path / "before.yaml"), "topics", "describe", "--topic", "t", "--conf",
+               str(tmp_path / "after.yaml"))
+    assert both.exit_code == 1 and "after.yaml" in both.output and "before.yaml" not in both.output
+    before = run("--conf", str(tmp_path / "before.yaml"), "groups", "list")
+    assert before.exit_code == 1 and "before.yaml" in before.output
+
+
+def test_root_after_the_verb_reaches_the_configuration(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text("root: /from/file\n")
+    seen = {}
+
+    @cli.command("_probe_root", hidden=True)
+    @pass_ctx
+    def probe(c: Context) -> None:
+        seen["root"] = c.config.root
+
+    probe.params.extend(global_options())
+    try:
+        assert run("--conf", str(conf), "_probe_root").exit_code == 0 and seen["root"] == "/from/file"
+        assert run("_probe_root", "--conf", str(conf), "--root", "/after").exit_code == 0 and seen["root"] == "/after"
+        assert run("--root", "/before", "_probe_root", "--conf", str(conf)).exit_code == 0 and seen["root"] == "/before"
+    finally:
+        cli.commands.pop("_probe_root")
+
+
+def test_json_before_the_verb_counts_as_json_after_it():
+    got = {}
+
+    @click.command()
+    @json_option
+    def leaf(as_json: bool) -> None:
+        got["json"] = as_json
+
+    @click.group()
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def root(ctx, as_json):
+        ctx.obj = Context(None, None, as_json)
+
+    root.add_command(leaf)
+    CliRunner().invoke(root, ["--json", "leaf"])
+    assert got["json"] is True
+    CliRunner().invoke(root, ["leaf"])
+    assert got["json"] is False
+    CliRunner().invoke(root, ["leaf", "--json"])
+    assert got["json"] is True
+
+
+def test_usage_errors_exit_2_and_version_exits_0():
+    assert run("topics", "list", "--bogus").exit_code == 2
+    assert run("topics", "list", "--root").exit_code == 2  # the option needs a value
+    assert run("nosuchverb").exit_code == 2
+    version = run("--version")
+    assert version.exit_code == 0 and "lakelog, version" in version.output
