@@ -29,8 +29,9 @@ SHORT_SEEDS = (9,)
 CRASH_POINTS = ("create:after_log_table", "group:after_propose", "consume:after_sink_commit")
 
 
-# Regression schedules whose anomaly is not fixed yet: they run and report, without failing the
-# suite (an anomaly that shows in some interleavings only would make it flaky). RELIABILITY.md.
+# Regression schedules whose anomaly is not fixed yet: they run and report with -m slow, without
+# failing it (an anomaly that shows in some interleavings only would make it flaky), and stay out
+# of the default suite, where a non-failing run protects nothing. RELIABILITY.md.
 OPEN = {
     "seed-8-short": "known open anomaly (RELIABILITY.md, 'Open'): in 1 of 8 runs a group delivered a shrunk "
                     "partition's last records in the same batch as the surviving partition's post-shrink records of "
@@ -39,7 +40,8 @@ OPEN = {
 
 
 def _regressions():
-    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=False, reason=OPEN[p.stem])] if p.stem in OPEN else [])
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=False, reason=OPEN[p.stem]), pytest.mark.slow]
+                         if p.stem in OPEN else [])
             for p in sorted(REGRESSIONS.glob("*.json"))]
 
 
