@@ -14,7 +14,7 @@ from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict
-from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError, UnknownTopicError
+from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end, log_end_app_id
 
 ATTEMPTS = 10
@@ -28,13 +28,7 @@ class TopicChanges:
         self.admin = admin
 
     def latest(self, topic: str) -> TopicRecord:
-        record = self.admin.image(topic).latest
-        if record is None:
-            raise UnknownTopicError(
-                f"unknown topic '{topic}' under {self.admin.layout.root}; "
-                f"create it with `lakelog topics create --topic {topic} --partitions N`"
-            )
-        return record
+        return self.admin.get(topic)  # UnknownTopicError names the topic and how to create it
 
     def record(self, target: TopicRecord) -> bool:
         """The compare-and-set: True if ``target`` became the next version, False if another did."""

@@ -142,3 +142,14 @@ def test_console_script_exit_code_and_message(tmp_path):
     proc = subprocess.run([str(exe), "--conf", str(conf), "topics", "list"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "producer.batchsize" in proc.stderr
+
+
+def test_spark_and_jvm_log_lines_stay_off_the_terminal(tmp_path):
+    """Without --verbose a read command prints its answer, and stderr carries none of Spark's or
+    log4j's own lines (the start-up banner, the default log level, warnings)."""
+    project = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "topics", "list", "--root", str(tmp_path / "r"), "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=project)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]"
+    noise = [line for line in proc.stderr.splitlines() if "incubator" not in line]  # the JVM's own notice
+    assert noise == [], proc.stderr

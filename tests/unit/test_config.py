@@ -55,6 +55,9 @@ def test_missing_delta_jars_say_what_to_run(tmp_path):
 
     with pytest.raises(SetupError, match="make setup"):
         local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
+    (tmp_path / "delta-spark_2.12-3.3.2.jar").write_bytes(b"")  # jars left from another Spark line
+    with pytest.raises(SetupError, match=r"built for another Spark.*make setup"):
+        local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
 
 
 def test_spark_profile_from_environment_and_bad_profile(monkeypatch):
