@@ -117,6 +117,9 @@ class OffsetGate:
         self.group = group
         self.offsets = offsets
         self.published = published or dict
+        # The group's committed positions; a consumer into a sink raises them to the sink's
+        # (a member fenced after its sink commit leaves its position only there: seed 44).
+        self.committed: PositionsFn = lambda: offsets.committed(group, topic)
         self.on_open = on_open or (lambda partitions: None)
         self.enabled = os.environ.get(DISABLE_ENV, "") not in ("1", "true")
         self._thresholds: dict[tuple[int, int], int] = {}
@@ -159,7 +162,7 @@ class OffsetGate:
         if fresh and watched <= set(own):
             fresh = False  # others' committed offsets only matter for partitions it does not hold
         if fresh and time.time() - at > 0.5:
-            committed = self.offsets.committed(self.group, self.topic)
+            committed = self.committed()
             self._committed = (time.time(), committed)
         merged = dict(committed)
         for source in (self.published(), own):

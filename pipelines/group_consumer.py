@@ -68,6 +68,7 @@ class GroupConsumer:
                                   group_positions=lambda _topic: self.consumer.resume_positions(self.sink_path))
         gate = self.consumer.gate
         gate.published = lambda: self.member.published_positions(topic)
+        gate.committed = lambda: self.consumer.resume_positions(self.sink_path)
         gate.on_open = lambda ps: self.listener.on_partition_keys_assigned([self._tp(p) for p in ps])
         self._published: dict[int, tuple[int, int]] = {}  # partition -> (position, epoch) last published
         self.warmup_handler = warmup_handler
@@ -87,6 +88,7 @@ class GroupConsumer:
     def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
         for tp in change.revoked + change.lost:
             self.positions.pop(tp.partition, None)
+            self._published.pop(tp.partition, None)  # assigned again: published again the first time
         if change.assigned:
             start = self.consumer.positions(sink_path)
             for tp in change.assigned:
@@ -97,6 +99,8 @@ class GroupConsumer:
             ungated = [tp for tp in change.assigned if limits.get(tp.partition, fresh[tp.partition] + 1) > fresh[tp.partition]]
             if ungated:  # shut ones fire when their gate opens (rule 8)
                 self.listener.on_partition_keys_assigned(ungated)
+            self._publish()  # rule 10's "first time": others' gates may wait on these, and this
+            # member may deliver nothing until theirs open (two gated members waited on each other: seed 44)
         if change.warmups:
             earliest = self.consumer.log.earliest_offsets()
             for tp in change.warmups:
@@ -128,7 +132,7 @@ class GroupConsumer:
         self.member.ready_for_warm(ready)
         return bool(ranges)
 
-    def _publish(self, ranges: dict[int, tuple[int, int]]) -> None:
+    def _publish(self) -> None:
         """Publish positions others wait on, under the source's conditions (rule 10): the first
         time; when the position grew and reached the log end; when the largest epoch before the
         position grew. Fires keys-maybe-revoked for them, as the source does."""
@@ -217,7 +221,7 @@ class GroupConsumer:
                         self.positions.clear()
                         continue
                     crash_point("consume:after_offset_commit")
-                    self._publish(ranges)
+                    self._publish()
                     n = sum(end - start for start, end in ranges.values())
                     delivered += n
                     batches += 1

@@ -61,3 +61,51 @@ def test_idle_timeout_does_not_count_while_a_gate_holds_records(spark, root):
     assert result.records == 0, "its partitions were gated the whole time"
     held = time.monotonic() - seen["at"]
     assert held >= 20, f"it left {held:.0f}s after getting its partitions, with gated records unread"
+
+
+def _grown(spark, root, topic: str) -> None:
+    """``topic`` with 100 records in 2 partitions, grown to 4, 100 more: 2 and 3 wait on 0 and 1."""
+    TopicAdmin(spark, root).create(topic, 2)
+    producer = Producer(spark, root, topic, "p")
+    producer.send(make_records(spark, 100, keys=20))
+    TopicController(spark, root, ControllerSettings()).alter(topic, 4)
+    producer.send(make_records(spark, 100, keys=20, start=100))
+
+
+def test_the_gate_counts_positions_held_only_by_the_sink(spark, root):
+    """A member fenced between its sink commit and its offsets commit leaves its position only in
+    the sink. Another member's gate must count it: in the campaign (seed 44) two members each
+    waited on partitions the other had delivered this way, and the group never drained."""
+    topic, sink = "sinkgate", f"{root}/sink"
+    _grown(spark, root, topic)
+    from pipelines.consumer import Consumer
+
+    former = Consumer(spark, root, topic, "g")  # delivers 0 and 1 into the sink, commits no offsets
+    former.ensure_sink(sink)
+    former.gate.enabled = False
+    assert former.deliver({0: 0, 1: 0}, 1000, sink)
+    assert former.offsets.committed("g", topic) == {}
+
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="owner-of-2-and-3")
+    member.sink_path = sink
+    limits = member.consumer.gate.limits({2: 0, 3: 0})
+    assert all(limits.get(p, 1) > 0 for p in (2, 3)), f"gate shut although 0 and 1 are delivered: {limits}"
+
+
+def test_a_member_publishes_watched_positions_when_assigned_before_delivering(spark, root):
+    """Rule 10's "the first time": positions others' gates wait on are published on assignment,
+    not only after a delivery; a member held by a gate itself delivers nothing (seed 44)."""
+    topic = "publish"
+    _grown(spark, root, topic)
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
+    deadline = time.monotonic() + 60
+    try:
+        while not member.member.owned and time.monotonic() < deadline:  # the loop's steps, without delivering
+            member._apply(member.member.poll(member._tp_positions), None)
+            time.sleep(0.2)
+        owned = {tp.partition for tp in member.member.owned}
+    finally:
+        member.member.close(member._tp_positions)
+    assert owned == {0, 1, 2, 3}
+    published = {tp.partition: o for tp, o in member.member.published.items()}
+    assert published == {0: 0, 1: 0}, published

@@ -36,8 +36,6 @@ OPEN = {
     "seed-8-short": "known open anomaly (RELIABILITY.md, 'Open'): in 1 of 8 runs a group delivered a shrunk "
                     "partition's last records in the same batch as the surviving partition's post-shrink records of "
                     "the same keys; not reproduced since the ownership fix; the run still executes and reports",
-    "seed-44-short": "open (RELIABILITY.md, 'Open'): two eager members each held by the gate on partitions the other "
-                     "owned, whose positions were only in the sink (not committed, not published): the group never drained",
 }
 
 
