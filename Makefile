@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner clean check-tools
+.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -57,6 +57,9 @@ bench-gating: setup
 
 bench-partitioner: setup
 	$(BIN)/python benchmarks/partitioner.py
+
+bench-reads: setup
+	$(BIN)/python benchmarks/read_commands.py
 
 bench-controller: setup
 	$(BIN)/python benchmarks/controller.py

@@ -69,6 +69,11 @@ def tick(spark, a: dict) -> None:
         say("ticked", result=result.model_dump(mode="json"))
 
 
+def delete(spark, a: dict) -> None:
+    result = _controller(spark, a).delete(a["topic"])
+    say("deleted", topic_version=result.topic_version)
+
+
 def member(spark, a: dict) -> None:
     from control_plane.group.member import RebalanceListener
     from control_plane.settings import GroupSettings
@@ -101,7 +106,7 @@ def member(spark, a: dict) -> None:
     say("left", result=result.model_dump(mode="json"))
 
 
-ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "member": member}
+ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member}
 
 
 def main() -> int:

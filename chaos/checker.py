@@ -135,8 +135,17 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 # -- a group -------------------------------------------------------------------------------------
 def _topic_history(root: str, topic: str) -> list[dict]:
-    rows = [r for r in read_current(f"{root}/control/topics") if r["topic"] == topic]
-    return sorted(rows, key=lambda r: r["topic_version"])
+    """The topic's records since its latest creation (a topic deleted and created again is new)."""
+    rows = sorted((r for r in read_current(f"{root}/control/topics") if r["topic"] == topic),
+                  key=lambda r: r["topic_version"])
+    created = [i for i, r in enumerate(rows) if r.get("event") == "create"]
+    return rows[created[-1]:] if created else rows
+
+
+def log_location(root: str, topic: str) -> str:
+    """Where the topic's current log is: its latest record's location (default layout if none)."""
+    history = _topic_history(root, topic)
+    return (history[-1].get("location") if history else None) or f"{root}/topics/{topic}"
 
 
 def retired_before(history: list[dict], version: int) -> dict[int, int]:
@@ -299,7 +308,7 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
     producer had acknowledged, and each group's sink (group -> sink path)."""
     out = Findings()
-    log = read_changes(f"{root}/topics/{topic}")
+    log = read_changes(log_location(root, topic))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out)

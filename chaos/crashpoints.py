@@ -182,9 +182,27 @@ def scenario_retire(scene: Scene) -> None:
     scene.expect("the group reads the rest", scene.member("g", "g-b") == 0)
 
 
+def scenario_delete(scene: Scene) -> None:
+    """A deletion killed at the point is finished by ``controller tick`` (the first three points)
+    or by running it again; the topic created again is new: a new producer and group check it."""
+    scene.create(partitions=3)
+    scene.produce("p0")
+    scene.member("g", "g-a")
+    crashed(scene, scene.controller("delete", crash=scene.point))
+    if scene.point in ("delete:after_mark", "delete:after_fence", "delete:after_purge"):
+        scene.expect("a tick must finish the deletion", scene.controller("tick", delay=0.0) == 0)
+    rerun = scene.controller("delete")
+    scene.expect(f"re-running the delete must finish it or say it is done (exit {rerun})", rerun in (0, 1))
+    scene.producers.clear()
+    scene.groups.clear()
+    scene.expect("creating the topic again", scene.create(partitions=2) == 0)
+    scene.expect("producing to the new topic", scene.produce("p1") == 0)
+    scene.expect("a new group reads all of the new topic", scene.member("g-new", "g-new-a") == 0)
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
-    "alter": scenario_alter, "retire": scenario_retire,
+    "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete,
 }
 
 

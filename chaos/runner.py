@@ -415,7 +415,7 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
     latest = max(history, key=lambda r: r["topic_version"])
     live = {p["partition"] for p in latest["partitions"] if p["mode"] != "None"}
     ends: dict[int, int] = defaultdict(int)
-    for r in checker.read_changes(f"{root}/topics/{topic}"):
+    for r in checker.read_changes(checker.log_location(root, topic)):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     positions: dict[int, int] = {}
     commits = [c for c in checker.read_changes(f"{root}/control/offset_commits")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from control_plane.records import PartitionState, TopicRecord
+from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from log_store.topic_log import Mode
 
 
@@ -49,7 +49,12 @@ class TopicImage:
 
     def __init__(self, topic: str, records: Iterable[TopicRecord]) -> None:
         self.topic = topic
-        self.records: list[TopicRecord] = sorted(records, key=lambda r: r.topic_version)
+        # Every record, and those of the current incarnation: a topic deleted and created again
+        # is a new topic, whose resizes and retirements are its own (the gates, the members and
+        # the audit read ``records``; the timeline reads ``history``).
+        self.history: list[TopicRecord] = sorted(records, key=lambda r: r.topic_version)
+        created = [i for i, r in enumerate(self.history) if r.event is TopicEvent.CREATE]
+        self.records: list[TopicRecord] = self.history[created[-1]:] if created else self.history
         self._changes: list[Change] | None = None
 
     def __bool__(self) -> bool:
@@ -71,7 +76,7 @@ class TopicImage:
         """The image as of ``version`` (the records up to it)."""
         if version >= self.version:
             return self
-        return TopicImage(self.topic, [r for r in self.records if r.topic_version <= version])
+        return TopicImage(self.topic, [r for r in self.history if r.topic_version <= version])
 
     def changes(self) -> list[Change]:
         """What each record changed, oldest first (the first record: everything it created)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from log_store.topic_log import PartitionMetadata
 
@@ -29,6 +29,12 @@ class TopicEvent(str, Enum):
     EXPAND = "expand"
     MARK_DELETION = "mark_deletion"
     RETIRE = "retire"
+    DELETING = "deleting"  # topics delete began: the log is fenced next, then emptied
+    DELETED = "deleted"  # the topic is gone; a topic created again with the name is a new incarnation
+
+    @property
+    def removes_topic(self) -> bool:
+        return self in (TopicEvent.DELETING, TopicEvent.DELETED)
 
 
 class PartitionState(PartitionMetadata):
@@ -37,6 +43,12 @@ class PartitionState(PartitionMetadata):
     epoch_after_creation: dict[int, int] = Field(default_factory=dict)
     epoch_before_deletion: dict[int, int] = Field(default_factory=dict)
     marked_for_deletion_at: datetime | None = None
+
+    @field_validator("epoch_after_creation", "epoch_before_deletion", mode="before")
+    @classmethod
+    def _pairs(cls, value):
+        """Arrow (delta-rs) reads a map as a list of (key, value) pairs; Spark as a dict."""
+        return dict(value) if isinstance(value, list) else (value or {})
     retired_at: datetime | None = None
 
 
@@ -134,6 +146,9 @@ class CommitKind(str, Enum):
     REVOKE = "revoke"
     GENERATION = "generation"
     EXPIRED = "expired"  # records of a retired partition the group can no longer deliver
+    RESET = "reset"  # an operator moved the position (groups reset-offsets)
+    DELETED = "deleted"  # an operator deleted the group (groups delete): earlier positions no longer count
+    TOPIC_DELETED = "topic_deleted"  # the topic was deleted (group ""): no group's earlier position on it counts
 
 
 class MemberState(str, Enum):

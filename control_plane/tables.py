@@ -43,15 +43,27 @@ TABLES = {
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 COMMIT_ORDER = "_metadata.row_commit_version"
 # offset_commits rows that move a position (claims, fences and expiry reports do not).
-POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value)
+POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.RESET.value)
 
 
 def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
     """Each (group, topic, partition)'s current position in ``commits`` (offset_commits rows): the
-    position row latest in commit order, never by a writer's clock, with ``columns`` of that row."""
-    moves = commits.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
+    position row latest in commit order, never by a writer's clock, with ``columns`` of that row.
+    Rows before a group's latest deletion, or before the topic's latest deletion, do not count: a
+    group, or a topic, created again with the name starts anew."""
+    ordered = commits.withColumn("_order", F.col(COMMIT_ORDER))
+    group_deleted = (ordered.where(F.col("kind") == CommitKind.DELETED.value)
+                     .groupBy("group").agg(F.max("_order").alias("_group_deleted_at")))
+    topic_deleted = (ordered.where(F.col("kind") == CommitKind.TOPIC_DELETED.value)
+                     .groupBy("topic").agg(F.max("_order").alias("_topic_deleted_at")))
+    moves = (ordered.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
+             .join(group_deleted, "group", "left").join(topic_deleted, "topic", "left")
+             .where(F.col("_order") > F.coalesce(F.col("_group_deleted_at"), F.lit(-1)))
+             .where(F.col("_order") > F.coalesce(F.col("_topic_deleted_at"), F.lit(-1))))
     return moves.groupBy("group", "topic", "partition").agg(
-        *(F.max_by(c, F.col(COMMIT_ORDER)).alias(c) for c in ("offset", *columns)))
+        *(F.max_by(c, F.col("_order")).alias(c) for c in ("offset", *columns)))
+
+
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING}

@@ -20,12 +20,13 @@ from control_plane.tables import ControlTables
 from log_store.errors import (
     ConcurrentCommitError,
     InvalidConfigurationError,
+    TopicDeletedError,
     TopicExistsError,
     UnknownTopicError,
 )
 from log_store.crash import crash_point
 from log_store.engine import table_version
-from log_store.topic_log import Mode, TopicLog, TopicLogMetadata
+from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -43,11 +44,56 @@ class PartitionDescription(BaseModel):
 
 class TopicDescription(BaseModel):
     topic: str
+    topic_id: str  # the log table's Delta id: a topic created again with the name has a new one (Kafka's topic id)
     location: str
     partition_count: int
     undeleted_partition_count: int
     topic_version: int
     partitions: list[PartitionDescription]
+
+
+def live_record(found: TopicRecord | None, topic: str, root: str) -> TopicRecord:
+    """``found`` (a topic's latest record) if the topic is live; otherwise the error that says why not."""
+    if found is None:
+        raise UnknownTopicError(
+            f"unknown topic '{topic}' under {root}; create it with `lakelog topics create --topic {topic} --partitions N`")
+    if found.event is TopicEvent.DELETING:
+        raise TopicDeletedError(f"topic '{topic}' is being deleted; `lakelog topics delete --topic {topic}` "
+                                "(or `lakelog controller tick`) finishes it")
+    if found.event is TopicEvent.DELETED:
+        raise TopicDeletedError(f"topic '{topic}' was deleted; create it again with "
+                                f"`lakelog topics create --topic {topic} --partitions N` (a new topic)")
+    return found
+
+
+def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str) -> TopicDescription:
+    """``topics describe`` from the latest record and one snapshot of the log (whoever read them:
+    Spark here, delta-rs in ``control_plane.fast_reads``)."""
+    meta = snap.metadata
+    earliest = meta.earliest_offsets()
+    states = {p.partition: p for p in record.partitions}
+    return TopicDescription(
+        topic=record.topic,
+        topic_id=topic_id,
+        location=record.location,
+        # the assignment: undeleted and marked partitions, not retired ones (rule 7)
+        partition_count=sum(pm.mode is not Mode.NONE for pm in meta.partitions.values()),
+        undeleted_partition_count=meta.undeleted_partition_count,
+        topic_version=record.topic_version,
+        partitions=[
+            PartitionDescription(
+                partition=p,
+                location=f"{record.location}/partition={p}",
+                leader_epoch=pm.leader_epoch,
+                mode=pm.mode,
+                earliest_offset=earliest.get(p, 0),
+                latest_offset=snap.log_ends.get(p, 0),
+                marked_for_deletion_at=states[p].marked_for_deletion_at if p in states else None,
+                retired_at=states[p].retired_at if p in states else None,
+            )
+            for p, pm in meta.partitions.items()
+        ],
+    )
 
 
 class TopicAdmin:
@@ -85,48 +131,21 @@ class TopicAdmin:
         return self.image(topic).version
 
     def get(self, topic: str) -> TopicRecord:
-        found = self.current().get(topic)
-        if found is None:
-            raise UnknownTopicError(
-                f"unknown topic '{topic}' under {self.layout.root}; "
-                f"create it with `lakelog topics create --topic {topic} --partitions N`"
-            )
-        return found
+        """The latest record of a live topic (UnknownTopicError, or TopicDeletedError if it was deleted)."""
+        return live_record(self.current().get(topic), topic, self.layout.root)
 
     def log(self, topic: str) -> TopicLog:
         return TopicLog.for_path(self.spark, self.get(topic).location)
 
     def list(self) -> list[TopicRecord]:
-        return sorted(self.current().values(), key=lambda r: r.topic)
+        """Live topics and those being deleted (their event says so), not deleted ones."""
+        return sorted((r for r in self.current().values() if r.event is not TopicEvent.DELETED), key=lambda r: r.topic)
 
     def describe(self, topic: str) -> TopicDescription:
         record = self.get(topic)
         log = TopicLog.for_path(self.spark, record.location)
-        meta = log.metadata()
-        earliest = log.earliest_offsets()
-        latest = log.log_end_offsets()
-        states = {p.partition: p for p in record.partitions}
-        return TopicDescription(
-            topic=topic,
-            location=record.location,
-            # the assignment: undeleted and marked partitions, not retired ones (rule 7)
-            partition_count=sum(pm.mode is not Mode.NONE for pm in meta.partitions.values()),
-            undeleted_partition_count=meta.undeleted_partition_count,
-            topic_version=record.topic_version,
-            partitions=[
-                PartitionDescription(
-                    partition=p,
-                    location=f"{record.location}/partition={p}",
-                    leader_epoch=pm.leader_epoch,
-                    mode=pm.mode,
-                    earliest_offset=earliest.get(p, 0),
-                    latest_offset=latest.get(p, 0),
-                    marked_for_deletion_at=states[p].marked_for_deletion_at if p in states else None,
-                    retired_at=states[p].retired_at if p in states else None,
-                )
-                for p, pm in meta.partitions.items()
-            ],
-        )
+        snap = log.snapshot()
+        return describe_topic(record, snap, log.table_id())
 
     # -- create ------------------------------------------------------------------------------
     def create(self, topic: str, partitions: int) -> TopicRecord:
@@ -140,11 +159,18 @@ class TopicAdmin:
                 f"invalid partition count {partitions}: a topic needs between 1 and {MAX_PARTITIONS} partitions"
             )
         self.layout.check_writable()
-        if topic in self.current():
+        before = self.current().get(topic)
+        if before is not None and before.event is TopicEvent.DELETING:
+            raise TopicExistsError(f"topic '{topic}' is being deleted; finish with `lakelog topics delete --topic {topic}`, "
+                                   "then create it")
+        if before is not None and before.event is not TopicEvent.DELETED:
             raise TopicExistsError(f"topic '{topic}' already exists; see `lakelog topics describe --topic {topic}`")
-        location = self.layout.topic(topic)
+        # Created again after a deletion: a new incarnation in a new table (the old one stays
+        # fenced), its records numbered on from the old history's versions.
+        version = before.topic_version + 1 if before else 1
+        location = self.layout.topic(topic) + (f"~{version}" if before else "")
         wanted = TopicLogMetadata.initial(topic, partitions)
-        log = TopicLog.create(self.spark, location, wanted)
+        log = TopicLog.create(self.spark, location, wanted, version)
         crash_point("create:after_log_table")
         found = log.metadata()
         if found.undeleted_partition_count != partitions or len(found.partitions) != partitions:
@@ -154,7 +180,7 @@ class TopicAdmin:
             )
         record = TopicRecord(
             topic=topic,
-            topic_version=1,
+            topic_version=version,
             event=TopicEvent.CREATE,
             location=location,
             partition_count=partitions,

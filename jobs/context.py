@@ -42,6 +42,20 @@ class Context:
 
         return TopicAdmin(self.spark, self.root)
 
+    def topic_reader(self):
+        """What read-only topic commands read with: delta-rs on a local root (no JVM to start),
+        Spark otherwise (remote stores need Spark's credentials and file systems) or when
+        ``LAKELOG_FAST_READS=0``."""
+        import os
+
+        from control_plane.layout import RootLayout
+
+        if RootLayout(self.root).is_local and os.environ.get("LAKELOG_FAST_READS", "1") != "0":
+            from control_plane.fast_reads import FastTopicReader
+
+            return FastTopicReader(self.root)
+        return self.topic_admin()
+
     def controller(self, delete_partition_enable: bool | None = None):
         from control_plane.controller import TopicController
 

@@ -30,6 +30,11 @@ POINTS: dict[str, str] = {
     "retire:after_record": "controller tick: retirement recorded, not applied to the log",
     "retire:after_apply": "controller tick: retirement applied, rows not deleted",
     "retire:after_purge": "controller tick: the retired partitions' rows are deleted",
+    "delete:before_record": "topics delete: planned, nothing recorded",
+    "delete:after_mark": "topics delete: DELETING recorded, the log not fenced",
+    "delete:after_fence": "topics delete: the log fenced, its records still there",
+    "delete:after_purge": "topics delete: the log emptied, the groups not told",
+    "delete:after_record": "topics delete: DELETED recorded",
 }
 
 _hits: dict[str, int] = {}

@@ -86,6 +86,10 @@ class DeltaTransaction:
     def read_version(self) -> int:
         return int(self.jtxn.readVersion())
 
+    def table_id(self) -> str:
+        """The table's id: a UUID Delta gives a table when it is created, never reused."""
+        return str(self.jtxn.metadata().id())
+
     def configuration(self) -> dict[str, str]:
         """The table properties as of this transaction's snapshot."""
         conf = self.jtxn.metadata().configuration()

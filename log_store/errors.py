@@ -47,6 +47,11 @@ class UnknownTopicError(LakelogError):
     """The topic does not exist under this root. Create it with ``lakelog topics create``."""
 
 
+class TopicDeletedError(UnknownTopicError):
+    """The topic was deleted (or is being deleted) while a producer or consumer used it: its log is
+    fenced. A topic created again with the name is a new one; start a new producer or consumer."""
+
+
 class TopicExistsError(LakelogError):
     """``topics create`` named a topic that already exists."""
 

@@ -39,6 +39,7 @@ from log_store.errors import (
     InvalidPartitionMetadataError,
     InvalidRecordError,
     TableConfigError,
+    TopicDeletedError,
     UnknownTopicError,
 )
 
@@ -61,6 +62,7 @@ PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "produc
 _PREFIX = "lakelog."
 COUNT_PROP = "lakelog.undeleted_partition_count"
 TOPIC_PROP = "lakelog.topic"
+DELETED_PROP = "lakelog.topic.deleted"  # the topic was deleted: the log is fenced (topics delete)
 # The version of the topic's control-plane record the metadata was last set from (1: as created).
 TOPIC_VERSION_PROP = "lakelog.topic_version"
 
@@ -98,6 +100,18 @@ class TopicLogMetadata(BaseModel):
     topic: str
     undeleted_partition_count: int
     partitions: dict[int, PartitionMetadata]
+    deleted: bool = False  # set in one metadata commit by topics delete: fences every append and read
+
+    def earliest_offsets(self) -> dict[int, int]:
+        """First offset of each partition's current incarnation (see ``TopicLog.earliest_offsets``)."""
+        return {p: pm.end_offset if pm.mode is Mode.NONE and pm.end_offset is not None else pm.start_offset
+                for p, pm in self.partitions.items()}
+
+    def check_not_deleted(self) -> None:
+        if self.deleted:
+            raise TopicDeletedError(
+                f"topic '{self.topic}' was deleted: this log is fenced and holds no records; a topic created "
+                "again with the name is a new topic (start a new producer or consumer for it)")
 
     @classmethod
     def initial(cls, topic: str, count: int) -> "TopicLogMetadata":
@@ -109,6 +123,8 @@ class TopicLogMetadata(BaseModel):
 
     def to_properties(self) -> dict[str, str]:
         props = {TOPIC_PROP: self.topic, COUNT_PROP: str(self.undeleted_partition_count)}
+        if self.deleted:
+            props[DELETED_PROP] = "true"
         for p, meta in self.partitions.items():
             props[f"lakelog.partition.{p}.leader_epoch"] = str(meta.leader_epoch)
             props[f"lakelog.partition.{p}.mode"] = meta.mode.value
@@ -129,6 +145,7 @@ class TopicLogMetadata(BaseModel):
             topic=props.get(TOPIC_PROP, ""),
             undeleted_partition_count=int(props.get(COUNT_PROP, "0")),
             partitions={p: PartitionMetadata(**f) for p, f in sorted(fields.items())},
+            deleted=props.get(DELETED_PROP) == "true",
         )
 
 
@@ -157,6 +174,9 @@ class LogSnapshot(BaseModel):
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""
         return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
+
+    def earliest_offsets(self) -> dict[int, int]:
+        return self.metadata.earliest_offsets()
 
 
 class AppendResult(BaseModel):
@@ -224,8 +244,9 @@ class TopicLog:
         return cls(spark, path)
 
     @classmethod
-    def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata) -> "TopicLog":
-        """Create the log table with its initial metadata in one commit (no-op if it exists)."""
+    def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1) -> "TopicLog":
+        """Create the log table with its initial metadata in one commit (no-op if it exists).
+        ``topic_version``: the creating record's (above 1 for a topic created again after a deletion)."""
         builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)
@@ -237,6 +258,8 @@ class TopicLog:
         )
         for key, value in metadata.to_properties().items():
             builder = builder.property(key, value)
+        if topic_version != 1:
+            builder = builder.property(TOPIC_VERSION_PROP, str(topic_version))
         builder.execute()
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
@@ -263,6 +286,10 @@ class TopicLog:
     # -- metadata --------------------------------------------------------------------------
     def metadata(self) -> TopicLogMetadata:
         return TopicLogMetadata.from_properties(DeltaTransaction.start(self.spark, self.path).configuration())
+
+    def table_id(self) -> str:
+        """The log table's Delta id (the topic id: new for a topic created again with the name)."""
+        return DeltaTransaction.start(self.spark, self.path).table_id()
 
     def set_metadata(self, metadata: TopicLogMetadata) -> None:
         """Replace the partition metadata in one commit; conflicts with every concurrent append.
@@ -320,6 +347,7 @@ class TopicLog:
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)
+        meta.check_not_deleted()  # read in the transaction: a deletion's fence commit conflicts with it
         if meta.undeleted_partition_count != expected_count:
             raise InvalidPartitionMetadataError(
                 f"stale partition count: producer has {expected_count}, topic {meta.topic} has "
@@ -435,8 +463,7 @@ class TopicLog:
         number's current life began: 0, or the old log end for a number reused after retirement.
         A retired partition holds nothing: its log start is its log end.
         """
-        return {p: pm.end_offset if pm.mode is Mode.NONE and pm.end_offset is not None else pm.start_offset
-                for p, pm in self.metadata().partitions.items()}
+        return self.metadata().earliest_offsets()
 
     def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:
         """Earliest offset whose timestamp is at or after ``timestamp_ms`` (ListOffsets)."""

@@ -14,6 +14,8 @@ sample rows naming partitions, offsets and keys. A readable Markdown report is a
 
 from __future__ import annotations
 
+import re
+
 import os
 import time
 from datetime import datetime, timezone
@@ -254,6 +256,7 @@ def sink_groups(spark: SparkSession, sink_path: str, topic: str) -> list[str]:
     prefix = "lakelog.sink."
     out = set()
     for app_id in DeltaTransaction.start(spark, sink_path).snapshot_app_versions():
+        app_id = re.sub(r"\.r\d+$", "", app_id)  # a partition's incarnation after a reset (sink_app_id)
         head, _, partition = app_id.rpartition(".")
         if app_id.startswith(prefix) and partition.isdigit() and head.endswith(f".{topic}"):
             out.add(head[len(prefix):-len(topic) - 1])

@@ -45,17 +45,62 @@ class ConsumeResult(BaseModel):
     expired: int = 0  # records of retired partitions this group had not read (reported, see groups describe)
 
 
-def sink_app_id(group: str, topic: str, partition: int) -> str:
-    return f"lakelog.sink.{group}.{topic}.{partition}"
+def sink_app_id(group: str, topic: str, partition: int, incarnation: int = 0) -> str:
+    """The sink's position key for one partition. ``incarnation`` counts the operator's resets of
+    it (and the group's deletions): a replay after a reset is new, not a duplicate of the first delivery."""
+    base = f"lakelog.sink.{group}.{topic}.{partition}"
+    return base if incarnation == 0 else f"{base}.r{incarnation}"
 
 
-def sink_positions(spark: SparkSession, sink_path: str, group: str, topic: str) -> dict[int, int]:
-    """The positions a Delta sink holds for ``group`` on ``topic`` (its application versions)."""
+def incarnation_of(incarnations: dict[int, int], partition: int) -> int:
+    """A partition's incarnation from ``GroupOffsets.incarnations`` (-1: the group's deletions)."""
+    return incarnations.get(partition, incarnations.get(-1, 0))
+
+
+def sink_positions(spark: SparkSession, sink_path: str, group: str, topic: str,
+                   incarnations: dict[int, int] | None = None) -> dict[int, int]:
+    """The positions a Delta sink holds for ``group`` on ``topic`` (its application versions),
+    for each partition's current incarnation."""
     txn = DeltaTransaction.start(spark, sink_path)
     check_set_transactions_kept(txn.configuration(), sink_path)
-    prefix = sink_app_id(group, topic, 0)[:-1]
-    return {int(k[len(prefix):]): v for k, v in txn.snapshot_app_versions().items()
-            if k.startswith(prefix) and k[len(prefix):].isdigit()}
+    prefix = f"lakelog.sink.{group}.{topic}."
+    out = {}
+    for k, v in txn.snapshot_app_versions().items():
+        if not k.startswith(prefix):
+            continue
+        number, _, suffix = k[len(prefix):].partition(".r")
+        if not number.isdigit() or (suffix and not suffix.isdigit()):
+            continue
+        if int(suffix or 0) == incarnation_of(incarnations or {}, int(number)):
+            out[int(number)] = v
+    return out
+
+
+def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
+                   max_records: int | None = None) -> DataFrame:
+    """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
+    at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
+    Nothing is committed and no gate applies: order across partitions is not asked for."""
+    log = TopicAdmin(spark, root).log(topic)
+    snap = log.snapshot()
+    snap.metadata.check_not_deleted()
+    readable = snap.readable()
+    if partition not in readable:
+        raise InvalidConfigurationError(f"partition {partition} is not a readable partition of '{topic}' "
+                                        f"(readable: {readable}); `lakelog topics describe --topic {topic}` lists them")
+    start, end = snap.metadata.partitions[partition].start_offset, snap.log_ends[partition]
+    if offset in ("earliest", "latest"):
+        first = start if offset == "earliest" else end
+    else:
+        try:
+            first = int(offset)
+        except (TypeError, ValueError):
+            first = -1
+        if first < 0:
+            raise InvalidConfigurationError(f"--offset takes a number >= 0, earliest or latest (got {offset!r})")
+        first = max(first, start)
+    last = end if max_records is None else min(end, first + max_records)
+    return log.read({partition: (first, max(first, last))}, ordered=True, version=snap.version)
 
 
 class Consumer:
@@ -81,6 +126,7 @@ class Consumer:
         self.log = self.admin.log(topic)
         self.offsets = GroupOffsets(spark, root)
         self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
+        self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None) -> dict[int, int]:
@@ -90,6 +136,8 @@ class Consumer:
         retirement holds no records of its predecessor (those were delivered or reported expired).
         """
         snap = snap or self.log.snapshot()
+        if sink_path:
+            self._incarnations = None  # read again: an operator may have reset positions since
         committed = self.resume_positions(sink_path)
         out = {}
         for p in snap.readable():
@@ -105,7 +153,9 @@ class Consumer:
         between the sink commit and the offsets commit leaves the sink ahead)."""
         committed = self.offsets.committed(self.group, self.topic)
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
-            for p, v in sink_positions(self.spark, sink_path, self.group, self.topic).items():
+            if self._incarnations is None:
+                self._incarnations = self.offsets.incarnations(self.group, self.topic)
+            for p, v in sink_positions(self.spark, sink_path, self.group, self.topic, self._incarnations).items():
                 if v > committed.get(p, -1):
                     committed[p] = v
         return committed
@@ -185,26 +235,36 @@ class Consumer:
         The batch is planned on one log snapshot and read at that snapshot's version.
         """
         snap = snap or self.log.snapshot()
+        snap.metadata.check_not_deleted()
         ranges = self.plan(positions, limit, snap)
         if not ranges:
             return ranges
         data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
-        if sink_path:
-            self._write_sink(sink_path, data, ranges)
-        else:
-            handler(data, ranges)
+        try:
+            if sink_path:
+                self._write_sink(sink_path, data, ranges)
+            else:
+                handler(data, ranges)
+        except Exception:
+            self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so
+            raise
         return ranges
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = DeltaTransaction.start(self.spark, sink_path)
         check_set_transactions_kept(txn.configuration(), sink_path)
         for p, (start, _end) in ranges.items():
-            if txn.app_version(sink_app_id(self.group, self.topic, p)) > start:
+            if txn.app_version(self._sink_app_id(p)) > start:
                 raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
         txn.write(rows)
-        txn.commit({sink_app_id(self.group, self.topic, p): end for p, (_s, end) in ranges.items()})
+        txn.commit({self._sink_app_id(p): end for p, (_s, end) in ranges.items()})
         crash_point("consume:after_sink_commit")
+
+    def _sink_app_id(self, partition: int) -> str:
+        if self._incarnations is None:
+            self._incarnations = self.offsets.incarnations(self.group, self.topic)
+        return sink_app_id(self.group, self.topic, partition, incarnation_of(self._incarnations, partition))
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()

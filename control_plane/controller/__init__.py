@@ -1,4 +1,5 @@
-"""The topic controller: grows and shrinks topics and retires marked partitions (rules 4-7).
+"""The topic controller: grows and shrinks topics, retires marked partitions (rules 4-7) and
+deletes topics (``deletion``).
 
 Where things are: ``rules`` decides (pure: expand, shrink, retire, drained, due), ``apply``
 records a change (compare-and-set) and applies it to the log, ``retirement`` reads who drained
@@ -31,6 +32,7 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
+from control_plane.controller.deletion import delete_topic, finish_deletion
 from control_plane.controller.retirement import drained_partitions, purge
 from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
 from control_plane.layout import RootLayout
@@ -65,6 +67,7 @@ class TickResult(BaseModel):
     purged: list[int] = []  # retired partitions whose rows this tick deleted
     waiting: dict[int, float] = {}  # marked partitions still holding records: seconds of delay left
     resumed: bool = False
+    deleted: bool = False  # this tick finished an interrupted topic deletion
 
 
 class TopicController:
@@ -111,6 +114,10 @@ class TopicController:
             f"undeleted partitions); nothing was changed here: check `lakelog topics describe --topic {topic}` and re-run"
         )
 
+    def delete(self, topic: str) -> TopicRecord:
+        """Delete ``topic`` (or finish its interrupted deletion): see ``controller.deletion``."""
+        return delete_topic(self.spark, self.layout.root, self.changes, topic)
+
     def resume(self, topic: str) -> TopicRecord:
         """Finish whatever the latest record asks for; return it (a no-op when nothing is pending)."""
         return self._resume(topic)[0]
@@ -128,8 +135,19 @@ class TopicController:
             raise InvalidConfigurationError(
                 f"invalid delete delay {delete_delay}: pass a number of seconds >= 0 (--delete-delay)"
             )
-        names = [topic] if topic is not None else sorted(self.admin.images())
-        return [self._tick(name, float(delay)) for name in names]
+        images = self.admin.images()
+        names = [topic] if topic is not None else sorted(images)
+        out = []
+        for name in names:
+            latest = images[name].latest if name in images else None
+            if latest is not None and latest.event is TopicEvent.DELETED and topic is None:
+                continue
+            if latest is not None and latest.event is TopicEvent.DELETING:  # a deletion killed halfway
+                done = finish_deletion(self.spark, self.layout.root, self.changes, latest)
+                out.append(TickResult(topic=name, topic_version=done.topic_version, resumed=True, deleted=True))
+                continue
+            out.append(self._tick(name, float(delay)))
+        return out
 
     def _tick(self, topic: str, delay: float) -> TickResult:
         for _ in range(ATTEMPTS):

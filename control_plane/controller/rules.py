@@ -56,7 +56,14 @@ def log_metadata(record: TopicRecord) -> TopicLogMetadata:
                                            start_offset=p.start_offset)
             for p in record.partitions
         },
+        deleted=record.event.removes_topic,
     )
+
+
+def plan_delete(record: TopicRecord, event: TopicEvent, now: datetime) -> TopicRecord:
+    """The next step of a topic deletion (DELETING, then DELETED): partitions kept as they were,
+    so the history shows what the topic held when it went."""
+    return successor(record, event, {p.partition: p for p in record.partitions}, record.undeleted_partition_count, now)
 
 
 def successor(record: TopicRecord, event: TopicEvent, parts: dict[int, PartitionState], count: int,

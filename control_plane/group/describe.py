@@ -54,6 +54,8 @@ def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescripti
     judge each other by observation (control_plane.liveness).
     """
     tables = GroupTables(spark, root)
+    if group in tables.offsets.deleted():
+        raise UnknownGroupError(f"group '{group}' was deleted (groups delete); its history stays in the control tables")
     gens = tables.generations(group)
     try:
         lags = tables.offsets.describe(group)
@@ -126,7 +128,7 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
     Rules: no two members claim a partition under one generation; a new claim never overlaps a
     claim of a member that stayed in every generation since and did not revoke it (a member left
     out of a generation was fenced: its claims lapsed); commits come from the owner; committed
-    offsets never move backwards.
+    offsets never move backwards, except by an operator's reset or deletion.
     """
     tables = GroupTables(spark, root)
     members_of = {g.generation: g.member_ids() for g in tables.generations(group)}
@@ -142,6 +144,12 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
     last: dict[tuple[str, int], int] = {}
     for r in rows:
         if r["kind"] == CommitKind.GENERATION.value:
+            continue
+        if r["kind"] == CommitKind.DELETED.value:  # an operator deleted the group: positions start anew
+            last.clear()
+            continue
+        if r["kind"] == CommitKind.RESET.value:  # an operator moved it (the group had no live member)
+            last[(r["topic"], r["partition"])] = r["offset"]
             continue
         tp, member, gen = (r["topic"], r["partition"]), r["member_id"], r["generation"]
         owners = claims.setdefault(tp, {})
@@ -170,10 +178,11 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
 
 
 def list_groups(spark: SparkSession, root: str) -> list[dict]:
-    """Every group that ever had a generation or a commit, with its latest generation."""
+    """Every group that ever had a generation or a commit and was not deleted since, with its latest generation."""
     tables = GroupTables(spark, root)
     names = set(tables.offsets.groups())
     names.update(r["group"] for r in tables.tables.read("group_generations").select("group").distinct().collect())
+    names -= tables.offsets.deleted()
     out = []
     for name in sorted(names):
         gen = tables.generation(name)

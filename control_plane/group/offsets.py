@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import TABLES, ControlTables, latest_positions
+from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_positions
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
@@ -174,24 +174,77 @@ class GroupOffsets:
         """
         if not self.tables.exists("offset_commits"):
             return {}
-        commits = self.tables.read("offset_commits").where((F.col("group") == group) & (F.col("topic") == topic))
+        kind = F.col("kind")
+        commits = self.tables.read("offset_commits").where(
+            ((F.col("group") == group) & ((F.col("topic") == topic) | (kind == CommitKind.DELETED.value)))
+            | ((F.col("topic") == topic) & (kind == CommitKind.TOPIC_DELETED.value)))
         rows = latest_positions(commits).collect()
         return {r["partition"]: int(r["offset"]) for r in rows}
 
+    def incarnations(self, group: str, topic: str) -> dict[int, int]:
+        """How many times an operator moved each partition's position by hand (resets of it,
+        deletions of the group and of the topic): a sink keys its positions by this, so a replay after a reset is
+        written again instead of being taken for a duplicate. Partitions absent: the group's deletions."""
+        if not self.tables.exists("offset_commits"):
+            return {}
+        kinds = F.col("kind")
+        rows = (self.tables.read("offset_commits")
+                .where(((F.col("group") == group) & (kinds == CommitKind.DELETED.value))
+                       | ((F.col("group") == group) & (F.col("topic") == topic) & (kinds == CommitKind.RESET.value))
+                       | ((F.col("topic") == topic) & (kinds == CommitKind.TOPIC_DELETED.value)))
+                .groupBy("kind", "partition").agg(F.count("*").alias("n"), F.countDistinct("offset").alias("distinct"))
+                .collect())
+        # one per group deletion, one per topic deletion (named by its version), one per reset
+        deletions = sum(r["n"] if r["kind"] == CommitKind.DELETED.value else r["distinct"]
+                        for r in rows if r["kind"] != CommitKind.RESET.value)
+        out = {r["partition"]: r["n"] + deletions for r in rows if r["kind"] == CommitKind.RESET.value}
+        return {-1: deletions, **out} if deletions or out else {}
+
+    def reset(self, group: str, topic: str, positions: dict[int, int], member_id: str = "lakelog-admin") -> None:
+        """Move positions by hand (one commit of ``reset`` rows; the caller checked the group is empty)."""
+        rows = [OffsetCommit(group=group, topic=topic, partition=p, offset=o, member_id=member_id,
+                             kind=CommitKind.RESET.value).model_dump() for p, o in sorted(positions.items())]
+        self.tables.append("offset_commits", rows)
+
+    def delete(self, group: str, member_id: str = "lakelog-admin") -> None:
+        """Mark the group deleted: its positions stop counting; history stays (the caller checked it is empty)."""
+        row = OffsetCommit(group=group, topic="", partition=-1, offset=-1, member_id=member_id,
+                           kind=CommitKind.DELETED.value).model_dump()
+        self.tables.append("offset_commits", [row])
+
+    def topic_deleted(self, topic: str, topic_version: int) -> None:
+        """Record that ``topic`` was deleted (once per deletion, named by its DELETING record's
+        version): every group's earlier positions on it stop counting."""
+        row = OffsetCommit(group="", topic=topic, partition=-1, offset=topic_version, member_id="lakelog-controller",
+                           kind=CommitKind.TOPIC_DELETED.value).model_dump()
+        self.tables.append("offset_commits", [row])  # a resumed deletion may write it again: counted once
+
+    def deleted(self) -> set[str]:
+        """Groups whose latest row (in commit order) is a deletion: nothing happened since."""
+        if not self.tables.exists("offset_commits"):
+            return set()
+        rows = (self.tables.read("offset_commits").groupBy("group")
+                .agg(F.max_by("kind", F.col(COMMIT_ORDER)).alias("kind"))
+                .where(F.col("kind") == CommitKind.DELETED.value).select("group").collect())
+        return {r["group"] for r in rows}
+
     def interested_groups(self, topic: str) -> list[str]:
-        """Groups that subscribed to ``topic`` (a member joined for it) or committed on it."""
+        """Groups that subscribed to ``topic`` (a member joined for it) or committed on it, and
+        were not deleted since."""
         commits = self.tables.read("offset_commits").where((F.col("topic") == topic) & (F.col("partition") >= 0))
         members = self.tables.read("group_members").where(F.array_contains("topics", topic))
         rows = commits.select("group").union(members.select("group")).distinct().collect()
-        return sorted(r["group"] for r in rows)
+        return sorted({r["group"] for r in rows} - self.deleted())
 
     def groups(self) -> list[str]:
-        rows = self.tables.read("offset_commits").where("partition >= 0").select("group").distinct().collect()
+        """Groups with a position (not counting rows before a deletion)."""
+        rows = latest_positions(self.tables.read("offset_commits")).select("group").distinct().collect()
         return sorted(r["group"] for r in rows)
 
     def describe(self, group: str) -> list[PartitionLag]:
         """Committed offset, log end and lag per partition of every topic the group consumed."""
-        commits = self.tables.read("offset_commits").where((F.col("group") == group) & (F.col("partition") >= 0))
+        commits = latest_positions(self.tables.read("offset_commits").where(
+            (F.col("group") == group) | (F.col("kind") == CommitKind.TOPIC_DELETED.value)))
         topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
         if not topics:
             raise UnknownGroupError(

@@ -15,7 +15,11 @@ from jobs.output import emit, stderr
 
 @click.command()
 @click.option("--topic", required=True)
-@click.option("--group", required=True)
+@click.option("--group", default=None, help="Consumer group (default: a new console-consumer-NNNNN group, as Kafka's).")
+@click.option("--from-beginning", is_flag=True, help="A group without positions starts at the earliest record.")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="Read this one partition without a group (needs --offset; commits nothing).")
+@click.option("--offset", default=None, metavar="N|earliest|latest", help="With --partition: where to start.")
 @click.option("--output", default=None, help="Delta sink table path: records are written there exactly once.")
 @click.option("--max-records", default=None, type=click.IntRange(min=1))
 @click.option("--member-id", default=None, help="Name this member (default: a random id).")
@@ -28,19 +32,24 @@ from jobs.output import emit, stderr
 @click.option("--standalone", is_flag=True, help="Consume every partition without joining the group (no membership).")
 @json_option
 @pass_ctx
-def consume(c: Context, topic: str, group: str, output: str | None, max_records: int | None, member_id: str | None,
+def consume(c: Context, topic: str, group: str | None, from_beginning: bool, partition: int | None, offset: str | None,
+            output: str | None, max_records: int | None, member_id: str | None,
             protocol: str | None, assignor: str | None, session_timeout_ms: int | None, heartbeat_interval_ms: int | None,
             idle_timeout: float, standalone: bool, as_json: bool) -> None:
     """Consume TOPIC as a member of GROUP (to stdout, or exactly once to a Delta sink).
 
     Several processes with the same GROUP share the partitions; each leaves the group when it
-    is caught up (after --idle-timeout) or has delivered --max-records.
+    is caught up (after --idle-timeout) or has delivered --max-records. Printed records read
+    ``Partition:P  Offset:O  key  value`` (Kafka's console consumer with key, partition and offset
+    shown); --json prints one JSON object per record.
     """
     from pipelines.consumer import Consumer
     from pipelines.group_consumer import GroupConsumer
 
-    settings = c.group_settings({"protocol": protocol, "assignor": assignor, "session_timeout_ms": session_timeout_ms,
-                                   "heartbeat_interval_ms": heartbeat_interval_ms})
+    if (partition is None) != (offset is None):
+        raise click.UsageError("--partition and --offset go together (one partition from an offset, without a group)")
+    if partition is not None and (group or output or standalone):
+        raise click.UsageError("--partition reads without a group: drop --group, --output and --standalone")
 
     def print_batch(df, _ranges) -> None:
         for row in df.toLocalIterator():
@@ -50,16 +59,35 @@ def consume(c: Context, topic: str, group: str, output: str | None, max_records:
                 "value": bytes(row["value"]).decode("utf-8", "replace"),
                 "timestamp": str(row["timestamp"]),
             }
-            sys.stdout.write((json.dumps(rec) if as_json else "\t".join(str(v) for v in rec.values())) + "\n")
+            line = json.dumps(rec) if as_json else \
+                f"Partition:{rec['partition']}\tOffset:{rec['offset']}\t{rec['key'] if rec['key'] is not None else 'null'}\t{rec['value']}"
+            sys.stdout.write(line + "\n")
+
+    if partition is not None:
+        from pipelines.consumer import read_partition
+
+        data = read_partition(c.spark, c.root, topic, partition, offset, max_records)
+        print_batch(data, None)
+        return
+    if not group:
+        import random
+
+        group = f"console-consumer-{random.randint(10000, 99999)}"
+        stderr.print(f"group {group} (no --group given)", highlight=False)
+    consumer_settings = c.config.consumer
+    if from_beginning:
+        consumer_settings = consumer_settings.model_copy(update={"auto_offset_reset": "earliest"})
+    settings = c.group_settings({"protocol": protocol, "assignor": assignor, "session_timeout_ms": session_timeout_ms,
+                                   "heartbeat_interval_ms": heartbeat_interval_ms})
 
     with progress_bar("consuming records") as bar:
         task = bar.add_task("consume", total=max_records)
         update = lambda done, total: bar.update(task, completed=done, total=max_records)  # noqa: E731
         if standalone:
-            consumer = Consumer(c.spark, c.root, topic, group, c.config.consumer, member_id)
+            consumer = Consumer(c.spark, c.root, topic, group, consumer_settings, member_id)
             result = consumer.run_to_sink(output, max_records, update) if output else consumer.run(print_batch, max_records, update)
         else:
-            member = GroupConsumer(c.spark, c.root, topic, group, c.config.consumer, settings, member_id)
+            member = GroupConsumer(c.spark, c.root, topic, group, consumer_settings, settings, member_id)
             result = member.run(None if output else print_batch, output, max_records, idle_timeout,
                                 on_batch=lambda _r, done: update(done, max_records))
     if output or not as_json:

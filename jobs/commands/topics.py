@@ -1,4 +1,4 @@
-"""``lakelog topics``: create, list, describe, alter and draw topics (Kafka's ``kafka-topics``)."""
+"""``lakelog topics``: create, list, describe, alter, delete and draw topics (Kafka's ``kafka-topics``)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ def list_(c: Context, as_json: bool) -> None:
     """List topics under the root."""
     rows = [
         {"topic": r.topic, "partitions": r.partition_count, "undeleted": r.undeleted_partition_count,
-         "version": r.topic_version, "location": r.location}
-        for r in c.topic_admin().list()
+         "version": r.topic_version, "location": r.location,
+         "state": "marked for deletion" if r.event.removes_topic else "live"}
+        for r in c.topic_reader().list()
     ]
     emit(rows, as_json, "topics")
 
@@ -49,11 +50,24 @@ def list_(c: Context, as_json: bool) -> None:
 @pass_ctx
 def describe(c: Context, topic: str, as_json: bool) -> None:
     """Partitions of TOPIC: location, leader epoch, mode, earliest and latest offset."""
-    d = c.topic_admin().describe(topic)
+    d = c.topic_reader().describe(topic)
     if as_json:
         emit(d.model_dump(mode="json"), True)
     else:
         _print_description(d, topic)
+
+
+@topics.command("delete")
+@click.option("--topic", required=True)
+@json_option
+@pass_ctx
+def delete(c: Context, topic: str, as_json: bool) -> None:
+    """Delete TOPIC (Kafka's ``kafka-topics --delete``): fences its producers and consumers, removes
+    its records and files, keeps its history. Re-running finishes a deletion that was interrupted."""
+    c.config  # validate configuration before touching Spark
+    record = c.controller().delete(topic)
+    emit({"topic": topic, "deleted": True, "topic_version": record.topic_version, "location": record.location},
+         as_json, "deleted")
 
 
 @topics.command("alter")

@@ -153,3 +153,33 @@ def test_spark_and_jvm_log_lines_stay_off_the_terminal(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "[]"
     noise = [line for line in proc.stderr.splitlines() if "incubator" not in line]  # the JVM's own notice
     assert noise == [], proc.stderr
+
+
+def test_console_consumer_conventions(run, tmp_path, root):
+    """--partition/--offset reads one partition without a group; --from-beginning and a default
+    console group; the readable format shows partition, offset, key and value."""
+    assert run("topics", "create", "--topic", "c1", "--partitions", "2").exit_code == 0
+    assert run("produce", "--topic", "c1", "--input", jsonl(tmp_path, GOOD)).exit_code == 0
+    desc = json.loads(run("topics", "describe", "--topic", "c1", "--json").stdout)
+    p0_end = desc["partitions"][0]["latest_offset"]
+    one = run("consume", "--topic", "c1", "--partition", "0", "--offset", "2", "--json")
+    recs = [json.loads(line) for line in one.stdout.splitlines() if line.startswith("{")]
+    assert one.exit_code == 0 and [r["offset"] for r in recs] == list(range(2, p0_end))
+    assert {r["partition"] for r in recs} == {0}
+    shown = run("consume", "--topic", "c1", "--partition", "0", "--offset", "earliest", "--max-records", "2")
+    lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("Partition:")]
+    assert lines[0].startswith("Partition:0\tOffset:0\tuser-") and '{"n":' in lines[0] and len(lines) == 2
+    assert run("consume", "--topic", "c1", "--partition", "0", "--offset", "latest").stdout.strip() == ""
+    assert json.loads(run("groups", "list", "--json").stdout) == [], "a partition read joins no group, commits nothing"
+    fresh = run("consume", "--topic", "c1", "--from-beginning", "--json")
+    assert fresh.exit_code == 0 and len([ln for ln in fresh.stdout.splitlines() if ln.startswith("{")]) == 50
+    assert "console-consumer-" in fresh.output
+    for bad, words, code in (
+        (("--partition", "0"), "go together", 2),
+        (("--partition", "0", "--offset", "-3"), "a number >= 0", 1),
+        (("--partition", "0", "--offset", "soon"), "a number >= 0", 1),
+        (("--partition", "9", "--offset", "0"), "not a readable partition", 1),
+        (("--partition", "0", "--offset", "0", "--group", "g"), "without a group", 2),
+    ):
+        res = run("consume", "--topic", "c1", *bad)
+        assert res.exit_code == code and words in res.output, (bad, res.output)

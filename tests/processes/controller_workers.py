@@ -2,6 +2,7 @@
 
 Usage: controller_workers.py alter ROOT TOPIC N [BARRIER_DIR NAME PEERS]
        controller_workers.py tick ROOT TOPIC DELAY
+       controller_workers.py delete ROOT TOPIC
 With $LAKELOG_CRASH_AT=<step> the controller dies at that step (exit code 86). Attaches to the
 test run's JVM (chaos.host) when $LAKELOG_CHAOS_GATEWAY is set.
 With a barrier, the worker warms up, then waits until PEERS workers are ready before acting.
@@ -46,9 +47,13 @@ def tick(root: str, topic: str, delay: str) -> None:
     print(json.dumps([r.model_dump(mode="json") for r in _controller(root).tick(topic, float(delay))]), flush=True)
 
 
+def delete(root: str, topic: str) -> None:
+    print(_controller(root).delete(topic).model_dump_json(), flush=True)
+
+
 if __name__ == "__main__":
     try:
-        {"alter": alter, "tick": tick}[sys.argv[1]](*sys.argv[2:])
+        {"alter": alter, "tick": tick, "delete": delete}[sys.argv[1]](*sys.argv[2:])
     except LakelogError as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
         sys.exit(1)

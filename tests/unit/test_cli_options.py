@@ -70,3 +70,20 @@ def test_usage_errors_exit_2_and_version_exits_0():
     assert run("nosuchverb").exit_code == 2
     version = run("--version")
     assert version.exit_code == 0 and "lakelog, version" in version.output
+
+
+def test_reset_offsets_bad_targets_fail_before_spark_starts(tmp_path, monkeypatch):
+    """Each bad reset request exits 1 (or 2 for usage) with what was wrong; no session is built."""
+    monkeypatch.setattr(Context, "spark", property(lambda self: (_ for _ in ()).throw(AssertionError("spark started"))))
+    base = ("--root", str(tmp_path), "groups", "reset-offsets", "--group", "g", "--topic", "t")
+    both = run(*base, "--to-earliest", "--shift-by", "-2")
+    assert both.exit_code == 1 and "exactly one reset target" in both.output and "--to-earliest, --shift-by" in both.output
+    none = run(*base)
+    assert none.exit_code == 1 and "got none" in none.output
+    negative = run(*base, "--to-offset", "-5")
+    assert negative.exit_code == 1 and "must be 0 or more" in negative.output
+    when = run(*base, "--to-datetime", "last tuesday")
+    assert when.exit_code == 1 and "ISO 8601" in when.output
+    modes = run(*base, "--to-earliest", "--dry-run", "--execute")
+    assert modes.exit_code == 2 and "not both" in modes.output
+    assert not (tmp_path / "control").exists()

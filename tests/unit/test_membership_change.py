@@ -23,7 +23,8 @@ def tp(p: int) -> TopicPartition:
 def _consumer(positions: dict[int, int]):
     """The parts of a GroupConsumer that ``_apply`` touches, without Spark."""
     return SimpleNamespace(
-        positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(),
+        positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(), _published={},
+        _publish=lambda: None,
         member=SimpleNamespace(warm=set()),
         consumer=SimpleNamespace(positions=lambda sink: {}, gate=SimpleNamespace(limits=lambda fresh: {})),
         _tp=tp,
