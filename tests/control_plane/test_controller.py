@@ -135,7 +135,8 @@ def _step(kind, topic, root):
     return ("tick", root, topic, "0") if kind == "retire" else ("alter", root, topic, "8" if kind == "expand" else "5")
 
 
-@pytest.mark.parametrize("kind", ["expand", "shrink", "retire"])
+@pytest.mark.parametrize("kind", ["expand", pytest.param("shrink", marks=pytest.mark.slow),
+                                  pytest.param("retire", marks=pytest.mark.slow)])
 def test_killed_controller_rerun_ends_as_an_uninterrupted_run(spark, root, kind):
     admin = TopicAdmin(spark, root)
     ctl = TopicController(spark, root, ON)
@@ -332,7 +333,7 @@ def test_cli_alter_and_tick(spark, root, monkeypatch):
     assert res.exit_code == 0 and json.loads(res.stdout)["result"]["event"] == "mark_deletion", res.output
     res = run("controller", "tick", "--delete-delay", "3600", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout) == [
-        {"topic": "c", "topic_version": 4, "retired": [2], "purged": [], "waiting": {}, "resumed": False}
+        {"topic": "c", "topic_version": 4, "retired": [2], "purged": [], "waiting": {}, "resumed": False, "deleted": False}
     ], "an empty marked partition is drained"
     res = run("controller", "tick")
     assert res.exit_code == 0 and "controller tick" in res.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from control_plane.controller import TopicController
@@ -47,6 +48,7 @@ def test_a_group_without_commits_holds_retirement_until_the_delay(spark, root):
     assert tick.retired == [2]
 
 
+@pytest.mark.slow  # 100 s; the default suite attacks expiry with the two tests below
 def test_a_lagging_group_reports_what_the_delay_expired(spark, root):
     ctl = setup(spark, root)
     sink = f"{root}/sink"

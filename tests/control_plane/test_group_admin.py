@@ -143,6 +143,7 @@ def test_reset_and_delete_are_refused_while_a_member_is_alive(spark, root, consu
     assert Consumer(spark, root, T, "g").offsets.committed("g", T) == {0: 0, 1: 0}
 
 
+@pytest.mark.slow  # waits out a session timeout; the refusal itself is in the default suite
 def test_a_member_that_died_without_leaving_is_judged_dead_after_its_session(spark, root, consumed):
     admin = GroupAdmin(spark, root)
     member = GroupMember(spark, root, "g", [T], FAST, member_id="crashed")

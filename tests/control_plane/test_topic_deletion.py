@@ -86,7 +86,9 @@ def test_bad_requests(spark, root):
 
 
 @pytest.mark.parametrize("point, finish", [
-    ("delete:after_mark", "tick"), ("delete:after_fence", "delete"), ("delete:after_purge", "tick"),
+    ("delete:after_fence", "tick"),
+    pytest.param("delete:after_mark", "delete", marks=pytest.mark.slow),
+    pytest.param("delete:after_purge", "tick", marks=pytest.mark.slow),
 ])
 def test_a_deletion_killed_halfway_is_finished(spark, root, consumed, point, finish):
     admin = TopicAdmin(spark, root)

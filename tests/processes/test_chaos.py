@@ -1,5 +1,6 @@
-"""The fault campaign inside the default suite: a few fixed short schedules, a few crash points,
-and every regression schedule (a schedule that once found an anomaly, kept as JSON).
+"""The fault campaign inside the test suite: fixed short schedules, crash points, and every
+regression schedule (a schedule that once found an anomaly, kept as JSON). The default suite runs
+one crash point and one trimmed regression schedule; ``make test-slow`` runs the rest.
 
 Each runs actor processes attached to this test run's JVM, kills and freezes them, and checks
 the tables with the independent delta-rs checker (chaos.checker). The full campaign is
@@ -39,10 +40,18 @@ OPEN = {
 }
 
 
-def _regressions():
-    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(strict=False, reason=OPEN[p.stem]), pytest.mark.slow]
-                         if p.stem in OPEN else [])
-            for p in sorted(REGRESSIONS.glob("*.json"))]
+# The one regression schedule the default suite runs, trimmed (the cheapest, about 80 s); the
+# others run with -m slow: each anomaly they found also has a focused test in the default suite
+# (RELIABILITY.md, "Anomalies found and fixed"), and the suite must stay short.
+DEFAULT_SHORT = {"seed-4"}
+
+
+def _regressions(default: set[str] = frozenset()):
+    def marks(stem: str) -> list:
+        if stem in OPEN:
+            return [pytest.mark.xfail(strict=False, reason=OPEN[stem]), pytest.mark.slow]
+        return [] if stem in default else [pytest.mark.slow]
+    return [pytest.param(p, id=p.stem, marks=marks(p.stem)) for p in sorted(REGRESSIONS.glob("*.json"))]
 
 
 def _verdict(result) -> str:
@@ -72,7 +81,7 @@ def test_regression_schedule_has_no_anomaly(spark, tmp_path, path):
     assert result.anomaly_count == 0, _verdict(result)
 
 
-@pytest.mark.parametrize("path", _regressions())
+@pytest.mark.parametrize("path", _regressions(DEFAULT_SHORT))
 def test_short_regression_schedule_has_no_anomaly(spark, tmp_path, path):
     """The regression schedules trimmed as --short trims them (the full ones run with -m slow)."""
     result = Runner(shorten(Schedule.from_dict(json.loads(path.read_text()))), tmp_path / path.stem,
