@@ -9,7 +9,8 @@ own transactions.
 from __future__ import annotations
 
 from pathlib import Path
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
 
 from log_store.files import is_remote
 from log_store.topic_log import (
@@ -33,7 +34,11 @@ def rows(path: str) -> list[dict]:
     lists of (key, value) pairs, as Arrow has them."""
     if not exists(path):
         return []
-    return DeltaTable(path).to_pyarrow_table().to_pylist()
+    # Through delta-rs's query engine, not to_pyarrow_table(): with deltalake 1.6.6 and pyarrow 17
+    # a process that scanned a pyarrow dataset aborts at exit about half the time ("terminate
+    # called without an active exception", exit 134), which would fail a read command.
+    reader = QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
+    return pa.table(reader.read_all()).to_pylist()
 
 
 def log_snapshot(path: str) -> tuple[LogSnapshot, str]:
