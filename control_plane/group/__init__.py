@@ -2,7 +2,7 @@
 
 Where things are: ``state`` (protocols, what a poll changed), ``target`` (what each member should
 own), ``reconcile`` (where a rebalance is decided: eager, cooperative, mixed and warm-up moves),
-``member`` (one member's protocol loop and heartbeat thread), ``store`` (the group tables and the
+``member`` (one member's protocol loop), ``heartbeat`` (its heartbeats and the heartbeat thread), ``store`` (the group tables and the
 generation compare-and-set), ``offsets`` (positions, the generation fence: where a zombie is
 fenced), ``describe`` (what operators and the audit read).
 

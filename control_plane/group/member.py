@@ -4,16 +4,13 @@ Each poll adopts a newer generation that includes it (revoke what left, claim wh
 rejoins when membership or the topic's partitions changed (an eager member first gives up
 everything), leads when it has the smallest id among the joined members (the plan is
 ``reconcile.plan_generation``; the generation's compare-and-set and the fence are ``store`` and
-``offsets``), and heartbeats. A thread keeps heartbeating while a long batch runs. A member
-whose commit is fenced lost its partitions (Kafka's onPartitionsLost).
+``offsets``), and heartbeats (``heartbeat``: a thread keeps heartbeating while a long batch
+runs). A member whose commit is fenced lost its partitions (Kafka's onPartitionsLost).
 """
 
 from __future__ import annotations
 
-import itertools
-import random
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -21,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pyspark.sql import SparkSession
 
 from control_plane.assignors import assignor
+from control_plane.group.heartbeat import Heartbeats
 from control_plane.group.offsets import expired_ranges
 from control_plane.group.reconcile import plan_generation
 from control_plane.group.state import MembershipChange, PositionsFn, RebalanceProtocol
@@ -101,20 +99,17 @@ class GroupMember:
         self.followup = False
         self.rebalances = 0
         self.unassigned_ms = 0
-        self._unassigned_since: float | None = time.time()
-        self._last_beat = 0.0
-        self._last_lists = 0.0
+        self._unassigned_since: float | None = time.monotonic()
+        self._last_lists = float("-inf")
         self._last_row: dict | None = None
         self.published: dict[TopicPartition, int] = {}
         self.liveness = Liveness()
         # The group's positions on a topic when this member leads (the consumer adds its sink's).
         self.group_positions = group_positions or (lambda topic: self.tables.offsets.committed(self.group, topic))
         self.reported: list[ExpiredRange] = []  # expiry reports this member wrote
-        # Heartbeat counts start at a random point, so a restarted member with the same id is seen to move.
-        self._beats = itertools.count(random.getrandbits(30) << 32)
         self.last_generation: GenerationRecord | None = None
-        self._stopped = threading.Event()
-        threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.member_id}", daemon=True).start()
+        self.heartbeats = Heartbeats(self.tables, group, self.member_id, self.settings.heartbeat_interval_ms)
+        self.heartbeats.start(lambda: self.generation > 0 or self.joining is not None)
 
     # -- public ----------------------------------------------------------------------------
     @property
@@ -141,24 +136,11 @@ class GroupMember:
                 live[self.member_id] = self._beat_now()
             change.rebalancing = True
             self._lead(gen, live, reason)
-        elif time.time() - self._last_beat >= self.settings.heartbeat_interval_ms / 1000:
+        elif self.heartbeats.due():
             self._beat_now()
         change.generation = self.generation
         self._track_unassigned()
         return change
-
-    def _heartbeat_loop(self) -> None:
-        """Kafka's heartbeat thread: keeps the member alive while a long batch runs. A member
-        stuck longer than the rebalance timeout is still left out of the next generation."""
-        interval = self.settings.heartbeat_interval_ms / 1000
-        while not self._stopped.wait(interval / 2):
-            if self.generation > 0 or self.joining is not None:
-                if time.time() - self._last_beat >= interval:
-                    try:
-                        self.tables.tick(self.group, self.member_id, next(self._beats))
-                        self._last_beat = time.time()
-                    except Exception:  # the next poll heartbeats (and reports) anyway
-                        pass
 
     def commit(self, positions: dict[TopicPartition, int]) -> MembershipChange:
         """Commit positions of owned partitions under this member's generation (fenced).
@@ -186,7 +168,7 @@ class GroupMember:
         change = MembershipChange(generation=self.generation)
         self._revoke(sorted(self.owned, key=str), positions, change)
         self.joining = None
-        self._stopped.set()
+        self.heartbeats.stop()
         self._beat_now(MemberState.LEFT)
 
     def publish(self, positions: dict[TopicPartition, int]) -> None:
@@ -243,8 +225,8 @@ class GroupMember:
             return "follow-up: hand over revoked partitions"
         if self.warm_ready - {tp for a in gen.assignment if a.member_id == self.member_id for tp in a.partitions}:
             return "warm-up copies caught up"
-        if time.time() - self._last_lists >= self.settings.heartbeat_interval_ms / 1000:
-            self._last_lists = time.time()
+        if time.monotonic() - self._last_lists >= self.settings.heartbeat_interval_ms / 1000:
+            self._last_lists = time.monotonic()
             undeleted, marked = self.tables.partition_lists(self.topics)
             if set(undeleted) != set(gen.partitions) or set(marked) != set(gen.marked):
                 return "topic partitions changed"
@@ -255,7 +237,7 @@ class GroupMember:
             self._revoke(sorted(self.owned, key=str), positions, change)
             self.warm.clear()
         self.joining = target
-        self.joining_since = time.time()
+        self.joining_since = time.monotonic()
         self.followup = False
 
     def _lead(self, gen: GenerationRecord | None, live: dict[str, MemberHeartbeat], reason: str) -> None:
@@ -265,7 +247,7 @@ class GroupMember:
         joined = [b for b in live.values() if b.joining == target and b.state == MemberState.JOINING.value]
         if not joined or min(b.member_id for b in joined) != self.member_id:
             return
-        waited_ms = (time.time() - self.joining_since) * 1000
+        waited_ms = (time.monotonic() - self.joining_since) * 1000
         if len(joined) < len(live) and waited_ms < self.settings.rebalance_timeout_ms:
             return
         snaps = self.tables.snapshots(self.topics)
@@ -423,15 +405,15 @@ class GroupMember:
         )
         content = beat.model_dump(exclude={"heartbeat_at", "unassigned_ms", "beat"})
         if content != self._last_row:  # a state row is a heartbeat too: it carries the next count
-            self.tables.heartbeat(beat.model_copy(update={"beat": next(self._beats)}))
+            self.tables.heartbeat(beat.model_copy(update={"beat": self.heartbeats.next_count()}))
             self._last_row = content
+            self.heartbeats.sent()
         else:
-            self.tables.tick(self.group, self.member_id, next(self._beats))
-        self._last_beat = time.time()
+            self.heartbeats.tick()
         return beat
 
     def _track_unassigned(self) -> None:
-        now = time.time()
+        now = time.monotonic()
         if self.owned:
             if self._unassigned_since is not None:
                 self.unassigned_ms += int((now - self._unassigned_since) * 1000)

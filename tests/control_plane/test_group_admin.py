@@ -151,7 +151,7 @@ def test_a_member_that_died_without_leaving_is_judged_dead_after_its_session(spa
     while not member.owned and time.monotonic() < deadline:
         member.poll()
         time.sleep(0.2)
-    member._stopped.set()  # its heartbeat thread ends, as in a killed process
+    member.heartbeats.stop()  # its heartbeat thread ends, as in a killed process
     # no close(): its state row still says it is in the group, its heartbeat no longer moves
     started = time.monotonic()
     waits = []

@@ -93,7 +93,7 @@ def test_zombie_member_cannot_commit_or_claim(spark, root, tmp_path):
         zombie.poll()
     assert len(zombie.owned) == 4 and zombie.generation == 1
     zombie.commit({tp: 10 for tp in zombie.owned})
-    zombie._stopped.set()  # the zombie freezes (a long GC pause): no heartbeats, no polls
+    zombie.heartbeats.stop()  # the zombie freezes (a long GC pause): no heartbeats, no polls
     live = Member(root, "g", "live", "eager", "range", tmp_path)  # so it is expelled
     wait_stable(spark, root, "g", {"live"})
     tables = GroupTables(spark, root)
