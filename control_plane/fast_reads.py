@@ -1,17 +1,24 @@
-"""``topics list`` and ``topics describe`` without starting Spark (delta-rs reads the tables).
+"""``topics list/describe`` and ``groups list/describe`` without starting Spark (delta-rs reads
+the tables).
 
-The answers are built by the same code as ``TopicAdmin``'s (``TopicImage`` over the records,
-``describe_topic`` over a log snapshot); only the reader differs. ``tests/control_plane/
-test_fast_reads.py`` checks that both readers agree.
+The answers are built by the same code as the Spark readers' (``TopicImage`` over the records,
+``describe_topic`` over a log snapshot, ``describe_group`` over ``GroupReads``); only the reader
+differs. Commit order, which Spark reads from row tracking, comes from the change feed here.
+``tests/control_plane/test_fast_reads.py`` checks that both readers agree.
 """
 
 from __future__ import annotations
 
+from control_plane.group.offsets import PartitionLag
+from control_plane.group.store import HEARTBEAT_PREFIX, TICK_WINDOW, ticks_of
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
-from control_plane.records import TopicEvent, TopicRecord
+from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicEvent, TopicRecord
+from control_plane.tables import latest_position_rows
 from control_plane.topics import TopicDescription, describe_topic, live_record
 from log_store import rs_reader
+from log_store.errors import UnknownGroupError
+from log_store.topic_log import LogSnapshot
 
 
 class FastTopicReader:
@@ -33,7 +40,90 @@ class FastTopicReader:
         return sorted((r for r in latest if r.event is not TopicEvent.DELETED), key=lambda r: r.topic)
 
     def describe(self, topic: str) -> TopicDescription:
+        record, (snap, topic_id) = self._log_snapshot(topic)
+        return describe_topic(record, snap, topic_id)
+
+    def log_snapshot(self, topic: str) -> LogSnapshot:
+        return self._log_snapshot(topic)[1][0]
+
+    def _log_snapshot(self, topic: str) -> tuple[TopicRecord, tuple[LogSnapshot, str]]:
         image = self.images().get(topic)
         record = live_record(image.latest if image else None, topic, self.layout.root)
-        snap, topic_id = rs_reader.log_snapshot(record.location)
-        return describe_topic(record, snap, topic_id)
+        return record, rs_reader.log_snapshot(record.location)
+
+
+class FastGroupReader:
+    """``GroupReads`` of one local root, JVM-free. Each read of a table is done once per command.
+
+    Raises ``rs_reader.FastReadUnavailable`` when the change feed cannot give commit order (old
+    commit files cleaned up): the command then reads with Spark.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.layout = RootLayout(root)
+        self.topics = FastTopicReader(root)
+        self._rows: dict[str, list[dict]] = {}
+
+    def _table(self, name: str, ordered: bool = True) -> list[dict]:
+        if name not in self._rows:
+            path = self.layout.control(name)
+            self._rows[name] = rs_reader.rows_in_commit_order(path) if ordered else rs_reader.rows(path)
+        return self._rows[name]
+
+    def _positions(self) -> dict[tuple[str, str, int], dict]:
+        return latest_position_rows(self._table("offset_commits"))
+
+    def deleted_groups(self) -> set[str]:
+        """Groups whose latest row (in commit order) is a deletion, as ``GroupOffsets.deleted``."""
+        latest: dict[str, dict] = {}
+        for r in self._table("offset_commits"):
+            if r["group"] not in latest or r["_order"] > latest[r["group"]]["_order"]:
+                latest[r["group"]] = r
+        return {g for g, r in latest.items() if r["kind"] == CommitKind.DELETED.value}
+
+    def group_names(self) -> set[str]:
+        return {g for g, _t, _p in self._positions()} | {r["group"] for r in self._table("group_generations", False)}
+
+    def generations(self, group: str) -> list[GenerationRecord]:
+        rows = [r for r in self._table("group_generations", False) if r["group"] == group]
+        return [GenerationRecord.model_validate(r) for r in sorted(rows, key=lambda r: r["generation"])]
+
+    def lags(self, group: str) -> list[PartitionLag]:
+        """As ``GroupOffsets.describe``: committed offset, log end and lag per partition."""
+        committed: dict[str, dict[int, int]] = {}
+        for (g, topic, p), r in self._positions().items():
+            if g == group:
+                committed.setdefault(topic, {})[p] = int(r["offset"])
+        if not committed:
+            raise UnknownGroupError(
+                f"unknown group '{group}' under {self.layout.root}: it has never committed; "
+                "`lakelog groups list` shows known groups"
+            )
+        out = []
+        for topic in sorted(committed):
+            for p, end in sorted(self.topics.log_snapshot(topic).log_ends.items()):
+                pos = committed[topic].get(p)
+                out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end,
+                                        lag=end - (pos or 0)))
+        return out
+
+    def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
+        """Each member's latest state row in commit order, as ``GroupTables.member_states``."""
+        latest: dict[str, dict] = {}
+        for r in self._table("group_members"):
+            if r["group"] == group and (r["member_id"] not in latest or r["_order"] > latest[r["member_id"]]["_order"]):
+                latest[r["member_id"]] = r
+        return {m: MemberHeartbeat.model_validate({k: v for k, v in r.items() if k != "_order"})
+                for m, r in latest.items()}
+
+    def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
+        path = self.layout.control("group_heartbeats")
+        version = rs_reader.version(path)
+        if version < 0:
+            return {}
+        return ticks_of(rs_reader.app_version_changes(path, max(version - TICK_WINDOW, -1), HEARTBEAT_PREFIX), group)
+
+    def expired_ranges(self, group: str) -> list[ExpiredRange]:
+        rows = [r for r in self._table("offset_commits") if r["group"] == group and r["kind"] == CommitKind.EXPIRED.value]
+        return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
+                       for r in rows), key=lambda r: (r.topic, r.partition, r.first))

@@ -242,6 +242,12 @@ class GenerationRecord(BaseModel):
     topic_versions: dict[str, int] = Field(default_factory=dict)  # the topic versions the leader planned with
     expired: list[ExpiredRange] = Field(default_factory=list)  # records retired before the group read them
 
+    @field_validator("topic_versions", mode="before")
+    @classmethod
+    def _pairs(cls, value):
+        """Arrow (delta-rs) reads a map as a list of (key, value) pairs; Spark as a dict."""
+        return dict(value) if isinstance(value, list) else (value or {})
+
     def partitions_of(self, member_id: str) -> list[TopicPartition]:
         return next((a.partitions for a in self.assignment if a.member_id == member_id), [])
 

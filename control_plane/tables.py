@@ -64,6 +64,28 @@ def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
         *(F.max_by(c, F.col("_order")).alias(c) for c in ("offset", *columns)))
 
 
+def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
+    """``latest_positions`` over plain rows, each with ``_order`` (the version that committed
+    it), for the JVM-free readers: (group, topic, partition) -> its position row. The same rule;
+    tests/control_plane/test_fast_reads.py checks that both readers agree."""
+    group_deleted: dict[str, int] = {}
+    topic_deleted: dict[str, int] = {}
+    for r in rows:
+        if r["kind"] == CommitKind.DELETED.value:
+            group_deleted[r["group"]] = max(group_deleted.get(r["group"], -1), r["_order"])
+        elif r["kind"] == CommitKind.TOPIC_DELETED.value:
+            topic_deleted[r["topic"]] = max(topic_deleted.get(r["topic"], -1), r["_order"])
+    out: dict[tuple[str, str, int], dict] = {}
+    for r in rows:
+        if (r["partition"] < 0 or r["offset"] < 0 or r["kind"] not in POSITION_KINDS
+                or r["_order"] <= group_deleted.get(r["group"], -1) or r["_order"] <= topic_deleted.get(r["topic"], -1)):
+            continue
+        key = (r["group"], r["topic"], r["partition"])
+        if key not in out or r["_order"] > out[key]["_order"]:
+            out[key] = r
+    return out
+
+
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING}

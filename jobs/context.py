@@ -42,19 +42,38 @@ class Context:
 
         return TopicAdmin(self.spark, self.root)
 
-    def topic_reader(self):
-        """What read-only topic commands read with: delta-rs on a local root (no JVM to start),
-        Spark otherwise (remote stores need Spark's credentials and file systems) or when
+    def _fast_reads(self) -> bool:
+        """Read-only commands read with delta-rs (no JVM to start) on a local root; with Spark
+        otherwise (remote stores need Spark's credentials and file systems) or when
         ``LAKELOG_FAST_READS=0``."""
         import os
 
         from control_plane.layout import RootLayout
 
-        if RootLayout(self.root).is_local and os.environ.get("LAKELOG_FAST_READS", "1") != "0":
+        return RootLayout(self.root).is_local and os.environ.get("LAKELOG_FAST_READS", "1") != "0"
+
+    def topic_reader(self):
+        """What read-only topic commands read with (see ``_fast_reads``)."""
+        if self._fast_reads():
             from control_plane.fast_reads import FastTopicReader
 
             return FastTopicReader(self.root)
         return self.topic_admin()
+
+    def read_groups(self, answer):
+        """``answer(reader)`` with what read-only group commands read with (see ``_fast_reads``);
+        with Spark when delta-rs cannot give commit order (old commit files cleaned up)."""
+        from control_plane.group.store import GroupTables
+
+        if self._fast_reads():
+            from control_plane.fast_reads import FastGroupReader
+            from log_store.rs_reader import FastReadUnavailable
+
+            try:
+                return answer(FastGroupReader(self.root))
+            except FastReadUnavailable:
+                pass
+        return answer(GroupTables(self.spark, self.root))
 
     def controller(self, delete_partition_enable: bool | None = None):
         from control_plane.controller import TopicController

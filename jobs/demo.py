@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from control_plane.controller import TopicController
 from control_plane.group.describe import describe_group
+from control_plane.group.store import GroupTables
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
@@ -83,7 +84,7 @@ def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: boo
     result = {
         "root": layout.root, "topic": topic, "steps": steps,
         "checks": [{"check": c.name, "passed": c.passed, "violations": c.violations} for c in report.checks],
-        "group": describe_group(spark, root, DEMO_GROUP).model_dump(mode="json"),
+        "group": describe_group(GroupTables(spark, root), DEMO_GROUP).model_dump(mode="json"),
         "history": [{**r.asDict(), "partitions": " ".join(r["partitions"])} for r in history],
     }
     if as_json:

@@ -8,7 +8,9 @@ own transactions.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
@@ -39,6 +41,57 @@ def rows(path: str) -> list[dict]:
     # called without an active exception", exit 134), which would fail a read command.
     reader = QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
     return pa.table(reader.read_all()).to_pylist()
+
+
+class FastReadUnavailable(Exception):
+    """delta-rs cannot answer this read the way Spark would (old commit files cleaned up, rows
+    changed in place): the caller reads with Spark instead."""
+
+
+def version(path: str) -> int:
+    """The table's latest version (-1 if there is no table)."""
+    return DeltaTable(path).version() if exists(path) else -1
+
+
+def rows_in_commit_order(path: str) -> list[dict]:
+    """Every row of an append-only table with ``_order``: the version that committed it.
+
+    Spark reads that order as ``_metadata.row_commit_version`` (row tracking); delta-rs has no
+    such column, but an appended row's change-feed entry carries the same version. Read from
+    the change feed since version 0, so this needs every commit file: when old ones were
+    cleaned up (log retention), or a row was ever changed in place, FastReadUnavailable.
+    """
+    if not exists(path):
+        return []
+    try:
+        feed = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
+    except Exception as exc:  # delta-rs raises several kinds for missing commit files
+        raise FastReadUnavailable(f"the change feed of {path} is not complete: {exc}") from None
+    out = []
+    for row in feed.to_pylist():
+        if row.pop("_change_type") != "insert":
+            raise FastReadUnavailable(f"{path} has rows changed in place; only appends are read without Spark")
+        row.pop("_commit_timestamp", None)
+        row["_order"] = row.pop("_commit_version")
+        out.append(row)
+    return out
+
+
+def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
+    """As ``log_store.engine.app_version_changes``: the latest (version, writer's ms) of each
+    application id starting with ``prefix`` set by commits after ``since``, read from the commit
+    files of a local table."""
+    log = Path(path, "_delta_log")
+    found: dict[str, tuple[int, int | None]] = {}
+    for v in range(since + 1, version(path) + 1):
+        commit = log / f"{v:020d}.json"
+        if not commit.exists():
+            raise FastReadUnavailable(f"commit {v} of {path} was cleaned up")
+        for line in commit.read_text().splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and txn["appId"].startswith(prefix):
+                found[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
+    return found
 
 
 def log_snapshot(path: str) -> tuple[LogSnapshot, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Protocol
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -13,7 +14,7 @@ from pyspark.sql import functions as F
 
 from control_plane.group.offsets import PartitionLag
 from control_plane.group.store import GroupTables
-from control_plane.records import CommitKind, ExpiredRange, MemberState
+from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, MemberState
 from log_store.errors import UnknownGroupError
 
 
@@ -46,19 +47,31 @@ class GroupDescription(BaseModel):
     expired: list[ExpiredRange] = []  # records retired before the group read them (reported, never silent)
 
 
-def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescription:
+class GroupReads(Protocol):
+    """What ``groups list/describe`` read: Spark's ``GroupTables``, or the JVM-free
+    ``control_plane.fast_reads.FastGroupReader`` (delta-rs) on a local root."""
+
+    def deleted_groups(self) -> set[str]: ...
+    def group_names(self) -> set[str]: ...
+    def generations(self, group: str) -> list[GenerationRecord]: ...
+    def lags(self, group: str) -> list[PartitionLag]: ...
+    def member_states(self, group: str) -> dict[str, MemberHeartbeat]: ...
+    def ticks(self, group: str) -> dict[str, tuple[int, int | None]]: ...
+    def expired_ranges(self, group: str) -> list[ExpiredRange]: ...
+
+
+def describe_group(tables: GroupReads, group: str) -> GroupDescription:
     """Members, generation, protocol, each member's partitions, committed offsets and lag.
 
     For display only, a member's ``live`` and heartbeat age compare the epoch time its last
     heartbeat carries with this host's clock. The group's own decisions never do that: members
     judge each other by observation (control_plane.liveness).
     """
-    tables = GroupTables(spark, root)
-    if group in tables.offsets.deleted():
+    if group in tables.deleted_groups():
         raise UnknownGroupError(f"group '{group}' was deleted (groups delete); its history stays in the control tables")
     gens = tables.generations(group)
     try:
-        lags = tables.offsets.describe(group)
+        lags = tables.lags(group)
     except UnknownGroupError:
         if not gens:
             raise
@@ -94,8 +107,19 @@ def describe_group(spark: SparkSession, root: str, group: str) -> GroupDescripti
         group=group, state=state, generation=gen.generation if gen else 0, protocol=gen.protocol if gen else "",
         assignor=gen.assignor if gen else "", leader=gen.leader if gen else "", rebalances=len(gens),
         revoked_last=gen.revoked if gen else 0, revoked_total=sum(g.revoked for g in gens),
-        members=members, partitions=lags, expired=tables.offsets.expired_ranges(group),
+        members=members, partitions=lags, expired=tables.expired_ranges(group),
     )
+
+
+def list_groups(tables: GroupReads) -> list[dict]:
+    """Every group that ever had a generation or a commit and was not deleted since, with its latest generation."""
+    out = []
+    for name in sorted(tables.group_names() - tables.deleted_groups()):
+        gens = tables.generations(name)
+        gen = gens[-1] if gens else None
+        out.append({"group": name, "generation": gen.generation if gen else 0, "protocol": gen.protocol if gen else "",
+                    "assignor": gen.assignor if gen else "", "members": len(gen.members) if gen else 0})
+    return out
 
 
 # -- what a group was to deliver ---------------------------------------------------------------
@@ -175,17 +199,3 @@ def ownership_violations(spark: SparkSession, root: str, group: str) -> list[str
                 problems.append(f"{where}: committed offset moved back from {last[tp]} to {r['offset']} ({member})")
             last[tp] = max(last.get(tp, -1), r["offset"])
     return problems
-
-
-def list_groups(spark: SparkSession, root: str) -> list[dict]:
-    """Every group that ever had a generation or a commit and was not deleted since, with its latest generation."""
-    tables = GroupTables(spark, root)
-    names = set(tables.offsets.groups())
-    names.update(r["group"] for r in tables.tables.read("group_generations").select("group").distinct().collect())
-    names -= tables.offsets.deleted()
-    out = []
-    for name in sorted(names):
-        gen = tables.generation(name)
-        out.append({"group": name, "generation": gen.generation if gen else 0, "protocol": gen.protocol if gen else "",
-                    "assignor": gen.assignor if gen else "", "members": len(gen.members) if gen else 0})
-    return out

@@ -11,16 +11,24 @@ from collections.abc import Callable, Iterable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from control_plane.group.offsets import GroupOffsets
+from control_plane.group.offsets import GroupOffsets, PartitionLag
 from control_plane.layout import RootLayout
-from control_plane.records import CommitKind, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
+from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
 from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.errors import ConcurrentCommitError
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
-_TICK = "lakelog.heartbeat."
+# A heartbeat tick sets the application version ``lakelog.heartbeat.<group>.<member>``.
+HEARTBEAT_PREFIX = "lakelog.heartbeat."
+TICK_WINDOW = 2000  # heartbeat commits read back at first: an older tick's member was long judged
+
+
+def ticks_of(changes: dict[str, tuple[int, int | None]], group: str) -> dict[str, tuple[int, int | None]]:
+    """``group``'s members' ticks among application-version changes of the heartbeat table."""
+    prefix = f"{HEARTBEAT_PREFIX}{group}."
+    return {k[len(prefix):]: v for k, v in changes.items() if k.startswith(prefix)}
 
 
 class GroupTables:
@@ -56,7 +64,7 @@ class GroupTables:
         """A member is alive: one commit setting its heartbeat counter to ``beat``, no data written."""
         self.tables.ensure()
         txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
-        txn.commit({f"{_TICK}{group}.{member_id}": beat})
+        txn.commit({f"{HEARTBEAT_PREFIX}{group}.{member_id}": beat})
 
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),
@@ -65,12 +73,11 @@ class GroupTables:
         version = table_version(self.spark, path)
         if version < 0:
             return {}
-        since = self._ticks_version if self._ticks_version is not None else max(version - 2000, -1)
+        since = self._ticks_version if self._ticks_version is not None else max(version - TICK_WINDOW, -1)
         if version > since:
-            self._ticks.update(app_version_changes(self.spark, path, since, _TICK))
+            self._ticks.update(app_version_changes(self.spark, path, since, HEARTBEAT_PREFIX))
             self._ticks_version = version
-        prefix = f"{_TICK}{group}."
-        return {k[len(prefix):]: v for k, v in self._ticks.items() if k.startswith(prefix)}
+        return ticks_of(self._ticks, group)
 
     def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
         """Each member's latest state row, latest in commit order (never by the writers' clocks)."""
@@ -96,6 +103,22 @@ class GroupTables:
             return [GenerationRecord.model_validate(r.asDict(recursive=True)) for r in rows]
 
         return self._cached("group_generations", (group,), load)
+
+    # -- what groups list/describe read (control_plane.group.describe.GroupReads) ----------------
+    def deleted_groups(self) -> set[str]:
+        return self.offsets.deleted()
+
+    def group_names(self) -> set[str]:
+        """Groups with a position or a generation (deleted ones too)."""
+        names = set(self.offsets.groups())
+        names.update(r["group"] for r in self.tables.read("group_generations").select("group").distinct().collect())
+        return names
+
+    def lags(self, group: str) -> list[PartitionLag]:
+        return self.offsets.describe(group)
+
+    def expired_ranges(self, group: str) -> list[ExpiredRange]:
+        return self.offsets.expired_ranges(group)
 
     def propose(self, record: GenerationRecord) -> bool:
         """Write a generation if nobody wrote that number first (one leader per generation).
@@ -159,6 +182,3 @@ class GroupTables:
             .count()
         )
         return found > 0
-
-
-_TICK = "lakelog.heartbeat."

@@ -20,7 +20,7 @@ def list_(c: Context, as_json: bool) -> None:
     """Groups under the root with their latest generation, protocol and member count."""
     from control_plane.group.describe import list_groups
 
-    emit(list_groups(c.spark, c.root), as_json, "groups")
+    emit(c.read_groups(list_groups), as_json, "groups")
 
 
 @groups.command("describe")
@@ -31,7 +31,7 @@ def describe(c: Context, group: str, as_json: bool) -> None:
     """Members, generation, protocol, each member's partitions, committed offsets, lag and metrics."""
     from control_plane.group.describe import describe_group
 
-    d = describe_group(c.spark, c.root, group)
+    d = c.read_groups(lambda reads: describe_group(reads, group))
     if as_json:
         emit(d.model_dump(mode="json"), True)
         return

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from control_plane.controller import TopicController
 from control_plane.group.describe import describe_group
+from control_plane.group.store import GroupTables
 from control_plane.group.member import GroupMember
 from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
@@ -64,7 +65,7 @@ def test_a_lagging_group_reports_what_the_delay_expired(spark, root):
     again = GroupConsumer(spark, root, T, "lag", ConsumerSettings(max_records_per_batch=200), FAST)
     result = again.run(sink_path=sink, idle_timeout_s=1)
     assert result.expired == end - read and result.records == 120 - 30 - (end - read)
-    assert describe_group(spark, root, "lag").expired == [ExpiredRange(topic=T, partition=2, first=read, end=end)]
+    assert describe_group(GroupTables(spark, root), "lag").expired == [ExpiredRange(topic=T, partition=2, first=read, end=end)]
     out = CliRunner().invoke(cli, ["--root", root, "groups", "describe", "--group", "lag", "--json"])
     assert json.loads(out.stdout)["expired"] == [{"topic": T, "partition": 2, "first": read, "end": end}]
     report = run_audit(spark, root, T, sink)

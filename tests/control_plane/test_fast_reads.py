@@ -1,20 +1,32 @@
-"""The JVM-free reader of ``topics list/describe`` (delta-rs) answers as the Spark one does."""
+"""The JVM-free readers of ``topics list/describe`` and ``groups list/describe`` (delta-rs) answer as the Spark ones do."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from chaos.host import GATEWAY_ENV
 from control_plane.controller import TopicController
-from control_plane.fast_reads import FastTopicReader
-from control_plane.settings import ControllerSettings
+from control_plane.fast_reads import FastGroupReader, FastTopicReader
+from control_plane.group.admin import GroupAdmin
+from control_plane.group.describe import describe_group, list_groups
+from control_plane.group.member import GroupMember
+from control_plane.group.offsets import GroupOffsets
+from control_plane.group.reset import ResetTarget
+from control_plane.group.store import GroupTables
+from control_plane.records import ExpiredRange
+from control_plane.settings import ControllerSettings, GroupSettings
 from control_plane.topics import TopicAdmin
-from log_store.errors import TopicDeletedError, UnknownTopicError
+from jobs.cli import cli
+from log_store.errors import TopicDeletedError, UnknownGroupError, UnknownTopicError
+from log_store.rs_reader import FastReadUnavailable
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
 from tests.support import PROJECT, make_records
@@ -65,3 +77,80 @@ def test_topics_list_answers_without_a_jvm_within_two_seconds(spark, root):
                                 cwd=PROJECT, capture_output=True, text=True, timeout=60, env=env)
         assert listed.returncode == 0 and '"quick"' in listed.stdout, (listed.returncode, listed.stderr[-500:])
     assert took < 2.0 * 2, f"{took:.1f}s"  # the aim is 2 s; the suite's machine is loaded by its own JVM
+
+
+FAST_GROUP = GroupSettings(session_timeout_ms=4000, heartbeat_interval_ms=400)
+
+
+def _comparable(d) -> dict:
+    """A group description without the ages, which depend on when each reader looked."""
+    out = d.model_dump(mode="json")
+    for m in out["members"]:
+        m.pop("heartbeat_age_s")
+    return out
+
+
+def _cli(root: str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"}  # no JVM
+    return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, *args], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_spark(spark, root):
+    """Both group readers give the same answers through a group's life: a standalone reader, a
+    member with generations and heartbeats, an expiry report, a reset, a deleted group, a
+    deleted topic. The CLI answers without Java; with old commit files cleaned up (log
+    retention) it reads with Spark instead of answering wrongly."""
+    TopicAdmin(spark, root).create("a", 3)
+    TopicAdmin(spark, root).create("gone", 1)
+    Producer(spark, root, "a", "p").send(make_records(spark, 120, keys=12))
+    offsets = GroupOffsets(spark, root)
+    member = GroupMember(spark, root, "grp", ["a"], FAST_GROUP)
+    deadline = time.monotonic() + 120
+    while member.generation == 0 and time.monotonic() < deadline:
+        member.poll()  # a generation, state rows and heartbeats
+    offsets.commit("grp", "a", {0: 10, 2: 15}, generation=member.generation, member_id=member.member_id)
+    member.close()
+    offsets.report_expired("grp", [ExpiredRange(topic="a", partition=1, first=3, end=9)])
+    for group in ("solo", "old", "reset"):
+        offsets.commit(group, "a", {0: 20, 1: 30, 2: 40})
+    offsets.commit("only-gone", "gone", {0: 0})
+    admin = GroupAdmin(spark, root)
+    admin.execute_reset("reset", admin.plan_reset("reset", "a", ResetTarget(shift_by=-5), "0,2"))
+    admin.delete("old")
+    TopicController(spark, root, ControllerSettings()).delete("gone")  # its positions stop counting
+
+    spark_reads, fast = GroupTables(spark, root), FastGroupReader(root)
+    listed = list_groups(fast)
+    assert listed == list_groups(spark_reads)
+    assert [g["group"] for g in listed] == ["grp", "reset", "solo"]
+    for group in ("grp", "reset", "solo"):
+        assert _comparable(describe_group(fast, group)) == _comparable(describe_group(spark_reads, group)), group
+    assert describe_group(fast, "grp").expired == [ExpiredRange(topic="a", partition=1, first=3, end=9)]
+    for group in ("old", "only-gone", "nope"):
+        with pytest.raises(UnknownGroupError):
+            describe_group(fast, group)
+    with pytest.raises(UnknownGroupError):
+        describe_group(spark_reads, "only-gone")
+
+    started = time.monotonic()
+    described = _cli(root, "groups", "describe", "--group", "grp", "--json")
+    took = time.monotonic() - started
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout)["partitions"] == json.loads(describe_group(spark_reads, "grp").model_dump_json())["partitions"]
+    assert took < 2.0 * 2, f"{took:.1f}s"  # the aim is 2 s; the suite's machine is loaded by its own JVM
+    listed_cli = _cli(root, "groups", "list", "--json")
+    assert listed_cli.returncode == 0 and json.loads(listed_cli.stdout) == listed, listed_cli.stderr
+
+    # Log retention cleaned up the commits before a checkpoint: commit order is no longer in the
+    # change feed, so the fast reader refuses and the command reads with Spark.
+    log = Path(root, "control", "offset_commits", "_delta_log")
+    checkpoint = max(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
+    for v in range(checkpoint):
+        for suffix in (".json", ".crc"):
+            Path(log, f"{v:020d}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(FastReadUnavailable):
+        FastGroupReader(root).deleted_groups()
+    assert _cli(root, "groups", "list", "--json").returncode == 1, "without Java it can only fail, not answer wrongly"
+    out = CliRunner().invoke(cli, ["--root", root, "groups", "list", "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout) == listed, out.output

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from control_plane.group.admin import GroupAdmin
 from pipelines.audit import run_audit
 from control_plane.group.describe import list_groups
+from control_plane.group.store import GroupTables
 from control_plane.group.member import GroupMember
 from control_plane.group.reset import ResetTarget
 from control_plane.settings import GroupSettings
@@ -162,7 +163,7 @@ def test_a_member_that_died_without_leaving_is_judged_dead_after_its_session(spa
 def test_deleted_group_starts_anew_and_leaves_the_list(spark, root, consumed):
     admin = GroupAdmin(spark, root)
     admin.delete("g")
-    assert "g" not in [g["group"] for g in list_groups(spark, root)]
+    assert "g" not in [g["group"] for g in list_groups(GroupTables(spark, root))]
     assert Consumer(spark, root, T, "g").offsets.committed("g", T) == {}
     with pytest.raises(UnknownGroupError):
         admin.delete("g")

@@ -148,8 +148,9 @@ def test_spark_and_jvm_log_lines_stay_off_the_terminal(tmp_path):
     """Without --verbose a read command prints its answer, and stderr carries none of Spark's or
     log4j's own lines (the start-up banner, the default log level, warnings)."""
     project = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LAKELOG_FAST_READS": "0"}  # through Spark: on a local root it would read without a JVM
     proc = subprocess.run([sys.executable, "-m", "jobs.cli", "topics", "list", "--root", str(tmp_path / "r"), "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=project)
+                          capture_output=True, text=True, timeout=300, cwd=project, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]"
     noise = [line for line in proc.stderr.splitlines() if "incubator" not in line]  # the JVM's own notice
     assert noise == [], proc.stderr

@@ -70,7 +70,7 @@ def wait_stable(spark, root: str, group: str, members: set[str], timeout: float 
             if all(m in beats and beats[m].generation == gen.generation and beats[m].joining is None for m in members):
                 return gen
         time.sleep(0.5)
-    d = describe_group(spark, root, group)
+    d = describe_group(tables, group)
     logs = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in sorted(Path(root).parent.glob("stderr-*.log")))
     raise AssertionError(f"group {group} did not settle on {sorted(members)}: {d.model_dump_json()}{logs}")
 
