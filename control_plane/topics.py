@@ -19,13 +19,14 @@ from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, To
 from control_plane.tables import ControlTables
 from log_store.errors import (
     ConcurrentCommitError,
+    ConcurrentTopicChangeError,
     InvalidConfigurationError,
     TopicDeletedError,
     TopicExistsError,
     UnknownTopicError,
 )
 from log_store.crash import crash_point
-from log_store.engine import table_version
+from log_store.engine import is_conflict, retry_on_conflict, table_version
 from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -187,10 +188,29 @@ class TopicAdmin:
             undeleted_partition_count=partitions,
             partitions=[PartitionState(partition=p) for p in range(partitions)],
         )
-        try:
-            inserted = self.tables.insert_if_absent("topics", [record.row()], ["topic", "topic_version"])
-        except ConcurrentCommitError:
-            inserted = 0
-        if inserted != 1:
+        if not self.record(record):
             raise TopicExistsError(f"topic '{topic}' was created concurrently by another process")
         return record
+
+    # -- the compare-and-set -----------------------------------------------------------------
+    def record(self, target: TopicRecord, attempts: int = 10) -> bool:
+        """Append ``target`` as its topic's version ``target.topic_version``: True if it became
+        that version, False if another process recorded that version first.
+
+        The insert is a MERGE on (topic, topic_version), which conflicts with any concurrent
+        insert into the table, other topics' too: those conflicts are retried; a conflict whose
+        version now exists is a lost compare-and-set.
+        """
+        def attempt() -> bool:
+            try:
+                return self.tables.insert_if_absent("topics", [target.row()], ["topic", "topic_version"]) == 1
+            except Exception as exc:
+                if is_conflict(exc) and self.image(target.topic).record(target.topic_version) is not None:
+                    return False
+                raise
+
+        try:
+            return retry_on_conflict(attempt, attempts)
+        except ConcurrentCommitError:
+            raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}' against concurrent "
+                                             "changes to other topics; run it again") from None

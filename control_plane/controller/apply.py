@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict
+from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end, log_end_app_id
 
@@ -32,18 +32,7 @@ class TopicChanges:
 
     def record(self, target: TopicRecord) -> bool:
         """The compare-and-set: True if ``target`` became the next version, False if another did."""
-        def attempt() -> bool:
-            try:
-                return self.admin.tables.insert_if_absent("topics", [target.row()], ["topic", "topic_version"]) == 1
-            except Exception as exc:  # any concurrent insert (other topics too) fails the MERGE
-                if is_conflict(exc) and self.admin.image(target.topic).record(target.topic_version) is not None:
-                    return False  # another controller recorded this version: the compare-and-set is lost
-                raise
-
-        try:
-            return retry_on_conflict(attempt, ATTEMPTS)
-        except ConcurrentCommitError:
-            raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}'; run it again") from None
+        return self.admin.record(target, ATTEMPTS)
 
     def apply(self, topic: str, record: TopicRecord | None = None) -> tuple[TopicRecord, bool]:
         """Set the log's metadata from ``record`` (default: the latest) in one commit, unless applied.

@@ -187,6 +187,30 @@ def test_two_racing_controllers_bump_once(spark, root, tmp_path):
     assert admin.log("race").metadata() == log_metadata(rec)
 
 
+def test_topics_created_while_others_are_created_all_land_and_one_name_once(spark, root, tmp_path):
+    """The topics table's compare-and-set is a MERGE, which conflicts with any concurrent insert:
+    a create racing other topics' creates is retried, never reported as "created concurrently";
+    of two creates of one name, one wins and the other is told the topic exists."""
+    admin = TopicAdmin(spark, root)
+    admin.create("warm", 1)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    names = {w: [f"{w}-{i}" for i in range(4)] + ["both"] for w in ("a", "b")}
+    procs = [_worker("create", root, ",".join(names[w]), "2", str(barrier), w, "2") for w in names]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        outs.append([json.loads(line) for line in out.strip().splitlines()])
+        assert proc.returncode in (0, 1), err[-3000:]
+    for lines in outs:
+        assert len(lines) == 5 and all("created" in x for x in lines[:4]), outs
+    last = [lines[-1] for lines in outs]
+    assert sorted(x.get("created", x.get("error")) for x in last) == ["TopicExistsError", "both"], last
+    assert sorted(admin.current()) == sorted({n for ns in names.values() for n in ns} | {"warm"})
+    events = admin.tables.read("topics").groupBy("topic").count().collect()
+    assert all(r["count"] == 1 for r in events), "every topic recorded once"
+
+
 # -- a producer through resizes ------------------------------------------------------------------
 def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root):
     admin = TopicAdmin(spark, root)

@@ -1,6 +1,7 @@
 """Controller processes the tests kill and race. Each builds its own Spark session (its own JVM).
 
 Usage: controller_workers.py alter ROOT TOPIC N [BARRIER_DIR NAME PEERS]
+       controller_workers.py create ROOT TOPIC,TOPIC,... N BARRIER_DIR NAME PEERS
        controller_workers.py tick ROOT TOPIC DELAY
        controller_workers.py delete ROOT TOPIC
 With $LAKELOG_CRASH_AT=<step> the controller dies at that step (exit code 86). Attaches to the
@@ -43,6 +44,17 @@ def alter(root: str, topic: str, n: str, barrier: str = "", name: str = "", peer
     print(controller.alter(topic, int(n)).model_dump_json(), flush=True)
 
 
+def create(root: str, topics: str, n: str, barrier: str, name: str, peers: str) -> None:
+    """Create each topic in turn, racing the peers (a lakelog error ends the worker)."""
+    from control_plane.topics import TopicAdmin
+
+    admin = TopicAdmin(session(), root)
+    admin.current()  # warm up the JVM's Delta paths before the race
+    _barrier(barrier, name, int(peers))
+    for topic in topics.split(","):
+        print(json.dumps({"created": admin.create(topic, int(n)).topic}), flush=True)
+
+
 def tick(root: str, topic: str, delay: str) -> None:
     print(json.dumps([r.model_dump(mode="json") for r in _controller(root).tick(topic, float(delay))]), flush=True)
 
@@ -53,7 +65,7 @@ def delete(root: str, topic: str) -> None:
 
 if __name__ == "__main__":
     try:
-        {"alter": alter, "tick": tick, "delete": delete}[sys.argv[1]](*sys.argv[2:])
+        {"alter": alter, "create": create, "tick": tick, "delete": delete}[sys.argv[1]](*sys.argv[2:])
     except LakelogError as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
         sys.exit(1)
