@@ -178,36 +178,57 @@ class ControlTables:
         return int(metrics["num_inserted_rows"])
 
     # -- SQL ---------------------------------------------------------------------------------
-    def register_views(self) -> list[str]:
-        """Register stable SQL names for the control plane and every topic's log; return them."""
-        topics = self.read("topics")
-        latest = topics.groupBy("topic").agg(F.max("topic_version").alias("topic_version"))
-        current = topics.join(latest, ["topic", "topic_version"])
-        names = {
-            "topic_history": topics,
-            "topics": current,
-            "partitions": current.select(
-                "topic", F.explode("partitions").alias("p"), "topic_version", "changed_at"
-            ).select("topic", "p.*", "topic_version", "changed_at"),
-            "offset_commits": self.read("offset_commits"),
-            "group_generations": self.read("group_generations"),
-            "group_members": self.read("group_members"),
-        }
-        gens = names["group_generations"]
-        names["groups"] = gens.join(
-            gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"]
-        )
-        names["group_offsets"] = (latest_positions(names["offset_commits"], "committed_at", "generation")
-                                  if self.exists("offset_commits")
-                                  else self.spark.createDataFrame([], "`group` STRING, topic STRING, partition INT, "
-                                                                      "offset BIGINT, committed_at TIMESTAMP_NTZ, generation INT"))
-        names["expired_records"] = names["offset_commits"].where("kind = 'expired'").select(
-            "group", "topic", "partition", F.col("offset").alias("first_offset"), "end_offset",
-            (F.col("end_offset") - F.col("offset")).alias("records"), "member_id", "committed_at")
-        for name, df in names.items():
-            df.createOrReplaceTempView(name)
-        for row in current.select("topic", "location").collect():
-            view = "log_" + re.sub(r"[^A-Za-z0-9_]", "_", row["topic"])
-            self.spark.read.format("delta").load(row["location"]).createOrReplaceTempView(view)
-            names[view] = None
-        return sorted(names)
+    CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",
+                     "group_generations", "groups", "group_members")
+
+    def register_views(self, wanted: set[str] | None = None) -> list[str]:
+        """Register stable SQL names for the control plane and every topic's log; return them.
+
+        ``wanted``: only these names (lower case), as ``lakelog sql`` passes the words of its
+        query: each view costs a Delta snapshot load, and a query names the few it reads.
+        """
+        want = (lambda name: True) if wanted is None else (lambda name: name.lower() in wanted)
+        views: dict[str, DataFrame] = {}
+
+        def view(name: str) -> DataFrame:  # built once, and only if wanted or needed by a wanted one
+            if name not in views:
+                views[name] = self._view(name, view)
+            return views[name]
+
+        registered = []
+        for name in self.CONTROL_VIEWS:
+            if want(name):
+                view(name).createOrReplaceTempView(name)
+                registered.append(name)
+        if wanted is None or any(w.startswith("log_") for w in wanted):
+            for row in view("topics").select("topic", "location").collect():
+                name = "log_" + re.sub(r"[^A-Za-z0-9_]", "_", row["topic"])
+                if want(name):
+                    self.spark.read.format("delta").load(row["location"]).createOrReplaceTempView(name)
+                    registered.append(name)
+        return sorted(registered)
+
+    def _view(self, name: str, view) -> DataFrame:
+        """One control-plane view; ``view`` gives the others it is built from."""
+        if name in ("topic_history", "offset_commits", "group_generations", "group_members"):
+            return self.read("topics" if name == "topic_history" else name)
+        if name == "topics":
+            topics = view("topic_history")
+            latest = topics.groupBy("topic").agg(F.max("topic_version").alias("topic_version"))
+            return topics.join(latest, ["topic", "topic_version"])
+        if name == "partitions":
+            return view("topics").select("topic", F.explode("partitions").alias("p"), "topic_version", "changed_at") \
+                .select("topic", "p.*", "topic_version", "changed_at")
+        if name == "groups":
+            gens = view("group_generations")
+            return gens.join(gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"])
+        if name == "group_offsets":  # commit order needs the table's row tracking: none before it exists
+            if not self.exists("offset_commits"):
+                return self.spark.createDataFrame([], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
+                                                      "committed_at TIMESTAMP_NTZ, generation INT")
+            return latest_positions(view("offset_commits"), "committed_at", "generation")
+        if name == "expired_records":
+            return view("offset_commits").where("kind = 'expired'").select(
+                "group", "topic", "partition", F.col("offset").alias("first_offset"), "end_offset",
+                (F.col("end_offset") - F.col("offset")).alias("records"), "member_id", "committed_at")
+        raise KeyError(name)
