@@ -31,3 +31,12 @@ def test_schedules_stay_within_bounds_and_short_ones_are_trimmed():
         assert len(short.controller) <= 3 and all(len(g.members) == 1 for g in short.groups)
     # over 200 seeds every kind of controller step and every controller crash point is drawn
     assert {"alter", "tick", "alter:before_record", "alter:after_apply", "retire:after_purge"} <= kinds
+
+
+def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
+    from chaos.runner import DRAIN_LIMIT_S, DRAIN_STALL_S, drain_stuck
+
+    assert drain_stuck(0.0, 0.0, DRAIN_STALL_S - 1) is None, "not stuck yet"
+    assert "no progress" in drain_stuck(0.0, 0.0, DRAIN_STALL_S)
+    assert drain_stuck(0.0, 400.0, 450.0) is None, "moving at 450 s: a flat 300 s limit would have failed it"
+    assert "still behind" in drain_stuck(0.0, DRAIN_LIMIT_S - 1, DRAIN_LIMIT_S)
