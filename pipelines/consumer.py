@@ -129,16 +129,19 @@ class Consumer:
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
 
     # -- positions ---------------------------------------------------------------------------
-    def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None) -> dict[int, int]:
+    def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
+                  committed: dict[int, int] | None = None) -> dict[int, int]:
         """Where delivery resumes per readable partition: committed, sink, or the reset policy.
 
         Never below the start of a partition's current incarnation: a number reused after
         retirement holds no records of its predecessor (those were delivered or reported expired).
+        ``committed``: ``resume_positions(sink_path)`` if the caller has just read it.
         """
         snap = snap or self.log.snapshot()
-        if sink_path:
-            self._incarnations = None  # read again: an operator may have reset positions since
-        committed = self.resume_positions(sink_path)
+        if committed is None:
+            if sink_path:
+                self._incarnations = None  # read again: an operator may have reset positions since
+            committed = self.resume_positions(sink_path)
         out = {}
         for p in snap.readable():
             start = snap.metadata.partitions[p].start_offset
@@ -269,8 +272,11 @@ class Consumer:
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
         snap = self.log.snapshot()
-        positions = self.positions(sink_path, snap)
-        expired = self.report_expired(snap, self.resume_positions(sink_path))
+        if sink_path:
+            self._incarnations = None  # read again: an operator may have reset positions since
+        committed = self.resume_positions(sink_path)  # one read of the control plane serves both
+        positions = self.positions(sink_path, snap, committed)
+        expired = self.report_expired(snap, committed)
         delivered = batches = 0
         while max_records is None or delivered < max_records:
             limit = self.settings.max_records_per_batch

@@ -106,7 +106,12 @@ class Producer:
         started = time.perf_counter()
         if sequence_start is None:
             sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
-        df = self.normalize(records, sequence_start).persist()
+        # Cache the normalized rows (counted, then written, maybe retried) unless they are only a
+        # projection of rows the caller already cached: then caching them again is a full extra copy.
+        reuse = records.is_cached and "sequence" in records.columns
+        df = self.normalize(records, sequence_start)
+        if not reuse:
+            df = df.persist()
         try:
             stats = df.agg(
                 F.count("*").alias("n"),
@@ -133,7 +138,8 @@ class Producer:
                 "seconds": time.perf_counter() - started, "duplicates": total - result.appended,
             })
         finally:
-            df.unpersist()
+            if not reuse:
+                df.unpersist()
 
     def _send_batch(self, batch: DataFrame, result: ProduceResult) -> ProduceResult:
         for refresh in range(self.settings.max_retries + 1):
