@@ -77,6 +77,10 @@ class TableConfigError(LakelogError):
     setting and how to change it); nothing was written."""
 
 
+class OffsetCheckError(LakelogError):
+    """The written files' offsets are not exactly the dense range the commit would record."""
+
+
 class StorageError(LakelogError):
     """The root cannot be read or written (permissions, missing mount)."""
 

@@ -5,12 +5,14 @@ kafka-python, a well-kept implementation of Kafka's murmur2) for rules and tests
 ``partition_column`` for producing: the JVM function ``lakelog_partition`` (``log_store/jvm``,
 built by ``make setup``) when it is on the classpath, so keys never travel to Python and back;
 otherwise a pandas UDF over ``partition_for``. ``tests/log_store/test_partitioner_jvm.py``
-cross-checks them on random keys.
+cross-checks them on random keys. Registered here too, the same way: ``lakelog_offset_index``,
+the per-task row counter behind offsets without a shuffle (log_store/dense_offsets.py).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import lru_cache
 
 import pandas as pd
@@ -24,6 +26,7 @@ from log_store.errors import InvalidPartitionMetadataError
 
 JVM_FUNCTION = "lakelog_partition"
 JVM_CLASS = "lakelog.KafkaPartition"
+OFFSET_INDEX_FUNCTION = "lakelog_offset_index"
 _log = logging.getLogger("lakelog.partitioner")
 
 
@@ -57,21 +60,36 @@ def _partitions(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.
 # Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
 # copies it into every expression that uses ``partition`` (filter, window, offset lookups).
 _pandas_partition = pandas_udf(_partitions, IntegerType()).asNondeterministic()
-_registered: dict[int, bool] = {}
+_registered: dict[tuple[int, str], bool] = {}
+
+
+def _register_once(spark: SparkSession, name: str, register: Callable[[], None], instead: str) -> bool:
+    """Register one of lakelog's JVM functions in this session, once; False if its jar is absent."""
+    key = (id(spark), name)
+    if key not in _registered:
+        try:
+            register()
+            _registered[key] = True
+        except Exception as exc:  # the jar is not on this cluster's classpath: the fallback computes the same
+            _log.info("%s is not available (%s); %s", name, str(exc).splitlines()[0][:200], instead)
+            _registered[key] = False
+    return _registered[key]
 
 
 def jvm_partitioner(spark: SparkSession) -> bool:
     """Register ``lakelog_partition`` in this session if its class is on the classpath."""
-    key = id(spark)
-    if key not in _registered:
-        try:
-            spark.udf.registerJavaFunction(JVM_FUNCTION, JVM_CLASS, IntegerType())
-            _registered[key] = True
-        except Exception as exc:  # the jar is not on this cluster's classpath: the pandas UDF computes the same
-            _log.info("lakelog_partition is not available (%s); partitioning in a pandas UDF",
-                      str(exc).splitlines()[0][:200])
-            _registered[key] = False
-    return _registered[key]
+    return _register_once(spark, JVM_FUNCTION, lambda: spark.udf.registerJavaFunction(JVM_FUNCTION, JVM_CLASS, IntegerType()),
+                          "partitioning in a pandas UDF")
+
+
+def jvm_offset_index(spark: SparkSession) -> bool:
+    """Register ``lakelog_offset_index`` (``lakelog.OffsetIndex``, log_store/dense_offsets.py),
+    non-deterministic so that Spark evaluates it once per row, in input order."""
+    def register() -> None:
+        jvm = spark._jvm
+        fn = jvm.org.apache.spark.sql.functions.udf(jvm.lakelog.OffsetIndex(), jvm.org.apache.spark.sql.types.DataTypes.LongType)
+        spark._jsparkSession.udf().register(OFFSET_INDEX_FUNCTION, fn.asNondeterministic())
+    return _register_once(spark, OFFSET_INDEX_FUNCTION, register, "numbering offsets with a sorting window")
 
 
 def partition_column(spark: SparkSession, key: str, sequence: str, num_partitions: int) -> Column:

@@ -32,6 +32,8 @@ from pyspark.sql.types import (
 )
 
 from log_store.crash import crash_point
+from log_store.dense_offsets import TaskCount, check_dense, starts_array, task_starts
+from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import (
     ConcurrentAppendError,
@@ -224,6 +226,9 @@ def check_set_transactions_kept(conf: dict[str, str], path: str) -> None:
         )
 
 
+MAX_STARTS = 100_000  # (Spark tasks x partitions) beyond which offsets are numbered by a sorting window
+
+
 def _map_lookup(mapping: dict[int, int], column: str) -> Column:
     pairs = [F.lit(x) for kv in mapping.items() for x in kv]
     return F.element_at(F.create_map(*pairs), F.col(column))
@@ -363,18 +368,18 @@ class TopicLog:
         if producer_id:
             mark = known.get(producer_app_id(producer_id), -1)
             data = data.where(F.col("sequence") > F.lit(mark))
-        order = Window.partitionBy("partition").orderBy("sequence")
         out = data.select(
             "partition",
-            (F.coalesce(_map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long").alias("offset"),
+            self._offsets(data, bases).alias("offset"),
             F.coalesce(_map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", "headers", "timestamp", "producer_id", "sequence",
         )
         counts: dict[int, int] = {}
         max_seq = mark
-        for f in txn.write(out):
-            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
+        written = txn.write(out)
+        for f in written:
+            if f.num_records is None or "offset" not in f.min_values or (producer_id and "sequence" not in f.max_values):
                 raise TableConfigError(
                     f"Delta wrote files without statistics to {self.path} (is spark.databricks.delta.stats.collect "
                     "false, or delta.dataSkippingNumIndexedCols 0?); lakelog counts appended records from them, so "
@@ -400,6 +405,8 @@ class TopicLog:
                 "set transaction?); appending would reuse offsets, so nothing was written. Restore the table's "
                 "set transactions (see README, Storage format) before producing again"
             )
+        check_dense(((int(f.partition_values["partition"]), f.num_records, int(f.min_values["offset"]),
+                      int(f.max_values["offset"])) for f in written if f.num_records), bases)
         crash_point("produce:after_write")
         for p in counts:  # the commit now fails if another writer moved these partitions
             txn.app_version(log_end_app_id(p))
@@ -413,6 +420,25 @@ class TopicLog:
         version = txn.commit(versions, json.dumps(info))
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges)
+
+    def _offsets(self, data: DataFrame, bases: dict[int, int]) -> Column:
+        """Each row's offset: its partition's log end plus its rank there by sequence; without a
+        shuffle when the rows already come in sequence order (log_store/dense_offsets.py)."""
+        if jvm_offset_index(self.spark):
+            index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
+            counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
+                      .groupBy("task", "partition")
+                      .agg(F.count("*").alias("rows"), F.min("sequence").alias("first_sequence"),
+                           F.max("sequence").alias("last_sequence"), F.min("index").alias("lowest_index"))
+                      .collect())
+            starts = task_starts([TaskCount(**r.asDict()) for r in counts], bases)
+            width = max((p for _t, p in starts or {}), default=0) + 1
+            flat = starts_array(starts, width) if starts else []
+            if 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
+                slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
+                return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
+        order = Window.partitionBy("partition").orderBy("sequence")
+        return (F.coalesce(_map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long")
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:

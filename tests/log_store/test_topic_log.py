@@ -142,3 +142,39 @@ def test_missing_log_end_is_refused(spark, tmp_path):
     with pytest.raises(TableConfigError, match="log end offset of partition"):
         TopicLog(spark, bare).append(batch(spark, 9, 9), 3, "p1")
     assert spark.read.format("delta").load(bare).count() == 9
+
+
+@pytest.mark.parametrize("order", ["in order", "shuffled within tasks", "tasks in reverse order"])
+def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spark, log, monkeypatch, order):
+    """In sequence order the offsets are counted without a shuffle (log_store/dense_offsets.py);
+    otherwise a sorting window numbers them. Either way: dense from the log end, in sequence order."""
+    import log_store.topic_log as topic_log
+
+    taken = []
+    real = topic_log.task_starts
+    monkeypatch.setattr(topic_log, "task_starts", lambda counts, bases: taken.append(real(counts, bases)) or taken[-1])
+    log.append(batch(spark, 0, 7), 3, "p1")  # log ends 3, 2, 2
+    ids = spark.range(0, 3000, 1, 6)  # six tasks of 500 rows, ids ascending
+    sequence = F.col("id") + 7
+    if order == "tasks in reverse order":  # each task ascending, but task 0 holds the highest sequences
+        sequence = (5 - F.floor(F.col("id") / 500)) * 500 + F.col("id") % 500 + 7
+    rows = ids.select(sequence.cast("long").alias("id"))
+    if order == "shuffled within tasks":
+        rows = rows.sortWithinPartitions(F.rand(7))
+    rows = rows.select(
+        (F.col("id") % 3).cast("int").alias("partition"),
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"),
+        F.lit(None).cast("map<string,binary>").alias("headers"),
+        F.current_timestamp().alias("timestamp"),
+        F.lit("p1").alias("producer_id"),
+        F.col("id").alias("sequence"),
+    ).persist()
+    assert rows.rdd.getNumPartitions() == 6
+    result = log.append(rows, 3, "p1")
+    assert result.ranges == {0: (3, 1003), 1: (2, 1002), 2: (2, 1002)}
+    for p, got in offsets_by_partition(log).items():
+        assert [o for o, _ in got] == list(range(len(got)))
+        assert [s for _, s in got] == sorted(s for _, s in got)
+    fast = taken[-1] is not None
+    assert fast == (order == "in order")

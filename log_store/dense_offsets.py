@@ -1,0 +1,80 @@
+"""Dense offsets without a shuffle: the arithmetic, and the check that fails closed.
+
+A batch's rows are numbered per partition from the partition's log end, in sequence order.
+Sorting all of them by (partition, sequence) is a shuffle of the whole batch. When the input
+is already in sequence order (ascending within each Spark task, and each task's sequences above
+the previous task's, per partition: what a file read or a ``range`` gives), a row's offset is
+
+    log end + rows of its partition in earlier tasks + its index in its own task,
+
+where the index is counted in the JVM as the rows stream by (``lakelog.OffsetIndex``). A first
+pass counts rows per (task, partition) and finds out whether the order holds; otherwise the
+caller numbers rows with a sorting window. Either way, ``check_dense`` proves from the written
+files' statistics that the offsets are exactly [log end, log end + count) before the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from log_store.errors import OffsetCheckError
+
+
+@dataclass(frozen=True)
+class TaskCount:
+    """One Spark task's rows of one partition: how many, their sequence bounds, and whether the
+    task saw them in sequence order (``lowest_index`` is -1 if not)."""
+
+    task: int
+    partition: int
+    rows: int
+    first_sequence: int
+    last_sequence: int
+    lowest_index: int
+
+
+def task_starts(counts: Iterable[TaskCount], bases: Mapping[int, int]) -> dict[tuple[int, int], int] | None:
+    """The first offset of each (task, partition), or None when the input is not in sequence order."""
+    by_partition: dict[int, list[TaskCount]] = {}
+    for c in counts:
+        if c.lowest_index < 0:
+            return None
+        by_partition.setdefault(c.partition, []).append(c)
+    starts: dict[tuple[int, int], int] = {}
+    for p, tasks in by_partition.items():
+        tasks.sort(key=lambda c: c.task)
+        offset = bases.get(p, 0)
+        previous = None
+        for c in tasks:
+            if previous is not None and c.first_sequence <= previous:
+                return None
+            starts[(c.task, p)] = offset
+            offset += c.rows
+            previous = c.last_sequence
+    return starts
+
+
+def starts_array(starts: Mapping[tuple[int, int], int], partitions: int) -> list[int]:
+    """``starts`` laid out flat, index ``task * partitions + partition``, for an O(1) lookup per row."""
+    tasks = max((t for t, _p in starts), default=-1) + 1
+    flat = [0] * (tasks * partitions)
+    for (t, p), start in starts.items():
+        flat[t * partitions + p] = start
+    return flat
+
+
+def check_dense(files: Iterable[tuple[int, int, int, int]], bases: Mapping[int, int]) -> None:
+    """Fail unless each partition's files (partition, rows, lowest offset, highest offset) tile
+    [base, base + rows) exactly: every file a gap-free run of distinct offsets, no overlap, no gap."""
+    runs: dict[int, list[tuple[int, int, int]]] = {}
+    for p, rows, lo, hi in files:
+        runs.setdefault(p, []).append((lo, hi, rows))
+    for p, parts in runs.items():
+        expected = bases.get(p, 0)
+        for lo, hi, rows in sorted(parts):
+            if lo != expected or hi - lo + 1 != rows:
+                raise OffsetCheckError(
+                    f"partition {p}: a written file holds offsets {lo}..{hi} in {rows} rows where the next dense "
+                    f"offset is {expected}; nothing was committed. This is a bug in lakelog: please report it")
+            expected = hi + 1
