@@ -34,6 +34,20 @@ class TaskCount:
     lowest_index: int
 
 
+MIN_ROWS = 500_000  # below, the counting pass costs more than the shuffle it saves (BENCHMARKS.md)
+MIN_ROWS_PER_FILE = 20_000  # each task writes a file per partition: fewer rows make small files
+
+
+def use_task_counts(rows: int | None, tasks: int, partitions: int) -> bool:
+    """Whether a batch of ``rows`` in ``tasks`` Spark tasks over ``partitions`` partitions should
+    take offsets from per-task counts. Measured on 2 cores (BENCHMARKS.md, 2026-11-23): 1M rows
+    into 8 partitions gained, into 64 (4 tasks: 256 small files) lost, 100-row batches lost the
+    counting job's fixed cost, 10M into 8 took 0.64 of the window's time."""
+    if rows is None or rows < MIN_ROWS:
+        return False
+    return rows / max(tasks * max(partitions, 1), 1) >= MIN_ROWS_PER_FILE
+
+
 def task_starts(counts: Iterable[TaskCount], bases: Mapping[int, int]) -> dict[tuple[int, int], int] | None:
     """The first offset of each (task, partition), or None when the input is not in sequence order."""
     by_partition: dict[int, list[TaskCount]] = {}

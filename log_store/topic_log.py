@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from log_store.crash import crash_point
-from log_store.dense_offsets import TaskCount, check_dense, starts_array, task_starts
+from log_store.dense_offsets import MIN_ROWS, TaskCount, check_dense, starts_array, task_starts, use_task_counts
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import (
@@ -315,6 +315,7 @@ class TopicLog:
         producer_id: str | None = None,
         max_retries: int = 20,
         backoff_ms: int = 50,
+        rows: int | None = None,
     ) -> AppendResult:
         """Append ``records`` (columns ``PRODUCER_COLUMNS``) with dense offsets, fenced.
 
@@ -323,7 +324,8 @@ class TopicLog:
         re-partitions and retries. Concurrent commits to the same partitions are retried here.
         With a ``producer_id``, records whose sequence was already committed for their partition
         are dropped, so a retried batch lands once. Pass a persisted DataFrame: a retry reads
-        it again.
+        it again. ``rows`` (how many records, if known) lets large batches in sequence order take
+        offsets without a shuffle.
         """
         missing = [c for c in PRODUCER_COLUMNS if c not in records.columns]
         if missing:
@@ -333,7 +335,7 @@ class TopicLog:
 
         def attempt() -> AppendResult:
             attempts[0] += 1
-            return self._append_once(records, expected_count, producer_id)
+            return self._append_once(records, expected_count, producer_id, rows)
 
         try:
             result = retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
@@ -342,7 +344,8 @@ class TopicLog:
                                         f"raise producer.max_retries or produce again") from exc
         return result.model_copy(update={"attempts": attempts[0]})
 
-    def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None) -> AppendResult:
+    def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None,
+                     rows: int | None = None) -> AppendResult:
         """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
 
         Offsets come from the log ends read inside the transaction; counts and sequence bounds
@@ -370,7 +373,7 @@ class TopicLog:
             data = data.where(F.col("sequence") > F.lit(mark))
         out = data.select(
             "partition",
-            self._offsets(data, bases).alias("offset"),
+            self._offsets(data, bases, rows).alias("offset"),
             F.coalesce(_map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", "headers", "timestamp", "producer_id", "sequence",
@@ -421,10 +424,13 @@ class TopicLog:
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges)
 
-    def _offsets(self, data: DataFrame, bases: dict[int, int]) -> Column:
+    def _offsets(self, data: DataFrame, bases: dict[int, int], rows: int | None) -> Column:
         """Each row's offset: its partition's log end plus its rank there by sequence; without a
-        shuffle when the rows already come in sequence order (log_store/dense_offsets.py)."""
-        if jvm_offset_index(self.spark):
+        shuffle when the rows already come in sequence order (log_store/dense_offsets.py) and
+        the batch is large enough for the counting pass to pay and for each task's files to be
+        of a useful size (``use_task_counts``)."""
+        tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
+        if use_task_counts(rows, tasks, len(bases)) and jvm_offset_index(self.spark):
             index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
             counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
                       .groupBy("task", "partition")

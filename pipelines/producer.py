@@ -131,7 +131,7 @@ class Producer:
                 df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
             for b in range(n_batches):
                 batch = df.where(F.col("_batch") == b).drop("_batch") if n_batches > 1 else df
-                result = self._send_batch(batch, result)
+                result = self._send_batch(batch, result, rows=min(size, total - b * size))
                 if on_progress:
                     on_progress(b + 1, n_batches)
             return result.model_copy(update={
@@ -141,7 +141,8 @@ class Producer:
             if not reuse:
                 df.unpersist()
 
-    def _send_batch(self, batch: DataFrame, result: ProduceResult) -> ProduceResult:
+    def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None) -> ProduceResult:
+        """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
         for refresh in range(self.settings.max_retries + 1):
             count = self.log.metadata().undeleted_partition_count
             parted = batch.withColumn("partition", partition_column(self.spark, "key", "sequence", count))
@@ -149,7 +150,7 @@ class Producer:
             try:
                 appended = self.log.append(
                     parted, count, self.producer_id,
-                    max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms,
+                    max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
                 )
             except InvalidPartitionMetadataError:
                 if refresh == self.settings.max_retries:

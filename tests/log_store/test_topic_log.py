@@ -150,6 +150,7 @@ def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spar
     otherwise a sorting window numbers them. Either way: dense from the log end, in sequence order."""
     import log_store.topic_log as topic_log
 
+    monkeypatch.setattr(topic_log, "use_task_counts", lambda *_: True)  # also for 3,000 rows
     taken = []
     real = topic_log.task_starts
     monkeypatch.setattr(topic_log, "task_starts", lambda counts, bases: taken.append(real(counts, bases)) or taken[-1])

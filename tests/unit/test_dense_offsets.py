@@ -2,7 +2,7 @@
 
 import pytest
 
-from log_store.dense_offsets import TaskCount, check_dense, starts_array, task_starts
+from log_store.dense_offsets import TaskCount, check_dense, starts_array, task_starts, use_task_counts
 from log_store.errors import OffsetCheckError
 
 
@@ -34,3 +34,10 @@ def test_dense_files_pass_and_any_gap_overlap_or_repeat_fails():
         check_dense([(0, 3, 10, 13)], {0: 10})  # a repeated offset inside a file
     with pytest.raises(OffsetCheckError):
         check_dense([(0, 3, 11, 13)], {0: 10})  # not from the log end
+
+
+def test_only_large_batches_with_large_files_per_task_count_offsets_per_task():
+    assert use_task_counts(1_000_000, 4, 8)  # 31,250 rows per file
+    assert not use_task_counts(1_000_000, 4, 64)  # 3,906 rows per file: 256 small files
+    assert not use_task_counts(100, 1, 8)  # the counting job costs more than sorting 100 rows
+    assert not use_task_counts(None, 1, 1)  # size unknown: the sorting window
