@@ -9,7 +9,7 @@ differs. Commit order, which Spark reads from row tracking, comes from the chang
 
 from __future__ import annotations
 
-from control_plane.group.offsets import PartitionLag
+from control_plane.group.offsets import PartitionLag, partition_lags
 from control_plane.group.store import HEARTBEAT_PREFIX, TICK_WINDOW, ticks_of
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
@@ -17,7 +17,6 @@ from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Me
 from control_plane.tables import latest_position_rows
 from control_plane.topics import TopicDescription, describe_topic, live_record
 from log_store import rs_reader
-from log_store.errors import UnknownGroupError
 from log_store.topic_log import LogSnapshot
 
 
@@ -94,18 +93,8 @@ class FastGroupReader:
         for (g, topic, p), r in self._positions().items():
             if g == group:
                 committed.setdefault(topic, {})[p] = int(r["offset"])
-        if not committed:
-            raise UnknownGroupError(
-                f"unknown group '{group}' under {self.layout.root}: it has never committed; "
-                "`lakelog groups list` shows known groups"
-            )
-        out = []
-        for topic in sorted(committed):
-            for p, end in sorted(self.topics.log_snapshot(topic).log_ends.items()):
-                pos = committed[topic].get(p)
-                out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end,
-                                        lag=end - (pos or 0)))
-        return out
+        return partition_lags(self.layout.root, group, committed,
+                              lambda topic: self.topics.log_snapshot(topic).log_ends)
 
     def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
         """Each member's latest state row in commit order, as ``GroupTables.member_states``."""

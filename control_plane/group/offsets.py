@@ -10,7 +10,7 @@ of the same fenced kind, so the table's history shows who owned what and when.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -49,6 +49,22 @@ class PartitionLag(BaseModel):
     committed_offset: int | None
     log_end_offset: int
     lag: int
+
+
+def partition_lags(root: str, group: str, committed: dict[str, dict[int, int]],
+                   log_ends: Callable[[str], dict[int, int]]) -> list[PartitionLag]:
+    """Committed offset, log end and lag per partition of each topic in ``committed`` (topic ->
+    partition -> position); the one rule behind ``groups describe``, whichever reader read them."""
+    if not committed:
+        raise UnknownGroupError(
+            f"unknown group '{group}' under {root}: it has never committed; `lakelog groups list` shows known groups")
+    out: list[PartitionLag] = []
+    for topic in sorted(committed):
+        for p, end in sorted(log_ends(topic).items()):
+            pos = committed[topic].get(p)
+            out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end,
+                                    lag=end - (pos or 0)))
+    return out
 
 
 class GroupOffsets:
@@ -246,17 +262,6 @@ class GroupOffsets:
         commits = latest_positions(self.tables.read("offset_commits").where(
             (F.col("group") == group) | (F.col("kind") == CommitKind.TOPIC_DELETED.value)))
         topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
-        if not topics:
-            raise UnknownGroupError(
-                f"unknown group '{group}' under {self.layout.root}: it has never committed; "
-                "`lakelog groups list` shows known groups"
-            )
         admin = TopicAdmin(self.spark, self.layout.root)
-        out: list[PartitionLag] = []
-        for topic in topics:
-            committed = self.committed(group, topic)
-            ends = admin.log(topic).log_end_offsets()
-            for p, end in sorted(ends.items()):
-                pos = committed.get(p)
-                out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end, lag=end - (pos or 0)))
-        return out
+        return partition_lags(self.layout.root, group, {t: self.committed(group, t) for t in topics},
+                              lambda topic: admin.log(topic).log_end_offsets())
