@@ -56,12 +56,15 @@ def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
                      .groupBy("group").agg(F.max("_order").alias("_group_deleted_at")))
     topic_deleted = (ordered.where(F.col("kind") == CommitKind.TOPIC_DELETED.value)
                      .groupBy("topic").agg(F.max("_order").alias("_topic_deleted_at")))
-    moves = (ordered.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
-             .join(group_deleted, "group", "left").join(topic_deleted, "topic", "left")
-             .where(F.col("_order") > F.coalesce(F.col("_group_deleted_at"), F.lit(-1)))
-             .where(F.col("_order") > F.coalesce(F.col("_topic_deleted_at"), F.lit(-1))))
-    return moves.groupBy("group", "topic", "partition").agg(
-        *(F.max_by(c, F.col("_order")).alias(c) for c in ("offset", *columns)))
+    # The latest row after the deletions is the latest row overall if that one is after them (and
+    # there is none otherwise): so aggregate the rows first and join only the aggregates.
+    latest = (ordered.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
+              .groupBy("group", "topic", "partition")
+              .agg(F.max("_order").alias("_at"), *(F.max_by(c, F.col("_order")).alias(c) for c in ("offset", *columns))))
+    return (latest.join(group_deleted, "group", "left").join(topic_deleted, "topic", "left")
+            .where(F.col("_at") > F.coalesce(F.col("_group_deleted_at"), F.lit(-1)))
+            .where(F.col("_at") > F.coalesce(F.col("_topic_deleted_at"), F.lit(-1)))
+            .select("group", "topic", "partition", "offset", *columns))
 
 
 def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
