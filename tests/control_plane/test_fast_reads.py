@@ -118,13 +118,16 @@ def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_sp
     admin = GroupAdmin(spark, root)
     admin.execute_reset("reset", admin.plan_reset("reset", "a", ResetTarget(shift_by=-5), "0,2"))
     admin.delete("old")
+    offsets.commit("again", "a", {0: 20, 1: 30, 2: 40})
+    admin.delete("again")
+    offsets.commit("again", "a", {0: 1})  # created again: starts anew, its old positions do not count
     TopicController(spark, root, ControllerSettings()).delete("gone")  # its positions stop counting
 
     spark_reads, fast = GroupTables(spark, root), FastGroupReader(root)
     listed = list_groups(fast)
     assert listed == list_groups(spark_reads)
-    assert [g["group"] for g in listed] == ["grp", "reset", "solo"]
-    for group in ("grp", "reset", "solo"):
+    assert [g["group"] for g in listed] == ["again", "grp", "reset", "solo"]
+    for group in ("again", "grp", "reset", "solo"):
         assert _comparable(describe_group(fast, group)) == _comparable(describe_group(spark_reads, group)), group
     assert describe_group(fast, "grp").expired == [ExpiredRange(topic="a", partition=1, first=3, end=9)]
     for group in ("old", "only-gone", "nope"):
