@@ -11,6 +11,7 @@ of the same fenced kind, so the table's history shows who owned what and when.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -18,7 +19,7 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_positions
+from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_position_rows, latest_positions
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
@@ -65,6 +66,35 @@ def partition_lags(root: str, group: str, committed: dict[str, dict[int, int]],
             out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end,
                                     lag=end - (pos or 0)))
     return out
+
+
+@dataclass
+class GroupTopicState:
+    """One group's state on one topic, as ``offset_commits`` holds it: the next offset to
+    deliver per partition, the (partition, end) of each range it reported expired, and each
+    partition's incarnation (see ``GroupOffsets.incarnations``)."""
+
+    committed: dict[int, int] = field(default_factory=dict)
+    expired: set[tuple[int, int]] = field(default_factory=set)
+    incarnations: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, group: str, topic: str, rows: list[dict]) -> "GroupTopicState":
+        """From ``offset_commits`` rows of the group on the topic and the deletions cutting them off
+        (plain or aggregated: each with ``_order``, the version that committed it, and ``n``, the
+        rows it stands for; a topic deletion's rows once per deletion, an expiry report with its end as ``_key``)."""
+        positions = latest_position_rows(rows)
+        committed = {p: int(r["offset"]) for (g, t, p), r in positions.items() if g == group and t == topic}
+        expired = {(r["partition"], r["_key"]) for r in rows if r["kind"] == CommitKind.EXPIRED.value}
+        # one per group deletion, one per topic deletion (named by its version), one per reset
+        deletions = (sum(r["n"] for r in rows if r["kind"] == CommitKind.DELETED.value)
+                     + len({r["offset"] for r in rows if r["kind"] == CommitKind.TOPIC_DELETED.value}))
+        resets: dict[int, int] = {}
+        for r in rows:
+            if r["kind"] == CommitKind.RESET.value:
+                resets[r["partition"]] = resets.get(r["partition"], 0) + r["n"]
+        out = {p: n + deletions for p, n in resets.items()}
+        return cls(committed, expired, {-1: deletions, **out} if deletions or out else {})
 
 
 class GroupOffsets:
@@ -143,12 +173,7 @@ class GroupOffsets:
 
     def expired(self, group: str, topic: str) -> set[tuple[int, int]]:
         """(partition, end) of every range ``group`` reported expired on ``topic``."""
-        if not self.tables.exists("offset_commits"):
-            return set()
-        rows = (self.tables.read("offset_commits")
-                .where((F.col("group") == group) & (F.col("topic") == topic) & (F.col("kind") == CommitKind.EXPIRED.value))
-                .select("partition", "end_offset").collect())
-        return {(r["partition"], r["end_offset"]) for r in rows}
+        return self.state(group, topic).expired
 
     def expired_ranges(self, group: str) -> list[ExpiredRange]:
         """Every range ``group`` reported expired, for ``groups describe`` and the audit."""
@@ -188,33 +213,37 @@ class GroupOffsets:
         Latest in commit order (each row's Delta commit version, from row tracking), never by
         the writers' clocks: two members' clocks may disagree, the table's commit order cannot.
         """
-        if not self.tables.exists("offset_commits"):
-            return {}
-        kind = F.col("kind")
-        commits = self.tables.read("offset_commits").where(
-            ((F.col("group") == group) & ((F.col("topic") == topic) | (kind == CommitKind.DELETED.value)))
-            | ((F.col("topic") == topic) & (kind == CommitKind.TOPIC_DELETED.value)))
-        rows = latest_positions(commits).collect()
-        return {r["partition"]: int(r["offset"]) for r in rows}
+        return self.state(group, topic).committed
 
     def incarnations(self, group: str, topic: str) -> dict[int, int]:
         """How many times an operator moved each partition's position by hand (resets of it,
         deletions of the group and of the topic): a sink keys its positions by this, so a replay after a reset is
         written again instead of being taken for a duplicate. Partitions absent: the group's deletions."""
+        return self.state(group, topic).incarnations
+
+    def state(self, group: str, topic: str) -> "GroupTopicState":
+        """``group``'s positions, expiry reports and incarnations on ``topic``, in one read.
+
+        One Spark aggregation of the group's rows on the topic (and the deletions that cut them
+        off) down to a few rows per partition and kind, whatever the table's history; the
+        position rule is then ``latest_position_rows``, the one the JVM-free readers apply.
+        """
         if not self.tables.exists("offset_commits"):
-            return {}
-        kinds = F.col("kind")
+            return GroupTopicState()
+        kind = F.col("kind")
+        # One aggregated row per distinct topic deletion (counted once each, however often
+        # written) and per expired range end; one per (partition, kind) for everything else.
+        key = (F.when(kind == CommitKind.TOPIC_DELETED.value, F.col("offset"))
+               .when(kind == CommitKind.EXPIRED.value, F.col("end_offset")))
         rows = (self.tables.read("offset_commits")
-                .where(((F.col("group") == group) & (kinds == CommitKind.DELETED.value))
-                       | ((F.col("group") == group) & (F.col("topic") == topic) & (kinds == CommitKind.RESET.value))
-                       | ((F.col("topic") == topic) & (kinds == CommitKind.TOPIC_DELETED.value)))
-                .groupBy("kind", "partition").agg(F.count("*").alias("n"), F.countDistinct("offset").alias("distinct"))
+                .where(((F.col("group") == group) & ((F.col("topic") == topic) | (kind == CommitKind.DELETED.value)))
+                       | ((F.col("topic") == topic) & (kind == CommitKind.TOPIC_DELETED.value)))
+                .withColumn("_order", F.col(COMMIT_ORDER)).withColumn("_key", key)
+                .groupBy("group", "topic", "partition", "kind", "_key")
+                .agg(F.max("_order").alias("_order"), F.max_by("offset", F.col("_order")).alias("offset"),
+                     F.count("*").alias("n"))
                 .collect())
-        # one per group deletion, one per topic deletion (named by its version), one per reset
-        deletions = sum(r["n"] if r["kind"] == CommitKind.DELETED.value else r["distinct"]
-                        for r in rows if r["kind"] != CommitKind.RESET.value)
-        out = {r["partition"]: r["n"] + deletions for r in rows if r["kind"] == CommitKind.RESET.value}
-        return {-1: deletions, **out} if deletions or out else {}
+        return GroupTopicState.of(group, topic, [r.asDict() for r in rows])
 
     def reset(self, group: str, topic: str, positions: dict[int, int], member_id: str = "lakelog-admin") -> None:
         """Move positions by hand (one commit of ``reset`` rows; the caller checked the group is empty)."""

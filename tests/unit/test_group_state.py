@@ -1,0 +1,65 @@
+"""``GroupTopicState.of``: a group's positions, expiry reports and incarnations from its rows, the
+same whether the rows come one per commit or aggregated per (partition, kind) as
+``GroupOffsets.state`` reads them (no Spark here)."""
+
+from itertools import groupby
+
+from control_plane.group.offsets import GroupTopicState
+from control_plane.records import CommitKind
+
+G, T = "g", "t"
+
+
+def row(order, kind, partition=-1, offset=-1, group=G, topic=T, end=None):
+    return {"group": group, "topic": topic, "partition": partition, "offset": offset, "kind": kind.value,
+            "_order": order, "end_offset": end}
+
+
+HISTORY = [
+    row(1, CommitKind.COMMIT, 0, 10), row(1, CommitKind.COMMIT, 1, 7),
+    row(2, CommitKind.DELETED, topic=""),                                    # the group is deleted ...
+    row(3, CommitKind.COMMIT, 0, 3),                                         # ... and starts anew
+    row(4, CommitKind.RESET, 0, 1), row(5, CommitKind.RESET, 0, 2),          # two resets of partition 0
+    row(6, CommitKind.TOPIC_DELETED, group="", offset=9),                    # a topic deletion, recorded
+    row(7, CommitKind.TOPIC_DELETED, group="", offset=9),                    # twice by a resumed deletion
+    row(8, CommitKind.COMMIT, 2, 5), row(9, CommitKind.ACQUIRE, 1, -1),
+    row(10, CommitKind.EXPIRED, 2, 5, end=8), row(11, CommitKind.EXPIRED, 2, 9, end=12),
+    row(12, CommitKind.COMMIT, 2, 4), row(12, CommitKind.REVOKE, 2, 6, group="other"),
+]
+
+
+def plain(rows):
+    return [{**r, "n": 1, "_key": r["end_offset"] if r["kind"] == "expired" else
+             r["offset"] if r["kind"] == "topic_deleted" else None} for r in rows]
+
+
+def aggregated(rows):
+    """As the Spark read: one row per (group, topic, partition, kind, key), the latest one's offset."""
+    keyed = sorted(plain(rows), key=lambda r: (r["group"], r["topic"], r["partition"], r["kind"], str(r["_key"])))
+    out = []
+    for _k, same in groupby(keyed, key=lambda r: (r["group"], r["topic"], r["partition"], r["kind"], str(r["_key"]))):
+        same = list(same)
+        latest = max(same, key=lambda r: r["_order"])
+        out.append({**latest, "n": len(same)})
+    return out
+
+
+def test_positions_reports_and_incarnations_from_one_read():
+    state = GroupTopicState.of(G, T, [r for r in plain(HISTORY) if r["group"] in (G, "")])
+    assert state.committed == {2: 4}, "before the topic's deletion nothing counts; after it, the latest commit"
+    assert state.expired == {(2, 8), (2, 12)}
+    # one group deletion + one topic deletion (however often recorded) = 2; partition 0 was reset twice
+    assert state.incarnations == {-1: 2, 0: 4}
+
+
+def test_aggregated_rows_give_the_same_state_as_every_row():
+    mine = [r for r in HISTORY if r["group"] in (G, "")]
+    assert GroupTopicState.of(G, T, aggregated(mine)) == GroupTopicState.of(G, T, plain(mine))
+    no_deletions = [r for r in mine if r["kind"] not in ("deleted", "topic_deleted")]
+    state = GroupTopicState.of(G, T, aggregated(no_deletions))
+    assert state == GroupTopicState.of(G, T, plain(no_deletions))
+    assert state.committed == {0: 2, 1: 7, 2: 4} and state.incarnations == {-1: 0, 0: 2}
+
+
+def test_a_group_without_rows_has_nothing():
+    assert GroupTopicState.of(G, T, []) == GroupTopicState()
