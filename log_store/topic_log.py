@@ -14,6 +14,7 @@ and each partition's log end offset is a Delta application transaction version
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from enum import Enum
 
 from delta.tables import DeltaTable
@@ -179,6 +180,15 @@ class LogSnapshot(BaseModel):
 
     def earliest_offsets(self) -> dict[int, int]:
         return self.metadata.earliest_offsets()
+
+    def below_incarnations(self, positions: dict[int, int]) -> dict[int, int]:
+        """The positions below the start of their number's current incarnation: the number was
+        retired and grown back while a consumer held a position in the retired one."""
+        parts = self.metadata.partitions
+        return {p: o for p, o in positions.items() if p in parts and o < parts[p].start_offset}
+
+    def incarnation_starts(self, partitions: Iterable[int]) -> dict[int, int]:
+        return {p: self.metadata.partitions[p].start_offset for p in partitions}
 
 
 class AppendResult(BaseModel):

@@ -127,6 +127,7 @@ class Consumer:
         self.offsets = GroupOffsets(spark, root)
         self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
+        self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -154,21 +155,29 @@ class Consumer:
     def resume_positions(self, sink_path: str | None = None) -> dict[int, int]:
         """The group's committed positions, raised to what the sink already holds (a crash
         between the sink commit and the offsets commit leaves the sink ahead)."""
-        committed = self.offsets.committed(self.group, self.topic)
+        state = self.offsets.state(self.group, self.topic)  # one read: positions, reports, incarnations
+        committed, self._reported = state.committed, state.expired
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
             if self._incarnations is None:
-                self._incarnations = self.offsets.incarnations(self.group, self.topic)
+                self._incarnations = state.incarnations
             for p, v in sink_positions(self.spark, sink_path, self.group, self.topic, self._incarnations).items():
                 if v > committed.get(p, -1):
                     committed[p] = v
         return committed
 
-    def report_expired(self, snap: LogSnapshot, positions: dict[int, int]) -> list[ExpiredRange]:
+    def report_expired(self, snap: LogSnapshot, positions: dict[int, int],
+                       reported: set[tuple[int, int]] | None = None) -> list[ExpiredRange]:
         """Report, once, the records of retired partitions this group had not delivered (a
-        standalone consumer; group members report through the group protocol)."""
-        retired = [(p, pm.start_offset, pm.end_offset) for p, pm in snap.metadata.partitions.items()
-                   if pm.mode is Mode.NONE and pm.end_offset is not None and p in positions]
-        ranges = expired_ranges(self.topic, retired, positions, self.offsets.expired(self.group, self.topic))
+        standalone consumer; group members report through the group protocol). ``reported``:
+        what the group already reported, if the caller has just read it."""
+        retired = {(p, pm.start_offset, pm.end_offset) for p, pm in snap.metadata.partitions.items()
+                   if pm.mode is Mode.NONE and pm.end_offset is not None and p in positions}
+        if any(pm.start_offset > 0 for pm in snap.metadata.partitions.values()):
+            # a number was grown back: its retired incarnations are in the topic's history only
+            retired |= {r for r in self.admin.image(self.topic).retired_between(-1, snap.topic_version) if r[0] in positions}
+        if reported is None:
+            reported = self.offsets.expired(self.group, self.topic)
+        ranges = expired_ranges(self.topic, retired, positions, reported)
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 
@@ -180,7 +189,9 @@ class Consumer:
         """
         snap = snap or self.log.snapshot()
         readable = set(snap.readable())
-        positions = {p: o for p, o in positions.items() if p in readable}
+        # never below the current incarnation of a number grown back (its predecessor's records
+        # were delivered or reported expired)
+        positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items() if p in readable}
         ends = dict(snap.log_ends)
         for p, cap in self.gate.limits(positions, snap).items():
             ends[p] = min(ends.get(p, 0), cap)
@@ -269,30 +280,46 @@ class Consumer:
             self._incarnations = self.offsets.incarnations(self.group, self.topic)
         return sink_app_id(self.group, self.topic, partition, incarnation_of(self._incarnations, partition))
 
+    def _commit_offsets(self, positions: dict[int, int]) -> None:
+        """Commit every position: it also records positions recovered from the sink."""
+        self.offsets.commit(self.group, self.topic, positions, member_id=self.member_id)
+        crash_point("consume:after_offset_commit")
+
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
         snap = self.log.snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
-        committed = self.resume_positions(sink_path)  # one read of the control plane serves both
+        committed = self.resume_positions(sink_path)  # one read of the control plane serves all three
         positions = self.positions(sink_path, snap, committed)
-        expired = self.report_expired(snap, committed)
+        expired = self.report_expired(snap, committed, self._reported)
         delivered = batches = 0
+        interval = self.settings.offsets_commit_interval_ms / 1000
+        last_commit, pending = time.monotonic(), False  # pending: positions moved since the last offsets commit
         while max_records is None or delivered < max_records:
             limit = self.settings.max_records_per_batch
             if max_records is not None:
                 limit = min(limit, max_records - delivered)
-            ranges = self.deliver(positions, limit, sink_path, handler)
+            snap = snap if batches == 0 else self.log.snapshot()
+            below = snap.below_incarnations(positions)
+            if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
+                expired += self.report_expired(snap, below)
+                positions.update(snap.incarnation_starts(below))
+                pending = True
+            ranges = self.deliver(positions, limit, sink_path, handler, snap)
             if not ranges:
                 break
             positions.update({p: end for p, (_s, end) in ranges.items()})
-            # Commit every position: it also records positions recovered from the sink.
-            self.offsets.commit(self.group, self.topic, positions, member_id=self.member_id)
-            crash_point("consume:after_offset_commit")
             delivered += sum(end - start for start, end in ranges.values())
             batches += 1
+            pending = True
+            if not sink_path or time.monotonic() - last_commit >= interval:
+                self._commit_offsets(positions)
+                last_commit, pending = time.monotonic(), False
             if on_progress:
                 on_progress(delivered, max_records or delivered)
+        if pending:
+            self._commit_offsets(positions)
         return ConsumeResult(
             topic=self.topic, group=self.group, records=delivered, batches=batches,
             positions=positions, seconds=time.perf_counter() - started, expired=sum(r.records for r in expired),

@@ -207,8 +207,17 @@ class GroupConsumer:
                 ranges = {}
                 self._drop_unowned()
                 if self.positions and limit > 0:
+                    snap = self.consumer.log.snapshot()
+                    below = snap.below_incarnations(self.positions)
+                    if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
+                        try:
+                            self._apply(self.member.report_expired({self._tp(p): o for p, o in below.items()}), sink_path)
+                        except IllegalGenerationError:
+                            self.positions.clear()
+                            continue
+                        self.positions.update({p: o for p, o in snap.incarnation_starts(below).items() if p in self.positions})
                     try:
-                        ranges = self.consumer.deliver(self.positions, limit, sink_path, handler)
+                        ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it
                         start = self.consumer.positions(sink_path)
                         self.positions = {p: start.get(p, o) for p, o in self.positions.items()}

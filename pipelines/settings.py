@@ -18,3 +18,7 @@ class ProducerSettings(Strict):
 class ConsumerSettings(Strict):
     max_records_per_batch: int = Field(default=500_000, ge=1)
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    # Into a sink, every batch's commit already holds its positions (the sink's application
+    # versions): the group's offsets row follows at most this often, and at the end of a run
+    # (Kafka's auto.commit.interval.ms). 0: after every batch. Without a sink: after every batch.
+    offsets_commit_interval_ms: int = Field(default=5000, ge=0)

@@ -149,16 +149,35 @@ class GroupMember:
         delivering while it rebalances), adopt it and commit what it still owns; if the member
         was left out, its partitions are lost and IllegalGenerationError is raised.
         """
+        def write() -> None:
+            owned = {tp: o for tp, o in positions.items() if tp in self.owned}
+            self.tables.offsets.commit_positions(self.group, owned, self.generation, self.member_id)
+
+        return self._under_generation(write, positions, "commit fenced")
+
+    def report_expired(self, positions: dict[TopicPartition, int]) -> MembershipChange:
+        """Report (fenced, as ``commit``) what this member had not delivered of retired
+        incarnations of partitions it owns (``positions``: its positions, some below their
+        number's current incarnation): called before its consumer moves such a position up to
+        the new incarnation's start (campaign seed 18)."""
+        def write() -> None:
+            expired = self._expired_of({tp: o for tp, o in positions.items() if tp in self.owned})
+            if expired:
+                self.tables.offsets.commit_positions(self.group, {}, self.generation, self.member_id, expired=expired)
+                self.reported.extend(expired)
+
+        return self._under_generation(write, positions, "expiry report fenced")
+
+    def _under_generation(self, write: Callable[[], None], positions: dict[TopicPartition, int], why: str) -> MembershipChange:
         change = MembershipChange(generation=self.generation)
         for _ in range(3):
-            owned = {tp: o for tp, o in positions.items() if tp in self.owned}
             try:
-                self.tables.offsets.commit_positions(self.group, owned, self.generation, self.member_id)
+                write()
                 return change
             except IllegalGenerationError:
                 gen = self.tables.generation(self.group)
                 if not (gen and self.joining is not None and self.member_id in gen.member_ids() and gen.generation >= self.joining):
-                    self._lose(change, "commit fenced")
+                    self._lose(change, why)
                     raise
                 self._adopt(gen, lambda: positions, change)
         return change
@@ -344,13 +363,8 @@ class GroupMember:
             return
         self.listener.on_partition_keys_maybe_revoked(partitions)
         self.listener.on_partitions_revoked(partitions)
-        where = positions()
-        committed: dict[TopicPartition, int] = {}
-        for topic in {tp.topic for tp in partitions if tp not in where}:
-            found = self.tables.offsets.committed(self.group, topic)
-            committed.update({TopicPartition(topic=topic, partition=p): o for p, o in found.items()})
-        rows = {tp: where.get(tp, committed.get(tp, -1)) for tp in partitions}
-        expired = self._expired_on_revoke(rows)
+        rows = self._positions_of(partitions, positions)
+        expired = self._expired_of(rows)
         try:
             self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.REVOKE,
                                                  expired)
@@ -362,19 +376,32 @@ class GroupMember:
         self.owned -= set(partitions)
         change.given_up(partitions)
 
-    def _expired_on_revoke(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
-        """An owner giving up a retired partition it had not read to the end reports the rest."""
+    def _positions_of(self, partitions: list[TopicPartition], positions: PositionsFn) -> dict[TopicPartition, int]:
+        """Each partition's position: the consumer's, else the group's committed one, else -1."""
+        where = positions()
+        committed: dict[TopicPartition, int] = {}
+        for topic in {tp.topic for tp in partitions if tp not in where}:
+            found = self.tables.offsets.committed(self.group, topic)
+            committed.update({TopicPartition(topic=topic, partition=p): o for p, o in found.items()})
+        return {tp: where.get(tp, committed.get(tp, -1)) for tp in partitions}
+
+    def _expired_of(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
+        """What an owner had not delivered of the retired incarnations of its partitions (``rows``:
+        partition -> position): the ones retired now and, where a number was grown back past
+        the owner's position, the ones the topic's history shows retired in between."""
         out: list[ExpiredRange] = []
         for topic in sorted({tp.topic for tp in rows}):
             snap = self.tables.snapshots([topic]).get(topic)
             if snap is None:
                 continue
-            retired = [(tp.partition, pm.start_offset, pm.end_offset) for tp in rows if tp.topic == topic
-                       and (pm := snap.metadata.partitions.get(tp.partition)) is not None
-                       and pm.mode is Mode.NONE and pm.end_offset is not None]
+            parts = snap.metadata.partitions
+            known = {tp.partition: o for tp, o in rows.items() if tp.topic == topic and o >= 0}
+            retired = {(tp.partition, pm.start_offset, pm.end_offset) for tp in rows if tp.topic == topic
+                       and (pm := parts.get(tp.partition)) is not None and pm.mode is Mode.NONE and pm.end_offset is not None}
+            if any(p in parts and parts[p].start_offset > o for p, o in known.items()):
+                retired |= {r for r in self.tables.retired_between(topic, -1, snap.topic_version) if r[0] in known}
             if retired:
-                positions = {tp.partition: o for tp, o in rows.items() if tp.topic == topic and o >= 0}
-                out += expired_ranges(topic, retired, positions, self.tables.offsets.expired(self.group, topic))
+                out += expired_ranges(topic, retired, known, self.tables.offsets.expired(self.group, topic))
         return out
 
     def _lose(self, change: MembershipChange, why: str) -> None:

@@ -6,6 +6,7 @@ partition yet, even one that joined after the mark, holds its retirement until t
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ from control_plane.controller import TopicController
 from control_plane.group.describe import describe_group
 from control_plane.group.store import GroupTables
 from control_plane.group.member import GroupMember
-from control_plane.records import ExpiredRange
+from control_plane.records import ExpiredRange, TopicPartition
 from control_plane.topics import TopicAdmin
 from jobs.cli import cli
 from control_plane.settings import ControllerSettings, GroupSettings
@@ -81,4 +82,54 @@ def test_a_standalone_consumer_reports_expiry_too(spark, root):
     ctl.tick(T, delete_delay=0)
     result = Consumer(spark, root, T, "solo").run_to_sink(sink)
     assert result.expired > 0 and result.records + result.expired == 90
+    assert run_audit(spark, root, T, sink).passed
+
+
+def test_a_standalone_consumer_reports_expiry_of_a_number_grown_back(spark, root):
+    """Retired and grown back before the consumer resumes: the number is readable again, and
+    the retired incarnation's unread records are in the topic's history only."""
+    ctl = setup(spark, root)
+    sink = f"{root}/solo"
+    assert Consumer(spark, root, T, "solo", ConsumerSettings(max_records_per_batch=30)).run_to_sink(sink, 30).records == 30
+    ctl.alter(T, 2)
+    ctl.tick(T, delete_delay=0)
+    ctl.alter(T, 3)  # number 2 again, a new incarnation
+    result = Consumer(spark, root, T, "solo").run_to_sink(sink)
+    assert result.expired > 0 and result.records + result.expired == 90
+    assert run_audit(spark, root, T, sink).passed
+
+
+def test_a_member_keeping_a_number_grown_back_reports_its_retired_records(spark, root):
+    """Campaign seed 18: a cooperative member owned a marked partition; it was retired and its
+    number grown back before the next generation, which the member kept. It must report the
+    retired incarnation's records it had not delivered (no one else will: the leader leaves an
+    owned partition's report to its owner)."""
+    ctl = setup(spark, root)
+    sink = f"{root}/coop"
+    coop = GroupSettings(session_timeout_ms=6000, heartbeat_interval_ms=500, protocol="cooperative",
+                         assignor="cooperative-sticky")
+    member = GroupConsumer(spark, root, T, "coop", ConsumerSettings(max_records_per_batch=15), coop)
+    phase = {"marked_in": None, "done": False}
+    deadline = time.monotonic() + 240  # a member that never settles fails instead of hanging
+
+    def shrink_after_first_batch(_ranges, _delivered):
+        if phase["marked_in"] is None:
+            ctl.alter(T, 2)
+            phase["marked_in"] = member.member.generation
+
+    def retire_and_grow_once_the_mark_is_adopted():
+        m = member.member
+        adopted = m.last_generation is not None and m.generation == m.last_generation.generation
+        if not phase["done"] and phase["marked_in"] is not None and adopted and m.last_generation.marked:
+            assert TopicPartition(topic=T, partition=2) in m.owned, "the member owns the marked partition"
+            ctl.tick(T, delete_delay=0)
+            ctl.alter(T, 3)
+            phase["done"] = True
+        return time.monotonic() > deadline
+
+    result = member.run(sink_path=sink, idle_timeout_s=1, on_batch=shrink_after_first_batch,
+                        stop=retire_and_grow_once_the_mark_is_adopted)
+    assert phase["done"] and time.monotonic() < deadline, "the member settled and left on its own"
+    assert result.expired > 0 and result.records + result.expired == 120
+    assert [r.partition for r in describe_group(GroupTables(spark, root), "coop").expired] == [2]
     assert run_audit(spark, root, T, sink).passed

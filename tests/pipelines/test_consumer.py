@@ -53,7 +53,8 @@ def test_max_records_stops_and_resumes(spark, root, topic):
 
 def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(spark, root, topic, tmp_path, monkeypatch):
     sink = str(tmp_path / "sink")
-    consumer = Consumer(spark, root, topic, "g4", ConsumerSettings(max_records_per_batch=100))
+    every_batch = ConsumerSettings(max_records_per_batch=100, offsets_commit_interval_ms=0)
+    consumer = Consumer(spark, root, topic, "g4", every_batch)
     calls = {"n": 0}
     real_commit = GroupOffsets.commit
 
@@ -73,6 +74,44 @@ def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(spark, 
     rows = spark.read.format("delta").load(sink).select("partition", "offset", "sequence").collect()
     assert sorted(r["sequence"] for r in rows) == list(range(240)), "no loss, no duplicate"
     assert GroupOffsets(spark, root).committed("g4", topic) == result.positions
+
+
+def test_into_a_sink_a_batch_is_one_commit_and_the_offsets_follow_per_interval(spark, root, topic, tmp_path, monkeypatch):
+    """Into a sink, each batch is one Delta commit (its rows and positions); the group's offsets
+    row follows once per interval and at the end of the run. A run killed before that row
+    resumes from the sink: nothing lost, nothing twice."""
+    from delta.tables import DeltaTable
+
+    sink = str(tmp_path / "sink")
+    rare = ConsumerSettings(max_records_per_batch=50, offsets_commit_interval_ms=600_000)
+    commits, writes = [], {"n": 0}
+    real_commit, real_write = GroupOffsets.commit, Consumer._write_sink
+
+    def counted(self, *a, **kw):
+        commits.append(a)
+        return real_commit(self, *a, **kw)
+
+    def killed_at_fourth(self, *a, **kw):
+        writes["n"] += 1
+        if writes["n"] == 4:
+            raise KeyboardInterrupt("killed before the fourth batch, no offsets committed yet")
+        return real_write(self, *a, **kw)
+
+    monkeypatch.setattr(GroupOffsets, "commit", counted)
+    monkeypatch.setattr(Consumer, "_write_sink", killed_at_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        Consumer(spark, root, topic, "g5", rare).run_to_sink(sink)
+    assert commits == [] and GroupOffsets(spark, root).committed("g5", topic) == {}
+    assert spark.read.format("delta").load(sink).count() == 150
+    monkeypatch.setattr(Consumer, "_write_sink", real_write)
+    before = DeltaTable.forPath(spark, sink).history().count()
+    result = Consumer(spark, root, topic, "g5", rare).run_to_sink(sink)
+    assert result.records == 90 and result.batches == 2
+    assert DeltaTable.forPath(spark, sink).history().count() == before + 2, "one sink commit per batch"
+    assert len(commits) == 1, "one offsets commit, at the end of the run"
+    assert GroupOffsets(spark, root).committed("g5", topic) == result.positions
+    rows = spark.read.format("delta").load(sink).select("sequence").collect()
+    assert sorted(r["sequence"] for r in rows) == list(range(240)), "no loss, no duplicate"
 
 
 def test_resumed_position_is_the_latest_commit_not_the_latest_clock(spark, root, topic):
