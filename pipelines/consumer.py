@@ -18,14 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from control_plane.group.offsets import GroupOffsets, expired_ranges
+from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, SinkConflictError
-from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, Mode, check_set_transactions_kept
+from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, check_set_transactions_kept
 from pipelines.gating import OffsetGate
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
@@ -170,14 +170,10 @@ class Consumer:
         """Report, once, the records of retired partitions this group had not delivered (a
         standalone consumer; group members report through the group protocol). ``reported``:
         what the group already reported, if the caller has just read it."""
-        retired = {(p, pm.start_offset, pm.end_offset) for p, pm in snap.metadata.partitions.items()
-                   if pm.mode is Mode.NONE and pm.end_offset is not None and p in positions}
-        if any(pm.start_offset > 0 for pm in snap.metadata.partitions.values()):
-            # a number was grown back: its retired incarnations are in the topic's history only
-            retired |= {r for r in self.admin.image(self.topic).retired_between(-1, snap.topic_version) if r[0] in positions}
-        if reported is None:
-            reported = self.offsets.expired(self.group, self.topic)
-        ranges = expired_ranges(self.topic, retired, positions, reported)
+        ranges = unreported_expiry(
+            self.topic, snap, positions, positions,
+            lambda: self.admin.image(self.topic).retired_between(-1, snap.topic_version),
+            lambda: reported if reported is not None else self.offsets.expired(self.group, self.topic))
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 

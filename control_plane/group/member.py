@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from control_plane.assignors import assignor
 from control_plane.group.heartbeat import Heartbeats
-from control_plane.group.offsets import expired_ranges
+from control_plane.group.offsets import expired_ranges, unreported_expiry
 from control_plane.group.reconcile import plan_generation
 from control_plane.group.state import MembershipChange, PositionsFn, RebalanceProtocol
 from control_plane.group.store import GroupTables
@@ -37,7 +37,6 @@ from control_plane.records import (
 from control_plane.settings import GroupSettings
 from log_store.crash import crash_point
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError
-from log_store.topic_log import Mode
 
 
 class RebalanceListener:
@@ -386,22 +385,17 @@ class GroupMember:
         return {tp: where.get(tp, committed.get(tp, -1)) for tp in partitions}
 
     def _expired_of(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
-        """What an owner had not delivered of the retired incarnations of its partitions (``rows``:
-        partition -> position): the ones retired now and, where a number was grown back past
-        the owner's position, the ones the topic's history shows retired in between."""
+        """What an owner must report expired of its partitions (``rows``: partition -> position, -1 unknown)."""
         out: list[ExpiredRange] = []
         for topic in sorted({tp.topic for tp in rows}):
             snap = self.tables.snapshots([topic]).get(topic)
             if snap is None:
                 continue
-            parts = snap.metadata.partitions
+            numbers = [tp.partition for tp in rows if tp.topic == topic]
             known = {tp.partition: o for tp, o in rows.items() if tp.topic == topic and o >= 0}
-            retired = {(tp.partition, pm.start_offset, pm.end_offset) for tp in rows if tp.topic == topic
-                       and (pm := parts.get(tp.partition)) is not None and pm.mode is Mode.NONE and pm.end_offset is not None}
-            if any(p in parts and parts[p].start_offset > o for p, o in known.items()):
-                retired |= {r for r in self.tables.retired_between(topic, -1, snap.topic_version) if r[0] in known}
-            if retired:
-                out += expired_ranges(topic, retired, known, self.tables.offsets.expired(self.group, topic))
+            out += unreported_expiry(topic, snap, numbers, known,
+                                     lambda: self.tables.retired_between(topic, -1, snap.topic_version),
+                                     lambda: self.tables.offsets.expired(self.group, topic))
         return out
 
     def _lose(self, change: MembershipChange, why: str) -> None:

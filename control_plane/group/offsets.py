@@ -23,6 +23,7 @@ from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_pos
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
+from log_store.topic_log import LogSnapshot, Mode
 
 
 
@@ -42,6 +43,22 @@ def expired_ranges(topic: str, retired: Iterable[tuple[int, int, int]], position
         if first < end and (p, end) not in reported:
             out.append(ExpiredRange(topic=topic, partition=p, first=first, end=end))
     return out
+
+
+def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], positions: dict[int, int],
+                  history: Callable[[], list[tuple[int, int, int]]],
+                  reported: Callable[[], set[tuple[int, int]]]) -> list[ExpiredRange]:
+    """What a group must still report expired of ``partitions`` (``positions``: where it
+    stands on them, where known): ``expired_ranges`` over the incarnations retired in ``snap``
+    and, where a number was grown back past the position, the ones the topic's ``history``
+    (partition, start, end) shows retired in between (campaign seed 18). ``history`` and
+    ``reported`` are read only when needed."""
+    parts = snap.metadata.partitions
+    retired = {(p, pm.start_offset, pm.end_offset) for p in partitions
+               if (pm := parts.get(p)) is not None and pm.mode is Mode.NONE and pm.end_offset is not None}
+    if any(p in parts and parts[p].start_offset > o for p, o in positions.items()):
+        retired |= {r for r in history() if r[0] in positions}
+    return expired_ranges(topic, retired, positions, reported()) if retired else []
 
 
 class PartitionLag(BaseModel):

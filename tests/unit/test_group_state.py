@@ -63,3 +63,24 @@ def test_aggregated_rows_give_the_same_state_as_every_row():
 
 def test_a_group_without_rows_has_nothing():
     assert GroupTopicState.of(G, T, []) == GroupTopicState()
+
+
+def test_expiry_of_a_number_grown_back_comes_from_the_history_and_only_then():
+    """Campaign seed 18's rule (``unreported_expiry``): partition 1 was retired at end 14 and its
+    number grown back (start 14); a group at 5 on it must report [5, 14), found in the history."""
+    from control_plane.group.offsets import unreported_expiry
+    from log_store.topic_log import LogSnapshot, Mode, PartitionMetadata, TopicLogMetadata
+
+    meta = TopicLogMetadata.initial("t", 2)
+    grown = meta.model_copy(update={"partitions": {**meta.partitions, 1: PartitionMetadata(partition=1, start_offset=14)}})
+    snap = LogSnapshot(version=5, topic_version=4, metadata=grown, log_ends={0: 30, 1: 14})
+    reads = []
+    history = lambda: reads.append("history") or [(1, 0, 14)]  # noqa: E731
+    got = unreported_expiry("t", snap, [0, 1], {0: 30, 1: 5}, history, set)
+    assert [(r.partition, r.first, r.end) for r in got] == [(1, 5, 14)] and reads == ["history"]
+    assert unreported_expiry("t", snap, [0, 1], {0: 30, 1: 14}, history, set) == [] and reads == ["history"], \
+        "a position in the current incarnation: no history read"
+    retired = grown.model_copy(update={"partitions": {**grown.partitions, 0: PartitionMetadata(partition=0, mode=Mode.NONE, end_offset=30)}})
+    now = LogSnapshot(version=6, topic_version=5, metadata=retired, log_ends={0: 30, 1: 14})
+    assert [(r.partition, r.first) for r in unreported_expiry("t", now, [0], {0: 20}, history, set)] == [(0, 20)]
+    assert unreported_expiry("t", snap, [1], {1: 5}, history, lambda: {(1, 14)}) == [], "already reported"
