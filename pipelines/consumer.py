@@ -128,6 +128,7 @@ class Consumer:
         self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
+        self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -156,13 +157,13 @@ class Consumer:
         """The group's committed positions, raised to what the sink already holds (a crash
         between the sink commit and the offsets commit leaves the sink ahead)."""
         state = self.offsets.state(self.group, self.topic)  # one read: positions, reports, incarnations
-        committed, self._reported = state.committed, state.expired
+        committed, self._reported, self.sink_ahead = state.committed, state.expired, {}
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
             if self._incarnations is None:
                 self._incarnations = state.incarnations
             for p, v in sink_positions(self.spark, sink_path, self.group, self.topic, self._incarnations).items():
                 if v > committed.get(p, -1):
-                    committed[p] = v
+                    committed[p] = self.sink_ahead[p] = v
         return committed
 
     def report_expired(self, snap: LogSnapshot, positions: dict[int, int],
@@ -291,7 +292,8 @@ class Consumer:
         expired = self.report_expired(snap, committed, self._reported)
         delivered = batches = 0
         interval = self.settings.offsets_commit_interval_ms / 1000
-        last_commit, pending = time.monotonic(), False  # pending: positions moved since the last offsets commit
+        # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)
+        last_commit, pending = time.monotonic(), bool(self.sink_ahead)
         while max_records is None or delivered < max_records:
             limit = self.settings.max_records_per_batch
             if max_records is not None:

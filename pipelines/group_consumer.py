@@ -74,6 +74,7 @@ class GroupConsumer:
         self.warmup_handler = warmup_handler
         self.positions: dict[int, int] = {}
         self.warm_positions: dict[int, int] = {}
+        self._commit_due = False  # positions moved without a batch (recovered from the sink)
 
     @property
     def member_id(self) -> str:
@@ -94,6 +95,10 @@ class GroupConsumer:
             for tp in change.assigned:
                 self.positions[tp.partition] = start.get(tp.partition, 0)
                 self.warm_positions.pop(tp.partition, None)
+            # Positions only the sink held (its commit landed, the offsets commit did not): commit
+            # them now, or the group's offsets lag its sink while nothing new arrives (seed 25).
+            ahead = self.consumer.sink_ahead
+            self._commit_due |= any(ahead.get(tp.partition) == self.positions[tp.partition] for tp in change.assigned)
             fresh = {tp.partition: self.positions[tp.partition] for tp in change.assigned}
             limits = self.consumer.gate.limits(fresh)
             ungated = [tp for tp in change.assigned if limits.get(tp.partition, fresh[tp.partition] + 1) > fresh[tp.partition]]
@@ -201,6 +206,13 @@ class GroupConsumer:
             while True:
                 change = self.member.poll(self._tp_positions)
                 self._apply(change, sink_path)
+                if self._commit_due:
+                    self._commit_due = False
+                    try:
+                        self._apply(self.member.commit(self._tp_positions()), sink_path)
+                    except IllegalGenerationError:
+                        self.positions.clear()
+                        continue
                 limit = self.consumer.settings.max_records_per_batch
                 if max_records is not None:
                     limit = min(limit, max_records - delivered)

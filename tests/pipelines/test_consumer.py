@@ -76,6 +76,20 @@ def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(spark, 
     assert GroupOffsets(spark, root).committed("g4", topic) == result.positions
 
 
+def test_positions_only_the_sink_holds_are_committed_by_a_run_with_nothing_new(spark, root, topic, tmp_path):
+    """Campaign seed 25: a crash after the last sink commit leaves the offsets behind the sink; a
+    run that resumes from the sink and finds nothing new still records them as the offsets."""
+    sink = str(tmp_path / "sink")
+    former = Consumer(spark, root, topic, "g6")
+    former.ensure_sink(sink)
+    ends = former.log.log_end_offsets()
+    assert former.deliver({p: 0 for p in ends}, 1000, sink)  # sink commit only: the offsets commit never came
+    assert GroupOffsets(spark, root).committed("g6", topic) == {}
+    result = Consumer(spark, root, topic, "g6").run_to_sink(sink)
+    assert result.records == 0
+    assert GroupOffsets(spark, root).committed("g6", topic) == ends
+
+
 def test_into_a_sink_a_batch_is_one_commit_and_the_offsets_follow_per_interval(spark, root, topic, tmp_path, monkeypatch):
     """Into a sink, each batch is one Delta commit (its rows and positions); the group's offsets
     row follows once per interval and at the end of the run. A run killed before that row

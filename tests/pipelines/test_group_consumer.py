@@ -92,6 +92,36 @@ def test_the_gate_counts_positions_held_only_by_the_sink(spark, root):
     assert all(limits.get(p, 1) > 0 for p in (2, 3)), f"gate shut although 0 and 1 are delivered: {limits}"
 
 
+def test_positions_recovered_from_the_sink_are_committed_without_a_new_batch(spark, root):
+    """Campaign seed 25: a member fenced after its sink commit left its positions only in the sink;
+    the next owner resumed from them, had nothing new to deliver, and committed no offsets until
+    it left: the group's offsets (``groups describe``, retirement's drain check) stayed at 0."""
+    topic, sink = "sinkahead", f"{root}/sink"
+    _grown(spark, root, topic)
+    from pipelines.consumer import Consumer
+
+    former = Consumer(spark, root, topic, "g")  # delivers everything into the sink, commits no offsets
+    former.ensure_sink(sink)
+    former.gate.enabled = False
+    ends = former.log.log_end_offsets()
+    assert former.deliver({p: 0 for p in ends}, 1000, sink)
+    assert former.offsets.committed("g", topic) == {}
+
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
+    seen = {}
+    deadline = time.monotonic() + 90
+
+    def once_it_owns_everything() -> bool:  # checked before the member leaves (leaving commits too)
+        if {tp.partition for tp in member.member.owned} == set(ends):
+            seen.update(member.consumer.offsets.committed("g", topic))
+            return True
+        return time.monotonic() > deadline
+
+    result = member.run(sink_path=sink, idle_timeout_s=30, stop=once_it_owns_everything)
+    assert result.records == 0
+    assert seen == ends, f"offsets {seen} lag the sink {ends}"
+
+
 def test_a_member_publishes_watched_positions_when_assigned_before_delivering(spark, root):
     """Rule 10's "the first time": positions others' gates wait on are published on assignment,
     not only after a delivery; a member held by a gate itself delivers nothing (seed 44)."""

@@ -23,10 +23,10 @@ def tp(p: int) -> TopicPartition:
 def _consumer(positions: dict[int, int]):
     """The parts of a GroupConsumer that ``_apply`` touches, without Spark."""
     return SimpleNamespace(
-        positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(), _published={},
+        positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(), _published={}, _commit_due=False,
         _publish=lambda: None,
         member=SimpleNamespace(warm=set()),
-        consumer=SimpleNamespace(positions=lambda sink: {}, gate=SimpleNamespace(limits=lambda fresh: {})),
+        consumer=SimpleNamespace(positions=lambda sink: {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
         _tp=tp,
     )
 
