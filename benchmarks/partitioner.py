@@ -45,7 +45,7 @@ def main() -> None:
     ways = {
         "raw Spark: pmod(hash(key), n)": F.pmod(F.hash("key"), n),
         "lakelog_partition (JVM)": F.call_function(JVM_FUNCTION, F.col("key"), F.col("sequence"), n),
-        "pandas UDF (kafka-python)": _pandas_partition("key", "sequence", n),
+        "pandas UDF (kafka-python)": _pandas_partition()("key", "sequence", n),
     }
     times: dict[str, float] = {}
     for name, column in ways.items():

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from functools import lru_cache
 
-import pandas as pd
 from kafka.partitioner.default import murmur2
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -49,17 +48,25 @@ def partition_for_unkeyed(sequence: int, num_partitions: int) -> int:
     return sequence % num_partitions
 
 
-def _partitions(keys: pd.Series, sequences: pd.Series, counts: pd.Series) -> pd.Series:
-    n = int(counts.iloc[0])
-    return pd.Series(
-        [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
-        dtype="int32",
-    )
+@lru_cache(maxsize=1)
+def _pandas_partition():
+    """The pandas UDF fallback, built on first use: importing pandas costs the JVM-free read
+    commands, which import this module, more than half a second."""
+    import pandas as pd
+
+    def partitions(keys, sequences, counts):
+        n = int(counts.iloc[0])
+        return pd.Series(
+            [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
+            dtype="int32",
+        )
+
+    partitions.__annotations__ = {"keys": pd.Series, "sequences": pd.Series, "counts": pd.Series, "return": pd.Series}
+    # Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
+    # copies it into every expression that uses ``partition`` (filter, window, offset lookups).
+    return pandas_udf(partitions, IntegerType()).asNondeterministic()
 
 
-# Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer
-# copies it into every expression that uses ``partition`` (filter, window, offset lookups).
-_pandas_partition = pandas_udf(_partitions, IntegerType()).asNondeterministic()
 _registered: dict[tuple[int, str], bool] = {}
 
 
@@ -98,4 +105,4 @@ def partition_column(spark: SparkSession, key: str, sequence: str, num_partition
         raise InvalidPartitionMetadataError(f"cannot partition over {num_partitions} partitions; a topic has at least 1")
     if jvm_partitioner(spark):
         return F.call_function(JVM_FUNCTION, F.col(key), F.col(sequence).cast("long"), F.lit(num_partitions))
-    return _pandas_partition(key, sequence, F.lit(num_partitions))
+    return _pandas_partition()(key, sequence, F.lit(num_partitions))
