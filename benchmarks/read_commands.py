@@ -1,5 +1,5 @@
 """Read commands as a user runs them (a new process each time): ``topics list/describe`` and
-``groups list/describe`` read with delta-rs (the default on a local root), the same commands
+``groups list/describe`` and ``sql`` read with delta-rs (the default on a local root), the same commands
 through Spark (``LAKELOG_FAST_READS=0``), and raw Delta: a bare delta-rs read of the same
 tables, in one run.
 
@@ -47,6 +47,19 @@ pa.table(DeltaTable(root + "/control/group_members").load_cdf(starting_version=0
 rows(root + "/control/group_generations")
 """
 
+# The SQL queries' raw read: the same tables queried by delta-rs's own engine (DataFusion).
+RAW_SQL = """
+import sys
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+root, topic = sys.argv[1], sys.argv[2]
+q = QueryBuilder().register("topics", DeltaTable(root + "/control/topics")).register("log", DeltaTable(root + "/topics/" + topic))
+pa.table(q.execute("SELECT topic, max(topic_version) FROM topics GROUP BY topic").read_all()).to_pylist()
+pa.table(q.execute("SELECT partition, count(*) FROM log GROUP BY partition").read_all()).to_pylist()
+"""
+SQL_TOPICS = "SELECT topic, partition_count FROM topics ORDER BY topic"
+SQL_LOG = "SELECT partition, count(*) AS n FROM log_t0 GROUP BY partition ORDER BY partition"
+
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
@@ -90,6 +103,7 @@ def main() -> None:
     cli = [sys.executable, "-m", "jobs.cli", "--root", root]
     spark_reads = {**base, "LAKELOG_FAST_READS": "0"}
     topics_raw, groups_raw = "raw Delta: topics (delta-rs, bare read)", "raw Delta: groups (delta-rs, bare read)"
+    sql_raw = "raw Delta: both queries' tables (delta-rs's own SQL)"
     cases = {  # name -> command, environment, the raw read it is compared with
         topics_raw: ([sys.executable, "-c", RAW, root, "t0"], base, topics_raw),
         "topics list (delta-rs)": (cli + ["topics", "list", "--json"], base, topics_raw),
@@ -101,6 +115,11 @@ def main() -> None:
         "groups describe (delta-rs)": (cli + ["groups", "describe", "--group", "members", "--json"], base, groups_raw),
         "groups list (Spark)": (cli + ["groups", "list", "--json"], spark_reads, groups_raw),
         "groups describe (Spark)": (cli + ["groups", "describe", "--group", "members", "--json"], spark_reads, groups_raw),
+        sql_raw: ([sys.executable, "-c", RAW_SQL, root, "t0"], base, sql_raw),
+        "sql on topics (delta-rs + DuckDB)": (cli + ["sql", SQL_TOPICS, "--json"], base, sql_raw),
+        "sql on a log (delta-rs + DuckDB)": (cli + ["sql", SQL_LOG, "--json"], base, sql_raw),
+        "sql on topics (Spark)": (cli + ["sql", SQL_TOPICS, "--json"], spark_reads, sql_raw),
+        "sql on a log (Spark)": (cli + ["sql", SQL_LOG, "--json"], spark_reads, sql_raw),
     }
     times = {name: statistics.median(timed(cmd, env) for _ in range(args.repeats)) for name, (cmd, env, _) in cases.items()}
     table = Table(title=f"read commands, {args.topics} topics, {args.groups + 1} groups, median of {args.repeats} runs, "

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from control_plane.layout import RootLayout
 from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
 from log_store.engine import DeltaTransaction, conflict_name
-from log_store.errors import ConcurrentCommitError, StorageError
+from log_store.errors import ConcurrentCommitError, LakelogError, StorageError
 
 _CHECKED: set[str] = set()
 
@@ -87,6 +87,39 @@ def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
         if key not in out or r["_order"] > out[key]["_order"]:
             out[key] = r
     return out
+
+
+# The views derived from others, as Spark SQL (the dialect of ``lakelog sql``): Spark runs them,
+# and the JVM-free reader (``control_plane.fast_sql``) runs the same text translated. Each: (the
+# views it reads, its query).
+DERIVED_VIEWS = {
+    "topics": (("topic_history",),
+               "SELECT h.* FROM topic_history h JOIN (SELECT topic, max(topic_version) AS latest "
+               "FROM topic_history GROUP BY topic) m ON h.topic = m.topic AND h.topic_version = m.latest"),
+    "partitions": (("topics",),
+                   "SELECT topic, p.*, topic_version, changed_at "
+                   "FROM (SELECT topic, explode(partitions) AS p, topic_version, changed_at FROM topics) t"),
+    "groups": (("group_generations",),
+               "SELECT g.* FROM group_generations g JOIN (SELECT `group`, max(generation) AS latest "
+               "FROM group_generations GROUP BY `group`) m ON g.`group` = m.`group` AND g.generation = m.latest"),
+    "expired_records": (("offset_commits",),
+                        "SELECT `group`, topic, partition, offset AS first_offset, end_offset, "
+                        "end_offset - offset AS records, member_id, committed_at "
+                        "FROM offset_commits WHERE kind = 'expired'"),
+}
+
+
+def log_view_name(topic: str) -> str:
+    """The SQL name of a topic's log: ``log_`` and the name, other characters as ``_``."""
+    return "log_" + re.sub(r"[^A-Za-z0-9_]", "_", topic)
+
+
+def views_named(query: str) -> set[str] | None:
+    """The names a query may read (its words, lower case), or None for all of them: ``SHOW``
+    lists every view. Registering only these keeps a query off the tables it does not read."""
+    if re.match(r"\s*show\b", query, re.IGNORECASE):
+        return None
+    return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
 
 
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
@@ -205,33 +238,33 @@ class ControlTables:
                 registered.append(name)
         if wanted is None or any(w.startswith("log_") for w in wanted):
             for row in view("topics").select("topic", "location").collect():
-                name = "log_" + re.sub(r"[^A-Za-z0-9_]", "_", row["topic"])
+                name = log_view_name(row["topic"])
                 if want(name):
                     self.spark.read.format("delta").load(row["location"]).createOrReplaceTempView(name)
                     registered.append(name)
         return sorted(registered)
 
+    def query(self, query: str, limit: int) -> list[dict]:
+        """``lakelog sql`` on Spark: ``query`` over the views it names, as rows."""
+        from pyspark.errors.exceptions.captured import CapturedException
+
+        self.register_views(views_named(query))
+        try:
+            return [r.asDict(recursive=True) for r in self.spark.sql(query).limit(limit).collect()]
+        except CapturedException as exc:  # Spark's own errors: parse, analysis, ANSI (division by zero, casts)
+            raise LakelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
     def _view(self, name: str, view) -> DataFrame:
         """One control-plane view; ``view`` gives the others it is built from."""
         if name in ("topic_history", "offset_commits", "group_generations", "group_members"):
             return self.read("topics" if name == "topic_history" else name)
-        if name == "topics":
-            topics = view("topic_history")
-            latest = topics.groupBy("topic").agg(F.max("topic_version").alias("topic_version"))
-            return topics.join(latest, ["topic", "topic_version"])
-        if name == "partitions":
-            return view("topics").select("topic", F.explode("partitions").alias("p"), "topic_version", "changed_at") \
-                .select("topic", "p.*", "topic_version", "changed_at")
-        if name == "groups":
-            gens = view("group_generations")
-            return gens.join(gens.groupBy("group").agg(F.max("generation").alias("generation")), ["group", "generation"])
         if name == "group_offsets":  # commit order needs the table's row tracking: none before it exists
             if not self.exists("offset_commits"):
                 return self.spark.createDataFrame([], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
                                                       "committed_at TIMESTAMP_NTZ, generation INT")
             return latest_positions(view("offset_commits"), "committed_at", "generation")
-        if name == "expired_records":
-            return view("offset_commits").where("kind = 'expired'").select(
-                "group", "topic", "partition", F.col("offset").alias("first_offset"), "end_offset",
-                (F.col("end_offset") - F.col("offset")).alias("records"), "member_id", "committed_at")
+        if name in DERIVED_VIEWS:
+            for source in DERIVED_VIEWS[name][0]:
+                view(source).createOrReplaceTempView(source)
+            return self.spark.sql(DERIVED_VIEWS[name][1])
         raise KeyError(name)

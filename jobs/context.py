@@ -42,7 +42,7 @@ class Context:
 
         return TopicAdmin(self.spark, self.root)
 
-    def _fast_reads(self) -> bool:
+    def fast_reads(self) -> bool:
         """Read-only commands read with delta-rs (no JVM to start) on a local root; with Spark
         otherwise (remote stores need Spark's credentials and file systems) or when
         ``LAKELOG_FAST_READS=0``."""
@@ -53,19 +53,19 @@ class Context:
         return RootLayout(self.root).is_local and os.environ.get("LAKELOG_FAST_READS", "1") != "0"
 
     def topic_reader(self):
-        """What read-only topic commands read with (see ``_fast_reads``)."""
-        if self._fast_reads():
+        """What read-only topic commands read with (see ``fast_reads``)."""
+        if self.fast_reads():
             from control_plane.fast_reads import FastTopicReader
 
             return FastTopicReader(self.root)
         return self.topic_admin()
 
     def read_groups(self, answer):
-        """``answer(reader)`` with what read-only group commands read with (see ``_fast_reads``);
+        """``answer(reader)`` with what read-only group commands read with (see ``fast_reads``);
         with Spark when delta-rs cannot give commit order (old commit files cleaned up)."""
         from control_plane.group.store import GroupTables
 
-        if self._fast_reads():
+        if self.fast_reads():
             from control_plane.fast_reads import FastGroupReader
             from log_store.rs_reader import FastReadUnavailable
 

@@ -39,8 +39,13 @@ def rows(path: str) -> list[dict]:
     # Through delta-rs's query engine, not to_pyarrow_table(): with deltalake 1.6.6 and pyarrow 17
     # a process that scanned a pyarrow dataset aborts at exit about half the time ("terminate
     # called without an active exception", exit 134), which would fail a read command.
+    return arrow(path).to_pylist()
+
+
+def arrow(path: str) -> pa.Table:
+    """The current rows of the table at ``path`` as an Arrow table."""
     reader = QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
-    return pa.table(reader.read_all()).to_pylist()
+    return pa.table(reader.read_all())
 
 
 class FastReadUnavailable(Exception):

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from jobs.context import Context, json_option, pass_ctx
 from jobs.output import emit
-from log_store.errors import LakelogError
-
-
-def views_named(query: str) -> set[str] | None:
-    """The names a query may read (its words, lower case), or None for all of them: ``SHOW``
-    lists every view. Registering only these keeps a query off the tables it does not read."""
-    if re.match(r"\s*show\b", query, re.IGNORECASE):
-        return None
-    return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
 
 
 @click.command()
@@ -26,15 +15,20 @@ def views_named(query: str) -> set[str] | None:
 @pass_ctx
 def sql(c: Context, query: str, limit: int, as_json: bool) -> None:
     """Run Spark SQL with the control-plane tables registered (topics, partitions,
-    topic_history, offset_commits, group_offsets, log_<topic>)."""
-    from pyspark.errors import AnalysisException, ParseException
+    topic_history, offset_commits, group_offsets, log_<topic>).
 
+    On a local root a query is answered without starting Spark when it can be (the same views
+    read with delta-rs, the query translated to DuckDB); otherwise, or with
+    LAKELOG_FAST_READS=0, by Spark."""
+    if c.fast_reads():
+        from control_plane.fast_sql import FastSql
+        from log_store.rs_reader import FastReadUnavailable
+
+        try:
+            return emit(FastSql(c.root).query(query, limit), as_json, "result")
+        except FastReadUnavailable:
+            pass  # Spark answers it, or gives its own error
     from control_plane.layout import RootLayout
     from control_plane.tables import ControlTables
 
-    ControlTables(c.spark, RootLayout(c.root)).register_views(views_named(query))
-    try:
-        rows = [r.asDict(recursive=True) for r in c.spark.sql(query).limit(limit).collect()]
-    except (AnalysisException, ParseException) as exc:
-        raise LakelogError(f"SQL error: {str(exc).splitlines()[0]}") from None
-    emit(rows, as_json, "result")
+    emit(ControlTables(c.spark, RootLayout(c.root)).query(query, limit), as_json, "result")

@@ -90,7 +90,7 @@ def test_reset_offsets_bad_targets_fail_before_spark_starts(tmp_path, monkeypatc
 
 
 def test_sql_registers_the_words_of_its_query_and_everything_for_show():
-    from jobs.commands.sql import views_named
+    from control_plane.tables import views_named
 
     named = views_named("SELECT p.topic FROM Partitions p JOIN log_Orders_2 l ON l.partition = p.partition")
     assert {"partitions", "log_orders_2", "p", "l"} <= named and "topics" not in named and "group_offsets" not in named
