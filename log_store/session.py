@@ -6,6 +6,8 @@ databricks: Delta is built in, nothing is added.
 
 from __future__ import annotations
 
+import logging
+
 import os
 import shutil
 import sys
@@ -110,4 +112,8 @@ def build_session(settings: SparkSettings) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if settings.quiet:  # PySpark logs each SQL error as JSON on stderr; the CLI states it once itself
+        from pyspark.logger import PySparkLogger
+
+        PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark

@@ -171,6 +171,11 @@ def test_spark_and_jvm_log_lines_stay_off_the_terminal(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "[]"
     noise = [line for line in proc.stderr.splitlines() if "incubator" not in line]  # the JVM's own notice
     assert noise == [], proc.stderr
+    # a query Spark refuses: its error, once, as lakelog's one line (PySpark also logs it as JSON)
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "sql", "SELECT * FROM no_such_view", "--root",
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=project, env=env)
+    noise = [line for line in proc.stderr.splitlines() if "incubator" not in line]
+    assert proc.returncode == 1 and len(noise) == 1 and noise[0].startswith("error: ") and "no_such_view" in noise[0], proc.stderr
 
 
 def test_console_consumer_conventions(run, tmp_path, root):
