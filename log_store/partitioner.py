@@ -26,6 +26,7 @@ from log_store.errors import InvalidPartitionMetadataError
 JVM_FUNCTION = "lakelog_partition"
 JVM_CLASS = "lakelog.KafkaPartition"
 OFFSET_INDEX_FUNCTION = "lakelog_offset_index"
+OFFSET_INDEX_CLASS = "lakelog.OffsetIndex"
 _log = logging.getLogger("lakelog.partitioner")
 
 
@@ -67,20 +68,33 @@ def _pandas_partition():
     return pandas_udf(partitions, IntegerType()).asNondeterministic()
 
 
-_registered: dict[tuple[int, str], bool] = {}
-
-
 def _register_once(spark: SparkSession, name: str, register: Callable[[], None], instead: str) -> bool:
-    """Register one of lakelog's JVM functions in this session, once; False if its jar is absent."""
-    key = (id(spark), name)
-    if key not in _registered:
+    """Register one of lakelog's JVM functions in this session, once; False if its jar is absent.
+
+    The outcome is kept on the session object itself (not by ``id(spark)``, which a later
+    session may reuse), with the reason when it failed (``unavailable_reason``)."""
+    known = spark.__dict__.setdefault("_lakelog_functions", {})
+    if name not in known:
         try:
             register()
-            _registered[key] = True
+            known[name] = None
         except Exception as exc:  # the jar is not on this cluster's classpath: the fallback computes the same
-            _log.info("%s is not available (%s); %s", name, str(exc).splitlines()[0][:200], instead)
-            _registered[key] = False
-    return _registered[key]
+            reason = " ".join(str(exc).split())[:400] or type(exc).__name__
+            _log.info("%s is not available (%s); %s", name, reason, instead)
+            known[name] = reason
+    return known[name] is None
+
+
+def unavailable_reason(spark: SparkSession, name: str) -> str | None:
+    """Why ``name`` could not be registered in this session (None: registered, or not tried)."""
+    return spark.__dict__.get("_lakelog_functions", {}).get(name)
+
+
+def _jvm_instance(spark: SparkSession, class_name: str):
+    """A new instance of one of lakelog's JVM classes, loaded by Spark's class loader (the one
+    ``registerJavaFunction`` uses, which sees ``spark.jars``), not py4j's thread's loader."""
+    jvm = spark._jvm
+    return jvm.org.apache.spark.util.Utils.classForName(class_name, True, False).newInstance()
 
 
 def jvm_partitioner(spark: SparkSession) -> bool:
@@ -94,7 +108,7 @@ def jvm_offset_index(spark: SparkSession) -> bool:
     non-deterministic so that Spark evaluates it once per row, in input order."""
     def register() -> None:
         jvm = spark._jvm
-        fn = jvm.org.apache.spark.sql.functions.udf(jvm.lakelog.OffsetIndex(), jvm.org.apache.spark.sql.types.DataTypes.LongType)
+        fn = jvm.org.apache.spark.sql.functions.udf(_jvm_instance(spark, OFFSET_INDEX_CLASS), jvm.org.apache.spark.sql.types.DataTypes.LongType)
         spark._jsparkSession.udf().register(OFFSET_INDEX_FUNCTION, fn.asNondeterministic())
     return _register_once(spark, OFFSET_INDEX_FUNCTION, register, "numbering offsets with a sorting window")
 

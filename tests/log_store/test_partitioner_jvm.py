@@ -6,11 +6,11 @@ import random
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from log_store.partitioner import jvm_partitioner, partition_column, partition_for, partition_for_unkeyed
+from log_store.partitioner import JVM_FUNCTION, jvm_partitioner, unavailable_reason, partition_column, partition_for, partition_for_unkeyed
 
 
 def test_the_jvm_partitioner_agrees_with_kafka_python_on_random_keys(spark):
-    assert jvm_partitioner(spark), "lakelog_partition is not on the classpath: run `make setup`"
+    assert jvm_partitioner(spark), f"lakelog_partition: {unavailable_reason(spark, JVM_FUNCTION)} (run `make setup`)"
     rng = random.Random(7)
     rows = [(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))), i) for i in range(3000)]
     rows += [(None, i) for i in range(3000, 3050)] + [(b"", 1), ("ключ".encode(), 2), (b"\xff" * 7, 3)]

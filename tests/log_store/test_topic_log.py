@@ -149,7 +149,9 @@ def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spar
     """In sequence order the offsets are counted without a shuffle (log_store/dense_offsets.py);
     otherwise a sorting window numbers them. Either way: dense from the log end, in sequence order."""
     import log_store.topic_log as topic_log
+    from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index, unavailable_reason
 
+    assert jvm_offset_index(spark), f"lakelog_offset_index: {unavailable_reason(spark, OFFSET_INDEX_FUNCTION)}"
     monkeypatch.setattr(topic_log, "use_task_counts", lambda *_: True)  # also for 3,000 rows
     taken = []
     real = topic_log.task_starts
