@@ -86,6 +86,17 @@ class GroupConsumer:
     def _tp_positions(self) -> dict[TopicPartition, int]:
         return {self._tp(p): o for p, o in self.positions.items()}
 
+    def _apply_fenced(self, call: Callable[[], MembershipChange], sink_path: str | None) -> bool:
+        """Apply what a member's call under its generation returns; False when the group fenced
+        the member meanwhile (IllegalGenerationError): its positions are dropped and the next
+        poll rejoins, so nothing is delivered under a generation that is over."""
+        try:
+            self._apply(call(), sink_path)
+        except IllegalGenerationError:
+            self.positions.clear()
+            return False
+        return True
+
     def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
         for tp in change.revoked + change.lost:
             self.positions.pop(tp.partition, None)
@@ -208,10 +219,7 @@ class GroupConsumer:
                 self._apply(change, sink_path)
                 if self._commit_due:
                     self._commit_due = False
-                    try:
-                        self._apply(self.member.commit(self._tp_positions()), sink_path)
-                    except IllegalGenerationError:
-                        self.positions.clear()
+                    if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):
                         continue
                 limit = self.consumer.settings.max_records_per_batch
                 if max_records is not None:
@@ -222,10 +230,8 @@ class GroupConsumer:
                     snap = self.consumer.log.snapshot()
                     below = snap.below_incarnations(self.positions)
                     if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
-                        try:
-                            self._apply(self.member.report_expired({self._tp(p): o for p, o in below.items()}), sink_path)
-                        except IllegalGenerationError:
-                            self.positions.clear()
+                        expired = {self._tp(p): o for p, o in below.items()}
+                        if not self._apply_fenced(lambda: self.member.report_expired(expired), sink_path):
                             continue
                         self.positions.update({p: o for p, o in snap.incarnation_starts(below).items() if p in self.positions})
                     try:
@@ -236,10 +242,7 @@ class GroupConsumer:
                         continue
                 if ranges:
                     self.positions.update({p: end for p, (_s, end) in ranges.items()})
-                    try:
-                        self._apply(self.member.commit(self._tp_positions()), sink_path)
-                    except IllegalGenerationError:
-                        self.positions.clear()
+                    if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):
                         continue
                     crash_point("consume:after_offset_commit")
                     self._publish()
