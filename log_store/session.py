@@ -73,8 +73,25 @@ def local_delta_jars(settings: SparkSettings) -> list[str]:
 
 
 def _check_java() -> None:
-    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+    home = os.environ.get("JAVA_HOME")
+    if home and not os.access(Path(home) / "bin" / "java", os.X_OK):
+        raise SetupError(f"JAVA_HOME={home} has no bin/java; point it at a Java 17 installation or unset it "
+                         "to use the java on PATH.")
+    if not (home or shutil.which("java")):
         raise SetupError("Java is not installed; Spark needs Java 17: `apt-get install openjdk-17-jre-headless`.")
+
+
+def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
+    """The session; a JVM that does not start is a set-up error that says what to check, not a traceback."""
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        raise SetupError("Spark's JVM exited before it started: check that JAVA_HOME, or the java on PATH, is a "
+                         "working Java 17 (what it printed, if anything, is above).") from exc
 
 
 def build_session(settings: SparkSettings) -> SparkSession:
@@ -110,7 +127,7 @@ def build_session(settings: SparkSettings) -> SparkSession:
         builder = builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _get_or_create(builder)
     spark.sparkContext.setLogLevel("ERROR")
     if settings.quiet:  # PySpark logs each SQL error as JSON on stderr; the CLI states it once itself
         from pyspark.logger import PySparkLogger

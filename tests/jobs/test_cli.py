@@ -206,3 +206,23 @@ def test_console_consumer_conventions(run, tmp_path, root):
     ):
         res = run("consume", "--topic", "c1", *bad)
         assert res.exit_code == code and words in res.output, (bad, res.output)
+
+
+@pytest.mark.parametrize("java", ["JAVA_HOME without java", "a java that exits at once"])
+def test_a_jvm_that_cannot_start_is_one_clear_error_and_nothing_written(tmp_path, java):
+    """A command that needs Spark, with Java missing or broken: one `error:` line saying what to
+    check, exit 1, no traceback, nothing under the root."""
+    home = tmp_path / "java"
+    if java == "a java that exits at once":
+        (home / "bin").mkdir(parents=True)
+        (home / "bin" / "java").write_text("#!/bin/sh\necho 'Error: broken JVM' >&2\nexit 1\n")
+        (home / "bin" / "java").chmod(0o755)
+    root = tmp_path / "r"
+    exe = Path(sys.executable).parent / "lakelog"
+    proc = subprocess.run([str(exe), "topics", "create", "--topic", "t", "--partitions", "2", "--root", str(root)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "JAVA_HOME": str(home)})
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "JAVA_HOME" in errors[0] and "Java 17" in errors[0], proc.stderr
+    assert not root.exists() or not any(root.rglob("*.json")), "nothing written"
