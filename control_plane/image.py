@@ -78,6 +78,14 @@ class TopicImage:
             return self
         return TopicImage(self.topic, [r for r in self.history if r.topic_version <= version])
 
+    def starts_at(self, version: int) -> dict[int, int]:
+        """The first offset of each partition live at ``version`` (of this incarnation of the
+        topic): where a reader planned at that version begins a partition it has not read."""
+        if not self.records or version < self.records[0].topic_version:
+            return {}
+        then = self.at(version).latest
+        return {p.partition: p.start_offset for p in then.partitions if p.mode is not Mode.NONE} if then else {}
+
     def changes(self) -> list[Change]:
         """What each record changed, oldest first (the first record: everything it created)."""
         if self._changes is None:

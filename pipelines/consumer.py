@@ -132,25 +132,34 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
-                  committed: dict[int, int] | None = None) -> dict[int, int]:
+                  committed: dict[int, int] | None = None, planned_at: int | None = None) -> dict[int, int]:
         """Where delivery resumes per readable partition: committed, sink, or the reset policy.
 
         Never below the start of a partition's current incarnation: a number reused after
         retirement holds no records of its predecessor (those were delivered or reported expired).
         ``committed``: ``resume_positions(sink_path)`` if the caller has just read it.
+
+        ``planned_at``: the topic version a group's assignment was planned on. A partition the
+        group has no position in then starts, under ``earliest``, where that plan saw it begin:
+        if its number was retired and grown back since, the position stays below the current
+        incarnation, and the member reports the retired records expired before moving up rather
+        than skipping them unreported (campaign seed 41).
         """
         snap = snap or self.log.snapshot()
         if committed is None:
             if sink_path:
                 self._incarnations = None  # read again: an operator may have reset positions since
             committed = self.resume_positions(sink_path)
+        earliest = self.settings.auto_offset_reset == "earliest"
+        planned = (self.admin.image(self.topic).starts_at(planned_at)
+                   if earliest and planned_at is not None and planned_at < snap.topic_version else {})
         out = {}
         for p in snap.readable():
             start = snap.metadata.partitions[p].start_offset
             if p in committed:
                 out[p] = max(committed[p], start)
             else:
-                out[p] = start if self.settings.auto_offset_reset == "earliest" else snap.log_ends[p]
+                out[p] = min(start, planned.get(p, start)) if earliest else snap.log_ends[p]
         return out
 
     def resume_positions(self, sink_path: str | None = None) -> dict[int, int]:

@@ -102,7 +102,9 @@ class GroupConsumer:
             self.positions.pop(tp.partition, None)
             self._published.pop(tp.partition, None)  # assigned again: published again the first time
         if change.assigned:
-            start = self.consumer.positions(sink_path)
+            gen = self.member.last_generation  # the plan these partitions come from (seed 41)
+            planned_at = gen.topic_versions.get(self.topic) if gen and gen.generation == self.member.generation else None
+            start = self.consumer.positions(sink_path, planned_at=planned_at)
             for tp in change.assigned:
                 self.positions[tp.partition] = start.get(tp.partition, 0)
                 self.warm_positions.pop(tp.partition, None)

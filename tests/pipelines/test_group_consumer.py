@@ -139,3 +139,31 @@ def test_a_member_publishes_watched_positions_when_assigned_before_delivering(sp
     assert owned == {0, 1, 2, 3}
     published = {tp.partition: o for tp, o in member.member.published.items()}
     assert published == {0: 0, 1: 0}, published
+
+
+def test_a_partition_retired_and_grown_back_before_the_assignment_is_applied_is_reported_expired(spark, root):
+    """Campaign seed 41: a member's assignment was planned while partition 2 was live; before the
+    member applied it (frozen), 2 was shrunk away, retired at once (delay 0) and grown back. The
+    member started 2 at the new incarnation and its old records were never delivered nor
+    reported expired. They must be reported (the group owned them), and the new ones delivered."""
+    topic = "regrown"
+    TopicAdmin(spark, root).create(topic, 3)
+    Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
+    old_end = member.consumer.log.log_end_offsets()[2]
+    deadline = time.monotonic() + 60
+    change = member.member.poll(member._tp_positions)
+    while not change.assigned and time.monotonic() < deadline:  # the generation, planned at 3 live partitions
+        time.sleep(0.2)
+        change = member.member.poll(member._tp_positions)
+    assert {tp.partition for tp in change.assigned} == {0, 1, 2}
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter(topic, 2)
+    ctl.tick(topic, delete_delay=0)  # retired with its records undelivered
+    ctl.alter(topic, 3)  # the number grown back: offsets continue after the old end
+    member._apply(change, None)  # the member wakes and applies the assignment
+    delivered: list = []
+    result = member.run(handler=lambda rows, ranges: delivered.append(ranges), idle_timeout_s=3)
+    reported = [(r.partition, r.first, r.end) for r in member.consumer.offsets.expired_ranges("g")]
+    assert reported == [(2, 0, old_end)], reported
+    assert result.expired == old_end and result.records == 90 - old_end

@@ -25,8 +25,8 @@ def _consumer(positions: dict[int, int]):
     return SimpleNamespace(
         positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(), _published={}, _commit_due=False,
         _publish=lambda: None,
-        member=SimpleNamespace(warm=set()),
-        consumer=SimpleNamespace(positions=lambda sink: {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
+        member=SimpleNamespace(warm=set(), last_generation=None, generation=1),
+        consumer=SimpleNamespace(positions=lambda sink, planned_at=None: {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
         _tp=tp,
     )
 

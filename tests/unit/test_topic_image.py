@@ -45,6 +45,17 @@ def test_versions_retirements_and_the_image_at_an_earlier_version():
     assert not TopicImage("t", []) and TopicImage("t", []).version == 0
 
 
+def test_where_a_plan_at_each_version_saw_each_partition_begin():
+    """A group's assignment planned at a version starts an unread partition where that version's
+    incarnation began (campaign seed 41): number 3 began at 0 until its retirement, at 17 after."""
+    image = TopicImage("t", life())
+    assert image.starts_at(2) == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert image.starts_at(3) == {0: 0, 1: 0, 2: 0, 3: 0}  # marked, still readable
+    assert image.starts_at(4) == {0: 0, 1: 0, 2: 0}  # retired: no incarnation live
+    assert image.starts_at(5)[3] == 17 and image.starts_at(99)[3] == 17
+    assert image.starts_at(0) == {} and TopicImage("t", []).starts_at(3) == {}
+
+
 def test_barriers_follow_the_image_and_a_retirement_prunes_the_retired_incarnation():
     image = TopicImage("t", life())
     at_shrink = barriers_of(image.at(3))
