@@ -22,6 +22,16 @@ def run_worker(*args: str, timeout: float = 300, check: bool = True) -> subproce
     return proc
 
 
+def cli_without_java(root: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``lakelog --root ROOT ARGS`` with no usable Java: a command that started Spark would
+    fail, so a success proves it answered without a JVM."""
+    from chaos.host import GATEWAY_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"}
+    return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, *args], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
 def spawn_worker(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(WORKERS / "workers.py"), *args],

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from chaos.host import GATEWAY_ENV
 from control_plane.controller import TopicController
 from control_plane.fast_reads import FastGroupReader, FastTopicReader
 from control_plane.group.admin import GroupAdmin
@@ -29,7 +25,7 @@ from log_store.errors import TopicDeletedError, UnknownGroupError, UnknownTopicE
 from log_store.rs_reader import FastReadUnavailable
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
-from tests.support import PROJECT, make_records
+from tests.support import cli_without_java as _cli, make_records
 
 
 def test_both_readers_agree_through_resizes_retirements_and_deletions(spark, root):
@@ -63,18 +59,14 @@ def test_both_readers_agree_through_resizes_retirements_and_deletions(spark, roo
 
 def test_topics_list_answers_without_a_jvm_within_two_seconds(spark, root):
     TopicAdmin(spark, root).create("quick", 2)
-    # no Java for it: a command that started Spark would fail
-    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"}
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, "topics", "describe", "--topic", "quick",
-                          "--json"], cwd=PROJECT, capture_output=True, text=True, timeout=60, env=env)
+    out = _cli(root, "topics", "describe", "--topic", "quick", "--json")
     took = time.monotonic() - started
     assert out.returncode == 0 and '"topic": "quick"' in out.stdout, out.stderr
     # reading rows (topics list) must exit cleanly every time: a pyarrow dataset scan made about
     # half of the processes abort at exit (code 134) with deltalake 1.6.6 (log_store/rs_reader.py)
     for _ in range(6):
-        listed = subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, "topics", "list", "--json"],
-                                cwd=PROJECT, capture_output=True, text=True, timeout=60, env=env)
+        listed = _cli(root, "topics", "list", "--json")
         assert listed.returncode == 0 and '"quick"' in listed.stdout, (listed.returncode, listed.stderr[-500:])
     assert took < 2.0 * 2, f"{took:.1f}s"  # the aim is 2 s; the suite's machine is loaded by its own JVM
 
@@ -88,12 +80,6 @@ def _comparable(d) -> dict:
     for m in out["members"]:
         m.pop("heartbeat_age_s")
     return out
-
-
-def _cli(root: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"}  # no JVM
-    return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, *args], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_spark(spark, root):

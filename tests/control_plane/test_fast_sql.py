@@ -23,7 +23,7 @@ from jobs.cli import cli
 from log_store.rs_reader import FastReadUnavailable
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
-from tests.control_plane.test_fast_reads import _cli
+from tests.support import cli_without_java as _cli
 from tests.support import make_records
 
 # Every view, with the types the tables hold (maps, structs, arrays, timestamps), and the Spark
