@@ -1,4 +1,4 @@
-"""A group member's loop: when is it idle? (issue 9, item 6)"""
+"""A group member's loop: when is it idle, what it starts from, what it does when fenced (issue 9)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import threading
 import time
 
 from control_plane.controller import TopicController
-from control_plane.group.member import GroupMember
+from control_plane.group.describe import ownership_violations
+from control_plane.group.member import GroupMember, RebalanceListener
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings, GroupSettings
 from pipelines.settings import ConsumerSettings
@@ -167,3 +168,50 @@ def test_a_partition_retired_and_grown_back_before_the_assignment_is_applied_is_
     reported = [(r.partition, r.first, r.end) for r in member.consumer.offsets.expired_ranges("g")]
     assert reported == [(2, 0, old_end)], reported
     assert result.expired == old_end and result.records == 90 - old_end
+
+
+def test_a_member_fenced_between_its_sink_commit_and_its_offsets_commit_rejoins_without_duplicates(spark, root):
+    """A member frozen past its session timeout right after a sink commit is left out of the
+    group, and another member delivers the rest; the frozen one's offsets commit is then fenced
+    (IllegalGenerationError), or it would move the group's positions back. It must give its
+    partitions up as lost, rejoin, and resume from what the sink holds: every record in the sink
+    once, none lost, the group's offsets at the log ends, and an ownership history without a
+    stale commit (the campaign's zombies, focused)."""
+    topic, sink = "fenced", f"{root}/sink"
+    TopicAdmin(spark, root).create(topic, 2)
+    Producer(spark, root, topic, "p").send(make_records(spark, 100, keys=20))
+    fast = GroupSettings(session_timeout_ms=3000, heartbeat_interval_ms=500)
+
+    lost: list[int] = []
+
+    class Lost(RebalanceListener):
+        def on_partitions_lost(self, partitions):
+            lost.extend(tp.partition for tp in partitions)
+
+    member = GroupConsumer(spark, root, topic, "g", ConsumerSettings(max_records_per_batch=20), fast,
+                           member_id="m", listener=Lost())
+    deliver, frozen = member.consumer.deliver, []
+
+    def deliver_then_freeze(*args, **kwargs):
+        ranges = deliver(*args, **kwargs)
+        if ranges and not frozen:  # the sink holds this batch; the offsets commit comes next
+            frozen.append(dict(ranges))
+            member.member.heartbeats.stop()
+            # Another member takes both partitions over and delivers the rest: the frozen one's
+            # offsets commit, if it landed, would move the group's positions back.
+            other = GroupConsumer(spark, root, topic, "g", ConsumerSettings(max_records_per_batch=100), fast,
+                                  member_id="a-taker")
+            taken = other.run(sink_path=sink, idle_timeout_s=2)
+            assert taken.records == 100 - sum(e - s for s, e in ranges.values()), taken
+        return ranges
+
+    member.consumer.deliver = deliver_then_freeze
+    result = member.run(sink_path=sink, idle_timeout_s=3)
+    assert frozen, "the member delivered nothing"
+    assert sorted(lost) == [0, 1], f"lost {lost}: the member owned both partitions when it was left out"
+    rows = spark.read.format("delta").load(sink).select("partition", "offset").collect()
+    assert len(rows) == 100 and len({(r.partition, r.offset) for r in rows}) == 100, f"{len(rows)} rows in the sink"
+    ends = member.consumer.log.log_end_offsets()
+    assert member.consumer.offsets.committed("g", topic) == ends
+    assert result.generation > 1
+    assert ownership_violations(spark, root, "g") == []
