@@ -133,3 +133,38 @@ def test_a_member_keeping_a_number_grown_back_reports_its_retired_records(spark,
     assert result.expired > 0 and result.records + result.expired == 120
     assert [r.partition for r in describe_group(GroupTables(spark, root), "coop").expired] == [2]
     assert run_audit(spark, root, T, sink).passed
+
+
+def test_a_leader_reports_what_a_dead_owner_of_a_retired_partition_never_revoked(spark, root):
+    """Campaign seed 94: a cooperative member owned a marked partition; the partition was retired,
+    the member led the generation that drops it and died before adopting it (so before revoking
+    and reporting). The next leader must report the records nobody delivered: the owner who
+    would have is gone, and the generation before already stood at the retirement."""
+    ctl = setup(spark, root)
+    end = TopicAdmin(spark, root).log(T).log_end_offsets()[2]
+    ctl.alter(T, 2)
+    coop = GroupSettings(session_timeout_ms=3000, heartbeat_interval_ms=500, protocol="cooperative",
+                         assignor="cooperative-sticky")
+    first = GroupMember(spark, root, "coop", [T], coop, member_id="m1")
+    deadline = time.monotonic() + 120
+    while TopicPartition(topic=T, partition=2) not in first.owned:
+        first.poll()
+        assert time.monotonic() < deadline, "the first member never owned the marked partition"
+    (tick,) = ctl.tick(T, delete_delay=0)
+    assert tick.retired == [2]
+    time.sleep(0.6)  # past the heartbeat interval: the member looks at the partition lists again
+    before = first.generation
+    first.poll()  # leads the generation without partition 2 ...
+    tables = GroupTables(spark, root)
+    assert tables.generation("coop").generation > before and first.generation == before
+    first.heartbeats.stop()  # ... and dies before adopting it
+    second = GroupMember(spark, root, "coop", [T], coop, member_id="m2")
+    def settled_without_first() -> bool:
+        gen = tables.generation("coop")
+        return gen.member_ids() == {"m2"} and second.generation == gen.generation
+
+    while not settled_without_first():
+        second.poll()
+        assert time.monotonic() < deadline, "the second member never settled in a generation without m1"
+    second.close()
+    assert describe_group(tables, "coop").expired == [ExpiredRange(topic=T, partition=2, first=0, end=end)]
