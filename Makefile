@@ -47,7 +47,7 @@ chaos: setup
 	$(BIN)/python -m chaos --schedules $(SCHEDULES) --seed-start $(SEED) $(if $(SEEDS),--seeds $(SEEDS)) $(CHAOS_ARGS)
 
 bench: setup
-	$(BIN)/python benchmarks/produce_consume.py
+	$(BIN)/python benchmarks/produce_consume.py $(BENCH_ARGS)
 
 bench-groups: setup
 	$(BIN)/python benchmarks/rebalance.py
