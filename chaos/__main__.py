@@ -6,7 +6,8 @@
     python -m chaos --seeds 1-3 --short        # trimmed schedules, as the default test suite runs them
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
-and what the checker found (anomalies by class). Exit code 1 if any anomaly was found. Work
+and what the checker found (anomalies by class). Exit code 1 if any anomaly was found; 130 if
+interrupted (Ctrl-C) without one: the summary then covers the schedules that finished. Work
 directories of failing schedules are kept under --workdir (default ./chaos-runs).
 """
 
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args)
     host = Host()
     results: list[ScheduleResult] = []
+    interrupted = False
     started = time.monotonic()
     say = (lambda line: err.print(line, highlight=False, markup=False)) if args.verbose else (lambda line: None)
     try:
@@ -129,12 +131,17 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(f"    {problem[:400]}", highlight=False, markup=False)
             if not result.anomaly_count and not args.keep:
                 shutil.rmtree(run_dir, ignore_errors=True)
+    except KeyboardInterrupt:  # hours of schedules: Ctrl-C still reports the ones that finished
+        interrupted = True
+        err.print(f"interrupted: the summary covers the {len(results)} schedule(s) that finished; the one "
+                  "running was dropped", highlight=False, markup=False)
     finally:
         host.stop()
     seconds = time.monotonic() - started
     summary = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "schedules": len(results),
-        "seconds": round(seconds), "failing_seeds": [r.seed for r in results if r.anomaly_count],
+        "seconds": round(seconds), "interrupted": interrupted,
+        "failing_seeds": [r.seed for r in results if r.anomaly_count],
         "results": [r.to_dict() for r in results],
     }
     workdir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         Console().print(summary_table(results, seconds))
         if summary["failing_seeds"]:
             Console().print(f"failing seeds: {summary['failing_seeds']} (work directories under {workdir})")
-    return 1 if summary["failing_seeds"] else 0
+    return 1 if summary["failing_seeds"] else 130 if interrupted else 0
 
 
 if __name__ == "__main__":

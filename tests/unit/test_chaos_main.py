@@ -1,0 +1,50 @@
+"""``python -m chaos`` interrupted after hours of schedules still reports the ones that finished."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import chaos.__main__ as campaign
+from chaos.runner import ScheduleResult
+
+
+class FakeHost:
+    stopped = False
+
+    def ensure(self) -> str:
+        return "0:secret"
+
+    def stop(self) -> None:
+        FakeHost.stopped = True
+
+
+def fake_runner(interrupt_at: int):
+    class FakeRunner:
+        def __init__(self, schedule, workdir, gateway, progress=None, env=None):
+            self.seed = schedule.seed
+
+        def run(self) -> ScheduleResult:
+            if self.seed == interrupt_at:
+                raise KeyboardInterrupt
+            return ScheduleResult(seed=self.seed, seconds=1.0, operations=Counter({"produce runs": 2}),
+                                  faults=Counter({"kill -9 producer": 1}))
+
+    return FakeRunner
+
+
+def test_an_interrupted_campaign_summarises_the_schedules_that_finished(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=3))
+    code = campaign.main(["--seeds", "1-5", "--workdir", str(tmp_path), "--json"])
+    assert code == 130 and FakeHost.stopped
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] and [r["seed"] for r in summary["results"]] == [1, 2]
+    assert json.loads(capsys.readouterr().out)["schedules"] == 2
+
+
+def test_an_uninterrupted_campaign_exits_0(tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=-1))
+    assert campaign.main(["--seeds", "1-2", "--workdir", str(tmp_path), "--json"]) == 0
+    assert not json.loads((tmp_path / "summary.json").read_text())["interrupted"]
