@@ -6,11 +6,17 @@ from the members' own events: partitions revoked and moved, time from the first 
 until every partition is owned again, and how long partitions sat unowned. As the raw-Delta
 yardstick, the time of one plain Delta commit (a one-row append) on the same machine.
 
-Run: make bench-groups  (or .venv/bin/python benchmarks/rebalance.py [PARTITIONS])
+With ``--shared-jvm`` the member processes attach to the benchmark's own JVM (``chaos.host``)
+instead of starting one each: on a 2-core machine five JVMs mostly measure CPU contention, one
+shared JVM measures what the protocol itself costs (each member is still its own OS process
+with its own session, as in the fault campaign).
+
+Run: make bench-groups  (or .venv/bin/python benchmarks/rebalance.py [PARTITIONS] [--shared-jvm])
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -25,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 
+from chaos.host import GATEWAY_ENV, host_config  # noqa: E402
 from control_plane.group.describe import ownership_violations  # noqa: E402
 
 from control_plane.group.store import GroupTables  # noqa: E402
@@ -39,13 +46,14 @@ console = Console(stderr=True)
 
 
 class Member:
-    def __init__(self, root: str, group: str, member_id: str, protocol: str, assignor: str, tmp: Path) -> None:
+    def __init__(self, root: str, group: str, member_id: str, protocol: str, assignor: str, tmp: Path,
+                 env: dict[str, str]) -> None:
         self.stop_file = tmp / f"stop-{group}-{member_id}"
         self.events: list[dict] = []
         self.proc = subprocess.Popen(
             [sys.executable, str(PROJECT / "tests" / "processes" / "group_workers.py"), root, "bench", group, member_id, protocol,
              assignor, str(tmp / f"sink-{group}"), str(self.stop_file), "100000"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=PROJECT,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=PROJECT, env=env,
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -72,16 +80,16 @@ def wait_stable(tables: GroupTables, group: str, members: set[str], owned: int, 
     raise SystemExit(f"group {group} did not settle")
 
 
-def measure(spark, root: str, tmp: Path, protocol: str, partitions: int) -> dict:
+def measure(spark, root: str, tmp: Path, protocol: str, partitions: int, env: dict[str, str]) -> dict:
     group = f"bench-{protocol}"
     assignor = "cooperative-sticky" if protocol == "cooperative" else "sticky"
     tables = GroupTables(spark, root)
-    members = [Member(root, group, m, protocol, assignor, tmp) for m in ("a", "b", "c")]
+    members = [Member(root, group, m, protocol, assignor, tmp, env) for m in ("a", "b", "c")]
     wait_stable(tables, group, {"a", "b", "c"}, partitions)
     before = tables.generation(group)
     console.print(f"[{protocol}] 3 members stable at generation {before.generation}; adding a fourth")
     t_start = time.time()
-    members.append(Member(root, group, "d", protocol, assignor, tmp))
+    members.append(Member(root, group, "d", protocol, assignor, tmp, env))
     wait_stable(tables, group, {"a", "b", "c", "d"}, partitions)
     t_stable = time.time()
     after = tables.generation(group)
@@ -122,20 +130,26 @@ def raw_commit_seconds(spark, tmp: Path, n: int = 10) -> float:
     return (time.perf_counter() - started) / n
 
 
-def main(partitions: int = 64) -> None:
+def main(partitions: int = 64, shared_jvm: bool = False) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="lakelog-bench-groups-"))
     root = str(tmp / "root")
-    spark = build_session(SparkSettings())
+    spark = build_session(host_config() if shared_jvm else SparkSettings())
+    env = dict(os.environ)
+    env.pop(GATEWAY_ENV, None)
+    if shared_jvm:
+        params = spark.sparkContext._gateway.gateway_parameters
+        env[GATEWAY_ENV] = f"{params.port}:{params.auth_token}"
     try:
         TopicAdmin(spark, root).create("bench", partitions)
         records = spark.range(partitions * 20).selectExpr("cast(id as string) as key", "cast(id as string) as value", "id as sequence")
         Producer(spark, root, "bench", "bench").send(records)
         raw = raw_commit_seconds(spark, tmp)
-        rows = [measure(spark, root, tmp, protocol, partitions) for protocol in ("eager", "cooperative")]
+        rows = [measure(spark, root, tmp, protocol, partitions, env) for protocol in ("eager", "cooperative")]
         for r in rows:
             r["until_all_owned_vs_raw_commit"] = round(r["until_all_owned_s"] / raw, 1)
-        emit(rows, False, f"{partitions} partitions, 3 -> 4 members (raw Delta commit: {raw * 1000:.0f} ms)")
-        print(json.dumps({"raw_commit_s": round(raw, 3), "results": rows}))
+        jvms = "one shared JVM" if shared_jvm else "a JVM per member"
+        emit(rows, False, f"{partitions} partitions, 3 -> 4 members, {jvms} (raw Delta commit: {raw * 1000:.0f} ms)")
+        print(json.dumps({"raw_commit_s": round(raw, 3), "shared_jvm": shared_jvm, "results": rows}))
     finally:
         spark.stop()
         if not os.environ.get("LAKELOG_BENCH_KEEP"):
@@ -143,4 +157,8 @@ def main(partitions: int = 64) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("partitions", nargs="?", type=int, default=64)
+    parser.add_argument("--shared-jvm", action="store_true", help="members attach to the benchmark's JVM")
+    args = parser.parse_args()
+    main(args.partitions, args.shared_jvm)
