@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_all(workdir / "crash-points", verbose=args.verbose)
     seeds = parse_seeds(args)
+    # A shell starts background jobs with SIGINT ignored, and Python keeps that: a campaign left
+    # running with `&` could then not be stopped with `kill -INT` and keep its summary.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     host = Host()
     results: list[ScheduleResult] = []
     interrupted = False
