@@ -32,7 +32,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 CRASH_EXIT = 86
 TOPIC = "chaos"
 DRAIN_TIMEOUT_S = 300.0  # the schedule's own work: three times this
-DRAIN_STALL_S = 120.0  # a group whose positions have not moved for this long is stuck (seed 44's deadlock)
+DRAIN_STALL_S = 120.0  # a group that wrote nothing (positions, claims, generations) for this long is stuck (seed 44's deadlock)
 DRAIN_LIMIT_S = 900.0  # a group still moving: slow on 2 cores under the campaign's load, not an anomaly
 ACTOR_TIMEOUT_S = 240.0
 
@@ -360,7 +360,7 @@ class Runner:
             self.thaw(actor)
         self.log("draining: every group consumes to the log end")
         started = time.monotonic()
-        seen: dict[str, tuple[str, float]] = {}  # group -> (its gap, when it last changed)
+        seen: dict[str, tuple[tuple, float]] = {}  # group -> ((its gap, its activity), when it last changed)
         behind: dict[str, str] = {}
         verdicts: dict[str, str] = {}
         while True:
@@ -370,8 +370,11 @@ class Runner:
             behind = {g.name: why for g in self.s.groups if (why := drain_gap(self.root, TOPIC, g.name))}
             now = time.monotonic()
             for group, why in behind.items():
-                if seen.get(group, ("", 0.0))[0] != why:
-                    seen[group] = (why, now)
+                # progress: positions moved, or the group rebalanced or claimed partitions (a slow
+                # group is not a stuck one: seed 152's rejoined after two crashes under load)
+                state = (why, group_activity(self.root, group))
+                if seen.get(group, (None, 0.0))[0] != state:
+                    seen[group] = (state, now)
             verdicts = {g: v for g in behind if (v := drain_stuck(started, seen[g][1], now))}
             if not behind or len(verdicts) == len(behind):
                 break
@@ -418,7 +421,7 @@ class Runner:
 
 def drain_stuck(started: float, moved: float, now: float) -> str | None:
     """Why draining a group stops short (None: let it go on), on the runner's monotonic clock:
-    its positions stood still for DRAIN_STALL_S, or it is still moving after DRAIN_LIMIT_S."""
+    it wrote nothing for DRAIN_STALL_S (``group_activity``), or it is still moving after DRAIN_LIMIT_S."""
     if now - moved >= DRAIN_STALL_S:
         return f"no progress for {DRAIN_STALL_S:.0f}s"
     if now - started >= DRAIN_LIMIT_S:
@@ -426,20 +429,35 @@ def drain_stuck(started: float, moved: float, now: float) -> str | None:
     return None
 
 
+def group_activity(root: str, group: str) -> int:
+    """How many rows ``group`` has written to ``offset_commits`` (positions, claims, generations, expiry
+    reports): while it grows, the group is working, however slowly. Read with delta-rs."""
+    return sum(1 for c in checker.read_changes(f"{root}/control/offset_commits") if c["group"] == group)
+
+
 def drain_gap(root: str, topic: str, group: str) -> str | None:
-    """Why ``group`` has not consumed every live partition to its log end (None: it has). Read with delta-rs."""
+    """Why ``group`` has not consumed every live partition to its log end (None: it has). Read with delta-rs.
+
+    A group stands where it last committed, moved up by what it reported expired; on a live
+    partition it never committed, at the start of the partition's current incarnation (a number
+    grown back over a retired one starts at the old end: campaign seed 152)."""
     history = [r for r in checker.read_current(f"{root}/control/topics") if r["topic"] == topic]
     if not history:
         return "no topic"
     latest = max(history, key=lambda r: r["topic_version"])
-    live = {p["partition"] for p in latest["partitions"] if p["mode"] != "None"}
+    starts = {p["partition"]: p.get("start_offset") or 0 for p in latest["partitions"] if p["mode"] != "None"}
     ends: dict[int, int] = defaultdict(int)
     for r in checker.read_changes(checker.log_location(root, topic)):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     positions: dict[int, int] = {}
     commits = [c for c in checker.read_changes(f"{root}/control/offset_commits")
-               if c["group"] == group and c["topic"] == topic and c["kind"] in ("commit", "revoke") and c["offset"] >= 0]
+               if c["group"] == group and c["topic"] == topic and c["offset"] >= 0
+               and c["kind"] in ("commit", "revoke", "reset", "expired")]
     for c in sorted(commits, key=lambda c: c["_commit_version"]):
-        positions[c["partition"]] = c["offset"]
-    gaps = {p: (positions.get(p, 0), ends.get(p, 0)) for p in sorted(live) if positions.get(p, 0) < ends.get(p, 0)}
+        if c["kind"] == "expired":
+            positions[c["partition"]] = max(positions.get(c["partition"], 0), c["end_offset"])
+        else:
+            positions[c["partition"]] = c["offset"]
+    gaps = {p: (positions.get(p, start), ends.get(p, 0)) for p, start in sorted(starts.items())
+            if positions.get(p, start) < ends.get(p, 0)}
     return ", ".join(f"p{p} at {pos} of {end}" for p, (pos, end) in gaps.items()) or None

@@ -94,7 +94,7 @@ class FastGroupReader:
             if g == group:
                 committed.setdefault(topic, {})[p] = int(r["offset"])
         return partition_lags(self.layout.root, group, committed,
-                              lambda topic: self.topics.log_snapshot(topic).log_ends)
+                              self.topics.log_snapshot)
 
     def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
         """Each member's latest state row in commit order, as ``GroupTables.member_states``."""

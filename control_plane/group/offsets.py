@@ -70,18 +70,25 @@ class PartitionLag(BaseModel):
 
 
 def partition_lags(root: str, group: str, committed: dict[str, dict[int, int]],
-                   log_ends: Callable[[str], dict[int, int]]) -> list[PartitionLag]:
+                   log_snapshot: Callable[[str], LogSnapshot]) -> list[PartitionLag]:
     """Committed offset, log end and lag per partition of each topic in ``committed`` (topic ->
-    partition -> position); the one rule behind ``groups describe``, whichever reader read them."""
+    partition -> position); the one rule behind ``groups describe``, whichever reader read them.
+
+    Lag counts what the group can still read: from its position, or from the partition's log
+    start where it has none or stands below it (a number grown back over a retired one starts at
+    the old end; what the group had not read there expired and is reported apart)."""
     if not committed:
         raise UnknownGroupError(
             f"unknown group '{group}' under {root}: it has never committed; `lakelog groups list` shows known groups")
     out: list[PartitionLag] = []
     for topic in sorted(committed):
-        for p, end in sorted(log_ends(topic).items()):
+        snap = log_snapshot(topic)
+        starts = snap.earliest_offsets()
+        for p, end in sorted(snap.log_ends.items()):
             pos = committed[topic].get(p)
+            start = starts.get(p, 0)
             out.append(PartitionLag(topic=topic, partition=p, committed_offset=pos, log_end_offset=end,
-                                    lag=end - (pos or 0)))
+                                    lag=max(end - max(start if pos is None else pos, start), 0)))
     return out
 
 
@@ -310,4 +317,4 @@ class GroupOffsets:
         topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
         admin = TopicAdmin(self.spark, self.layout.root)
         return partition_lags(self.layout.root, group, {t: self.committed(group, t) for t in topics},
-                              lambda topic: admin.log(topic).log_end_offsets())
+                              lambda topic: admin.log(topic).snapshot())

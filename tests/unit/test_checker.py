@@ -11,13 +11,15 @@ import pytest
 from deltalake import write_deltalake
 
 from chaos.checker import check
+from chaos.runner import drain_gap, group_activity
 
 TP = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 LOG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
                  ("key", pa.binary()), ("value", pa.binary()), ("producer_id", pa.string()), ("sequence", pa.int64())])
 SINK = pa.schema([("topic", pa.string()), *LOG])
 TOPICS = pa.schema([("topic", pa.string()), ("topic_version", pa.int32()), ("partitions", pa.list_(pa.struct([
-    ("partition", pa.int32()), ("leader_epoch", pa.int32()), ("mode", pa.string()), ("end_offset", pa.int64())])))])
+    ("partition", pa.int32()), ("leader_epoch", pa.int32()), ("mode", pa.string()), ("start_offset", pa.int64()),
+    ("end_offset", pa.int64())])))])
 GENERATIONS = pa.schema([("group", pa.string()), ("generation", pa.int32()),
                          ("members", pa.list_(pa.struct([("member_id", pa.string())]))),
                          ("assignment", pa.list_(pa.struct([("member_id", pa.string()), ("partitions", pa.list_(TP))]))),
@@ -53,9 +55,10 @@ class Root:
                                                   value=b"v", producer_id=pid, sequence=s) for p, o, e, k, s in records])
 
     def topic(self, version: int, partitions: list[tuple]) -> None:
-        """partitions: (partition, mode, end_offset or None)."""
+        """partitions: (partition, mode, end_offset or None[, start_offset])."""
         self._write("control/topics", TOPICS, [dict(topic="t", topic_version=version, partitions=[
-            dict(partition=p, leader_epoch=0, mode=m, end_offset=end) for p, m, end in partitions])])
+            dict(partition=p, leader_epoch=0, mode=m, end_offset=end, start_offset=(start[0] if start else 0))
+            for p, m, end, *start in partitions])])
 
     def generation(self, group: str, n: int, assignment: dict[str, list[int]], topic_version: int = 1) -> None:
         self._write("control/group_generations", GENERATIONS, [dict(
@@ -168,3 +171,35 @@ def test_a_claim_held_into_a_later_generation_blocks_a_new_owner(clean):
     clean.commit("g", "m1", 2, "revoke", {0: 0})
     clean.commit("g", "m2", 2, "acquire", {0: 0})
     assert anomalies(clean.check()) == {"two_owners": 1}, "after the revocation the claim is fine"
+
+
+def test_a_group_stands_at_a_grown_back_start_it_never_committed(clean):
+    """Campaign seed 152: p1 retired at its end 2 and grown back (starting at 2) before group g
+    read it; g's member owning p1 has nothing to deliver there, so never commits on it. The group
+    has drained: it stands at the new incarnation's start, not at 0."""
+    clean.commit("g", "m1", 1, "commit", {0: 2})
+    assert drain_gap(str(clean.path), "t", "g") == "p1 at 0 of 2"
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    clean.topic(3, [(0, "ReadWrite", None), (1, "ReadWrite", None, 2)])
+    assert drain_gap(str(clean.path), "t", "g") is None
+    clean.append((1, 2, 1, "b", 5))  # a record in the new incarnation: now g is behind there
+    assert drain_gap(str(clean.path), "t", "g") == "p1 at 2 of 3"
+
+
+def test_a_reported_expiry_moves_a_group_up(clean):
+    clean.commit("g", "m1", 1, "commit", {0: 2, 1: 1})
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    clean.topic(3, [(0, "ReadWrite", None), (1, "ReadWrite", None, 2)])
+    assert drain_gap(str(clean.path), "t", "g") == "p1 at 1 of 2", "below the start, nothing reported"
+    clean.commit("g", "m2", 1, "expired", {1: 1}, end=2)
+    assert drain_gap(str(clean.path), "t", "g") is None
+
+
+def test_a_rebalancing_group_shows_activity_though_its_positions_stand(clean):
+    """The drain watchdog's measure of a slow group: claims and generations count as work."""
+    before = group_activity(str(clean.path), "g")
+    clean.generation("g", 2, {"m1": [0, 1]})
+    clean.commit("g", "m1", 2, "generation", {-1: 2})
+    clean.commit("g", "m1", 2, "acquire", {1: -1})
+    assert drain_gap(str(clean.path), "t", "g") == "p0 at 0 of 2, p1 at 0 of 2"
+    assert group_activity(str(clean.path), "g") == before + 2 and group_activity(str(clean.path), "other") == 0

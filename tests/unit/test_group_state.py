@@ -4,8 +4,9 @@ same whether the rows come one per commit or aggregated per (partition, kind) as
 
 from itertools import groupby
 
-from control_plane.group.offsets import GroupTopicState
+from control_plane.group.offsets import GroupTopicState, partition_lags
 from control_plane.records import CommitKind
+from log_store.topic_log import LogSnapshot, PartitionMetadata, TopicLogMetadata
 
 G, T = "g", "t"
 
@@ -84,3 +85,16 @@ def test_expiry_of_a_number_grown_back_comes_from_the_history_and_only_then():
     now = LogSnapshot(version=6, topic_version=5, metadata=retired, log_ends={0: 30, 1: 14})
     assert [(r.partition, r.first) for r in unreported_expiry("t", now, [0], {0: 20}, history, set)] == [(0, 20)]
     assert unreported_expiry("t", snap, [1], {1: 5}, history, lambda: {(1, 14)}) == [], "already reported"
+
+
+def test_lag_counts_only_what_the_group_can_still_read():
+    """Campaign seed 152: a number grown back over a retired incarnation starts at the old end
+    (52). A group that never committed there, or stands below it, has nothing to read there
+    until new records land: ``groups describe`` showed a lag of 52 (the chaos drain check, the
+    same rule, waited for it forever)."""
+    parts = {0: PartitionMetadata(partition=0), 1: PartitionMetadata(partition=1, start_offset=52),
+             2: PartitionMetadata(partition=2, start_offset=28)}
+    snap = LogSnapshot(version=9, topic_version=4, log_ends={0: 10, 1: 52, 2: 30},
+                       metadata=TopicLogMetadata(topic="t", undeleted_partition_count=3, partitions=parts))
+    lags = {r.partition: (r.committed_offset, r.lag) for r in partition_lags("root", "g", {"t": {0: 4, 2: 5}}, lambda _t: snap)}
+    assert lags == {0: (4, 6), 1: (None, 0), 2: (5, 2)}
