@@ -4,11 +4,17 @@
     python -m chaos --seeds 7,42 --verbose     # chosen seeds, every event printed
     python -m chaos --crash-points             # every named crash point, once each
     python -m chaos --seeds 1-3 --short        # trimmed schedules, as the default test suite runs them
+    python -m chaos --seeds 1-100 --resume     # go on with a run stopped earlier (same seeds, same code)
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
 and what the checker found (anomalies by class). Exit code 1 if any anomaly was found; 130 if
 interrupted (Ctrl-C) without one: the summary then covers the schedules that finished. Work
 directories of failing schedules are kept under --workdir (default ./chaos-runs).
+
+The summary (``<workdir>/summary.json``) is written after every schedule, with the commit of the
+code under test. A run of 100 full schedules takes hours: stopped (Ctrl-C, a killed session, a
+reboot), it goes on with ``--resume`` from the first seed without a result, provided the seeds
+and the code are the same; the summary then covers the whole run and says how many sittings it took.
 """
 
 from __future__ import annotations
@@ -66,6 +72,31 @@ class Host:
         self.proc = None
 
 
+def code_under_test() -> str:
+    """The commit under test, with "+changes" when the working tree differs from it (or "unknown")."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def resumed(path: Path, seeds: list[int], code: str) -> dict:
+    """The earlier sittings' summary of this run, checked to be the same run (seeds, code)."""
+    if not path.exists():
+        raise SystemExit(f"error: --resume found no earlier run ({path} is missing): run without --resume to start one")
+    before = json.loads(path.read_text())
+    if before.get("seeds") != seeds:
+        raise SystemExit(f"error: --resume: {path} is a run of other seeds ({len(before.get('seeds') or [])} planned); "
+                         "give the same --seeds/--schedules, or run without --resume to start anew")
+    if before.get("code") != code or code == "unknown" or code.endswith("+changes"):
+        raise SystemExit(f"error: --resume: {path} ran code {before.get('code')}, this tree is {code}: results of "
+                         "different code do not add up to one run; commit, then run without --resume to start anew")
+    return before
+
+
 def parse_seeds(args) -> list[int]:
     if args.seeds:
         out = []
@@ -76,14 +107,15 @@ def parse_seeds(args) -> list[int]:
     return list(range(args.seed_start, args.seed_start + args.schedules))
 
 
-def summary_table(results: list[ScheduleResult], seconds: float) -> Table:
+def summary_table(results: list[ScheduleResult], seconds: float, sittings: int = 1) -> Table:
     ops, faults, anomalies = Counter(), Counter(), Counter()
     for r in results:
         ops.update(r.operations)
         faults.update(r.faults)
         anomalies.update(r.anomalies)
     table = Table(title=f"chaos: {len(results)} schedules in {seconds / 60:.1f} min, "
-                        f"{sum(1 for r in results if r.anomaly_count)} with anomalies")
+                        f"{sum(1 for r in results if r.anomaly_count)} with anomalies"
+                        + (f" ({sittings} sittings)" if sittings > 1 else ""))
     table.add_column("what")
     table.add_column("kind")
     table.add_column("count", justify="right")
@@ -106,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-points", action="store_true", help="run each named crash point once instead")
     parser.add_argument("--short", action="store_true", help="trimmed schedules (what the default test suite runs)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the run in --workdir stopped earlier: same seeds, same committed code")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     workdir = Path(args.workdir).resolve()
@@ -114,22 +148,43 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_all(workdir / "crash-points", verbose=args.verbose)
     seeds = parse_seeds(args)
+    code = code_under_test()
+    summary_path = workdir / "summary.json"
+    earlier = resumed(summary_path, seeds, code) if args.resume else {}
+    results = [ScheduleResult.from_dict(r) for r in earlier.get("results", [])]
+    done = {r.seed for r in results}
+    todo = [s for s in seeds if s not in done]
+    if earlier:
+        err.print(f"resuming: {len(done)} of {len(seeds)} schedules done in {earlier.get('sittings', 1)} sitting(s); "
+                  f"{len(todo)} to go", highlight=False, markup=False)
     # A shell starts background jobs with SIGINT ignored, and Python keeps that: a campaign left
     # running with `&` could then not be stopped with `kill -INT` and keep its summary.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     host = Host()
-    results: list[ScheduleResult] = []
     interrupted = False
     started = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def summary() -> dict:
+        return {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "code": code, "seeds": seeds,
+            "schedules": len(results), "complete": len(results) == len(seeds),
+            "sittings": earlier.get("sittings", 0) + 1,
+            "seconds": round(earlier.get("seconds", 0) + time.monotonic() - started), "interrupted": interrupted,
+            "failing_seeds": [r.seed for r in results if r.anomaly_count],
+            "results": [r.to_dict() for r in results],
+        }
+
     say = (lambda line: err.print(line, highlight=False, markup=False)) if args.verbose else (lambda line: None)
     try:
-        for n, seed in enumerate(seeds, 1):
+        for seed in todo:
             run_dir = workdir / f"seed-{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)
             result = Runner(draw(seed, short=args.short), run_dir, host.ensure(), progress=say).run()
             results.append(result)
+            summary_path.write_text(json.dumps(summary(), indent=2))  # a killed run loses at most one schedule
             verdict = "ok" if not result.anomaly_count else f"ANOMALIES {result.anomalies}"
-            err.print(f"[{n}/{len(seeds)}] seed {seed}: {verdict} ({result.seconds:.0f}s, "
+            err.print(f"[{len(results)}/{len(seeds)}] seed {seed}: {verdict} ({result.seconds:.0f}s, "
                       f"{sum(result.faults.values())} faults)", highlight=False, markup=False)
             for problem in result.problems[:5]:
                 err.print(f"    {problem[:400]}", highlight=False, markup=False)
@@ -137,26 +192,19 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(run_dir, ignore_errors=True)
     except KeyboardInterrupt:  # hours of schedules: Ctrl-C still reports the ones that finished
         interrupted = True
-        err.print(f"interrupted: the summary covers the {len(results)} schedule(s) that finished; the one "
-                  "running was dropped", highlight=False, markup=False)
+        err.print(f"interrupted: the summary covers the {len(results)} schedule(s) that finished (`--resume` goes "
+                  "on from there); the one running was dropped", highlight=False, markup=False)
     finally:
         host.stop()
-    seconds = time.monotonic() - started
-    summary = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "schedules": len(results),
-        "seconds": round(seconds), "interrupted": interrupted,
-        "failing_seeds": [r.seed for r in results if r.anomaly_count],
-        "results": [r.to_dict() for r in results],
-    }
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    final = summary()
+    summary_path.write_text(json.dumps(final, indent=2))
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+        print(json.dumps({k: v for k, v in final.items() if k not in ("results", "seeds")}))
     else:
-        Console().print(summary_table(results, seconds))
-        if summary["failing_seeds"]:
-            Console().print(f"failing seeds: {summary['failing_seeds']} (work directories under {workdir})")
-    return 1 if summary["failing_seeds"] else 130 if interrupted else 0
+        Console().print(summary_table(results, final["seconds"], final["sittings"]))
+        if final["failing_seeds"]:
+            Console().print(f"failing seeds: {final['failing_seeds']} (work directories under {workdir})")
+    return 1 if final["failing_seeds"] else 130 if interrupted else 0
 
 
 if __name__ == "__main__":

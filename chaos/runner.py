@@ -68,6 +68,11 @@ class ScheduleResult:
                 "faults": dict(self.faults), "anomalies": self.anomalies, "samples": self.samples,
                 "stats": self.stats, "problems": self.problems, "workdir": self.workdir}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "ScheduleResult":
+        """As ``to_dict`` wrote it (a resumed campaign's earlier schedules)."""
+        return cls(**{**d, "operations": Counter(d.get("operations", {})), "faults": Counter(d.get("faults", {}))})
+
 
 class Runner:
     """Executes one schedule in ``workdir`` with actors attached to the host JVM at ``gateway``."""

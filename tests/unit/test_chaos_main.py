@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 import chaos.__main__ as campaign
 from chaos.runner import ScheduleResult
 
@@ -48,3 +50,42 @@ def test_an_uninterrupted_campaign_exits_0(tmp_path, monkeypatch):
     monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=-1))
     assert campaign.main(["--seeds", "1-2", "--workdir", str(tmp_path), "--json"]) == 0
     assert not json.loads((tmp_path / "summary.json").read_text())["interrupted"]
+
+
+def test_a_stopped_campaign_resumes_where_it_stopped_and_sums_up_the_whole_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "code_under_test", lambda: "abc123")
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=3))
+    assert campaign.main(["--seeds", "1-5", "--workdir", str(tmp_path), "--json"]) == 130
+    ran: list[int] = []
+
+    class Counting(fake_runner(interrupt_at=-1)):
+        def run(self):
+            ran.append(self.seed)
+            return super().run()
+
+    monkeypatch.setattr(campaign, "Runner", Counting)
+    capsys.readouterr()
+    assert campaign.main(["--seeds", "1-5", "--workdir", str(tmp_path), "--json", "--resume"]) == 0
+    assert ran == [3, 4, 5], "the schedules that finished are not run again"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["seed"] for r in summary["results"]] == [1, 2, 3, 4, 5]
+    assert summary["complete"] and summary["sittings"] == 2 and summary["code"] == "abc123"
+    assert json.loads(capsys.readouterr().out)["schedules"] == 5
+
+
+def test_resume_refuses_other_seeds_or_other_code(tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=2))
+    monkeypatch.setattr(campaign, "code_under_test", lambda: "abc123")
+    with pytest.raises(SystemExit, match="no earlier run"):
+        campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--resume"])
+    campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--json"])
+    with pytest.raises(SystemExit, match="other seeds"):
+        campaign.main(["--seeds", "1-4", "--workdir", str(tmp_path), "--resume"])
+    monkeypatch.setattr(campaign, "code_under_test", lambda: "def456")
+    with pytest.raises(SystemExit, match="ran code abc123, this tree is def456"):
+        campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--resume"])
+    monkeypatch.setattr(campaign, "code_under_test", lambda: "abc123+changes")
+    with pytest.raises(SystemExit, match="this tree is abc123\\+changes"):
+        campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--resume"])
