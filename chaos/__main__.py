@@ -14,12 +14,13 @@ directories of failing schedules are kept under --workdir (default ./chaos-runs)
 The summary (``<workdir>/summary.json``) is written after every schedule, with the commit of the
 code under test. A run of 100 full schedules takes hours: stopped (Ctrl-C, a killed session, a
 reboot), it goes on with ``--resume`` from the first seed without a result, provided the seeds
-and the code are the same; the summary then covers the whole run and says how many sittings it took.
+and the code (``CODE_PATHS``: documents may change) are the same; the summary then covers the whole run and says how many sittings it took.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -72,15 +73,23 @@ class Host:
         self.proc = None
 
 
+# What a campaign's result depends on: lakelog's code, the campaign's, their configuration. Documents
+# (RELIABILITY.md, the README) may change between sittings of one run.
+CODE_PATHS = ("log_store", "control_plane", "pipelines", "jobs", "chaos", "conf", "pyproject.toml")
+
+
 def code_under_test() -> str:
-    """The commit under test, with "+changes" when the working tree differs from it (or "unknown")."""
+    """The git trees of CODE_PATHS at HEAD, with "+changes" when the working tree differs there
+    (or "unknown" outside git)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT,
+        trees = subprocess.run(["git", "rev-parse", *(f"HEAD:{p}" for p in CODE_PATHS)], cwd=PROJECT,
                                capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
+                               cwd=PROJECT, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    code = hashlib.sha1(trees.stdout.encode()).hexdigest()[:12]
+    return code + ("+changes" if dirty.stdout.strip() else "")
 
 
 def resumed(path: Path, seeds: list[int], code: str) -> dict:
