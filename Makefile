@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads clean check-tools
+.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-control clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -63,6 +63,9 @@ bench-reads: setup
 
 bench-controller: setup
 	$(BIN)/python benchmarks/controller.py
+
+bench-control: setup
+	$(BIN)/python benchmarks/control_writes.py
 
 clean:
 	rm -rf $(VENV) .jars lakelog-data chaos-runs log_store/jvm/target

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from control_plane.layout import RootLayout
 from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
 from log_store.engine import DeltaTransaction, conflict_name
+from log_store.frames import rows_frame
 from log_store.errors import ConcurrentCommitError, LakelogError, StorageError
 
 _CHECKED: set[str] = set()
@@ -182,13 +183,13 @@ class ControlTables:
         """The table's rows (none if it does not exist yet; ``_metadata`` only when it does)."""
         self.check_format()
         if not self.exists(name):
-            return self.spark.createDataFrame([], TABLES[name])
+            return rows_frame(self.spark, [], TABLES[name])
         return self.spark.read.format("delta").load(self.path(name))
 
     def append(self, name: str, rows: list[dict]) -> None:
         """A blind append of rows: one commit."""
         self.ensure()
-        df = self.spark.createDataFrame(rows, TABLES[name])
+        df = rows_frame(self.spark, rows, TABLES[name])
         df.write.format("delta").mode("append").save(self.path(name))
 
     def insert_if_absent(self, name: str, rows: list[dict], keys: list[str]) -> int:
@@ -199,7 +200,7 @@ class ControlTables:
         """
         self.ensure()
         view = f"_lakelog_src_{name}"
-        self.spark.createDataFrame(rows, TABLES[name]).createOrReplaceTempView(view)
+        rows_frame(self.spark, rows, TABLES[name]).createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         try:
             metrics = self.spark.sql(
@@ -260,7 +261,7 @@ class ControlTables:
             return self.read("topics" if name == "topic_history" else name)
         if name == "group_offsets":  # commit order needs the table's row tracking: none before it exists
             if not self.exists("offset_commits"):
-                return self.spark.createDataFrame([], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
+                return rows_frame(self.spark, [], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
                                                       "committed_at TIMESTAMP_NTZ, generation INT")
             return latest_positions(view("offset_commits"), "committed_at", "generation")
         if name in DERIVED_VIEWS:

@@ -36,6 +36,7 @@ from log_store.crash import crash_point
 from log_store.dense_offsets import MIN_ROWS, TaskCount, check_dense, starts_array, task_starts, use_task_counts
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.frames import rows_frame
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -468,7 +469,7 @@ class TopicLog:
         such as a Delta sink.
         """
         if not ranges:
-            return self.spark.createDataFrame([], RECORD_SCHEMA)
+            return rows_frame(self.spark, [], RECORD_SCHEMA)
         cond = None
         for p, (start, end) in ranges.items():
             c = (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)

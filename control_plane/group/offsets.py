@@ -22,6 +22,7 @@ from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicP
 from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_position_rows, latest_positions
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.frames import rows_frame
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 from log_store.topic_log import LogSnapshot, Mode
 
@@ -225,7 +226,7 @@ class GroupOffsets:
                 )
             if raise_version is not None:
                 txn.set_properties({fence_property(group): str(raise_version)})
-            txn.write(self.spark.createDataFrame(rows, TABLES["offset_commits"]))
+            txn.write(rows_frame(self.spark, rows, TABLES["offset_commits"]))
             txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
             return True
 

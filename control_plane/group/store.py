@@ -17,6 +17,7 @@ from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Ha
 from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
+from log_store.frames import rows_frame
 from log_store.errors import ConcurrentCommitError
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
@@ -134,7 +135,7 @@ class GroupTables:
             if int(txn.configuration().get(prop, 0)) >= record.generation:
                 return False
             txn.set_properties({prop: str(record.generation)})
-            txn.write(self.spark.createDataFrame([record.model_dump()], TABLES["group_generations"]))
+            txn.write(rows_frame(self.spark, [record.model_dump()], TABLES["group_generations"]))
             txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
             return True
 

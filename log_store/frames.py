@@ -1,0 +1,41 @@
+"""DataFrames of a few rows made in Python, sent to the JVM through Arrow.
+
+``spark.createDataFrame(rows, schema)`` on a list pickles the rows and converts them in Spark's
+Python worker processes: a Spark job of four tasks, each starting a worker that re-reads the zip
+directories on its path (about 0.6 s on 2 cores). Every control-plane write (an offsets commit,
+a claim, a generation, a topic change) built one. From an Arrow table the rows go to the JVM
+directly (about 0.03 s): BENCHMARKS.md, 2026-11-24 (session 18).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from threading import Lock
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+_SCHEMAS: dict[str, tuple[StructType, pa.Schema]] = {}
+_LOCK = Lock()
+
+
+def _schemas(spark: SparkSession, schema: str | StructType) -> tuple[StructType, pa.Schema]:
+    """The Spark and Arrow forms of ``schema`` (a DDL string is parsed by Spark once per process)."""
+    if isinstance(schema, StructType):
+        return schema, to_arrow_schema(schema)
+    with _LOCK:
+        if schema not in _SCHEMAS:
+            struct = spark.createDataFrame([], schema).schema  # parses the DDL; runs no job
+            _SCHEMAS[schema] = (struct, to_arrow_schema(struct))
+        return _SCHEMAS[schema]
+
+
+def rows_frame(spark: SparkSession, rows: Iterable[dict], schema: str | StructType) -> DataFrame:
+    """A DataFrame of ``rows`` (dicts by column name; nested structs as dicts, maps as dicts,
+    naive datetimes for TIMESTAMP_NTZ) with exactly ``schema``. A value that does not fit its
+    column raises (pyarrow's ArrowInvalid or ArrowTypeError), as Spark's own check did."""
+    struct, arrow_schema = _schemas(spark, schema)
+    table = pa.Table.from_pylist(list(rows), schema=arrow_schema)
+    return spark.createDataFrame(table, struct)
