@@ -5,14 +5,23 @@ there, or several, comma-separated) dies with ``os._exit(86)`` at that step, as 
 by the operating system would: no ``finally``, no commit, nothing flushed. Every step that can
 leave work half done has a name here, so ``chaos`` can enumerate them all. Never set this
 variable in production.
+
+A process started with ``LAKELOG_PAUSE_AT=step@n`` and ``LAKELOG_PAUSE_DIR=dir`` instead waits
+at that step: it creates ``dir/step@n.reached`` and goes on once ``dir/step@n.go`` exists. Tests
+use it to let another process commit at an exact point of this one's work (a resize landing
+inside a producer's transaction), rather than hoping the timing overlaps.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 CRASH_ENV = "LAKELOG_CRASH_AT"
 CRASH_EXIT_CODE = 86
+PAUSE_ENV = "LAKELOG_PAUSE_AT"
+PAUSE_DIR_ENV = "LAKELOG_PAUSE_DIR"
 
 POINTS: dict[str, str] = {
     "create:after_log_table": "topic create: the log table exists, the topic's record does not",
@@ -38,6 +47,7 @@ POINTS: dict[str, str] = {
 }
 
 _hits: dict[str, int] = {}
+_pause_hits: dict[str, int] = {}
 
 
 def _wanted(spec: str, step: str) -> int | None:
@@ -53,6 +63,7 @@ def crash_point(step: str) -> None:
     """Die here if ``$LAKELOG_CRASH_AT`` names ``step`` (and this is the chosen hit)."""
     if step not in POINTS:
         raise KeyError(f"unregistered crash point {step!r}; add it to log_store.crash.POINTS")
+    _pause(step)
     spec = os.environ.get(CRASH_ENV)
     if not spec:
         return
@@ -62,3 +73,19 @@ def crash_point(step: str) -> None:
     _hits[step] = _hits.get(step, 0) + 1
     if _hits[step] == nth:
         os._exit(CRASH_EXIT_CODE)
+
+
+def _pause(step: str) -> None:
+    """Wait here if ``$LAKELOG_PAUSE_AT`` names ``step`` at this hit (see the module's docstring)."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec:
+        return
+    _pause_hits[step] = _pause_hits.get(step, 0) + 1
+    hits = [int(nth or 1) for name, _, nth in (p.strip().partition("@") for p in spec.split(",")) if name == step]
+    if _pause_hits[step] not in hits:
+        return
+    folder = Path(os.environ[PAUSE_DIR_ENV])
+    name = f"{step}@{_pause_hits[step]}"
+    (folder / f"{name}.reached").touch()
+    while not (folder / f"{name}.go").exists():
+        time.sleep(0.05)

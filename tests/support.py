@@ -32,11 +32,32 @@ def cli_without_java(root: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, env=env)
 
 
-def spawn_worker(*args: str) -> subprocess.Popen:
+def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(WORKERS / "workers.py"), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT, env={**os.environ, **(env or {})},
     )
+
+
+def pausing_at(folder: Path, *points: str) -> dict[str, str]:
+    """The environment that makes a worker wait at each ``step@n`` of ``points`` (log_store/crash.py)."""
+    return {"LAKELOG_PAUSE_AT": ",".join(points), "LAKELOG_PAUSE_DIR": str(folder)}
+
+
+def while_paused(proc: subprocess.Popen, folder: Path, point: str, timeout: float = 300) -> bool:
+    """Wait until ``proc`` waits at ``point``; False if it ended first. ``resume`` lets it go on."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (folder / f"{point}.reached").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def resume(folder: Path, point: str) -> None:
+    (folder / f"{point}.go").touch()
 
 
 def make_records(spark, n: int, keys: int = 10, start: int = 0, key_prefix: str = "k"):

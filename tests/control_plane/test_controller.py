@@ -27,7 +27,7 @@ from log_store.errors import (
 from log_store.partitioner import partition_for
 from log_store.topic_log import Mode
 from pipelines.producer import Producer
-from tests.support import PROJECT, make_records, spawn_worker
+from tests.support import PROJECT, make_records, pausing_at, resume, spawn_worker, while_paused
 
 RW, RO, NONE = Mode.READ_WRITE, Mode.READ_ONLY, Mode.NONE
 ON = ControllerSettings(delete_partition_enable=True)
@@ -212,14 +212,21 @@ def test_topics_created_while_others_are_created_all_land_and_one_name_once(spar
 
 
 # -- a producer through resizes ------------------------------------------------------------------
-def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root):
+def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root, tmp_path):
+    """Each resize commits while the producer holds a written, uncommitted batch (it waits at
+    ``produce:after_write``), so its commit is fenced, and it refreshes and re-partitions."""
     admin = TopicAdmin(spark, root)
     admin.create("live", 3)
-    producer = spawn_worker("append", root, "live", "px", "0", "300", "20", "50")
-    assert producer.stdout.readline(), "the producer committed a first batch"
+    # a batch's second pass through after_write is its retry: hit 2 is batch 2, hit 6 is batch 5
+    grow, shrink = "produce:after_write@2", "produce:after_write@6"
+    producer = spawn_worker("append", root, "live", "px", "0", "300", "20", "50", env=pausing_at(tmp_path, grow, shrink))
     ctl = TopicController(spark, root, ON)
-    ctl.alter("live", 5)  # 3 -> 5 while it produces
+    assert while_paused(producer, tmp_path, grow), producer.stderr.read()[-3000:]
+    ctl.alter("live", 5)  # 3 -> 5 inside the producer's transaction
+    resume(tmp_path, grow)
+    assert while_paused(producer, tmp_path, shrink), producer.stderr.read()[-3000:]
     ctl.alter("live", 3)  # and back: 3 and 4 are marked
+    resume(tmp_path, shrink)
     out, err = producer.communicate(timeout=600)
     assert producer.returncode == 0, err[-3000:]
     lines = [json.loads(x) for x in out.splitlines()]
@@ -234,7 +241,7 @@ def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root)
     counts |= {(3, 0): 5, (4, 0): 5}
     for r in rows:
         assert r["partition"] == partition_for(bytes(r["key"]), counts[(r["partition"], r["leader_epoch"])])
-    assert sum(x["refreshes"] for x in lines) >= 1, "the producer was fenced and refreshed"
+    assert [x["refreshes"] for x in lines if x["refreshes"]] == [1, 1], "fenced and refreshed at each resize"
     assert admin.log("live").metadata().undeleted_partition_count == 3
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
-from tests.support import run_worker, spawn_worker
+from tests.support import pausing_at, resume, run_worker, spawn_worker, while_paused
 
 
 def _log_rows(spark, admin, topic):
@@ -36,14 +36,18 @@ def test_processes_appending_to_one_partition_get_dense_unique_offsets(spark, ro
         assert seqs == sorted(seqs)
 
 
-def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spark, root):
+def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spark, root, tmp_path):
     admin = TopicAdmin(spark, root)
     admin.create("grow", 3)
-    producer = spawn_worker("append", root, "grow", "px", "0", "200", "20", "50")
-    time.sleep(1)
-    run_worker("alter_count", root, "grow", "5")  # the controller commits while the producer runs
+    point = "produce:after_write@3"  # the third batch is written under 3 partitions, not committed
+    producer = spawn_worker("append", root, "grow", "px", "0", "200", "20", "50", env=pausing_at(tmp_path, point))
+    assert while_paused(producer, tmp_path, point), producer.stderr.read()[-3000:]
+    run_worker("alter_count", root, "grow", "5")  # another process, the controller, commits meanwhile
+    resume(tmp_path, point)
     out, err = producer.communicate(timeout=400)
     assert producer.returncode == 0, err[-3000:]
+    refreshes = [json.loads(x)["refreshes"] for x in out.splitlines()]
+    assert refreshes[2] == 1 and sum(refreshes) == 1, "the stale batch was rejected, refreshed and retried"
     rows = _log_rows(spark, admin, "grow")
     assert sorted(r["sequence"] for r in rows) == list(range(200))
     log = admin.log("grow")
