@@ -5,8 +5,8 @@
 For each case, ``TopicController.alter`` grows fresh topics (median of the repeats) and, for
 comparison, a raw ``ALTER TABLE ... SET TBLPROPERTIES`` sets the same log metadata on a table of
 the same size. The controller's time is split into its steps: the record compare-and-set (a
-MERGE into the topics table), the log metadata commit, and the rest (reads of the latest record
-and the log snapshot). Prints a table; writes JSON to benchmarks/out/controller.json.
+table property raised in the commit of the record's row), the log metadata commit, and the rest
+(reads of the latest record and the log snapshot). Prints a table; writes JSON to benchmarks/out/controller.json.
 """
 
 from __future__ import annotations

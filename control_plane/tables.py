@@ -17,9 +17,9 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
-from log_store.engine import DeltaTransaction, conflict_name
-from log_store.frames import rows_frame
-from log_store.errors import ConcurrentCommitError, LakelogError, StorageError
+from log_store.engine import DeltaTransaction
+from log_store.frames import rows_frame, struct_of
+from log_store.errors import LakelogError, StorageError
 
 _CHECKED: set[str] = set()
 
@@ -124,8 +124,15 @@ def views_named(query: str) -> set[str] | None:
 
 
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
+# The topics table keeps each topic's latest record version as the property
+# ``lakelog.topicVersion.<topic>``, raised in the record's own commit: the compare-and-set of
+# topic changes (control_plane/topics.py). The marker says the table has kept them from the
+# start; a table made before it has them from its first change by this lakelog on.
+TOPIC_VERSION_PROP = "lakelog.topicVersion"
+TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
-                    "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING}
+                    "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING,
+                    "topics": {TOPIC_VERSIONS_KEPT: "true"}}
 
 
 class ControlTables:
@@ -163,11 +170,7 @@ class ControlTables:
             if DeltaTable.isDeltaTable(self.spark, path):
                 continue
             try:
-                builder = (
-                    DeltaTable.createIfNotExists(self.spark)
-                    .location(path)
-                    .addColumns(self.spark.createDataFrame([], schema).schema)
-                )
+                builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, schema))
                 for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
                     builder = builder.property(key, value)
                 builder.execute()
@@ -191,28 +194,6 @@ class ControlTables:
         self.ensure()
         df = rows_frame(self.spark, rows, TABLES[name])
         df.write.format("delta").mode("append").save(self.path(name))
-
-    def insert_if_absent(self, name: str, rows: list[dict], keys: list[str]) -> int:
-        """Insert rows whose ``keys`` are not yet present, in one MERGE commit; return rows inserted.
-
-        The MERGE reads the table, so two racing inserts of the same key cannot both succeed:
-        the loser fails with ConcurrentCommitError or inserts nothing.
-        """
-        self.ensure()
-        view = f"_lakelog_src_{name}"
-        rows_frame(self.spark, rows, TABLES[name]).createOrReplaceTempView(view)
-        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        try:
-            metrics = self.spark.sql(
-                f"MERGE INTO delta.`{self.path(name)}` t USING {view} s ON {on} "
-                "WHEN NOT MATCHED THEN INSERT *"
-            ).first()
-        except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
-            conflict = conflict_name(exc)
-            if conflict:
-                raise ConcurrentCommitError(f"a concurrent change to {name} won ({conflict})") from None
-            raise
-        return int(metrics["num_inserted_rows"])
 
     # -- SQL ---------------------------------------------------------------------------------
     CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",

@@ -1,22 +1,24 @@
 """Topic administration: create, list, describe (Kafka's ``kafka-topics``).
 
 Creating a topic makes its log table (initial metadata in the table's properties) and then
-records version 1 of the topic in the ``topics`` control table with a conditional insert, so
-two racing creators cannot both win. A crash between the two steps is completed by re-running.
+records version 1 of the topic in the ``topics`` control table with a compare-and-set
+(``TopicAdmin.record``), so two racing creators cannot both win. A crash between the two steps is completed by re-running.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
-from control_plane.tables import ControlTables
+from control_plane.tables import TABLES, TOPIC_VERSION_PROP, TOPIC_VERSIONS_KEPT, ControlTables
 from log_store.errors import (
     ConcurrentCommitError,
     ConcurrentTopicChangeError,
@@ -26,7 +28,8 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.crash import crash_point
-from log_store.engine import is_conflict, retry_on_conflict, table_version
+from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
+from log_store.frames import rows_frame
 from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -197,20 +200,41 @@ class TopicAdmin:
         """Append ``target`` as its topic's version ``target.topic_version``: True if it became
         that version, False if another process recorded that version first.
 
-        The insert is a MERGE on (topic, topic_version), which conflicts with any concurrent
-        insert into the table, other topics' too: those conflicts are retried; a conflict whose
-        version now exists is a lost compare-and-set.
+        The compare-and-set is the table property ``lakelog.topicVersion.<topic>``, read and
+        raised in the record's own commit (as a group's generation is): a property change
+        conflicts with every concurrent commit to the table, so of two records of one version one
+        wins; a conflict with another topic's change is retried. A table made before the
+        properties (no ``lakelog.topicVersions`` marker) gets every topic's version from its rows
+        at the transaction's version, in the same commit (its commit then conflicts with any
+        concurrent one adding rows, as an older lakelog's MERGE would).
         """
+        self.tables.ensure()
+        path = self.tables.path("topics")
+        prop = f"{TOPIC_VERSION_PROP}.{target.topic}"
+
         def attempt() -> bool:
-            try:
-                return self.tables.insert_if_absent("topics", [target.row()], ["topic", "topic_version"]) == 1
-            except Exception as exc:
-                if is_conflict(exc) and self.image(target.topic).record(target.topic_version) is not None:
-                    return False
-                raise
+            txn = DeltaTransaction.start(self.spark, path)
+            conf = txn.configuration()
+            versions = {prop: int(conf.get(prop, 0))} if conf.get(TOPIC_VERSIONS_KEPT) else self._versions_in_rows(txn)
+            if versions.get(prop, 0) >= target.topic_version:
+                return False
+            raised = {k: str(v) for k, v in versions.items()} | {prop: str(target.topic_version), TOPIC_VERSIONS_KEPT: "true"}
+            txn.set_properties(raised)
+            txn.write(rows_frame(self.spark, [target.row()], TABLES["topics"]))
+            txn.commit({}, json.dumps({"lakelog": "topic", "topic": target.topic, "topic_version": target.topic_version,
+                                       "event": target.event.value}))
+            return True
 
         try:
             return retry_on_conflict(attempt, attempts)
         except ConcurrentCommitError:
             raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}' against concurrent "
                                              "changes to other topics; run it again") from None
+
+    def _versions_in_rows(self, txn: DeltaTransaction) -> dict[str, int]:
+        """Each topic's latest version property, from the rows of a table made before the
+        properties, as of ``txn``'s version."""
+        txn.read_whole_table()
+        rows = (self.spark.read.format("delta").option("versionAsOf", txn.read_version).load(self.tables.path("topics"))
+                .groupBy("topic").agg(F.max("topic_version").alias("v")).collect())
+        return {f"{TOPIC_VERSION_PROP}.{r['topic']}": int(r["v"]) for r in rows}

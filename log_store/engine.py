@@ -119,6 +119,11 @@ class DeltaTransaction:
         text = delta(self.spark).util.JsonUtils.mapper().writeValueAsString(crc.get())
         return {t["appId"]: int(t["version"]) for t in json.loads(text).get("setTransactions", [])}
 
+    def read_whole_table(self) -> None:
+        """Make the commit conflict with any concurrent commit that adds or removes rows, as a
+        read of every row in this transaction would."""
+        self.jtxn.readWholeTable()
+
     def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
         """Change (and remove) table properties in this transaction's commit (a metadata update:
         every concurrent commit to the table then conflicts, so it acts as a fence)."""

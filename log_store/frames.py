@@ -32,6 +32,11 @@ def _schemas(spark: SparkSession, schema: str | StructType) -> tuple[StructType,
         return _SCHEMAS[schema]
 
 
+def struct_of(spark: SparkSession, schema: str | StructType) -> StructType:
+    """``schema`` as a StructType (a DDL string parsed once per process)."""
+    return _schemas(spark, schema)[0]
+
+
 def rows_frame(spark: SparkSession, rows: Iterable[dict], schema: str | StructType) -> DataFrame:
     """A DataFrame of ``rows`` (dicts by column name; nested structs as dicts, maps as dicts,
     naive datetimes for TIMESTAMP_NTZ) with exactly ``schema``. A value that does not fit its

@@ -188,8 +188,8 @@ def test_two_racing_controllers_bump_once(spark, root, tmp_path):
 
 
 def test_topics_created_while_others_are_created_all_land_and_one_name_once(spark, root, tmp_path):
-    """The topics table's compare-and-set is a MERGE, which conflicts with any concurrent insert:
-    a create racing other topics' creates is retried, never reported as "created concurrently";
+    """The topics table's compare-and-set raises a table property, which conflicts with any
+    concurrent commit: a create racing other topics' creates is retried, never reported as "created concurrently";
     of two creates of one name, one wins and the other is told the topic exists."""
     admin = TopicAdmin(spark, root)
     admin.create("warm", 1)
@@ -209,6 +209,28 @@ def test_topics_created_while_others_are_created_all_land_and_one_name_once(spar
     assert sorted(admin.current()) == sorted({n for ns in names.values() for n in ns} | {"warm"})
     events = admin.tables.read("topics").groupBy("topic").count().collect()
     assert all(r["count"] == 1 for r in events), "every topic recorded once"
+
+
+def test_a_topics_table_made_before_the_version_properties_keeps_its_compare_and_set(spark, root):
+    """A root whose topics table has no ``lakelog.topicVersion.*`` properties (made before them)
+    takes every topic's version from its rows: a version already recorded is refused, the next
+    one is recorded, and from then on the table keeps the properties for every topic."""
+    from log_store.engine import DeltaTransaction
+
+    admin = TopicAdmin(spark, root)
+    admin.create("old", 2)
+    admin.create("other", 1)
+    path = admin.tables.path("topics")
+    txn = DeltaTransaction.start(spark, path)
+    txn.commit_properties({}, drop=[k for k in txn.configuration() if k.startswith("lakelog.topicVersion")])
+    assert not [k for k in DeltaTransaction.start(spark, path).configuration() if k.startswith("lakelog.topicVersion")]
+    assert admin.record(admin.get("old")) is False, "version 1 of 'old' is in the rows: refused"
+    TopicController(spark, root, ON).alter("old", 3)
+    assert _history(spark, admin, "old") == ["create", "expand"]
+    conf = DeltaTransaction.start(spark, path).configuration()
+    assert conf["lakelog.topicVersion.old"] == "2" and conf["lakelog.topicVersion.other"] == "1"
+    assert admin.record(admin.get("other")) is False, "and the others' versions were carried over"
+    assert admin.tables.read("topics").count() == 3
 
 
 # -- a producer through resizes ------------------------------------------------------------------
