@@ -116,8 +116,8 @@ class TopicAdmin:
         version = table_version(self.spark, self.tables.path("topics"))
         if self._images is None or self._images[0] != version:
             records: dict[str, list[TopicRecord]] = {}
-            for row in self.tables.read("topics").collect():
-                record = TopicRecord.model_validate(row.asDict(recursive=True))
+            for row in self.tables.rows_at("topics", version):
+                record = TopicRecord.model_validate(row)
                 records.setdefault(record.topic, []).append(record)
             self._images = (version, {t: TopicImage(t, rs) for t, rs in records.items()})
         return self._images[1]

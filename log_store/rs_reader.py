@@ -31,20 +31,20 @@ def exists(path: str) -> bool:
     return Path(path, "_delta_log").is_dir()
 
 
-def rows(path: str) -> list[dict]:
-    """Every current row of the table at ``path`` (none if there is no table). Maps come as
-    lists of (key, value) pairs, as Arrow has them."""
+def rows(path: str, version: int | None = None) -> list[dict]:
+    """Every row of the table at ``path`` (none if there is no table), as of ``version`` (default:
+    the latest). Maps come as lists of (key, value) pairs, as Arrow has them."""
     if not exists(path):
         return []
     # Through delta-rs's query engine, not to_pyarrow_table(): with deltalake 1.6.6 and pyarrow 17
     # a process that scanned a pyarrow dataset aborts at exit about half the time ("terminate
     # called without an active exception", exit 134), which would fail a read command.
-    return arrow(path).to_pylist()
+    return arrow(path, version).to_pylist()
 
 
-def arrow(path: str) -> pa.Table:
-    """The current rows of the table at ``path`` as an Arrow table."""
-    reader = QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
+def arrow(path: str, version: int | None = None) -> pa.Table:
+    """The rows of the table at ``path`` (as of ``version``, default the latest) as an Arrow table."""
+    reader = QueryBuilder().register("t", DeltaTable(path, version=version)).execute("SELECT * FROM t")
     return pa.table(reader.read_all())
 
 

@@ -48,12 +48,13 @@ class GroupTables:
         self._ticks: dict[str, tuple[int, int | None]] = {}
         self._ticks_version: int | None = None
 
-    def _cached(self, table: str, key: tuple, load: Callable[[], object]) -> object:
+    def _cached(self, table: str, key: tuple, load: Callable[[], object], at_version: bool = False) -> object:
+        """``load()`` (``load(version)`` with ``at_version``), once per version of ``table``."""
         version = table_version(self.spark, self.tables.path(table))
         hit = self._cache.get((table, *key))
         if hit and hit[0] == version:
             return hit[1]
-        value = load()
+        value = load(version) if at_version else load()
         self._cache[(table, *key)] = (version, value)
         return value
 
@@ -99,11 +100,11 @@ class GroupTables:
         return gens[-1] if gens else None
 
     def generations(self, group: str) -> list[GenerationRecord]:
-        def load() -> list[GenerationRecord]:
-            rows = self.tables.read("group_generations").where(F.col("group") == group).orderBy("generation").collect()
-            return [GenerationRecord.model_validate(r.asDict(recursive=True)) for r in rows]
+        def load(version: int) -> list[GenerationRecord]:
+            rows = [r for r in self.tables.rows_at("group_generations", version) if r["group"] == group]
+            return [GenerationRecord.model_validate(r) for r in sorted(rows, key=lambda r: r["generation"])]
 
-        return self._cached("group_generations", (group,), load)
+        return self._cached("group_generations", (group,), load, at_version=True)
 
     # -- what groups list/describe read (control_plane.group.describe.GroupReads) ----------------
     def deleted_groups(self) -> set[str]:

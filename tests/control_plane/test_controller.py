@@ -241,7 +241,8 @@ def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root,
     admin.create("live", 3)
     # a batch's second pass through after_write is its retry: hit 2 is batch 2, hit 6 is batch 5
     grow, shrink = "produce:after_write@2", "produce:after_write@6"
-    producer = spawn_worker("append", root, "live", "px", "0", "300", "20", "50", env=pausing_at(tmp_path, grow, shrink))
+    producer = spawn_worker("append", root, "live", "px", "0", "300", "20", "50",
+                            env={**pausing_at(tmp_path, grow, shrink), "LAKELOG_WORKER_ATTACH": "1"})
     ctl = TopicController(spark, root, ON)
     assert while_paused(producer, tmp_path, grow), producer.stderr.read()[-3000:]
     ctl.alter("live", 5)  # 3 -> 5 inside the producer's transaction

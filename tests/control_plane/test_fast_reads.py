@@ -28,7 +28,10 @@ from pipelines.producer import Producer
 from tests.support import cli_without_java as _cli, make_records
 
 
-def test_both_readers_agree_through_resizes_retirements_and_deletions(spark, root):
+def test_both_readers_agree_through_resizes_retirements_and_deletions(spark, root, monkeypatch):
+    # TopicAdmin reads the topics table with delta-rs on a local root; here it reads as on remote
+    # storage, with Spark, so the two readers compared are really two.
+    monkeypatch.setattr("control_plane.tables.is_remote", lambda path: True)
     admin = TopicAdmin(spark, root)
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
     admin.create("a", 3)
@@ -82,7 +85,7 @@ def _comparable(d) -> dict:
     return out
 
 
-def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_spark(spark, root):
+def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_spark(spark, root, monkeypatch):
     """Both group readers give the same answers through a group's life: a standalone reader, a
     member with generations and heartbeats, an expiry report, a reset, a deleted group, a
     deleted topic. The CLI answers without Java; with old commit files cleaned up (log
@@ -109,6 +112,8 @@ def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_sp
     offsets.commit("again", "a", {0: 1})  # created again: starts anew, its old positions do not count
     TopicController(spark, root, ControllerSettings()).delete("gone")  # its positions stop counting
 
+    # generations and topic records are read with delta-rs on a local root: read as on remote storage
+    monkeypatch.setattr("control_plane.tables.is_remote", lambda path: True)
     spark_reads, fast = GroupTables(spark, root), FastGroupReader(root)
     listed = list_groups(fast)
     assert listed == list_groups(spark_reads)

@@ -8,7 +8,8 @@ import pytest
 
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
-from tests.support import pausing_at, resume, run_worker, spawn_worker, while_paused
+from tests.processes.workers import send_batches, set_count
+from tests.support import pausing_at, resume, spawn_worker, while_paused
 
 
 def _log_rows(spark, admin, topic):
@@ -42,7 +43,7 @@ def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spar
     point = "produce:after_write@3"  # the third batch is written under 3 partitions, not committed
     producer = spawn_worker("append", root, "grow", "px", "0", "200", "20", "50", env=pausing_at(tmp_path, point))
     assert while_paused(producer, tmp_path, point), producer.stderr.read()[-3000:]
-    run_worker("alter_count", root, "grow", "5")  # another process, the controller, commits meanwhile
+    set_count(spark, root, "grow", 5)  # another process (this one, its own JVM), the controller, commits meanwhile
     resume(tmp_path, point)
     out, err = producer.communicate(timeout=400)
     assert producer.returncode == 0, err[-3000:]
@@ -75,8 +76,7 @@ def test_killed_producer_rerun_with_same_id_loses_and_duplicates_nothing(spark, 
     proc.wait()
     before = admin.log("crash").table().count()
     assert 200 <= before < 1000, "the kill happened mid-run"
-    rerun = run_worker("append", root, "crash", "steady", "0", "1000", "100")
-    lines = [json.loads(x) for x in rerun.stdout.splitlines()]
+    lines = list(send_batches(spark, root, "crash", "steady", 0, 1000, 100))  # re-run here, with the same id
     assert sum(x["duplicates"] for x in lines) == before
     rows = _log_rows(spark, admin, "crash")
     assert sorted(r["sequence"] for r in rows) == list(range(1000))

@@ -1,4 +1,7 @@
-"""Processes the tests race and kill. Each builds its own Spark session (its own JVM).
+"""Processes the tests race and kill. Each builds its own Spark session in its own JVM, unless
+started with ``LAKELOG_WORKER_ATTACH=1``: then it attaches to the test run's JVM (chaos.host),
+for tests where the other party's being another OS process is enough (no cross-JVM race, no
+kill: a killed process attached to a shared JVM would leave its JVM-side call running).
 
 Usage: workers.py append ROOT TOPIC PRODUCER_ID START N BATCH_SIZE [KEYS] [KEY_PREFIX]
        workers.py alter_count ROOT TOPIC NEW_COUNT
@@ -8,7 +11,9 @@ Prints one JSON line per committed batch so a test can watch progress.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -19,40 +24,59 @@ from pipelines.settings import ProducerSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 
 
-def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: str, keys: str = "10",
-           prefix: str = "k") -> None:
+ATTACH_ENV = "LAKELOG_WORKER_ATTACH"
+
+
+def _session():
+    if os.environ.get(ATTACH_ENV) == "1":
+        from chaos.host import attach
+
+        return attach()
+    return build_session(SparkSettings(profile="small"))
+
+
+def send_batches(spark, root: str, topic: str, producer_id: str, start: int, n: int, batch: int, keys: int = 10,
+                 prefix: str = "k") -> Iterator[dict]:
+    """Produce records start..start+n-1 in batches of ``batch``; one summary per committed batch."""
     from pyspark.sql import functions as F
 
     from pipelines.producer import Producer
 
-    spark = build_session(SparkSettings(profile="small"))
-    producer = Producer(spark, root, topic, producer_id, ProducerSettings(batch_size=int(batch), max_retries=100))
-    s, total, b = int(start), int(n), int(batch)
-    for lo in range(s, s + total, b):
-        hi = min(lo + b, s + total)
+    producer = Producer(spark, root, topic, producer_id, ProducerSettings(batch_size=batch, max_retries=100))
+    for lo in range(start, start + n, batch):
+        hi = min(lo + batch, start + n)
         df = spark.range(lo, hi).select(
-            F.concat(F.lit(prefix), (F.col("id") % int(keys)).cast("string")).alias("key"),
+            F.concat(F.lit(prefix), (F.col("id") % keys).cast("string")).alias("key"),
             F.col("id").cast("string").alias("value"),
             F.col("id").alias("sequence"),
         )
         result = producer.send(df)
-        print(json.dumps({"lo": lo, "hi": hi, "appended": result.appended, "duplicates": result.duplicates,
-                          "refreshes": result.metadata_refreshes, "retries": result.commit_retries}), flush=True)
+        yield {"lo": lo, "hi": hi, "appended": result.appended, "duplicates": result.duplicates,
+               "refreshes": result.metadata_refreshes, "retries": result.commit_retries}
 
 
-def alter_count(root: str, topic: str, new_count: str) -> None:
+def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: str, keys: str = "10",
+           prefix: str = "k") -> None:
+    spark = _session()
+    for line in send_batches(spark, root, topic, producer_id, int(start), int(n), int(batch), int(keys), prefix):
+        print(json.dumps(line), flush=True)
+
+
+def set_count(spark, root: str, topic: str, n: int) -> None:
     """Expand the partition count in the log table's metadata (the controller's commit)."""
     from control_plane.topics import TopicAdmin
     from log_store.topic_log import PartitionMetadata
 
-    spark = build_session(SparkSettings(profile="small"))
     log = TopicAdmin(spark, root).log(topic)
     meta = log.metadata()
-    n = int(new_count)
     parts = {p: PartitionMetadata(partition=p, leader_epoch=m.leader_epoch + 1) for p, m in meta.partitions.items()}
     parts.update({p: PartitionMetadata(partition=p) for p in range(len(parts), n)})
     log.set_metadata(meta.model_copy(update={"undeleted_partition_count": n, "partitions": parts}))
-    print(json.dumps({"count": n}), flush=True)
+
+
+def alter_count(root: str, topic: str, new_count: str) -> None:
+    set_count(_session(), root, topic, int(new_count))
+    print(json.dumps({"count": int(new_count)}), flush=True)
 
 
 if __name__ == "__main__":
