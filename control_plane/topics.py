@@ -13,7 +13,6 @@ from datetime import datetime
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
@@ -235,6 +234,8 @@ class TopicAdmin:
         """Each topic's latest version property, from the rows of a table made before the
         properties, as of ``txn``'s version."""
         txn.read_whole_table()
-        rows = (self.spark.read.format("delta").option("versionAsOf", txn.read_version).load(self.tables.path("topics"))
-                .groupBy("topic").agg(F.max("topic_version").alias("v")).collect())
-        return {f"{TOPIC_VERSION_PROP}.{r['topic']}": int(r["v"]) for r in rows}
+        versions: dict[str, int] = {}
+        for r in self.tables.rows_at("topics", txn.read_version):
+            key = f"{TOPIC_VERSION_PROP}.{r['topic']}"
+            versions[key] = max(versions.get(key, 0), int(r["topic_version"]))
+        return versions
