@@ -12,7 +12,11 @@ cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for on
   ``undelivered`` (never delivered, partition still live), ``expired_unreported`` (its partition
   was retired before the group delivered it and the group did not report it expired);
 - each group's control rows: ``two_owners``, ``position_backwards``, ``position_beyond_end``,
-  ``duplicate_generation``.
+  ``duplicate_generation``;
+- the control plane's commit-order labels (``commit_order``: lakelog orders positions and
+  member states by them): ``order_label_disagrees`` when, for one partition's positions, one
+  member's states, or a group's rows around its deletion, the labels do not rise strictly
+  with Delta's commit versions, or a label is above its row's commit version.
 
 Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
 its first generation: partitions retired before it (by topic version) are not expected of it.
@@ -34,6 +38,7 @@ ANOMALIES = (
     "lost_acknowledged", "log_duplicate", "log_phantom", "offset_reuse", "offset_gap", "epoch_decrease",
     "log_key_reorder", "sink_duplicate", "sink_phantom", "delivery_reorder", "undelivered",
     "expired_unreported", "two_owners", "position_backwards", "position_beyond_end", "duplicate_generation",
+    "order_label_disagrees",
 )
 SAMPLES = 5
 
@@ -303,6 +308,48 @@ def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:
     return out
 
 
+def _label_keys(table: str, r: dict) -> list[tuple]:
+    """The keys whose rows must be labelled in commit order: a partition's positions, a member's
+    states, and all of a group's rows relative to its deletions."""
+    if table == "group_members":
+        return [(r["group"], r["member_id"])]
+    keys = [("deletion", r["group"])]
+    if r["kind"] in ("commit", "revoke", "reset") and r["partition"] >= 0:
+        keys.append((r["group"], r["topic"], r["partition"]))
+    return keys
+
+
+def check_commit_order(root: str, out: Findings) -> None:
+    """``order_label_disagrees``: see the module docstring."""
+    for table in ("offset_commits", "group_members"):
+        rows = [r for r in read_changes(f"{root}/control/{table}") if r.get("commit_order") is not None]
+        last: dict[tuple, dict] = {}
+        deletions: dict[str, list[dict]] = defaultdict(list)
+        for r in sorted(rows, key=lambda r: r["_commit_version"]):
+            if r["commit_order"] > r["_commit_version"]:
+                out.add("order_label_disagrees", f"{table}: label {r['commit_order']} above version {r['_commit_version']}")
+            if table == "offset_commits" and r["kind"] == "deleted":
+                deletions[r["group"]].append(r)
+            for key in _label_keys(table, r):
+                if key[0] == "deletion":
+                    continue
+                prev = last.get(key)
+                if prev is not None and prev["_commit_version"] < r["_commit_version"] and prev["commit_order"] >= r["commit_order"]:
+                    out.add("order_label_disagrees", f"{table} {key}: label {r['commit_order']} (version "
+                                                     f"{r['_commit_version']}) not above {prev['commit_order']} "
+                                                     f"(version {prev['_commit_version']})")
+                last[key] = r
+        for r in rows:
+            for d in deletions.get(r["group"], []):
+                if r["_commit_version"] == d["_commit_version"]:
+                    continue
+                # readers cut off rows labelled at or below a deletion's label
+                if (r["_commit_version"] < d["_commit_version"]) != (r["commit_order"] <= d["commit_order"]):
+                    out.add("order_label_disagrees", f"{table}: {r['group']}'s row of version {r['_commit_version']} "
+                                                     f"is on the other side of its deletion (version {d['_commit_version']}) by label")
+        out.stats[f"labelled[{table}]"] = len(rows)
+
+
 def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Iterable[int]],
           groups: dict[str, str]) -> Findings:
     """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
@@ -312,6 +359,7 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out)
+    check_commit_order(root, out)
     return out
 
 

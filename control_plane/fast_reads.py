@@ -14,7 +14,7 @@ from control_plane.group.store import HEARTBEAT_PREFIX, TICK_WINDOW, ticks_of
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicEvent, TopicRecord
-from control_plane.tables import latest_position_rows
+from control_plane.tables import latest_position_rows, latest_rows, member_states_of
 from control_plane.topics import TopicDescription, describe_topic, live_record
 from log_store import rs_reader
 from log_store.topic_log import LogSnapshot
@@ -74,11 +74,8 @@ class FastGroupReader:
 
     def deleted_groups(self) -> set[str]:
         """Groups whose latest row (in commit order) is a deletion, as ``GroupOffsets.deleted``."""
-        latest: dict[str, dict] = {}
-        for r in self._table("offset_commits"):
-            if r["group"] not in latest or r["_order"] > latest[r["group"]]["_order"]:
-                latest[r["group"]] = r
-        return {g for g, r in latest.items() if r["kind"] == CommitKind.DELETED.value}
+        latest = latest_rows("offset_commits", self._table("offset_commits"), "group")
+        return {g for (g,), r in latest.items() if r["kind"] == CommitKind.DELETED.value}
 
     def group_names(self) -> set[str]:
         return {g for g, _t, _p in self._positions()} | {r["group"] for r in self._table("group_generations", False)}
@@ -98,12 +95,7 @@ class FastGroupReader:
 
     def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
         """Each member's latest state row in commit order, as ``GroupTables.member_states``."""
-        latest: dict[str, dict] = {}
-        for r in self._table("group_members"):
-            if r["group"] == group and (r["member_id"] not in latest or r["_order"] > latest[r["member_id"]]["_order"]):
-                latest[r["member_id"]] = r
-        return {m: MemberHeartbeat.model_validate({k: v for k, v in r.items() if k != "_order"})
-                for m, r in latest.items()}
+        return member_states_of(self._table("group_members"), group)
 
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         path = self.layout.control("group_heartbeats")

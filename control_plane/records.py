@@ -116,11 +116,13 @@ class OffsetCommit(BaseModel):
     metadata: str = ""
     kind: str = "commit"
     end_offset: int | None = None  # kind "expired": the records [offset, end_offset) can no longer be delivered
+    commit_order: int | None = None  # set when written: see control_plane.tables.COMMIT_ORDER_COLUMN
 
 
 OFFSET_SCHEMA = (
     "`group` STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
-    "generation INT, member_id STRING, committed_at TIMESTAMP_NTZ, metadata STRING, kind STRING, end_offset BIGINT"
+    "generation INT, member_id STRING, committed_at TIMESTAMP_NTZ, metadata STRING, kind STRING, end_offset BIGINT, "
+    "commit_order BIGINT"
 )
 
 
@@ -190,6 +192,7 @@ class MemberHeartbeat(BaseModel):
     heartbeat_at: datetime = Field(default_factory=utcnow)  # the writer's clock: shown, never compared
     host: str = ""
     beat: int = 0  # the member's heartbeat counter: liveness is a counter observed to move
+    commit_order: int | None = None  # set when written: see control_plane.tables.COMMIT_ORDER_COLUMN
 
 
 class MemberAssignment(BaseModel):
@@ -266,7 +269,8 @@ MEMBER_SCHEMA = (
     f"joining INT, protocol STRING, assignor STRING, topics ARRAY<STRING>, owned ARRAY<{TP_DDL}>, "
     f"previous ARRAY<{TP_DDL}>, warm_ready ARRAY<{TP_DDL}>, warmup BOOLEAN, "
     "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, session_timeout_ms INT, "
-    "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP_NTZ, host STRING, beat BIGINT"
+    "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP_NTZ, host STRING, beat BIGINT, "
+    "commit_order BIGINT"
 )
 
 GENERATION_SCHEMA = (

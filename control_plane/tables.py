@@ -10,20 +10,24 @@ with history and time travel.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
-from control_plane.records import GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind
+from control_plane.records import (
+    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
+)
 from log_store import rs_reader
-from log_store.engine import DeltaTransaction
-from log_store.files import is_remote
+from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.files import reads_with_delta_rs
 from log_store.frames import rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 
 _CHECKED: set[str] = set()
+_ROW_TRACKED: dict[str, bool] = {}  # ordered table path -> ordered by row tracking (fixed at creation)
 
 # The layout of the tables under a root; a root written by another layout is refused, not misread.
 FORMAT_PROP = "lakelog.format"
@@ -38,23 +42,34 @@ TABLES = {
     # to write and to read back from the commit files; the table holds no rows.
     "group_heartbeats": "`group` STRING",
 }
-# Every control table keeps the change feed (``table_changes``). The tables whose current state
-# is "the latest row in commit order" also track rows (``_metadata.row_commit_version``), never
-# ordered by a writer's clock. Only those: with row tracking, every commit computes the
-# snapshot's state to find the row id high-water mark (a Spark job, about 0.5 s), which the
-# heartbeat table, committed every interval by every member, cannot afford.
+# Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
-COMMIT_ORDER = "_metadata.row_commit_version"
+# The tables whose current state is "the latest row in commit order" (never a writer's clock):
+# each row carries ``commit_order``, one more than the table version its writer's transaction
+# read. A writer that saw a row labels its own rows higher, so rows written one after another
+# (a member's own rows; a partition's positions, whose writers are fenced by generation or hand
+# over through a revocation they wait to see) are labelled in commit order; only writes that
+# saw nothing of each other can tie, and ``ORDER_TIEBREAK`` settles those the same way in
+# every reader. The campaign's checker verifies labels against Delta's commit versions. Tables
+# made before this column (row tracking on) are ordered by ``_metadata.row_commit_version``,
+# the commit version itself; row tracking costs every commit a state reconstruction (about
+# 0.5 s), and the labels can be read by delta-rs, which has no row tracking.
+ORDERED_TABLES = ("offset_commits", "group_members")
+COMMIT_ORDER_COLUMN = "commit_order"
+ROW_COMMIT_VERSION = "_metadata.row_commit_version"
+ORDER_TIEBREAK = {"offset_commits": ("offset", "member_id"), "group_members": ("beat",)}
 # offset_commits rows that move a position (claims, fences and expiry reports do not).
 POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.RESET.value)
 
 
 def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
-    """Each (group, topic, partition)'s current position in ``commits`` (offset_commits rows): the
-    position row latest in commit order, never by a writer's clock, with ``columns`` of that row.
+    """Each (group, topic, partition)'s current position in ``commits`` (offset_commits rows, with
+    ``_order`` from ``ControlTables.ordered``): the position row latest in commit order (ties
+    settled by ``ORDER_TIEBREAK``), never by a writer's clock, with ``columns`` of that row.
     Rows before a group's latest deletion, or before the topic's latest deletion, do not count: a
     group, or a topic, created again with the name starts anew."""
-    ordered = commits.withColumn("_order", F.col(COMMIT_ORDER))
+    ordered = commits
+    rank = F.struct("_order", *ORDER_TIEBREAK["offset_commits"])
     group_deleted = (ordered.where(F.col("kind") == CommitKind.DELETED.value)
                      .groupBy("group").agg(F.max("_order").alias("_group_deleted_at")))
     topic_deleted = (ordered.where(F.col("kind") == CommitKind.TOPIC_DELETED.value)
@@ -63,16 +78,38 @@ def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
     # there is none otherwise): so aggregate the rows first and join only the aggregates.
     latest = (ordered.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
               .groupBy("group", "topic", "partition")
-              .agg(F.max("_order").alias("_at"), *(F.max_by(c, F.col("_order")).alias(c) for c in ("offset", *columns))))
+              .agg(F.max("_order").alias("_at"), *(F.max_by(c, rank).alias(c) for c in ("offset", *columns))))
     return (latest.join(group_deleted, "group", "left").join(topic_deleted, "topic", "left")
             .where(F.col("_at") > F.coalesce(F.col("_group_deleted_at"), F.lit(-1)))
             .where(F.col("_at") > F.coalesce(F.col("_topic_deleted_at"), F.lit(-1)))
             .select("group", "topic", "partition", "offset", *columns))
 
 
+def order_rank(name: str, row: dict) -> tuple:
+    """Where ``row`` of table ``name`` stands in commit order: its ``_order``, then the tie-break."""
+    return (row["_order"], *(row[c] for c in ORDER_TIEBREAK[name]))
+
+
+def latest_rows(name: str, rows: Iterable[dict], *key: str) -> dict[tuple, dict]:
+    """The latest row (``order_rank``) of each ``key`` among plain rows of ordered table ``name``."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        k = tuple(r[c] for c in key)
+        if k not in out or order_rank(name, r) > order_rank(name, out[k]):
+            out[k] = r
+    return out
+
+
+def member_states_of(rows: Iterable[dict], group: str) -> dict[str, MemberHeartbeat]:
+    """Each member of ``group``'s latest state among plain ``group_members`` rows (with ``_order``)."""
+    latest = latest_rows("group_members", (r for r in rows if r["group"] == group), "member_id")
+    return {m: MemberHeartbeat.model_validate({k: v for k, v in r.items() if k != "_order"})
+            for (m,), r in latest.items()}
+
+
 def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
-    """``latest_positions`` over plain rows, each with ``_order`` (the version that committed
-    it), for the JVM-free readers: (group, topic, partition) -> its position row. The same rule;
+    """``latest_positions`` over plain rows, each with ``_order`` (see ``ControlTables.ordered``),
+    for the JVM-free readers: (group, topic, partition) -> its position row. The same rule;
     tests/control_plane/test_fast_reads.py checks that both readers agree."""
     group_deleted: dict[str, int] = {}
     topic_deleted: dict[str, int] = {}
@@ -87,7 +124,7 @@ def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
                 or r["_order"] <= group_deleted.get(r["group"], -1) or r["_order"] <= topic_deleted.get(r["topic"], -1)):
             continue
         key = (r["group"], r["topic"], r["partition"])
-        if key not in out or r["_order"] > out[key]["_order"]:
+        if key not in out or order_rank("offset_commits", r) > order_rank("offset_commits", out[key]):
             out[key] = r
     return out
 
@@ -125,7 +162,6 @@ def views_named(query: str) -> set[str] | None:
     return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
 
 
-ROW_TRACKING = {"delta.enableRowTracking": "true"}
 # The topics table keeps each topic's latest record version as the property
 # ``lakelog.topicVersion.<topic>``, raised in the record's own commit: the compare-and-set of
 # topic changes (control_plane/topics.py). The marker says the table has kept them from the
@@ -133,7 +169,6 @@ ROW_TRACKING = {"delta.enableRowTracking": "true"}
 TOPIC_VERSION_PROP = "lakelog.topicVersion"
 TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
-                    "offset_commits": ROW_TRACKING, "group_members": ROW_TRACKING,
                     "topics": {TOPIC_VERSIONS_KEPT: "true"}}
 
 
@@ -170,6 +205,8 @@ class ControlTables:
         for name, schema in TABLES.items():
             path = self.path(name)
             if DeltaTable.isDeltaTable(self.spark, path):
+                if name in ORDERED_TABLES:
+                    self._add_order_column(name)
                 continue
             try:
                 builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, schema))
@@ -180,6 +217,18 @@ class ControlTables:
                 if not DeltaTable.isDeltaTable(self.spark, path):
                     raise
         self._ensured = True
+
+    def _add_order_column(self, name: str) -> None:
+        """Give a table made before ``commit_order`` the column (its rows stay ordered by row
+        tracking; new rows carry a label too). Safe to race: a lost race finds the column there."""
+        path = self.path(name)
+        if COMMIT_ORDER_COLUMN in self.spark.read.format("delta").load(path).columns:
+            return
+        try:
+            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({COMMIT_ORDER_COLUMN} BIGINT)")
+        except Exception:
+            if COMMIT_ORDER_COLUMN not in self.spark.read.format("delta").load(path).columns:
+                raise
 
     def exists(self, name: str) -> bool:
         return DeltaTable.isDeltaTable(self.spark, self.path(name))
@@ -193,24 +242,75 @@ class ControlTables:
 
     def rows_at(self, name: str, version: int) -> list[dict]:
         """The rows of a table not ordered by commit (``topics``, ``group_generations``) as of
-        ``version`` (from ``table_version``; none below 0). On a local root through delta-rs,
-        about 0.02 s: Spark rebuilds a table's state for each new version with a job, about 1 s,
-        and these tables get a version with every topic change and every generation. On remote
-        storage through Spark, with the credentials configured for it."""
+        ``version`` (from ``table_version``; none below 0). Through delta-rs where
+        ``reads_with_delta_rs`` (a local root), about 0.02 s: Spark rebuilds a table's state for
+        each new version with a job, about 1 s, and these tables get a version with every topic
+        change and every generation. Otherwise through Spark."""
         self.check_format()
         path = self.path(name)
         if version < 0:
             return []
-        if not is_remote(path):
+        if reads_with_delta_rs(path):
             return rs_reader.rows(path, version)
         frame = self.spark.read.format("delta").option("versionAsOf", version).load(path)
         return [row.asDict(recursive=True) for row in frame.collect()]
 
+    def row_tracked(self, name: str) -> bool:
+        """Whether an ordered table is ordered by row tracking (made before ``commit_order``)."""
+        path = self.path(name)
+        if path not in _ROW_TRACKED:
+            if not self.exists(name):
+                return False
+            conf = DeltaTransaction.start(self.spark, path).configuration()
+            _ROW_TRACKED[path] = conf.get("delta.enableRowTracking") == "true"
+        return _ROW_TRACKED[path]
+
+    def reads_without_spark(self, name: str) -> bool:
+        """Whether ``ordered_rows`` reads this ordered table with delta-rs (a local root, labels)."""
+        return reads_with_delta_rs(self.path(name)) and not self.row_tracked(name)
+
+    def ordered(self, name: str) -> DataFrame:
+        """An ordered table's rows (``ORDERED_TABLES``) with ``_order``, their place in commit order."""
+        frame = self.read(name)
+        order = F.col(ROW_COMMIT_VERSION) if self.row_tracked(name) else F.col(COMMIT_ORDER_COLUMN)
+        return frame.withColumn("_order", order)
+
+    def ordered_rows(self, name: str, version: int | None = None) -> list[dict]:
+        """An ordered table's rows with ``_order`` as plain rows, as of ``version`` (default: the
+        latest). Through delta-rs where ``reads_with_delta_rs`` (no Spark job); otherwise, and
+        for tables ordered by row tracking (delta-rs has no row tracking), through Spark."""
+        self.check_format()
+        path = self.path(name)
+        if version is not None and version < 0:
+            return []
+        if self.reads_without_spark(name):
+            return [{**r, "_order": r[COMMIT_ORDER_COLUMN]} for r in rs_reader.rows(path, version)]
+        if not self.exists(name):
+            return []
+        frame = self.ordered(name) if version is None else (
+            self.spark.read.format("delta").option("versionAsOf", version).load(path)
+            .withColumn("_order", F.col(ROW_COMMIT_VERSION) if self.row_tracked(name) else F.col(COMMIT_ORDER_COLUMN)))
+        return [row.asDict(recursive=True) for row in frame.collect()]
+
     def append(self, name: str, rows: list[dict]) -> None:
-        """A blind append of rows: one commit."""
+        """Append rows in one commit: blind, except that an ordered table's rows are labelled
+        (``write_labelled``), and a fence raised meanwhile makes it write them again."""
         self.ensure()
-        df = rows_frame(self.spark, rows, TABLES[name])
-        df.write.format("delta").mode("append").save(self.path(name))
+        if name not in ORDERED_TABLES:
+            rows_frame(self.spark, rows, TABLES[name]).write.format("delta").mode("append").save(self.path(name))
+            return
+
+        def attempt() -> None:
+            txn = DeltaTransaction.start(self.spark, self.path(name))
+            self.write_labelled(txn, name, rows)
+            txn.commit({})
+
+        retry_on_conflict(attempt, attempts=50, backoff_ms=10)
+
+    def write_labelled(self, txn: DeltaTransaction, name: str, rows: list[dict]) -> None:
+        """Write ``rows`` into ``txn`` with their ``commit_order``: one more than the version ``txn`` read."""
+        label = txn.read_version + 1
+        txn.write(rows_frame(self.spark, [{**r, COMMIT_ORDER_COLUMN: label} for r in rows], TABLES[name]))
 
     # -- SQL ---------------------------------------------------------------------------------
     CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",
@@ -261,7 +361,7 @@ class ControlTables:
             if not self.exists("offset_commits"):
                 return rows_frame(self.spark, [], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
                                                       "committed_at TIMESTAMP_NTZ, generation INT")
-            return latest_positions(view("offset_commits"), "committed_at", "generation")
+            return latest_positions(self.ordered("offset_commits"), "committed_at", "generation")
         if name in DERIVED_VIEWS:
             for source in DERIVED_VIEWS[name][0]:
                 view(source).createOrReplaceTempView(source)

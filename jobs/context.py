@@ -46,11 +46,9 @@ class Context:
         """Read-only commands read with delta-rs (no JVM to start) on a local root; with Spark
         otherwise (remote stores need Spark's credentials and file systems) or when
         ``LAKELOG_FAST_READS=0``."""
-        import os
+        from log_store.files import reads_with_delta_rs
 
-        from control_plane.layout import RootLayout
-
-        return RootLayout(self.root).is_local and os.environ.get("LAKELOG_FAST_READS", "1") != "0"
+        return reads_with_delta_rs(self.root)
 
     def topic_reader(self):
         """What read-only topic commands read with (see ``fast_reads``)."""

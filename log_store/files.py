@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -13,6 +14,16 @@ _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
 def is_remote(path: str) -> bool:
     """True for URIs such as s3://, abfss://, dbfs:/ (anything but a local path or file:/)."""
     return bool(_URI.match(path)) and not path.startswith("file:/")
+
+
+FAST_READS_ENV = "LAKELOG_FAST_READS"
+
+
+def reads_with_delta_rs(path: str) -> bool:
+    """Whether lakelog reads the table at ``path`` with delta-rs rather than Spark: on local
+    storage, unless ``LAKELOG_FAST_READS=0`` (remote storage needs Spark's credentials and file
+    systems). The one switch for the read commands and for jobs' own reads of control tables."""
+    return not is_remote(path) and os.environ.get(FAST_READS_ENV, "1") != "0"
 
 
 def local_path(path: str) -> Path:

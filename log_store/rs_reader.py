@@ -58,16 +58,25 @@ def version(path: str) -> int:
     return DeltaTable(path).version() if exists(path) else -1
 
 
-def rows_in_commit_order(path: str) -> list[dict]:
-    """Every row of an append-only table with ``_order``: the version that committed it.
+def row_tracked(path: str) -> bool:
+    """Whether the table at ``path`` tracks rows (``delta.enableRowTracking``)."""
+    return exists(path) and DeltaTable(path).metadata().configuration.get("delta.enableRowTracking") == "true"
 
-    Spark reads that order as ``_metadata.row_commit_version`` (row tracking); delta-rs has no
-    such column, but an appended row's change-feed entry carries the same version. Read from
-    the change feed since version 0, so this needs every commit file: when old ones were
-    cleaned up (log retention), or a row was ever changed in place, FastReadUnavailable.
+
+def rows_in_commit_order(path: str, label: str = "commit_order") -> list[dict]:
+    """Every row of an append-only table with ``_order``: its place in commit order.
+
+    A table whose rows carry a ``label`` column (control_plane.tables explains it) is ordered by
+    it. One made before it, with row tracking, is ordered by the version that committed each
+    row: Spark reads that as ``_metadata.row_commit_version``; delta-rs has no such column, but
+    an appended row's change-feed entry carries the same version. That is read from the change
+    feed since version 0, so it needs every commit file: when old ones were cleaned up (log
+    retention), or a row was ever changed in place, FastReadUnavailable.
     """
     if not exists(path):
         return []
+    if not row_tracked(path):
+        return [{**r, "_order": r[label]} for r in rows(path)]
     try:
         feed = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
     except Exception as exc:  # delta-rs raises several kinds for missing commit files

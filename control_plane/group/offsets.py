@@ -19,10 +19,9 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables, latest_position_rows, latest_positions
+from control_plane.tables import ORDER_TIEBREAK, ControlTables, latest_position_rows, latest_positions, order_rank
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
-from log_store.frames import rows_frame
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 from log_store.topic_log import LogSnapshot, Mode
 
@@ -120,6 +119,33 @@ class GroupTopicState:
                 resets[r["partition"]] = resets.get(r["partition"], 0) + r["n"]
         out = {p: n + deletions for p, n in resets.items()}
         return cls(committed, expired, {-1: deletions, **out} if deletions or out else {})
+
+
+def state_row(group: str, topic: str, r: dict) -> bool:
+    """Whether an offset_commits row bears on ``group``'s state on ``topic``: the group's rows on
+    the topic, its deletions, and the topic's deletions (``GroupOffsets.state``'s filter)."""
+    kind = r["kind"]
+    return ((r["group"] == group and (r["topic"] == topic or kind == CommitKind.DELETED.value))
+            or (r["topic"] == topic and kind == CommitKind.TOPIC_DELETED.value))
+
+
+def aggregate_state_rows(rows: Iterable[dict]) -> list[dict]:
+    """``GroupOffsets.state``'s aggregation over plain rows: per (group, topic, partition, kind,
+    key) the latest row's order, offset and member, and how many rows it stands for; the key is
+    a topic deletion's version or an expiry report's end."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        kind = r["kind"]
+        key = r["offset"] if kind == CommitKind.TOPIC_DELETED.value else r["end_offset"] if kind == CommitKind.EXPIRED.value else None
+        k = (r["group"], r["topic"], r["partition"], kind, key)
+        agg = out.get(k)
+        if agg is None or order_rank("offset_commits", r) > order_rank("offset_commits", agg):
+            out[k] = {"group": r["group"], "topic": r["topic"], "partition": r["partition"], "kind": kind, "_key": key,
+                      "_order": r["_order"], "offset": r["offset"], "member_id": r["member_id"],
+                      "n": (agg["n"] if agg else 0) + 1}
+        else:
+            agg["n"] += 1
+    return list(out.values())
 
 
 class GroupOffsets:
@@ -226,7 +252,7 @@ class GroupOffsets:
                 )
             if raise_version is not None:
                 txn.set_properties({fence_property(group): str(raise_version)})
-            txn.write(rows_frame(self.spark, rows, TABLES["offset_commits"]))
+            self.tables.write_labelled(txn, "offset_commits", rows)
             txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
             return True
 
@@ -235,8 +261,8 @@ class GroupOffsets:
     def committed(self, group: str, topic: str) -> dict[int, int]:
         """Latest committed offset per partition (empty if the group never committed).
 
-        Latest in commit order (each row's Delta commit version, from row tracking), never by
-        the writers' clocks: two members' clocks may disagree, the table's commit order cannot.
+        Latest in commit order (``control_plane.tables.ORDERED_TABLES``), never by the writers'
+        clocks: two members' clocks may disagree, the table's commit order cannot.
         """
         return self.state(group, topic).committed
 
@@ -249,24 +275,29 @@ class GroupOffsets:
     def state(self, group: str, topic: str) -> "GroupTopicState":
         """``group``'s positions, expiry reports and incarnations on ``topic``, in one read.
 
-        One Spark aggregation of the group's rows on the topic (and the deletions that cut them
-        off) down to a few rows per partition and kind, whatever the table's history; the
-        position rule is then ``latest_position_rows``, the one the JVM-free readers apply.
+        The group's rows on the topic and the deletions that cut them off, aggregated down to a
+        few rows per partition and kind, whatever the table's history; the position rule is
+        then ``latest_position_rows``, the one the JVM-free readers apply. Where delta-rs reads
+        the table (``ControlTables.ordered_rows``), in Python; otherwise one Spark aggregation.
         """
         if not self.tables.exists("offset_commits"):
             return GroupTopicState()
+        if self.tables.reads_without_spark("offset_commits"):
+            return GroupTopicState.of(group, topic, aggregate_state_rows(
+                r for r in self.tables.ordered_rows("offset_commits") if state_row(group, topic, r)))
         kind = F.col("kind")
         # One aggregated row per distinct topic deletion (counted once each, however often
         # written) and per expired range end; one per (partition, kind) for everything else.
         key = (F.when(kind == CommitKind.TOPIC_DELETED.value, F.col("offset"))
                .when(kind == CommitKind.EXPIRED.value, F.col("end_offset")))
-        rows = (self.tables.read("offset_commits")
+        rank = F.struct("_order", *ORDER_TIEBREAK["offset_commits"])
+        rows = (self.tables.ordered("offset_commits")
                 .where(((F.col("group") == group) & ((F.col("topic") == topic) | (kind == CommitKind.DELETED.value)))
                        | ((F.col("topic") == topic) & (kind == CommitKind.TOPIC_DELETED.value)))
-                .withColumn("_order", F.col(COMMIT_ORDER)).withColumn("_key", key)
+                .withColumn("_key", key)
                 .groupBy("group", "topic", "partition", "kind", "_key")
-                .agg(F.max("_order").alias("_order"), F.max_by("offset", F.col("_order")).alias("offset"),
-                     F.count("*").alias("n"))
+                .agg(F.max_by("_order", rank).alias("_order"), F.max_by("offset", rank).alias("offset"),
+                     F.max_by("member_id", rank).alias("member_id"), F.count("*").alias("n"))
                 .collect())
         return GroupTopicState.of(group, topic, [r.asDict() for r in rows])
 
@@ -293,8 +324,8 @@ class GroupOffsets:
         """Groups whose latest row (in commit order) is a deletion: nothing happened since."""
         if not self.tables.exists("offset_commits"):
             return set()
-        rows = (self.tables.read("offset_commits").groupBy("group")
-                .agg(F.max_by("kind", F.col(COMMIT_ORDER)).alias("kind"))
+        rows = (self.tables.ordered("offset_commits").groupBy("group")
+                .agg(F.max_by("kind", F.struct("_order", *ORDER_TIEBREAK["offset_commits"])).alias("kind"))
                 .where(F.col("kind") == CommitKind.DELETED.value).select("group").collect())
         return {r["group"] for r in rows}
 
@@ -308,12 +339,12 @@ class GroupOffsets:
 
     def groups(self) -> list[str]:
         """Groups with a position (not counting rows before a deletion)."""
-        rows = latest_positions(self.tables.read("offset_commits")).select("group").distinct().collect()
+        rows = latest_positions(self.tables.ordered("offset_commits")).select("group").distinct().collect()
         return sorted(r["group"] for r in rows)
 
     def describe(self, group: str) -> list[PartitionLag]:
         """Committed offset, log end and lag per partition of every topic the group consumed."""
-        commits = latest_positions(self.tables.read("offset_commits").where(
+        commits = latest_positions(self.tables.ordered("offset_commits").where(
             (F.col("group") == group) | (F.col("kind") == CommitKind.TOPIC_DELETED.value)))
         topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
         admin = TopicAdmin(self.spark, self.layout.root)

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from control_plane.group.offsets import GroupOffsets, PartitionLag
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
-from control_plane.tables import COMMIT_ORDER, TABLES, ControlTables
+from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.frames import rows_frame
@@ -83,17 +82,10 @@ class GroupTables:
 
     def member_states(self, group: str) -> dict[str, MemberHeartbeat]:
         """Each member's latest state row, latest in commit order (never by the writers' clocks)."""
-        def load() -> dict[str, MemberHeartbeat]:
-            if not self.tables.exists("group_members"):
-                return {}
-            rows = (
-                self.tables.read("group_members").where(F.col("group") == group)
-                .groupBy("member_id").agg(F.max_by(F.struct("*"), F.col(COMMIT_ORDER)).alias("r"))
-                .select("r.*").collect()
-            )
-            return {r["member_id"]: MemberHeartbeat.model_validate(r.asDict(recursive=True)) for r in rows}
+        def load(version: int) -> dict[str, MemberHeartbeat]:
+            return member_states_of(self.tables.ordered_rows("group_members", version), group)
 
-        return self._cached("group_members", (group,), load)
+        return self._cached("group_members", (group,), load, at_version=True)
 
     def generation(self, group: str) -> GenerationRecord | None:
         gens = self.generations(group)
@@ -171,16 +163,8 @@ class GroupTables:
 
     def handed_over(self, group: str, handover: Handover, generation: int) -> bool:
         """True once the previous owner committed its revocation of the partition."""
-        if not self.tables.exists("offset_commits"):
-            return False
-        found = (
-            self.tables.read("offset_commits")
-            .where(
-                (F.col("group") == group) & (F.col("topic") == handover.topic)
-                & (F.col("partition") == handover.partition) & (F.col("member_id") == handover.from_member)
-                & (F.col("kind") == CommitKind.REVOKE.value) & (F.col("generation") >= generation)
-            )
-            .limit(1)
-            .count()
-        )
-        return found > 0
+        return any(r["group"] == group and r["topic"] == handover.topic and r["partition"] == handover.partition
+                   and r["member_id"] == handover.from_member and r["kind"] == CommitKind.REVOKE.value
+                   and r["generation"] >= generation
+                   for r in self._cached("offset_commits", (), lambda v: self.tables.ordered_rows("offset_commits", v),
+                                         at_version=True))

@@ -38,7 +38,8 @@ class Root:
         self.inputs: dict[str, str] = {}
 
     def _write(self, table: str, schema: pa.Schema, rows: list[dict]) -> None:
-        write_deltalake(str(self.path / table), pa.Table.from_pylist(rows, schema), mode="append", configuration=CDF)
+        write_deltalake(str(self.path / table), pa.Table.from_pylist(rows, schema), mode="append", configuration=CDF,
+                        schema_mode="merge")
 
     def producer(self, pid: str, keys: list[str]) -> None:
         path = self.path.parent / f"{pid}.jsonl"
@@ -68,10 +69,15 @@ class Root:
             topic_versions=[("t", topic_version)])])
 
     def commit(self, group: str, member: str, generation: int, kind: str, positions: dict[int, int],
-               end: int | None = None) -> None:
-        self._write("control/offset_commits", COMMITS, [dict(group=group, topic="t", partition=p, offset=o,
-                                                             generation=generation, member_id=member, kind=kind,
-                                                             end_offset=end) for p, o in positions.items()])
+               end: int | None = None, label: int | None = None) -> None:
+        """One offset_commits commit; with ``label``, its rows carry it as ``commit_order``."""
+        rows = [dict(group=group, topic="t", partition=p, offset=o, generation=generation, member_id=member, kind=kind,
+                     end_offset=end) for p, o in positions.items()]
+        if label is None:
+            self._write("control/offset_commits", COMMITS, rows)
+        else:
+            self._write("control/offset_commits", COMMITS.append(pa.field("commit_order", pa.int64())),
+                        [{**r, "commit_order": label} for r in rows])
 
     def check(self, groups=("g",), acked: dict | None = None):
         inputs = {pid: range(len(Path(path).read_text().splitlines())) for pid, path in self.inputs.items()}
@@ -203,3 +209,18 @@ def test_a_rebalancing_group_shows_activity_though_its_positions_stand(clean):
     clean.commit("g", "m1", 2, "acquire", {1: -1})
     assert drain_gap(str(clean.path), "t", "g") == "p0 at 0 of 2, p1 at 0 of 2"
     assert group_activity(str(clean.path), "g") == before + 2 and group_activity(str(clean.path), "other") == 0
+
+
+def test_commit_order_labels_must_rise_with_commit_versions(clean):
+    """lakelog orders positions by ``commit_order``; the checker holds the labels to Delta's
+    commit versions (offset_commits versions 0 and 1 are the fixture's claims)."""
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 0, 0, "b", 1), (1, 1, 0, "b", 3))
+    clean.commit("g", "m1", 1, "commit", {0: 1}, label=2)  # version 2
+    clean.commit("g", "m2", 1, "commit", {1: 1}, label=3)  # version 3
+    assert anomalies(clean.check()) == {}
+    clean.commit("g", "m1", 1, "commit", {0: 2}, label=2)  # version 4: ties p0's label 2
+    clean.commit("g", "m2", 1, "commit", {1: 1}, label=6)  # version 5: a label above its version
+    clean.commit("g", "m2", 1, "commit", {1: 2}, label=5)  # version 6: below p1's label 6
+    assert anomalies(clean.check()) == {"order_label_disagrees": 3}, clean.check().summary()
+    clean.commit("g", "admin", 0, "deleted", {-1: -1}, label=5)  # version 7: version 5's label 6 is past it
+    assert anomalies(clean.check()) == {"order_label_disagrees": 4}
