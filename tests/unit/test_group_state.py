@@ -2,9 +2,7 @@
 same whether the rows come one per commit or aggregated per (partition, kind) as
 ``GroupOffsets.state`` reads them (no Spark here)."""
 
-from itertools import groupby
-
-from control_plane.group.offsets import GroupTopicState, partition_lags
+from control_plane.group.offsets import GroupTopicState, aggregate_state_rows, partition_lags
 from control_plane.records import CommitKind
 from log_store.topic_log import LogSnapshot, PartitionMetadata, TopicLogMetadata
 
@@ -13,7 +11,7 @@ G, T = "g", "t"
 
 def row(order, kind, partition=-1, offset=-1, group=G, topic=T, end=None):
     return {"group": group, "topic": topic, "partition": partition, "offset": offset, "kind": kind.value,
-            "_order": order, "end_offset": end}
+            "_order": order, "end_offset": end, "member_id": "m"}
 
 
 HISTORY = [
@@ -35,14 +33,8 @@ def plain(rows):
 
 
 def aggregated(rows):
-    """As the Spark read: one row per (group, topic, partition, kind, key), the latest one's offset."""
-    keyed = sorted(plain(rows), key=lambda r: (r["group"], r["topic"], r["partition"], r["kind"], str(r["_key"])))
-    out = []
-    for _k, same in groupby(keyed, key=lambda r: (r["group"], r["topic"], r["partition"], r["kind"], str(r["_key"]))):
-        same = list(same)
-        latest = max(same, key=lambda r: r["_order"])
-        out.append({**latest, "n": len(same)})
-    return out
+    """As ``GroupOffsets.state`` reads them: one row per (group, topic, partition, kind, key)."""
+    return aggregate_state_rows(rows)
 
 
 def test_positions_reports_and_incarnations_from_one_read():
@@ -56,6 +48,7 @@ def test_positions_reports_and_incarnations_from_one_read():
 def test_aggregated_rows_give_the_same_state_as_every_row():
     mine = [r for r in HISTORY if r["group"] in (G, "")]
     assert GroupTopicState.of(G, T, aggregated(mine)) == GroupTopicState.of(G, T, plain(mine))
+    assert GroupTopicState.of(G, T, aggregated(mine[::-1])) == GroupTopicState.of(G, T, plain(mine)), "in any order"
     no_deletions = [r for r in mine if r["kind"] not in ("deleted", "topic_deleted")]
     state = GroupTopicState.of(G, T, aggregated(no_deletions))
     assert state == GroupTopicState.of(G, T, plain(no_deletions))
