@@ -8,8 +8,8 @@ A few rows made in Python reach Delta in one of two ways: PySpark's ``createData
 - ``raw Delta append, list rows``: ``spark.createDataFrame(rows, schema).write...append``
 - ``raw Delta append, Arrow rows``: the same rows through ``rows_frame``
 - ``ControlTables.append``: lakelog's blind append to a control table (same rows)
-- ``GroupOffsets.commit``: a group's fenced offsets commit of the same 4 positions (reads the
-  fence property in the transaction, writes, commits; row tracking on)
+- ``GroupOffsets.commit``: a group member's offsets commit of the same 4 positions under
+  generation 1 (reads the group's fence property in the transaction, writes, commits)
 
 Ratios are against the raw Arrow append. Run: make bench-control (or .venv/bin/python
 benchmarks/control_writes.py [REPEATS])
@@ -71,8 +71,9 @@ def main() -> None:
             "raw Delta append, list rows (PySpark's createDataFrame)": raw_list,
             "raw Delta append, Arrow rows (rows_frame)": raw_arrow,
             "ControlTables.append (offset_commits)": lambda: tables.append("offset_commits", rows),
-            "GroupOffsets.commit (fenced, row tracking)": lambda: offsets.commit("g", "t", positions),
+            "GroupOffsets.commit (fenced, generation 1)": lambda: offsets.commit("g", "t", positions, 1, "m"),
         }
+        offsets.raise_fence("g", 1, "m")
         for fn in cases.values():  # JIT, Delta code paths and the tables' creation before timing
             fn()
             fn()
