@@ -3,7 +3,8 @@ the tables).
 
 The answers are built by the same code as the Spark readers' (``TopicImage`` over the records,
 ``describe_topic`` over a log snapshot, ``describe_group`` over ``GroupReads``); only the reader
-differs. Commit order, which Spark reads from row tracking, comes from the change feed here.
+differs. Commit order comes from the rows' ``commit_order`` labels, as for Spark (on a root made
+before them, from the change feed: ``rs_reader.rows_in_commit_order``).
 ``tests/control_plane/test_fast_reads.py`` checks that both readers agree.
 """
 

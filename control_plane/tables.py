@@ -357,7 +357,7 @@ class ControlTables:
         """One control-plane view; ``view`` gives the others it is built from."""
         if name in ("topic_history", "offset_commits", "group_generations", "group_members"):
             return self.read("topics" if name == "topic_history" else name)
-        if name == "group_offsets":  # commit order needs the table's row tracking: none before it exists
+        if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):
                 return rows_frame(self.spark, [], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
                                                       "committed_at TIMESTAMP_NTZ, generation INT")
