@@ -50,8 +50,8 @@ class TimedConsumer(Consumer):
 
     batches: list[tuple[float, dict]]
 
-    def deliver(self, positions, limit, sink_path=None, handler=None):
-        ranges = super().deliver(positions, limit, sink_path, handler)
+    def deliver(self, *args, **kwargs):
+        ranges = super().deliver(*args, **kwargs)
         self.batches.append((time.perf_counter(), dict(ranges)))
         return ranges
 
@@ -90,7 +90,7 @@ def main(n: int = 400_000, batch: int = 50_000) -> None:
         raw_rate = n / (time.perf_counter() - started)
 
         gate = timed.gate
-        [barrier] = gate.barriers()
+        [barrier] = gate.barriers(timed.log.snapshot().topic_version)
         thresholds = {p: gate.threshold(p, e) for p, e in barrier.before.items()}
         passed_at = first_new_at = None
         position = {p: 0 for p in range(8)}
