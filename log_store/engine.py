@@ -37,6 +37,13 @@ def delta(spark: SparkSession) -> Any:
     name = DELTA_PACKAGES.get(spark.conf.get(INTERNALS_CONF, "oss"), DELTA_PACKAGES["oss"])
     return getattr(spark._jvm, name)
 
+def jvm_json(spark: SparkSession, obj: Any) -> Any:
+    """A JVM object (a Scala map, a checksum, ...) as Python values, through Delta's own JSON
+    mapper: one call across py4j. Iterating a JVM map through py4j ends each loop with a Java
+    exception that pyspark converts, about 25 ms a map."""
+    return json.loads(delta(spark).util.JsonUtils.mapper().writeValueAsString(obj))
+
+
 # Delta's optimistic-concurrency failures: all mean "someone committed first; read again".
 _CONFLICTS = (
     "ConcurrentTransactionException",
@@ -92,9 +99,7 @@ class DeltaTransaction:
 
     def configuration(self) -> dict[str, str]:
         """The table properties as of this transaction's snapshot."""
-        conf = self.jtxn.metadata().configuration()
-        jmap = self.spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(conf)
-        return {str(k): str(v) for k, v in jmap.items()}
+        return {str(k): str(v) for k, v in jvm_json(self.spark, self.jtxn.metadata().configuration()).items()}
 
     def snapshot_app_versions(self) -> dict[str, int]:
         """All application versions of this transaction's snapshot, *without* depending on them:
@@ -107,17 +112,14 @@ class DeltaTransaction:
         if self._known is None:
             self._known = self._from_checksum()
             if self._known is None:
-                conv = self.spark._jvm.scala.collection.JavaConverters
-                jmap = conv.mapAsJavaMap(self.jtxn.snapshot().transactions())
-                self._known = {str(k): int(v) for k, v in jmap.items()}
+                self._known = {str(k): int(v) for k, v in jvm_json(self.spark, self.jtxn.snapshot().transactions()).items()}
         return dict(self._known)
 
     def _from_checksum(self) -> dict[str, int] | None:
         crc = self.jtxn.snapshot().checksumOpt()
         if not crc.isDefined() or not crc.get().setTransactions().isDefined():
             return None
-        text = delta(self.spark).util.JsonUtils.mapper().writeValueAsString(crc.get())
-        return {t["appId"]: int(t["version"]) for t in json.loads(text).get("setTransactions", [])}
+        return {t["appId"]: int(t["version"]) for t in jvm_json(self.spark, crc.get()).get("setTransactions", [])}
 
     def read_whole_table(self) -> None:
         """Make the commit conflict with any concurrent commit that adds or removes rows, as a
@@ -156,16 +158,15 @@ class DeltaTransaction:
             written = self.jtxn.writeFiles(data._jdf).iterator()
         except Exception as exc:
             raise translate(exc) from exc
-        converters = self.spark._jvm.scala.collection.JavaConverters
         while written.hasNext():
             action = written.next()
             self._actions.add(action)
-            if action.getClass().getSimpleName() != "AddFile":
+            add = json.loads(action.json()).get("add")  # Delta's own JSON of the action: one JVM call
+            if add is None:
                 continue
-            stats = json.loads(action.stats() or "{}")
-            values = converters.mapAsJavaMap(action.partitionValues())
+            stats = json.loads(add.get("stats") or "{}")
             out.append(WrittenFile(
-                partition_values={str(k): str(v) for k, v in values.items()},
+                partition_values={str(k): str(v) for k, v in (add.get("partitionValues") or {}).items()},
                 num_records=int(stats["numRecords"]) if "numRecords" in stats else None,
                 min_values=stats.get("minValues", {}),
                 max_values=stats.get("maxValues", {}),
