@@ -241,8 +241,12 @@ MAX_STARTS = 100_000  # (Spark tasks x partitions) beyond which offsets are numb
 
 
 def _map_lookup(mapping: dict[int, int], column: str) -> Column:
-    pairs = [F.lit(x) for kv in mapping.items() for x in kv]
-    return F.element_at(F.create_map(*pairs), F.col(column))
+    """``mapping[column]`` (null where absent) as one SQL expression: one call across py4j,
+    where a literal per key and value cost a call each."""
+    if not mapping:
+        return F.lit(None).cast("long")
+    pairs = ", ".join(f"{int(k)}L, {int(v)}L" for k, v in mapping.items())
+    return F.expr(f"try_element_at(map({pairs}), `{column}`)")
 
 
 class TopicLog:
