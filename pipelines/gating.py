@@ -126,7 +126,7 @@ class OffsetGate:
         self._barriers: tuple[int, list[Barrier]] | None = None
         self._passed_versions: set[int] = set()
         self._shut: set[int] = set()
-        self._committed: tuple[float, Positions] = (0.0, {})
+        self._committed: tuple[float, Positions] = (float("-inf"), {})  # (monotonic time read, positions)
 
     def threshold(self, partition: int, epoch: int) -> int:
         """Last offset of ``epoch`` in ``partition`` (rule 3); fixed once the epoch was bumped.
@@ -161,9 +161,9 @@ class OffsetGate:
         at, committed = self._committed
         if fresh and watched <= set(own):
             fresh = False  # others' committed offsets only matter for partitions it does not hold
-        if fresh and time.time() - at > 0.5:
+        if fresh and time.monotonic() - at > 0.5:
             committed = self.committed()
-            self._committed = (time.time(), committed)
+            self._committed = (time.monotonic(), committed)
         merged = dict(committed)
         for source in (self.published(), own):
             for p, o in source.items():
