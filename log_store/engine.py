@@ -263,10 +263,12 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
     found: dict[str, tuple[int, int | None]] = {}
     changes = log.getChanges(since + 1, spark._jvm.scala.Option.empty(), False)
     while changes.hasNext():
-        for action in spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2()):
-            if action.getClass().getSimpleName() == "SetTransaction" and action.appId().startswith(prefix):
-                updated = action.lastUpdated()
-                found[str(action.appId())] = (int(action.version()), int(updated.get()) if updated.isDefined() else None)
+        actions = spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2())
+        for i in range(actions.size()):  # by index: a py4j iterator ends in a converted Java exception
+            txn = json.loads(actions.get(i).json()).get("txn")
+            if txn is not None and txn["appId"].startswith(prefix):
+                updated = txn.get("lastUpdated")
+                found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
     return found
 
 
