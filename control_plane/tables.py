@@ -269,9 +269,12 @@ class ControlTables:
         """Whether ``ordered_rows`` reads this ordered table with delta-rs (a local root, labels)."""
         return reads_with_delta_rs(self.path(name)) and not self.row_tracked(name)
 
-    def ordered(self, name: str) -> DataFrame:
-        """An ordered table's rows (``ORDERED_TABLES``) with ``_order``, their place in commit order."""
-        frame = self.read(name)
+    def ordered(self, name: str, version: int | None = None) -> DataFrame:
+        """An ordered table's rows (``ORDERED_TABLES``) with ``_order``, their place in commit
+        order: the one place that chooses between labels and row tracking. ``version``: as of
+        that table version (the table must exist), else the latest."""
+        frame = self.read(name) if version is None else (
+            self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name)))
         order = F.col(ROW_COMMIT_VERSION) if self.row_tracked(name) else F.col(COMMIT_ORDER_COLUMN)
         return frame.withColumn("_order", order)
 
@@ -287,10 +290,7 @@ class ControlTables:
             return [{**r, "_order": r[COMMIT_ORDER_COLUMN]} for r in rs_reader.rows(path, version)]
         if not self.exists(name):
             return []
-        frame = self.ordered(name) if version is None else (
-            self.spark.read.format("delta").option("versionAsOf", version).load(path)
-            .withColumn("_order", F.col(ROW_COMMIT_VERSION) if self.row_tracked(name) else F.col(COMMIT_ORDER_COLUMN)))
-        return [row.asDict(recursive=True) for row in frame.collect()]
+        return [row.asDict(recursive=True) for row in self.ordered(name, version).collect()]
 
     def append(self, name: str, rows: list[dict]) -> None:
         """Append rows in one commit: blind, except that an ordered table's rows are labelled
