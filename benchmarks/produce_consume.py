@@ -153,6 +153,12 @@ def bulk(spark, work: Path, args, records: int, layout: bool) -> list[dict]:
             assert res.appended == records
             rows.append(row(f"produce {records:,} -> {n_parts} partitions", "produce", n_parts, t_raw, t_prod,
                             ">= 0.8 of raw throughput"))
+            # The log is partitioned: the same rows appended raw into as many partition directories.
+            parted = data.withColumn("p", F.abs(F.hash("key")) % n_parts)
+            t_parted, _ = timed(lambda: parted.write.format("delta").partitionBy("p").mode("append")
+                                .save(str(work / f"raw-parted{n_parts}")))
+            rows.append({"case": f"produce {records:,} -> {n_parts} partitions, vs a raw append partitioned alike",
+                         "raw_s": t_parted, "lakelog_s": t_prod, "ratio": t_parted / t_prod, "aim": "(yardstick: partitionBy)"})
             console.print(f"[{records:,} records, {n_parts} partitions] consume ...")
             t_read, _ = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save())
             consumer = Consumer(spark, root, "bench", "bench-group", ConsumerSettings(max_records_per_batch=records))
