@@ -37,6 +37,7 @@ def delta(spark: SparkSession) -> Any:
     name = DELTA_PACKAGES.get(spark.conf.get(INTERNALS_CONF, "oss"), DELTA_PACKAGES["oss"])
     return getattr(spark._jvm, name)
 
+
 def jvm_json(spark: SparkSession, obj: Any) -> Any:
     """A JVM object (a Scala map, a checksum, ...) as Python values, through Delta's own JSON
     mapper: one call across py4j. Iterating a JVM map through py4j ends each loop with a Java
