@@ -134,7 +134,10 @@ class GroupMember:
                 self._join(target, positions, change)
                 live[self.member_id] = self._beat_now()
             change.rebalancing = True
-            self._lead(gen, live, reason)
+            formed = self._lead(gen, live, reason)
+            if formed is not None:  # the leader takes its share at once, in the commit that raises the fence
+                self.last_generation = formed
+                self._adopt(formed, positions, change)
         elif self.heartbeats.due():
             self._beat_now()
         change.generation = self.generation
@@ -258,16 +261,17 @@ class GroupMember:
         self.joining_since = time.monotonic()
         self.followup = False
 
-    def _lead(self, gen: GenerationRecord | None, live: dict[str, MemberHeartbeat], reason: str) -> None:
+    def _lead(self, gen: GenerationRecord | None, live: dict[str, MemberHeartbeat], reason: str) -> GenerationRecord | None:
         """If every live member joined the target (or the rebalance timed out) and this member
-        has the smallest id among those joined, write the generation and raise the fence."""
+        has the smallest id among those joined, write the generation; return it if written
+        (the leader then adopts it, raising the fence in the same commit as its claims)."""
         target = self.joining
         joined = [b for b in live.values() if b.joining == target and b.state == MemberState.JOINING.value]
         if not joined or min(b.member_id for b in joined) != self.member_id:
-            return
+            return None
         waited_ms = (time.monotonic() - self.joining_since) * 1000
         if len(joined) < len(live) and waited_ms < self.settings.rebalance_timeout_ms:
-            return
+            return None
         snaps = self.tables.snapshots(self.topics)
         undeleted, marked = self.tables.partition_lists(self.topics, snaps)
         versions = {t: snap.topic_version for t, snap in snaps.items()}
@@ -275,10 +279,10 @@ class GroupMember:
             self.group, target, sorted(joined, key=lambda b: b.member_id), undeleted, marked,
             self.settings.assignor, self.member_id, reason, int(waited_ms), gen,
         ).model_copy(update={"topic_versions": versions, "expired": self._expired_since(gen, versions, joined)})
-        if self.tables.propose(record):
-            crash_point("group:after_propose")
-            if self.tables.offsets.raise_fence(self.group, target, self.member_id, record.expired):
-                self.reported.extend(record.expired)
+        if not self.tables.propose(record):
+            return None
+        crash_point("group:after_propose")
+        return record
 
     def _expired_since(self, gen: GenerationRecord | None, versions: dict[str, int],
                        joined: list[MemberHeartbeat]) -> list[ExpiredRange]:
@@ -312,16 +316,14 @@ class GroupMember:
         return out
 
     def _adopt(self, gen: GenerationRecord, positions: PositionsFn, change: MembershipChange) -> None:
-        """Take the new generation's assignment: revoke what left, claim what came."""
-        if self.tables.offsets.raise_fence(self.group, gen.generation, gen.leader, gen.expired):  # if the leader died first
-            self.reported.extend(gen.expired)
+        """Take the new generation's assignment in one fenced commit: raise the fence if no member
+        did yet (the leader's own adoption, or the leader died first), revoke what left, claim what came."""
         mine = set(gen.partitions_of(self.member_id))
         self.generation = gen.generation
         self.joining = None
         self.rebalances += 1
         gone = sorted(self.owned - mine, key=str)
         if gone:
-            self._revoke(gone, positions, change)
             handed = {TopicPartition(topic=h.topic, partition=h.partition) for h in gen.handovers}
             # Withheld partitions reach their new owner in a follow-up rebalance; hand-overs don't need one.
             self.followup = gen.protocol == RebalanceProtocol.COOPERATIVE and bool(set(gone) - handed)
@@ -336,7 +338,21 @@ class GroupMember:
                 self.pending[TopicPartition(topic=h.topic, partition=h.partition)] = h
         claim = sorted(mine - self.owned - set(self.pending), key=str)
         kept = sorted(mine & self.owned, key=str)
-        self._acquire(claim, kept, change)
+        revoked, revoked_expired = self._revocation(gone, positions)
+        try:
+            raised = self.tables.offsets.adopt(self.group, gen.generation, gen.leader, gen.expired, self.member_id,
+                                               revoked, revoked_expired, claim + kept)
+        except IllegalGenerationError:
+            self._lose(change, "adoption fenced")
+            return
+        if raised:
+            self.reported.extend(gen.expired)
+        if gone:
+            crash_point("group:after_revoke")
+            self._revoked(gone, revoked_expired, change)
+        if claim or kept:
+            crash_point("group:after_acquire")
+            self._acquired(claim, change)
         self._beat_now()
         self.previous = set(mine)
 
@@ -351,6 +367,9 @@ class GroupMember:
             self._lose(change, "claim fenced")
             return
         crash_point("group:after_acquire")
+        self._acquired(claim, change)
+
+    def _acquired(self, claim: list[TopicPartition], change: MembershipChange) -> None:
         self.owned.update(claim)
         self.warm -= set(claim)
         self.warm_ready -= set(claim)
@@ -368,10 +387,7 @@ class GroupMember:
     def _revoke(self, partitions: list[TopicPartition], positions: PositionsFn, change: MembershipChange) -> None:
         if not partitions:
             return
-        self.listener.on_partition_keys_maybe_revoked(partitions)
-        self.listener.on_partitions_revoked(partitions)
-        rows = self._positions_of(partitions, positions)
-        expired = self._expired_of(rows)
+        rows, expired = self._revocation(partitions, positions)
         try:
             self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.REVOKE,
                                                  expired)
@@ -379,6 +395,20 @@ class GroupMember:
             self._lose(change, "revocation fenced")
             return
         crash_point("group:after_revoke")
+        self._revoked(partitions, expired, change)
+
+    def _revocation(self, partitions: list[TopicPartition],
+                    positions: PositionsFn) -> tuple[dict[TopicPartition, int], list[ExpiredRange]]:
+        """Before giving ``partitions`` up: the listener's callbacks (the consumer commits there),
+        then the positions and expiry reports the revoking commit carries."""
+        if not partitions:
+            return {}, []
+        self.listener.on_partition_keys_maybe_revoked(partitions)
+        self.listener.on_partitions_revoked(partitions)
+        rows = self._positions_of(partitions, positions)
+        return rows, self._expired_of(rows)
+
+    def _revoked(self, partitions: list[TopicPartition], expired: list[ExpiredRange], change: MembershipChange) -> None:
         self.reported.extend(expired)
         self.owned -= set(partitions)
         change.given_up(partitions)

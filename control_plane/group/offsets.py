@@ -1,7 +1,8 @@
 """Consumer groups' committed positions (Kafka's ``__consumer_offsets``, as a Delta table).
 
 The same table holds the generation fence of every group: a table property
-``lakelog.fence.<group>`` that the leader raises when a generation completes. A member's commit
+``lakelog.fence.<group>``, raised to a new generation by the first commit that adopts it (the
+leader's, with its own claims, unless it died first; then another member's). A member's commit
 reads that property inside its own Delta transaction; raising it is a metadata change, which
 makes every concurrent commit to the table fail and retry. So a commit from an older generation
 (an expelled member, a zombie) is always rejected. Ownership claims (acquire, revoke) are rows
@@ -179,11 +180,8 @@ class GroupOffsets:
             raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
         if not positions and not expired:
             return
-        rows = [
-            OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
-                         member_id=member_id, kind=kind.value).model_dump()
-            for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))
-        ] + [self._expired_row(group, r, generation, member_id) for r in expired]
+        rows = self._position_rows(group, positions, generation, member_id, kind) + [
+            self._expired_row(group, r, generation, member_id) for r in expired]
         if generation <= 0:
             self.tables.append("offset_commits", rows)
             return
@@ -202,10 +200,37 @@ class GroupOffsets:
         The generation's expiry reports (decided by its leader) are written with the raise, so
         exactly once, whoever raises it first.
         """
+        return self._fenced(group, [], generation, leader, raise_version=generation,
+                            raise_rows=self._fence_rows(group, generation, leader, expired))
+
+    def adopt(self, group: str, generation: int, leader: str, leader_expired: list[ExpiredRange], member_id: str,
+              revoked: dict[TopicPartition, int], revoked_expired: list[ExpiredRange],
+              claimed: list[TopicPartition]) -> bool:
+        """A member's move to ``generation`` in one fenced commit (issue 11: a membership step is
+        one commit): the fence raised to it unless a member did already (with the leader's expiry
+        reports, as ``raise_fence``), the member's revocations with their positions and its own
+        expiry reports, and its claims. True if this commit raised the fence.
+
+        Raises IllegalGenerationError when the group is past ``generation``.
+        """
+        rows = (self._position_rows(group, revoked, generation, member_id, CommitKind.REVOKE)
+                + [self._expired_row(group, r, generation, member_id) for r in revoked_expired]
+                + self._position_rows(group, dict.fromkeys(claimed, -1), generation, member_id, CommitKind.ACQUIRE))
+        return self._fenced(group, rows, generation, member_id, raise_version=generation,
+                            raise_rows=self._fence_rows(group, generation, leader, leader_expired))
+
+    def _fence_rows(self, group: str, generation: int, leader: str, expired: list[ExpiredRange]) -> list[dict]:
         row = OffsetCommit(group=group, topic="", partition=-1, offset=generation, generation=generation,
                            member_id=leader, kind=CommitKind.GENERATION.value).model_dump()
-        rows = [row] + [self._expired_row(group, r, generation, leader) for r in expired]
-        return self._fenced(group, rows, generation, leader, raise_version=generation)
+        return [row] + [self._expired_row(group, r, generation, leader) for r in expired]
+
+    @staticmethod
+    def _position_rows(group: str, positions: dict[TopicPartition, int], generation: int, member_id: str,
+                       kind: CommitKind) -> list[dict]:
+        """One row per partition (a claim's offset is -1: unknown), in (topic, partition) order."""
+        return [OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
+                             member_id=member_id, kind=kind.value).model_dump()
+                for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))]
 
     @staticmethod
     def _expired_row(group: str, r: ExpiredRange, generation: int, member_id: str) -> dict:
@@ -236,25 +261,32 @@ class GroupOffsets:
         return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
                        for r in rows), key=lambda r: (r.topic, r.partition, r.first))
 
-    def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None) -> bool:
+    def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None,
+                raise_rows: list[dict] = ()) -> bool:
+        """Write ``rows`` in one commit unless the group's fence is past ``generation``
+        (IllegalGenerationError). With ``raise_version``, the same commit raises the fence to it
+        and writes ``raise_rows`` too, unless the fence is there already; True if it raised it."""
         self.tables.ensure()
         path = self.tables.path("offset_commits")
 
         def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, path)
             fence = int(txn.configuration().get(fence_property(group), 0))
-            if raise_version is not None and fence >= raise_version:
+            raising = raise_version is not None and fence < raise_version
+            if not raising and not rows:
                 return False
-            if raise_version is None and fence > generation:
+            if fence > generation:
                 raise IllegalGenerationError(
                     f"member '{member_id}' of group '{group}' acts on generation {generation}, but the group is "
                     f"on generation {fence}: it was expelled or missed a rebalance; it must rejoin"
                 )
-            if raise_version is not None:
+            written = [*raise_rows, *rows] if raising else list(rows)
+            if raising:
                 txn.set_properties({fence_property(group): str(raise_version)})
-            self.tables.write_labelled(txn, "offset_commits", rows)
-            txn.commit({}, f'{{"lakelog": "{rows[0]["kind"]}", "group": "{group}", "generation": {generation}}}')
-            return True
+            self.tables.write_labelled(txn, "offset_commits", written)
+            kinds = ",".join(dict.fromkeys(r["kind"] for r in written))
+            txn.commit({}, f'{{"lakelog": "{kinds}", "group": "{group}", "generation": {generation}}}')
+            return raising
 
         return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
 
