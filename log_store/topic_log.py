@@ -37,6 +37,7 @@ from log_store.dense_offsets import MIN_ROWS, TaskCount, check_dense, starts_arr
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
+from log_store.read_ranges import range_filter
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -472,16 +473,13 @@ class TopicLog:
         on). ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets,
         such as a Delta sink.
         """
-        if not ranges:
+        cond = range_filter(ranges)
+        if cond is None:
             return rows_frame(self.spark, [], RECORD_SCHEMA)
-        cond = None
-        for p, (start, end) in ranges.items():
-            c = (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)
-            cond = c if cond is None else cond | c
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        found = reader.load(self.path).where(cond)
+        found = reader.load(self.path).where(F.expr(cond))
         return found.orderBy("partition", "offset") if ordered else found
 
     def snapshot(self, ends: bool = True) -> LogSnapshot:

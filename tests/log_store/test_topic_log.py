@@ -181,3 +181,20 @@ def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spar
         assert [s for _, s in got] == sorted(s for _, s in got)
     fast = taken[-1] is not None
     assert fast == (order == "in order")
+
+
+def test_read_returns_exactly_the_ranges_and_skips_files_outside_them(spark, log):
+    """A batch's read keeps only its ranges, and Delta skips the files outside them by their
+    statistics: outside the union of the ranges' offsets (as with one disjunct per partition,
+    Delta does not tie a partition to its own range when skipping)."""
+    for i in range(6):
+        log.append(batch(spark, i * 30, 30), 3, "p1")  # 6 commits, a file of 10 offsets per partition each
+    assert log.log_end_offsets() == {0: 60, 1: 60, 2: 60}
+    tail = {0: (55, 60), 1: (50, 60)}
+    uneven = {**tail, 2: (0, 5)}  # as a partition grown later, or a group far behind on one partition
+    for ranges, files in ((tail, 2), (uneven, 6)):  # of 18: [50, 60) in 0 and 1; [0, 10) and [50, 60) in all
+        frame = log.read(ranges, ordered=True)
+        got = [(r["partition"], r["offset"]) for r in frame.collect()]
+        assert got == sorted((p, o) for p, (s, e) in ranges.items() for o in range(s, e))
+        assert len(frame.inputFiles()) == files
+    assert log.read({0: (3, 3)}).count() == 0
