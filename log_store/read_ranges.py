@@ -14,11 +14,21 @@ string, in two parts:
   partition to its range (it takes a partition term in a data filter as unknown), so the
   per-partition disjuncts skipped exactly the files outside this union; more than ``MAX_SPANS``
   disjoint spans are joined across their narrowest gaps, which skips a little less.
+
+An ordered batch (partition, then offset) is sorted without Spark's sampling pass: a global
+``orderBy`` samples the input to choose range bounds, which reads the whole batch a second time.
+The bounds are known here (whole partitions, in ascending number), so each partition gets a
+shuffle key that Spark's hash partitioning sends to a chosen shuffle partition: contiguous
+blocks of partitions to ascending shuffle partitions, then a sort within each (``ordering_keys``).
 """
+
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import struct
+from collections.abc import Iterable, Mapping
+
+import mmh3
 
 Ranges = Mapping[int, tuple[int, int]]
 MAX_SPANS = 4  # disjuncts in the skipping part: each is evaluated per row too
@@ -53,3 +63,30 @@ def range_filter(ranges: Ranges) -> str | None:
              f"AND `offset` < try_element_at(array({ends}), `partition` + 1)")
     spans = " OR ".join(f"(`offset` >= {a} AND `offset` < {b})" for a, b in offset_spans(wanted))
     return f"{exact} AND ({spans})"
+
+
+SPARK_HASH_SEED = 42  # Spark's Murmur3Hash seed: hash() and HashPartitioning
+
+
+def spark_hash_partition(value: int, shuffle_partitions: int) -> int:
+    """The shuffle partition Spark's hash partitioning sends an int value to:
+    ``pmod(murmur3_32(value, 42), n)``, as ``HashPartitioning`` computes it (Murmur3_x86_32.hashInt
+    over the int's four little-endian bytes)."""
+    return mmh3.hash(struct.pack("<i", value), SPARK_HASH_SEED) % shuffle_partitions
+
+
+def ordering_keys(partitions: Iterable[int], parallelism: int) -> tuple[dict[int, int], int]:
+    """Shuffle keys that keep partitions in ascending order across shuffle partitions.
+
+    Returns ({partition: int key}, shuffle partition count m): the i-th of n partitions (in
+    ascending number) goes to shuffle partition ``i * m // n`` (m = min(n, parallelism)), so a
+    sort within each shuffle partition by (partition, offset) is the global order.
+    """
+    parts = sorted(set(partitions))
+    m = max(1, min(len(parts), parallelism))
+    first: dict[int, int] = {}  # shuffle partition -> smallest non-negative int hashed there
+    value = 0
+    while len(first) < m:
+        first.setdefault(spark_hash_partition(value, m), value)
+        value += 1
+    return {p: first[i * m // len(parts)] for i, p in enumerate(parts)}, m

@@ -37,7 +37,7 @@ from log_store.dense_offsets import MIN_ROWS, TaskCount, check_dense, starts_arr
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
-from log_store.read_ranges import range_filter
+from log_store.read_ranges import ordering_keys, range_filter
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -471,7 +471,7 @@ class TopicLog:
 
         ``version`` reads the log as of that Delta version (the snapshot a batch was planned
         on). ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets,
-        such as a Delta sink.
+        such as a Delta sink. The order needs no sampling pass (log_store/read_ranges.py).
         """
         cond = range_filter(ranges)
         if cond is None:
@@ -480,7 +480,13 @@ class TopicLog:
         if version is not None:
             reader = reader.option("versionAsOf", version)
         found = reader.load(self.path).where(F.expr(cond))
-        return found.orderBy("partition", "offset") if ordered else found
+        if not ordered:
+            return found
+        keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
+        width = max(keys) + 1
+        key = F.expr(f"try_element_at(array({', '.join(str(keys.get(p, 0)) for p in range(width))}), `partition` + 1)")
+        return (found.repartition(shuffle_partitions, key)
+                .sortWithinPartitions("partition", "offset"))
 
     def snapshot(self, ends: bool = True) -> LogSnapshot:
         """The log's latest version, metadata and log ends, all from one Delta snapshot.

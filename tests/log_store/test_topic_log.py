@@ -198,3 +198,25 @@ def test_read_returns_exactly_the_ranges_and_skips_files_outside_them(spark, log
         assert got == sorted((p, o) for p, (s, e) in ranges.items() for o in range(s, e))
         assert len(frame.inputFiles()) == files
     assert log.read({0: (3, 3)}).count() == 0
+
+
+def test_spark_hash_partitioning_is_what_the_driver_computes(spark):
+    """Ordered reads choose shuffle keys in the driver (log_store/read_ranges.py): the choice holds
+    only while Spark's hash partitioning of an int is pmod(murmur3(value, 42), n)."""
+    from log_store.read_ranges import spark_hash_partition
+    for n in (2, 7, 64):
+        got = spark.range(-500, 3000).selectExpr("cast(id as int) AS v").repartition(n, "v") \
+            .selectExpr("v", "spark_partition_id() AS task").collect()
+        assert all(spark_hash_partition(r["v"], n) == r["task"] for r in got)
+
+
+def test_ordered_read_of_many_partitions_is_in_partition_then_offset_order(spark, tmp_path):
+    """Records of many partitions written by several commits, read in fewer shuffle partitions
+    than partitions: the batch comes back sorted by (partition, offset) as a whole."""
+    log = TopicLog.create(spark, str(tmp_path / "m"), TopicLogMetadata.initial("m", 12))
+    for i in range(3):
+        log.append(batch(spark, i * 600, 600, partitions=12).repartition(5), 12, "p1")
+    ranges = {p: (7 * p, 150) for p in range(12)}
+    got = [(r["partition"], r["offset"]) for r in log.read(ranges).collect()]
+    assert got == [(p, o) for p in range(12) for o in range(7 * p, 150)]
+    assert [(r["partition"], r["offset"]) for r in log.read(ranges).toLocalIterator()] == got

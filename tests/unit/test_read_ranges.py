@@ -5,7 +5,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log_store.read_ranges import offset_spans, range_filter
+from log_store.read_ranges import offset_spans, ordering_keys, range_filter, spark_hash_partition
 
 
 def test_spans_are_the_union_of_the_ranges():
@@ -47,3 +47,11 @@ def test_the_filter_keeps_exactly_the_records_in_the_ranges(spans):
         assert all(s == e for s, e in ranges.values())
         return
     assert _selected(ranges) == {(p, o) for p, o in ROWS if p in ranges and ranges[p][0] <= o < ranges[p][1]}
+
+
+def test_ordering_keys_send_ascending_blocks_of_partitions_to_ascending_shuffle_partitions():
+    for partitions, parallelism in ((range(8), 2), (range(64), 4), ([3, 9, 40], 8), ([5], 2), (range(64), 64)):
+        keys, m = ordering_keys(partitions, parallelism)
+        assert m == min(len(list(partitions)), parallelism)
+        targets = [spark_hash_partition(keys[p], m) for p in sorted(partitions)]
+        assert targets == sorted(targets) and set(targets) == set(range(m))
