@@ -36,6 +36,14 @@ class TaskCount:
 
 MIN_ROWS = 500_000  # below, the counting pass costs more than the shuffle it saves (BENCHMARKS.md)
 MIN_ROWS_PER_FILE = 20_000  # each task writes a file per partition: fewer rows make small files
+ONE_TASK_ROWS = 20_000  # up to here a batch is numbered and written in one task (BENCHMARKS.md, session 24)
+
+
+def use_one_task(rows: int | None) -> bool:
+    """Whether a batch of ``rows`` should be numbered and written in one Spark task: the sorting
+    window then needs no shuffle (a single task already holds each partition's rows), which for
+    a small batch costs more than the rows themselves (a job of its own)."""
+    return rows is not None and rows <= ONE_TASK_ROWS
 
 
 def use_task_counts(rows: int | None, tasks: int, partitions: int) -> bool:

@@ -33,7 +33,9 @@ from pyspark.sql.types import (
 )
 
 from log_store.crash import crash_point
-from log_store.dense_offsets import MIN_ROWS, TaskCount, check_dense, starts_array, task_starts, use_task_counts
+from log_store.dense_offsets import (
+    MIN_ROWS, TaskCount, check_dense, starts_array, task_starts, use_one_task, use_task_counts,
+)
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
@@ -387,6 +389,8 @@ class TopicLog:
         if producer_id:
             mark = known.get(producer_app_id(producer_id), -1)
             data = data.where(F.col("sequence") > F.lit(mark))
+        if use_one_task(rows):
+            data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
         out = data.select(
             "partition",
             self._offsets(data, bases, rows).alias("offset"),

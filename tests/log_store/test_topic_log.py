@@ -220,3 +220,32 @@ def test_ordered_read_of_many_partitions_is_in_partition_then_offset_order(spark
     got = [(r["partition"], r["offset"]) for r in log.read(ranges).collect()]
     assert got == [(p, o) for p in range(12) for o in range(7 * p, 150)]
     assert [(r["partition"], r["offset"]) for r in log.read(ranges).toLocalIterator()] == got
+
+
+def test_a_small_batch_is_numbered_and_written_in_one_stage(spark, log):
+    """A small batch (``rows`` up to ONE_TASK_ROWS) from several tasks, sequences descending
+    across them: numbered in one task without a shuffle (one Spark stage), offsets still dense
+    and in sequence order."""
+    log.append(batch(spark, 0, 7), 3, "p1")  # log ends 3, 2, 2
+    ids = spark.range(0, 300, 1, 4)  # four tasks; sequences 306 down to 7, descending across them too
+    rows = ids.select((306 - F.col("id")).alias("id")).select(
+        (F.col("id") % 3).cast("int").alias("partition"),
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"),
+        F.lit(None).cast("map<string,binary>").alias("headers"),
+        F.current_timestamp().alias("timestamp"),
+        F.lit("p1").alias("producer_id"),
+        F.col("id").alias("sequence"),
+    )
+    spark.sparkContext.setJobGroup("small-append", "a small append")
+    try:
+        result = log.append(rows, 3, "p1", rows=300)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tracker = spark.sparkContext.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup("small-append") for s in tracker.getJobInfo(j).stageIds]
+    assert len(stages) == 1, f"the append ran {len(stages)} stages: a shuffle numbered the batch"
+    assert result.ranges == {0: (3, 103), 1: (2, 102), 2: (2, 102)}
+    for p, got in offsets_by_partition(log).items():
+        assert [o for o, _ in got] == list(range(len(got)))
+        assert [s for _, s in got] == sorted(s for _, s in got)
