@@ -21,6 +21,19 @@ def batch(spark, start, n, partitions=3, producer="p1", ts=None):
     )
 
 
+def records_of(ids):
+    """Records over 3 partitions from a frame of ``id`` (each id its record's sequence), in its order."""
+    return ids.select(
+        (F.col("id") % 3).cast("int").alias("partition"),
+        F.col("id").cast("string").cast("binary").alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"),
+        F.lit(None).cast("map<string,binary>").alias("headers"),
+        F.current_timestamp().alias("timestamp"),
+        F.lit("p1").alias("producer_id"),
+        F.col("id").alias("sequence"),
+    )
+
+
 @pytest.fixture()
 def log(spark, tmp_path):
     return TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3))
@@ -164,15 +177,7 @@ def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spar
     rows = ids.select(sequence.cast("long").alias("id"))
     if order == "shuffled within tasks":
         rows = rows.sortWithinPartitions(F.rand(7))
-    rows = rows.select(
-        (F.col("id") % 3).cast("int").alias("partition"),
-        F.col("id").cast("string").cast("binary").alias("key"),
-        F.col("id").cast("string").cast("binary").alias("value"),
-        F.lit(None).cast("map<string,binary>").alias("headers"),
-        F.current_timestamp().alias("timestamp"),
-        F.lit("p1").alias("producer_id"),
-        F.col("id").alias("sequence"),
-    ).persist()
+    rows = records_of(rows).persist()
     assert rows.rdd.getNumPartitions() == 6
     result = log.append(rows, 3, "p1")
     assert result.ranges == {0: (3, 1003), 1: (2, 1002), 2: (2, 1002)}
@@ -228,15 +233,7 @@ def test_a_small_batch_is_numbered_and_written_in_one_stage(spark, log):
     and in sequence order."""
     log.append(batch(spark, 0, 7), 3, "p1")  # log ends 3, 2, 2
     ids = spark.range(0, 300, 1, 4)  # four tasks; sequences 306 down to 7, descending across them too
-    rows = ids.select((306 - F.col("id")).alias("id")).select(
-        (F.col("id") % 3).cast("int").alias("partition"),
-        F.col("id").cast("string").cast("binary").alias("key"),
-        F.col("id").cast("string").cast("binary").alias("value"),
-        F.lit(None).cast("map<string,binary>").alias("headers"),
-        F.current_timestamp().alias("timestamp"),
-        F.lit("p1").alias("producer_id"),
-        F.col("id").alias("sequence"),
-    )
+    rows = records_of(ids.select((306 - F.col("id")).alias("id")))
     spark.sparkContext.setJobGroup("small-append", "a small append")
     try:
         result = log.append(rows, 3, "p1", rows=300)
