@@ -2,8 +2,8 @@
 
 A batch reads [start, end) of each of its partitions. Written as one disjunct per partition
 (``partition = p AND offset >= s AND offset < e``), the filter cost about 3 py4j calls per
-partition to build (1.3-2 s for 64) and an OR chain per row that Spark's generated code runs
-slowly (0.7-0.9 s more per 1M rows at 64 partitions; BENCHMARKS.md, session 24). Here it is one
+partition to build (0.65-2.5 s for 64) and an OR chain per row that Spark's generated code runs
+slowly (about 1 s more per 1M rows at 64 partitions; BENCHMARKS.md, session 24). Here it is one
 string, in two parts:
 
 - **exact**, evaluated per row: ``partition IN (...)`` (Delta prunes the other directories) and
@@ -21,7 +21,6 @@ The bounds are known here (whole partitions, in ascending number), so each parti
 shuffle key that Spark's hash partitioning sends to a chosen shuffle partition: contiguous
 blocks of partitions to ascending shuffle partitions, then a sort within each (``ordering_keys``).
 """
-
 
 from __future__ import annotations
 
