@@ -48,18 +48,24 @@ def offset_spans(ranges: Ranges, max_spans: int = MAX_SPANS) -> list[tuple[int, 
     return spans
 
 
+def by_partition(values: Mapping[int, int], suffix: str = "") -> str:
+    """``values[partition]`` for each row as a SQL expression: an array literal indexed by the
+    partition number (a constant-time lookup; 0 where absent). ``suffix`` "L" makes it bigint."""
+    width = max(values) + 1
+    items = ", ".join(f"{values.get(p, 0)}{suffix}" for p in range(width))
+    return f"try_element_at(array({items}), `partition` + 1)"
+
+
 def range_filter(ranges: Ranges) -> str | None:
     """A Spark SQL predicate true exactly for the records in ``ranges`` ({partition: (start,
     end)}, end exclusive); None when every range is empty."""
     wanted = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items() if e > s}
     if not wanted:
         return None
-    width = max(wanted) + 1
-    starts = ", ".join(f"{wanted[p][0] if p in wanted else 0}L" for p in range(width))
-    ends = ", ".join(f"{wanted[p][1] if p in wanted else 0}L" for p in range(width))
+    starts = by_partition({p: s for p, (s, _e) in wanted.items()}, "L")
+    ends = by_partition({p: e for p, (_s, e) in wanted.items()}, "L")
     exact = (f"`partition` IN ({', '.join(str(p) for p in sorted(wanted))}) "
-             f"AND `offset` >= try_element_at(array({starts}), `partition` + 1) "
-             f"AND `offset` < try_element_at(array({ends}), `partition` + 1)")
+             f"AND `offset` >= {starts} AND `offset` < {ends}")
     spans = " OR ".join(f"(`offset` >= {a} AND `offset` < {b})" for a, b in offset_spans(wanted))
     return f"{exact} AND ({spans})"
 

@@ -39,7 +39,7 @@ from log_store.dense_offsets import (
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
-from log_store.read_ranges import ordering_keys, range_filter
+from log_store.read_ranges import by_partition, ordering_keys, range_filter
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -487,9 +487,7 @@ class TopicLog:
         if not ordered:
             return found
         keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
-        width = max(keys) + 1
-        key = F.expr(f"try_element_at(array({', '.join(str(keys.get(p, 0)) for p in range(width))}), `partition` + 1)")
-        return (found.repartition(shuffle_partitions, key)
+        return (found.repartition(shuffle_partitions, F.expr(by_partition(keys)))
                 .sortWithinPartitions("partition", "offset"))
 
     def snapshot(self, ends: bool = True) -> LogSnapshot:
