@@ -9,11 +9,12 @@ directly (about 0.03 s): BENCHMARKS.md, 2026-11-24 (session 18).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from threading import Lock
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -44,3 +45,25 @@ def rows_frame(spark: SparkSession, rows: Iterable[dict], schema: str | StructTy
     struct, arrow_schema = _schemas(spark, schema)
     table = pa.Table.from_pylist(list(rows), schema=arrow_schema)
     return spark.createDataFrame(table, struct)
+
+
+def row_bound(df: DataFrame) -> int | None:
+    """At most how many rows ``df`` has, known from its plan without running it (Spark's
+    ``maxRows``: defined for local rows, ranges and limits, not for files or RDDs), else None."""
+    bound = df._jdf.queryExecution().optimizedPlan().maxRows()
+    return int(bound.get()) if bound.isDefined() else None
+
+
+def observed(observation: Observation, fallback: Callable[[], dict], wait_s: float = 30.0) -> dict:
+    """The metrics ``observation`` collected in an action that has run, or ``fallback()`` if they
+    have not arrived within ``wait_s``: Spark hands them over through its listener bus, which
+    drops events when its queue overflows, and ``Observation.get`` would then wait forever."""
+    future = observation._jo.future()
+    deadline = time.monotonic() + wait_s
+    pause = 0.001
+    while not future.isCompleted():
+        if time.monotonic() > deadline:
+            return fallback()
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return observation.get

@@ -12,15 +12,16 @@ import uuid
 from typing import Callable
 
 from pydantic import BaseModel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType
+from pyspark.sql.types import BinaryType, DataType, StringType
 
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
+from log_store.frames import observed, row_bound
 from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
 
 ProgressFn = Callable[[int, int], None]
@@ -39,16 +40,18 @@ class ProduceResult(BaseModel):
     seconds: float
 
 
-def _as_binary(df: DataFrame, name: str) -> DataFrame:
-    if name not in df.columns:
-        return df.withColumn(name, F.lit(None).cast("binary"))
-    if isinstance(df.schema[name].dataType, BinaryType):
-        return df
-    if isinstance(df.schema[name].dataType, StringType):
-        return df.withColumn(name, F.col(name).cast("binary"))
-    return df.withColumn(name, F.to_json(F.col(name)).cast("binary")) if name == "value" else df.withColumn(
-        name, F.col(name).cast("string").cast("binary")
-    )
+def _as_binary(types: dict[str, DataType], name: str) -> Column:
+    """Column ``name`` as binary: bytes as they are, strings as UTF-8, other values as text
+    (a value that is a struct or map as its JSON); null if the column is absent."""
+    if name not in types:
+        return F.lit(None).cast("binary").alias(name)
+    kind = types[name]
+    if isinstance(kind, BinaryType):
+        return F.col(name)
+    if isinstance(kind, StringType):
+        return F.col(name).cast("binary").alias(name)
+    text = F.to_json(F.col(name)) if name == "value" else F.col(name).cast("string")
+    return text.cast("binary").alias(name)
 
 
 class Producer:
@@ -68,6 +71,10 @@ class Producer:
         self.log = self.admin.log(topic)  # raises UnknownTopicError before anything is read
         self.producer_id = producer_id or f"producer-{uuid.uuid4()}"
         self.settings = settings or ProducerSettings()
+        # The partition count batches are partitioned for, kept between sends as Kafka's producer
+        # keeps its metadata: every append checks it in its transaction, and a stale one is
+        # refreshed on the append's rejection (``_send_batch``).
+        self._partition_count: int | None = None
 
     def next_sequence(self) -> int:
         """One past the highest sequence this producer id has committed."""
@@ -75,20 +82,18 @@ class Producer:
 
     def normalize(self, records: DataFrame, sequence_start: int = 0) -> DataFrame:
         """Columns key/value as binary, headers, timestamp, sequence; value must be present."""
-        if "value" not in records.columns:
-            raise InvalidRecordError(f"records need a 'value' column; found {records.columns}")
-        df = _as_binary(_as_binary(records, "key"), "value")
-        if "headers" not in df.columns:
-            df = df.withColumn("headers", F.lit(None).cast("map<string,binary>"))
-        if "timestamp" not in df.columns:
-            df = df.withColumn("timestamp", F.current_timestamp())
-        if "sequence" not in df.columns:
-            order = Window.orderBy(F.monotonically_increasing_id())
-            df = df.withColumn("sequence", F.row_number().over(order) - 1)
-        df = df.withColumn("sequence", (F.col("sequence") + F.lit(sequence_start)).cast("long"))
-        return df.select(
-            "key", "value", F.col("headers").cast("map<string,binary>").alias("headers"),
-            F.col("timestamp").cast("timestamp").alias("timestamp"), "sequence",
+        types = {f.name: f.dataType for f in records.schema.fields}  # one schema fetch, one projection
+        if "value" not in types:
+            raise InvalidRecordError(f"records need a 'value' column; found {list(types)}")
+        headers = F.col("headers") if "headers" in types else F.lit(None)
+        timestamp = F.col("timestamp") if "timestamp" in types else F.current_timestamp()
+        sequence = (F.col("sequence") if "sequence" in types
+                    else F.row_number().over(Window.orderBy(F.monotonically_increasing_id())) - 1)
+        return records.select(
+            _as_binary(types, "key"), _as_binary(types, "value"),
+            headers.cast("map<string,binary>").alias("headers"),
+            timestamp.cast("timestamp").alias("timestamp"),
+            (sequence + F.lit(sequence_start)).cast("long").alias("sequence"),
         )
 
     def send(
@@ -106,45 +111,77 @@ class Producer:
         started = time.perf_counter()
         if sequence_start is None:
             sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
-        # Cache the normalized rows (counted, then written, maybe retried) unless they are only a
-        # projection of rows the caller already cached: then caching them again is a full extra copy.
-        reuse = records.is_cached and "sequence" in records.columns
         df = self.normalize(records, sequence_start)
-        if not reuse:
-            df = df.persist()
-        try:
-            stats = df.agg(
-                F.count("*").alias("n"),
-                F.sum(F.col("value").isNull().cast("int")).alias("null_values"),
-                F.min("sequence").alias("lo"),
-            ).first()
-            if stats["null_values"]:
-                raise InvalidRecordError(f"{stats['null_values']} records have no value; every record needs one")
-            total = int(stats["n"])
-            size = self.settings.batch_size
-            n_batches = (total + size - 1) // size
-            result = ProduceResult(
-                topic=self.topic, producer_id=self.producer_id, records=total, appended=0, duplicates=0,
-                batches=n_batches, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
-            )
-            if n_batches > 1:
-                df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
-            for b in range(n_batches):
-                batch = df.where(F.col("_batch") == b).drop("_batch") if n_batches > 1 else df
-                result = self._send_batch(batch, result, rows=min(size, total - b * size))
-                if on_progress:
-                    on_progress(b + 1, n_batches)
-            return result.model_copy(update={
-                "seconds": time.perf_counter() - started, "duplicates": total - result.appended,
-            })
-        finally:
+        bound = row_bound(df)
+        if bound is not None and bound <= self.settings.batch_size:
+            result = self._send_one(df, bound)
+            if on_progress:
+                on_progress(1, 1)
+        else:
+            # Cache the normalized rows (counted, then written, maybe retried) unless they are only
+            # a projection of rows the caller already cached: then caching them again is a full copy.
+            reuse = records.is_cached and "sequence" in records.columns
             if not reuse:
-                df.unpersist()
+                df = df.persist()
+            try:
+                result = self._send_batches(df, on_progress)
+            finally:
+                if not reuse:
+                    df.unpersist()
+        return result.model_copy(update={"seconds": time.perf_counter() - started})
+
+    def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None) -> ProduceResult:
+        """Rows of unknown count: counted in one pass of their own (which also fills the cache)
+        before any batch is committed, so a record without a value fails the whole produce, not
+        the batch it is in; then sent in batches of ``batch_size`` by sequence."""
+        metrics = [F.count(F.lit(1)).alias("n"), F.min("sequence").alias("lo"),
+                   F.sum(F.col("value").isNull().cast("int")).alias("null_values")]
+        counted = Observation()
+        df.observe(counted, *metrics).write.format("noop").mode("overwrite").save()
+        stats = observed(counted, lambda: df.agg(*metrics).first().asDict())
+        if stats["null_values"]:
+            raise InvalidRecordError(f"{stats['null_values']} records have no value; every record needs one. "
+                                     "Nothing was written.")
+        total = int(stats["n"])
+        size = self.settings.batch_size
+        n_batches = (total + size - 1) // size
+        result = ProduceResult(
+            topic=self.topic, producer_id=self.producer_id, records=total, appended=0, duplicates=0,
+            batches=n_batches, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
+        )
+        if n_batches > 1:
+            df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
+        for b in range(n_batches):
+            batch = df.where(F.col("_batch") == b).drop("_batch") if n_batches > 1 else df
+            result = self._send_batch(batch, result, rows=min(size, total - b * size))
+            if on_progress:
+                on_progress(b + 1, n_batches)
+        return result.model_copy(update={"duplicates": total - result.appended})
+
+    def _send_one(self, df: DataFrame, bound: int) -> ProduceResult:
+        """Rows known to fit one batch (at most ``bound``): counted as they are written, with no
+        pass of their own. A record without a value fails the write (the log's NOT NULL column),
+        so nothing is committed. Not cached (a cached input adds a Spark job): a plan with a row
+        bound reads local rows, a range or a limit, and a retried append reads them again; only
+        a committed attempt's rows land, and sequences dedupe them."""
+        counted = Observation()
+        rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
+        empty = ProduceResult(
+            topic=self.topic, producer_id=self.producer_id, records=0, appended=0, duplicates=0,
+            batches=1, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
+        )
+        result = self._send_batch(rows, empty, rows=bound)
+        # The write ran (a failed one raised), so the count is in; counted again if it got lost.
+        total = int(observed(counted, lambda: {"n": df.count()})["n"])
+        return result.model_copy(update={"records": total, "duplicates": total - result.appended,
+                                         "batches": 1 if total else 0})
 
     def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None) -> ProduceResult:
         """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
         for refresh in range(self.settings.max_retries + 1):
-            count = self.log.metadata().undeleted_partition_count
+            if self._partition_count is None or refresh:
+                self._partition_count = self.log.metadata().undeleted_partition_count
+            count = self._partition_count
             parted = batch.withColumn("partition", partition_column(self.spark, "key", "sequence", count))
             parted = parted.withColumn("producer_id", F.lit(self.producer_id)).select(*PRODUCER_COLUMNS)
             try:

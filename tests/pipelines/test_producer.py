@@ -7,6 +7,7 @@ from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidRecordError, UnknownTopicError
 from log_store.partitioner import partition_for
 from pipelines.producer import Producer
+from pipelines.settings import ProducerSettings
 
 
 def test_keyed_records_land_where_kafka_would_put_them(spark, root):
@@ -40,11 +41,80 @@ def test_records_without_value_are_rejected_and_nothing_written(spark, root):
     TopicAdmin(spark, root).create("v", 2)
     df = spark.range(5).select(F.col("id").cast("string").alias("key"),
                                F.when(F.col("id") == 3, None).otherwise("x").alias("value"))
-    with pytest.raises(InvalidRecordError, match="1 records have no value"):
+    # One batch known from the plan: the log's NOT NULL column fails the write, nothing is committed.
+    with pytest.raises(InvalidRecordError, match="no value; every record needs one. Nothing was written"):
         Producer(spark, root, "v").send(df)
     with pytest.raises(InvalidRecordError, match="need a 'value' column"):
         Producer(spark, root, "v").send(df.drop("value"))
     assert TopicAdmin(spark, root).log("v").table().count() == 0
+
+
+def test_a_record_without_value_in_a_later_batch_fails_the_whole_produce(spark, root, tmp_path):
+    """Rows of unknown count (a file) are counted first: a null value in the last of three
+    batches fails before the first is committed."""
+    from pipelines.inputs import read_input
+
+    TopicAdmin(spark, root).create("v", 2)
+    path = str(tmp_path / "in.parquet")
+    spark.range(6).select(F.col("id").cast("string").alias("key"), F.col("id").alias("sequence"),
+                          F.when(F.col("id") == 5, None).otherwise("x").alias("value")).write.parquet(path)
+    with pytest.raises(InvalidRecordError, match="1 records have no value; every record needs one. Nothing was written"):
+        Producer(spark, root, "v", settings=ProducerSettings(batch_size=2)).send(read_input(spark, path))
+    assert TopicAdmin(spark, root).log("v").table().count() == 0
+
+
+@pytest.mark.parametrize("kind", ["range", "file"])
+def test_resent_records_are_counted_as_duplicates(spark, root, tmp_path, kind):
+    """Records and duplicates are counted whether the rows are counted in a pass of their own
+    (a file) or as they are written (rows whose count the plan bounds)."""
+    from pipelines.inputs import read_input
+
+    TopicAdmin(spark, root).create("d", 3)
+    df = spark.range(40).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"),
+                                F.col("id").alias("sequence"))
+    if kind == "file":
+        df.write.parquet(str(tmp_path / "in.parquet"))
+        df = read_input(spark, str(tmp_path / "in.parquet"))
+    first = Producer(spark, root, "d", "P").send(df)
+    again = Producer(spark, root, "d", "P").send(df.where("sequence >= 30") if kind == "range" else df)
+    assert (first.records, first.appended, first.duplicates) == (40, 40, 0)
+    expected = 10 if kind == "range" else 40
+    assert (again.records, again.appended, again.duplicates) == (expected, 0, expected)
+
+
+def test_rows_the_plan_bounds_are_produced_in_one_spark_job(spark, root):
+    """A batch whose size the plan bounds (local rows, a range) is counted as it is written:
+    the produce runs one Spark job, the write (a counting pass and a shuffle-free numbering
+    would each add one)."""
+    TopicAdmin(spark, root).create("j", 8)
+    producer = Producer(spark, root, "j", "P")
+    producer.send(spark.range(10).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
+    df = spark.range(100).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"),
+                                 (F.col("id") + 10).alias("sequence"))
+    spark.sparkContext.setJobGroup("small-produce", "a small produce")
+    try:
+        result = producer.send(df)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup("small-produce")
+    assert len(jobs) == 1, f"the produce ran {len(jobs)} Spark jobs"
+    assert (result.records, result.appended) == (100, 100)
+
+
+def test_a_producer_kept_across_a_resize_refreshes_its_partition_count(spark, root):
+    """The partition count is kept between sends (as Kafka's producer keeps metadata); after a
+    resize the append's fence rejects the stale count and the producer re-partitions."""
+    from control_plane.controller import TopicController
+
+    TopicAdmin(spark, root).create("g", 2)
+    producer = Producer(spark, root, "g", "P")
+    df = spark.range(50).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
+    assert producer.send(df).metadata_refreshes == 0
+    TopicController(spark, root).alter("g", 4)
+    result = producer.send(df)
+    assert result.metadata_refreshes == 1 and result.appended == 50
+    rows = TopicAdmin(spark, root).log("g").table().where("sequence >= 50").select("partition", "key").collect()
+    assert all(r["partition"] == partition_for(bytes(r["key"]), 4) for r in rows)
 
 
 def test_unknown_topic(spark, root):
