@@ -130,6 +130,13 @@ class Producer:
                     df.unpersist()
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
+    def _nothing_sent(self, records: int, batches: int) -> ProduceResult:
+        """The result before the first batch: the counts each batch then adds to."""
+        return ProduceResult(
+            topic=self.topic, producer_id=self.producer_id, records=records, appended=0, duplicates=0,
+            batches=batches, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
+        )
+
     def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None) -> ProduceResult:
         """Rows of unknown count: counted in one pass of their own (which also fills the cache)
         before any batch is committed, so a record without a value fails the whole produce, not
@@ -145,10 +152,7 @@ class Producer:
         total = int(stats["n"])
         size = self.settings.batch_size
         n_batches = (total + size - 1) // size
-        result = ProduceResult(
-            topic=self.topic, producer_id=self.producer_id, records=total, appended=0, duplicates=0,
-            batches=n_batches, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
-        )
+        result = self._nothing_sent(total, n_batches)
         if n_batches > 1:
             df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
         for b in range(n_batches):
@@ -166,11 +170,7 @@ class Producer:
         a committed attempt's rows land, and sequences dedupe them."""
         counted = Observation()
         rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
-        empty = ProduceResult(
-            topic=self.topic, producer_id=self.producer_id, records=0, appended=0, duplicates=0,
-            batches=1, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
-        )
-        result = self._send_batch(rows, empty, rows=bound)
+        result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound)
         # The write ran (a failed one raised), so the count is in; counted again if it got lost.
         total = int(observed(counted, lambda: {"n": df.count()})["n"])
         return result.model_copy(update={"records": total, "duplicates": total - result.appended,
