@@ -63,6 +63,11 @@ RECORD_SCHEMA = StructType(
         StructField("sequence", LongType(), True),
     ]
 )
+# The columns Delta keeps statistics for in each written file: the append counts records and
+# checks offsets and sequences from them, and reads skip files by offset, timestamp and epoch.
+# Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
+# write (BENCHMARKS.md, session 26), and no read filters on them.
+STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
 
@@ -278,6 +283,7 @@ class TopicLog:
             # The change feed keeps every record ever appended readable (``table_changes``)
             # after a retired partition's rows are deleted, for the ordering audit.
             .property("delta.enableChangeDataFeed", "true")
+            .property("delta.dataSkippingStatsColumns", STATS_COLUMNS)
         )
         for key, value in metadata.to_properties().items():
             builder = builder.property(key, value)
@@ -405,7 +411,7 @@ class TopicLog:
             if f.num_records is None or "offset" not in f.min_values or (producer_id and "sequence" not in f.max_values):
                 raise TableConfigError(
                     f"Delta wrote files without statistics to {self.path} (is spark.databricks.delta.stats.collect "
-                    "false, or delta.dataSkippingNumIndexedCols 0?); lakelog counts appended records from them, so "
+                    "false, or delta.dataSkippingStatsColumns without offset and sequence?); lakelog counts appended records from them, so "
                     "nothing was committed. Turn statistics collection back on."
                 )
             p = int(f.partition_values["partition"])

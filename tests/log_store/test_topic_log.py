@@ -1,6 +1,8 @@
 """The fenced append and offset queries on a real Delta table (rules 1-3, invariants 1-4)."""
 
 import datetime as dt
+import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -37,6 +39,12 @@ def records_of(ids):
 @pytest.fixture()
 def log(spark, tmp_path):
     return TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3))
+
+
+def log_adds(path):
+    """The ``add`` actions of every commit file of the table at ``path`` (read as JSON, not by Delta)."""
+    return [json.loads(line)["add"] for f in sorted(Path(path, "_delta_log").glob("*.json"))
+            for line in f.read_text().splitlines() if '"add"' in line]
 
 
 def offsets_by_partition(log):
@@ -142,6 +150,25 @@ def test_append_without_statistics_is_refused_and_log_end_kept(spark, log):
     assert log.table().count() == 9 and log.log_end_offsets() == {0: 3, 1: 3, 2: 3}
     log.append(batch(spark, 9, 9), 3, "p1")
     assert offsets_by_partition(log)[0] == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12), (5, 15)]
+
+
+def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
+    """Offsets, sequences, epochs and timestamps have statistics (the append counts and checks
+    from them, reads skip by them); keys, values, headers and producer ids none (cost, no use)."""
+    log.append(batch(spark, 0, 9), 3, "p1")
+    stats = [json.loads(a["stats"]) for a in log_adds(log.path)]
+    assert stats and all(s["numRecords"] == 3 for s in stats)
+    for s in stats:
+        assert set(s["minValues"]) == set(s["maxValues"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
+        assert set(s["nullCount"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
+
+
+def test_statistics_without_offsets_are_refused_and_nothing_written(spark, log):
+    log.append(batch(spark, 0, 9), 3, "p1")
+    spark.sql(f"ALTER TABLE delta.`{log.path}` SET TBLPROPERTIES ('delta.dataSkippingStatsColumns' = 'sequence')")
+    with pytest.raises(TableConfigError, match="without statistics"):
+        log.append(batch(spark, 9, 9), 3, "p1")
+    assert log.table().count() == 9 and log.log_end_offsets() == {0: 3, 1: 3, 2: 3}
 
 
 def test_missing_log_end_is_refused(spark, tmp_path):
