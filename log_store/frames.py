@@ -54,6 +54,17 @@ def row_bound(df: DataFrame) -> int | None:
     return int(bound.get()) if bound.isDefined() else None
 
 
+def cached_rows(df: DataFrame) -> int | None:
+    """How many rows ``df`` has if it is a cached DataFrame whose cache is filled (Spark counts
+    rows as it fills a cache: ``persist`` then ``count``), else None. Not before the cache is
+    filled: Spark then reports its estimate for the plan underneath."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    if plan.nodeName() != "InMemoryRelation" or not plan.cacheBuilder().isCachedColumnBuffersLoaded():
+        return None
+    count = plan.computeStats().rowCount()
+    return int(count.get()) if count.isDefined() else None  # a BigInt, which py4j hands over as int
+
+
 def observed(observation: Observation, fallback: Callable[[], dict], wait_s: float = 30.0) -> dict:
     """The metrics ``observation`` collected in an action that has run, or ``fallback()`` if they
     have not arrived within ``wait_s``: Spark hands them over through its listener bus, which

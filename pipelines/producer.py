@@ -21,7 +21,7 @@ from pipelines.settings import ProducerSettings
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
-from log_store.frames import observed, row_bound
+from log_store.frames import cached_rows, observed, row_bound
 from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
 
 ProgressFn = Callable[[int, int], None]
@@ -113,6 +113,8 @@ class Producer:
             sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
         df = self.normalize(records, sequence_start)
         bound = row_bound(df)
+        if bound is None:
+            bound = cached_rows(records)  # a filled cache: Spark counted its rows as it filled it
         if bound is not None and bound <= self.settings.batch_size:
             result = self._send_one(df, bound)
             if on_progress:
@@ -163,11 +165,12 @@ class Producer:
         return result.model_copy(update={"duplicates": total - result.appended})
 
     def _send_one(self, df: DataFrame, bound: int) -> ProduceResult:
-        """Rows known to fit one batch (at most ``bound``): counted as they are written, with no
-        pass of their own. A record without a value fails the write (the log's NOT NULL column),
-        so nothing is committed. Not cached (a cached input adds a Spark job): a plan with a row
-        bound reads local rows, a range or a limit, and a retried append reads them again; only
-        a committed attempt's rows land, and sequences dedupe them."""
+        """Rows known to fit one batch (at most ``bound``, from the plan or a filled cache):
+        counted as they are written, with no pass of their own. A record without a value fails
+        the write (the log's NOT NULL column), so nothing is committed. Not cached (a cached
+        input adds a Spark job): a plan with a row bound reads local rows, a range or a limit,
+        and a retried append reads them (or the caller's cache) again; only a committed
+        attempt's rows land, and sequences dedupe them."""
         counted = Observation()
         rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
         result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound)

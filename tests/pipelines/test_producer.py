@@ -101,6 +101,48 @@ def test_rows_the_plan_bounds_are_produced_in_one_spark_job(spark, root):
     assert (result.records, result.appended) == (100, 100)
 
 
+def jobs_of(spark, fn):
+    """``fn()``'s result and how many Spark jobs it ran."""
+    spark.sparkContext.setJobGroup("counted", "jobs of one call")
+    try:
+        result = fn()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(spark.sparkContext.statusTracker().getJobIdsForGroup("counted"))
+
+
+def test_a_filled_cache_is_produced_without_a_counting_pass(spark, root, tmp_path):
+    """Spark counts a cache's rows as it fills it: rows of a file, cached and counted by the
+    caller, are produced in one job (the write); before the cache is filled, the producer counts
+    them in a pass of its own first."""
+    TopicAdmin(spark, root).create("c", 8)
+    producer = Producer(spark, root, "c", "P")
+    path = str(tmp_path / "in.parquet")
+    spark.range(100).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"),
+                            (F.col("id") + 10).alias("sequence")).write.parquet(path)
+    producer.send(spark.range(10).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
+    filled = spark.read.parquet(path).persist()
+    filled.count()
+    result, jobs = jobs_of(spark, lambda: producer.send(filled))
+    assert jobs == 1, f"the produce of a filled cache ran {jobs} Spark jobs"
+    assert (result.records, result.appended, result.duplicates) == (100, 100, 0)
+    unfilled = spark.read.parquet(path).persist()
+    result, jobs = jobs_of(spark, lambda: producer.send(unfilled))
+    assert jobs > 1 and (result.records, result.appended, result.duplicates) == (100, 0, 100)
+
+
+def test_a_record_without_value_in_a_filled_cache_fails_with_nothing_written(spark, root, tmp_path):
+    TopicAdmin(spark, root).create("v", 2)
+    path = str(tmp_path / "in.parquet")
+    spark.range(6).select(F.col("id").cast("string").alias("key"), F.col("id").alias("sequence"),
+                          F.when(F.col("id") == 5, None).otherwise("x").alias("value")).write.parquet(path)
+    filled = spark.read.parquet(path).persist()
+    filled.count()
+    with pytest.raises(InvalidRecordError, match="no value; every record needs one. Nothing was written"):
+        Producer(spark, root, "v").send(filled)
+    assert TopicAdmin(spark, root).log("v").table().count() == 0
+
+
 def test_a_producer_kept_across_a_resize_refreshes_its_partition_count(spark, root):
     """The partition count is kept between sends (as Kafka's producer keeps metadata); after a
     resize the append's fence rejects the stale count and the producer re-partitions."""
