@@ -143,6 +143,27 @@ def test_a_record_without_value_in_a_filled_cache_fails_with_nothing_written(spa
     assert TopicAdmin(spark, root).log("v").table().count() == 0
 
 
+def test_repeated_small_produces_compile_no_new_code(spark, root):
+    """Spark compiles the code it generates for a query unless it compiled the same code before;
+    a number written into it (the producer's committed sequence, which every produce moves)
+    would make each produce compile again (about 11 ms a class)."""
+    import pandas as pd
+
+    TopicAdmin(spark, root).create("c", 8)
+    producer = Producer(spark, root, "c", "P")
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def rows(start):
+        return spark.createDataFrame(pd.DataFrame({"key": [f"k{i}" for i in range(start, start + 100)],
+                                                   "value": ["v"] * 100, "sequence": range(start, start + 100)}))
+
+    producer.send(rows(0))
+    for start in (100, 200):
+        before = compiled.getCount()
+        assert producer.send(rows(start)).appended == 100
+        assert compiled.getCount() == before, f"a produce compiled {compiled.getCount() - before} classes"
+
+
 def test_a_producer_kept_across_a_resize_refreshes_its_partition_count(spark, root):
     """The partition count is kept between sends (as Kafka's producer keeps metadata); after a
     resize the append's fence rejects the stale count and the producer re-partitions."""
