@@ -354,7 +354,8 @@ class TopicLog:
         missing = [c for c in PRODUCER_COLUMNS if c not in records.columns]
         if missing:
             raise InvalidRecordError(f"records lack columns {missing}; expected {PRODUCER_COLUMNS}")
-        records = records.select(*PRODUCER_COLUMNS)
+        if records.columns != PRODUCER_COLUMNS:
+            records = records.select(*PRODUCER_COLUMNS)
         attempts = [0]
 
         def attempt() -> AppendResult:

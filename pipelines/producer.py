@@ -185,8 +185,9 @@ class Producer:
             if self._partition_count is None or refresh:
                 self._partition_count = self.log.metadata().undeleted_partition_count
             count = self._partition_count
-            parted = batch.withColumn("partition", partition_column(self.spark, "key", "sequence", count))
-            parted = parted.withColumn("producer_id", F.lit(self.producer_id)).select(*PRODUCER_COLUMNS)
+            columns = {"partition": partition_column(self.spark, "key", "sequence", count),
+                       "producer_id": F.lit(self.producer_id)}
+            parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
             try:
                 appended = self.log.append(
                     parted, count, self.producer_id,
