@@ -23,7 +23,7 @@ from control_plane.records import (
 from log_store import rs_reader
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.files import reads_with_delta_rs
-from log_store.frames import rows_frame, struct_of
+from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 
 _CHECKED: set[str] = set()
@@ -296,13 +296,13 @@ class ControlTables:
         """Append rows in one commit: blind, except that an ordered table's rows are labelled
         (``write_labelled``), and a fence raised meanwhile makes it write them again."""
         self.ensure()
-        if name not in ORDERED_TABLES:
-            rows_frame(self.spark, rows, TABLES[name]).write.format("delta").mode("append").save(self.path(name))
-            return
 
         def attempt() -> None:
             txn = DeltaTransaction.start(self.spark, self.path(name))
-            self.write_labelled(txn, name, rows)
+            if name in ORDERED_TABLES:
+                self.write_labelled(txn, name, rows)
+            else:
+                txn.write_rows(arrow_rows(self.spark, rows, TABLES[name]))
             txn.commit({})
 
         retry_on_conflict(attempt, attempts=50, backoff_ms=10)
@@ -310,7 +310,7 @@ class ControlTables:
     def write_labelled(self, txn: DeltaTransaction, name: str, rows: list[dict]) -> None:
         """Write ``rows`` into ``txn`` with their ``commit_order``: one more than the version ``txn`` read."""
         label = txn.read_version + 1
-        txn.write(rows_frame(self.spark, [{**r, COMMIT_ORDER_COLUMN: label} for r in rows], TABLES[name]))
+        txn.write_rows(arrow_rows(self.spark, [{**r, COMMIT_ORDER_COLUMN: label} for r in rows], TABLES[name]))
 
     # -- SQL ---------------------------------------------------------------------------------
     CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",

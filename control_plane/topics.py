@@ -28,7 +28,7 @@ from log_store.errors import (
 )
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
-from log_store.frames import rows_frame
+from log_store.frames import arrow_rows
 from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -219,7 +219,7 @@ class TopicAdmin:
                 return False
             raised = {k: str(v) for k, v in versions.items()} | {prop: str(target.topic_version), TOPIC_VERSIONS_KEPT: "true"}
             txn.set_properties(raised)
-            txn.write(rows_frame(self.spark, [target.row()], TABLES["topics"]))
+            txn.write_rows(arrow_rows(self.spark, [target.row()], TABLES["topics"]))
             txn.commit({}, json.dumps({"lakelog": "topic", "topic": target.topic, "topic_version": target.topic_version,
                                        "event": target.event.value}))
             return True

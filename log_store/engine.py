@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, TypeVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -174,6 +178,49 @@ class DeltaTransaction:
             ))
         return out
 
+    def write_rows(self, rows: pa.Table) -> None:
+        """Write ``rows`` as one Parquet file of this transaction, made by pyarrow and put in place
+        through the table's Hadoop file system: no Spark job. A control-plane write is a few rows,
+        for which the Spark job cost more than the rows (BENCHMARKS.md, session 26).
+
+        As Delta's writer would, the rows are made to fit the table's schema first: each column
+        cast to the table's type (a value that does not fit raises), absent nullable columns
+        null, and a column the table lacks or a null in a NOT NULL column refused, with nothing
+        written. Statistics: the row count, null counts, and bounds of integer columns and of
+        strings up to Delta's prefix length (no bounds means no skipping, never a wrong one)."""
+        if rows.num_rows == 0:
+            return
+        schema, required = _arrow_schema(self.jtxn.metadata().schemaString())
+        unknown = sorted(set(rows.column_names) - set(schema.names))
+        if unknown:
+            raise LakelogError(f"the table at {self.jtxn.deltaLog().dataPath().toString()} has no column {unknown[0]}; "
+                               "nothing was written")
+        columns = []
+        for field in schema:
+            if field.name in rows.column_names:
+                column = rows.column(field.name).cast(field.type)
+            else:
+                column = pa.nulls(rows.num_rows, field.type)
+            if field.name in required and column.null_count:
+                raise InvalidRecordError(f"a record has no {field.name}; every record needs one. Nothing was written.")
+            columns.append(column)
+        table = pa.Table.from_arrays(columns, schema=schema)
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out, compression="snappy")
+        data = out.getvalue().to_pybytes()
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        log = self.jtxn.deltaLog()
+        path = self.spark._jvm.org.apache.hadoop.fs.Path(log.dataPath(), name)
+        stream = path.getFileSystem(log.newDeltaHadoopConf()).create(path, False)
+        try:
+            stream.write(data)
+        finally:
+            stream.close()
+        add = {"path": name, "partitionValues": {}, "size": len(data), "modificationTime": int(time.time() * 1000),
+               "dataChange": True, "stats": json.dumps(_stats(table))}
+        parser = getattr(getattr(delta(self.spark).actions, "Action$"), "MODULE$")  # Scala's object Action
+        self._actions.add(parser.fromJson(json.dumps({"add": add})))
+
     def commit_properties(self, properties: Mapping[str, str], drop: Iterable[str] = (),
                           app_versions: Mapping[str, int] | None = None) -> int:
         """One commit that only changes table properties (and sets ``app_versions``), recorded
@@ -213,6 +260,42 @@ class DeltaTransaction:
             return int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             raise translate(exc) from exc
+
+
+_ARROW_SCHEMAS: dict[str, tuple[pa.Schema, frozenset[str]]] = {}
+
+
+def _arrow_schema(schema_json: str) -> tuple[pa.Schema, frozenset[str]]:
+    """A Delta table schema (its JSON) as Arrow's, and the names of its NOT NULL columns."""
+    if schema_json not in _ARROW_SCHEMAS:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        struct = StructType.fromJson(json.loads(schema_json))
+        _ARROW_SCHEMAS[schema_json] = (to_arrow_schema(struct), frozenset(f.name for f in struct.fields if not f.nullable))
+    return _ARROW_SCHEMAS[schema_json]
+
+
+STRING_PREFIX = 32  # Delta's dataSkippingStringPrefixLength: longer strings get no bounds here
+
+
+def _stats(rows: pa.Table) -> dict:
+    """Delta's file statistics for ``rows``: exact where given, absent (no skipping) where not."""
+    low: dict = {}
+    high: dict = {}
+    nulls: dict = {}
+    for name, column in zip(rows.column_names, rows.columns):
+        kind = column.type
+        if pa.types.is_nested(kind):
+            continue
+        nulls[name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        if pa.types.is_integer(kind) or (pa.types.is_string(kind) and
+                                         max(pc.utf8_length(column).to_pylist(), key=lambda n: n or 0) <= STRING_PREFIX):
+            bounds = pc.min_max(column)
+            low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
+    return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
 
 
 def translate(exc: Exception) -> LakelogError:

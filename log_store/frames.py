@@ -38,13 +38,16 @@ def struct_of(spark: SparkSession, schema: str | StructType) -> StructType:
     return _schemas(spark, schema)[0]
 
 
+def arrow_rows(spark: SparkSession, rows: Iterable[dict], schema: str | StructType) -> pa.Table:
+    """``rows`` (dicts by column name; nested structs as dicts, maps as dicts, naive datetimes for
+    TIMESTAMP_NTZ) as an Arrow table of exactly ``schema``. A value that does not fit its column
+    raises (pyarrow's ArrowInvalid or ArrowTypeError), as Spark's own check did."""
+    return pa.Table.from_pylist(list(rows), schema=_schemas(spark, schema)[1])
+
+
 def rows_frame(spark: SparkSession, rows: Iterable[dict], schema: str | StructType) -> DataFrame:
-    """A DataFrame of ``rows`` (dicts by column name; nested structs as dicts, maps as dicts,
-    naive datetimes for TIMESTAMP_NTZ) with exactly ``schema``. A value that does not fit its
-    column raises (pyarrow's ArrowInvalid or ArrowTypeError), as Spark's own check did."""
-    struct, arrow_schema = _schemas(spark, schema)
-    table = pa.Table.from_pylist(list(rows), schema=arrow_schema)
-    return spark.createDataFrame(table, struct)
+    """A DataFrame of ``rows`` with exactly ``schema`` (see ``arrow_rows``)."""
+    return spark.createDataFrame(arrow_rows(spark, rows, schema), struct_of(spark, schema))
 
 
 def row_bound(df: DataFrame) -> int | None:

@@ -16,7 +16,7 @@ from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Ha
 from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
-from log_store.frames import rows_frame
+from log_store.frames import arrow_rows
 from log_store.errors import ConcurrentCommitError
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
@@ -128,7 +128,7 @@ class GroupTables:
             if int(txn.configuration().get(prop, 0)) >= record.generation:
                 return False
             txn.set_properties({prop: str(record.generation)})
-            txn.write(rows_frame(self.spark, [record.model_dump()], TABLES["group_generations"]))
+            txn.write_rows(arrow_rows(self.spark, [record.model_dump()], TABLES["group_generations"]))
             txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
             return True
 

@@ -63,3 +63,76 @@ def test_a_value_that_does_not_fit_its_column_is_refused(spark):
         rows_frame(spark, [{**rows[0], "partition": "two"}], OFFSET_SCHEMA)
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         rows_frame(spark, [{**rows[0], "partition": 2**40}], OFFSET_SCHEMA)
+
+
+def _empty_table(spark, path: str, schema: str) -> None:
+    from delta.tables import DeltaTable
+
+    from log_store.frames import struct_of
+
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(struct_of(spark, schema)).execute()
+
+
+def _jobs_of(spark, fn):
+    spark.sparkContext.setJobGroup("write-rows", "rows written by pyarrow")
+    try:
+        fn()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup("write-rows"))
+
+
+@pytest.mark.parametrize("table", sorted(CASES))
+def test_rows_written_without_spark_read_back_as_spark_wrote_them(spark, tmp_path, table):
+    """A control-plane write (``write_rows``: a Parquet file made by pyarrow, committed through
+    Delta) runs no Spark job, and Spark and delta-rs read back exactly the rows Spark's own
+    conversion makes; the file's statistics count the rows and bound its integer columns."""
+    import json
+
+    import deltalake
+
+    from log_store.engine import DeltaTransaction
+    from log_store.frames import arrow_rows
+
+    schema, rows = CASES[table]
+    path = str(tmp_path / table)
+    _empty_table(spark, path, schema)
+
+    def write() -> None:
+        txn = DeltaTransaction.start(spark, path)
+        txn.write_rows(arrow_rows(spark, rows, schema))
+        txn.commit({})
+
+    assert _jobs_of(spark, write) == 0
+    expected = spark.createDataFrame(rows, schema)
+    back = spark.read.format("delta").load(path)
+    assert sorted(map(str, back.collect())) == sorted(map(str, expected.collect()))
+    assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == len(rows)
+    (add,) = [json.loads(line)["add"] for f in sorted((tmp_path / table / "_delta_log").glob("*.json"))
+              for line in f.read_text().splitlines() if '"add"' in line]
+    stats = json.loads(add["stats"])
+    assert stats["numRecords"] == len(rows)
+    if table == "offset_commits":
+        assert (stats["minValues"]["partition"], stats["maxValues"]["partition"]) == (0, 2)
+        assert stats["nullCount"]["end_offset"] == 1
+        assert back.where("partition = 1").count() == 1  # Spark's data skipping trusts these bounds
+
+
+def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(spark, tmp_path):
+    import pyarrow as pa
+
+    from log_store.engine import DeltaTransaction
+    from log_store.errors import InvalidRecordError, LakelogError
+    from log_store.frames import arrow_rows
+
+    schema, rows = CASES["offset_commits"]
+    path = str(tmp_path / "t")
+    _empty_table(spark, path, schema)
+    txn = DeltaTransaction.start(spark, path)
+    with pytest.raises(InvalidRecordError, match="a record has no topic; every record needs one. Nothing was written"):
+        txn.write_rows(arrow_rows(spark, [{**rows[0], "topic": None}], schema))
+    extra = arrow_rows(spark, rows, schema).append_column("color", pa.array(["red"] * len(rows)))
+    with pytest.raises(LakelogError, match="has no column color; nothing was written"):
+        txn.write_rows(extra)
+    assert not list((tmp_path / "t").glob("*.parquet"))
+    assert spark.read.format("delta").load(path).count() == 0
