@@ -1,13 +1,15 @@
 """Control-plane writes benchmark: a group's offsets commit and a plain control-table append
 against raw Delta appends of the same rows, in one run.
 
-A few rows made in Python reach Delta in one of two ways: PySpark's ``createDataFrame`` on a list
-(pickled rows converted in Spark's Python workers) or an Arrow table sent to the JVM
-(``log_store.frames.rows_frame``, what lakelog uses). Timed here, each as the median of REPEATS:
+A few rows made in Python reach raw Delta in one of two ways: PySpark's ``createDataFrame`` on
+a list (pickled rows converted in Spark's Python workers) or an Arrow table sent to the JVM
+(``log_store.frames.rows_frame``). lakelog writes them as a Parquet file made by pyarrow and
+commits it through Delta, without a Spark job (``DeltaTransaction.write_rows``, session 26).
+Timed here, each as the median of REPEATS:
 
 - ``raw Delta append, list rows``: ``spark.createDataFrame(rows, schema).write...append``
 - ``raw Delta append, Arrow rows``: the same rows through ``rows_frame``
-- ``ControlTables.append``: lakelog's blind append to a control table (same rows)
+- ``ControlTables.append``: lakelog's labelled append to a control table (same rows)
 - ``GroupOffsets.commit``: a group member's offsets commit of the same 4 positions under
   generation 1 (reads the group's fence property in the transaction, writes, commits)
 
