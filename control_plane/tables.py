@@ -169,6 +169,9 @@ def views_named(query: str) -> set[str] | None:
 TOPIC_VERSION_PROP = "lakelog.topicVersion"
 TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
+                    "offset_commits": {"delta.checkpointInterval": "100"},
+                    "group_members": {"delta.checkpointInterval": "100"},
+                    "group_generations": {"delta.checkpointInterval": "100"},
                     "topics": {TOPIC_VERSIONS_KEPT: "true"}}
 
 
