@@ -86,7 +86,10 @@ class Producer:
         if "value" not in types:
             raise InvalidRecordError(f"records need a 'value' column; found {list(types)}")
         headers = F.col("headers") if "headers" in types else F.lit(None)
-        timestamp = F.col("timestamp") if "timestamp" in types else F.current_timestamp()
+        # A record without a timestamp gets the produce's time, as Kafka's producer stamps one
+        # sent without (CreateTime): lookups by time (``offset_for_timestamp``) need one.
+        now = F.current_timestamp()
+        timestamp = F.coalesce(F.col("timestamp").cast("timestamp"), now) if "timestamp" in types else now
         sequence = (F.col("sequence") if "sequence" in types
                     else F.row_number().over(Window.orderBy(F.monotonically_increasing_id())) - 1)
         return records.select(

@@ -180,6 +180,29 @@ def test_a_producer_kept_across_a_resize_refreshes_its_partition_count(spark, ro
     assert all(r["partition"] == partition_for(bytes(r["key"]), 4) for r in rows)
 
 
+def test_records_without_a_timestamp_get_the_time_of_the_produce(spark, root, tmp_path):
+    """As Kafka's producer stamps a record sent without one: a JSON line without a timestamp
+    (the input then has a timestamp column of nulls) and a frame without the column both get
+    the produce's time; a record's own timestamp is kept."""
+    import json
+    import time
+
+    from pipelines.inputs import read_input
+
+    TopicAdmin(spark, root).create("ts", 2)
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join([json.dumps({"key": "a", "value": "own", "timestamp": 1767225600000}),
+                                json.dumps({"key": "b", "value": "none"})]))
+    before = int(time.time() * 1000) - 1000  # epoch ms: no time zone of this host in the way
+    Producer(spark, root, "ts", "P").send(read_input(spark, str(path)))
+    Producer(spark, root, "ts").send(spark.range(1).select(F.lit("c").alias("key"), F.lit("column").alias("value")))
+    after = int(time.time() * 1000) + 1000
+    stamps = {bytes(r["value"]).decode(): r["ms"] for r in TopicAdmin(spark, root).log("ts").table()
+              .select("value", F.unix_millis("timestamp").alias("ms")).collect()}
+    assert stamps["own"] == 1767225600000
+    assert before <= stamps["none"] <= after and before <= stamps["column"] <= after
+
+
 def test_unknown_topic(spark, root):
     with pytest.raises(UnknownTopicError, match="unknown topic 'nope'"):
         Producer(spark, root, "nope")
