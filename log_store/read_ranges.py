@@ -80,6 +80,21 @@ def spark_hash_partition(value: int, shuffle_partitions: int) -> int:
     return mmh3.hash(struct.pack("<i", value), SPARK_HASH_SEED) % shuffle_partitions
 
 
+def batch_position(ranges: Ranges) -> str:
+    """Each row's place in the batch sorted by (partition, offset), as one SQL expression:
+    ``offset`` plus a per-partition shift (rows of the lower partitions in the batch, less the
+    partition's start). One long key sorts as the two columns do, but Spark radix-sorts a single
+    integer key and compares only prefixes, where (partition, offset) fell back to comparing rows
+    for every tie on the partition (an ordered 1M-record read 0.9-1.0 -> 0.7 s; BENCHMARKS.md,
+    session 27). Values are 0 .. rows - 1 for the rows ``range_filter`` keeps."""
+    shift: dict[int, int] = {}
+    before = 0
+    for p, (s, e) in sorted((int(p), (int(s), int(e))) for p, (s, e) in ranges.items() if e > s):
+        shift[p] = before - s
+        before += e - s
+    return f"`offset` + {by_partition(shift, 'L')}"
+
+
 def ordering_keys(partitions: Iterable[int], parallelism: int) -> tuple[dict[int, int], int]:
     """Shuffle keys that keep partitions in ascending order across shuffle partitions.
 

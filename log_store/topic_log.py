@@ -39,7 +39,7 @@ from log_store.dense_offsets import (
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
-from log_store.read_ranges import by_partition, ordering_keys, range_filter
+from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -502,7 +502,7 @@ class TopicLog:
             return found
         keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
         return (found.repartition(shuffle_partitions, F.expr(by_partition(keys)))
-                .sortWithinPartitions("partition", "offset"))
+                .sortWithinPartitions(F.expr(batch_position(ranges))))
 
     def snapshot(self, ends: bool = True) -> LogSnapshot:
         """The log's latest version, metadata and log ends, all from one Delta snapshot.

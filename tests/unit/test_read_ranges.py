@@ -5,7 +5,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log_store.read_ranges import offset_spans, ordering_keys, range_filter, spark_hash_partition
+from log_store.read_ranges import batch_position, offset_spans, ordering_keys, range_filter, spark_hash_partition
 
 
 def test_spans_are_the_union_of_the_ranges():
@@ -28,15 +28,18 @@ PARTITIONS, OFFSETS = 14, 60
 ROWS = {(p, o) for p in range(PARTITIONS) for o in range(OFFSETS)}
 
 
-def _selected(ranges):
-    """The (partition, offset) rows of ``ROWS`` the filter keeps, evaluated by DuckDB on Spark
-    SQL translated by sqlglot (the same translation ``lakelog sql`` uses)."""
+def _query(ranges, columns="`partition`, `offset`"):
+    """The rows of ``ROWS`` the filter keeps, evaluated by DuckDB on Spark SQL translated by
+    sqlglot (the same translation ``lakelog sql`` uses)."""
     con = duckdb.connect()
     con.execute(f'CREATE TABLE t AS SELECT (i // {OFFSETS})::INTEGER AS "partition", (i % {OFFSETS})::BIGINT AS "offset" '
                 f"FROM range({PARTITIONS * OFFSETS}) r(i)")
-    query = sqlglot.transpile(f"SELECT `partition`, `offset` FROM t WHERE {range_filter(ranges)}",
-                              read="spark", write="duckdb")[0]
-    return set(con.execute(query).fetchall())
+    query = sqlglot.transpile(f"SELECT {columns} FROM t WHERE {range_filter(ranges)}", read="spark", write="duckdb")[0]
+    return con.execute(query).fetchall()
+
+
+def _selected(ranges):
+    return set(_query(ranges))
 
 
 @settings(max_examples=60, deadline=None)
@@ -47,6 +50,18 @@ def test_the_filter_keeps_exactly_the_records_in_the_ranges(spans):
         assert all(s == e for s, e in ranges.values())
         return
     assert _selected(ranges) == {(p, o) for p, o in ROWS if p in ranges and ranges[p][0] <= o < ranges[p][1]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.integers(0, 12), st.tuples(st.integers(0, 40), st.integers(0, 15)), min_size=1, max_size=10))
+def test_a_batch_position_sorts_as_partition_then_offset_and_numbers_the_batch(spans):
+    ranges = {p: (s, s + n) for p, (s, n) in spans.items()}
+    if range_filter(ranges) is None:
+        return
+    rows = _query(ranges, f"`partition`, `offset`, {batch_position(ranges)} AS position")
+    by_position = [(p, o) for p, o, _pos in sorted(rows, key=lambda r: r[2])]
+    assert by_position == sorted((p, o) for p, o, _pos in rows)
+    assert sorted(pos for _p, _o, pos in rows) == list(range(len(rows)))
 
 
 def test_ordering_keys_send_ascending_blocks_of_partitions_to_ascending_shuffle_partitions():
