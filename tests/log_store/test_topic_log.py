@@ -163,6 +163,21 @@ def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
         assert set(s["nullCount"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
 
 
+def test_a_topic_made_before_the_statistics_change_takes_it_from_the_readme_alter(spark, log):
+    """README, Storage format: an older topic keeps statistics for every column until the
+    operator sets the property; files written after it keep only the four."""
+    spark.sql(f"ALTER TABLE delta.`{log.path}` UNSET TBLPROPERTIES ('delta.dataSkippingStatsColumns')")
+    log.append(batch(spark, 0, 9), 3, "p1")
+    spark.sql(f"ALTER TABLE delta.`{log.path}` SET TBLPROPERTIES "
+              "('delta.dataSkippingStatsColumns' = 'offset,sequence,leader_epoch,timestamp')")
+    log.append(batch(spark, 9, 9), 3, "p1")
+    stats = [json.loads(a["stats"]) for a in log_adds(log.path)]
+    columns = [frozenset(s["minValues"]) for s in stats]
+    assert {"producer_id", "offset"} <= columns[0]  # the older files: every column Delta bounds
+    assert columns[-1] == {"offset", "sequence", "leader_epoch", "timestamp"}
+    assert log.log_end_offsets() == {0: 6, 1: 6, 2: 6}
+
+
 def test_statistics_without_offsets_are_refused_and_nothing_written(spark, log):
     log.append(batch(spark, 0, 9), 3, "p1")
     spark.sql(f"ALTER TABLE delta.`{log.path}` SET TBLPROPERTIES ('delta.dataSkippingStatsColumns' = 'sequence')")
