@@ -292,7 +292,7 @@ def _stats(rows: pa.Table) -> dict:
         if column.null_count == len(column):
             continue
         if pa.types.is_integer(kind) or (pa.types.is_string(kind) and
-                                         max(pc.utf8_length(column).to_pylist(), key=lambda n: n or 0) <= STRING_PREFIX):
+                                         pc.max(pc.utf8_length(column)).as_py() <= STRING_PREFIX):
             bounds = pc.min_max(column)
             low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}

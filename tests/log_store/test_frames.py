@@ -136,3 +136,22 @@ def test_rows_that_do_not_fit_the_table_are_refused_with_nothing_written(spark, 
         txn.write_rows(extra)
     assert not list((tmp_path / "t").glob("*.parquet"))
     assert spark.read.format("delta").load(path).count() == 0
+
+
+def test_control_row_statistics_bound_integers_and_short_strings_only():
+    """Bounds where Delta would keep them exactly (integers, strings up to its 32-character
+    prefix); none for longer strings or nested columns (no skipping there, never a wrong one)."""
+    import pyarrow as pa
+
+    from log_store.engine import _stats
+
+    rows = pa.table({
+        "n": pa.array([3, None, 1], pa.int64()),
+        "short": pa.array(["b", "a", None]),
+        "long": pa.array(["x" * 33, "y", "z"]),
+        "tags": pa.array([["a"], None, []], pa.list_(pa.string())),
+    })
+    stats = _stats(rows)
+    assert stats["numRecords"] == 3
+    assert stats["minValues"] == {"n": 1, "short": "a"} and stats["maxValues"] == {"n": 3, "short": "b"}
+    assert stats["nullCount"] == {"n": 1, "short": 1, "long": 0}
