@@ -257,14 +257,22 @@ def test_spark_hash_partitioning_is_what_the_driver_computes(spark):
         assert all(spark_hash_partition(r["v"], n) == r["task"] for r in got)
 
 
-def test_ordered_read_of_many_partitions_is_in_partition_then_offset_order(spark, tmp_path):
-    """Records of many partitions written by several commits, read in fewer shuffle partitions
-    than partitions: the batch comes back sorted by (partition, offset) as a whole."""
+@pytest.mark.parametrize("path", ["shuffled", "one task"])
+def test_ordered_read_of_many_partitions_is_in_partition_then_offset_order(spark, tmp_path, monkeypatch, path):
+    """Records of many partitions written by several commits come back sorted by (partition,
+    offset) as a whole: a large batch shuffled into fewer shuffle partitions than partitions,
+    a small one (up to ONE_TASK_ROWS) sorted in one task without a shuffle."""
+    import log_store.topic_log as topic_log
+
     log = TopicLog.create(spark, str(tmp_path / "m"), TopicLogMetadata.initial("m", 12))
     for i in range(3):
         log.append(batch(spark, i * 600, 600, partitions=12).repartition(5), 12, "p1")
+    if path == "shuffled":
+        monkeypatch.setattr(topic_log, "use_one_task", lambda rows: False)
     ranges = {p: (7 * p, 150) for p in range(12)}
-    got = [(r["partition"], r["offset"]) for r in log.read(ranges).collect()]
+    frame = log.read(ranges)
+    assert ("Exchange" in frame._jdf.queryExecution().executedPlan().toString()) == (path == "shuffled")
+    got = [(r["partition"], r["offset"]) for r in frame.collect()]
     assert got == [(p, o) for p in range(12) for o in range(7 * p, 150)]
     assert [(r["partition"], r["offset"]) for r in log.read(ranges).toLocalIterator()] == got
 
