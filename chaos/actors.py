@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 
@@ -140,6 +141,7 @@ def main() -> int:
     try:
         ACTORS[kind](spark, args)
     except LakelogError as exc:
+        traceback.print_exc()  # to the actor's .err log: where it failed, for a failing schedule
         say("error", error=type(exc).__name__, message=str(exc))
         return 1
     return 0

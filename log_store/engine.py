@@ -28,7 +28,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from log_store.errors import ConcurrentCommitError, InvalidRecordError, LakelogError
+from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError
 
 # Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
 DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
@@ -302,7 +302,8 @@ def translate(exc: Exception) -> LakelogError:
     """Map Delta's errors to lakelog's, in one place."""
     name = conflict_name(exc)
     if name:
-        return ConcurrentCommitError(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
+        kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
+        return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"

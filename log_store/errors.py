@@ -30,6 +30,11 @@ class ConcurrentCommitError(RetriableError):
     from a fresh read."""
 
 
+class AppVersionConflictError(ConcurrentCommitError):
+    """Another commit moved an application version this transaction read (a partition's log
+    end, a producer's mark, a sink position) first: Delta's ConcurrentTransactionException."""
+
+
 class ConcurrentAppendError(ConcurrentCommitError):
     """An append to a topic's log kept losing to other appends to the same partitions."""
 

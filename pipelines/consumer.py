@@ -24,7 +24,7 @@ from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
-from log_store.errors import InvalidConfigurationError, SinkConflictError
+from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
 from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, check_set_transactions_kept
 from pipelines.gating import OffsetGate
 
@@ -278,7 +278,14 @@ class Consumer:
                 raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
         txn.write(rows)
-        txn.commit({self._sink_app_id(p): end for p, (_s, end) in ranges.items()})
+        try:
+            txn.commit({self._sink_app_id(p): end for p, (_s, end) in ranges.items()})
+        except AppVersionConflictError as exc:
+            # Another member wrote one of these partitions while this batch was being written (this
+            # member was paused past its session, campaign seed 440): nothing of the batch landed.
+            raise SinkConflictError(
+                f"another member wrote partitions {sorted(ranges)} to the sink while this batch was being written; "
+                "nothing of the batch was committed: resume from the sink's positions") from exc
         crash_point("consume:after_sink_commit")
 
     def _sink_app_id(self, partition: int) -> str:
