@@ -38,6 +38,8 @@ from control_plane.settings import GroupSettings
 from log_store.crash import crash_point
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError
 
+FENCED_WRITE_ATTEMPTS = 3  # a write fenced by this many generations in a row gives the partitions up
+
 
 class RebalanceListener:
     """Callbacks a member fires (Kafka's ConsumerRebalanceListener plus the source's per-key ones).
@@ -171,18 +173,23 @@ class GroupMember:
         return self._under_generation(write, positions, "expiry report fenced")
 
     def _under_generation(self, write: Callable[[], None], positions: dict[TopicPartition, int], why: str) -> MembershipChange:
+        """``write()`` under this member's generation: it lands, or IllegalGenerationError is raised
+        with the member's partitions lost. A fenced write adopts a newer generation this member
+        joined and tries again, up to ``FENCED_WRITE_ATTEMPTS`` times; never returns without the write."""
         change = MembershipChange(generation=self.generation)
-        for _ in range(3):
+        for attempt in range(1, FENCED_WRITE_ATTEMPTS + 1):
             try:
                 write()
                 return change
             except IllegalGenerationError:
                 gen = self.tables.generation(self.group)
-                if not (gen and self.joining is not None and self.member_id in gen.member_ids() and gen.generation >= self.joining):
+                adoptable = (gen and self.joining is not None and self.member_id in gen.member_ids()
+                             and gen.generation >= self.joining)
+                if not adoptable or attempt == FENCED_WRITE_ATTEMPTS:
                     self._lose(change, why)
                     raise
                 self._adopt(gen, lambda: positions, change)
-        return change
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def close(self, positions: PositionsFn = dict) -> None:
         """Leave the group: revoke and commit everything, then say so (Kafka's LeaveGroup)."""
