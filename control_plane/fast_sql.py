@@ -21,8 +21,9 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
 
 from control_plane.layout import RootLayout
-from control_plane.tables import DERIVED_VIEWS, latest_position_rows, log_view_name, views_named
+from control_plane.tables import DERIVED_VIEWS, latest_position_rows, views_named
 from log_store import rs_reader
+from log_store.names import log_view_names
 from log_store.rs_reader import FastReadUnavailable
 
 BASE_TABLES = {"topic_history": "topics", "offset_commits": "offset_commits",
@@ -148,9 +149,10 @@ class FastSql:
             if name in wanted:
                 con.execute(f"CREATE VIEW {name} AS {sqlglot.transpile(text, read='spark', write='duckdb')[0]}")
         if "topics" in wanted:
-            for topic, location in con.execute("SELECT topic, location FROM topics").fetchall():
-                if log_view_name(topic).lower() in wanted:
-                    con.register(log_view_name(topic), self._read(location))
+            locations = dict(con.execute("SELECT topic, location FROM topics").fetchall())
+            for name, topic in log_view_names(list(locations)).items():
+                if name.lower() in wanted:
+                    con.register(name, self._read(locations[topic]))
 
     @staticmethod
     def _read(path: str) -> pa.Table:

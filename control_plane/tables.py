@@ -25,6 +25,7 @@ from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
+from log_store.names import log_view_names
 
 _CHECKED: set[str] = set()
 _ROW_TRACKED: dict[str, bool] = {}  # ordered table path -> ordered by row tracking (fixed at creation)
@@ -149,11 +150,6 @@ DERIVED_VIEWS = {
 }
 
 
-def log_view_name(topic: str) -> str:
-    """The SQL name of a topic's log: ``log_`` and the name, other characters as ``_``."""
-    return "log_" + re.sub(r"[^A-Za-z0-9_]", "_", topic)
-
-
 def views_named(query: str) -> set[str] | None:
     """The names a query may read (its words, lower case), or None for all of them: ``SHOW``
     lists every view. Registering only these keeps a query off the tables it does not read."""
@@ -163,10 +159,9 @@ def views_named(query: str) -> set[str] | None:
 
 
 # The topics table keeps each topic's latest record version as the property
-# ``lakelog.topicVersion.<topic>``, raised in the record's own commit: the compare-and-set of
-# topic changes (control_plane/topics.py). The marker says the table has kept them from the
-# start; a table made before it has them from its first change by this lakelog on.
-TOPIC_VERSION_PROP = "lakelog.topicVersion"
+# ``log_store.names.topic_version_property(topic)``, raised in the record's own commit: the
+# compare-and-set of topic changes (control_plane/topics.py). The marker says the table has kept
+# them from the start; a table made before it has them from its first change by this lakelog on.
 TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "offset_commits": {"delta.checkpointInterval": "100"},
@@ -339,10 +334,10 @@ class ControlTables:
                 view(name).createOrReplaceTempView(name)
                 registered.append(name)
         if wanted is None or any(w.startswith("log_") for w in wanted):
-            for row in view("topics").select("topic", "location").collect():
-                name = log_view_name(row["topic"])
+            locations = {r["topic"]: r["location"] for r in view("topics").select("topic", "location").collect()}
+            for name, topic in log_view_names(list(locations)).items():
                 if want(name):
-                    self.spark.read.format("delta").load(row["location"]).createOrReplaceTempView(name)
+                    self.spark.read.format("delta").load(locations[topic]).createOrReplaceTempView(name)
                     registered.append(name)
         return sorted(registered)
 

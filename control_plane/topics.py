@@ -7,7 +7,6 @@ records version 1 of the topic in the ``topics`` control table with a compare-an
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 
@@ -17,7 +16,7 @@ from pyspark.sql import SparkSession
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
-from control_plane.tables import TABLES, TOPIC_VERSION_PROP, TOPIC_VERSIONS_KEPT, ControlTables
+from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables
 from log_store.errors import (
     ConcurrentCommitError,
     ConcurrentTopicChangeError,
@@ -29,6 +28,7 @@ from log_store.errors import (
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
+from log_store.names import commit_metadata, topic_version_property
 from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -209,7 +209,7 @@ class TopicAdmin:
         """
         self.tables.ensure()
         path = self.tables.path("topics")
-        prop = f"{TOPIC_VERSION_PROP}.{target.topic}"
+        prop = topic_version_property(target.topic)
 
         def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, path)
@@ -220,8 +220,8 @@ class TopicAdmin:
             raised = {k: str(v) for k, v in versions.items()} | {prop: str(target.topic_version), TOPIC_VERSIONS_KEPT: "true"}
             txn.set_properties(raised)
             txn.write_rows(arrow_rows(self.spark, [target.row()], TABLES["topics"]))
-            txn.commit({}, json.dumps({"lakelog": "topic", "topic": target.topic, "topic_version": target.topic_version,
-                                       "event": target.event.value}))
+            txn.commit({}, commit_metadata("topic", topic=target.topic, topic_version=target.topic_version,
+                                           event=target.event.value))
             return True
 
         try:
@@ -236,6 +236,6 @@ class TopicAdmin:
         txn.read_whole_table()
         versions: dict[str, int] = {}
         for r in self.tables.rows_at("topics", txn.read_version):
-            key = f"{TOPIC_VERSION_PROP}.{r['topic']}"
+            key = topic_version_property(r["topic"])
             versions[key] = max(versions.get(key, 0), int(r["topic_version"]))
         return versions

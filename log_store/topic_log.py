@@ -13,7 +13,6 @@ and each partition's log end offset is a Delta application transaction version
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from enum import Enum
 
@@ -39,6 +38,7 @@ from log_store.dense_offsets import (
 from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import rows_frame
+from log_store.names import commit_metadata, log_end_app_id, producer_app_id
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 from log_store.errors import (
     ConcurrentAppendError,
@@ -212,23 +212,10 @@ class AppendResult(BaseModel):
         return sum(end - start for start, end in self.ranges.values())
 
 
-def log_end_app_id(partition: int) -> str:
-    return f"lakelog.log_end.{partition}"
-
-
 def log_end(known: dict[str, int], partition: int, start: int) -> int:
     """A partition's log end from a snapshot's application versions (``known``): the one place it
     is read. Never below the start of the partition's current incarnation."""
     return max(known.get(log_end_app_id(partition), start), start)
-
-
-def producer_app_id(producer_id: str) -> str:
-    """The producer's high-water mark: the highest sequence it has committed to any partition.
-
-    Producer-wide, not per partition: after a resize a record hashes to another partition, and a
-    per-partition mark there would not know it was already written.
-    """
-    return f"lakelog.producer.{producer_id}"
 
 
 RETENTION_PROP = "delta.setTransactionRetentionDuration"
@@ -308,7 +295,7 @@ class TopicLog:
                 return
             for p in missing:
                 txn.app_version(log_end_app_id(p))
-            txn.commit({log_end_app_id(p): 0 for p in missing}, json.dumps({"lakelog": "log_ends", "partitions": missing}))
+            txn.commit({log_end_app_id(p): 0 for p in missing}, commit_metadata("log_ends", partitions=missing))
 
         retry_on_conflict(attempt)
 
@@ -452,9 +439,9 @@ class TopicLog:
             txn.app_version(producer_app_id(producer_id))  # and if the same producer committed meanwhile
             versions[producer_app_id(producer_id)] = max_seq
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
-        info = {"lakelog": "append", "producer_id": producer_id, "undeleted_partition_count": expected_count,
-                "ranges": {str(p): list(r) for p, r in sorted(ranges.items())}}
-        version = txn.commit(versions, json.dumps(info))
+        version = txn.commit(versions, commit_metadata(
+            "append", producer_id=producer_id, undeleted_partition_count=expected_count,
+            ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges)
 

@@ -14,8 +14,6 @@ sample rows naming partitions, offsets and keys. A readable Markdown report is a
 
 from __future__ import annotations
 
-import re
-
 import os
 import time
 from datetime import datetime, timezone
@@ -33,6 +31,7 @@ from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction
 from log_store.errors import InvalidConfigurationError, LakelogError
 from log_store.files import write_file
+from log_store.names import legacy_sink_pairs, parse_commit_metadata, parse_sink_app_id
 from pipelines.consumer import SINK_SCHEMA
 
 
@@ -224,11 +223,12 @@ def check_log(source, log: DataFrame, samples: int) -> list[CheckResult]:
 
 
 def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int,
-               views: list[DeliveryView] = ()) -> list[CheckResult]:
+               views: list[DeliveryView] = (), asset: str = "sink") -> list[CheckResult]:
+    """The sink checks of one group's deliveries (``asset``: a name of its own per group)."""
     import great_expectations as gx
 
     E = gx.expectations
-    delivery = _validate(source, "sink_delivered", delivered, [
+    delivery = _validate(source, f"{asset}_delivered", delivered, [
         ("sink.no_duplicates", "no (partition, offset) is delivered twice (copy 2+: a repeated delivery)",
          E.ExpectColumnValuesToBeBetween(column="copy", max_value=1)),
         ("sink.per_key_order", "per (producer_id, key), sequence strictly increases in delivery order",
@@ -236,7 +236,7 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
     ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
     missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired, views).persist()
     try:
-        [lost] = _validate(source, "sink_missing", missing, [
+        [lost] = _validate(source, f"{asset}_missing", missing, [
             ("sink.nothing_missing", "every record the group owes is in the sink, or its group reported it expired "
              "(its partition was retired before the group read it)",
              E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["delivered", "expired"])),
@@ -252,15 +252,28 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
 
 
 def sink_groups(spark: SparkSession, sink_path: str, topic: str) -> list[str]:
-    """The groups that wrote ``topic``'s records to the sink (from its application ids)."""
-    prefix = "lakelog.sink."
+    """The groups that wrote ``topic``'s records to the sink (from its application ids; ids in
+    the earlier releases' dotted form name every group they can stand for)."""
     out = set()
     for app_id in DeltaTransaction.start(spark, sink_path).snapshot_app_versions():
-        app_id = re.sub(r"\.r\d+$", "", app_id)  # a partition's incarnation after a reset (sink_app_id)
-        head, _, partition = app_id.rpartition(".")
-        if app_id.startswith(prefix) and partition.isdigit() and head.endswith(f".{topic}"):
-            out.add(head[len(prefix):-len(topic) - 1])
+        sid = parse_sink_app_id(app_id)
+        if sid is not None:
+            if sid.topic == topic:
+                out.add(sid.group)
+        else:
+            out.update(g for g, _t, _p, _i in legacy_sink_pairs(app_id, {topic}))
     return sorted(out)
+
+
+def sink_commit_groups(spark: SparkSession, sink_path: str) -> dict[int, str]:
+    """Sink version -> the group whose batch it committed, from each commit's metadata
+    (``log_store.names.sink_commit_metadata``)."""
+    out = {}
+    for r in DeltaTable.forPath(spark, sink_path).history().select("version", "userMetadata").collect():
+        meta = parse_commit_metadata(r["userMetadata"])
+        if meta and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
+            out[int(r["version"])] = meta["group"]
+    return out
 
 
 def run_audit(
@@ -285,13 +298,25 @@ def run_audit(
     source = _gx()
     checks = check_log(source, spark.read.format("delta").load(record.location), samples)
     if sink_path is not None:
-        delivered = delivered_rows(_cdf(spark, sink_path), topic).persist()
-        views = [delivery_view(spark, root, g, topic) for g in ([group] if group else sink_groups(spark, sink_path, topic))]
-        try:
-            checks += check_sink(source, delivered, _cdf(spark, record.location), TopicAdmin(spark, root).image(topic).ever_retired(), samples,
-                                 views)
-        finally:
-            delivered.unpersist()
+        groups = [group] if group else sink_groups(spark, sink_path, topic)
+        by_version = sink_commit_groups(spark, sink_path)
+        produced, retired = _cdf(spark, record.location), TopicAdmin(spark, root).image(topic).ever_retired()
+        for i, g in enumerate(groups or [None]):
+            # A sink several groups write is judged group by group: each sink commit names its group.
+            # Commits that name none (written by earlier releases) count for every group.
+            others = sorted(v for v, owner in by_version.items() if owner != g)
+            changes = _cdf(spark, sink_path)
+            if g is not None and others:
+                changes = changes.where(~F.col("_commit_version").isin(others))
+            delivered = delivered_rows(changes, topic).persist()
+            views = [delivery_view(spark, root, g, topic)] if g is not None else []
+            try:
+                found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}")
+            finally:
+                delivered.unpersist()
+            if len(groups) > 1:
+                found = [c.model_copy(update={"name": f"{c.name}[{g}]"}) for c in found]
+            checks += found
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     report = AuditReport(
         topic=topic, log_path=record.location, sink_path=sink_path, audited_at=now,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable
 
 from delta.tables import DeltaTable
@@ -25,6 +26,7 @@ from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
+from log_store.names import legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
 from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, check_set_transactions_kept
 from pipelines.gating import OffsetGate
 
@@ -45,35 +47,67 @@ class ConsumeResult(BaseModel):
     expired: int = 0  # records of retired partitions this group had not read (reported, see groups describe)
 
 
-def sink_app_id(group: str, topic: str, partition: int, incarnation: int = 0) -> str:
-    """The sink's position key for one partition. ``incarnation`` counts the operator's resets of
-    it (and the group's deletions): a replay after a reset is new, not a duplicate of the first delivery."""
-    base = f"lakelog.sink.{group}.{topic}.{partition}"
-    return base if incarnation == 0 else f"{base}.r{incarnation}"
-
-
 def incarnation_of(incarnations: dict[int, int], partition: int) -> int:
     """A partition's incarnation from ``GroupOffsets.incarnations`` (-1: the group's deletions)."""
     return incarnations.get(partition, incarnations.get(-1, 0))
+
+
+@dataclass(frozen=True)
+class SinkPositions:
+    """What a Delta sink holds for one group on one topic: position per (partition, incarnation).
+
+    ``legacy``: positions read from ids in the earlier releases' dotted form, which another
+    group/topic pair can share (group ``a`` on ``b.c``, group ``a.b`` on ``c``): each was taken
+    only where the sink holds that topic's record just below it. The next sink commit writes them
+    again in the JSON form (``carry_over``), after which the dotted ids are no longer read.
+    """
+
+    held: dict[tuple[int, int], int] = field(default_factory=dict)
+    legacy: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def current(self, incarnations: dict[int, int] | None) -> dict[int, int]:
+        """Position per partition, for each partition's current incarnation."""
+        return {p: v for (p, inc), v in self.held.items() if inc == incarnation_of(incarnations or {}, p)}
+
+    def carry_over(self, group: str, topic: str) -> dict[str, int]:
+        return {sink_app_id(group, topic, p, inc): v for (p, inc), v in self.legacy.items()}
+
+    @classmethod
+    def read(cls, spark: SparkSession, sink_path: str, group: str, topic: str,
+             versions: dict[str, int] | None = None) -> "SinkPositions":
+        if versions is None:
+            txn = DeltaTransaction.start(spark, sink_path)
+            check_set_transactions_kept(txn.configuration(), sink_path)
+            versions = txn.snapshot_app_versions()
+        held = {}
+        for app_id, v in versions.items():
+            sid = parse_sink_app_id(app_id)
+            if sid and sid.group == group and sid.topic == topic:
+                held[(sid.partition, sid.incarnation)] = v
+        if held:
+            return cls(held=held)
+        dotted = {pi: v for pi, v in ((legacy_sink_id(a, group, topic), v) for a, v in versions.items()) if pi}
+        legacy = _confirmed_in_sink(spark, sink_path, topic, dotted) if dotted else {}
+        return cls(held=legacy, legacy=legacy)
+
+
+def _confirmed_in_sink(spark: SparkSession, sink_path: str, topic: str,
+                       positions: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+    """The dotted-id positions under which the sink holds ``topic``'s record (partition, position - 1):
+    the id was written by a batch of this topic, not of another topic whose name joins alike."""
+    wanted = F.lit(False)
+    for (p, _inc), v in positions.items():
+        wanted = wanted | ((F.col("partition") == p) & (F.col("offset") == v - 1))
+    found = {(r["partition"], r["offset"]) for r in spark.read.format("delta").load(sink_path)
+             .where((F.col("topic") == topic) & wanted).select("partition", "offset").distinct().collect()}
+    return {(p, inc): v for (p, inc), v in positions.items() if (p, v - 1) in found}
 
 
 def sink_positions(spark: SparkSession, sink_path: str, group: str, topic: str,
                    incarnations: dict[int, int] | None = None) -> dict[int, int]:
     """The positions a Delta sink holds for ``group`` on ``topic`` (its application versions),
     for each partition's current incarnation."""
-    txn = DeltaTransaction.start(spark, sink_path)
-    check_set_transactions_kept(txn.configuration(), sink_path)
-    prefix = f"lakelog.sink.{group}.{topic}."
-    out = {}
-    for k, v in txn.snapshot_app_versions().items():
-        if not k.startswith(prefix):
-            continue
-        number, _, suffix = k[len(prefix):].partition(".r")
-        if not number.isdigit() or (suffix and not suffix.isdigit()):
-            continue
-        if int(suffix or 0) == incarnation_of(incarnations or {}, int(number)):
-            out[int(number)] = v
-    return out
+    return SinkPositions.read(spark, sink_path, group, topic).current(incarnations)
 
 
 def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
@@ -129,6 +163,7 @@ class Consumer:
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
+        self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -170,7 +205,9 @@ class Consumer:
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
             if self._incarnations is None:
                 self._incarnations = state.incarnations
-            for p, v in sink_positions(self.spark, sink_path, self.group, self.topic, self._incarnations).items():
+            held = SinkPositions.read(self.spark, sink_path, self.group, self.topic)
+            self._sink_legacy = held.carry_over(self.group, self.topic)
+            for p, v in held.current(self._incarnations).items():
                 if v > committed.get(p, -1):
                     committed[p] = self.sink_ahead[p] = v
         return committed
@@ -273,19 +310,25 @@ class Consumer:
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = DeltaTransaction.start(self.spark, sink_path)
         check_set_transactions_kept(txn.configuration(), sink_path)
+        ids = {p: self._sink_app_id(p) for p in ranges}
+        carried = self._sink_legacy  # read inside the transaction: a racing writer of one fails this commit
+        for a in set(carried) - set(ids.values()):
+            txn.app_version(a)
         for p, (start, _end) in ranges.items():
-            if txn.app_version(self._sink_app_id(p)) > start:
+            if max(txn.app_version(ids[p]), carried.get(ids[p], -1)) > start:
                 raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
         rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
         txn.write(rows)
         try:
-            txn.commit({self._sink_app_id(p): end for p, (_s, end) in ranges.items()})
+            txn.commit({**carried, **{ids[p]: end for p, (_s, end) in ranges.items()}},
+                       sink_commit_metadata(self.group, self.topic, self.member_id, ranges))
         except AppVersionConflictError as exc:
             # Another member wrote one of these partitions while this batch was being written (this
             # member was paused past its session, campaign seed 440): nothing of the batch landed.
             raise SinkConflictError(
                 f"another member wrote partitions {sorted(ranges)} to the sink while this batch was being written; "
                 "nothing of the batch was committed: resume from the sink's positions") from exc
+        self._sink_legacy = {}
         crash_point("consume:after_sink_commit")
 
     def _sink_app_id(self, partition: int) -> str:

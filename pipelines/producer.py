@@ -22,7 +22,8 @@ from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
 from log_store.frames import cached_rows, observed, row_bound
-from log_store.topic_log import PRODUCER_COLUMNS, producer_app_id
+from log_store.names import producer_app_id
+from log_store.topic_log import PRODUCER_COLUMNS
 
 ProgressFn = Callable[[int, int], None]
 

@@ -15,7 +15,8 @@ from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
-from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end, log_end_app_id
+from log_store.names import log_end_app_id
+from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end
 
 ATTEMPTS = 10
 

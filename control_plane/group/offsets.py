@@ -24,13 +24,10 @@ from control_plane.tables import ORDER_TIEBREAK, ControlTables, latest_position_
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
+from log_store.names import commit_metadata, fence_property
 from log_store.topic_log import LogSnapshot, Mode
 
 
-
-
-def fence_property(group: str) -> str:
-    return f"lakelog.fence.{group}"
 
 
 def expired_ranges(topic: str, retired: Iterable[tuple[int, int, int]], positions: dict[int, int],
@@ -285,7 +282,7 @@ class GroupOffsets:
                 txn.set_properties({fence_property(group): str(raise_version)})
             self.tables.write_labelled(txn, "offset_commits", written)
             kinds = ",".join(dict.fromkeys(r["kind"] for r in written))
-            txn.commit({}, f'{{"lakelog": "{kinds}", "group": "{group}", "generation": {generation}}}')
+            txn.commit({}, commit_metadata(kinds, group=group, generation=generation))
             return raising
 
         return retry_on_conflict(attempt, attempts=50, backoff_ms=10)

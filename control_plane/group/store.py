@@ -17,18 +17,24 @@ from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
+from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
 from log_store.errors import ConcurrentCommitError
 from log_store.topic_log import LogSnapshot, Mode, TopicLog
 
-# A heartbeat tick sets the application version ``lakelog.heartbeat.<group>.<member>``.
-HEARTBEAT_PREFIX = "lakelog.heartbeat."
+# A heartbeat tick sets the application version ``log_store.names.heartbeat_app_id(group, member)``;
+# ticks are read by this prefix, which the earlier releases' dotted form shares.
+HEARTBEAT_PREFIX = "lakelog.heartbeat"
 TICK_WINDOW = 2000  # heartbeat commits read back at first: an older tick's member was long judged
 
 
 def ticks_of(changes: dict[str, tuple[int, int | None]], group: str) -> dict[str, tuple[int, int | None]]:
     """``group``'s members' ticks among application-version changes of the heartbeat table."""
-    prefix = f"{HEARTBEAT_PREFIX}{group}."
-    return {k[len(prefix):]: v for k, v in changes.items() if k.startswith(prefix)}
+    out = {}
+    for app_id, v in changes.items():
+        member = heartbeat_member(app_id, group)
+        if member is not None:
+            out[member] = v
+    return out
 
 
 class GroupTables:
@@ -65,7 +71,7 @@ class GroupTables:
         """A member is alive: one commit setting its heartbeat counter to ``beat``, no data written."""
         self.tables.ensure()
         txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
-        txn.commit({f"{HEARTBEAT_PREFIX}{group}.{member_id}": beat})
+        txn.commit({heartbeat_app_id(group, member_id): beat})
 
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),
@@ -121,7 +127,7 @@ class GroupTables:
         in the same commit as the row: cheaper than a MERGE, and any concurrent proposal conflicts.
         """
         self.tables.ensure()
-        prop = f"lakelog.generation.{record.group}"
+        prop = generation_property(record.group)
 
         def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, self.tables.path("group_generations"))
@@ -129,7 +135,7 @@ class GroupTables:
                 return False
             txn.set_properties({prop: str(record.generation)})
             txn.write_rows(arrow_rows(self.spark, [record.model_dump()], TABLES["group_generations"]))
-            txn.commit({}, f'{{"lakelog": "generation", "group": "{record.group}", "generation": {record.generation}}}')
+            txn.commit({}, commit_metadata("generation", group=record.group, generation=record.generation))
             return True
 
         try:
