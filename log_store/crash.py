@@ -34,6 +34,7 @@ POINTS: dict[str, str] = {
     "group:after_acquire": "group member: it claimed its partitions, it has not started delivering",
     "alter:before_record": "controller alter: planned, nothing recorded",
     "alter:after_record": "controller alter: the change is recorded, not applied to the log",
+    "alter:before_apply_commit": "controller alter: the log's metadata and marked partitions' ends read, not committed",
     "alter:after_apply": "controller alter: recorded and applied",
     "retire:before_record": "controller tick: retirement planned, nothing recorded",
     "retire:after_record": "controller tick: retirement recorded, not applied to the log",

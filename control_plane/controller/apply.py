@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
+from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.names import log_end_app_id
@@ -69,6 +70,7 @@ class TopicChanges:
                     props[key] = str(log_end(known, p, pm.start_offset))
             new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
                         if log_end_app_id(p) not in known}
+            crash_point("alter:before_apply_commit")  # an append landing here must make this commit retry
             txn.commit_properties(props, drop, new_ends)
             return True
 

@@ -101,3 +101,44 @@ def test_a_reused_partition_number_is_not_judged_drained_at_its_old_end(spark, r
     producer.send(keyed(spark, [in_p2[i % 8] for i in range(150)], 450))  # the same keys, now in p0 and p1
     assert consumer.run_to_sink(sink).records == 300
     assert order_violations(spark, sink) == []
+
+
+def test_a_shrunk_partitions_last_records_never_share_a_sink_commit_with_the_survivors_new_ones(spark, root, tmp_path):
+    """The campaign's seed 8 (short) once saw this: a shrunk partition's last records in the same
+    sink commit as the surviving partition's post-shrink records of the same keys. One sink commit
+    is one delivery, so no order holds inside it: the gate must deliver the marked partition's tail
+    in a batch of its own, however large the batch may be. Here the group has read all of partition
+    0 and a third of partition 1 when 1 is marked: only the marked partition's end holds partition
+    0's new records back. Read back with delta-rs."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RsTable
+
+    from log_store.partitioner import partition_for
+
+    admin = TopicAdmin(spark, root)
+    admin.create(T, 2)
+    by_partition: dict[int, list[str]] = {0: [], 1: []}
+    for i in range(40):
+        by_partition[partition_for(f"k{i}".encode(), 2)].append(f"k{i}")
+    early = [by_partition[0][i % 3] for i in range(10)] + [by_partition[1][i % 5] for i in range(30)]
+    producer = Producer(spark, root, T, "p")
+    producer.send(keyed(spark, early, 0))
+    sink = str(tmp_path / "sink")
+    first = Consumer(spark, root, T, "g", ConsumerSettings(max_records_per_batch=20)).run_to_sink(sink, max_records=20)
+    ends = admin.log(T).log_end_offsets()
+    assert first.positions == {0: ends[0], 1: 10}, "all of 0 read, partition 1 behind when it is marked"
+    TopicController(spark, root, ControllerSettings(delete_partition_enable=True)).alter(T, 1)
+    threshold = ends[0] - 1  # partition 0's last offset of its pre-shrink epoch
+    producer.send(keyed(spark, [by_partition[1][i % 5] for i in range(20)], 40))  # 1's keys, now in 0
+    rest = Consumer(spark, root, T, "g", ConsumerSettings(max_records_per_batch=1000)).run_to_sink(sink)
+    assert first.records + rest.records == 60
+
+    rows = pa.table(RsTable(sink).load_cdf(starting_version=0).read_all()).to_pylist()
+    by_commit: dict[int, list[dict]] = {}
+    for r in rows:
+        by_commit.setdefault(r["_commit_version"], []).append(r)
+    mixed = [v for v, rs in by_commit.items()
+             if any(r["partition"] == 1 for r in rs) and any(r["partition"] == 0 and r["offset"] > threshold for r in rs)]
+    assert mixed == [], f"sink commits {mixed} hold partition 1's tail with partition 0's post-shrink records"
+    assert rest.batches == 2, "the tail of 1 in one batch, the survivor's new records in the next"
+    assert order_violations(spark, sink) == []

@@ -30,16 +30,6 @@ SHORT_SEEDS = (9,)
 CRASH_POINTS = ("create:after_log_table", "group:after_propose", "consume:after_sink_commit")
 
 
-# Regression schedules whose anomaly is not fixed yet: they run and report with -m slow, without
-# failing it (an anomaly that shows in some interleavings only would make it flaky), and stay out
-# of the default suite, where a non-failing run protects nothing. RELIABILITY.md.
-OPEN = {
-    "seed-8-short": "known open anomaly (RELIABILITY.md, 'Open'): in 1 of 8 runs a group delivered a shrunk "
-                    "partition's last records in the same batch as the surviving partition's post-shrink records of "
-                    "the same keys; not reproduced since the ownership fix; the run still executes and reports",
-}
-
-
 # The one regression schedule the default suite runs, trimmed (the cheapest, about 80 s); the
 # others run with -m slow: each anomaly they found also has a focused test in the default suite
 # (RELIABILITY.md, "Anomalies found and fixed"), and the suite must stay short.
@@ -48,8 +38,6 @@ DEFAULT_SHORT = {"seed-4"}
 
 def _regressions(default: set[str] = frozenset()):
     def marks(stem: str) -> list:
-        if stem in OPEN:
-            return [pytest.mark.xfail(strict=False, reason=OPEN[stem]), pytest.mark.slow]
         return [] if stem in default else [pytest.mark.slow]
     return [pytest.param(p, id=p.stem, marks=marks(p.stem)) for p in sorted(REGRESSIONS.glob("*.json"))]
 

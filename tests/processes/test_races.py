@@ -1,7 +1,10 @@
 """Several OS processes racing on one topic, and a producer killed mid-run (invariants 1-4)."""
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -9,7 +12,9 @@ import pytest
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
 from tests.processes.workers import send_batches, set_count
-from tests.support import pausing_at, resume, spawn_worker, while_paused
+from control_plane.controller import TopicController
+from control_plane.settings import ControllerSettings
+from tests.support import PROJECT, WORKERS, pausing_at, resume, spawn_worker, while_paused
 
 
 def _log_rows(spark, admin, topic):
@@ -103,3 +108,58 @@ def test_processes_appending_to_different_partitions_never_conflict(spark, root)
     rows = _log_rows(spark, admin, "apart")
     for p in (0, 1):
         assert sorted(r["offset"] for r in rows if r["partition"] == p) == list(range(60))
+
+
+def _controller_process(root: str, topic: str, count: int, env: dict[str, str]) -> subprocess.Popen:
+    """``controller alter`` in a process of its own (attached to this run's JVM, as the campaign's actors are)."""
+    return subprocess.Popen([sys.executable, str(WORKERS / "controller_workers.py"), "alter", root, topic, str(count)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT,
+                            env={**os.environ, **env})
+
+
+def _ends(spark, admin, topic: str) -> tuple[dict[int, int], dict[int, int]]:
+    """The marked partitions' fixed ends (log metadata) and every partition's end by its rows."""
+    log = admin.log(topic)
+    fixed = {p: pm.end_offset for p, pm in log.metadata().partitions.items() if pm.end_offset is not None}
+    rows = log.table().groupBy("partition").count().collect()
+    return fixed, {r["partition"]: r["count"] for r in rows}
+
+
+def test_an_append_landing_inside_the_shrinks_commit_moves_the_marked_end(spark, root, tmp_path):
+    """The shrink fixes a marked partition's final end in the commit that marks it. An append to it
+    that lands after the controller read the end and before its commit must make the commit retry:
+    a fixed end below the real one lets a group's gate open while records of the marked partition
+    are still undelivered, which delivers a key's older records after its newer ones."""
+    admin = TopicAdmin(spark, root)
+    admin.create("mark", 2)
+    list(send_batches(spark, root, "mark", "before", 0, 40, 40))
+    point = "alter:before_apply_commit@1"
+    ctl = _controller_process(root, "mark", 1, pausing_at(tmp_path, point))
+    assert while_paused(ctl, tmp_path, point), ctl.stderr.read()[-3000:]
+    landed = list(send_batches(spark, root, "mark", "racer", 0, 40, 40))  # the log still says 2 partitions
+    assert landed[0]["appended"] == 40
+    resume(tmp_path, point)
+    out, err = ctl.communicate(timeout=300)
+    assert ctl.returncode == 0, err[-3000:]
+    fixed, counted = _ends(spark, admin, "mark")
+    assert fixed == {1: counted[1]}, f"partition 1's fixed end {fixed} must be its real end {counted}"
+    after = list(send_batches(spark, root, "mark", "after", 0, 20, 20))
+    assert after[0]["appended"] == 20 and _ends(spark, admin, "mark")[1][1] == counted[1], "nothing lands in 1"
+
+
+def test_an_append_written_before_the_shrink_and_committed_after_it_is_rejected(spark, root, tmp_path):
+    """A producer whose batch (under 2 partitions) is written when the shrink commits must not land
+    in the marked partition: its commit fails, it refreshes and re-partitions under 1."""
+    admin = TopicAdmin(spark, root)
+    admin.create("late", 2)
+    point = "produce:after_write@2"
+    producer = spawn_worker("append", root, "late", "px", "0", "80", "40", "10", env=pausing_at(tmp_path, point))
+    assert while_paused(producer, tmp_path, point), producer.stderr.read()[-3000:]
+    TopicController(spark, root, ControllerSettings(delete_partition_enable=True)).alter("late", 1)
+    resume(tmp_path, point)
+    out, err = producer.communicate(timeout=400)
+    assert producer.returncode == 0, err[-3000:]
+    assert [json.loads(x)["refreshes"] for x in out.splitlines()] == [0, 1]
+    fixed, counted = _ends(spark, admin, "late")
+    assert fixed == {1: counted[1]} and sum(counted.values()) == 80, (fixed, counted)
+
