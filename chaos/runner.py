@@ -20,17 +20,25 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from chaos import checker
 from chaos.host import GATEWAY_ENV
-from chaos.schedule import ControllerStep, GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
+from chaos.schedule import (
+    MAX_PARTITIONS,
+    ControllerStep,
+    GroupPlan,
+    MemberPlan,
+    ProducerPlan,
+    Schedule,
+    input_records,
+    timezone_for,
+)
 
 PROJECT = Path(__file__).resolve().parents[1]
 CRASH_EXIT = 86
-TOPIC = "chaos"
 DRAIN_TIMEOUT_S = 300.0  # the schedule's own work: three times this
 DRAIN_STALL_S = 120.0  # a group that wrote nothing (positions, claims, generations) for this long is stuck (seed 44's deadlock)
 DRAIN_LIMIT_S = 900.0  # a group still moving: slow on 2 cores under the campaign's load, not an anomaly
@@ -90,7 +98,16 @@ class Runner:
         self._seq = itertools.count()
         self.actors: dict[str, Actor] = {}
         self.t0 = 0.0
-        self.pending_producers = {p.producer_id for p in schedule.producers}
+        # The decoy (schedule.DecoyPlan): one more producer and group, on a topic of their own.
+        decoy = schedule.decoy
+        self.producer_plans = list(schedule.producers) + (
+            [ProducerPlan(producer_id="decoy", records=decoy.records, batch=20, start_at=1.0)] if decoy else [])
+        self.group_plans = list(schedule.groups) + (
+            [GroupPlan(name=decoy.group, protocol="eager", assignor="range", batch=50,
+                       members=(MemberPlan(start_at=2.0),), sink=decoy.sink)] if decoy else [])
+        self.topic_of = {p.producer_id: schedule.topic for p in schedule.producers} | {
+            g.name: schedule.topic for g in schedule.groups} | ({"decoy": decoy.topic, decoy.group: decoy.topic} if decoy else {})
+        self.pending_producers = {p.producer_id for p in self.producer_plans}
         self.pending_steps = 0
         self.created = False
         self.members: dict[str, list[str]] = defaultdict(list)  # group -> live member actor names
@@ -120,7 +137,7 @@ class Runner:
         else:
             env.pop(GATEWAY_ENV, None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "chaos.actors", kind, json.dumps({"root": self.root, "topic": TOPIC, **args})],
+            [sys.executable, "-m", "chaos.actors", kind, json.dumps({"root": self.root, "topic": self.s.topic, **args})],
             cwd=PROJECT, env=env, stdout=open(logs / f"{name}.out", "a"), stderr=open(logs / f"{name}.err", "a"),
             start_new_session=True,
         )
@@ -156,25 +173,32 @@ class Runner:
         self.log(f"{name} failed unexpectedly ({what[:200]})")
 
     # -- actors ----------------------------------------------------------------------------------
-    def start_create(self, crash: bool) -> None:
+    def start_create(self, crash: bool, decoy: bool = False) -> None:
+        """Create the topic (then the decoy's), then start the schedule's work."""
+        name = "create-decoy" if decoy else "create"
+
         def done(rc: int) -> None:
             if rc == 0:
+                if not decoy and self.s.decoy:
+                    self.start_create(False, decoy=True)
+                    return
                 self.created = True
                 self.schedule_work()
             elif rc == CRASH_EXIT:
                 self.result.faults["crash create:after_log_table"] += 1
-                self.start_create(False)
+                self.start_create(False, decoy)
             else:
-                self.unexpected("create", rc)
-                self.at(self.now() + 1, lambda: self.start_create(False))
+                self.unexpected(name, rc)
+                self.at(self.now() + 1, lambda: self.start_create(False, decoy))
 
-        self.spawn("create", "create", {"partitions": self.s.partitions}, done,
-                   crash_at="create:after_log_table" if crash else None)
+        args = ({"partitions": self.s.decoy.partitions, "topic": self.s.decoy.topic} if decoy
+                else {"partitions": self.s.partitions})
+        self.spawn(name, "create", args, done, crash_at="create:after_log_table" if crash else None)
 
     def write_inputs(self) -> None:
         (self.dir / "inputs").mkdir(parents=True, exist_ok=True)
         (self.dir / "acks").mkdir(parents=True, exist_ok=True)
-        for plan in self.s.producers:
+        for plan in self.producer_plans:
             records = input_records(self.s, plan)
             lines = [json.dumps(r) for r in records]
             if plan.bad_input:
@@ -186,7 +210,7 @@ class Runner:
         crash = plan.crash_at if run == 0 else None
         args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
                 "records": plan.records, "batch": plan.batch, "ack_file": str(self.dir / "acks" / f"{plan.producer_id}.jsonl"),
-                "own_jvm": plan.own_jvm and run == 0}
+                "own_jvm": plan.own_jvm and run == 0, "topic": self.topic_of[plan.producer_id]}
 
         def done(rc: int) -> None:
             if rc == 0 and not plan.bad_input:
@@ -210,7 +234,32 @@ class Runner:
                     self.result.faults["kill -9 producer"] += 1
             self.at(actor.started + plan.kill_after[run], kill)
 
-    def start_step(self, i: int, step: ControllerStep, attempt: int) -> None:
+    def sink_path(self, group: GroupPlan) -> str:
+        return f"{self.root}/sinks/{group.sink_name}"
+
+    def adapted(self, step: ControllerStep) -> tuple[ControllerStep, bool]:
+        """``step`` resized from the count the topic has now (read with delta-rs): ``adapt_step``."""
+        record = current_record(self.root, self.s.topic)
+        if record is None:
+            return step, False
+        marked = [p["partition"] for p in record["partitions"] if p["mode"] == "ReadOnly"]
+        return adapt_step(step, record["undeleted_partition_count"], marked)
+
+    def start_step(self, i: int, step: ControllerStep, attempt: int, retired: bool = False) -> None:
+        if step.kind == "alter" and step.change:
+            planned = step
+            step, retire_first = self.adapted(step)
+            if retire_first and not retired:  # as an operator would: retire the marked numbers, then grow
+                self.result.operations["grow after a retirement"] += 1
+
+                def then(rc: int) -> None:
+                    if rc not in (0, CRASH_EXIT):
+                        self.unexpected(f"ctl{i}.retire", rc)
+                    self.start_step(i, planned, attempt, retired=True)
+                self.spawn(f"ctl{i}.retire", "tick", {"delay": 0.0}, then)
+                return
+            if step.change:  # still blocked after the retirement: run the plan's target (refused)
+                step = replace(step, change=None)
         racers = step.racers if attempt == 0 else 1
         left = {"n": racers}
 
@@ -245,6 +294,8 @@ class Runner:
             name = f"ctl{i}.{attempt}.{r}"
             crash = step.crash_at if attempt == 0 and r == 0 else None
             args = {"partitions": step.partitions} if step.kind == "alter" else {"delay": step.delay}
+            if step.kind == "alter" and r == 0 and attempt == 0:
+                self.log(f"ctl{i}: alter to {step.partitions}")
             self.spawn(name, step.kind, args, done_for(name, crash), crash)
 
     def start_member(self, group: GroupPlan, index: int, plan: MemberPlan) -> None:
@@ -255,7 +306,8 @@ class Runner:
         name = f"{group.name}-m{index}.{n}"
         crash = plan.crash_at if n == 1 else None
         args = {"group": group.name, "member_id": name, "protocol": group.protocol, "assignor": group.assignor,
-                "sink": f"{self.root}/sinks/{group.name}", "stop_file": str(self.dir / "stop" / group.name),
+                "sink": self.sink_path(group), "stop_file": str(self.dir / "stop" / group.name),
+                "topic": self.topic_of[group.name],
                 "batch": group.batch, "lag_s": plan.lag_s if not self.stopping else 0.0,
                 "session_ms": self.s.session_ms, "heartbeat_ms": self.s.heartbeat_ms}
 
@@ -303,12 +355,12 @@ class Runner:
     def schedule_work(self) -> None:
         """Once the topic exists: every producer, controller step and member at its moment."""
         base = self.now()
-        for plan in self.s.producers:
+        for plan in self.producer_plans:
             self.at(base + plan.start_at, lambda plan=plan: self.start_producer(plan, 0))
         self.pending_steps = len(self.s.controller)
         for i, step in enumerate(self.s.controller):
             self.at(base + step.at, lambda i=i, step=step: self.start_step(i, step, 0))
-        for group in self.s.groups:
+        for group in self.group_plans:
             for index, plan in enumerate(group.members):
                 self.at(base + plan.start_at, lambda g=group, i=index, p=plan: self.start_member(g, i, p))
                 self.member_faults(base, group, index, plan)
@@ -369,10 +421,10 @@ class Runner:
         behind: dict[str, str] = {}
         verdicts: dict[str, str] = {}
         while True:
-            for group in self.s.groups:
+            for group in self.group_plans:
                 if not self.members[group.name]:
                     self.start_member(group, 0, MemberPlan(start_at=0))
-            behind = {g.name: why for g in self.s.groups if (why := drain_gap(self.root, TOPIC, g.name))}
+            behind = {g.name: why for g in self.group_plans if (why := drain_gap(self.root, self.topic_of[g.name], g.name))}
             now = time.monotonic()
             for group, why in behind.items():
                 # progress: positions moved, or the group rebalanced or claimed partitions (a slow
@@ -389,7 +441,7 @@ class Runner:
         for group, why in behind.items():
             self.result.problems.append(f"group {group} did not drain ({verdicts[group]}): {why}")
         self.stopping = True
-        for group in self.s.groups:
+        for group in self.group_plans:
             (self.dir / "stop" / group.name).write_text("stop")
         end = time.monotonic() + 90
         while any(a.kind == "member" for a in self.actors.values()) and time.monotonic() < end:
@@ -398,7 +450,7 @@ class Runner:
 
     def check(self) -> None:
         acked: dict[str, set[int]] = {}
-        for plan in self.s.producers:
+        for plan in self.producer_plans:
             path = self.dir / "acks" / f"{plan.producer_id}.jsonl"
             seqs: set[int] = set()
             if path.exists():
@@ -406,8 +458,19 @@ class Runner:
                     ack = json.loads(line)
                     seqs.update(range(ack["lo"], ack["hi"]))
             acked[plan.producer_id] = seqs
-        inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.s.producers if not p.bad_input}
-        found = checker.check(self.root, TOPIC, inputs, acked, {g.name: f"{self.root}/sinks/{g.name}" for g in self.s.groups})
+        found = None
+        for topic in dict.fromkeys(self.topic_of.values()):  # the topic, then the decoy's
+            inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.producer_plans
+                      if not p.bad_input and self.topic_of[p.producer_id] == topic}
+            sinks = {g.name: self.sink_path(g) for g in self.group_plans if self.topic_of[g.name] == topic}
+            one = checker.check(self.root, topic, inputs, {p: acked[p] for p in inputs}, sinks, found is None)
+            if found is None:
+                found = one
+                continue
+            for kind, n in one.counts.items():  # the decoy's findings, named by its topic
+                found.counts[kind] += n
+                found.samples[kind] += [f"[{topic}] {x}" for x in one.samples.get(kind, [])][:checker.SAMPLES]
+            found.stats.update({f"{k}[{topic}]": v for k, v in one.stats.items()})
         self.result.anomalies = {k: v for k, v in found.counts.items() if v}
         self.result.samples = {k: v for k, v in found.samples.items() if v}
         stray = [f"{err.stem}: {line.strip()[:300]}" for err in sorted((self.dir / "logs").glob("*.err"))
@@ -440,16 +503,38 @@ def group_activity(root: str, group: str) -> int:
     return sum(1 for c in checker.read_changes(f"{root}/control/offset_commits") if c["group"] == group)
 
 
+def adapt_step(step: ControllerStep, count: int, marked: list[int]) -> tuple[ControllerStep, bool]:
+    """A grow or shrink by ``step.by`` from ``count`` undeleted partitions (``marked``: the numbers
+    marked for deletion), so a step that the plan's guess of the count would make invalid still
+    resizes: a shrink at 1 grows, a grow at the maximum shrinks, a grow stops below a marked number.
+    True when marked partitions hold the very next number a grow needs: retire them first."""
+    change = step.change
+    if change == "shrink" and count <= 1 or change == "grow" and count >= MAX_PARTITIONS:
+        change = "grow" if change == "shrink" else "shrink"
+    if change == "shrink":
+        return replace(step, partitions=max(1, count - step.by), change=None), False
+    target = min(MAX_PARTITIONS, count + max(step.by, 1))
+    blocked = [q for q in marked if count <= q < target]
+    if blocked and min(blocked) == count:
+        return step, True
+    return replace(step, partitions=min([target, *blocked]), change=None), False
+
+
+def current_record(root: str, topic: str) -> dict | None:
+    """The topic's latest control record (its partitions, modes, undeleted count). Read with delta-rs."""
+    history = [r for r in checker.read_current(f"{root}/control/topics") if r["topic"] == topic]
+    return max(history, key=lambda r: r["topic_version"]) if history else None
+
+
 def drain_gap(root: str, topic: str, group: str) -> str | None:
     """Why ``group`` has not consumed every live partition to its log end (None: it has). Read with delta-rs.
 
     A group stands where it last committed, moved up by what it reported expired; on a live
     partition it never committed, at the start of the partition's current incarnation (a number
     grown back over a retired one starts at the old end: campaign seed 152)."""
-    history = [r for r in checker.read_current(f"{root}/control/topics") if r["topic"] == topic]
-    if not history:
+    latest = current_record(root, topic)
+    if latest is None:
         return "no topic"
-    latest = max(history, key=lambda r: r["topic_version"])
     starts = {p["partition"]: p.get("start_offset") or 0 for p in latest["partitions"] if p["mode"] != "None"}
     ends: dict[int, int] = defaultdict(int)
     for r in checker.read_changes(checker.log_location(root, topic)):

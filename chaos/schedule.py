@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 PRODUCER_CRASHES = ("produce:after_write", "produce:after_commit")
 CONTROLLER_CRASHES = {
-    "alter": ("alter:before_record", "alter:after_record", "alter:after_apply"),
+    "alter": ("alter:before_record", "alter:after_record", "alter:before_apply_commit", "alter:after_apply"),
     "tick": ("retire:before_record", "retire:after_record", "retire:after_apply", "retire:after_purge"),
 }
 MEMBER_CRASHES = ("group:after_revoke", "group:after_propose", "group:after_acquire",
@@ -38,7 +38,9 @@ class ProducerPlan:
 class ControllerStep:
     at: float
     kind: str  # "alter" or "tick"
-    partitions: int | None = None
+    partitions: int | None = None  # an alter's target; with ``change``, what the plan expected
+    change: str | None = None  # "grow" or "shrink" by ``by``, from the count the topic has when the step runs
+    by: int = 0
     delay: float | None = None
     racers: int = 1  # controllers running the same step at once
     crash_at: str | None = None  # the first racer dies here; the runner re-runs the step
@@ -62,6 +64,24 @@ class GroupPlan:
     assignor: str
     batch: int
     members: tuple[MemberPlan, ...]
+    sink: str | None = None  # the sink's name under <root>/sinks (default: the group's name); groups may share one
+
+    @property
+    def sink_name(self) -> str:
+        return self.sink or self.name
+
+
+@dataclass(frozen=True)
+class DecoyPlan:
+    """A second topic and group whose names join like the main ones (group ``a`` on ``b.c``, group
+    ``a.b`` on ``c``), writing into a main group's sink: what an identifier built by joining names
+    with dots mixes up. Produced once and consumed by one member, without faults."""
+
+    topic: str
+    group: str
+    sink: str
+    partitions: int = 1
+    records: int = 40
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,8 @@ class Schedule:
     heartbeat_ms: int = 1_500
     create_crash: bool = False  # the first topic creation dies between the log table and the record
     notes: list[str] = field(default_factory=list)
+    topic: str = "chaos"
+    decoy: DecoyPlan | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,7 +110,8 @@ class Schedule:
                       "controller": tuple(ControllerStep(**c) for c in d["controller"]),
                       "groups": tuple(GroupPlan(**{**g, "members": tuple(MemberPlan(**m) for m in g["members"])})
                                       for g in d["groups"]),
-                      "notes": list(d.get("notes", []))})
+                      "notes": list(d.get("notes", [])),
+                      "decoy": DecoyPlan(**d["decoy"]) if d.get("decoy") else None})
 
     @property
     def last_event(self) -> float:
@@ -114,6 +137,7 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
         racers = 1
         crash = None
         if kind == "grow":
+            before = count
             target = min(MAX_PARTITIONS, count + rng.randint(1, 3))
             if target == count:
                 kind = "shrink"
@@ -122,15 +146,17 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
                     count = target
                 racers = 2 if rng.random() < 0.25 else 1
                 crash = rng.choice(CONTROLLER_CRASHES["alter"]) if rng.random() < 0.3 else None
-                steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, racers=racers, crash_at=crash))
+                steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, change="grow",
+                                            by=target - before, racers=racers, crash_at=crash))
         if kind == "shrink":
             if count <= 1:
                 continue
             target = rng.randint(max(1, count - 2), count - 1)
             marked |= set(range(target, count))
-            count = target
+            by, count = count - target, target
             crash = rng.choice(CONTROLLER_CRASHES["alter"]) if rng.random() < 0.3 else None
-            steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, crash_at=crash))
+            steps.append(ControllerStep(at=round(t, 1), kind="alter", partitions=target, change="shrink",
+                                        by=by, crash_at=crash))
             if rng.random() < 0.5:  # retire at once, then grow back over the retired numbers
                 queue[:0] = [("tick", {}), ("grow", {})]
         elif kind in ("tick", "tick_delay"):
@@ -192,7 +218,36 @@ def draw(seed: int, short: bool = False) -> Schedule:
         create_crash=rng.random() < 0.15,
         notes=[f"late group: {late}", f"lagging group: {lagging}"],
     )
+    schedule = _named(schedule, random.Random(f"{seed}/names"))
     return shorten(schedule) if short else schedule
+
+
+TOPIC_NAMES = ("orders.v1", "billing.events", "pay.eu.v2", "chaos")
+
+
+def _named(s: Schedule, rng: random.Random) -> Schedule:
+    """Names as users give them: dotted topics and groups, the two groups sharing one sink in half
+    the schedules, and in two of three with a dotted topic a decoy writing into a main group's sink:
+    a topic named as the main topic's tail and a group named as that group plus the main topic's
+    head (ids joined with dots would be the same), or a topic named as the main topic's head. Drawn from a generator of their own, so the rest of a
+    seed's schedule is what it was before names were drawn."""
+    topic = rng.choice(TOPIC_NAMES)
+    prefix = rng.choice(["", "svc.", "team.a."])
+    shared = rng.random() < 0.5
+    groups = tuple(replace(g, name=prefix + g.name, sink="shared" if shared else None) for g in s.groups)
+    notes = [n.replace(": eager", f": {prefix}eager").replace(": coop", f": {prefix}coop") for n in s.notes]
+    decoy = None
+    if "." in topic and rng.random() < 2 / 3:
+        head, tail = topic.split(".", 1)
+        target = rng.choice(groups)
+        # the main topic's tail, by a group whose name joins with it alike; or its head (a topic
+        # sharing the main one's prefix), by a group named after the rest
+        name, group = (tail, f"{target.name}.{head}") if rng.random() < 0.6 else (head, f"{target.name}.{tail}")
+        decoy = DecoyPlan(topic=name, group=group, sink=target.sink_name,
+                          partitions=rng.randint(1, 2), records=rng.randint(30, 60))
+    if shared:
+        notes.append("both groups write one sink")
+    return replace(s, topic=topic, groups=groups, decoy=decoy, notes=notes)
 
 
 def shorten(s: Schedule) -> Schedule:

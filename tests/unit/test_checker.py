@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 from chaos.checker import check
 from chaos.runner import drain_gap, group_activity
@@ -51,9 +51,14 @@ class Root:
         self._write("topics/t", LOG, [dict(partition=p, offset=o, leader_epoch=e, key=k.encode(), value=b"v",
                                            producer_id=pid, sequence=s) for p, o, e, k, s in records])
 
-    def deliver(self, group: str, *records: tuple, pid: str = "p") -> None:
-        self._write(f"sinks/{group}", SINK, [dict(topic="t", partition=p, offset=o, leader_epoch=e, key=k.encode(),
-                                                  value=b"v", producer_id=pid, sequence=s) for p, o, e, k, s in records])
+    def deliver(self, group: str, *records: tuple, pid: str = "p", sink: str | None = None, by: str | None = None) -> None:
+        """One sink commit of ``records`` into ``sink`` (default: the group's own); ``by``: the group
+        its commit metadata names, as lakelog writes it into a sink that groups may share."""
+        meta = CommitProperties(custom_metadata={"userMetadata": json.dumps({"lakelog": "sink", "group": by})}) if by else None
+        write_deltalake(str(self.path / "sinks" / (sink or group)), pa.Table.from_pylist(
+            [dict(topic="t", partition=p, offset=o, leader_epoch=e, key=k.encode(), value=b"v", producer_id=pid,
+                  sequence=s) for p, o, e, k, s in records], SINK),
+            mode="append", configuration=CDF, schema_mode="merge", commit_properties=meta)
 
     def topic(self, version: int, partitions: list[tuple]) -> None:
         """partitions: (partition, mode, end_offset or None[, start_offset])."""
@@ -79,10 +84,10 @@ class Root:
             self._write("control/offset_commits", COMMITS.append(pa.field("commit_order", pa.int64())),
                         [{**r, "commit_order": label} for r in rows])
 
-    def check(self, groups=("g",), acked: dict | None = None):
+    def check(self, groups=("g",), acked: dict | None = None, sinks: dict | None = None):
         inputs = {pid: range(len(Path(path).read_text().splitlines())) for pid, path in self.inputs.items()}
         return check(str(self.path), "t", self.inputs, acked if acked is not None else inputs,
-                     {g: str(self.path / "sinks" / g) for g in groups})
+                     {g: str(self.path / "sinks" / (sinks or {}).get(g, g)) for g in groups})
 
 
 @pytest.fixture()
@@ -224,3 +229,30 @@ def test_commit_order_labels_must_rise_with_commit_versions(clean):
     assert anomalies(clean.check()) == {"order_label_disagrees": 3}, clean.check().summary()
     clean.commit("g", "admin", 0, "deleted", {-1: -1}, label=5)  # version 7: version 5's label 6 is past it
     assert anomalies(clean.check()) == {"order_label_disagrees": 4}
+
+
+def test_groups_sharing_a_sink_are_judged_each_on_its_own_commits(clean):
+    """g and h each deliver every record once into one sink: each commit names its group, so
+    neither sees the other's copy as a duplicate, and a reorder within one group's commits is found."""
+    clean.generation("h", 1, {"n1": [0, 1]})
+    clean.commit("h", "n1", 1, "acquire", {0: 0, 1: 0})
+    for group in ("g", "h"):
+        clean.deliver(group, (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), sink="S", by=group)
+        clean.deliver(group, (0, 1, 0, "a", 2), (1, 1, 0, "b", 3), sink="S", by=group)
+    assert anomalies(clean.check(("g", "h"), sinks={"g": "S", "h": "S"})) == {}
+
+
+def test_a_shared_sink_without_commit_metadata_counts_every_commit_for_every_group(clean):
+    """Without the metadata the checker cannot tell the groups apart: each copy is a duplicate (so
+    the attribution above is what makes the shared sink pass, not a blind eye)."""
+    for group in ("g", "g"):
+        clean.deliver(group, (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3), sink="S")
+    assert anomalies(clean.check(("g",), sinks={"g": "S"})).get("sink_duplicate") == 4
+
+
+def test_a_reorder_inside_one_groups_commits_of_a_shared_sink_is_found(clean):
+    clean.deliver("h", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3), sink="S", by="h")
+    clean.deliver("g", (0, 1, 0, "a", 2), (1, 1, 0, "b", 3), sink="S", by="g")
+    clean.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), sink="S", by="g")
+    found = anomalies(clean.check(("g",), sinks={"g": "S"}))
+    assert found.get("delivery_reorder") == 2 and "sink_duplicate" not in found

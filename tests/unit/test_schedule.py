@@ -40,3 +40,33 @@ def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
     assert "no progress" in drain_stuck(0.0, 0.0, DRAIN_STALL_S)
     assert drain_stuck(0.0, 400.0, 450.0) is None, "moving at 450 s: a flat 300 s limit would have failed it"
     assert "still behind" in drain_stuck(0.0, DRAIN_LIMIT_S - 1, DRAIN_LIMIT_S)
+
+
+def test_a_resize_step_is_taken_from_the_count_the_topic_has_when_it_runs():
+    from chaos.runner import adapt_step
+    from chaos.schedule import ControllerStep
+
+    grow = ControllerStep(at=1.0, kind="alter", partitions=4, change="grow", by=2)
+    shrink = ControllerStep(at=1.0, kind="alter", partitions=2, change="shrink", by=1)
+    assert adapt_step(grow, 3, [])[0].partitions == 5, "from the real count, not the plan's guess of it"
+    assert adapt_step(shrink, 4, [])[0].partitions == 3
+    assert adapt_step(shrink, 1, [])[0].partitions == 2, "a topic of one partition grows instead"
+    assert adapt_step(grow, MAX_PARTITIONS, [])[0].partitions == MAX_PARTITIONS - 2
+    assert adapt_step(grow, 2, [3, 4])[0].partitions == 3, "stops below a marked number"
+    assert adapt_step(grow, 2, [2, 3]) == (grow, True), "the next number is marked: retire first"
+    assert adapt_step(grow, 2, [])[0].change is None, "a re-run after a crash keeps the target"
+
+
+def test_schedules_draw_names_with_dots_shared_sinks_and_decoys_whose_dotted_ids_would_collide():
+    shared = decoys = colliding = prefixed = 0
+    for seed in range(1, 200):
+        s = draw(seed)
+        shared += len({g.sink_name for g in s.groups}) == 1
+        if s.decoy:
+            decoys += 1
+            target = next(g for g in s.groups if g.sink_name == s.decoy.sink)
+            colliding += f"{target.name}.{s.topic}" == f"{s.decoy.group}.{s.decoy.topic}"
+            prefixed += s.topic.startswith(s.decoy.topic + ".")
+        again = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
+        assert again == s
+    assert shared > 60 and decoys > 40 and colliding > 20 and prefixed > 10, (shared, decoys, colliding, prefixed)
