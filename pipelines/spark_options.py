@@ -1,0 +1,568 @@
+"""Options of the ``lakelog`` Spark data source, parsed without Spark.
+
+``spark.read``/``spark.readStream``/``df.write`` with ``format("lakelog")`` take the option names
+and meanings of Spark's Kafka source, so a Kafka job moves to lakelog by changing its format and
+replacing ``kafka.bootstrap.servers`` with ``root``. This module turns the options Spark passes
+(strings; keys in any case, lower-cased by PySpark's data source API) into frozen models, and maps
+offset specs to positions once the caller knows each partition's bounds. It imports no Spark so
+that every rule is tested on its own. Each problem raises ``InvalidConfigurationError`` (or
+``UnknownTopicError``) naming the option in Spark's spelling and saying what to write instead.
+
+As in Spark, of the ways to say where a read starts the first given wins: ``startingTimestamp``,
+then ``startingOffsetsByTimestamp``, then ``startingOffsets``. Unlike Spark, a malformed value of
+a losing option is still an error rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from log_store.errors import InvalidConfigurationError, UnknownTopicError
+
+# The sentinels Spark's Kafka source uses inside offset JSON.
+EARLIEST = -2
+LATEST = -1
+_MAX_LONG = 2**63 - 1  # offsets and timestamps are Java longs in Spark
+
+ROOT = "root"
+SUBSCRIBE = "subscribe"
+SUBSCRIBE_PATTERN = "subscribePattern"
+ASSIGN = "assign"
+STARTING_OFFSETS = "startingOffsets"
+ENDING_OFFSETS = "endingOffsets"
+STARTING_TIMESTAMP = "startingTimestamp"
+STARTING_OFFSETS_BY_TIMESTAMP = "startingOffsetsByTimestamp"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
+INCLUDE_HEADERS = "includeHeaders"
+GROUP = "group"
+TOPIC = "topic"
+PRODUCER_ID = "producerId"
+# Spark may hand a streaming query's checkpoint to the data source with the other options; it is
+# Spark's own, so both parsers accept it and leave it alone.
+CHECKPOINT_LOCATION = "checkpointLocation"
+
+SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, ENDING_OFFSETS,
+                  STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, FAIL_ON_DATA_LOSS,
+                  MAX_OFFSETS_PER_TRIGGER, INCLUDE_HEADERS, GROUP)
+SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID)
+_STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
+_IGNORED = {CHECKPOINT_LOCATION.lower()}
+
+PartitionMap = dict[str, dict[int, int]]
+Bounds = Mapping[str, Mapping[int, tuple[int, int]]]
+
+_OFFSETS_EXAMPLE = '{"orders":{"0":23,"1":-1},"payments":{"0":-2}}'
+_TIMESTAMPS_EXAMPLE = '{"orders":{"0":1700000000000,"1":1700000000000}}'
+_ASSIGN_EXAMPLE = '{"orders":[0,1],"payments":[2,4]}'
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OffsetSpec(_Frozen):
+    """Where a read starts or ends: every partition's earliest or latest offset, or explicit
+    offsets per topic and partition (``json``; -2 earliest and -1 latest as in Spark)."""
+
+    kind: Literal["earliest", "latest", "json"]
+    offsets: PartitionMap | None = None
+
+    @model_validator(mode="after")
+    def _offsets_only_for_json(self) -> OffsetSpec:
+        if (self.kind == "json") != bool(self.offsets):
+            raise ValueError("a json offset spec needs offsets, earliest and latest take none")
+        return self
+
+
+class TimestampSpec(_Frozen):
+    """Start at each partition's first record at or after a time (epoch milliseconds): one time
+    for every partition (``startingTimestamp``) or one per partition
+    (``startingOffsetsByTimestamp``). Finding those offsets needs the data: the caller's job."""
+
+    timestamp: int | None = None
+    timestamps: PartitionMap | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TimestampSpec:
+        if (self.timestamp is None) == (self.timestamps is None):
+            raise ValueError("give either one timestamp or timestamps per partition")
+        return self
+
+
+class SourceOptions(_Frozen):
+    """A read's options, checked. Exactly one of ``subscribe``, ``subscribe_pattern`` and
+    ``assign`` is set; ``starting`` is the start that applies after Spark's precedence;
+    ``ending`` is set for batch reads only; ``max_offsets_per_trigger`` for streams only."""
+
+    streaming: bool
+    root: str | None = None
+    subscribe: tuple[str, ...] | None = None
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting: OffsetSpec | TimestampSpec
+    ending: OffsetSpec | None = None
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    include_headers: bool = False
+    group: str | None = None
+
+    @property
+    def strategy(self) -> str:
+        """The option that chose the topics, in Spark's spelling (for messages)."""
+        if self.subscribe is not None:
+            return SUBSCRIBE
+        return SUBSCRIBE_PATTERN if self.subscribe_pattern is not None else ASSIGN
+
+
+class SinkOptions(_Frozen):
+    """A write's options. Without ``topic`` the DataFrame must carry a ``topic`` column; without
+    ``producer_id`` every write is a new producer stream (no deduplication across retries)."""
+
+    root: str | None = None
+    topic: str | None = None
+    producer_id: str | None = None
+
+
+# -- parsing the option map ----------------------------------------------------------------------
+def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, path_hint: str) -> dict[str, str]:
+    """The given options by canonical name, values as strings; unknown keys are errors."""
+    canonical = {name.lower(): name for name in known}
+    found: dict[str, str] = {}
+    spelled: dict[str, str] = {}
+    unknown: list[str] = []
+    for key, value in options.items():
+        lower = str(key).lower()
+        if lower == "path":
+            raise InvalidConfigurationError(
+                f"option 'path' ({value!r}): the lakelog {what} takes no path; {path_hint}")
+        if lower.startswith("kafka."):
+            raise InvalidConfigurationError(
+                f"option '{key}': lakelog is not a Kafka broker, so kafka.* options do not apply: "
+                "use root (.option('root', PATH_OR_URI)) to say which lakelog to use")
+        if lower in _IGNORED:
+            continue
+        if lower not in canonical:
+            unknown.append(str(key))
+            continue
+        name = canonical[lower]
+        if name in found:
+            raise InvalidConfigurationError(
+                f"option {name} is given twice (as '{spelled[name]}' and '{key}'): give it once")
+        if value is None:
+            raise InvalidConfigurationError(f"{name}: no value given; give one or leave the option out")
+        found[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        spelled[name] = str(key)
+    if unknown:
+        names = ", ".join(f"'{k}'" for k in sorted(unknown))
+        raise InvalidConfigurationError(
+            f"unknown option(s) {names} for the lakelog {what}: the known options are "
+            f"{', '.join(known)} (Spark's {CHECKPOINT_LOCATION} is accepted and ignored)")
+    return found
+
+
+def _nonempty(name: str, text: str, what: str) -> str:
+    value = text.strip()
+    if not value:
+        raise InvalidConfigurationError(f"{name} is empty: give {what}, or leave the option out")
+    return value
+
+
+def _boolean(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigurationError(f"{name} must be true or false, not {text!r}")
+    return value == "true"
+
+
+def _long(name: str, text: str, meaning: str) -> int:
+    """A decimal Java long, as Spark's ``toLong`` reads it (no exponents, no underscores)."""
+    value = text.strip()
+    if not re.fullmatch(r"[+-]?\d+", value) or abs(int(value)) > _MAX_LONG:
+        raise InvalidConfigurationError(f"{name} must be {meaning}, not {text!r}")
+    return int(value)
+
+
+def _json_object(name: str, text: str, expected: str):
+    """``text`` as JSON whose objects may not repeat a key (a repeat would silently win)."""
+
+    def no_repeats(pairs):
+        keys = [k for k, _ in pairs]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise InvalidConfigurationError(
+                f"{name}: key {', '.join(repr(k) for k in repeated)} appears twice in one JSON object; "
+                f"expected {expected}")
+        return dict(pairs)
+
+    try:
+        return json.loads(text, object_pairs_hook=no_repeats)
+    except json.JSONDecodeError as e:
+        raise InvalidConfigurationError(
+            f"{name}: malformed JSON at line {e.lineno} column {e.colno} ({e.msg}): expected {expected}"
+        ) from None
+
+
+def _partition_number(name: str, topic: str, key: object, expected: str) -> int:
+    if isinstance(key, str) and re.fullmatch(r"\d+", key) and int(key) <= 2**31 - 1:
+        return int(key)
+    if type(key) is int and 0 <= key <= 2**31 - 1:
+        return key
+    raise InvalidConfigurationError(
+        f"{name}: {key!r} under topic '{topic}' is not a partition number: expected {expected}")
+
+
+def _partition_map(name: str, text: str, expected: str, check: Callable[[str, int, int], None]) -> PartitionMap:
+    """A JSON ``{"topic": {"partition": value}}`` map; ``check`` judges each value."""
+    data = _json_object(name, text, expected)
+    if not isinstance(data, dict) or not data:
+        raise InvalidConfigurationError(f"{name}: expected {expected}, got {text.strip()!r}")
+    result: PartitionMap = {}
+    for topic, partitions in data.items():
+        if not topic:
+            raise InvalidConfigurationError(f"{name}: a topic name is empty: expected {expected}")
+        if not isinstance(partitions, dict) or not partitions:
+            raise InvalidConfigurationError(
+                f"{name}: topic '{topic}' must map partition numbers to values: expected {expected}")
+        per_topic: dict[int, int] = {}
+        for key, value in partitions.items():
+            partition = _partition_number(name, topic, key, expected)
+            if partition in per_topic:
+                raise InvalidConfigurationError(
+                    f"{name}: topic '{topic}' names partition {partition} twice: give each partition once; "
+                    f"expected {expected}")
+            if type(value) is not int or abs(value) > _MAX_LONG:
+                raise InvalidConfigurationError(
+                    f"{name}: the value for topic '{topic}' partition {partition} is {value!r}, not a whole number: "
+                    f"expected {expected}")
+            check(topic, partition, value)
+            per_topic[partition] = value
+        result[topic] = per_topic
+    return result
+
+
+_OFFSETS_EXPECTED = ('"earliest", "latest" or JSON {"topic": {"partition": offset}} with -2 for earliest and -1 for '
+                     f"latest, e.g. {_OFFSETS_EXAMPLE}")
+
+
+def _starting_offsets(text: str, streaming: bool) -> OffsetSpec:
+    name = STARTING_OFFSETS
+    value = text.strip()
+    if value.lower() == "earliest":
+        return OffsetSpec(kind="earliest")
+    if value.lower() == "latest":
+        if not streaming:
+            raise InvalidConfigurationError(
+                f'{name}: "latest" is not allowed for batch queries (Spark\'s rule: a batch read from the '
+                'latest offsets reads nothing); use "earliest" (the default) or JSON offsets, or '
+                "spark.readStream to read what arrives from now on")
+        return OffsetSpec(kind="latest")
+
+    def check(topic: str, partition: int, offset: int) -> None:
+        if offset < EARLIEST:
+            raise InvalidConfigurationError(
+                f"{name}: offset {offset} for topic '{topic}' partition {partition} is not an offset: "
+                "use an offset >= 0, -2 for earliest or -1 for latest")
+        if offset == LATEST and not streaming:
+            raise InvalidConfigurationError(
+                f"{name}: -1 (latest) for topic '{topic}' partition {partition} is not allowed for batch "
+                "queries (Spark's rule); use an offset >= 0 or -2 for earliest")
+
+    return OffsetSpec(kind="json", offsets=_partition_map(name, value, _OFFSETS_EXPECTED, check))
+
+
+def _ending_offsets(text: str) -> OffsetSpec:
+    name = ENDING_OFFSETS
+    value = text.strip()
+    if value.lower() == "latest":
+        return OffsetSpec(kind="latest")
+    if value.lower() == "earliest":
+        raise InvalidConfigurationError(
+            f'{name}: "earliest" is not an ending offset (Spark\'s rule); use "latest" (the default) or '
+            "JSON offsets with -1 for latest")
+    expected = '"latest" or JSON {"topic": {"partition": offset}} with -1 for latest, e.g. {"orders":{"0":23,"1":-1}}'
+
+    def check(topic: str, partition: int, offset: int) -> None:
+        if offset == EARLIEST:
+            raise InvalidConfigurationError(
+                f"{name}: -2 (earliest) for topic '{topic}' partition {partition} is not an ending offset "
+                "(Spark's rule); use an offset >= 0 or -1 for latest")
+        if offset < LATEST:
+            raise InvalidConfigurationError(
+                f"{name}: offset {offset} for topic '{topic}' partition {partition} is not an offset: "
+                "use an offset >= 0 or -1 for latest")
+
+    return OffsetSpec(kind="json", offsets=_partition_map(name, value, expected, check))
+
+
+def _timestamps(text: str) -> PartitionMap:
+    name = STARTING_OFFSETS_BY_TIMESTAMP
+    expected = f'JSON {{"topic": {{"partition": epoch_milliseconds}}}}, e.g. {_TIMESTAMPS_EXAMPLE}'
+
+    def check(topic: str, partition: int, timestamp: int) -> None:
+        if timestamp < 0:
+            raise InvalidConfigurationError(
+                f"{name}: timestamp {timestamp} for topic '{topic}' partition {partition} is negative: "
+                "use milliseconds since the epoch (>= 0)")
+
+    return _partition_map(name, text.strip(), expected, check)
+
+
+def _assign(text: str) -> dict[str, tuple[int, ...]]:
+    name = ASSIGN
+    expected = f'JSON {{"topic": [partition, ...]}}, e.g. {_ASSIGN_EXAMPLE}'
+    data = _json_object(name, text.strip(), expected)
+    if not isinstance(data, dict) or not data:
+        raise InvalidConfigurationError(f"{name}: expected {expected}, got {text.strip()!r}")
+    result: dict[str, tuple[int, ...]] = {}
+    for topic, partitions in data.items():
+        if not topic:
+            raise InvalidConfigurationError(f"{name}: a topic name is empty: expected {expected}")
+        if not isinstance(partitions, list) or not partitions:
+            raise InvalidConfigurationError(
+                f"{name}: topic '{topic}' must have a non-empty list of partition numbers: expected {expected}")
+        result[topic] = tuple(sorted({_partition_number(name, topic, p, expected) for p in partitions}))
+    return result
+
+
+def _subscribe(text: str) -> tuple[str, ...]:
+    topics = [t.strip() for t in text.split(",") if t.strip()]
+    if not topics:
+        raise InvalidConfigurationError(
+            f"{SUBSCRIBE} names no topics ({text!r}): give a comma-separated list such as 'orders,payments'")
+    return tuple(dict.fromkeys(topics))
+
+
+def _subscribe_pattern(text: str) -> str:
+    pattern = _nonempty(SUBSCRIBE_PATTERN, text, "a regular expression that matches whole topic names")
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise InvalidConfigurationError(
+            f"{SUBSCRIBE_PATTERN}: {pattern!r} is not a valid regular expression ({e}): give a Python regular "
+            r"expression that matches whole topic names, e.g. 'orders\..*'") from None
+    return pattern
+
+
+def _check_start_before_end(start: PartitionMap, end: PartitionMap) -> None:
+    """Spark's check when both ends are explicit: the same partitions, no start after its end."""
+    start_keys = {(t, p) for t, ps in start.items() for p in ps}
+    end_keys = {(t, p) for t, ps in end.items() for p in ps}
+    if start_keys != end_keys:
+        def listed(keys):
+            return ", ".join(f"'{t}' partition {p}" for t, p in sorted(keys)) or "none"
+        raise InvalidConfigurationError(
+            f"{STARTING_OFFSETS} and {ENDING_OFFSETS} must name the same partitions when both are JSON "
+            f"(only in {STARTING_OFFSETS}: {listed(start_keys - end_keys)}; only in {ENDING_OFFSETS}: "
+            f"{listed(end_keys - start_keys)}); name the same partitions in both, or use \"latest\" as the end")
+    for topic, partition in sorted(start_keys):
+        first, last = start[topic][partition], end[topic][partition]
+        if first >= 0 and last >= 0 and first > last:
+            raise InvalidConfigurationError(
+                f"{STARTING_OFFSETS} for topic '{topic}' partition {partition} ({first}) is after its "
+                f"{ENDING_OFFSETS} ({last}): give a start at or before the end")
+
+
+def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """Check a read's options (Spark's Kafka source options, with ``root`` for the brokers) and
+    return them as a model; ``streaming`` is True for ``spark.readStream``."""
+    what = "stream source" if streaming else "source"
+    given = _collect(options, SOURCE_OPTIONS, what,
+                     "pass the root with .option('root', ...) and the topics with subscribe, "
+                     "subscribePattern or assign")
+
+    strategies = [name for name in _STRATEGIES if name in given]
+    if len(strategies) != 1:
+        got = f"got {' and '.join(strategies)}" if strategies else "got none"
+        raise InvalidConfigurationError(
+            f"give exactly one of {SUBSCRIBE} (comma-separated topics), {SUBSCRIBE_PATTERN} (a regular "
+            f"expression) or {ASSIGN} (JSON {{\"topic\": [partitions]}}) to say what to read ({got})")
+
+    if ENDING_OFFSETS in given and streaming:
+        raise InvalidConfigurationError(
+            f"{ENDING_OFFSETS} is for batch queries: a stream reads on as records arrive; drop the option "
+            "or read with spark.read")
+
+    # Every given start is checked; the first of Spark's order is the one that applies.
+    timestamp = None
+    if STARTING_TIMESTAMP in given:
+        timestamp = _long(STARTING_TIMESTAMP, given[STARTING_TIMESTAMP],
+                          "milliseconds since the epoch (a whole number >= 0)")
+        if timestamp < 0:
+            raise InvalidConfigurationError(
+                f"{STARTING_TIMESTAMP} must be milliseconds since the epoch (>= 0), not {timestamp}")
+    timestamps = _timestamps(given[STARTING_OFFSETS_BY_TIMESTAMP]) if STARTING_OFFSETS_BY_TIMESTAMP in given else None
+    overridden = timestamp is not None or timestamps is not None
+    if STARTING_OFFSETS in given:
+        # A start a timestamp overrides is not used, so batch's "not latest" rule does not apply to it.
+        offsets = _starting_offsets(given[STARTING_OFFSETS], streaming or overridden)
+    else:
+        offsets = OffsetSpec(kind="latest" if streaming else "earliest")
+    starting: OffsetSpec | TimestampSpec
+    if timestamp is not None:
+        starting = TimestampSpec(timestamp=timestamp)
+    elif timestamps is not None:
+        starting = TimestampSpec(timestamps=timestamps)
+    else:
+        starting = offsets
+
+    ending = None
+    if not streaming:
+        ending = _ending_offsets(given[ENDING_OFFSETS]) if ENDING_OFFSETS in given else OffsetSpec(kind="latest")
+        if isinstance(starting, OffsetSpec) and starting.kind == "json" and ending.kind == "json":
+            _check_start_before_end(starting.offsets, ending.offsets)
+
+    max_offsets = None
+    if MAX_OFFSETS_PER_TRIGGER in given:
+        max_offsets = _long(MAX_OFFSETS_PER_TRIGGER, given[MAX_OFFSETS_PER_TRIGGER],
+                            "a positive number of records")
+        if max_offsets <= 0:
+            raise InvalidConfigurationError(
+                f"{MAX_OFFSETS_PER_TRIGGER} must be a positive number of records, not {max_offsets}")
+        if not streaming:
+            max_offsets = None  # as in Spark, a batch read takes its whole range at once
+
+    return SourceOptions(
+        streaming=streaming,
+        root=_nonempty(ROOT, given[ROOT], "a lakelog root path or URI") if ROOT in given else None,
+        subscribe=_subscribe(given[SUBSCRIBE]) if SUBSCRIBE in given else None,
+        subscribe_pattern=_subscribe_pattern(given[SUBSCRIBE_PATTERN]) if SUBSCRIBE_PATTERN in given else None,
+        assign=_assign(given[ASSIGN]) if ASSIGN in given else None,
+        starting=starting,
+        ending=ending,
+        fail_on_data_loss=_boolean(FAIL_ON_DATA_LOSS, given[FAIL_ON_DATA_LOSS]) if FAIL_ON_DATA_LOSS in given else True,
+        max_offsets_per_trigger=max_offsets,
+        include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,
+        group=_nonempty(GROUP, given[GROUP], "a consumer group name") if GROUP in given else None,
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Check a write's options (``root``, ``topic``, ``producerId``) and return them as a model."""
+    given = _collect(options, SINK_OPTIONS, "sink",
+                     "pass the root with .option('root', ...) and the topic with .option('topic', ...) "
+                     "or a topic column")
+    return SinkOptions(
+        root=_nonempty(ROOT, given[ROOT], "a lakelog root path or URI") if ROOT in given else None,
+        topic=_nonempty(TOPIC, given[TOPIC], "a topic name (or a topic column in the DataFrame)")
+        if TOPIC in given else None,
+        producer_id=_nonempty(PRODUCER_ID, given[PRODUCER_ID], "an idempotent producer id")
+        if PRODUCER_ID in given else None,
+    )
+
+
+# -- resolving against the root ------------------------------------------------------------------
+def resolve_topics(opts: SourceOptions, known: Iterable[str]) -> list[str]:
+    """The topics a read covers, sorted. Named topics (``subscribe``, ``assign``) must exist; a
+    pattern must match a whole name (Java's ``matches()``, as Spark's Kafka source uses) and may
+    match none (the read then has nothing yet)."""
+    existing = set(known)
+    if opts.subscribe_pattern is not None:
+        pattern = re.compile(opts.subscribe_pattern)
+        return sorted(t for t in existing if pattern.fullmatch(t))
+    named = opts.subscribe if opts.subscribe is not None else tuple(opts.assign or ())
+    missing = sorted(set(named) - existing)
+    if missing:
+        raise UnknownTopicError(
+            f"{opts.strategy} names topic(s) that do not exist under this root: "
+            f"{', '.join(repr(t) for t in missing)}; `lakelog topics list` shows the topics "
+            "(`lakelog topics create` makes one)")
+    return sorted(set(named))
+
+
+def bounds_to_read(opts: SourceOptions, bounds: Bounds) -> dict[str, dict[int, tuple[int, int]]]:
+    """``bounds`` cut down to the partitions the read covers: all of each resolved topic's, or for
+    ``assign`` the assigned ones (each must exist). The result is what the position functions
+    below expect as their ``bounds``."""
+    topics = resolve_topics(opts, bounds)
+    if opts.assign is None:
+        return {t: dict(bounds[t]) for t in topics}
+    result: dict[str, dict[int, tuple[int, int]]] = {}
+    for topic in topics:
+        missing = [p for p in opts.assign[topic] if p not in bounds[topic]]
+        if missing:
+            raise InvalidConfigurationError(
+                f"{ASSIGN} names partition(s) {', '.join(map(str, missing))} of topic '{topic}', which has "
+                f"partitions {_describe_partitions(bounds[topic])}: assign only existing partitions "
+                f"(`lakelog topics describe --topic {topic}` lists them)")
+        result[topic] = {p: bounds[topic][p] for p in opts.assign[topic]}
+    return result
+
+
+def _describe_partitions(partitions: Iterable[int]) -> str:
+    numbers = sorted(partitions)
+    return ", ".join(map(str, numbers)) if numbers else "none"
+
+
+def _check_names_every_partition(name: str, given: PartitionMap, partitions: Mapping[str, Iterable[int]]) -> None:
+    """Spark's rule for explicit offsets and per-partition timestamps: the JSON names exactly the
+    partitions the read covers, so no partition's start is guessed."""
+    for topic in sorted(given):
+        if topic not in partitions:
+            raise InvalidConfigurationError(
+                f"{name} names topic '{topic}', which this read does not cover "
+                f"(it reads {', '.join(repr(t) for t in sorted(partitions)) or 'no topics'}); "
+                "name only the topics the read subscribes to or assigns")
+    for topic in sorted(partitions):
+        if topic not in given:
+            raise InvalidConfigurationError(
+                f"{name} JSON must name every partition the read covers: topic '{topic}' is missing; "
+                "add it (use -2 for earliest or -1 for latest where you do not care)")
+        wanted, named = set(partitions[topic]), set(given[topic])
+        if wanted - named:
+            raise InvalidConfigurationError(
+                f"{name} JSON must name every partition the read covers: topic '{topic}' lacks partition(s) "
+                f"{_describe_partitions(wanted - named)}; add them (use -2 for earliest or -1 for latest "
+                "where you do not care)")
+        if named - wanted:
+            raise InvalidConfigurationError(
+                f"{name} names partition(s) {_describe_partitions(named - wanted)} of topic '{topic}', which "
+                f"the read does not cover (its partitions: {_describe_partitions(wanted)}); leave them out")
+
+
+def _positions(name: str, spec: OffsetSpec, bounds: Bounds) -> dict[str, dict[int, int]]:
+    if spec.kind == "earliest":
+        return {t: {p: lo for p, (lo, _) in ps.items()} for t, ps in bounds.items()}
+    if spec.kind == "latest":
+        return {t: {p: hi for p, (_, hi) in ps.items()} for t, ps in bounds.items()}
+    _check_names_every_partition(name, spec.offsets, bounds)
+    resolved = {EARLIEST: 0, LATEST: 1}
+    return {
+        t: {p: bounds[t][p][resolved[o]] if o in resolved else o for p, o in sorted(spec.offsets[t].items())}
+        for t in sorted(spec.offsets)
+    }
+
+
+def starting_positions(spec: OffsetSpec, bounds: Bounds) -> dict[str, dict[int, int]]:
+    """The offset each partition's read starts at. ``bounds`` gives, for every partition the read
+    covers (see ``bounds_to_read``), its (earliest, latest) offsets; earliest/latest and -2/-1
+    map to them. Explicit offsets are kept as given, also outside the bounds: whether that is
+    data loss is the caller's decision (``failOnDataLoss``). As in Spark, a JSON spec must name
+    exactly the partitions the read covers: a missing or extra topic or partition is an error."""
+    return _positions(STARTING_OFFSETS, spec, bounds)
+
+
+def ending_positions(spec: OffsetSpec, bounds: Bounds) -> dict[str, dict[int, int]]:
+    """The offset each partition's batch read ends before: latest and -1 map to the latest
+    bound, explicit offsets are kept; earliest is not an end. JSON must name exactly the
+    partitions the read covers, as for ``starting_positions``."""
+    if spec.kind == "earliest" or (spec.offsets and any(o == EARLIEST for ps in spec.offsets.values()
+                                                        for o in ps.values())):
+        raise InvalidConfigurationError(
+            f'{ENDING_OFFSETS}: earliest (-2) is not an ending offset; use "latest" or an offset per partition')
+    return _positions(ENDING_OFFSETS, spec, bounds)
+
+
+def timestamp_targets(spec: TimestampSpec, partitions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, int]]:
+    """The time (epoch ms) each covered partition starts at: ``startingTimestamp`` for all of them,
+    or ``startingOffsetsByTimestamp``'s, which must name exactly the covered partitions (Spark's
+    rule). The caller turns each into the first offset at or after it."""
+    if spec.timestamp is not None:
+        return {t: {p: spec.timestamp for p in sorted(ps)} for t, ps in sorted(partitions.items())}
+    _check_names_every_partition(STARTING_OFFSETS_BY_TIMESTAMP, spec.timestamps, partitions)
+    return {t: dict(sorted(ps.items())) for t, ps in sorted(spec.timestamps.items())}
