@@ -18,7 +18,7 @@ from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Me
 from control_plane.tables import latest_position_rows, latest_rows, member_states_of
 from control_plane.topics import TopicDescription, describe_topic, live_record
 from log_store import rs_reader
-from log_store.topic_log import LogSnapshot
+from log_store.log_metadata import LogSnapshot
 
 
 class FastTopicReader:

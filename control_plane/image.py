@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from control_plane.records import PartitionState, TopicEvent, TopicRecord
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from log_store.topic_log import PartitionMetadata
+from log_store.log_metadata import PartitionMetadata
 
 
 MAX_PARTITIONS = 10_000  # the most partitions a topic keeps

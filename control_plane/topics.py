@@ -29,7 +29,8 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, topic_version_property
-from log_store.topic_log import LogSnapshot, Mode, TopicLog, TopicLogMetadata
+from log_store.log_metadata import LogSnapshot, Mode, TopicLogMetadata
+from log_store.topic_log import TopicLog
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable, QueryBuilder
 
 from log_store.files import is_remote
 from log_store.names import log_end_app_id
-from log_store.topic_log import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end
+from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end
 
 
 def exists(path: str) -> bool:

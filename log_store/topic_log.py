@@ -1,24 +1,18 @@
 """``TopicLog``: the facade over one topic's log table (delta-spark's DeltaTable style).
 
 Layout: one Delta table per topic, Delta-partitioned by ``partition``; each Kafka partition is
-one Delta partition of it (see the README's design section for why not one table per partition).
-The partition metadata the protocol needs at append time lives in the table's own properties:
-
-- ``lakelog.undeleted_partition_count``
-- ``lakelog.partition.<p>.leader_epoch`` and ``lakelog.partition.<p>.mode``
-
-and each partition's log end offset is a Delta application transaction version
-(``lakelog.log_end.<p>``), so the fenced append reads both inside its own transaction.
+one Delta partition of it (docs/design.md says why not one table per partition). The partition
+metadata the protocol needs at append time lives in the table's own properties and each
+partition's log end in a Delta application transaction version (``log_store.log_metadata``), so
+the fenced append reads both inside its own transaction; its offsets are numbered by
+``log_store.numbering``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from enum import Enum
-
 from delta.tables import DeltaTable
-from pydantic import BaseModel, ConfigDict
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pydantic import BaseModel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -32,23 +26,28 @@ from pyspark.sql.types import (
 )
 
 from log_store.crash import crash_point
-from log_store.dense_offsets import (
-    MIN_ROWS, TaskCount, check_dense, starts_array, task_starts, use_one_task, use_task_counts,
-)
-from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
+from log_store.dense_offsets import check_dense, use_one_task
 from log_store.engine import DeltaTransaction, retry_on_conflict
-from log_store.frames import rows_frame
-from log_store.names import commit_metadata, log_end_app_id, producer_app_id
-from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
     TableConfigError,
-    TopicDeletedError,
     UnknownTopicError,
 )
+from log_store.frames import rows_frame
+from log_store.log_metadata import (
+    TOPIC_VERSION_PROP,
+    LogSnapshot,
+    Mode,
+    TopicLogMetadata,
+    check_set_transactions_kept,
+    log_end,
+)
+from log_store.names import commit_metadata, log_end_app_id, producer_app_id
+from log_store.numbering import map_lookup, offsets_column
+from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 
 RECORD_SCHEMA = StructType(
     [
@@ -71,135 +70,6 @@ STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
 
-_PREFIX = "lakelog."
-COUNT_PROP = "lakelog.undeleted_partition_count"
-TOPIC_PROP = "lakelog.topic"
-DELETED_PROP = "lakelog.topic.deleted"  # the topic was deleted: the log is fenced (topics delete)
-# The version of the topic's control-plane record the metadata was last set from (1: as created).
-TOPIC_VERSION_PROP = "lakelog.topic_version"
-
-
-class Mode(str, Enum):
-    """Partition status modes (rule 6): who may write and read the partition."""
-
-    READ_WRITE = "ReadWrite"
-    READ_ONLY = "ReadOnly"
-    NONE = "None"
-
-
-class PartitionMetadata(BaseModel):
-    """One partition's metadata as every append and read obeys it.
-
-    ``start_offset`` is the first offset of this incarnation of the partition number (a number
-    reused after retirement continues after the old log end); ``end_offset`` is the final log
-    end, fixed when the partition was marked for deletion (no append can land after the mark).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    partition: int
-    leader_epoch: int = 0
-    mode: Mode = Mode.READ_WRITE
-    start_offset: int = 0
-    end_offset: int | None = None
-
-
-class TopicLogMetadata(BaseModel):
-    """What the controller sets on a topic's log table and every append checks."""
-
-    model_config = ConfigDict(frozen=True)
-
-    topic: str
-    undeleted_partition_count: int
-    partitions: dict[int, PartitionMetadata]
-    deleted: bool = False  # set in one metadata commit by topics delete: fences every append and read
-
-    def earliest_offsets(self) -> dict[int, int]:
-        """First offset of each partition's current incarnation (see ``TopicLog.earliest_offsets``)."""
-        return {p: pm.end_offset if pm.mode is Mode.NONE and pm.end_offset is not None else pm.start_offset
-                for p, pm in self.partitions.items()}
-
-    def check_not_deleted(self) -> None:
-        if self.deleted:
-            raise TopicDeletedError(
-                f"topic '{self.topic}' was deleted: this log is fenced and holds no records; a topic created "
-                "again with the name is a new topic (start a new producer or consumer for it)")
-
-    @classmethod
-    def initial(cls, topic: str, count: int) -> "TopicLogMetadata":
-        return cls(
-            topic=topic,
-            undeleted_partition_count=count,
-            partitions={p: PartitionMetadata(partition=p) for p in range(count)},
-        )
-
-    def to_properties(self) -> dict[str, str]:
-        props = {TOPIC_PROP: self.topic, COUNT_PROP: str(self.undeleted_partition_count)}
-        if self.deleted:
-            props[DELETED_PROP] = "true"
-        for p, meta in self.partitions.items():
-            props[f"lakelog.partition.{p}.leader_epoch"] = str(meta.leader_epoch)
-            props[f"lakelog.partition.{p}.mode"] = meta.mode.value
-            if meta.start_offset:
-                props[start_offset_prop(p)] = str(meta.start_offset)
-            if meta.end_offset is not None:
-                props[end_offset_prop(p)] = str(meta.end_offset)
-        return props
-
-    @classmethod
-    def from_properties(cls, props: dict[str, str]) -> "TopicLogMetadata":
-        fields: dict[int, dict] = {}
-        for key, value in props.items():
-            parts = key.split(".")
-            if len(parts) == 4 and key.startswith("lakelog.partition."):
-                fields.setdefault(int(parts[2]), {"partition": int(parts[2])})[parts[3]] = value
-        return cls(
-            topic=props.get(TOPIC_PROP, ""),
-            undeleted_partition_count=int(props.get(COUNT_PROP, "0")),
-            partitions={p: PartitionMetadata(**f) for p, f in sorted(fields.items())},
-            deleted=props.get(DELETED_PROP) == "true",
-        )
-
-
-def start_offset_prop(partition: int) -> str:
-    return f"lakelog.partition.{partition}.start_offset"
-
-
-def end_offset_prop(partition: int) -> str:
-    return f"lakelog.partition.{partition}.end_offset"
-
-
-class LogSnapshot(BaseModel):
-    """One consistent view of a log: its Delta version, metadata and every partition's log end.
-
-    Consumers plan a batch on a snapshot and read it at the same version, so a retirement's
-    purge committed meanwhile can never make a read come back short.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    version: int
-    topic_version: int
-    metadata: TopicLogMetadata
-    log_ends: dict[int, int]
-
-    def readable(self) -> list[int]:
-        """Partitions consumers read: undeleted and marked ones, not retired ones."""
-        return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
-
-    def earliest_offsets(self) -> dict[int, int]:
-        return self.metadata.earliest_offsets()
-
-    def below_incarnations(self, positions: dict[int, int]) -> dict[int, int]:
-        """The positions below the start of their number's current incarnation: the number was
-        retired and grown back while a consumer held a position in the retired one."""
-        parts = self.metadata.partitions
-        return {p: o for p, o in positions.items() if p in parts and o < parts[p].start_offset}
-
-    def incarnation_starts(self, partitions: Iterable[int]) -> dict[int, int]:
-        return {p: self.metadata.partitions[p].start_offset for p in partitions}
-
-
 class AppendResult(BaseModel):
     """Where an append landed: per partition, the [first, next) offsets it wrote."""
 
@@ -210,38 +80,6 @@ class AppendResult(BaseModel):
     @property
     def appended(self) -> int:
         return sum(end - start for start, end in self.ranges.values())
-
-
-def log_end(known: dict[str, int], partition: int, start: int) -> int:
-    """A partition's log end from a snapshot's application versions (``known``): the one place it
-    is read. Never below the start of the partition's current incarnation."""
-    return max(known.get(log_end_app_id(partition), start), start)
-
-
-RETENTION_PROP = "delta.setTransactionRetentionDuration"
-
-
-def check_set_transactions_kept(conf: dict[str, str], path: str) -> None:
-    """Fail closed if the table lets Delta expire set transactions (log ends, producer marks, sink
-    positions): an expired log end would make the next append reuse offsets."""
-    if RETENTION_PROP in conf:
-        raise TableConfigError(
-            f"the Delta table at {path} sets {RETENTION_PROP}={conf[RETENTION_PROP]}, which expires the set "
-            "transactions lakelog keeps its log end offsets, producer sequences and sink positions in; nothing was "
-            f"written. Remove it: ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{RETENTION_PROP}')"
-        )
-
-
-MAX_STARTS = 100_000  # (Spark tasks x partitions) beyond which offsets are numbered by a sorting window
-
-
-def _map_lookup(mapping: dict[int, int], column: str) -> Column:
-    """``mapping[column]`` (null where absent) as one SQL expression: one call across py4j,
-    where a literal per key and value cost a call each."""
-    if not mapping:
-        return F.lit(None).cast("long")
-    pairs = ", ".join(f"{int(k)}L, {int(v)}L" for k, v in mapping.items())
-    return F.expr(f"try_element_at(map({pairs}), `{column}`)")
 
 
 class TopicLog:
@@ -387,15 +225,15 @@ class TopicLog:
             # 100-record produce); a map is passed by reference. A large batch keeps the number,
             # which Spark can push into the scan of its input. (-1: a partition without metadata,
             # refused below.)
-            floor = (F.coalesce(_map_lookup({p: mark for p in meta.partitions}, "partition"), F.lit(-1))
+            floor = (F.coalesce(map_lookup({p: mark for p in meta.partitions}, "partition"), F.lit(-1))
                      if use_one_task(rows) else F.lit(mark))
             data = data.where(F.col("sequence") > floor)
         if use_one_task(rows):
             data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
         out = data.select(
             "partition",
-            self._offsets(data, bases, rows).alias("offset"),
-            F.coalesce(_map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
+            offsets_column(self.spark, data, bases, rows).alias("offset"),
+            F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", "headers", "timestamp", "producer_id", "sequence",
         )
@@ -444,28 +282,6 @@ class TopicLog:
             ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges)
-
-    def _offsets(self, data: DataFrame, bases: dict[int, int], rows: int | None) -> Column:
-        """Each row's offset: its partition's log end plus its rank there by sequence; without a
-        shuffle when the rows already come in sequence order (log_store/dense_offsets.py) and
-        the batch is large enough for the counting pass to pay and for each task's files to be
-        of a useful size (``use_task_counts``)."""
-        tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
-        if use_task_counts(rows, tasks, len(bases)) and jvm_offset_index(self.spark):
-            index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
-            counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
-                      .groupBy("task", "partition")
-                      .agg(F.count("*").alias("rows"), F.min("sequence").alias("first_sequence"),
-                           F.max("sequence").alias("last_sequence"), F.min("index").alias("lowest_index"))
-                      .collect())
-            starts = task_starts([TaskCount(**r.asDict()) for r in counts], bases)
-            width = max((p for _t, p in starts or {}), default=0) + 1
-            flat = starts_array(starts, width) if starts else []
-            if 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
-                slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
-                return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
-        order = Window.partitionBy("partition").orderBy("sequence")
-        return (F.coalesce(_map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long")
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:

@@ -41,7 +41,8 @@ from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
-from log_store.topic_log import Mode, TopicLog
+from log_store.log_metadata import Mode
+from log_store.topic_log import TopicLog
 
 __all__ = ["AlterResult", "TickResult", "TopicController", "essence", "log_metadata"]
 

@@ -17,7 +17,7 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.names import log_end_app_id
-from log_store.topic_log import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end
+from log_store.log_metadata import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end
 
 ATTEMPTS = 10
 

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
 from log_store.errors import InvalidPartitionsError
-from log_store.topic_log import Mode, PartitionMetadata, TopicLogMetadata
+from log_store.log_metadata import Mode, PartitionMetadata, TopicLogMetadata
 
 SWITCH_HINT = (
     "set `controller.delete_partition_enable: true` in the configuration, or "

@@ -25,7 +25,7 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.partitioner import partition_for
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 from pipelines.producer import Producer
 from tests.support import PROJECT, make_records, pausing_at, resume, spawn_worker, while_paused
 

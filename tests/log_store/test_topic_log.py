@@ -8,7 +8,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, TableConfigError
-from log_store.topic_log import Mode, PartitionMetadata, TopicLog, TopicLogMetadata
+from log_store.log_metadata import Mode, PartitionMetadata, TopicLogMetadata
+from log_store.topic_log import TopicLog
 
 
 def batch(spark, start, n, partitions=3, producer="p1", ts=None):
@@ -203,14 +204,14 @@ def test_missing_log_end_is_refused(spark, tmp_path):
 def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spark, log, monkeypatch, order):
     """In sequence order the offsets are counted without a shuffle (log_store/dense_offsets.py);
     otherwise a sorting window numbers them. Either way: dense from the log end, in sequence order."""
-    import log_store.topic_log as topic_log
+    import log_store.numbering as numbering
     from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index, unavailable_reason
 
     assert jvm_offset_index(spark), f"lakelog_offset_index: {unavailable_reason(spark, OFFSET_INDEX_FUNCTION)}"
-    monkeypatch.setattr(topic_log, "use_task_counts", lambda *_: True)  # also for 3,000 rows
+    monkeypatch.setattr(numbering, "use_task_counts", lambda *_: True)  # also for 3,000 rows
     taken = []
-    real = topic_log.task_starts
-    monkeypatch.setattr(topic_log, "task_starts", lambda counts, bases: taken.append(real(counts, bases)) or taken[-1])
+    real = numbering.task_starts
+    monkeypatch.setattr(numbering, "task_starts", lambda counts, bases: taken.append(real(counts, bases)) or taken[-1])
     log.append(batch(spark, 0, 7), 3, "p1")  # log ends 3, 2, 2
     ids = spark.range(0, 3000, 1, 6)  # six tasks of 500 rows, ids ascending
     sequence = F.col("id") + 7

@@ -14,7 +14,8 @@ from control_plane.records import TopicEvent, utcnow
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from jobs.cli import cli
-from log_store.topic_log import RECORD_SCHEMA, Mode
+from log_store.log_metadata import Mode
+from log_store.topic_log import RECORD_SCHEMA
 from pipelines.audit import run_audit
 from pipelines.consumer import SINK_SCHEMA, Consumer
 from pipelines.producer import Producer

@@ -11,7 +11,7 @@ from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from jobs.cli import cli
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 
 
 def resize_history(created: TopicRecord) -> list[TopicRecord]:

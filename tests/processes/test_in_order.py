@@ -14,7 +14,7 @@ from control_plane.group.describe import ownership_violations
 from control_plane.group.store import GroupTables
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 from pipelines.audit import run_audit
 from pipelines.gating import DISABLE_ENV
 from tests.support import spawn_worker

@@ -65,7 +65,7 @@ def append(root: str, topic: str, producer_id: str, start: str, n: str, batch: s
 def set_count(spark, root: str, topic: str, n: int) -> None:
     """Expand the partition count in the log table's metadata (the controller's commit)."""
     from control_plane.topics import TopicAdmin
-    from log_store.topic_log import PartitionMetadata
+    from log_store.log_metadata import PartitionMetadata
 
     log = TopicAdmin(spark, root).log(topic)
     meta = log.metadata()

@@ -18,7 +18,7 @@ from control_plane.controller.rules import (
 )
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
 from log_store.errors import InvalidPartitionsError
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 
 NOW = datetime(2026, 1, 1)
 

@@ -4,7 +4,7 @@ same whether the rows come one per commit or aggregated per (partition, kind) as
 
 from control_plane.group.offsets import GroupTopicState, aggregate_state_rows, partition_lags
 from control_plane.records import CommitKind
-from log_store.topic_log import LogSnapshot, PartitionMetadata, TopicLogMetadata
+from log_store.log_metadata import LogSnapshot, PartitionMetadata, TopicLogMetadata
 
 G, T = "g", "t"
 
@@ -63,7 +63,7 @@ def test_expiry_of_a_number_grown_back_comes_from_the_history_and_only_then():
     """Campaign seed 18's rule (``unreported_expiry``): partition 1 was retired at end 14 and its
     number grown back (start 14); a group at 5 on it must report [5, 14), found in the history."""
     from control_plane.group.offsets import unreported_expiry
-    from log_store.topic_log import LogSnapshot, Mode, PartitionMetadata, TopicLogMetadata
+    from log_store.log_metadata import LogSnapshot, Mode, PartitionMetadata, TopicLogMetadata
 
     meta = TopicLogMetadata.initial("t", 2)
     grown = meta.model_copy(update={"partitions": {**meta.partitions, 1: PartitionMetadata(partition=1, start_offset=14)}})

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from control_plane.controller.rules import plan_expand, plan_retire, plan_shrink
 from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from log_store.partitioner import partition_for
-from log_store.topic_log import Mode
+from log_store.log_metadata import Mode
 from control_plane.image import TopicImage
 from pipelines.gating import barriers_of, limits
 

@@ -1,0 +1,169 @@
+"""A topic log's metadata as the protocol needs it at append time, encoded in the log table's own
+properties (read inside every append's transaction), and one consistent view of a log.
+
+- ``lakelog.undeleted_partition_count``, ``lakelog.topic``, ``lakelog.topic.deleted``
+- ``lakelog.partition.<p>.leader_epoch``, ``.mode``, ``.start_offset``, ``.end_offset``
+- ``lakelog.topic_version``: the control-plane record the metadata was last set from
+
+Each partition's log end offset is a Delta application transaction version
+(``log_store.names.log_end_app_id``), read with ``log_end``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict
+
+from log_store.errors import TableConfigError, TopicDeletedError
+from log_store.names import log_end_app_id
+
+COUNT_PROP = "lakelog.undeleted_partition_count"
+TOPIC_PROP = "lakelog.topic"
+DELETED_PROP = "lakelog.topic.deleted"  # the topic was deleted: the log is fenced (topics delete)
+# The version of the topic's control-plane record the metadata was last set from (1: as created).
+TOPIC_VERSION_PROP = "lakelog.topic_version"
+
+
+class Mode(str, Enum):
+    """Partition status modes (rule 6): who may write and read the partition."""
+
+    READ_WRITE = "ReadWrite"
+    READ_ONLY = "ReadOnly"
+    NONE = "None"
+
+
+class PartitionMetadata(BaseModel):
+    """One partition's metadata as every append and read obeys it.
+
+    ``start_offset`` is the first offset of this incarnation of the partition number (a number
+    reused after retirement continues after the old log end); ``end_offset`` is the final log
+    end, fixed when the partition was marked for deletion (no append can land after the mark).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    partition: int
+    leader_epoch: int = 0
+    mode: Mode = Mode.READ_WRITE
+    start_offset: int = 0
+    end_offset: int | None = None
+
+
+class TopicLogMetadata(BaseModel):
+    """What the controller sets on a topic's log table and every append checks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    undeleted_partition_count: int
+    partitions: dict[int, PartitionMetadata]
+    deleted: bool = False  # set in one metadata commit by topics delete: fences every append and read
+
+    def earliest_offsets(self) -> dict[int, int]:
+        """First offset of each partition's current incarnation (see ``TopicLog.earliest_offsets``)."""
+        return {p: pm.end_offset if pm.mode is Mode.NONE and pm.end_offset is not None else pm.start_offset
+                for p, pm in self.partitions.items()}
+
+    def check_not_deleted(self) -> None:
+        if self.deleted:
+            raise TopicDeletedError(
+                f"topic '{self.topic}' was deleted: this log is fenced and holds no records; a topic created "
+                "again with the name is a new topic (start a new producer or consumer for it)")
+
+    @classmethod
+    def initial(cls, topic: str, count: int) -> "TopicLogMetadata":
+        return cls(
+            topic=topic,
+            undeleted_partition_count=count,
+            partitions={p: PartitionMetadata(partition=p) for p in range(count)},
+        )
+
+    def to_properties(self) -> dict[str, str]:
+        props = {TOPIC_PROP: self.topic, COUNT_PROP: str(self.undeleted_partition_count)}
+        if self.deleted:
+            props[DELETED_PROP] = "true"
+        for p, meta in self.partitions.items():
+            props[f"lakelog.partition.{p}.leader_epoch"] = str(meta.leader_epoch)
+            props[f"lakelog.partition.{p}.mode"] = meta.mode.value
+            if meta.start_offset:
+                props[start_offset_prop(p)] = str(meta.start_offset)
+            if meta.end_offset is not None:
+                props[end_offset_prop(p)] = str(meta.end_offset)
+        return props
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> "TopicLogMetadata":
+        fields: dict[int, dict] = {}
+        for key, value in props.items():
+            parts = key.split(".")
+            if len(parts) == 4 and key.startswith("lakelog.partition."):
+                fields.setdefault(int(parts[2]), {"partition": int(parts[2])})[parts[3]] = value
+        return cls(
+            topic=props.get(TOPIC_PROP, ""),
+            undeleted_partition_count=int(props.get(COUNT_PROP, "0")),
+            partitions={p: PartitionMetadata(**f) for p, f in sorted(fields.items())},
+            deleted=props.get(DELETED_PROP) == "true",
+        )
+
+
+def start_offset_prop(partition: int) -> str:
+    return f"lakelog.partition.{partition}.start_offset"
+
+
+def end_offset_prop(partition: int) -> str:
+    return f"lakelog.partition.{partition}.end_offset"
+
+
+class LogSnapshot(BaseModel):
+    """One consistent view of a log: its Delta version, metadata and every partition's log end.
+
+    Consumers plan a batch on a snapshot and read it at the same version, so a retirement's
+    purge committed meanwhile can never make a read come back short.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    topic_version: int
+    metadata: TopicLogMetadata
+    log_ends: dict[int, int]
+
+    def readable(self) -> list[int]:
+        """Partitions consumers read: undeleted and marked ones, not retired ones."""
+        return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
+
+    def earliest_offsets(self) -> dict[int, int]:
+        return self.metadata.earliest_offsets()
+
+    def below_incarnations(self, positions: dict[int, int]) -> dict[int, int]:
+        """The positions below the start of their number's current incarnation: the number was
+        retired and grown back while a consumer held a position in the retired one."""
+        parts = self.metadata.partitions
+        return {p: o for p, o in positions.items() if p in parts and o < parts[p].start_offset}
+
+    def incarnation_starts(self, partitions: Iterable[int]) -> dict[int, int]:
+        return {p: self.metadata.partitions[p].start_offset for p in partitions}
+
+
+def log_end(known: dict[str, int], partition: int, start: int) -> int:
+    """A partition's log end from a snapshot's application versions (``known``): the one place it
+    is read. Never below the start of the partition's current incarnation."""
+    return max(known.get(log_end_app_id(partition), start), start)
+
+
+RETENTION_PROP = "delta.setTransactionRetentionDuration"
+
+
+def check_set_transactions_kept(conf: dict[str, str], path: str) -> None:
+    """Fail closed if the table lets Delta expire set transactions (log ends, producer marks, sink
+    positions): an expired log end would make the next append reuse offsets."""
+    if RETENTION_PROP in conf:
+        raise TableConfigError(
+            f"the Delta table at {path} sets {RETENTION_PROP}={conf[RETENTION_PROP]}, which expires the set "
+            "transactions lakelog keeps its log end offsets, producer sequences and sink positions in; nothing was "
+            f"written. Remove it: ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{RETENTION_PROP}')"
+        )
+
+

@@ -1,0 +1,53 @@
+"""Numbering an append's records: each row's offset is its partition's log end plus its rank there
+by sequence, as a Spark column, three ways by the batch's size (the rules are
+``log_store.dense_offsets``; this module turns them into the column the append writes):
+
+- a small batch (``use_one_task``): in one task, a window over the partition ordered by sequence;
+- a large batch in sequence order within each task (``use_task_counts``): a counting pass per
+  task, then each task's first offset per partition plus the row's index, no shuffle;
+- otherwise: a window over each partition ordered by sequence (a shuffle).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from log_store.dense_offsets import MIN_ROWS, TaskCount, starts_array, task_starts, use_task_counts
+from log_store.partitioner import OFFSET_INDEX_FUNCTION, jvm_offset_index
+
+MAX_STARTS = 100_000  # (Spark tasks x partitions) beyond which offsets are numbered by a sorting window
+
+
+def map_lookup(mapping: dict[int, int], column: str) -> Column:
+    """``mapping[column]`` (null where absent) as one SQL expression: one call across py4j,
+    where a literal per key and value cost a call each."""
+    if not mapping:
+        return F.lit(None).cast("long")
+    pairs = ", ".join(f"{int(k)}L, {int(v)}L" for k, v in mapping.items())
+    return F.expr(f"try_element_at(map({pairs}), `{column}`)")
+
+
+
+
+def offsets_column(spark: SparkSession, data: DataFrame, bases: dict[int, int], rows: int | None) -> Column:
+    """Each row's offset: its partition's log end plus its rank there by sequence; without a
+    shuffle when the rows already come in sequence order (log_store/dense_offsets.py) and
+    the batch is large enough for the counting pass to pay and for each task's files to be
+    of a useful size (``use_task_counts``)."""
+    tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
+    if use_task_counts(rows, tasks, len(bases)) and jvm_offset_index(spark):
+        index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
+        counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
+                  .groupBy("task", "partition")
+                  .agg(F.count("*").alias("rows"), F.min("sequence").alias("first_sequence"),
+                       F.max("sequence").alias("last_sequence"), F.min("index").alias("lowest_index"))
+                  .collect())
+        starts = task_starts([TaskCount(**r.asDict()) for r in counts], bases)
+        width = max((p for _t, p in starts or {}), default=0) + 1
+        flat = starts_array(starts, width) if starts else []
+        if 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
+            slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
+            return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
+    order = Window.partitionBy("partition").orderBy("sequence")
+    return (F.coalesce(map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long")
