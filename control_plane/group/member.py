@@ -1,11 +1,12 @@
-"""One member of a consumer group: the member's side of the group protocol, run in ``poll``.
+"""One member of a consumer group: where the member's decisions are carried out.
 
-Each poll adopts a newer generation that includes it (revoke what left, claim what came),
-rejoins when membership or the topic's partitions changed (an eager member first gives up
-everything), leads when it has the smallest id among the joined members (the plan is
-``reconcile.plan_generation``; the generation's compare-and-set and the fence are ``store`` and
-``offsets``), and heartbeats (``heartbeat``: a thread keeps heartbeating while a long batch
-runs). A member whose commit is fenced lost its partitions (Kafka's onPartitionsLost).
+Each poll reads the group once (``GroupImage``), asks the member's state machine what to do
+(``lifecycle.step``: adopt a newer generation that includes it, claim released partitions,
+rejoin and lead, heartbeat) and carries the actions out here, in order: the fenced commits
+(``offsets``, ``store``), the generation's plan (``reconcile.plan_generation``) and the listener's
+callbacks. A commit that is fenced ends the poll with the member's partitions lost (Kafka's
+onPartitionsLost); no write returns as if it landed when it did not. A thread keeps heartbeating
+while a long batch runs (``heartbeat``).
 """
 
 from __future__ import annotations
@@ -14,21 +15,24 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
 from control_plane.assignors import assignor
+from control_plane.group import lifecycle
 from control_plane.group.heartbeat import Heartbeats
-from control_plane.group.offsets import expired_ranges, unreported_expiry
+from control_plane.group.image import GroupImage
+from control_plane.group.lifecycle import Acquire, Adopt, Beat, Join, Lead, Lose, MemberView, Move, Phase, Revoke
+from control_plane.group.offsets import owed_expiry, unreported_expiry
 from control_plane.group.reconcile import plan_generation
-from control_plane.group.state import MembershipChange, PositionsFn, RebalanceProtocol
+from control_plane.group.state import MembershipChange, PositionsFn
 from control_plane.group.store import GroupTables
 from control_plane.liveness import Liveness
 from control_plane.records import (
     CommitKind,
     ExpiredRange,
     GenerationRecord,
-    Handover,
     MemberHeartbeat,
     MemberState,
     PartitionPosition,
@@ -89,16 +93,7 @@ class GroupMember:
         self.topics = sorted(set(topics))
         self.member_id = member_id or f"member-{uuid.uuid4().hex[:12]}"
         self.listener = listener or RebalanceListener()
-        self.generation = 0
-        self.joining: int | None = None
-        self.joining_since = 0.0
-        self.owned: set[TopicPartition] = set()
-        self.previous: set[TopicPartition] = set()
-        self.warm: set[TopicPartition] = set()
-        self.warm_ready: set[TopicPartition] = set()
-        self.pending: dict[TopicPartition, Handover] = {}
-        self.followup = False
-        self.rebalances = 0
+        self.view = MemberView(member_id=self.member_id, protocol=self.settings.protocol)
         self.unassigned_ms = 0
         self._unassigned_since: float | None = time.monotonic()
         self._last_lists = float("-inf")
@@ -110,41 +105,86 @@ class GroupMember:
         self.reported: list[ExpiredRange] = []  # expiry reports this member wrote
         self.last_generation: GenerationRecord | None = None
         self.heartbeats = Heartbeats(self.tables, group, self.member_id, self.settings.heartbeat_interval_ms)
-        self.heartbeats.start(lambda: self.generation > 0 or self.joining is not None)
+        self.heartbeats.start(lambda: self.view.generation > 0 or self.view.phase is Phase.JOINING)
 
-    # -- public ----------------------------------------------------------------------------
+    # -- the member as others read it ------------------------------------------------------
     @property
     def protocol(self) -> str:
         return self.settings.protocol
 
+    @property
+    def phase(self) -> Phase:
+        return self.view.phase
+
+    @property
+    def generation(self) -> int:
+        return self.view.generation
+
+    @property
+    def joining(self) -> int | None:
+        """The generation this member is joining (None: it is not joining)."""
+        return self.view.target if self.view.phase is Phase.JOINING else None
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]:
+        return self.view.owned
+
+    @property
+    def pending(self) -> set[TopicPartition]:
+        """Partitions assigned to it that their previous owner has not released yet."""
+        return self.view.pending_partitions
+
+    @property
+    def followup(self) -> bool:
+        return self.view.phase is Phase.FOLLOW_UP
+
+    @property
+    def warm(self) -> frozenset[TopicPartition]:
+        return self.view.warm
+
+    @property
+    def rebalances(self) -> int:
+        return self.view.rebalances
+
+    # -- public ----------------------------------------------------------------------------
     def poll(self, positions: PositionsFn = dict) -> MembershipChange:
-        """One round of the group protocol: adopt, rejoin, lead, heartbeat, finish hand-overs."""
+        """One round of the group protocol: read the group, step, carry the actions out."""
         change = MembershipChange(generation=self.generation)
-        gen = self.tables.generation(self.group)
-        self.last_generation = gen
-        if gen and gen.generation > self.generation:
-            if self.member_id in gen.member_ids() and self.joining is not None and gen.generation >= self.joining:
-                self._adopt(gen, positions, change)
-            elif self.generation > 0 or self.owned:
-                self._lose(change, f"generation {gen.generation} was formed without this member")
-        self._finish_handovers(change)
-        live = self._live_members(gen)
-        reason = self._rejoin_reason(gen, live)
-        if reason:
-            target = max([(gen.generation if gen else 0) + 1] + [b.joining or 0 for b in live.values()])
-            if self.joining != target:
-                self._join(target, positions, change)
-                live[self.member_id] = self._beat_now()
-            change.rebalancing = True
-            formed = self._lead(gen, live, reason)
-            if formed is not None:  # the leader takes its share at once, in the commit that raises the fence
-                self.last_generation = formed
-                self._adopt(formed, positions, change)
-        elif self.heartbeats.due():
-            self._beat_now()
+        image = self.read_image()
+        self.last_generation = image.generation
+        step = lifecycle.step(self.view, image, self.settings)
+        self._carry_out(step.moves, positions, change)
+        change.rebalancing = step.reason is not None
         change.generation = self.generation
         self._track_unassigned()
         return change
+
+    def read_image(self) -> GroupImage:
+        """The group as this poll sees it: the latest generation, the live members (judged on this
+        process's monotonic clock), the partition lists once a heartbeat interval, and the
+        revocations of the partitions this member waits on."""
+        began = time.monotonic()  # judge as of when the read began: a slow read must not kill others
+        gen = self.tables.generation(self.group)
+        states = self.tables.member_states(self.group)
+        ticks = self.tables.ticks(self.group)
+        for member, state in states.items():
+            self.liveness.observe(member, (state.beat, ticks.get(member, (None, None))[0]))
+        # A live member left out of the generation and not rejoining is a zombie (expelled,
+        # still heartbeating): not counted.
+        live = {m: b for m, b in states.items()
+                if m != self.member_id and self._alive(b, as_of=began)
+                and (gen is None or m in gen.member_ids() or (b.joining or 0) > gen.generation)}
+        lists = None
+        if began - self._last_lists >= self.settings.heartbeat_interval_ms / 1000:
+            self._last_lists = began
+            lists = self.tables.partition_lists(self.topics)
+        waited = set(self.pending)
+        if gen and gen.generation > self.generation:
+            waited |= {TopicPartition(topic=h.topic, partition=h.partition) for h in gen.handovers
+                       if h.to_member == self.member_id}
+        return GroupImage(group=self.group, generation=gen, live=live, partition_lists=lists,
+                          revocations=self.tables.revocations(self.group, waited), now=began,
+                          heartbeat_due=self.heartbeats.due())
 
     def commit(self, positions: dict[TopicPartition, int]) -> MembershipChange:
         """Commit positions of owned partitions under this member's generation (fenced).
@@ -183,21 +223,21 @@ class GroupMember:
                 return change
             except IllegalGenerationError:
                 gen = self.tables.generation(self.group)
-                adoptable = (gen and self.joining is not None and self.member_id in gen.member_ids()
-                             and gen.generation >= self.joining)
-                if not adoptable or attempt == FENCED_WRITE_ATTEMPTS:
-                    self._lose(change, why)
+                if not lifecycle.adoptable(self.view, gen) or attempt == FENCED_WRITE_ATTEMPTS:
+                    self._lose(why, change)
                     raise
-                self._adopt(gen, lambda: positions, change)
+                self._carry_out(lifecycle.adopt(self.view, gen)[1], lambda: positions, change)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def close(self, positions: PositionsFn = dict) -> None:
         """Leave the group: revoke and commit everything, then say so (Kafka's LeaveGroup)."""
         change = MembershipChange(generation=self.generation)
-        self._revoke(sorted(self.owned, key=str), positions, change)
-        self.joining = None
+        if self.owned:
+            gone = sorted(self.owned, key=str)
+            self._carry_out([(Revoke(gone, self.generation), replace(self.view, owned=frozenset()))], positions, change)
+        self.view = self.view.to(Phase.LEFT, target=None)
         self.heartbeats.stop()
-        self._beat_now(MemberState.LEFT)
+        self._beat_now()
 
     def publish(self, positions: dict[TopicPartition, int]) -> None:
         """Publish positions other members wait on (rule 10), in this member's heartbeat."""
@@ -206,90 +246,112 @@ class GroupMember:
 
     def published_positions(self, topic: str) -> dict[int, int]:
         """The highest position each live member published, per partition of ``topic``."""
-        out: dict[int, int] = {}
-        for beat in self.tables.member_states(self.group).values():
-            if beat.member_id == self.member_id or not self._alive(beat):
-                continue
-            for pos in beat.positions:
-                if pos.topic == topic:
-                    out[pos.partition] = max(out.get(pos.partition, -1), pos.offset)
-        return out
+        live = {m: b for m, b in self.tables.member_states(self.group).items()
+                if m != self.member_id and self._alive(b)}
+        return GroupImage(group=self.group, generation=None, live=live).published(topic)
 
     def _alive(self, beat: MemberHeartbeat, as_of: float | None = None) -> bool:
         return beat.state != MemberState.LEFT.value and self.liveness.alive(beat.member_id, beat.session_timeout_ms, as_of)
 
-    def _live_members(self, gen: GenerationRecord | None) -> dict[str, MemberHeartbeat]:
-        """Members judged alive by this member's own observation (control_plane.liveness), and
-        either in the generation or joining a newer one. A live member left out of the
-        generation and not rejoining is a zombie (expelled, still heartbeating): not counted."""
-        began = time.monotonic()  # judge as of when the read began: a slow read must not kill others
-        states = self.tables.member_states(self.group)
-        ticks = self.tables.ticks(self.group)
-        for member, state in states.items():
-            self.liveness.observe(member, (state.beat, ticks.get(member, (None, None))[0]))
-        return {
-            m: b for m, b in states.items()
-            if m == self.member_id or (self._alive(b, as_of=began) and (
-                gen is None or m in gen.member_ids() or (b.joining or 0) > gen.generation))
-        }
-
     def ready_for_warm(self, partitions: Iterable[TopicPartition]) -> None:
         """A warm-up copy caught up: ask for a rebalance that hands the partitions over."""
-        self.warm_ready.update(tp for tp in partitions if tp in self.warm)
+        ready = {tp for tp in partitions if tp in self.view.warm}
+        self.view = replace(self.view, warm_ready=self.view.warm_ready | ready)
 
-    # -- steps -----------------------------------------------------------------------------
-    def _rejoin_reason(self, gen: GenerationRecord | None, live: dict[str, MemberHeartbeat]) -> str | None:
-        if gen is None:
-            return "first member"
-        if self.member_id not in gen.member_ids():
-            return f"member {self.member_id} joins"
-        ids = set(live)
-        if ids != gen.member_ids():
-            added, gone = sorted(ids - gen.member_ids()), sorted(gen.member_ids() - ids)
-            return f"members changed (+{added} -{gone})"
-        if any((b.joining or 0) > gen.generation for b in live.values()):
-            return "a member started a rebalance"
-        if self.followup:
-            return "follow-up: hand over revoked partitions"
-        if self.warm_ready - {tp for a in gen.assignment if a.member_id == self.member_id for tp in a.partitions}:
-            return "warm-up copies caught up"
-        if time.monotonic() - self._last_lists >= self.settings.heartbeat_interval_ms / 1000:
-            self._last_lists = time.monotonic()
-            undeleted, marked = self.tables.partition_lists(self.topics)
-            if set(undeleted) != set(gen.partitions) or set(marked) != set(gen.marked):
-                return "topic partitions changed"
+    # -- carrying the actions out ----------------------------------------------------------
+    def _carry_out(self, moves: list[Move], positions: PositionsFn, change: MembershipChange) -> None:
+        """Each action in order; the member's view moves on as each lands. A fenced commit
+        ends it: the member's partitions are lost."""
+        for action, after in moves:
+            failed = self._do(action, after, positions, change)
+            if failed:
+                self._lose(failed, change)
+                return
+
+    def _do(self, action, after: MemberView, positions: PositionsFn, change: MembershipChange) -> str | None:
+        """Carry out one action; the reason it was fenced, or None once it landed (and the view is ``after``)."""
+        if isinstance(action, Adopt):
+            return self._adopt(action, after, positions, change)
+        if isinstance(action, Revoke):
+            rows, expired = self._revocation(action.partitions, positions)
+            try:
+                self.tables.offsets.commit_positions(self.group, rows, action.generation, self.member_id,
+                                                     CommitKind.REVOKE, expired)
+            except IllegalGenerationError:
+                return "revocation fenced"
+            crash_point("group:after_revoke")
+            self.reported.extend(expired)
+            change.given_up(action.partitions)
+        elif isinstance(action, Acquire):
+            rows = {tp: -1 for tp in action.partitions}  # a claim, not a position: the offset stays unknown
+            try:
+                self.tables.offsets.commit_positions(self.group, rows, action.generation, self.member_id,
+                                                     CommitKind.ACQUIRE)
+            except IllegalGenerationError:
+                return "claim fenced"
+            crash_point("group:after_acquire")
+            change.assigned.extend(action.partitions)
+            self.listener.on_partitions_assigned(action.partitions)
+        elif isinstance(action, Lose):
+            change.given_up(action.partitions, lost=True)
+            self.listener.on_partitions_lost(action.partitions)
+        self.view = after
+        if isinstance(action, (Join, Beat)):
+            self._beat_now()
+        elif isinstance(action, Lead):
+            self._lead(action, positions, change)
         return None
 
-    def _join(self, target: int, positions: PositionsFn, change: MembershipChange) -> None:
-        if self.protocol == RebalanceProtocol.EAGER:
-            self._revoke(sorted(self.owned, key=str), positions, change)
-            self.warm.clear()
-        self.joining = target
-        self.joining_since = time.monotonic()
-        self.followup = False
+    def _adopt(self, a: Adopt, after: MemberView, positions: PositionsFn, change: MembershipChange) -> str | None:
+        """The generation's assignment in one fenced commit: the fence raised if no member did yet
+        (the leader's own adoption, or the leader died first), what left revoked, what came claimed."""
+        gen = a.generation
+        if a.new_warm:
+            change.warmups = a.new_warm
+            self.listener.on_warmup_assigned(a.new_warm)
+        revoked, revoked_expired = self._revocation(a.gone, positions)
+        try:
+            raised = self.tables.offsets.adopt(self.group, gen.generation, gen.leader, gen.expired, self.member_id,
+                                               revoked, revoked_expired, a.claim + a.kept)
+        except IllegalGenerationError:
+            return "adoption fenced"
+        self.view = after
+        if raised:
+            self.reported.extend(gen.expired)
+        if a.gone:
+            crash_point("group:after_revoke")
+            self.reported.extend(revoked_expired)
+            change.given_up(a.gone)
+        if a.claim or a.kept:
+            crash_point("group:after_acquire")
+            change.assigned.extend(a.claim)
+            if a.claim:  # keys_assigned fires where delivery starts: the consumer's gate decides (rule 8)
+                self.listener.on_partitions_assigned(a.claim)
+        self._beat_now()
+        return None
 
-    def _lead(self, gen: GenerationRecord | None, live: dict[str, MemberHeartbeat], reason: str) -> GenerationRecord | None:
-        """If every live member joined the target (or the rebalance timed out) and this member
-        has the smallest id among those joined, write the generation; return it if written
-        (the leader then adopts it, raising the fence in the same commit as its claims)."""
-        target = self.joining
-        joined = [b for b in live.values() if b.joining == target and b.state == MemberState.JOINING.value]
-        if not joined or min(b.member_id for b in joined) != self.member_id:
-            return None
-        waited_ms = (time.monotonic() - self.joining_since) * 1000
-        if len(joined) < len(live) and waited_ms < self.settings.rebalance_timeout_ms:
-            return None
+    def _lead(self, lead: Lead, positions: PositionsFn, change: MembershipChange) -> None:
+        """Plan the generation with the joined members and propose it; if written, adopt it at
+        once (the leader raises the fence in the commit that takes its share)."""
+        joined = sorted([*lead.others, self._beat_now()], key=lambda b: b.member_id)
         snaps = self.tables.snapshots(self.topics)
         undeleted, marked = self.tables.partition_lists(self.topics, snaps)
         versions = {t: snap.topic_version for t, snap in snaps.items()}
+        gen = self.tables.generation(self.group)
         record = plan_generation(
-            self.group, target, sorted(joined, key=lambda b: b.member_id), undeleted, marked,
-            self.settings.assignor, self.member_id, reason, int(waited_ms), gen,
+            self.group, lead.target, joined, undeleted, marked, self.settings.assignor, self.member_id,
+            lead.reason, lead.waited_ms, gen,
         ).model_copy(update={"topic_versions": versions, "expired": self._expired_since(gen, versions, joined)})
         if not self.tables.propose(record):
-            return None
+            return
         crash_point("group:after_propose")
-        return record
+        self.last_generation = record
+        self._carry_out(lifecycle.adopt(self.view, record)[1], positions, change)
+
+    def _lose(self, why: str, change: MembershipChange) -> None:
+        self.view, moves = lifecycle.lose(self.view, why)
+        for action, _after in moves:
+            self._do(action, self.view, dict, change)
 
     def _expired_since(self, gen: GenerationRecord | None, versions: dict[str, int],
                        joined: list[MemberHeartbeat]) -> list[ExpiredRange]:
@@ -301,7 +363,7 @@ class GroupMember:
         topic): partitions retired before it were never the group's to deliver. Not only since
         the previous generation: an owner that led the generation dropping its retired partition
         and died before revoking it left the report to no one (campaign seed 94); what was
-        delivered or reported already is left out by ``expired_ranges``.
+        delivered or reported already is left out by ``owed_expiry``.
         """
         if gen is None:
             return []
@@ -318,91 +380,9 @@ class GroupMember:
             retired = [r for r in self.tables.retired_between(topic, after, upto)
                        if TopicPartition(topic=topic, partition=r[0]) not in owned]
             if retired:
-                out += expired_ranges(topic, retired, self.group_positions(topic),
+                out += owed_expiry(topic, retired, self.group_positions(topic),
                                       self.tables.offsets.expired(self.group, topic))
         return out
-
-    def _adopt(self, gen: GenerationRecord, positions: PositionsFn, change: MembershipChange) -> None:
-        """Take the new generation's assignment in one fenced commit: raise the fence if no member
-        did yet (the leader's own adoption, or the leader died first), revoke what left, claim what came."""
-        mine = set(gen.partitions_of(self.member_id))
-        self.generation = gen.generation
-        self.joining = None
-        self.rebalances += 1
-        gone = sorted(self.owned - mine, key=str)
-        if gone:
-            handed = {TopicPartition(topic=h.topic, partition=h.partition) for h in gen.handovers}
-            # Withheld partitions reach their new owner in a follow-up rebalance; hand-overs don't need one.
-            self.followup = gen.protocol == RebalanceProtocol.COOPERATIVE and bool(set(gone) - handed)
-        new_warm = set(gen.warmups_of(self.member_id)) - self.warm
-        self.warm = set(gen.warmups_of(self.member_id))
-        self.warm_ready &= self.warm
-        if new_warm:
-            change.warmups = sorted(new_warm, key=str)
-            self.listener.on_warmup_assigned(change.warmups)
-        for h in gen.handovers:
-            if h.to_member == self.member_id and h.from_member != self.member_id:
-                self.pending[TopicPartition(topic=h.topic, partition=h.partition)] = h
-        claim = sorted(mine - self.owned - set(self.pending), key=str)
-        kept = sorted(mine & self.owned, key=str)
-        revoked, revoked_expired = self._revocation(gone, positions)
-        try:
-            raised = self.tables.offsets.adopt(self.group, gen.generation, gen.leader, gen.expired, self.member_id,
-                                               revoked, revoked_expired, claim + kept)
-        except IllegalGenerationError:
-            self._lose(change, "adoption fenced")
-            return
-        if raised:
-            self.reported.extend(gen.expired)
-        if gone:
-            crash_point("group:after_revoke")
-            self._revoked(gone, revoked_expired, change)
-        if claim or kept:
-            crash_point("group:after_acquire")
-            self._acquired(claim, change)
-        self._beat_now()
-        self.previous = set(mine)
-
-    def _acquire(self, claim: list[TopicPartition], kept: list[TopicPartition], change: MembershipChange) -> None:
-        """Record ownership under the current generation (kept ones too: claims carry the generation)."""
-        if not claim and not kept:
-            return
-        rows = {tp: -1 for tp in claim + kept}  # a claim, not a position: the offset stays unknown
-        try:
-            self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.ACQUIRE)
-        except IllegalGenerationError:
-            self._lose(change, "claim fenced")
-            return
-        crash_point("group:after_acquire")
-        self._acquired(claim, change)
-
-    def _acquired(self, claim: list[TopicPartition], change: MembershipChange) -> None:
-        self.owned.update(claim)
-        self.warm -= set(claim)
-        self.warm_ready -= set(claim)
-        change.assigned.extend(claim)
-        if claim:  # keys_assigned fires where delivery starts: the consumer's gate decides (rule 8)
-            self.listener.on_partitions_assigned(claim)
-
-    def _finish_handovers(self, change: MembershipChange) -> None:
-        done = [tp for tp, h in self.pending.items() if self.tables.handed_over(self.group, h, self.generation)]
-        for tp in done:
-            del self.pending[tp]
-        if done:
-            self._acquire(sorted(done, key=str), [], change)
-
-    def _revoke(self, partitions: list[TopicPartition], positions: PositionsFn, change: MembershipChange) -> None:
-        if not partitions:
-            return
-        rows, expired = self._revocation(partitions, positions)
-        try:
-            self.tables.offsets.commit_positions(self.group, rows, self.generation, self.member_id, CommitKind.REVOKE,
-                                                 expired)
-        except IllegalGenerationError:
-            self._lose(change, "revocation fenced")
-            return
-        crash_point("group:after_revoke")
-        self._revoked(partitions, expired, change)
 
     def _revocation(self, partitions: list[TopicPartition],
                     positions: PositionsFn) -> tuple[dict[TopicPartition, int], list[ExpiredRange]]:
@@ -414,11 +394,6 @@ class GroupMember:
         self.listener.on_partitions_revoked(partitions)
         rows = self._positions_of(partitions, positions)
         return rows, self._expired_of(rows)
-
-    def _revoked(self, partitions: list[TopicPartition], expired: list[ExpiredRange], change: MembershipChange) -> None:
-        self.reported.extend(expired)
-        self.owned -= set(partitions)
-        change.given_up(partitions)
 
     def _positions_of(self, partitions: list[TopicPartition], positions: PositionsFn) -> dict[TopicPartition, int]:
         """Each partition's position: the consumer's, else the group's committed one, else -1."""
@@ -443,27 +418,14 @@ class GroupMember:
                                      lambda: self.tables.offsets.expired(self.group, topic))
         return out
 
-    def _lose(self, change: MembershipChange, why: str) -> None:
-        """Expelled: drop every partition without committing (Kafka's onPartitionsLost)."""
-        lost = sorted(self.owned | set(self.pending), key=str)
-        self.owned.clear()
-        self.pending.clear()
-        self.warm.clear()
-        self.generation = 0
-        self.joining = None
-        if lost:
-            change.given_up(lost, lost=True)
-            self.listener.on_partitions_lost(lost)
-
-    def _beat_now(self, state: MemberState | None = None) -> MemberHeartbeat:
+    def _beat_now(self) -> MemberHeartbeat:
         """Heartbeat: a full row when this member's state changed, else a cheap tick."""
-        if state is None:
-            state = MemberState.JOINING if self.joining is not None else MemberState.STABLE
+        state = {Phase.JOINING: MemberState.JOINING, Phase.LEFT: MemberState.LEFT}.get(self.phase, MemberState.STABLE)
         beat = MemberHeartbeat(
             group=self.group, member_id=self.member_id, state=state, generation=self.generation,
             joining=self.joining, protocol=self.protocol, assignor=self.settings.assignor, topics=self.topics,
-            owned=sorted(self.owned, key=str), previous=sorted(self.previous, key=str),
-            warm_ready=sorted(self.warm_ready, key=str), warmup=self.settings.warmup,
+            owned=sorted(self.owned, key=str), previous=sorted(self.view.previous, key=str),
+            warm_ready=sorted(self.view.warm_ready, key=str), warmup=self.settings.warmup,
             session_timeout_ms=self.settings.session_timeout_ms, rebalance_timeout_ms=self.settings.rebalance_timeout_ms,
             unassigned_ms=self.unassigned_ms, rebalances=self.rebalances, host=socket.gethostname(),
             positions=[PartitionPosition(topic=tp.topic, partition=tp.partition, offset=o)

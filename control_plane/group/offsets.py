@@ -25,12 +25,12 @@ from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
 from log_store.names import commit_metadata, fence_property
-from log_store.topic_log import LogSnapshot, Mode
+from log_store.log_metadata import LogSnapshot, Mode
 
 
 
 
-def expired_ranges(topic: str, retired: Iterable[tuple[int, int, int]], positions: dict[int, int],
+def owed_expiry(topic: str, retired: Iterable[tuple[int, int, int]], positions: dict[int, int],
                    reported: set[tuple[int, int]]) -> list[ExpiredRange]:
     """What a group must report expired: for each retired partition incarnation (partition,
     start, end) where the group's position is below the end, unless already reported (partition,
@@ -47,7 +47,7 @@ def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], 
                   history: Callable[[], list[tuple[int, int, int]]],
                   reported: Callable[[], set[tuple[int, int]]]) -> list[ExpiredRange]:
     """What a group must still report expired of ``partitions`` (``positions``: where it
-    stands on them, where known): ``expired_ranges`` over the incarnations retired in ``snap``
+    stands on them, where known): ``owed_expiry`` over the incarnations retired in ``snap``
     and, where a number was grown back past the position, the ones the topic's ``history``
     (partition, start, end) shows retired in between (campaign seed 18). ``history`` and
     ``reported`` are read only when needed."""
@@ -56,7 +56,7 @@ def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], 
                if (pm := parts.get(p)) is not None and pm.mode is Mode.NONE and pm.end_offset is not None}
     if any(p in parts and parts[p].start_offset > o for p, o in positions.items()):
         retired |= {r for r in history() if r[0] in positions}
-    return expired_ranges(topic, retired, positions, reported()) if retired else []
+    return owed_expiry(topic, retired, positions, reported()) if retired else []
 
 
 class PartitionLag(BaseModel):

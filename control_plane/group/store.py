@@ -12,14 +12,15 @@ from pyspark.sql import SparkSession
 
 from control_plane.group.offsets import GroupOffsets, PartitionLag
 from control_plane.layout import RootLayout
-from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Handover, MemberHeartbeat, TopicPartition
+from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicPartition
 from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
 from log_store.errors import ConcurrentCommitError
-from log_store.topic_log import LogSnapshot, Mode, TopicLog
+from log_store.log_metadata import LogSnapshot, Mode
+from log_store.topic_log import TopicLog
 
 # A heartbeat tick sets the application version ``log_store.names.heartbeat_app_id(group, member)``;
 # ticks are read by this prefix, which the earlier releases' dotted form shares.
@@ -167,10 +168,16 @@ class GroupTables:
         version in (``after``, ``upto``]."""
         return self.topics.image(topic).retired_between(after, upto)
 
-    def handed_over(self, group: str, handover: Handover, generation: int) -> bool:
-        """True once the previous owner committed its revocation of the partition."""
-        return any(r["group"] == group and r["topic"] == handover.topic and r["partition"] == handover.partition
-                   and r["member_id"] == handover.from_member and r["kind"] == CommitKind.REVOKE.value
-                   and r["generation"] >= generation
-                   for r in self._cached("offset_commits", (), lambda v: self.tables.ordered_rows("offset_commits", v),
-                                         at_version=True))
+    def revocations(self, group: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[tuple[str, int], ...]]:
+        """Who committed a revocation of each of ``partitions``, and under which generation: a
+        hand-over is done once its previous owner revoked the partition (``GroupImage.released``)."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
+        out: dict[TopicPartition, list[tuple[str, int]]] = {}
+        for r in self._cached("offset_commits", (), lambda v: self.tables.ordered_rows("offset_commits", v), at_version=True):
+            if r["group"] == group and r["kind"] == CommitKind.REVOKE.value:
+                tp = TopicPartition(topic=r["topic"], partition=r["partition"])
+                if tp in wanted:
+                    out.setdefault(tp, []).append((r["member_id"], r["generation"]))
+        return {tp: tuple(v) for tp, v in out.items()}

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from control_plane.group.lifecycle import Phase
 from control_plane.group.member import FENCED_WRITE_ATTEMPTS, GroupMember
 from control_plane.records import ExpiredRange, TopicPartition
 from control_plane.settings import GroupSettings
@@ -42,7 +43,7 @@ def test_an_expiry_report_fenced_by_three_generations_raises_and_loses_the_parti
         def rebalance_meanwhile(group, positions, generation=0, member_id="", kind=None, expired=None, **kw):
             """Each report meets a generation the member joined but has not adopted yet."""
             newer["gen"] = newer["gen"].model_copy(update={"generation": newer["gen"].generation + 1})
-            member.joining = newer["gen"].generation
+            member.view = member.view.to(Phase.JOINING, target=newer["gen"].generation)
             raise IllegalGenerationError(f"fenced at {newer['gen'].generation}")
 
         monkeypatch.setattr(member.tables, "generation", lambda group: newer["gen"])
@@ -72,7 +73,7 @@ def test_a_report_fenced_once_lands_under_the_adopted_generation(spark, root, mo
         def fenced_once(group, positions, generation=0, member_id="", kind=None, expired=None, **kw):
             calls.append((generation, expired))
             if len(calls) == 1:
-                member.joining = later.generation
+                member.view = member.view.to(Phase.JOINING, target=later.generation)
                 raise IllegalGenerationError("fenced once")
 
         monkeypatch.setattr(member.tables, "generation", lambda group: later)
