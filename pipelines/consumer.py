@@ -27,8 +27,9 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
 from log_store.names import legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
-from log_store.topic_log import RECORD_SCHEMA, LogSnapshot, check_set_transactions_kept
-from pipelines.gating import OffsetGate
+from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
+from log_store.topic_log import RECORD_SCHEMA
+from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
 ProgressFn = Callable[[int, int], None]
@@ -137,6 +138,17 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     return log.read({partition: (first, max(first, last))}, ordered=True, version=snap.version)
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a consumer resumes, from one read of the control plane and its sink."""
+
+    committed: dict[int, int]  # the group's positions, raised to what the sink holds
+    reported: set[tuple[int, int]]  # the group's expiry reports: (partition, end)
+    incarnations: dict[int, int]  # GroupOffsets.incarnations: what its sink ids are keyed by
+    sink_ahead: dict[int, int] = field(default_factory=dict)  # positions only the sink holds
+    sink_legacy: dict[str, int] = field(default_factory=dict)  # earlier releases' ids the next sink commit writes again
+
+
 class Consumer:
     """Consumes one topic for one group (one member; group membership is another module)."""
 
@@ -148,7 +160,10 @@ class Consumer:
         group: str,
         settings: ConsumerSettings | None = None,
         member_id: str | None = None,
+        group_positions: GroupPositions | None = None,
     ) -> None:
+        """``group_positions``: what the resize gates learn of the group (a group member's, with
+        the positions its peers published); by default the group's committed positions."""
         if not group:
             raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
         self.spark = spark
@@ -159,7 +174,8 @@ class Consumer:
         self.admin = TopicAdmin(spark, root)
         self.log = self.admin.log(topic)
         self.offsets = GroupOffsets(spark, root)
-        self.gate = OffsetGate(self.admin, self.log, topic, group, self.offsets)
+        self.gate = OffsetGate(self.admin, self.log, topic, group,
+                               group_positions or CommittedPositions(self.offsets, group, topic))
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
@@ -172,7 +188,7 @@ class Consumer:
 
         Never below the start of a partition's current incarnation: a number reused after
         retirement holds no records of its predecessor (those were delivered or reported expired).
-        ``committed``: ``resume_positions(sink_path)`` if the caller has just read it.
+        ``committed``: ``resume(sink_path).committed`` if the caller has just read it.
 
         ``planned_at``: the topic version a group's assignment was planned on. A partition the
         group has no position in then starts, under ``earliest``, where that plan saw it begin:
@@ -184,7 +200,7 @@ class Consumer:
         if committed is None:
             if sink_path:
                 self._incarnations = None  # read again: an operator may have reset positions since
-            committed = self.resume_positions(sink_path)
+            committed = self.resume(sink_path).committed
         earliest = self.settings.auto_offset_reset == "earliest"
         planned = (self.admin.image(self.topic).starts_at(planned_at)
                    if earliest and planned_at is not None and planned_at < snap.topic_version else {})
@@ -197,20 +213,29 @@ class Consumer:
                 out[p] = min(start, planned.get(p, start)) if earliest else snap.log_ends[p]
         return out
 
-    def resume_positions(self, sink_path: str | None = None) -> dict[int, int]:
-        """The group's committed positions, raised to what the sink already holds (a crash
-        between the sink commit and the offsets commit leaves the sink ahead)."""
+    def resume_point(self, sink_path: str | None = None) -> "ResumePoint":
+        """Where this group resumes on the topic: its committed positions raised to what the sink
+        already holds (a crash between the sink commit and the offsets commit leaves the sink
+        ahead), from one read of the control plane and the sink. A query: it changes nothing."""
         state = self.offsets.state(self.group, self.topic)  # one read: positions, reports, incarnations
-        committed, self._reported, self.sink_ahead = state.committed, state.expired, {}
+        incarnations = self._incarnations if self._incarnations is not None else state.incarnations
+        committed, ahead, legacy = dict(state.committed), {}, {}
         if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
-            if self._incarnations is None:
-                self._incarnations = state.incarnations
             held = SinkPositions.read(self.spark, sink_path, self.group, self.topic)
-            self._sink_legacy = held.carry_over(self.group, self.topic)
-            for p, v in held.current(self._incarnations).items():
+            legacy = held.carry_over(self.group, self.topic)
+            for p, v in held.current(incarnations).items():
                 if v > committed.get(p, -1):
-                    committed[p] = self.sink_ahead[p] = v
-        return committed
+                    committed[p] = ahead[p] = v
+        return ResumePoint(committed, state.expired, incarnations, ahead, legacy)
+
+    def resume(self, sink_path: str | None = None) -> "ResumePoint":
+        """``resume_point``, remembered: the expiry reports, the positions only the sink holds, the
+        incarnations its sink ids are keyed by, the earlier release's ids to carry over."""
+        point = self.resume_point(sink_path)
+        self._reported, self.sink_ahead, self._sink_legacy = point.reported, point.sink_ahead, point.sink_legacy
+        if sink_path and self._incarnations is None:
+            self._incarnations = point.incarnations
+        return point
 
     def report_expired(self, snap: LogSnapshot, positions: dict[int, int],
                        reported: set[tuple[int, int]] | None = None) -> list[ExpiredRange]:
@@ -346,7 +371,7 @@ class Consumer:
         snap = self.log.snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
-        committed = self.resume_positions(sink_path)  # one read of the control plane serves all three
+        committed = self.resume(sink_path).committed  # one read of the control plane serves all three
         positions = self.positions(sink_path, snap, committed)
         expired = self.report_expired(snap, committed, self._reported)
         delivered = batches = 0

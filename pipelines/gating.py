@@ -32,6 +32,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -39,13 +40,13 @@ from control_plane.image import TopicImage
 from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent
 from control_plane.topics import TopicAdmin
-from log_store.topic_log import LogSnapshot, Mode, TopicLog
+from log_store.log_metadata import LogSnapshot, Mode
+from log_store.topic_log import TopicLog
 
 # For tests that must show the audit catches a violation: never set this in production.
 DISABLE_ENV = "LAKELOG_UNSAFE_DISABLE_GATING"
 
 Positions = dict[int, int]
-PositionsFn = Callable[[], Positions]
 _log = logging.getLogger("lakelog.gating")  # DEBUG: every decision (the campaign's actors turn it on)
 ThresholdFn = Callable[[int, int], int]
 
@@ -106,21 +107,42 @@ def limits(barriers: list[Barrier], own: Positions, group: Positions, threshold:
 
 
 # -- feeding the rules ----------------------------------------------------------------------------
+class GroupPositions(Protocol):
+    """What a gate learns of its group: its committed positions (a group member consuming into a
+    sink raises them to the sink's: a member fenced after its sink commit leaves its position only
+    there, campaign seed 44), the positions its members published (rule 10), and where to say
+    that a shut gate opened (the per-key callback)."""
+
+    def committed(self) -> Positions: ...
+    def published(self) -> Positions: ...
+    def keys_opened(self, partitions: list[int]) -> None: ...
+
+
+class CommittedPositions:
+    """A consumer that is not a group member: the group's committed positions, nothing published."""
+
+    def __init__(self, offsets: GroupOffsets, group: str, topic: str) -> None:
+        self.offsets, self.group, self.topic = offsets, group, topic
+
+    def committed(self) -> Positions:
+        return self.offsets.committed(self.group, self.topic)
+
+    def published(self) -> Positions:
+        return {}
+
+    def keys_opened(self, partitions: list[int]) -> None:
+        pass
+
+
 class OffsetGate:
     """Delivery limits for one group on one topic."""
 
-    def __init__(self, admin: TopicAdmin, log: TopicLog, topic: str, group: str, offsets: GroupOffsets,
-                 published: PositionsFn | None = None, on_open: Callable[[list[int]], None] | None = None) -> None:
+    def __init__(self, admin: TopicAdmin, log: TopicLog, topic: str, group: str, positions: GroupPositions) -> None:
         self.admin = admin
         self.log = log
         self.topic = topic
         self.group = group
-        self.offsets = offsets
-        self.published = published or dict
-        # The group's committed positions; a consumer into a sink raises them to the sink's
-        # (a member fenced after its sink commit leaves its position only there: seed 44).
-        self.committed: PositionsFn = lambda: offsets.committed(group, topic)
-        self.on_open = on_open or (lambda partitions: None)
+        self.positions = positions
         self.enabled = os.environ.get(DISABLE_ENV, "") not in ("1", "true")
         self._thresholds: dict[tuple[int, int], int] = {}
         self._barriers: tuple[int, list[Barrier]] | None = None
@@ -162,10 +184,10 @@ class OffsetGate:
         if fresh and watched <= set(own):
             fresh = False  # others' committed offsets only matter for partitions it does not hold
         if fresh and time.monotonic() - at > 0.5:
-            committed = self.committed()
+            committed = self.positions.committed()
             self._committed = (time.monotonic(), committed)
         merged = dict(committed)
-        for source in (self.published(), own):
+        for source in (self.positions.published(), own):
             for p, o in source.items():
                 merged[p] = max(merged.get(p, -1), o)
         return merged
@@ -195,5 +217,5 @@ class OffsetGate:
         opened = sorted(p for p in self._shut & set(positions) if p not in shut)
         self._shut = (self._shut - set(positions)) | shut
         if opened:
-            self.on_open(opened)
+            self.positions.keys_opened(opened)
         return out

@@ -60,16 +60,12 @@ class GroupConsumer:
         listener: RebalanceListener | None = None,
         warmup_handler: Handler | None = None,
     ) -> None:
-        self.consumer = Consumer(spark, root, topic, group, settings, member_id)
+        self.consumer = Consumer(spark, root, topic, group, settings, member_id, group_positions=self)
         self.topic = topic
         self.listener = listener or RebalanceListener()
         self.sink_path: str | None = None
         self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener,
-                                  group_positions=lambda _topic: self.consumer.resume_positions(self.sink_path))
-        gate = self.consumer.gate
-        gate.published = lambda: self.member.published_positions(topic)
-        gate.committed = lambda: self.consumer.resume_positions(self.sink_path)
-        gate.on_open = lambda ps: self.listener.on_partition_keys_assigned([self._tp(p) for p in ps])
+                                  group_positions=lambda _topic: self.committed())
         self._published: dict[int, tuple[int, int]] = {}  # partition -> (position, epoch) last published
         self.warmup_handler = warmup_handler
         self.positions: dict[int, int] = {}
@@ -79,6 +75,17 @@ class GroupConsumer:
     @property
     def member_id(self) -> str:
         return self.member.member_id
+
+    # -- what the resize gates learn of the group (pipelines.gating.GroupPositions) -------------
+    def committed(self) -> dict[int, int]:
+        """The group's positions raised to what the sink holds."""
+        return self.consumer.resume_point(self.sink_path).committed
+
+    def published(self) -> dict[int, int]:
+        return self.member.published_positions(self.topic)
+
+    def keys_opened(self, partitions: list[int]) -> None:
+        self.listener.on_partition_keys_assigned([self._tp(p) for p in partitions])
 
     def _tp(self, p: int) -> TopicPartition:
         return TopicPartition(topic=self.topic, partition=p)
