@@ -5,14 +5,10 @@ from __future__ import annotations
 import pytest
 
 from log_store.errors import InvalidConfigurationError, UnknownTopicError
-from pipelines.spark_options import (
-    OffsetSpec,
-    SinkOptions,
-    TimestampSpec,
+from pipelines.spark_options import OffsetSpec, SinkOptions, TimestampSpec, parse_sink_options, parse_source_options
+from pipelines.spark_positions import (
     bounds_to_read,
     ending_positions,
-    parse_sink_options,
-    parse_source_options,
     resolve_topics,
     starting_positions,
     timestamp_targets,
