@@ -4,7 +4,7 @@ against raw Delta appends of the same rows, in one run.
 A few rows made in Python reach raw Delta in one of two ways: PySpark's ``createDataFrame`` on
 a list (pickled rows converted in Spark's Python workers) or an Arrow table sent to the JVM
 (``log_store.frames.rows_frame``). lakelog writes them as a Parquet file made by pyarrow and
-commits it through Delta, without a Spark job (``DeltaTransaction.write_rows``, session 26).
+commits it through Delta, without a Spark job (``DeltaTransaction.write_rows``, 2026-11-26).
 Timed here, each as the median of REPEATS:
 
 - ``raw Delta append, list rows``: ``spark.createDataFrame(rows, schema).write...append``

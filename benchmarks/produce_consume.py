@@ -6,7 +6,7 @@
 Prints a table of times and ratios (lakelog / raw Delta throughput, or latency ratio) and writes
 the figures as JSON to benchmarks/out/. Every comparison uses the same cached source rows. With
 several record counts, the bulk cases run at each and a second table shows the cost per record
-of each case against the smallest count and partition count (issue 11: flat within 20 %).
+of each case against the smallest count and partition count (the aim: flat within 20 %).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The campaign's independent checker: reads a root's tables with delta-rs, not with lakelog.
 
-It imports nothing from lakelog: it knows only the on-disk format (README, "Storage format") and
+It imports nothing from lakelog: it knows only the on-disk format (docs/storage-format.md) and
 reads every table with the ``deltalake`` package (delta-rs), so a bug in lakelog's own readers
 cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for one topic:
 

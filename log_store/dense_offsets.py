@@ -36,7 +36,7 @@ class TaskCount:
 
 MIN_ROWS = 500_000  # below, the counting pass costs more than the shuffle it saves (BENCHMARKS.md)
 MIN_ROWS_PER_FILE = 20_000  # each task writes a file per partition: fewer rows make small files
-ONE_TASK_ROWS = 20_000  # up to here a batch is numbered and written in one task (BENCHMARKS.md, session 24)
+ONE_TASK_ROWS = 20_000  # up to here a batch is numbered and written in one task (BENCHMARKS.md, 2026-11-25)
 
 
 def use_one_task(rows: int | None) -> bool:

@@ -9,7 +9,7 @@ then rejects the commit if a concurrent commit changed the metadata or the same 
 Also here, in one place each: Delta's conflicts mapped to lakelog's errors (``translate``), the
 one retry policy for them (``retry_on_conflict``, tenacity), and which internal package Delta's
 classes live in: ``org.apache.spark.sql.delta`` in open-source Delta, another on Databricks
-(``spark.delta_internals`` in the configuration; see the README for what was verified where).
+(``spark.delta_internals`` in the configuration; docs/engine.md says what was verified where).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class DeltaTransaction:
     def write_rows(self, rows: pa.Table) -> None:
         """Write ``rows`` as one Parquet file of this transaction, made by pyarrow and put in place
         through the table's Hadoop file system: no Spark job. A control-plane write is a few rows,
-        for which the Spark job cost more than the rows (BENCHMARKS.md, session 26).
+        for which the Spark job cost more than the rows (BENCHMARKS.md, 2026-11-26).
 
         As Delta's writer would, the rows are made to fit the table's schema first: each column
         cast to the table's type (a value that does not fit raises), absent nullable columns

@@ -4,7 +4,7 @@
 Python worker processes: a Spark job of four tasks, each starting a worker that re-reads the zip
 directories on its path (about 0.6 s on 2 cores). Every control-plane write (an offsets commit,
 a claim, a generation, a topic change) built one. From an Arrow table the rows go to the JVM
-directly (about 0.03 s): BENCHMARKS.md, 2026-11-24 (session 18).
+directly (about 0.03 s): BENCHMARKS.md, 2026-11-24.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A batch reads [start, end) of each of its partitions. Written as one disjunct per partition
 (``partition = p AND offset >= s AND offset < e``), the filter cost about 3 py4j calls per
 partition to build (0.65-2.5 s for 64) and an OR chain per row that Spark's generated code runs
-slowly (about 1 s more per 1M rows at 64 partitions; BENCHMARKS.md, session 24). Here it is one
+slowly (about 1 s more per 1M rows at 64 partitions; BENCHMARKS.md, 2026-11-25). Here it is one
 string, in two parts:
 
 - **exact**, evaluated per row: ``partition IN (...)`` (Delta prunes the other directories) and
@@ -86,7 +86,7 @@ def batch_position(ranges: Ranges) -> str:
     partition's start). One long key sorts as the two columns do, but Spark radix-sorts a single
     integer key and compares only prefixes, where (partition, offset) fell back to comparing rows
     for every tie on the partition (an ordered 1M-record read 0.9-1.0 -> 0.7 s; BENCHMARKS.md,
-    session 27). Values are 0 .. rows - 1 for the rows ``range_filter`` keeps."""
+    2026-11-26). Values are 0 .. rows - 1 for the rows ``range_filter`` keeps."""
     shift: dict[int, int] = {}
     before = 0
     for p, (s, e) in sorted((int(p), (int(s), int(e))) for p, (s, e) in ranges.items() if e > s):

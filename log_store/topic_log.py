@@ -65,7 +65,7 @@ RECORD_SCHEMA = StructType(
 # The columns Delta keeps statistics for in each written file: the append counts records and
 # checks offsets and sequences from them, and reads skip files by offset, timestamp and epoch.
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
-# write (BENCHMARKS.md, session 26), and no read filters on them.
+# write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
@@ -265,7 +265,7 @@ class TopicLog:
             raise TableConfigError(
                 f"the log end offset of partition {lost[0]} is missing from the Delta log of {self.path} (an expired "
                 "set transaction?); appending would reuse offsets, so nothing was written. Restore the table's "
-                "set transactions (see README, Storage format) before producing again"
+                "set transactions (docs/storage-format.md) before producing again"
             )
         check_dense(((int(f.partition_values["partition"]), f.num_records, int(f.min_values["offset"]),
                       int(f.max_values["offset"])) for f in written if f.num_records), bases)
@@ -307,7 +307,7 @@ class TopicLog:
         position = F.expr(batch_position(ranges))
         if use_one_task(sum(max(end - start, 0) for start, end in ranges.values())):
             # A small batch is sorted in one task: no shuffle, one stage (200 records:
-            # 236 -> 146 ms; BENCHMARKS.md, session 27).
+            # 236 -> 146 ms; BENCHMARKS.md, 2026-11-26).
             return found.coalesce(1).sortWithinPartitions(position)
         keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
         return found.repartition(shuffle_partitions, F.expr(by_partition(keys))).sortWithinPartitions(position)

@@ -203,7 +203,7 @@ class GroupOffsets:
     def adopt(self, group: str, generation: int, leader: str, leader_expired: list[ExpiredRange], member_id: str,
               revoked: dict[TopicPartition, int], revoked_expired: list[ExpiredRange],
               claimed: list[TopicPartition]) -> bool:
-        """A member's move to ``generation`` in one fenced commit (issue 11: a membership step is
+        """A member's move to ``generation`` in one fenced commit (a membership step is
         one commit): the fence raised to it unless a member did already (with the leader's expiry
         reports, as ``raise_fence``), the member's revocations with their positions and its own
         expiry reports, and its claims. True if this commit raised the fence.

@@ -1,5 +1,5 @@
 """Records a deletion delay retires before a group reads them are expired, never silently
-skipped (issue 9, item 2): the group reports how many, which partition and offsets; ``groups
+skipped: the group reports how many, which partition and offsets; ``groups
 describe`` shows them; the audit counts them as expired. And a group that has not read a marked
 partition yet, even one that joined after the mark, holds its retirement until the delay."""
 

@@ -69,7 +69,7 @@ def test_reset_to_earliest_replays_into_the_sink_and_dry_run_writes_nothing(spar
     assert sink_rows(spark, consumed) == 240
     # ... and a second run finds nothing more (the replay's own positions hold)
     assert Consumer(spark, root, T, "g").run_to_sink(consumed).records == 0
-    # the audit reports the replay as repeated delivery, as the README says
+    # the audit reports the replay as repeated delivery, as docs/operating.md says
     report = run_audit(spark, root, T, consumed, str(Path(root) / "audit.md"))
     twice = next(c for c in report.checks if c.name == "sink.no_duplicates")
     assert not twice.passed and twice.violations == 120

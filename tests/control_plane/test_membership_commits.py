@@ -1,4 +1,4 @@
-"""A membership step is one commit (issue 11): the fence rises in the commit that adopts the
+"""A membership step is one commit: the fence rises in the commit that adopts the
 generation, with the adopting member's claims, and a cooperative member's revocations share
 that commit. Read back with delta-rs (the change feed's commit versions), not lakelog's reader.
 """

@@ -165,7 +165,7 @@ def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
 
 
 def test_a_topic_made_before_the_statistics_change_takes_it_from_the_readme_alter(spark, log):
-    """README, Storage format: an older topic keeps statistics for every column until the
+    """docs/storage-format.md: an older topic keeps statistics for every column until the
     operator sets the property; files written after it keep only the four."""
     spark.sql(f"ALTER TABLE delta.`{log.path}` UNSET TBLPROPERTIES ('delta.dataSkippingStatsColumns')")
     log.append(batch(spark, 0, 9), 3, "p1")

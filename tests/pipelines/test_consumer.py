@@ -129,7 +129,7 @@ def test_into_a_sink_a_batch_is_one_commit_and_the_offsets_follow_per_interval(s
 
 
 def test_resumed_position_is_the_latest_commit_not_the_latest_clock(spark, root, topic):
-    """Positions are latest in commit order (issue 9, item 5): a member whose clock runs an hour
+    """Positions are latest in commit order: a member whose clock runs an hour
     ahead committed 10 first; the later commit of 20 is where the group resumes."""
     from datetime import timedelta
 

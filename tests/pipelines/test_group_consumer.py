@@ -1,4 +1,4 @@
-"""A group member's loop: when is it idle, what it starts from, what it does when fenced (issue 9)."""
+"""A group member's loop: when is it idle, what it starts from, what it does when fenced."""
 
 from __future__ import annotations
 

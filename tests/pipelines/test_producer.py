@@ -225,7 +225,7 @@ def _distinct(spark, root, topic):
 
 def test_rerun_after_resizes_lands_nothing_twice(spark, root):
     """The producer's sequence is producer-wide: records that hash elsewhere after a resize are
-    still known as written (issue 9: 2 -> 5 -> 3 and three runs of one input left 487 of 300)."""
+    still known as written (found 2026-11-22: 2 -> 5 -> 3 and three runs of one input left 487 of 300)."""
     from control_plane.controller import TopicController
     from control_plane.settings import ControllerSettings
 

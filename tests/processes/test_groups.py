@@ -154,7 +154,7 @@ def test_rolling_upgrade_from_eager_to_cooperative(spark, root, tmp_path):
 
 
 def test_members_in_other_time_zones_settle_and_stay(spark, root, tmp_path):
-    """Liveness is judged by observation on each member's own monotonic clock (issue 9, item 1):
+    """Liveness is judged by observation on each member's own monotonic clock:
     members on UTC+9 and UTC-8 hosts form one generation and nobody is expelled afterwards."""
     TopicAdmin(spark, root).create(T, 4)
     session = {"LAKELOG_TEST_SESSION_MS": "8000"}

@@ -1,5 +1,5 @@
 """``LAKELOG_FAST_READS=0`` sends every read to Spark: the read commands and jobs' own reads of
-the control tables share one switch (``log_store.files.reads_with_delta_rs``; README)."""
+the control tables share one switch (``log_store.files.reads_with_delta_rs``; docs/cli.md)."""
 
 from log_store.files import reads_with_delta_rs
 

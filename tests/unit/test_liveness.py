@@ -1,4 +1,4 @@
-"""Liveness by observation on the observer's own monotonic clock (issue 9, item 1): no wall clock of
+"""Liveness by observation on the observer's own monotonic clock: no wall clock of
 another process is compared, so members in other time zones or with skewed clocks are judged alike."""
 
 from control_plane.liveness import Liveness
