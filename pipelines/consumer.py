@@ -186,8 +186,10 @@ class Consumer:
                   committed: dict[int, int] | None = None, planned_at: int | None = None) -> dict[int, int]:
         """Where delivery resumes per readable partition: committed, sink, or the reset policy.
 
-        Never below the start of a partition's current incarnation: a number reused after
-        retirement holds no records of its predecessor (those were delivered or reported expired).
+        A committed position below the start of its partition's current incarnation (the number
+        was retired and grown back) stays there: the caller reports what the group had not
+        delivered of the retired incarnation, then moves up (``LogSnapshot.below_incarnations``).
+        Raising it here skipped those records unreported (campaign seed 471).
         ``committed``: ``resume(sink_path).committed`` if the caller has just read it.
 
         ``planned_at``: the topic version a group's assignment was planned on. A partition the
@@ -208,7 +210,7 @@ class Consumer:
         for p in snap.readable():
             start = snap.metadata.partitions[p].start_offset
             if p in committed:
-                out[p] = max(committed[p], start)
+                out[p] = committed[p]
             else:
                 out[p] = min(start, planned.get(p, start)) if earliest else snap.log_ends[p]
         return out

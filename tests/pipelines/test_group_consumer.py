@@ -10,6 +10,7 @@ import pytest
 from control_plane.controller import TopicController
 from control_plane.group.describe import ownership_violations
 from control_plane.group.member import GroupMember, RebalanceListener
+from control_plane.group.offsets import GroupOffsets
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings, GroupSettings
 from pipelines.settings import ConsumerSettings
@@ -170,6 +171,36 @@ def test_a_partition_retired_and_grown_back_before_the_assignment_is_applied_is_
     reported = [(r.partition, r.first, r.end) for r in member.consumer.offsets.expired_ranges("g")]
     assert reported == [(2, 0, old_end)], reported
     assert result.expired == old_end and result.records == 90 - old_end
+
+
+def test_a_committed_position_below_a_grown_back_incarnation_is_reported_expired_not_skipped(spark, root):
+    """Campaign seed 471 (2026-11-26): the group had delivered partition 2 up to offset 5 when a
+    generation assigning it was planned; before the member applied it (its leader frozen), 2 was
+    shrunk away, retired at once and grown back. Starting there, the member took the position up
+    to the new incarnation's start, skipping records 5 .. old end without reporting them. They
+    must be reported expired, and nothing below the new start delivered."""
+    topic = "regrown-committed"
+    TopicAdmin(spark, root).create(topic, 3)
+    Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
+    GroupOffsets(spark, root).commit("g", topic, {2: 5})  # what an earlier member of g delivered
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
+    old_end = member.consumer.log.log_end_offsets()[2]
+    assert old_end > 5
+    deadline = time.monotonic() + 60
+    change = member.member.poll(member._tp_positions)
+    while not change.assigned and time.monotonic() < deadline:
+        time.sleep(0.2)
+        change = member.member.poll(member._tp_positions)
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter(topic, 2)
+    ctl.tick(topic, delete_delay=0)
+    ctl.alter(topic, 3)
+    member._apply(change, None)
+    delivered: list = []
+    result = member.run(handler=lambda rows, ranges: delivered.append(ranges), idle_timeout_s=3)
+    reported = [(r.partition, r.first, r.end) for r in member.consumer.offsets.expired_ranges("g")]
+    assert reported == [(2, 5, old_end)], reported
+    assert result.expired == old_end - 5
 
 
 @pytest.mark.slow  # 60-90 s; the default suite attacks zombie commits with tests/processes/test_groups.py
