@@ -46,7 +46,6 @@ class Phase(str, Enum):
     LEFT = "left"
 
 
-_LIVE = {Phase.UNJOINED, Phase.JOINING, Phase.STABLE, Phase.AWAITING_HANDOVER, Phase.FOLLOW_UP}
 TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     Phase.UNJOINED: frozenset({Phase.JOINING, Phase.LEFT}),
     Phase.JOINING: frozenset({Phase.JOINING, Phase.STABLE, Phase.AWAITING_HANDOVER, Phase.FOLLOW_UP,
@@ -91,11 +90,6 @@ class MemberView:
     @property
     def pending_partitions(self) -> set[TopicPartition]:
         return {TopicPartition(topic=h.topic, partition=h.partition) for h in self.pending}
-
-    def settled_phase(self) -> Phase:
-        """Where a member in a generation stands: follow-up first, then hand-overs, else stable."""
-        return Phase.FOLLOW_UP if self.phase is Phase.FOLLOW_UP else (
-            Phase.AWAITING_HANDOVER if self.pending else Phase.STABLE)
 
 
 # -- actions: what GroupMember carries out, in order ---------------------------------------------
