@@ -107,8 +107,17 @@ def jvm_offset_index(spark: SparkSession) -> bool:
     """Register ``lakelog_offset_index`` (``lakelog.OffsetIndex``, log_store/dense_offsets.py),
     non-deterministic so that Spark evaluates it once per row, in input order."""
     def register() -> None:
-        jvm = spark._jvm
-        fn = jvm.org.apache.spark.sql.functions.udf(_jvm_instance(spark, OFFSET_INDEX_CLASS), jvm.org.apache.spark.sql.types.DataTypes.LongType)
+        # functions.udf(UDF2, DataType), chosen by reflection: py4j may pick the untyped
+        # udf(Object, DataType) overload instead, which Spark refuses (UNTYPED_SCALA_UDF), and did
+        # in some JVM runs.
+        jvm, gw = spark._jvm, spark.sparkContext._gateway
+        load = jvm.org.apache.spark.util.Utils.classForName
+        types = gw.new_array(jvm.java.lang.Class, 2)
+        types[0], types[1] = load("org.apache.spark.sql.api.java.UDF2", True, False), \
+            load("org.apache.spark.sql.types.DataType", True, False)
+        args = gw.new_array(jvm.java.lang.Object, 2)
+        args[0], args[1] = _jvm_instance(spark, OFFSET_INDEX_CLASS), jvm.org.apache.spark.sql.types.DataTypes.LongType
+        fn = load("org.apache.spark.sql.functions", True, False).getMethod("udf", types).invoke(None, args)
         spark._jsparkSession.udf().register(OFFSET_INDEX_FUNCTION, fn.asNondeterministic())
     return _register_once(spark, OFFSET_INDEX_FUNCTION, register, "numbering offsets with a sorting window")
 
