@@ -63,27 +63,36 @@ ORDER_TIEBREAK = {"offset_commits": ("offset", "member_id"), "group_members": ("
 POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.RESET.value)
 
 
-def latest_positions(commits: DataFrame, *columns: str) -> DataFrame:
-    """Each (group, topic, partition)'s current position in ``commits`` (offset_commits rows, with
-    ``_order`` from ``ControlTables.ordered``): the position row latest in commit order (ties
-    settled by ``ORDER_TIEBREAK``), never by a writer's clock, with ``columns`` of that row.
-    Rows before a group's latest deletion, or before the topic's latest deletion, do not count: a
-    group, or a topic, created again with the name starts anew."""
-    ordered = commits
+# The group_offsets view: each position with when and under which generation it was committed.
+GROUP_OFFSETS_COLUMNS = ("group", "topic", "partition", "offset", "committed_at", "generation")
+GROUP_OFFSETS_SCHEMA = ("`group` STRING, topic STRING, partition INT, offset BIGINT, "
+                        "committed_at TIMESTAMP_NTZ, generation INT")
+
+
+def reduced_commits(commits: DataFrame, *columns: str) -> list[dict]:
+    """offset_commits rows (with ``_order``, see ``ControlTables.ordered``) reduced in Spark to the
+    latest row (``order_rank``) of each (group, topic, partition, kind, ``commit_key``), with
+    ``columns`` of that row and ``n``, how many rows it stands for. Rule-free: the rules
+    (``latest_position_rows``, ``GroupTopicState.of``) give the same over these rows as over every
+    row, so they live once, in Python, and a table's history of any length comes back as a few rows
+    per partition."""
+    kind = F.col("kind")
+    key = (F.when(kind == CommitKind.TOPIC_DELETED.value, F.col("offset"))
+           .when(kind == CommitKind.EXPIRED.value, F.col("end_offset")))
     rank = F.struct("_order", *ORDER_TIEBREAK["offset_commits"])
-    group_deleted = (ordered.where(F.col("kind") == CommitKind.DELETED.value)
-                     .groupBy("group").agg(F.max("_order").alias("_group_deleted_at")))
-    topic_deleted = (ordered.where(F.col("kind") == CommitKind.TOPIC_DELETED.value)
-                     .groupBy("topic").agg(F.max("_order").alias("_topic_deleted_at")))
-    # The latest row after the deletions is the latest row overall if that one is after them (and
-    # there is none otherwise): so aggregate the rows first and join only the aggregates.
-    latest = (ordered.where((F.col("partition") >= 0) & (F.col("offset") >= 0) & F.col("kind").isin(*POSITION_KINDS))
-              .groupBy("group", "topic", "partition")
-              .agg(F.max("_order").alias("_at"), *(F.max_by(c, rank).alias(c) for c in ("offset", *columns))))
-    return (latest.join(group_deleted, "group", "left").join(topic_deleted, "topic", "left")
-            .where(F.col("_at") > F.coalesce(F.col("_group_deleted_at"), F.lit(-1)))
-            .where(F.col("_at") > F.coalesce(F.col("_topic_deleted_at"), F.lit(-1)))
-            .select("group", "topic", "partition", "offset", *columns))
+    kept = ("_order", "offset", "member_id", *columns)
+    rows = (commits.withColumn("_key", key).groupBy("group", "topic", "partition", "kind", "_key")
+            .agg(*(F.max_by(c, rank).alias(c) for c in kept), F.count("*").alias("n")).collect())
+    return [r.asDict() for r in rows]
+
+
+def commit_key(row: dict) -> int | None:
+    """What tells apart rows of one (group, topic, partition, kind) that all count: a topic
+    deletion's version, an expiry report's end (``reduced_commits`` groups by it)."""
+    if "_key" in row:
+        return row["_key"]
+    kind = row["kind"]
+    return row["offset"] if kind == CommitKind.TOPIC_DELETED.value else row["end_offset"] if kind == CommitKind.EXPIRED.value else None
 
 
 def order_rank(name: str, row: dict) -> tuple:
@@ -109,9 +118,11 @@ def member_states_of(rows: Iterable[dict], group: str) -> dict[str, MemberHeartb
 
 
 def latest_position_rows(rows: list[dict]) -> dict[tuple[str, str, int], dict]:
-    """``latest_positions`` over plain rows, each with ``_order`` (see ``ControlTables.ordered``),
-    for the JVM-free readers: (group, topic, partition) -> its position row. The same rule;
-    tests/control_plane/test_fast_reads.py checks that both readers agree."""
+    """Each (group, topic, partition)'s current position among offset_commits rows (plain, or
+    ``reduced_commits``; each with ``_order``, see ``ControlTables.ordered``): the position row latest
+    in commit order (ties settled by ``ORDER_TIEBREAK``), never by a writer's clock. Rows before a
+    group's latest deletion, or before the topic's latest deletion, do not count: a group, or a
+    topic, created again with the name starts anew. The one home of this rule, for every reader."""
     group_deleted: dict[str, int] = {}
     topic_deleted: dict[str, int] = {}
     for r in rows:
@@ -290,6 +301,18 @@ class ControlTables:
             return []
         return [row.asDict(recursive=True) for row in self.ordered(name, version).collect()]
 
+    def position_rows(self, *columns: str, where=None) -> dict[tuple[str, str, int], dict]:
+        """``latest_position_rows`` of offset_commits, with ``columns`` of each position row:
+        over every row where delta-rs reads the table, else over ``reduced_commits``. ``where``, a
+        Spark condition, narrows what Spark reduces; it must keep every row the caller's
+        positions depend on (their group's, and the deletions cutting them off)."""
+        if not self.exists("offset_commits"):
+            return {}
+        if self.reads_without_spark("offset_commits"):
+            return latest_position_rows(self.ordered_rows("offset_commits"))
+        frame = self.ordered("offset_commits")
+        return latest_position_rows(reduced_commits(frame if where is None else frame.where(where), *columns))
+
     def append(self, name: str, rows: list[dict]) -> None:
         """Append rows in one commit: blind, except that an ordered table's rows are labelled
         (``write_labelled``), and a fence raised meanwhile makes it write them again."""
@@ -357,9 +380,9 @@ class ControlTables:
             return self.read("topics" if name == "topic_history" else name)
         if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):
-                return rows_frame(self.spark, [], "`group` STRING, topic STRING, partition INT, offset BIGINT, "
-                                                      "committed_at TIMESTAMP_NTZ, generation INT")
-            return latest_positions(self.ordered("offset_commits"), "committed_at", "generation")
+                return rows_frame(self.spark, [], GROUP_OFFSETS_SCHEMA)
+            rows = self.position_rows("committed_at", "generation").values()
+            return rows_frame(self.spark, [{c: r[c] for c in GROUP_OFFSETS_COLUMNS} for r in rows], GROUP_OFFSETS_SCHEMA)
         if name in DERIVED_VIEWS:
             for source in DERIVED_VIEWS[name][0]:
                 view(source).createOrReplaceTempView(source)

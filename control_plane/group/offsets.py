@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import ORDER_TIEBREAK, ControlTables, latest_position_rows, latest_positions, order_rank
+from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, latest_position_rows, reduced_commits
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
@@ -102,48 +102,29 @@ class GroupTopicState:
 
     @classmethod
     def of(cls, group: str, topic: str, rows: list[dict]) -> "GroupTopicState":
-        """From ``offset_commits`` rows of the group on the topic and the deletions cutting them off
-        (plain or aggregated: each with ``_order``, the version that committed it, and ``n``, the
-        rows it stands for; a topic deletion's rows once per deletion, an expiry report with its end as ``_key``)."""
+        """From ``offset_commits`` rows (plain, or ``reduced_commits``: each with ``_order``, its
+        place in commit order), of which those with ``state_row`` count."""
+        rows = [r for r in rows if state_row(group, topic, r)]
         positions = latest_position_rows(rows)
         committed = {p: int(r["offset"]) for (g, t, p), r in positions.items() if g == group and t == topic}
-        expired = {(r["partition"], r["_key"]) for r in rows if r["kind"] == CommitKind.EXPIRED.value}
+        expired = {(r["partition"], commit_key(r)) for r in rows if r["kind"] == CommitKind.EXPIRED.value}
         # one per group deletion, one per topic deletion (named by its version), one per reset
-        deletions = (sum(r["n"] for r in rows if r["kind"] == CommitKind.DELETED.value)
+        deletions = (sum(r.get("n", 1) for r in rows if r["kind"] == CommitKind.DELETED.value)
                      + len({r["offset"] for r in rows if r["kind"] == CommitKind.TOPIC_DELETED.value}))
         resets: dict[int, int] = {}
         for r in rows:
             if r["kind"] == CommitKind.RESET.value:
-                resets[r["partition"]] = resets.get(r["partition"], 0) + r["n"]
+                resets[r["partition"]] = resets.get(r["partition"], 0) + r.get("n", 1)
         out = {p: n + deletions for p, n in resets.items()}
         return cls(committed, expired, {-1: deletions, **out} if deletions or out else {})
 
 
 def state_row(group: str, topic: str, r: dict) -> bool:
     """Whether an offset_commits row bears on ``group``'s state on ``topic``: the group's rows on
-    the topic, its deletions, and the topic's deletions (``GroupOffsets.state``'s filter)."""
+    the topic, its deletions, and the topic's deletions."""
     kind = r["kind"]
     return ((r["group"] == group and (r["topic"] == topic or kind == CommitKind.DELETED.value))
             or (r["topic"] == topic and kind == CommitKind.TOPIC_DELETED.value))
-
-
-def aggregate_state_rows(rows: Iterable[dict]) -> list[dict]:
-    """``GroupOffsets.state``'s aggregation over plain rows: per (group, topic, partition, kind,
-    key) the latest row's order, offset and member, and how many rows it stands for; the key is
-    a topic deletion's version or an expiry report's end."""
-    out: dict[tuple, dict] = {}
-    for r in rows:
-        kind = r["kind"]
-        key = r["offset"] if kind == CommitKind.TOPIC_DELETED.value else r["end_offset"] if kind == CommitKind.EXPIRED.value else None
-        k = (r["group"], r["topic"], r["partition"], kind, key)
-        agg = out.get(k)
-        if agg is None or order_rank("offset_commits", r) > order_rank("offset_commits", agg):
-            out[k] = {"group": r["group"], "topic": r["topic"], "partition": r["partition"], "kind": kind, "_key": key,
-                      "_order": r["_order"], "offset": r["offset"], "member_id": r["member_id"],
-                      "n": (agg["n"] if agg else 0) + 1}
-        else:
-            agg["n"] += 1
-    return list(out.values())
 
 
 class GroupOffsets:
@@ -304,31 +285,16 @@ class GroupOffsets:
     def state(self, group: str, topic: str) -> "GroupTopicState":
         """``group``'s positions, expiry reports and incarnations on ``topic``, in one read.
 
-        The group's rows on the topic and the deletions that cut them off, aggregated down to a
-        few rows per partition and kind, whatever the table's history; the position rule is
-        then ``latest_position_rows``, the one the JVM-free readers apply. Where delta-rs reads
-        the table (``ControlTables.ordered_rows``), in Python; otherwise one Spark aggregation.
+        Where delta-rs reads the table, every row, in Python; otherwise ``reduced_commits`` of
+        the rows that may bear on it, whatever the table's history. The rules are
+        ``GroupTopicState.of``'s either way.
         """
         if not self.tables.exists("offset_commits"):
             return GroupTopicState()
         if self.tables.reads_without_spark("offset_commits"):
-            return GroupTopicState.of(group, topic, aggregate_state_rows(
-                r for r in self.tables.ordered_rows("offset_commits") if state_row(group, topic, r)))
-        kind = F.col("kind")
-        # One aggregated row per distinct topic deletion (counted once each, however often
-        # written) and per expired range end; one per (partition, kind) for everything else.
-        key = (F.when(kind == CommitKind.TOPIC_DELETED.value, F.col("offset"))
-               .when(kind == CommitKind.EXPIRED.value, F.col("end_offset")))
-        rank = F.struct("_order", *ORDER_TIEBREAK["offset_commits"])
-        rows = (self.tables.ordered("offset_commits")
-                .where(((F.col("group") == group) & ((F.col("topic") == topic) | (kind == CommitKind.DELETED.value)))
-                       | ((F.col("topic") == topic) & (kind == CommitKind.TOPIC_DELETED.value)))
-                .withColumn("_key", key)
-                .groupBy("group", "topic", "partition", "kind", "_key")
-                .agg(F.max_by("_order", rank).alias("_order"), F.max_by("offset", rank).alias("offset"),
-                     F.max_by("member_id", rank).alias("member_id"), F.count("*").alias("n"))
-                .collect())
-        return GroupTopicState.of(group, topic, [r.asDict() for r in rows])
+            return GroupTopicState.of(group, topic, self.tables.ordered_rows("offset_commits"))
+        near = (F.col("group") == group) | (F.col("topic") == topic)  # a superset of ``state_row``
+        return GroupTopicState.of(group, topic, reduced_commits(self.tables.ordered("offset_commits").where(near)))
 
     def reset(self, group: str, topic: str, positions: dict[int, int], member_id: str = "lakelog-admin") -> None:
         """Move positions by hand (one commit of ``reset`` rows; the caller checked the group is empty)."""
@@ -368,14 +334,12 @@ class GroupOffsets:
 
     def groups(self) -> list[str]:
         """Groups with a position (not counting rows before a deletion)."""
-        rows = latest_positions(self.tables.ordered("offset_commits")).select("group").distinct().collect()
-        return sorted(r["group"] for r in rows)
+        return sorted({g for g, _, _ in self.tables.position_rows()})
 
     def describe(self, group: str) -> list[PartitionLag]:
         """Committed offset, log end and lag per partition of every topic the group consumed."""
-        commits = latest_positions(self.tables.ordered("offset_commits").where(
-            (F.col("group") == group) | (F.col("kind") == CommitKind.TOPIC_DELETED.value)))
-        topics = sorted(r["topic"] for r in commits.select("topic").distinct().collect())
+        near = (F.col("group") == group) | (F.col("kind") == CommitKind.TOPIC_DELETED.value)
+        topics = sorted({t for g, t, _ in self.tables.position_rows(where=near) if g == group})
         admin = TopicAdmin(self.spark, self.layout.root)
         return partition_lags(self.layout.root, group, {t: self.committed(group, t) for t in topics},
                               lambda topic: admin.log(topic).snapshot())

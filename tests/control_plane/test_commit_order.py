@@ -20,7 +20,7 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.group.store import GroupTables
 from control_plane.layout import RootLayout
 from control_plane.records import OFFSET_SCHEMA, MemberHeartbeat, MemberState, OffsetCommit
-from control_plane.tables import COMMON_PROPERTIES, ControlTables, latest_position_rows, latest_positions
+from control_plane.tables import COMMON_PROPERTIES, ControlTables, latest_position_rows, reduced_commits
 from log_store import rs_reader
 from log_store.rs_reader import FastReadUnavailable
 from log_store.frames import rows_frame, struct_of
@@ -95,5 +95,26 @@ def test_ties_are_settled_the_same_way_by_every_reader(spark):
             for o, m in ((8, "a"), (6, "b"))]
     python = [latest_position_rows(order)[("g", "t", 0)]["offset"] for order in (rows, rows[::-1])]
     frame = rows_frame(spark, rows + rows[::-1], OFFSET_SCHEMA + ", _order BIGINT")
-    spark_pick = latest_positions(frame).collect()[0]["offset"]
+    spark_pick = latest_position_rows(reduced_commits(frame))[("g", "t", 0)]["offset"]
     assert python == [8, 8] and spark_pick == 8
+
+
+def test_reduced_rows_give_the_same_state_as_every_row(spark):
+    """``reduced_commits`` (Spark) keeps what the rules read: the state from a few rows per
+    partition is the state from every row, in any order of the rows."""
+    from control_plane.group.offsets import GroupTopicState
+    from tests.unit.test_group_state import G, HISTORY, T
+
+    schema = OFFSET_SCHEMA + ", _order BIGINT"
+    full = [dict(OffsetCommit(group=r["group"], topic=r["topic"], partition=r["partition"], offset=r["offset"],
+                              member_id=r["member_id"], kind=r["kind"], end_offset=r["end_offset"]).model_dump(),
+                 _order=r["_order"]) for r in HISTORY]
+    every = GroupTopicState.of(G, T, full)
+    for rows in (full, full[::-1]):
+        reduced = reduced_commits(rows_frame(spark, rows, schema))
+        assert len(reduced) < len(rows)
+        assert GroupTopicState.of(G, T, reduced) == every
+    no_deletions = [r for r in full if r["kind"] not in ("deleted", "topic_deleted")]
+    state = GroupTopicState.of(G, T, reduced_commits(rows_frame(spark, no_deletions, schema)))
+    assert state == GroupTopicState.of(G, T, no_deletions)
+    assert state.committed == {0: 2, 1: 7, 2: 4} and state.incarnations == {-1: 0, 0: 2}

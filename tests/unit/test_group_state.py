@@ -1,8 +1,8 @@
 """``GroupTopicState.of``: a group's positions, expiry reports and incarnations from its rows, the
-same whether the rows come one per commit or aggregated per (partition, kind) as
-``GroupOffsets.state`` reads them (no Spark here)."""
+one per commit (no Spark here; tests/control_plane/test_commit_order.py checks that Spark's
+``reduced_commits`` of them gives the same)."""
 
-from control_plane.group.offsets import GroupTopicState, aggregate_state_rows, partition_lags
+from control_plane.group.offsets import GroupTopicState, partition_lags
 from control_plane.records import CommitKind
 from log_store.log_metadata import LogSnapshot, PartitionMetadata, TopicLogMetadata
 
@@ -27,31 +27,19 @@ HISTORY = [
 ]
 
 
-def plain(rows):
-    return [{**r, "n": 1, "_key": r["end_offset"] if r["kind"] == "expired" else
-             r["offset"] if r["kind"] == "topic_deleted" else None} for r in rows]
-
-
-def aggregated(rows):
-    """As ``GroupOffsets.state`` reads them: one row per (group, topic, partition, kind, key)."""
-    return aggregate_state_rows(rows)
-
-
 def test_positions_reports_and_incarnations_from_one_read():
-    state = GroupTopicState.of(G, T, [r for r in plain(HISTORY) if r["group"] in (G, "")])
+    state = GroupTopicState.of(G, T, HISTORY)
     assert state.committed == {2: 4}, "before the topic's deletion nothing counts; after it, the latest commit"
     assert state.expired == {(2, 8), (2, 12)}
     # one group deletion + one topic deletion (however often recorded) = 2; partition 0 was reset twice
     assert state.incarnations == {-1: 2, 0: 4}
 
 
-def test_aggregated_rows_give_the_same_state_as_every_row():
+def test_rows_in_any_order_give_the_same_state():
     mine = [r for r in HISTORY if r["group"] in (G, "")]
-    assert GroupTopicState.of(G, T, aggregated(mine)) == GroupTopicState.of(G, T, plain(mine))
-    assert GroupTopicState.of(G, T, aggregated(mine[::-1])) == GroupTopicState.of(G, T, plain(mine)), "in any order"
+    assert GroupTopicState.of(G, T, mine[::-1]) == GroupTopicState.of(G, T, mine)
     no_deletions = [r for r in mine if r["kind"] not in ("deleted", "topic_deleted")]
-    state = GroupTopicState.of(G, T, aggregated(no_deletions))
-    assert state == GroupTopicState.of(G, T, plain(no_deletions))
+    state = GroupTopicState.of(G, T, no_deletions)
     assert state.committed == {0: 2, 1: 7, 2: 4} and state.incarnations == {-1: 0, 0: 2}
 
 
