@@ -25,6 +25,7 @@ from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
 from log_store.errors import IllegalGenerationError, SinkConflictError
 from pipelines.consumer import Consumer, Handler
+from pipelines.member_positions import MemberPositions
 
 _log = logging.getLogger("lakelog.group")
 
@@ -66,15 +67,18 @@ class GroupConsumer:
         self.sink_path: str | None = None
         self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener,
                                   group_positions=lambda _topic: self.committed())
-        self._published: dict[int, tuple[int, int]] = {}  # partition -> (position, epoch) last published
         self.warmup_handler = warmup_handler
-        self.positions: dict[int, int] = {}
-        self.warm_positions: dict[int, int] = {}
+        self.held = MemberPositions()
         self._commit_due = False  # positions moved without a batch (recovered from the sink)
 
     @property
     def member_id(self) -> str:
         return self.member.member_id
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """The next offset to deliver of each partition the member owns."""
+        return self.held.owned
 
     # -- what the resize gates learn of the group (pipelines.gating.GroupPositions) -------------
     def committed(self) -> dict[int, int]:
@@ -100,21 +104,17 @@ class GroupConsumer:
         try:
             self._apply(call(), sink_path)
         except IllegalGenerationError:
-            self.positions.clear()
+            self.held.clear()
             return False
         return True
 
     def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
-        for tp in change.revoked + change.lost:
-            self.positions.pop(tp.partition, None)
-            self._published.pop(tp.partition, None)  # assigned again: published again the first time
+        self.held.drop(tp.partition for tp in change.revoked + change.lost)
         if change.assigned:
             gen = self.member.last_generation  # the plan these partitions come from (seed 41)
             planned_at = gen.topic_versions.get(self.topic) if gen and gen.generation == self.member.generation else None
             start = self.consumer.positions(sink_path, planned_at=planned_at)
-            for tp in change.assigned:
-                self.positions[tp.partition] = start.get(tp.partition, 0)
-                self.warm_positions.pop(tp.partition, None)
+            self.held.assign({tp.partition: start.get(tp.partition, 0) for tp in change.assigned})
             # Positions only the sink held (its commit landed, the offsets commit did not): commit
             # them now, or the group's offsets lag its sink while nothing new arrives (seed 25).
             ahead = self.consumer.sink_ahead
@@ -126,35 +126,28 @@ class GroupConsumer:
                 self.listener.on_partition_keys_assigned(ungated)
             self._publish()  # rule 10's "first time": others' gates may wait on these, and this
             # member may deliver nothing until theirs open (two gated members waited on each other: seed 44)
-        if change.warmups:
-            earliest = self.consumer.log.earliest_offsets()
-            for tp in change.warmups:
-                self.warm_positions.setdefault(tp.partition, earliest.get(tp.partition, 0))
-        for p in list(self.warm_positions):
-            if self._tp(p) not in self.member.warm:
-                del self.warm_positions[p]
+        earliest = self.consumer.log.earliest_offsets() if change.warmups else {}
+        still_warm = {tp.partition for tp in self.member.warm if tp.topic == self.topic}
+        self.held.warm_up((tp.partition for tp in change.warmups), earliest, still_warm)
 
     def _drop_unowned(self) -> None:
         """Deliver only what the member owns now. Positions follow the membership changes, so
         this drops nothing unless they went out of step (seen once in the campaign, seed 8
         short: a batch delivered with no ownership row; RELIABILITY.md). Logged as a warning."""
         owned = {tp.partition for tp in self.member.owned if tp.topic == self.topic}
-        stray = sorted(set(self.positions) - owned)
+        stray = self.held.keep_only(owned)
         if stray:
-            _log.warning("member %s holds positions for partitions it does not own: %s (dropped)", self.member_id, stray)
-            for p in stray:
-                del self.positions[p]
+            _log.warning("member %s held positions for partitions it does not own: %s (dropped)", self.member_id, stray)
 
     def _warm_up(self, limit: int) -> bool:
         """Read warm-up copies a batch further; report the ones caught up. True if it read any."""
-        if not self.warm_positions:
+        if not self.held.warm:
             return False
-        ranges = self.consumer.deliver(self.warm_positions, limit, None, self.warmup_handler or (lambda df, r: None))
-        self.warm_positions.update({p: end for p, (_s, end) in ranges.items()})
+        ranges = self.consumer.deliver(self.held.warm, limit, None, self.warmup_handler or (lambda df, r: None))
+        self.held.warm_advance(ranges)
         committed = self.member.tables.offsets.committed(self.member.group, self.topic)
-        lag = self.member.settings.warmup_max_lag
-        ready = [self._tp(p) for p, pos in self.warm_positions.items() if pos >= committed.get(p, 0) - lag]
-        self.member.ready_for_warm(ready)
+        ready = self.held.warm_ready(committed, self.member.settings.warmup_max_lag)
+        self.member.ready_for_warm([self._tp(p) for p in ready])
         return bool(ranges)
 
     def _publish(self) -> None:
@@ -162,26 +155,14 @@ class GroupConsumer:
         time; when the position grew and reached the log end; when the largest epoch before the
         position grew. Fires keys-maybe-revoked for them, as the source does."""
         snap = self.consumer.log.snapshot()
-        watched = self.consumer.gate.watched(snap) & set(self.positions)
-        if not watched:
-            return
-        meta, ends = snap.metadata, snap.log_ends
-        due: dict[TopicPartition, int] = {}
-        for p in sorted(watched):
-            pos = self.positions[p]
-            epoch = meta.partitions[p].leader_epoch if p in meta.partitions else 0
-            last = self._published.get(p)
-            if last is None:
-                due[self._tp(p)] = pos
-            elif pos > last[0] and pos >= ends.get(p, 0):
-                due[self._tp(p)] = pos
-            elif epoch > last[1] and pos - 1 > self.consumer.gate.threshold(p, last[1]):
-                due[self._tp(p)] = pos
-            if self._tp(p) in due:
-                self._published[p] = (pos, epoch)
+        meta = snap.metadata
+        epochs = {p: part.leader_epoch for p, part in meta.partitions.items()}
+        due = self.held.due_publications(self.consumer.gate.watched(snap), snap.log_ends, epochs,
+                                         self.consumer.gate.threshold)
         if due:
-            self.listener.on_partition_keys_maybe_revoked(sorted(due, key=str))
-            self.member.publish(due)
+            tps = {self._tp(p): o for p, o in due.items()}
+            self.listener.on_partition_keys_maybe_revoked(sorted(tps, key=str))
+            self.member.publish(tps)
 
     def _idle(self) -> bool:
         """Caught up with nothing to deliver because the log has nothing more, not because a gate
@@ -242,15 +223,14 @@ class GroupConsumer:
                         expired = {self._tp(p): o for p, o in below.items()}
                         if not self._apply_fenced(lambda: self.member.report_expired(expired), sink_path):
                             continue
-                        self.positions.update({p: o for p, o in snap.incarnation_starts(below).items() if p in self.positions})
+                        self.held.move(snap.incarnation_starts(below))
                     try:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it
-                        start = self.consumer.positions(sink_path)
-                        self.positions = {p: start.get(p, o) for p, o in self.positions.items()}
+                        self.held.move(self.consumer.positions(sink_path))
                         continue
                 if ranges:
-                    self.positions.update({p: end for p, (_s, end) in ranges.items()})
+                    self.held.advance(ranges)
                     if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):
                         continue
                     crash_point("consume:after_offset_commit")

@@ -12,6 +12,7 @@ from control_plane.group.member import RebalanceListener
 from control_plane.group.state import MembershipChange
 from control_plane.records import TopicPartition
 from pipelines.group_consumer import GroupConsumer
+from pipelines.member_positions import MemberPositions
 
 T = "t"
 
@@ -22,8 +23,9 @@ def tp(p: int) -> TopicPartition:
 
 def _consumer(positions: dict[int, int]):
     """The parts of a GroupConsumer that ``_apply`` touches, without Spark."""
+    held = MemberPositions(owned=dict(positions))
     return SimpleNamespace(
-        positions=dict(positions), warm_positions={}, topic=T, listener=RebalanceListener(), _published={}, _commit_due=False,
+        held=held, positions=held.owned, topic=T, listener=RebalanceListener(), _commit_due=False,
         _publish=lambda: None,
         member=SimpleNamespace(warm=set(), last_generation=None, generation=1),
         consumer=SimpleNamespace(positions=lambda sink, planned_at=None: {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
