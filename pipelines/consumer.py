@@ -29,7 +29,7 @@ from log_store.errors import AppVersionConflictError, InvalidConfigurationError,
 from log_store.names import legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
 from log_store.topic_log import RECORD_SCHEMA
-from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate
+from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
 ProgressFn = Callable[[int, int], None]
@@ -257,29 +257,7 @@ class Consumer:
         ``end`` is the log end in ``snap``, or lower where the resize gates (rules 8, 9) hold a
         partition back. Retired partitions are never read.
         """
-        snap = snap or self.log.snapshot()
-        readable = set(snap.readable())
-        # never below the current incarnation of a number grown back (its predecessor's records
-        # were delivered or reported expired)
-        positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items() if p in readable}
-        ends = dict(snap.log_ends)
-        for p, cap in self.gate.limits(positions, snap).items():
-            ends[p] = min(ends.get(p, 0), cap)
-        lags = {p: ends.get(p, 0) - pos for p, pos in positions.items() if ends.get(p, 0) > pos}
-        ranges: Ranges = {}
-        remaining = limit
-        while lags and remaining > 0:
-            share = max(remaining // len(lags), 1)
-            for p in sorted(lags):
-                take = min(lags[p], share, remaining)
-                if take <= 0:
-                    continue
-                start, end = ranges.get(p, (positions[p], positions[p]))
-                ranges[p] = (start, end + take)
-                lags[p] -= take
-                remaining -= take
-            lags = {p: lag for p, lag in lags.items() if lag > 0}
-        return ranges
+        return plan_ranges(self.gate, snap or self.log.snapshot(), positions, limit)
 
     # -- at-least-once -----------------------------------------------------------------------
     def run(self, handler: Handler, max_records: int | None = None, on_progress: ProgressFn | None = None) -> ConsumeResult:

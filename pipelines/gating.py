@@ -39,9 +39,7 @@ from pydantic import BaseModel, Field
 from control_plane.image import TopicImage
 from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent
-from control_plane.topics import TopicAdmin
 from log_store.log_metadata import LogSnapshot, Mode
-from log_store.topic_log import TopicLog
 
 # For tests that must show the audit catches a violation: never set this in production.
 DISABLE_ENV = "LAKELOG_UNSAFE_DISABLE_GATING"
@@ -106,6 +104,27 @@ def limits(barriers: list[Barrier], own: Positions, group: Positions, threshold:
     return out
 
 
+def share_limit(positions: Positions, ends: Positions, limit: int) -> dict[int, tuple[int, int]]:
+    """Ranges [position, end) to read next, at most ``limit`` records shared evenly over the
+    partitions with something below their end (``ends``: log ends, already lowered to the gates'
+    limits), in partition order."""
+    lags = {p: ends.get(p, 0) - pos for p, pos in positions.items() if ends.get(p, 0) > pos}
+    ranges: dict[int, tuple[int, int]] = {}
+    remaining = limit
+    while lags and remaining > 0:
+        share = max(remaining // len(lags), 1)
+        for p in sorted(lags):
+            take = min(lags[p], share, remaining)
+            if take <= 0:
+                continue
+            start, end = ranges.get(p, (positions[p], positions[p]))
+            ranges[p] = (start, end + take)
+            lags[p] -= take
+            remaining -= take
+        lags = {p: lag for p, lag in lags.items() if lag > 0}
+    return ranges
+
+
 # -- feeding the rules ----------------------------------------------------------------------------
 class GroupPositions(Protocol):
     """What a gate learns of its group: its committed positions (a group member consuming into a
@@ -134,10 +153,23 @@ class CommittedPositions:
         pass
 
 
+class TopicHistory(Protocol):
+    """Where a gate reads a topic's history: ``TopicAdmin``, or a JVM-free reader."""
+
+    def image(self, topic: str) -> TopicImage: ...
+
+
+class EpochLog(Protocol):
+    """Where a gate reads a topic's log: ``TopicLog``, or a JVM-free reader."""
+
+    def snapshot(self) -> LogSnapshot: ...
+    def last_offset_of_epoch(self, partition: int, epoch: int) -> int: ...
+
+
 class OffsetGate:
     """Delivery limits for one group on one topic."""
 
-    def __init__(self, admin: TopicAdmin, log: TopicLog, topic: str, group: str, positions: GroupPositions) -> None:
+    def __init__(self, admin: TopicHistory, log: EpochLog, topic: str, group: str, positions: GroupPositions) -> None:
         self.admin = admin
         self.log = log
         self.topic = topic
@@ -219,3 +251,16 @@ class OffsetGate:
         if opened:
             self.positions.keys_opened(opened)
         return out
+
+
+def plan_ranges(gate: OffsetGate, snap: LogSnapshot, positions: Positions, limit: int) -> dict[int, tuple[int, int]]:
+    """Ranges [position, end) to read next from ``snap``, at most ``limit`` records shared over
+    partitions: ``end`` is the log end, or lower where the resize gates (rules 8, 9) hold a
+    partition back. Retired partitions are never read, and no position stays below its
+    partition's current incarnation (its predecessor's records were delivered or reported expired)."""
+    readable = set(snap.readable())
+    positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items() if p in readable}
+    ends = dict(snap.log_ends)
+    for p, cap in gate.limits(positions, snap).items():
+        ends[p] = min(ends.get(p, 0), cap)
+    return share_limit(positions, ends, limit)

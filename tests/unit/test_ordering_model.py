@@ -143,3 +143,13 @@ class OrderingModel(RuleBasedStateMachine):
 OrderingModel.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow])
 test_ordering_model = OrderingModel.TestCase
+
+
+def test_a_limit_is_shared_evenly_and_never_reads_past_an_end():
+    from pipelines.gating import share_limit
+
+    assert share_limit({0: 0, 1: 0, 2: 5}, {0: 100, 1: 3, 2: 5}, 10) == {0: (0, 7), 1: (0, 3)}
+    assert share_limit({0: 0, 1: 0}, {0: 100, 1: 100}, 3) == {0: (0, 2), 1: (0, 1)}
+    assert share_limit({0: 4}, {0: 4}, 10) == {}, "nothing below the end"
+    ranges = share_limit({p: 0 for p in range(8)}, {p: 1000 for p in range(8)}, 100)
+    assert sum(e - s for s, e in ranges.values()) == 100
