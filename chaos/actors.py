@@ -125,7 +125,30 @@ def member(spark, a: dict) -> None:
     say("left", result=result.model_dump(mode="json"))
 
 
-ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member}
+def stream_write(spark, a: dict) -> None:
+    """A Structured Streaming query writing ``input`` (JSON lines of key and value) to the topic
+    through format("lakelog"), one Delta file of ``batch`` rows per micro-batch (Trigger.AvailableNow).
+    Runs in a JVM of its own: the crash point is in the query's Python worker, which a JVM starts."""
+    from delta.tables import DeltaTable
+
+    from pipelines.spark_source import register
+
+    register(spark, a["root"])
+    source = a["source"]
+    if not DeltaTable.isDeltaTable(spark, source):
+        rows = spark.read.json(a["input"]).select("key", "value").collect()
+        for lo in range(0, len(rows), a["batch"]):
+            spark.createDataFrame(rows[lo:lo + a["batch"]], "key string, value string").coalesce(1) \
+                .write.format("delta").mode("append").save(source)
+    query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
+             .writeStream.format("lakelog").option("topic", a["topic"]).option("checkpointLocation", a["checkpoint"])
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    say("streamed", batches=len(query.recentProgress))
+
+
+ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
+          "stream_write": stream_write}
 
 
 def main() -> int:

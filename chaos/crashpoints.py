@@ -200,9 +200,31 @@ def scenario_delete(scene: Scene) -> None:
     scene.expect("a new group reads all of the new topic", scene.member("g-new", "g-new-a") == 0)
 
 
+def scenario_spark_sink(scene: Scene) -> None:
+    """A stream writing through format("lakelog") dies after a micro-batch landed in the log,
+    before Spark recorded it; the query started again replays it, which lands nothing twice."""
+    from deltalake import DeltaTable as RsTable
+
+    from control_plane.layout import RootLayout
+
+    scene.create(partitions=3)
+    path = scene.dir / "stream.jsonl"
+    path.write_text("".join(json.dumps({"key": f"k{i % 13}", "value": f"s:{i}"}) + "\n" for i in range(200)))
+    args = {"input": str(path), "batch": 50, "source": str(scene.dir / "source"),
+            "checkpoint": str(scene.dir / "checkpoint"), "own_jvm": True}
+    rc = scene.actor("stream", "stream_write", args, crash=f"{scene.point}@2")
+    scene.expect(f"the query must fail with its crashed worker (exit {rc})", rc != 0)
+    scene.expect("the query started again finishes", scene.actor("stream", "stream_write", args) == 0)
+    topics = RsTable(RootLayout(scene.root).control("topics")).to_pyarrow_table().to_pylist()
+    log = RsTable(next(r["location"] for r in topics if r["topic"] == TOPIC)).to_pyarrow_table(columns=["value"])
+    values = sorted(v.decode() for v in log.column("value").to_pylist())
+    scene.expect(f"each record once in the log ({len(values)} of 200)", values == sorted(f"s:{i}" for i in range(200)))
+    scene.expect("a group reads all of it", scene.member("g", "g-a") == 0)
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
-    "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete,
+    "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
 }
 
 

@@ -37,29 +37,19 @@ def host_config():
 def serve() -> None:
     from log_store.session import build_session
 
+    from log_store.session import gateway_of
+
     spark = build_session(host_config())
-    params = spark.sparkContext._gateway.gateway_parameters
-    print(json.dumps({"gateway": f"{params.port}:{params.auth_token}", "pid": os.getpid()}), flush=True)
+    print(json.dumps({"gateway": gateway_of(spark), "pid": os.getpid()}), flush=True)
     sys.stdin.read()  # until the campaign closes our standard input
     spark.stop()
 
 
 def attach(gateway: str | None = None):
     """A new Spark session on the host JVM named by ``gateway`` (``port:secret``, default ``$LAKELOG_CHAOS_GATEWAY``)."""
-    from pyspark import SparkContext
-    from pyspark.java_gateway import launch_gateway
-    from pyspark.sql import SparkSession
+    from log_store.session import attach as attach_session
 
-    gateway = gateway or os.environ[GATEWAY_ENV]
-    port, secret = gateway.split(":", 1)
-    os.environ["PYSPARK_GATEWAY_PORT"] = port
-    os.environ["PYSPARK_GATEWAY_SECRET"] = secret
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    gw = launch_gateway()
-    jvm = gw.jvm
-    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
-    sc = SparkContext(gateway=gw, jsc=jsc)
-    return SparkSession(sc, jsparkSession=jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
+    return attach_session(gateway or os.environ[GATEWAY_ENV])
 
 
 def session(own_jvm: bool = False):

@@ -102,9 +102,10 @@ def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[i
     return found
 
 
-def log_snapshot(path: str) -> tuple[LogSnapshot, str]:
-    """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its table id."""
-    table = DeltaTable(path)
+def log_snapshot(path: str, version: int | None = None) -> tuple[LogSnapshot, str]:
+    """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its
+    table id, as of ``version`` (default: the latest)."""
+    table = DeltaTable(path, version=version)
     meta = table.metadata()
     conf = dict(meta.configuration)
     check_set_transactions_kept(conf, path)
@@ -119,3 +120,36 @@ def log_snapshot(path: str) -> tuple[LogSnapshot, str]:
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
     )
     return snap, meta.id
+
+
+def _query(path: str, version: int | None, sql: str) -> pa.Table:
+    reader = QueryBuilder().register("t", DeltaTable(path, version=version)).execute(sql)
+    return pa.table(reader.read_all())
+
+
+def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | None = None) -> int:
+    """As ``TopicLog.last_offset_of_epoch``: the largest offset of ``partition`` with
+    ``leader_epoch <= epoch`` in the log at ``path``; -1 if none (rule 3)."""
+    out = _query(path, version, f'SELECT max("offset") AS o FROM t WHERE "partition" = {int(partition)} '
+                                f"AND leader_epoch <= {int(epoch)}")
+    value = out.column("o")[0].as_py() if out.num_rows else None
+    return -1 if value is None else int(value)
+
+
+def offset_range(path: str, version: int, partition: int, start: int, end: int, columns: list[str]) -> pa.Table:
+    """The records of ``partition`` with offsets in [start, end), in offset order, as of the log's
+    ``version``: ``columns`` of the record schema. Files outside the partition or the range are
+    skipped by the partition value and the offset statistics."""
+    names = ", ".join(f'"{c}"' for c in columns)
+    return _query(path, version, f'SELECT {names} FROM t WHERE "partition" = {int(partition)} '
+                                 f'AND "offset" >= {int(start)} AND "offset" < {int(end)} ORDER BY "offset"')
+
+
+def first_offset_at(path: str, version: int, partition: int, start: int, timestamp_ms: int) -> int | None:
+    """The first offset at or after ``start`` of ``partition`` whose record's timestamp is at or
+    after ``timestamp_ms`` (epoch milliseconds), as of the log's ``version``; None if there is none."""
+    out = _query(path, version, f'SELECT min("offset") AS o FROM t WHERE "partition" = {int(partition)} '
+                                f'AND "offset" >= {int(start)} '
+                                f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})")
+    value = out.column("o")[0].as_py() if out.num_rows else None
+    return None if value is None else int(value)

@@ -134,3 +134,34 @@ def build_session(settings: SparkSettings) -> SparkSession:
 
         PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
+
+
+def gateway_of(spark: SparkSession) -> str | None:
+    """``port:secret`` of the py4j gateway this Python process drives ``spark``'s JVM through,
+    for ``attach``; None where there is none (Spark Connect)."""
+    gateway = getattr(spark.sparkContext, "_gateway", None)
+    if gateway is None:
+        return None
+    params = gateway.gateway_parameters
+    return f"{params.port}:{params.auth_token}"
+
+
+def attach(gateway: str) -> SparkSession:
+    """A new Spark session (``newSession``: its own SQL conf and temporary views) on the running
+    JVM whose py4j gateway is ``gateway`` (``port:secret``, see ``gateway_of``), from another
+    Python process: about 0.4 s instead of starting a JVM."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None:  # attached before, in this process
+        sc = SparkContext._active_spark_context
+        return SparkSession(sc, jsparkSession=sc._jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
+    port, secret = gateway.split(":", 1)
+    os.environ["PYSPARK_GATEWAY_PORT"] = port
+    os.environ["PYSPARK_GATEWAY_SECRET"] = secret
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    gw = launch_gateway()
+    jvm = gw.jvm
+    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
+    sc = SparkContext(gateway=gw, jsc=jsc)
+    return SparkSession(sc, jsparkSession=jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())

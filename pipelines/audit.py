@@ -79,6 +79,36 @@ def _cdf(spark: SparkSession, path: str) -> DataFrame:
         ) from None
 
 
+# What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
+# the rest of each record (producer id, sequence) is looked up in the log's change feed.
+STREAM_SINK_COLUMNS = ("topic", "partition", "offset", "key")
+
+
+def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> DataFrame:
+    """The sink's change feed, or for an append-only sink without one (Spark's Delta sink of a
+    stream), its rows with the version that added each, read from its commit files. ``produced``
+    (the log's change feed): fills in each row's producer id and sequence by (partition, offset)."""
+    if _has_change_feed(spark, sink_path):
+        changes = _cdf(spark, sink_path)
+    else:
+        added = (spark.read.json(f"{sink_path}/_delta_log/*.json").where(F.col("add").isNotNull())
+                 .select(F.regexp_extract("add.path", r"([^/]+)$", 1).alias("_file"),
+                         F.regexp_extract(F.input_file_name(), r"(\d+)\.json$", 1).cast("long").alias("_commit_version")))
+        changes = (spark.read.format("delta").load(sink_path)
+                   .withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1))
+                   .join(added, "_file").drop("_file").withColumn("_change_type", F.lit("insert")))
+    if produced is None:
+        return changes
+    ids = (produced.where(F.col("_change_type") == "insert")
+           .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
+    return changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left")
+
+
+def _has_change_feed(spark: SparkSession, path: str) -> bool:
+    props = DeltaTable.forPath(spark, path).detail().select("properties").first()["properties"] or {}
+    return props.get("delta.enableChangeDataFeed", "false").lower() == "true"
+
+
 def log_rows(log: DataFrame) -> DataFrame:
     """Each log row with the step from the previous offset and epoch of its partition."""
     w = Window.partitionBy("partition").orderBy("offset")
@@ -292,9 +322,12 @@ def run_audit(
     if sink_path is not None:
         if not DeltaTable.isDeltaTable(spark, sink_path):
             raise InvalidConfigurationError(f"no Delta sink table at {sink_path}; pass the --output path given to `lakelog consume`")
-        lacking = set(SINK_SCHEMA.fieldNames()) - set(spark.read.format("delta").load(sink_path).columns)
-        if lacking:
-            raise InvalidConfigurationError(f"{sink_path} is not a lakelog sink: it lacks columns {sorted(lacking)}")
+        columns = set(spark.read.format("delta").load(sink_path).columns)
+        lacking = set(SINK_SCHEMA.fieldNames()) - columns
+        if lacking and not set(STREAM_SINK_COLUMNS) <= columns:
+            raise InvalidConfigurationError(
+                f"{sink_path} is neither a lakelog sink nor a stream's sink: it lacks columns "
+                f"{sorted(lacking)} (a stream's sink needs at least {', '.join(STREAM_SINK_COLUMNS)})")
     source = _gx()
     checks = check_log(source, spark.read.format("delta").load(record.location), samples)
     if sink_path is not None:
@@ -305,7 +338,7 @@ def run_audit(
             # A sink several groups write is judged group by group: each sink commit names its group.
             # Commits that name none (written by earlier releases) count for every group.
             others = sorted(v for v, owner in by_version.items() if owner != g)
-            changes = _cdf(spark, sink_path)
+            changes = sink_changes(spark, sink_path, produced if lacking else None)
             if g is not None and others:
                 changes = changes.where(~F.col("_commit_version").isin(others))
             delivered = delivered_rows(changes, topic).persist()

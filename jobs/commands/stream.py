@@ -1,0 +1,55 @@
+"""``lakelog stream``: a topic into a Delta table with Spark Structured Streaming
+(``spark.readStream.format("lakelog")``), as a scheduled job runs it: by default everything
+there when it starts, in capped micro-batches, then stop (Trigger.AvailableNow)."""
+
+from __future__ import annotations
+
+import click
+
+from jobs.context import Context, json_option, pass_ctx
+from jobs.output import emit, stderr
+
+
+@click.command()
+@click.option("--topic", required=True, help="Topic, or several comma-separated (the source's subscribe option).")
+@click.option("--output", required=True, help="Delta table the records are written to (Spark's Delta sink).")
+@click.option("--checkpoint", required=True, help="The query's checkpoint location: its positions, the source of truth.")
+@click.option("--group", default=None, help="Also commit the stream's positions to this group (lag, retirement).")
+@click.option("--starting-offsets", default="earliest", show_default=True,
+              help="Where a new query starts: earliest, latest or Kafka's JSON form.")
+@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), default=None,
+              help="At most this many records per micro-batch.")
+@click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
+              help="Stop if records were retired before the stream read them (else skip them with a warning).")
+@click.option("--interval", default=None, metavar="DURATION",
+              help="Run continuously with this trigger interval (e.g. '10 seconds') instead of stopping when caught up.")
+@json_option
+@pass_ctx
+def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
+           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None, as_json: bool) -> None:
+    """Stream TOPIC into the Delta table OUTPUT, exactly once through the query's CHECKPOINT."""
+    from pipelines.spark_source import register
+
+    spark = c.spark
+    register(spark, c.root)
+    reader = (spark.readStream.format("lakelog").option("subscribe", topic).option("startingOffsets", starting_offsets)
+              .option("failOnDataLoss", str(fail_on_data_loss).lower()))
+    if group:
+        reader = reader.option("group", group)
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
+    writer = reader.load().writeStream.format("delta").option("checkpointLocation", checkpoint)
+    writer = writer.trigger(processingTime=interval) if interval else writer.trigger(availableNow=True)
+    query = writer.start(output)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    batches = [{"batch": p["batchId"], "records": p["numInputRows"],
+                "seconds": round(p["durationMs"].get("triggerExecution", 0) / 1000, 2)}
+               for p in query.recentProgress if p["numInputRows"]]
+    if as_json:
+        emit({"topic": topic, "output": output, "records": sum(b["records"] for b in batches), "batches": batches}, True)
+        return
+    emit(batches, False, f"micro-batches of {topic} into {output}")
+    stderr.print(f"streamed {sum(b['records'] for b in batches)} records in {len(batches)} micro-batches")

@@ -1,0 +1,253 @@
+"""Planning a ``format("lakelog")`` read (``pipelines.spark_source``) on the driver side: which
+topics and partitions a read covers, where it starts, and where each micro-batch of a stream
+ends under the resize gates. Reads the root with delta-rs only: it runs in a Python worker that
+has no Spark session (a session is attached only to commit a group's positions).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import InputPartition
+
+from control_plane.fast_reads import FastTopicReader
+from control_plane.group.offsets import unreported_expiry
+from control_plane.image import TopicImage
+from control_plane.records import ExpiredRange
+from control_plane.topics import live_record
+from log_store import rs_reader
+from log_store.errors import InvalidConfigurationError, LakelogError
+from log_store.files import is_remote, local_path
+from log_store.log_metadata import LogSnapshot
+from pipelines.gating import OffsetGate, plan_ranges
+from pipelines.spark_options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
+from pipelines.spark_positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
+
+_log = logging.getLogger("lakelog.spark")
+UNLIMITED = 2**62
+
+Positions = dict[int, int]
+
+
+class DataLossError(LakelogError):
+    """Records a read was to deliver are gone (a partition retired before it read them)."""
+
+
+def resolve_root(given: str | None, default: str | None) -> str:
+    """The root a read or write uses: the ``root`` option, else the one registered as default.
+    A local path is made absolute here, on the driver: Spark's workers may run elsewhere."""
+    root = given or default
+    if not root:
+        raise InvalidConfigurationError(
+            f"no lakelog root: give .option('{ROOT}', PATH_OR_URI), or register the source with a default "
+            "root (pipelines.spark_source.register(spark, root))")
+    if is_remote(root):
+        raise InvalidConfigurationError(
+            f"root {root!r}: format('lakelog') reads through delta-rs and takes local roots in this release; "
+            "read a remote root with GroupConsumer or Consumer")
+    return str(local_path(root))
+
+
+# -- JVM-free reads for the gate ------------------------------------------------------------------
+class _TopicReads:
+    """One topic's history and log as the gate reads them (``gating.TopicHistory`` and
+    ``gating.EpochLog``), through delta-rs."""
+
+    def __init__(self, image: TopicImage, location: str) -> None:
+        self._image, self.location = image, location
+
+    def image(self, topic: str) -> TopicImage:
+        return self._image
+
+    def snapshot(self) -> LogSnapshot:
+        return rs_reader.log_snapshot(self.location)[0]
+
+    def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
+        return rs_reader.last_offset_of_epoch(self.location, partition, epoch)
+
+
+class _OwnPositions:
+    """``gating.GroupPositions`` of a stream: it is the one reader of the partitions it reads, so
+    what it delivered in earlier micro-batches is what the gates wait on. Partitions it does not
+    read (``assign`` of some) count as passed."""
+
+    def __init__(self) -> None:
+        self.delivered: Positions = {}
+        self.unread: set[int] = set()
+
+    def committed(self) -> Positions:
+        return {**self.delivered, **{p: UNLIMITED for p in self.unread}}
+
+    def published(self) -> Positions:
+        return {}
+
+    def keys_opened(self, partitions: list[int]) -> None:
+        pass
+
+
+# -- planning (driver side) -----------------------------------------------------------------------
+class Planner:
+    """What a read covers, and where each batch of a stream ends. Reads the root with delta-rs."""
+
+    def __init__(self, root: str, opts: SourceOptions, gateway: str | None = None) -> None:
+        self.root, self.opts, self.gateway = root, opts, gateway
+        self.reader = FastTopicReader(root)
+        self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
+        self.skipped: dict[tuple[str, int, int], ExpiredRange] = {}  # lost records a group has yet to report
+        self._published: dict | None = None  # the positions last committed to the group
+
+    def topics(self) -> dict[str, tuple[TopicImage, LogSnapshot]]:
+        """Each topic the read covers now: its image and its log's snapshot."""
+        images = self.reader.images()
+        live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
+        out = {}
+        for topic in resolve_topics(self.opts, live):
+            record = live_record(images[topic].latest, topic, self.root)
+            out[topic] = (images[topic], rs_reader.log_snapshot(record.location)[0])
+        return out
+
+    def location(self, topic: str) -> str:
+        return live_record(self.reader.images()[topic].latest, topic, self.root).location
+
+    def covered(self, topic: str, snap: LogSnapshot) -> list[int]:
+        """The readable partitions of ``topic`` the read covers."""
+        readable = snap.readable()
+        if self.opts.assign is None:
+            return readable
+        return [p for p in readable if p in self.opts.assign.get(topic, ())]
+
+    def bounds(self, topics: dict[str, tuple[TopicImage, LogSnapshot]]) -> dict[str, dict[int, tuple[int, int]]]:
+        """(earliest, latest) of every partition the read covers (``assign``: each must exist)."""
+        every = {t: {p: (snap.metadata.partitions[p].start_offset, snap.log_ends[p]) for p in snap.readable()}
+                 for t, (_img, snap) in topics.items()}
+        return bounds_to_read(self.opts, every)
+
+    def starting(self, topics: dict[str, tuple[TopicImage, LogSnapshot]]) -> dict[str, Positions]:
+        """Where the read starts on every covered partition (``startingOffsets`` or a timestamp)."""
+        bounds = self.bounds(topics)
+        spec = self.opts.starting
+        if isinstance(spec, OffsetSpec):
+            return starting_positions(spec, bounds)
+        targets = timestamp_targets(spec, {t: list(ps) for t, ps in bounds.items()})
+        out: dict[str, Positions] = {}
+        for topic, per_partition in targets.items():
+            snap = topics[topic][1]
+            location = self.location(topic)
+            out[topic] = {}
+            for p, ts in per_partition.items():
+                lo, hi = bounds[topic][p]
+                found = rs_reader.first_offset_at(location, snap.version, p, lo, ts) if hi > lo else None
+                if found is None:
+                    raise InvalidConfigurationError(
+                        f"{_timestamp_option(spec)}: topic '{topic}' partition {p} has no record at or after "
+                        f"{ts} ms (its records end at offset {hi}); give an earlier time, or startingOffsets")
+                out[topic][p] = found
+        return out
+
+    def check_loss(self, topic: str, image: TopicImage, snap: LogSnapshot, positions: Positions) -> list[ExpiredRange]:
+        """Records of retired partitions below ``positions`` the read never delivered: an error
+        under ``failOnDataLoss`` (the default), else logged and skipped."""
+        lost = unreported_expiry(topic, snap, positions, positions,
+                                 lambda: image.retired_between(-1, snap.topic_version), lambda: set())
+        if lost and self.opts.fail_on_data_loss:
+            named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
+            raise DataLossError(
+                f"topic '{topic}': records retired before this read delivered them ({named}); "
+                "restart from later offsets, or set failOnDataLoss to false to skip them with a warning")
+        for r in lost:
+            self.skipped[(topic, r.partition, r.end)] = r
+            _log.warning("topic '%s' partition %s: offsets %s-%s were retired before this read delivered them "
+                         "(failOnDataLoss=false: skipped)", topic, r.partition, r.first, r.end - 1)
+        return lost
+
+    def next_end(self, start: dict, limit: int, caps: dict[str, Positions] | None = None) -> dict:
+        """Where the next micro-batch from ``start`` ends: at most ``limit`` records, shared over
+        partitions, none the resize gates hold back, none past ``caps`` (Trigger.AvailableNow's
+        ends). New partitions start at their first offset; retired ones are dropped."""
+        positions_in = start.get("topics", {})
+        out_topics: dict[str, dict[str, int]] = {}
+        versions: dict[str, int] = {}
+        remaining = limit
+        for topic, (image, snap) in self.topics().items():
+            covered = self.covered(topic, snap)
+            had = {int(p): int(o) for p, o in positions_in.get(topic, {}).items()}
+            self.check_loss(topic, image, snap, had)
+            positions = {p: had.get(p, snap.metadata.partitions[p].start_offset) for p in covered}
+            positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items()}
+            gate, own = self._gate(topic, image)
+            own.delivered = dict(positions)
+            own.unread = set(snap.readable()) - set(covered)
+            ranges = plan_ranges(gate, _capped(snap, (caps or {}).get(topic)), positions, remaining) if remaining > 0 else {}
+            remaining -= sum(e - s for s, e in ranges.values())
+            ends = {**positions, **{p: e for p, (_s, e) in ranges.items()}}
+            out_topics[topic] = {str(p): o for p, o in sorted(ends.items())}
+            versions[topic] = snap.version
+        return {"topics": out_topics, "versions": versions}
+
+    def publish(self, offsets: dict) -> None:
+        """With a ``group`` option: commit the stream's positions (``offsets``) to the group's
+        tables, with the lost records it skipped, in one commit, so ``groups describe`` shows its
+        lag and the controller counts the group before retiring a partition it has not read."""
+        if not self.opts.group or (offsets.get("topics") == self._published and not self.skipped):
+            return
+        from control_plane.group.offsets import GroupOffsets
+        from control_plane.records import TopicPartition
+        from log_store.session import attach
+
+        if not self.gateway:
+            raise InvalidConfigurationError(
+                "the group option needs a PySpark driver with a py4j gateway (not Spark Connect) to commit positions")
+        positions = {TopicPartition(topic=t, partition=int(p)): int(o)
+                     for t, ps in offsets.get("topics", {}).items() for p, o in ps.items()}
+        expired = list(self.skipped.values())
+        GroupOffsets(attach(self.gateway), self.root).commit_positions(
+            self.opts.group, positions, member_id=f"stream:{self.opts.group}", expired=expired)
+        self.skipped.clear()
+        self._published = offsets.get("topics")
+
+    def _gate(self, topic: str, image: TopicImage) -> tuple[OffsetGate, _OwnPositions]:
+        """One gate per topic for the stream's life (thresholds, once fixed, are cached); its
+        history is refreshed on every plan."""
+        reads = _TopicReads(image, self.location(topic))
+        if topic not in self._gates:
+            own = _OwnPositions()
+            self._gates[topic] = (OffsetGate(reads, reads, topic, f"stream on {topic}", own), own)
+        gate, own = self._gates[topic]
+        gate.admin = gate.log = reads
+        return gate, own
+
+    def ranges(self, start: dict, end: dict) -> list["RangePartition"]:
+        """One input partition per (topic, partition) with records between ``start`` and ``end``."""
+        out = []
+        for topic, ends in end.get("topics", {}).items():
+            version = end["versions"][topic]
+            location = self.location(topic)
+            snap = rs_reader.log_snapshot(location, version)[0]
+            begun = start.get("topics", {}).get(topic, {})
+            for p_text, stop in ends.items():
+                p = int(p_text)
+                first = snap.metadata.partitions[p].start_offset if p in snap.metadata.partitions else stop
+                s = max(int(begun.get(p_text, first)), first)
+                if stop > s:
+                    out.append(RangePartition(topic, location, version, p, s, stop))
+        return out
+
+
+def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:
+    """``snap`` with its log ends lowered to ``caps`` (partitions absent from ``caps``: nothing)."""
+    if caps is None:
+        return snap
+    return snap.model_copy(update={"log_ends": {p: min(e, caps.get(p, 0)) for p, e in snap.log_ends.items()}})
+
+
+def _timestamp_option(spec: TimestampSpec) -> str:
+    return "startingTimestamp" if spec.timestamp is not None else "startingOffsetsByTimestamp"
+
+
+class RangePartition(InputPartition):
+    """Records [start, end) of one partition of one topic, at one log version."""
+
+    def __init__(self, topic: str, location: str, version: int, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.location, self.version = topic, location, version
+        self.partition, self.start, self.end = partition, start, end
