@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-control clean check-tools
+.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-control clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -60,6 +60,9 @@ bench-partitioner: setup
 
 bench-reads: setup
 	$(BIN)/python benchmarks/read_commands.py
+
+bench-spark: setup
+	$(BIN)/python benchmarks/spark_format.py $(BENCH_ARGS)
 
 bench-controller: setup
 	$(BIN)/python benchmarks/controller.py

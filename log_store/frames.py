@@ -25,12 +25,17 @@ _LOCK = Lock()
 def _schemas(spark: SparkSession, schema: str | StructType) -> tuple[StructType, pa.Schema]:
     """The Spark and Arrow forms of ``schema`` (a DDL string is parsed by Spark once per process)."""
     if isinstance(schema, StructType):
-        return schema, to_arrow_schema(schema)
+        return schema, _arrow_schema(schema)
     with _LOCK:
         if schema not in _SCHEMAS:
             struct = spark.createDataFrame([], schema).schema  # parses the DDL; runs no job
-            _SCHEMAS[schema] = (struct, to_arrow_schema(struct))
+            _SCHEMAS[schema] = (struct, _arrow_schema(struct))
         return _SCHEMAS[schema]
+
+
+def _arrow_schema(struct: StructType) -> pa.Schema:
+    """Spark's Arrow form of ``struct``; a TIMESTAMP (an instant) as microseconds in UTC."""
+    return to_arrow_schema(struct, timezone="UTC")
 
 
 def struct_of(spark: SparkSession, schema: str | StructType) -> StructType:

@@ -226,3 +226,20 @@ def test_a_jvm_that_cannot_start_is_one_clear_error_and_nothing_written(tmp_path
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "JAVA_HOME" in errors[0] and "Java 17" in errors[0], proc.stderr
     assert not root.exists() or not any(root.rglob("*.json")), "nothing written"
+
+
+def test_stream_runs_a_structured_streaming_query_into_a_delta_table(run, tmp_path, root):
+    from deltalake import DeltaTable as RsTable
+
+    assert run("topics", "create", "--topic", "s.v1", "--partitions", "3").exit_code == 0
+    assert run("produce", "--topic", "s.v1", "--input", jsonl(tmp_path, GOOD)).exit_code == 0
+    table, ck = str(tmp_path / "table"), str(tmp_path / "ck")
+    args = ("stream", "--topic", "s.v1", "--output", table, "--checkpoint", ck, "--group", "g-s",
+            "--max-offsets-per-trigger", "20", "--json")
+    first = json.loads(run(*args).stdout)
+    assert first["records"] == 50 and [b["records"] for b in first["batches"]] == [20, 20, 10]
+    assert RsTable(table).to_pyarrow_table().num_rows == 50
+    again = json.loads(run(*args).stdout)
+    assert again["records"] == 0, "the checkpoint holds the positions"
+    lag = json.loads(run("groups", "describe", "--group", "g-s", "--json").stdout)
+    assert lag["partitions"] and all(p["lag"] == 0 for p in lag["partitions"])

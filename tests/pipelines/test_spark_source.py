@@ -233,3 +233,25 @@ def test_a_stream_with_a_group_holds_a_marked_partition_until_it_has_read_it(lak
     assert sum(len(rows) for _v, rows in sink_batches(sink)) == 90
     assert [r.retired for r in controller.tick(T, delete_delay=3600)] == [[2]], "drained by the stream"
     assert all(r.lag == 0 for r in GroupOffsets(lakelog, root).describe("slow"))
+
+
+def test_a_read_starts_at_a_time_and_a_pattern_picks_topics(lakelog, root):
+    import time as clock
+
+    admin = TopicAdmin(lakelog, root)
+    for name in ("shop.a", "shop.b", "other"):
+        admin.create(name, 2)
+    Producer(lakelog, root, "shop.a", "p").send(make_records(lakelog, 40, keys=5))
+    clock.sleep(1.1)
+    middle = int(clock.time() * 1000)
+    Producer(lakelog, root, "shop.a", "p").send(make_records(lakelog, 30, keys=5, start=40))
+    later = (lakelog.read.format("lakelog").option("subscribe", "shop.a").option("startingTimestamp", str(middle))
+             .load().select("value").collect())
+    assert sorted(int(bytes(r["value"])) for r in later) == list(range(40, 70))
+    Producer(lakelog, root, "shop.b", "p").send(make_records(lakelog, 5, keys=5))
+    Producer(lakelog, root, "other", "p").send(make_records(lakelog, 7, keys=5))
+    topics = lakelog.read.format("lakelog").option("subscribePattern", r"shop\..*").load().groupBy("topic").count()
+    assert {r["topic"]: r["count"] for r in topics.collect()} == {"shop.a": 70, "shop.b": 5}
+    with pytest.raises(Exception, match="has no record at or after"):
+        lakelog.read.format("lakelog").option("subscribe", "shop.b") \
+            .option("startingTimestamp", str(middle + 3_600_000)).load().collect()

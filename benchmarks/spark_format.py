@@ -1,0 +1,161 @@
+"""format("lakelog") against Spark's own Delta source and sink on the same rows, in one run.
+
+    .venv/bin/python benchmarks/spark_format.py [--records 1000000] [--partitions 8,64] [--latency-runs 20]
+
+Cases (each lakelog figure next to raw Delta's on the same rows; ratio = raw time / lakelog time,
+so 1.0 is parity and higher is better for lakelog):
+- stream: readStream.format("lakelog") of the topic into a Delta sink, Trigger.AvailableNow, against
+  readStream.format("delta") of a plain Delta table holding the same rows into a Delta sink;
+- batch read: spark.read.format("lakelog") of the topic against spark.read.format("delta") of the
+  same rows (both written to the noop sink, so every row is read);
+- write: df.write.format("lakelog") against df.write.format("delta") of the same rows;
+- latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95.
+Prints a table and writes the figures as JSON to benchmarks/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deltalake import DeltaTable as RsTable  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from control_plane.topics import TopicAdmin  # noqa: E402
+from log_store.config import SparkSettings  # noqa: E402
+from log_store.session import build_session  # noqa: E402
+from pipelines.producer import Producer  # noqa: E402
+from pipelines.settings import ProducerSettings  # noqa: E402
+from pipelines.spark_source import register  # noqa: E402
+
+console = Console(stderr=True)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def rows(spark, n: int, keys: int = 10_000, value_bytes: int = 100, start: int = 0):
+    return spark.range(start, start + n).select(
+        F.concat(F.lit("key-"), (F.col("id") % keys).cast("string")).alias("key"),
+        F.rpad(F.col("id").cast("string"), value_bytes, "x").alias("value"),
+    )
+
+
+def stream_into(spark, reader, sink: str, checkpoint: str) -> None:
+    reader.writeStream.format("delta").option("checkpointLocation", checkpoint) \
+        .trigger(availableNow=True).start(sink).awaitTermination()
+
+
+def bulk_cases(spark, root: str, work: Path, n: int, partitions: int) -> list[dict]:
+    topic = f"bench-{partitions}"
+    TopicAdmin(spark, root).create(topic, partitions)
+    data = rows(spark, n).persist()
+    data.count()
+    raw = str(work / f"raw-{partitions}")
+    out = []
+    # write: lakelog's sink against a plain Delta append of the same rows
+    t_raw = timed(lambda: data.write.format("delta").mode("append").save(raw))
+    t_ll = timed(lambda: data.write.format("lakelog").option("root", root).option("topic", topic).mode("append").save())
+    out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+    # batch read of everything
+    t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save())
+    t_ll = timed(lambda: spark.read.format("lakelog").option("root", root).option("subscribe", topic).load()
+                 .write.format("noop").mode("overwrite").save())
+    out.append({"case": f"batch read {n:,} <- {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+    # a stream of everything into a Delta sink, availableNow
+    t_raw = timed(lambda: stream_into(spark, spark.readStream.format("delta").load(raw),
+                                      str(work / f"raw-sink-{partitions}"), str(work / f"raw-ck-{partitions}")))
+    t_ll = timed(lambda: stream_into(
+        spark, spark.readStream.format("lakelog").option("root", root).option("subscribe", topic).option("startingOffsets", "earliest").load(),
+        str(work / f"ll-sink-{partitions}"), str(work / f"ll-ck-{partitions}")))
+    out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow", "lakelog_s": t_ll, "delta_s": t_raw})
+    data.unpersist()
+    for r in out:
+        r["ratio"] = r["delta_s"] / r["lakelog_s"]
+    return out
+
+
+def latency(spark, root: str, work: Path, runs: int) -> dict:
+    """A running stream (processing-time trigger, no wait between batches) into a Delta sink:
+    from the start of a 100-record produce until the sink's latest version holds them."""
+    topic = "bench-latency"
+    TopicAdmin(spark, root).create(topic, 8)
+    producer = Producer(spark, root, topic, "lat", ProducerSettings())
+    sink = str(work / "lat-sink")
+    query = (spark.readStream.format("lakelog").option("root", root).option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .writeStream.format("delta").option("checkpointLocation", str(work / "lat-ck"))
+             .trigger(processingTime="0 seconds").start(sink))
+    seen, produce_s, visible = 0, [], []
+    try:
+        for i in range(runs):
+            start = time.perf_counter()
+            producer.send(rows(spark, 100, start=i * 100))
+            produce_s.append(time.perf_counter() - start)
+            seen += 100
+            while True:
+                if os.path.exists(f"{sink}/_delta_log") and RsTable(sink).to_pyarrow_dataset().count_rows() >= seen:
+                    break
+                time.sleep(0.02)
+            visible.append(time.perf_counter() - start)
+    finally:
+        query.stop()
+    q = statistics.quantiles(visible, n=20)
+    return {"case": "100-record produce to visible in a running stream's sink", "p50_s": statistics.median(visible),
+            "p95_s": q[18], "produce_p50_s": statistics.median(produce_s), "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", default="8,64")
+    parser.add_argument("--latency-runs", type=int, default=20)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
+    root = str(work / "root")
+    spark = build_session(SparkSettings())
+    register(spark, root)
+    try:
+        console.print("warming up (not timed) ...")
+        bulk_cases(spark, str(work / "warm"), work / "warm-data", 20_000, 2)
+        results = []
+        for p in [int(x) for x in args.partitions.split(",")]:
+            console.print(f"{args.records:,} records, {p} partitions ...")
+            results += bulk_cases(spark, root, work, args.records, p)
+        lat = latency(spark, root, work, args.latency_runs)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    table = Table(title="format('lakelog') against Spark's Delta source and sink (ratio: Delta time / lakelog time)")
+    for col in ("case", "lakelog s", "Delta s", "ratio"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(r["case"], f"{r['lakelog_s']:.2f}", f"{r['delta_s']:.2f}", f"{r['ratio']:.2f}")
+    table.add_row(lat["case"], f"p50 {lat['p50_s']:.2f} / p95 {lat['p95_s']:.2f}",
+                  f"(produce p50 {lat['produce_p50_s']:.2f})", "")
+    Console().print(table)
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (out / f"spark_format-{stamp}.json").write_text(json.dumps(
+        {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records,
+         "results": results, "latency": lat}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
