@@ -95,6 +95,7 @@ class Planner:
         self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
         self.skipped: dict[tuple[str, int, int], ExpiredRange] = {}  # lost records a group has yet to report
         self._published: dict | None = None  # the positions last committed to the group
+        self._locations: dict[str, str] = {}
 
     def topics(self) -> dict[str, tuple[TopicImage, LogSnapshot]]:
         """Each topic the read covers now: its image and its log's snapshot."""
@@ -103,11 +104,17 @@ class Planner:
         out = {}
         for topic in resolve_topics(self.opts, live):
             record = live_record(images[topic].latest, topic, self.root)
+            self._locations[topic] = record.location
             out[topic] = (images[topic], rs_reader.log_snapshot(record.location)[0])
         return out
 
     def location(self, topic: str) -> str:
-        return live_record(self.reader.images()[topic].latest, topic, self.root).location
+        """Where ``topic``'s log is (as the last ``topics()`` read it: a topic deleted and created
+        again gets a new log, which the next plan reads)."""
+        if topic not in self._locations:
+            self._locations[topic] = live_record(self.reader.images().get(topic, TopicImage(topic, [])).latest,
+                                                 topic, self.root).location
+        return self._locations[topic]
 
     def covered(self, topic: str, snap: LogSnapshot) -> list[int]:
         """The readable partitions of ``topic`` the read covers."""
@@ -177,7 +184,8 @@ class Planner:
             gate, own = self._gate(topic, image)
             own.delivered = dict(positions)
             own.unread = set(snap.readable()) - set(covered)
-            ranges = plan_ranges(gate, _capped(snap, (caps or {}).get(topic)), positions, remaining) if remaining > 0 else {}
+            cap = None if caps is None else caps.get(topic, {})  # a topic that appeared since the start: nothing
+            ranges = plan_ranges(gate, _capped(snap, cap), positions, remaining) if remaining > 0 else {}
             remaining -= sum(e - s for s, e in ranges.values())
             ends = {**positions, **{p: e for p, (_s, e) in ranges.items()}}
             out_topics[topic] = {str(p): o for p, o in sorted(ends.items())}

@@ -5,29 +5,13 @@ before anything lands. Read back with delta-rs, not through lakelog."""
 from __future__ import annotations
 
 import pytest
-from deltalake import DeltaTable as RsTable
 
-from control_plane.layout import RootLayout
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
-from pipelines.spark_source import register
 from pipelines.spark_sink import BATCH_SHIFT
-from tests.support import make_records
+from tests.support import log_rows, make_records
 
 T = "orders"
-
-
-@pytest.fixture()
-def lakelog(spark, root):
-    register(spark, root)
-    return spark
-
-
-def log_rows(root: str, topic: str) -> list[dict]:
-    location = next(r["location"] for r in RsTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
-                    if r["topic"] == topic)
-    return RsTable(location).to_pyarrow_table(
-        columns=["partition", "offset", "key", "value", "headers", "producer_id", "sequence"]).to_pylist()
 
 
 def dense(rows: list[dict]) -> bool:

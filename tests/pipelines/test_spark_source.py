@@ -9,33 +9,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable as RsTable
 
 from control_plane.controller import TopicController
 from control_plane.group.offsets import GroupOffsets
 from control_plane.settings import ControllerSettings
-from control_plane.layout import RootLayout
 from control_plane.topics import TopicAdmin
 from pipelines.audit import run_audit
 from pipelines.producer import Producer
-from pipelines.spark_source import register
-from tests.support import make_records
+from tests.support import log_rows, make_records
 
 T = "orders.v1"
-
-
-@pytest.fixture()
-def lakelog(spark, root):
-    """``spark`` with format("lakelog") registered on ``root``."""
-    register(spark, root)
-    return spark
-
-
-def log_rows(root: str, topic: str) -> list[dict]:
-    """The topic's log as delta-rs reads it."""
-    location = next(r["location"] for r in RsTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
-                    if r["topic"] == topic)
-    return RsTable(location).to_pyarrow_table(columns=["partition", "offset", "key", "value", "leader_epoch"]).to_pylist()
 
 
 def sink_batches(sink: str) -> list[tuple[int, list[dict]]]:
@@ -86,6 +69,12 @@ def test_a_batch_read_takes_explicit_offsets_and_assign(lakelog, root):
           .option("endingOffsets", json.dumps({T: {"0": -1, "1": 7, "2": 0}})).load())
     got = {(r["partition"], r["offset"]) for r in df.select("partition", "offset").collect()}
     assert got == {(0, o) for o in range(5, ends[0])} | {(1, o) for o in range(7)}
+    beyond = json.dumps({T: {"0": ends[0] + 5, "1": -2, "2": -2}})
+    with pytest.raises(Exception, match="outside the log"):
+        lakelog.read.format("lakelog").option("subscribe", T).option("startingOffsets", beyond).load().collect()
+    clamped = (lakelog.read.format("lakelog").option("subscribe", T).option("startingOffsets", beyond)
+               .option("failOnDataLoss", "false").load())
+    assert {r["partition"] for r in clamped.select("partition").collect()} == {1, 2}, "nothing past partition 0's end"
     assigned = lakelog.read.format("lakelog").option("assign", json.dumps({T: [2]})).load()
     assert {r["partition"] for r in assigned.select("partition").collect()} == {2}
     assert assigned.count() == ends[2]

@@ -6,7 +6,9 @@ Usage: stream_workers.py read ROOT TOPIC SINK CHECKPOINT MAX_OFFSETS GROUP TRIGG
            or a processing interval such as "0.5 seconds" (run until killed)
        stream_workers.py write ROOT TOPIC SOURCE CHECKPOINT
            a stream from a Delta table (one file per micro-batch) into the topic, availableNow
-Prints one JSON line per micro-batch Spark reports.
+Prints one JSON line per micro-batch Spark reports. A JVM of its own, or with
+``LAKELOG_WORKER_ATTACH=1`` the test run's (workers.py): only for queries that are not killed,
+since a killed process attached to a shared JVM leaves its query running there.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from log_store.config import SparkSettings  # noqa: E402
-from log_store.session import build_session  # noqa: E402
 from pipelines.spark_source import register  # noqa: E402
+from tests.processes.workers import _session  # noqa: E402
 
 
 def _watch(query) -> None:
@@ -35,7 +36,7 @@ def _watch(query) -> None:
 
 
 def read(root: str, topic: str, sink: str, checkpoint: str, max_offsets: str, group: str, trigger: str) -> None:
-    spark = build_session(SparkSettings(profile="small"))
+    spark = _session()
     register(spark, root)
     reader = (spark.readStream.format("lakelog").option("subscribe", topic).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", max_offsets))
@@ -47,7 +48,7 @@ def read(root: str, topic: str, sink: str, checkpoint: str, max_offsets: str, gr
 
 
 def write(root: str, topic: str, source: str, checkpoint: str) -> None:
-    spark = build_session(SparkSettings(profile="small"))
+    spark = _session()
     register(spark, root)
     query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source).select("key", "value")
              .writeStream.format("lakelog").option("topic", topic).option("checkpointLocation", checkpoint)
