@@ -136,13 +136,13 @@ def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | N
     return -1 if value is None else int(value)
 
 
-def offset_range(path: str, version: int, partition: int, start: int, end: int, columns: list[str]) -> pa.Table:
-    """The records of ``partition`` with offsets in [start, end), in offset order, as of the log's
-    ``version``: ``columns`` of the record schema. Files outside the partition or the range are
-    skipped by the partition value and the offset statistics."""
+def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str]) -> pa.Table:
+    """The records with offsets in [start, end) of each (partition, start, end) in ``spans``, by
+    partition and offset, as of the log's ``version``: ``columns`` of the record schema. Files of
+    other partitions or outside the ranges are skipped by partition values and offset statistics."""
     names = ", ".join(f'"{c}"' for c in columns)
-    return _query(path, version, f'SELECT {names} FROM t WHERE "partition" = {int(partition)} '
-                                 f'AND "offset" >= {int(start)} AND "offset" < {int(end)} ORDER BY "offset"')
+    where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})' for p, s, e in spans)
+    return _query(path, version, f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"')
 
 
 def first_offset_at(path: str, version: int, partition: int, start: int, timestamp_ms: int) -> int | None:

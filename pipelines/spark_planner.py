@@ -25,6 +25,7 @@ from pipelines.spark_positions import bounds_to_read, resolve_topics, starting_p
 
 _log = logging.getLogger("lakelog.spark")
 UNLIMITED = 2**62
+TASK_RECORDS = 200_000  # about this many records per Spark task of a read
 
 Positions = dict[int, int]
 
@@ -225,20 +226,39 @@ class Planner:
         return gate, own
 
     def ranges(self, start: dict, end: dict) -> list["RangePartition"]:
-        """One input partition per (topic, partition) with records between ``start`` and ``end``."""
+        """The input partitions (Spark tasks) reading what lies between ``start`` and ``end``:
+        each topic's partition ranges packed into ``tasks_for`` tasks, so a batch of a few
+        records is one task and a large one is spread, whatever the partition count."""
         out = []
         for topic, ends in end.get("topics", {}).items():
             version = end["versions"][topic]
             location = self.location(topic)
             snap = rs_reader.log_snapshot(location, version)[0]
             begun = start.get("topics", {}).get(topic, {})
+            spans = []
             for p_text, stop in ends.items():
                 p = int(p_text)
                 first = snap.metadata.partitions[p].start_offset if p in snap.metadata.partitions else stop
                 s = max(int(begun.get(p_text, first)), first)
                 if stop > s:
-                    out.append(RangePartition(topic, location, version, p, s, stop))
+                    spans.append((p, s, stop))
+            out += [RangePartition(topic, location, version, group) for group in pack(spans)]
         return out
+
+
+def pack(spans: list[tuple[int, int, int]], task_records: int = TASK_RECORDS) -> list[list[tuple[int, int, int]]]:
+    """Partition ranges (partition, start, end) packed into about one task per ``task_records``
+    records (at least one, at most one per range), the largest first into the emptiest task."""
+    if not spans:
+        return []
+    total = sum(e - s for _p, s, e in spans)
+    tasks: list[list[tuple[int, int, int]]] = [[] for _ in range(min(len(spans), total // task_records + 1))]
+    loads = [0] * len(tasks)
+    for span in sorted(spans, key=lambda x: x[1] - x[2]):
+        i = loads.index(min(loads))
+        tasks[i].append(span)
+        loads[i] += span[2] - span[1]
+    return [sorted(t) for t in tasks]
 
 
 def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:
@@ -253,9 +273,8 @@ def _timestamp_option(spec: TimestampSpec) -> str:
 
 
 class RangePartition(InputPartition):
-    """Records [start, end) of one partition of one topic, at one log version."""
+    """One task's reading: records [start, end) of some partitions of one topic, at one log version."""
 
-    def __init__(self, topic: str, location: str, version: int, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic, self.location, self.version = topic, location, version
-        self.partition, self.start, self.end = partition, start, end
+    def __init__(self, topic: str, location: str, version: int, spans: list[tuple[int, int, int]]) -> None:
+        super().__init__((topic, spans))
+        self.topic, self.location, self.version, self.spans = topic, location, version, spans

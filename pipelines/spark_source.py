@@ -56,13 +56,14 @@ def source_schema(include_headers: bool) -> str:
 
 # -- reading (executor side) ----------------------------------------------------------------------
 def read_range(part: RangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """The records of ``part`` as Arrow batches in the source's columns, in offset order."""
+    """The records of ``part`` as Arrow batches in the source's columns, by partition and offset."""
     columns = ["key", "value", "partition", "offset", "timestamp", "leader_epoch", *(["headers"] if include_headers else [])]
-    table = rs_reader.offset_range(part.location, part.version, part.partition, part.start, part.end, columns)
-    if table.num_rows != part.end - part.start:
-        raise DataLossError(
-            f"topic '{part.topic}' partition {part.partition}: offsets {part.start}-{part.end - 1} should hold "
-            f"{part.end - part.start} records at log version {part.version}, found {table.num_rows}")
+    table = rs_reader.offset_ranges(part.location, part.version, part.spans, columns)
+    expected = sum(e - s for _p, s, e in part.spans)
+    if table.num_rows != expected:
+        named = ", ".join(f"partition {p} offsets {s}-{e - 1}" for p, s, e in part.spans)
+        raise DataLossError(f"topic '{part.topic}': {named} should hold {expected} records at log version "
+                            f"{part.version}, found {table.num_rows}")
     n = table.num_rows
     arrays = [
         table.column("key").cast(pa.binary()), table.column("value").cast(pa.binary()),

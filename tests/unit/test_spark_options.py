@@ -427,3 +427,15 @@ def test_timestamp_targets():
     with pytest.raises(InvalidConfigurationError) as caught:
         timestamp_targets(TimestampSpec(timestamps={"orders": {0: 10}}), partitions)
     assert str(caught.value).startswith("startingOffsetsByTimestamp JSON must name every partition the read covers")
+
+
+def test_ranges_are_packed_into_about_one_task_per_share_of_records():
+    from pipelines.spark_planner import pack
+
+    assert pack([]) == []
+    small = [(p, 0, 10) for p in range(64)]
+    assert pack(small, task_records=1000) == [sorted(small)], "a small batch is one task"
+    big = [(p, 0, 100) for p in range(8)]
+    tasks = pack(big, task_records=200)
+    assert len(tasks) == 5 and sorted(s for t in tasks for s in t) == big, "every range once"
+    assert len(pack([(0, 0, 10**6)], task_records=10)) == 1, "never more tasks than ranges"
