@@ -55,7 +55,7 @@ def test_a_killed_stream_restarts_from_its_checkpoint_through_resizes(spark, roo
     producer = Producer(spark, root, T, "p")
     producer.send(make_records(spark, 300, keys=12))
     sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
-    args = ("read", root, T, sink, ck, "40", "streamers")
+    args = ("read", root, T, sink, ck, "100", "streamers")
     proc = stream_worker(*args, "0.5 seconds")
     try:
         wait_for_batches(proc, 2)
