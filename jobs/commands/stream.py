@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import click
 
+import re
+
 from jobs.context import Context, json_option, pass_ctx
 from jobs.output import emit, stderr
+from log_store.errors import LakelogError
 
 
 @click.command()
@@ -28,6 +31,36 @@ from jobs.output import emit, stderr
 def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
            max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None, as_json: bool) -> None:
     """Stream TOPIC into the Delta table OUTPUT, exactly once through the query's CHECKPOINT."""
+    query = None
+    try:
+        query = _start(c, topic, output, checkpoint, group, starting_offsets, max_offsets_per_trigger,
+                       fail_on_data_loss, interval)
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        if query is None:
+            raise
+        query.stop()
+    except Exception as exc:  # Spark wraps the source's own errors: say lakelog's, in one line
+        raise lakelog_error(exc) from None
+    batches = [{"batch": p["batchId"], "records": p["numInputRows"],
+                "seconds": round(p["durationMs"].get("triggerExecution", 0) / 1000, 2)}
+               for p in query.recentProgress if p["numInputRows"]]
+    if as_json:
+        emit({"topic": topic, "output": output, "records": sum(b["records"] for b in batches), "batches": batches}, True)
+        return
+    emit(batches, False, f"micro-batches of {topic} into {output}")
+    stderr.print(f"streamed {sum(b['records'] for b in batches)} records in {len(batches)} micro-batches")
+
+
+def lakelog_error(exc: Exception) -> Exception:
+    """The lakelog error inside a Spark error (the data source runs in Spark's Python workers,
+    whose errors Spark reports with their traceback), or ``exc`` itself."""
+    found = re.findall(r"log_store\.errors\.\w+: ([^\n]+)", str(exc))
+    return LakelogError(found[-1].strip()) if found else exc
+
+
+def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
+           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None):
     from pipelines.spark_source import register
 
     spark = c.spark
@@ -40,16 +73,4 @@ def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | No
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     writer = reader.load().writeStream.format("delta").option("checkpointLocation", checkpoint)
     writer = writer.trigger(processingTime=interval) if interval else writer.trigger(availableNow=True)
-    query = writer.start(output)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    batches = [{"batch": p["batchId"], "records": p["numInputRows"],
-                "seconds": round(p["durationMs"].get("triggerExecution", 0) / 1000, 2)}
-               for p in query.recentProgress if p["numInputRows"]]
-    if as_json:
-        emit({"topic": topic, "output": output, "records": sum(b["records"] for b in batches), "batches": batches}, True)
-        return
-    emit(batches, False, f"micro-batches of {topic} into {output}")
-    stderr.print(f"streamed {sum(b['records'] for b in batches)} records in {len(batches)} micro-batches")
+    return writer.start(output)

@@ -243,3 +243,6 @@ def test_stream_runs_a_structured_streaming_query_into_a_delta_table(run, tmp_pa
     assert again["records"] == 0, "the checkpoint holds the positions"
     lag = json.loads(run("groups", "describe", "--group", "g-s", "--json").stdout)
     assert lag["partitions"] and all(p["lag"] == 0 for p in lag["partitions"])
+    bad = run("stream", "--topic", "nope", "--output", table, "--checkpoint", str(tmp_path / "ck2"))
+    assert bad.exit_code == 1 and "subscribe names topic(s) that do not exist under this root: 'nope'" in bad.output
+    assert "Traceback" not in bad.output and len(bad.output.strip().splitlines()) == 1
