@@ -88,6 +88,34 @@ def tick(spark, a: dict) -> None:
         say("ticked", result=result.model_dump(mode="json"))
 
 
+def delete_records(spark, a: dict) -> None:
+    """Delete one partition's records below a fraction of its log end, as read now."""
+    from control_plane.topics import TopicAdmin
+
+    snap = TopicAdmin(spark, a["root"]).log(a["topic"]).snapshot()
+    readable = snap.readable()
+    p = readable[a["pick"] % len(readable)]
+    before = snap.first_offset(p) + int((snap.log_ends[p] - snap.first_offset(p)) * a["fraction"])
+    changes = _controller(spark, a).delete_records(a["topic"], {p: before})
+    say("deleted_records", partition=p, before=before, changes=[c.model_dump() for c in changes])
+
+
+def compact(spark, a: dict) -> None:
+    results = _controller(spark, a).compact(a["topic"])
+    say("compacted", results=[r.model_dump() for r in results])
+
+
+def retention(spark, a: dict) -> None:
+    """A size retention applied by one tick, then lifted (later ticks keep what is left)."""
+    ctl = _controller(spark, a)
+    ctl.alter_config(a["topic"], [f"retention.bytes={a['bytes']}"])
+    try:
+        for result in ctl.tick(a["topic"], 3600.0):
+            say("ticked", result=result.model_dump(mode="json"))
+    finally:
+        ctl.alter_config(a["topic"], [], ["retention.bytes"])
+
+
 def delete(spark, a: dict) -> None:
     result = _controller(spark, a).delete(a["topic"])
     say("deleted", topic_version=result.topic_version)
@@ -148,7 +176,7 @@ def stream_write(spark, a: dict) -> None:
 
 
 ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
-          "stream_write": stream_write}
+          "stream_write": stream_write, "delete_records": delete_records, "compact": compact, "retention": retention}
 
 
 def main() -> int:

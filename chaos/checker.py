@@ -153,6 +153,20 @@ def log_location(root: str, topic: str) -> str:
     return (history[-1].get("location") if history else None) or f"{root}/topics/{topic}"
 
 
+def log_starts(location: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's log start offset where retention or delete-records raised it: the log's
+    set transaction ``lakelog.log_start.<p>`` (docs/storage-format.md)."""
+    if not _exists(location):
+        return {}
+    table = DeltaTable(location)
+    out = {}
+    for p in partitions:
+        version = table.transaction_version(f"lakelog.log_start.{int(p)}")
+        if version is not None:
+            out[int(p)] = int(version)
+    return out
+
+
 def retired_before(history: list[dict], version: int) -> dict[int, int]:
     """Per partition, the end of its latest incarnation retired at or before topic ``version``."""
     out: dict[int, int] = {}
@@ -186,7 +200,8 @@ def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], o
         first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
     excluded = retired_before(history, first_version)
     expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)}
-    check_sink(group, sink, topic, log, expected, commits, history, out)
+    starts = log_starts(log_location(root, topic), {r["partition"] for r in log})
+    check_sink(group, sink, topic, log, expected, commits, history, out, starts)
     check_ownership(group, topic, generations, commits, out)
     check_positions(group, topic, commits, log, out)
 
@@ -200,7 +215,11 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 
 
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
-               commits: list[dict], history: list[dict], out: Findings) -> None:
+               commits: list[dict], history: list[dict], out: Findings, starts: dict[int, int] | None = None) -> None:
+    """``starts``: log starts raised by retention or delete-records. A record below one that the
+    group neither delivered nor reported expired is ``expired_unreported`` if the group ever stood
+    at or below it (it was to read it); otherwise it was deleted before the group came near it
+    (a group without a position starts at the log start), counted, not flagged."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
     delivered = sorted((r for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others),
@@ -229,10 +248,21 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     out.stats[f"delivered[{group}]"] = len(seen)
     expired = _expired_ranges(commits, topic)
     retired = retired_ends(history)
+    stood: dict[int, int] = {}  # the lowest position the group ever committed per partition
+    for c in commits:
+        if c["topic"] == topic and c["kind"] in ("commit", "revoke", "reset") and c["offset"] >= 0:
+            stood[c["partition"]] = min(stood.get(c["partition"], c["offset"]), c["offset"])
     for ident in sorted(set(expected) - seen):
         p, o = ident
         if any(lo <= o < hi for lo, hi in expired.get(p, [])):
             out.stats[f"expired[{group}]"] += 1
+            continue
+        if o < (starts or {}).get(p, 0) and not any(o < end for end in retired.get(p, [])):
+            if stood.get(p, o + 1) <= o:
+                out.add("expired_unreported", f"{group}: p{p}@{o} was deleted below the log start undelivered "
+                                              "and not reported expired")
+            else:
+                out.stats[f"deleted_before_read[{group}]"] += 1
             continue
         if any(o < end for end in retired.get(p, [])):
             out.add("expired_unreported", f"{group}: p{p}@{o} was retired undelivered and not reported expired")

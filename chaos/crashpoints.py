@@ -222,9 +222,39 @@ def scenario_spark_sink(scene: Scene) -> None:
     scene.expect("a group reads all of it", scene.member("g", "g-a") == 0)
 
 
+def scenario_retention(scene: Scene) -> None:
+    """A delete-records dies before or after its log commit; running it again finishes it (the
+    control plane gets its row), and a group that had read part reports the rest expired."""
+    scene.create(partitions=2)
+    scene.produce("p0")
+    scene.member("g", "g-a", batch=40, idle_s=1.0)  # reads everything: nothing it owes is deleted
+    scene.produce("p1")
+    crashed(scene, scene.controller("delete_records", crash=scene.point, pick=0, fraction=0.6))
+    scene.expect("running it again finishes it", scene.controller("delete_records", pick=0, fraction=0.6) == 0)
+    rows = checker.read_current(f"{scene.root}/control/record_deletions")
+    scene.expect(f"the log start is recorded in the control plane ({len(rows)} rows)", len(rows) >= 1)
+    scene.expect("a tick after it", scene.controller("tick", delay=0.0) == 0)
+    scene.expect("producing after it", scene.produce("p2") == 0)
+    scene.expect("the group reads the rest, reporting what was deleted", scene.member("g", "g-b") == 0)
+
+
+def scenario_compact(scene: Scene) -> None:
+    """A compaction dies with its merged files written, not committed: nothing changes, and the next
+    compaction merges them."""
+    scene.create(partitions=2)
+    scene.produce("p0", batch=20)
+    crashed(scene, scene.controller("compact", crash=scene.point))
+    scene.expect("compacting again", scene.controller("compact") == 0)
+    done = [e for e in scene.events("compact-1") if e.get("event") == "compacted"]
+    scene.expect(f"the second compaction merged files ({done})", bool(done and done[0]["results"]))
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("a group reads it all", scene.member("g", "g-a") == 0)
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
+    "retention": scenario_retention, "compact": scenario_compact,
 }
 
 

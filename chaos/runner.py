@@ -278,8 +278,10 @@ class Runner:
                     self.result.operations[f"{step.kind} re-run after a lost race"] += 1
                     self.at(self.now() + 0.5, lambda: self.start_step(i, step, attempt + 1))
                     return
-                elif rc == 1 and event.get("event") == "error" and event["error"] in (
-                        "InvalidPartitionsError", "ConcurrentTopicChangeError"):
+                elif rc == 1 and event.get("event") == "error" and (event["error"] in (
+                        "InvalidPartitionsError", "ConcurrentTopicChangeError") or (
+                        step.kind == "delete_records" and event["error"] == "InvalidConfigurationError")):
+                    # a delete-records on a partition retired since the actor read it is refused
                     self.result.operations[f"{step.kind} refused ({event['error']})"] += 1
                 else:
                     self.unexpected(name, rc)
@@ -293,7 +295,9 @@ class Runner:
         for r in range(racers):
             name = f"ctl{i}.{attempt}.{r}"
             crash = step.crash_at if attempt == 0 and r == 0 else None
-            args = {"partitions": step.partitions} if step.kind == "alter" else {"delay": step.delay}
+            args = ({"partitions": step.partitions} if step.kind == "alter" else
+                    {"pick": step.pick, "fraction": step.fraction} if step.kind == "delete_records" else
+                    {"bytes": step.bytes} if step.kind == "retention" else {"delay": step.delay})
             if step.kind == "alter" and r == 0 and attempt == 0:
                 self.log(f"ctl{i}: alter to {step.partitions}")
             self.spawn(name, step.kind, args, done_for(name, crash), crash)
@@ -531,11 +535,13 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
 
     A group stands where it last committed, moved up by what it reported expired; on a live
     partition it never committed, at the start of the partition's current incarnation (a number
-    grown back over a retired one starts at the old end: campaign seed 152)."""
+    grown back over a retired one starts at the old end: campaign seed 152), or at its log start."""
     latest = current_record(root, topic)
     if latest is None:
         return "no topic"
     starts = {p["partition"]: p.get("start_offset") or 0 for p in latest["partitions"] if p["mode"] != "None"}
+    raised = checker.log_starts(checker.log_location(root, topic), starts)  # retention, delete-records
+    starts = {p: max(o, raised.get(p, 0)) for p, o in starts.items()}
     ends: dict[int, int] = defaultdict(int)
     for r in checker.read_changes(checker.log_location(root, topic)):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)

@@ -15,7 +15,12 @@ PRODUCER_CRASHES = ("produce:after_write", "produce:after_commit")
 CONTROLLER_CRASHES = {
     "alter": ("alter:before_record", "alter:after_record", "alter:before_apply_commit", "alter:after_apply"),
     "tick": ("retire:before_record", "retire:after_record", "retire:after_apply", "retire:after_purge"),
+    "delete_records": ("retention:before_commit", "retention:after_commit"),
+    "retention": ("retention:before_commit", "retention:after_commit"),
+    "compact": ("compact:before_commit",),
 }
+# Steps that keep the log bounded: how many of each a schedule draws at most.
+UPKEEP = ("delete_records", "compact", "retention")
 MEMBER_CRASHES = ("group:after_revoke", "group:after_propose", "group:after_acquire",
                   "consume:after_sink_commit", "consume:after_offset_commit")
 TIMEZONES = ("UTC", "Asia/Tokyo", "America/Los_Angeles")
@@ -37,11 +42,14 @@ class ProducerPlan:
 @dataclass(frozen=True)
 class ControllerStep:
     at: float
-    kind: str  # "alter" or "tick"
+    kind: str  # "alter", "tick", or one of UPKEEP
     partitions: int | None = None  # an alter's target; with ``change``, what the plan expected
     change: str | None = None  # "grow" or "shrink" by ``by``, from the count the topic has when the step runs
     by: int = 0
     delay: float | None = None
+    pick: int = 0  # delete_records: which readable partition (modulo their number)
+    fraction: float = 0.5  # delete_records: where below the log end, from the log start
+    bytes: int = 0  # retention: retention.bytes for one tick
     racers: int = 1  # controllers running the same step at once
     crash_at: str | None = None  # the first racer dies here; the runner re-runs the step
 
@@ -166,7 +174,13 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
             crash = rng.choice(CONTROLLER_CRASHES["tick"]) if rng.random() < 0.3 else None
             steps.append(ControllerStep(at=round(t, 1), kind="tick", delay=delay, crash_at=crash))
         t += rng.uniform(3, 7)
-    return steps
+    for kind in UPKEEP:  # drawn after the resizes, so seeds keep their resizes
+        if rng.random() < 0.5:
+            crash = rng.choice(CONTROLLER_CRASHES[kind]) if rng.random() < 0.3 else None
+            steps.append(ControllerStep(at=round(rng.uniform(4, t), 1), kind=kind, pick=rng.randint(0, 7),
+                                        fraction=round(rng.uniform(0.2, 0.9), 2), bytes=rng.randint(2_000, 20_000),
+                                        crash_at=crash))
+    return sorted(steps, key=lambda s: s.at)
 
 
 def _members(rng: random.Random, start: float, lag: float, session_s: float) -> tuple[MemberPlan, ...]:

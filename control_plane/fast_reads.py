@@ -41,7 +41,7 @@ class FastTopicReader:
 
     def describe(self, topic: str) -> TopicDescription:
         record, (snap, topic_id) = self._log_snapshot(topic)
-        return describe_topic(record, snap, topic_id)
+        return describe_topic(record, snap, topic_id, rs_reader.rows(self.layout.control("topic_configs")))
 
     def log_snapshot(self, topic: str) -> LogSnapshot:
         return self._log_snapshot(topic)[1][0]

@@ -45,3 +45,5 @@ class ControllerSettings(Strict):
 
     delete_partition_enable: bool = False
     delete_delay_seconds: float = Field(default=86_400.0, ge=0)
+    # A tick merges a partition's small files once they are this many (``topics compact``: two).
+    compaction_min_files: int = Field(default=10, ge=2)

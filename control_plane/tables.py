@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
+from control_plane.topic_config import CONFIG_SCHEMA, LOG_START_SCHEMA
 from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
 )
@@ -42,6 +43,8 @@ TABLES = {
     # Heartbeats are commits that only set an application version (member -> time in ms): cheap
     # to write and to read back from the commit files; the table holds no rows.
     "group_heartbeats": "`group` STRING",
+    "topic_configs": CONFIG_SCHEMA,  # control_plane.topic_config
+    "record_deletions": LOG_START_SCHEMA,
 }
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
@@ -264,6 +267,19 @@ class ControlTables:
         frame = self.spark.read.format("delta").option("versionAsOf", version).load(path)
         return [row.asDict(recursive=True) for row in frame.collect()]
 
+    def rows(self, name: str, version: int | None = None) -> list[dict]:
+        """A small table's rows (``topic_configs``, ``record_deletions``), as of ``version`` (default:
+        the latest); none if it does not exist yet. Through delta-rs where ``reads_with_delta_rs``."""
+        path = self.path(name)
+        if reads_with_delta_rs(path):
+            return rs_reader.rows(path, version)
+        if not self.exists(name):
+            return []
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return [r.asDict(recursive=True) for r in reader.load(path).collect()]
+
     def row_tracked(self, name: str) -> bool:
         """Whether an ordered table is ordered by row tracking (made before ``commit_order``)."""
         path = self.path(name)
@@ -335,7 +351,7 @@ class ControlTables:
 
     # -- SQL ---------------------------------------------------------------------------------
     CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",
-                     "group_generations", "groups", "group_members")
+                     "group_generations", "groups", "group_members", "topic_configs", "record_deletions")
 
     def register_views(self, wanted: set[str] | None = None) -> list[str]:
         """Register stable SQL names for the control plane and every topic's log; return them.
@@ -376,7 +392,8 @@ class ControlTables:
 
     def _view(self, name: str, view) -> DataFrame:
         """One control-plane view; ``view`` gives the others it is built from."""
-        if name in ("topic_history", "offset_commits", "group_generations", "group_members"):
+        if name in ("topic_history", "offset_commits", "group_generations", "group_members", "topic_configs",
+                    "record_deletions"):
             return self.read("topics" if name == "topic_history" else name)
         if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):

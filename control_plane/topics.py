@@ -17,6 +17,7 @@ from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
 from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables
+from control_plane.topic_config import TopicConfig, latest_config
 from log_store.errors import (
     ConcurrentCommitError,
     ConcurrentTopicChangeError,
@@ -54,6 +55,7 @@ class TopicDescription(BaseModel):
     undeleted_partition_count: int
     topic_version: int
     partitions: list[PartitionDescription]
+    config: dict[str, str] = {}  # every topic config (control_plane.topic_config), defaults included
 
 
 def live_record(found: TopicRecord | None, topic: str, root: str) -> TopicRecord:
@@ -70,11 +72,11 @@ def live_record(found: TopicRecord | None, topic: str, root: str) -> TopicRecord
     return found
 
 
-def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str) -> TopicDescription:
+def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str, config_rows: list[dict]) -> TopicDescription:
     """``topics describe`` from the latest record and one snapshot of the log (whoever read them:
     Spark here, delta-rs in ``control_plane.fast_reads``)."""
     meta = snap.metadata
-    earliest = meta.earliest_offsets()
+    earliest = snap.earliest_offsets()
     states = {p.partition: p for p in record.partitions}
     return TopicDescription(
         topic=record.topic,
@@ -84,6 +86,7 @@ def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str) -> Top
         partition_count=sum(pm.mode is not Mode.NONE for pm in meta.partitions.values()),
         undeleted_partition_count=meta.undeleted_partition_count,
         topic_version=record.topic_version,
+        config=TopicConfig.of(latest_config(config_rows, record.location)[1]).as_kafka(),
         partitions=[
             PartitionDescription(
                 partition=p,
@@ -149,7 +152,7 @@ class TopicAdmin:
         record = self.get(topic)
         log = TopicLog.for_path(self.spark, record.location)
         snap = log.snapshot()
-        return describe_topic(record, snap, log.table_id())
+        return describe_topic(record, snap, log.table_id(), ControlTables(self.spark, self.layout).rows("topic_configs"))
 
     # -- create ------------------------------------------------------------------------------
     def create(self, topic: str, partitions: int) -> TopicRecord:

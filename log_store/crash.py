@@ -46,6 +46,9 @@ POINTS: dict[str, str] = {
     "delete:after_fence": "topics delete: the log fenced, its records still there",
     "delete:after_purge": "topics delete: the log emptied, the groups not told",
     "delete:after_record": "topics delete: DELETED recorded",
+    "retention:before_commit": "retention or delete-records: files chosen, the log start not raised",
+    "retention:after_commit": "retention or delete-records: the log start raised, the control plane not told",
+    "compact:before_commit": "compaction: merged files written, not committed",
 }
 
 _hits: dict[str, int] = {}

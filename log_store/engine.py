@@ -33,6 +33,7 @@ from log_store.errors import AppVersionConflictError, ConcurrentCommitError, Inv
 # Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
 DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
 INTERNALS_CONF = "spark.lakelog.deltaInternals"
+HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
 T = TypeVar("T")
 
 
@@ -156,8 +157,10 @@ class DeltaTransaction:
         getattr(self.jtxn.readTxn(), "$plus$eq")(app_id)
         return known.get(app_id, -1)
 
-    def write(self, data: DataFrame) -> list[WrittenFile]:
-        """Write ``data`` as files of this transaction (not yet visible); return their stats."""
+    def write(self, data: DataFrame, data_change: bool = True) -> list[WrittenFile]:
+        """Write ``data`` as files of this transaction (not yet visible); return their stats.
+        ``data_change=False``: the files rearrange rows already in the table (compaction), so the
+        change feed and streaming readers skip the commit."""
         out: list[WrittenFile] = []
         try:
             written = self.jtxn.writeFiles(data._jdf).iterator()
@@ -165,8 +168,12 @@ class DeltaTransaction:
             raise translate(exc) from exc
         while written.hasNext():
             action = written.next()
+            doc = json.loads(action.json())  # Delta's own JSON of the action: one JVM call
+            if not data_change and "add" in doc:
+                doc["add"]["dataChange"] = False
+                action = self._action(doc)
             self._actions.add(action)
-            add = json.loads(action.json()).get("add")  # Delta's own JSON of the action: one JVM call
+            add = doc.get("add")
             if add is None:
                 continue
             stats = json.loads(add.get("stats") or "{}")
@@ -218,8 +225,27 @@ class DeltaTransaction:
             stream.close()
         add = {"path": name, "partitionValues": {}, "size": len(data), "modificationTime": int(time.time() * 1000),
                "dataChange": True, "stats": json.dumps(_stats(table))}
+        self._actions.add(self._action({"add": add}))
+
+    def _action(self, doc: dict) -> Any:
+        """A Delta action from its JSON (the form Delta writes in commit files)."""
         parser = getattr(getattr(delta(self.spark).actions, "Action$"), "MODULE$")  # Scala's object Action
-        self._actions.add(parser.fromJson(json.dumps({"add": add})))
+        return parser.fromJson(json.dumps(doc))
+
+    def files(self) -> list[dict]:
+        """Every data file of this transaction's snapshot, as Delta's add actions (path, size,
+        partitionValues, stats as JSON text), *without* depending on them: a concurrent append
+        does not make the commit conflict; a concurrent removal of a file this commit removes does."""
+        return [json.loads(text) for text in self.jtxn.snapshot().allFiles().toJSON().collectAsList()]
+
+    def remove(self, files: Iterable[dict], data_change: bool) -> None:
+        """Remove ``files`` (from ``files()``) in this transaction's commit. ``data_change``: their
+        records leave the table (retention) rather than move to other files (compaction)."""
+        now = int(time.time() * 1000)
+        for f in files:
+            self._actions.add(self._action({"remove": {
+                "path": f["path"], "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
+                "partitionValues": f.get("partitionValues") or {}, "size": f["size"]}}))
 
     def commit_properties(self, properties: Mapping[str, str], drop: Iterable[str] = (),
                           app_versions: Mapping[str, int] | None = None) -> int:
@@ -248,6 +274,27 @@ class DeltaTransaction:
         # Delta 4.4's WRITE: mode, partitionBy, predicate, userMetadata, then five options unset.
         return self._commit(app_versions, write_op(jvm.org.apache.spark.sql.SaveMode.Append, none, none, meta,
                                                    none, none, none, none, none))
+
+    def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
+        """Commit as Delta's DELETE or OPTIMIZE (what history shows), with ``app_versions``."""
+        jvm = self.spark._jvm
+        nil = getattr(getattr(jvm.scala.collection.immutable, "Nil$"), "MODULE$")
+        ops = delta(self.spark)
+        if operation == "DELETE":
+            op = getattr(ops, "DeltaOperations$Delete")(nil)
+        elif operation == "OPTIMIZE":
+            op = getattr(ops, "DeltaOperations$Optimize")(nil, nil, False, jvm.scala.Option.empty(), False)
+        else:
+            raise ValueError(operation)
+        # Delta's DELETE and OPTIMIZE report metrics their own commands collect; this commit has
+        # none (their absence fails the commit), so history records it without.
+        conf = self.spark.conf
+        before = conf.get(HISTORY_METRICS_CONF, "true")
+        conf.set(HISTORY_METRICS_CONF, "false")
+        try:
+            return self._commit(app_versions, op)
+        finally:
+            conf.set(HISTORY_METRICS_CONF, before)
 
     def _commit(self, app_versions: Mapping[str, int], operation: Any) -> int:
         jvm = self.spark._jvm

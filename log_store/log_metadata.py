@@ -17,7 +17,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict
 
 from log_store.errors import TableConfigError, TopicDeletedError
-from log_store.names import log_end_app_id
+from log_store.names import log_end_app_id, log_start_app_id
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
 TOPIC_PROP = "lakelog.topic"
@@ -129,28 +129,53 @@ class LogSnapshot(BaseModel):
     topic_version: int
     metadata: TopicLogMetadata
     log_ends: dict[int, int]
+    # Log start offsets raised by retention or delete-records (absent: the incarnation's start).
+    log_starts: dict[int, int] = {}
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""
         return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
 
+    def first_offset(self, partition: int) -> int:
+        """The first offset of ``partition`` a consumer can read: its incarnation's start, or the
+        log start offset if retention or delete-records raised it above that."""
+        return max(self.metadata.partitions[partition].start_offset, self.log_starts.get(partition, 0))
+
+    def removed_prefix(self, partition: int) -> tuple[int, int] | None:
+        """[start, log start) of the partition's current incarnation, deleted by retention or
+        delete-records; None if nothing was."""
+        pm = self.metadata.partitions.get(partition)
+        if pm is None or pm.mode is Mode.NONE:
+            return None
+        first = self.first_offset(partition)
+        return (pm.start_offset, first) if first > pm.start_offset else None
+
     def earliest_offsets(self) -> dict[int, int]:
-        return self.metadata.earliest_offsets()
+        """Kafka's log start offsets: ``TopicLogMetadata.earliest_offsets`` raised to ``log_starts``."""
+        return {p: max(o, self.log_starts.get(p, 0)) for p, o in self.metadata.earliest_offsets().items()}
 
     def below_incarnations(self, positions: dict[int, int]) -> dict[int, int]:
-        """The positions below the start of their number's current incarnation: the number was
-        retired and grown back while a consumer held a position in the retired one."""
+        """The positions below the first offset they can read (``first_offset``): the number was
+        retired and grown back while a consumer held a position in the retired one, or retention
+        or delete-records removed the records there."""
         parts = self.metadata.partitions
-        return {p: o for p, o in positions.items() if p in parts and o < parts[p].start_offset}
+        return {p: o for p, o in positions.items() if p in parts and o < self.first_offset(p)}
 
     def incarnation_starts(self, partitions: Iterable[int]) -> dict[int, int]:
-        return {p: self.metadata.partitions[p].start_offset for p in partitions}
+        """Where positions ``below_incarnations`` move to."""
+        return {p: self.first_offset(p) for p in partitions}
 
 
 def log_end(known: dict[str, int], partition: int, start: int) -> int:
     """A partition's log end from a snapshot's application versions (``known``): the one place it
     is read. Never below the start of the partition's current incarnation."""
     return max(known.get(log_end_app_id(partition), start), start)
+
+
+def log_starts(known: dict[str, int], partitions: Iterable[int]) -> dict[int, int]:
+    """The log start offsets recorded in a snapshot's application versions (``known``): the one
+    place they are read. Partitions whose log start was never raised are absent."""
+    return {p: known[log_start_app_id(p)] for p in partitions if log_start_app_id(p) in known}
 
 
 RETENTION_PROP = "delta.setTransactionRetentionDuration"

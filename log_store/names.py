@@ -23,6 +23,7 @@ LEGACY_SINK_PREFIX = "lakelog.sink."
 LEGACY_HEARTBEAT_PREFIX = "lakelog.heartbeat."
 PRODUCER_PREFIX = "lakelog.producer."
 LOG_END_PREFIX = "lakelog.log_end."
+LOG_START_PREFIX = "lakelog.log_start."
 FENCE_PREFIX = "lakelog.fence."
 GENERATION_PREFIX = "lakelog.generation."
 TOPIC_VERSION_PREFIX = "lakelog.topicVersion."
@@ -120,6 +121,12 @@ def producer_app_id(producer_id: str) -> str:
 
 def log_end_app_id(partition: int) -> str:
     return f"{LOG_END_PREFIX}{int(partition)}"
+
+
+def log_start_app_id(partition: int) -> str:
+    """A partition's log start offset (Kafka's logStartOffset): records below it were deleted
+    (retention, delete-records). Set in the same commit that removes their files."""
+    return f"{LOG_START_PREFIX}{int(partition)}"
 
 
 def fence_property(group: str) -> str:

@@ -15,8 +15,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 from log_store.files import is_remote
-from log_store.names import log_end_app_id
-from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end
+from log_store.names import log_end_app_id, log_start_app_id
+from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end, log_starts
 
 
 def exists(path: str) -> bool:
@@ -112,12 +112,14 @@ def log_snapshot(path: str, version: int | None = None) -> tuple[LogSnapshot, st
     metadata = TopicLogMetadata.from_properties(conf)
     known = {}
     for p in metadata.partitions:
-        version = table.transaction_version(log_end_app_id(p))
-        if version is not None:
-            known[log_end_app_id(p)] = version
+        for app_id in (log_end_app_id(p), log_start_app_id(p)):
+            version = table.transaction_version(app_id)
+            if version is not None:
+                known[app_id] = version
     snap = LogSnapshot(
         version=table.version(), topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=metadata,
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
+        log_starts=log_starts(known, metadata.partitions),
     )
     return snap, meta.id
 

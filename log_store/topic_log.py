@@ -44,6 +44,7 @@ from log_store.log_metadata import (
     TopicLogMetadata,
     check_set_transactions_kept,
     log_end,
+    log_starts,
 )
 from log_store.names import commit_metadata, log_end_app_id, producer_app_id
 from log_store.numbering import map_lookup, offsets_column
@@ -325,6 +326,7 @@ class TopicLog:
         return LogSnapshot(
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
             log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
+            log_starts=log_starts(known, meta.partitions),
         )
 
     def log_end_offsets(self) -> dict[int, int]:
@@ -332,13 +334,10 @@ class TopicLog:
         return self.snapshot().log_ends
 
     def earliest_offsets(self) -> dict[int, int]:
-        """First offset of each partition's current incarnation (Kafka's log start offset).
-
-        lakelog deletes records only when it retires a partition, so that is where a partition
-        number's current life began: 0, or the old log end for a number reused after retirement.
-        A retired partition holds nothing: its log start is its log end.
-        """
-        return self.metadata().earliest_offsets()
+        """Kafka's log start offset of each partition: where its current incarnation began (0, or
+        the old log end for a number reused after retirement), raised by retention and
+        delete-records. A retired partition holds nothing: its log start is its log end."""
+        return self.snapshot().earliest_offsets()
 
     def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:
         """Earliest offset whose timestamp is at or after ``timestamp_ms`` (ListOffsets)."""

@@ -342,7 +342,10 @@ def run_audit(
             if g is not None and others:
                 changes = changes.where(~F.col("_commit_version").isin(others))
             delivered = delivered_rows(changes, topic).persist()
-            views = [delivery_view(spark, root, g, topic)] if g is not None else []
+            # A sink without a group owes nothing below the log starts (retention, delete-records).
+            views = ([delivery_view(spark, root, g, topic)] if g is not None else
+                     [DeliveryView(group="", topic=topic, first_topic_version=0, expired=[],
+                                   before_view=TopicAdmin(spark, root).log(topic).snapshot().log_starts)])
             try:
                 found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}")
             finally:

@@ -123,7 +123,7 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     if partition not in readable:
         raise InvalidConfigurationError(f"partition {partition} is not a readable partition of '{topic}' "
                                         f"(readable: {readable}); `lakelog topics describe --topic {topic}` lists them")
-    start, end = snap.metadata.partitions[partition].start_offset, snap.log_ends[partition]
+    start, end = snap.first_offset(partition), snap.log_ends[partition]
     if offset in ("earliest", "latest"):
         first = start if offset == "earliest" else end
     else:
@@ -208,7 +208,7 @@ class Consumer:
                    if earliest and planned_at is not None and planned_at < snap.topic_version else {})
         out = {}
         for p in snap.readable():
-            start = snap.metadata.partitions[p].start_offset
+            start = snap.first_offset(p)  # a group without a position starts at the log start
             if p in committed:
                 out[p] = committed[p]
             else:

@@ -257,9 +257,10 @@ def plan_ranges(gate: OffsetGate, snap: LogSnapshot, positions: Positions, limit
     """Ranges [position, end) to read next from ``snap``, at most ``limit`` records shared over
     partitions: ``end`` is the log end, or lower where the resize gates (rules 8, 9) hold a
     partition back. Retired partitions are never read, and no position stays below its
-    partition's current incarnation (its predecessor's records were delivered or reported expired)."""
+    partition's first readable offset (``LogSnapshot.first_offset``: the records below were
+    delivered, or reported expired by the caller first)."""
     readable = set(snap.readable())
-    positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items() if p in readable}
+    positions = {p: max(o, snap.first_offset(p)) for p, o in positions.items() if p in readable}
     ends = dict(snap.log_ends)
     for p, cap in gate.limits(positions, snap).items():
         ends[p] = min(ends.get(p, 0), cap)

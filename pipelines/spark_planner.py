@@ -126,7 +126,7 @@ class Planner:
 
     def bounds(self, topics: dict[str, tuple[TopicImage, LogSnapshot]]) -> dict[str, dict[int, tuple[int, int]]]:
         """(earliest, latest) of every partition the read covers (``assign``: each must exist)."""
-        every = {t: {p: (snap.metadata.partitions[p].start_offset, snap.log_ends[p]) for p in snap.readable()}
+        every = {t: {p: (snap.first_offset(p), snap.log_ends[p]) for p in snap.readable()}
                  for t, (_img, snap) in topics.items()}
         return bounds_to_read(self.opts, every)
 
@@ -153,18 +153,20 @@ class Planner:
         return out
 
     def check_loss(self, topic: str, image: TopicImage, snap: LogSnapshot, positions: Positions) -> list[ExpiredRange]:
-        """Records of retired partitions below ``positions`` the read never delivered: an error
-        under ``failOnDataLoss`` (the default), else logged and skipped."""
+        """Records below ``positions`` the read never delivered that are gone (a retired partition's,
+        or removed by retention or delete-records): an error under ``failOnDataLoss`` (the default),
+        else logged and skipped."""
         lost = unreported_expiry(topic, snap, positions, positions,
                                  lambda: image.retired_between(-1, snap.topic_version), lambda: set())
         if lost and self.opts.fail_on_data_loss:
             named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
             raise DataLossError(
-                f"topic '{topic}': records retired before this read delivered them ({named}); "
+                f"topic '{topic}': records retired or deleted (retention, delete-records) before this read "
+                f"delivered them ({named}); "
                 "restart from later offsets, or set failOnDataLoss to false to skip them with a warning")
         for r in lost:
             self.skipped[(topic, r.partition, r.end)] = r
-            _log.warning("topic '%s' partition %s: offsets %s-%s were retired before this read delivered them "
+            _log.warning("topic '%s' partition %s: offsets %s-%s were retired or deleted before this read delivered them "
                          "(failOnDataLoss=false: skipped)", topic, r.partition, r.first, r.end - 1)
         return lost
 
@@ -180,8 +182,7 @@ class Planner:
             covered = self.covered(topic, snap)
             had = {int(p): int(o) for p, o in positions_in.get(topic, {}).items()}
             self.check_loss(topic, image, snap, had)
-            positions = {p: had.get(p, snap.metadata.partitions[p].start_offset) for p in covered}
-            positions = {p: max(o, snap.metadata.partitions[p].start_offset) for p, o in positions.items()}
+            positions = {p: max(had.get(p, snap.first_offset(p)), snap.first_offset(p)) for p in covered}
             gate, own = self._gate(topic, image)
             own.delivered = dict(positions)
             own.unread = set(snap.readable()) - set(covered)
@@ -238,7 +239,7 @@ class Planner:
             spans = []
             for p_text, stop in ends.items():
                 p = int(p_text)
-                first = snap.metadata.partitions[p].start_offset if p in snap.metadata.partitions else stop
+                first = snap.first_offset(p) if p in snap.metadata.partitions else stop
                 s = max(int(begun.get(p_text, first)), first)
                 if stop > s:
                     spans.append((p, s, stop))

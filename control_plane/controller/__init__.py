@@ -33,14 +33,17 @@ from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
 from control_plane.controller.deletion import delete_topic, finish_deletion
+from control_plane.controller.retention import ConfigChange, LogMaintenance
 from control_plane.controller.retirement import drained_partitions, purge
 from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
 from control_plane.layout import RootLayout
+from control_plane.tables import ControlTables
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
+from log_store.log_files import Compaction, LogStartChange
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 
@@ -69,6 +72,8 @@ class TickResult(BaseModel):
     waiting: dict[int, float] = {}  # marked partitions still holding records: seconds of delay left
     resumed: bool = False
     deleted: bool = False  # this tick finished an interrupted topic deletion
+    log_starts: list[LogStartChange] = []  # log starts retention raised (records deleted in whole files)
+    compacted: list[Compaction] = []  # partitions whose small files this tick merged
 
 
 class TopicController:
@@ -80,6 +85,21 @@ class TopicController:
         self.admin = TopicAdmin(spark, root)
         self.changes = TopicChanges(spark, self.admin)
         self.settings = settings or ControllerSettings()
+        self.logs = LogMaintenance(spark, ControlTables(spark, self.layout))
+
+    # -- configuration, delete-records, compaction (controller.retention) -------------------------
+    def alter_config(self, topic: str, pairs: list[str], delete: list[str] = ()) -> ConfigChange:
+        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys."""
+        return self.logs.alter_config(self.resume(topic), list(pairs), list(delete))
+
+    def delete_records(self, topic: str, offsets: dict[int, int]) -> list[LogStartChange]:
+        """Kafka's ``kafka-delete-records``: no record of partition p below ``offsets[p]`` is read again."""
+        return self.logs.delete_records(self.resume(topic), offsets)
+
+    def compact(self, topic: str, partitions: list[int] | None = None) -> list[Compaction]:
+        """Merge small files of ``topic``'s partitions into files of its ``segment.bytes``."""
+        record = self.resume(topic)
+        return self.logs.compact(record, self.logs.config(record), partitions)
 
     def alter(self, topic: str, partitions: int) -> AlterResult:
         """Move ``topic`` to ``partitions`` undeleted partitions: grow (rule 4) or, if enabled, shrink (rule 5).
@@ -147,8 +167,20 @@ class TopicController:
                 done = finish_deletion(self.spark, self.layout.root, self.changes, latest)
                 out.append(TickResult(topic=name, topic_version=done.topic_version, resumed=True, deleted=True))
                 continue
-            out.append(self._tick(name, float(delay)))
+            result = self._tick(name, float(delay))
+            if latest is not None and latest.event is not TopicEvent.DELETED:
+                result = result.model_copy(update=self._maintain(name))
+            out.append(result)
         return out
+
+    def _maintain(self, topic: str) -> dict:
+        """A tick's upkeep of a live topic's log after retirement: record log starts a killed
+        controller left unrecorded, apply retention, merge small files."""
+        record = self.admin.get(topic)
+        config = self.logs.config(record)
+        self.logs.record_missing(record)
+        return {"log_starts": self.logs.apply_retention(record, config),
+                "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files)}
 
     def _tick(self, topic: str, delay: float) -> TickResult:
         for _ in range(ATTEMPTS):

@@ -125,8 +125,9 @@ def list_groups(tables: GroupReads) -> list[dict]:
 # -- what a group was to deliver ---------------------------------------------------------------
 class DeliveryView(BaseModel):
     """What ``group`` owes on ``topic``: every record ever appended, except the partition
-    incarnations retired before the group's first generation (``before_view``: partition -> end
-    of the last one), and less what it reported expired."""
+    incarnations retired before the group's first generation and the records retention or
+    delete-records removed before the group stood at them (``before_view``: partition -> the
+    offset below which nothing is owed), and less what it reported expired."""
 
     group: str
     topic: str
@@ -141,8 +142,24 @@ def delivery_view(spark: SparkSession, root: str, group: str, topic: str) -> Del
     before: dict[int, int] = {}
     for p, _start, end in tables.retired_between(topic, 0, first):
         before[p] = max(before.get(p, 0), end)
+    snap = tables.snapshots([topic], ends=True).get(topic)
+    if snap is not None and snap.log_starts:  # deleted before the group stood at them: not owed
+        lowest = lowest_positions(tables, group, topic)
+        for p, start in snap.log_starts.items():
+            before[p] = max(before.get(p, 0), min(start, lowest.get(p, start)))
     expired = [r for r in tables.offsets.expired_ranges(group) if r.topic == topic]
     return DeliveryView(group=group, topic=topic, first_topic_version=first, before_view=before, expired=expired)
+
+
+def lowest_positions(tables: GroupTables, group: str, topic: str) -> dict[int, int]:
+    """The lowest position ``group`` ever committed on each partition of ``topic``."""
+    if not tables.tables.exists("offset_commits"):
+        return {}
+    kinds = [CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.RESET.value]
+    rows = (tables.tables.read("offset_commits")
+            .where((F.col("group") == group) & (F.col("topic") == topic) & F.col("kind").isin(kinds) & (F.col("offset") >= 0))
+            .groupBy("partition").agg(F.min("offset").alias("o")).collect())
+    return {r["partition"]: int(r["o"]) for r in rows}
 
 
 # -- history checks ----------------------------------------------------------------------------

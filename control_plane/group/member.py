@@ -408,7 +408,7 @@ class GroupMember:
         """What an owner must report expired of its partitions (``rows``: partition -> position, -1 unknown)."""
         out: list[ExpiredRange] = []
         for topic in sorted({tp.topic for tp in rows}):
-            snap = self.tables.snapshots([topic]).get(topic)
+            snap = self.tables.snapshots([topic], ends=True).get(topic)  # log starts: owed expiry
             if snap is None:
                 continue
             numbers = [tp.partition for tp in rows if tp.topic == topic]

@@ -52,10 +52,15 @@ def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], 
     (partition, start, end) shows retired in between (campaign seed 18). ``history`` and
     ``reported`` are read only when needed."""
     parts = snap.metadata.partitions
+    partitions = list(partitions)
     retired = {(p, pm.start_offset, pm.end_offset) for p in partitions
                if (pm := parts.get(p)) is not None and pm.mode is Mode.NONE and pm.end_offset is not None}
     if any(p in parts and parts[p].start_offset > o for p, o in positions.items()):
         retired |= {r for r in history() if r[0] in positions}
+    # Records retention or delete-records removed below a position: owed as a retired range's are.
+    # A partition without a position starts at its log start (auto.offset.reset): nothing is owed.
+    retired |= {(p, *prefix) for p in partitions
+                if p in positions and (prefix := snap.removed_prefix(p)) and positions[p] < prefix[1]}
     return owed_expiry(topic, retired, positions, reported()) if retired else []
 
 

@@ -144,10 +144,11 @@ class GroupTables:
         except ConcurrentCommitError:
             return False  # others keep proposing: this member leads another time
 
-    def snapshots(self, topics: Iterable[str]) -> dict[str, LogSnapshot]:
-        """Each existing subscribed topic's log snapshot (metadata, log ends, topic version)."""
+    def snapshots(self, topics: Iterable[str], ends: bool = False) -> dict[str, LogSnapshot]:
+        """Each existing subscribed topic's log snapshot (metadata and topic version; with ``ends``,
+        log ends and log starts too)."""
         current = self._cached("topics", (), self.topics.current)
-        return {t: TopicLog(self.spark, current[t].location).snapshot(ends=False) for t in sorted(set(topics)) if t in current}
+        return {t: TopicLog(self.spark, current[t].location).snapshot(ends=ends) for t in sorted(set(topics)) if t in current}
 
     def partition_lists(self, topics: Iterable[str], snaps: dict[str, LogSnapshot] | None = None
                         ) -> tuple[list[TopicPartition], list[TopicPartition]]:

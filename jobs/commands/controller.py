@@ -1,4 +1,5 @@
-"""``lakelog controller tick``: the controller's periodic work (retirements, interrupted changes)."""
+"""``lakelog controller tick``: the controller's periodic work (retirements, interrupted changes,
+retention and compaction)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,21 @@ def controller() -> None:
 @json_option
 @pass_ctx
 def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: bool) -> None:
-    """Finish interrupted changes, retire drained or expired marked partitions, delete their rows."""
+    """Finish interrupted changes, retire drained or expired marked partitions, delete their rows,
+    apply each topic's retention (retention.ms, retention.bytes) and merge small files."""
     c.config
     results = c.controller().tick(topic, delete_delay)
     rows = [r.model_dump(mode="json") for r in results]
-    emit(rows if as_json else [{k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()}
-                               for r in rows], as_json, "controller tick")
+    emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
+
+
+def _readable(row: dict) -> dict:
+    """A tick's row for the table: lists joined, log starts and compactions in a few words each."""
+    out = {}
+    for key, value in row.items():
+        if key == "log_starts":
+            value = [f"{c['partition']}: {c['previous']}->{c['log_start']}" for c in value]
+        elif key == "compacted":
+            value = [f"{c['partition']}: {c['files_before']}->{c['files_after']} files" for c in value]
+        out[key] = ", ".join(map(str, value)) if isinstance(value, list) else value
+    return out

@@ -14,19 +14,27 @@ def topics() -> None:
 
 
 def _print_description(d, topic: str) -> None:
-    emit({k: v for k, v in d.model_dump(mode="json").items() if k != "partitions"}, False, f"topic {topic}")
+    emit({k: v for k, v in d.model_dump(mode="json").items() if k not in ("partitions", "config")}, False, f"topic {topic}")
+    emit(d.config, False, "config")
     emit([p.model_dump(mode="json") for p in d.partitions], False, "partitions")
 
 
 @topics.command("create")
 @click.option("--topic", required=True)
 @click.option("--partitions", required=True, type=int)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+              help="A topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
 @json_option
 @pass_ctx
-def create(c: Context, topic: str, partitions: int, as_json: bool) -> None:
-    """Create TOPIC with N partitions."""
+def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], as_json: bool) -> None:
+    """Create TOPIC with N partitions (and --config KEY=VALUE topic configs)."""
+    from control_plane.topic_config import parse_pairs
+
+    parse_pairs(list(configs))  # bad configs fail before the topic is made
     c.config  # validate configuration before touching Spark
     record = c.topic_admin().create(topic, partitions)
+    if configs:
+        c.controller().alter_config(topic, list(configs))
     emit({"topic": record.topic, "partitions": record.partition_count, "location": record.location}, as_json, "created")
 
 
@@ -72,25 +80,78 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
 
 @topics.command("alter")
 @click.option("--topic", required=True)
-@click.option("--partitions", required=True, type=int, help="The new number of undeleted partitions.")
+@click.option("--partitions", default=None, type=int, help="The new number of undeleted partitions.")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+              help="Set a topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
+@click.option("--delete-config", "delete_configs", multiple=True, metavar="KEY",
+              help="Remove a topic config (back to its default); repeat for several.")
 @click.option("--delete-partition-enable/--no-delete-partition-enable", default=None,
               help="Allow shrinking (default: controller.delete_partition_enable or $LAKELOG_DELETE_PARTITION_ENABLE).")
 @json_option
 @pass_ctx
-def alter(c: Context, topic: str, partitions: int, delete_partition_enable: bool | None, as_json: bool) -> None:
-    """Grow TOPIC to N partitions, or shrink it (marks partitions >= N for deletion; needs the switch).
+def alter(c: Context, topic: str, partitions: int | None, configs: tuple[str, ...], delete_configs: tuple[str, ...],
+          delete_partition_enable: bool | None, as_json: bool) -> None:
+    """Grow TOPIC to N partitions, or shrink it (marks partitions >= N for deletion; needs the switch),
+    and/or change its configuration (--config retention.ms=604800000).
 
     Re-running a killed alter finishes it.
     """
+    from control_plane.topic_config import parse_pairs
+    from log_store.errors import InvalidConfigurationError
+
+    if partitions is None and not configs and not delete_configs:
+        raise InvalidConfigurationError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+    parse_pairs(list(configs))  # bad configs fail before anything changes
     c.config  # validate configuration before touching Spark
-    result = c.controller(delete_partition_enable).alter(topic, partitions)
+    controller = c.controller(delete_partition_enable)
+    result = controller.alter(topic, partitions) if partitions is not None else None
+    config = controller.alter_config(topic, list(configs), list(delete_configs)) if configs or delete_configs else None
     d = c.topic_admin().describe(topic)
     if as_json:
-        emit({"result": result.model_dump(mode="json"), "topic": d.model_dump(mode="json")}, True)
+        emit({"result": result.model_dump(mode="json") if result else None,
+              "config": config.model_dump(mode="json") if config else None, "topic": d.model_dump(mode="json")}, True)
         return
-    if result.note:
+    if result is not None and result.note:
         stderr.print(result.note, highlight=False, markup=False)
     _print_description(d, topic)
+
+
+@topics.command("delete-records")
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", required=True, multiple=True, type=int,
+              help="A partition; repeat for several (each gets the same --before-offset).")
+@click.option("--before-offset", required=True, type=int,
+              help="The new log start offset: records below it are deleted (at most the log end).")
+@json_option
+@pass_ctx
+def delete_records(c: Context, topic: str, partitions: tuple[int, ...], before_offset: int, as_json: bool) -> None:
+    """Delete TOPIC's records below an offset (Kafka's ``kafka-delete-records``): the partition's log
+    start offset moves up, files wholly below it are removed, offsets are never reused. Groups
+    positioned below it report the records expired and move up."""
+    from log_store.errors import InvalidConfigurationError
+
+    if before_offset < 0:
+        raise InvalidConfigurationError(f"--before-offset {before_offset}: give an offset >= 0")
+    c.config
+    changes = c.controller().delete_records(topic, {p: before_offset for p in partitions})
+    rows = [{"partition": ch.partition, "previous_log_start": ch.previous, "log_start": ch.log_start,
+             "files_removed": ch.files_removed, "log_version": ch.version} for ch in changes]
+    if not rows and not as_json:
+        stderr.print("nothing to delete: every log start is at or past that offset", highlight=False, markup=False)
+    emit(rows, as_json, "log start offsets")
+
+
+@topics.command("compact")
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", multiple=True, type=int, help="Only this partition; repeat for several.")
+@json_option
+@pass_ctx
+def compact(c: Context, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
+    """Merge TOPIC's small files into files of its segment.bytes, one partition (one commit) at a
+    time, while producers and consumers run. No record changes: the commit is Delta's OPTIMIZE."""
+    c.config
+    results = c.controller().compact(topic, list(partitions) or None)
+    emit([r.model_dump(mode="json") for r in results], as_json, "compacted")
 
 
 @topics.command("timeline")

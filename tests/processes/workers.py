@@ -5,6 +5,7 @@ kill: a killed process attached to a shared JVM would leave its JVM-side call ru
 
 Usage: workers.py append ROOT TOPIC PRODUCER_ID START N BATCH_SIZE [KEYS] [KEY_PREFIX]
        workers.py alter_count ROOT TOPIC NEW_COUNT
+       workers.py compact ROOT TOPIC STOP_FILE SEGMENT_BYTES
 Prints one JSON line per committed batch so a test can watch progress.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,5 +81,20 @@ def alter_count(root: str, topic: str, new_count: str) -> None:
     print(json.dumps({"count": int(new_count)}), flush=True)
 
 
+def compact(root: str, topic: str, stop_file: str, segment_bytes: str) -> None:
+    """Compact ``topic`` over and over until ``stop_file`` exists; one JSON line per merge."""
+    from control_plane.controller import TopicController
+
+    ctl = TopicController(_session(), root)
+    ctl.alter_config(topic, [f"segment.bytes={segment_bytes}"])
+    while True:
+        stop = Path(stop_file).exists()  # one last round after the producers finished
+        for c in ctl.compact(topic):
+            print(json.dumps(c.model_dump()), flush=True)
+        if stop:
+            return
+        time.sleep(0.5)
+
+
 if __name__ == "__main__":
-    {"append": append, "alter_count": alter_count}[sys.argv[1]](*sys.argv[2:])
+    {"append": append, "alter_count": alter_count, "compact": compact}[sys.argv[1]](*sys.argv[2:])

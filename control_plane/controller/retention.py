@@ -1,0 +1,134 @@
+"""Keeping a topic's log bounded: its configuration (``topics alter --config``), retention and
+delete-records (raising log start offsets), and compaction of small files.
+
+The log's own commits (``log_store.log_files``) are what producers and consumers obey; this
+module decides what to ask of them from the topic's configuration and records each raised log
+start in the ``record_deletions`` control table. A controller killed between the two leaves the
+log ahead of the table; the next tick records what is missing (``record_missing``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from control_plane.records import TopicRecord, utcnow
+from control_plane.tables import TABLES, ControlTables
+from control_plane.topic_config import (
+    TopicConfig, changed, latest_config, parse_pairs, recorded_log_starts,
+)
+from log_store.crash import crash_point
+from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.frames import arrow_rows
+from log_store.log_files import (
+    Compaction, LogStartChange, compact_partition, compaction_runs, partition_files, raise_log_starts, retention_start,
+)
+from log_store.log_metadata import Mode
+from log_store.topic_log import TopicLog
+
+
+class ConfigChange(BaseModel):
+    topic: str
+    config_version: int
+    config: dict[str, str]  # every key, defaults included
+
+
+class LogMaintenance:
+    """Configuration, retention, delete-records and compaction of the topics under one root."""
+
+    def __init__(self, spark: SparkSession, tables: ControlTables, changed_by: str = "lakelog") -> None:
+        self.spark, self.tables, self.changed_by = spark, tables, changed_by
+
+    # -- configuration -------------------------------------------------------------------------
+    def config(self, record: TopicRecord) -> TopicConfig:
+        return TopicConfig.of(latest_config(self.tables.rows("topic_configs"), record.location)[1])
+
+    def alter_config(self, record: TopicRecord, pairs: list[str], delete: list[str]) -> ConfigChange:
+        """Set ``pairs`` (``key=value``) and remove ``delete`` keys (back to their defaults) in one
+        new configuration version; two racing changes both land, one after the other."""
+        set_ = parse_pairs(pairs)
+        self.tables.ensure()
+        path = self.tables.path("topic_configs")
+
+        def attempt() -> ConfigChange:
+            txn = DeltaTransaction.start(self.spark, path)
+            txn.read_whole_table()  # a concurrent change makes this one read again
+            version, current = latest_config(self.tables.rows("topic_configs", txn.read_version), record.location)
+            config = changed(current, set_, delete)
+            row = {"topic": record.topic, "location": record.location, "config": config,
+                   "config_version": version + 1, "changed_at": utcnow(), "changed_by": self.changed_by}
+            txn.write_rows(arrow_rows(self.spark, [row], TABLES["topic_configs"]))
+            txn.commit({})
+            return ConfigChange(topic=record.topic, config_version=version + 1, config=TopicConfig.of(config).as_kafka())
+
+        return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
+
+    # -- log starts ------------------------------------------------------------------------------
+    def delete_records(self, record: TopicRecord, offsets: dict[int, int]) -> list[LogStartChange]:
+        """Kafka's delete-records: each partition's log start to ``offsets[p]`` (refused past the
+        log end, with nothing changed), the files wholly below it deleted."""
+        changes = raise_log_starts(self.spark, record.location, offsets, check=True)
+        crash_point("retention:after_commit")
+        self.record(record, changes, "delete-records")
+        return changes
+
+    def apply_retention(self, record: TopicRecord, config: TopicConfig, now_ms: int | None = None) -> list[LogStartChange]:
+        """Raise log starts as ``retention.ms`` and ``retention.bytes`` ask (nothing if both unlimited)."""
+        if config.retention_ms < 0 and config.retention_bytes < 0:
+            return []
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        log = TopicLog(self.spark, record.location)
+        snap = log.snapshot()
+        files = partition_files(DeltaTransaction.start(self.spark, record.location))
+        wanted = {}
+        for p in snap.readable():
+            start = retention_start(files.get(p, []), snap.first_offset(p), snap.log_ends[p], now_ms,
+                                    config.retention_ms, config.retention_bytes)
+            if start > snap.first_offset(p):
+                wanted[p] = start
+        if not wanted:
+            return []
+        changes = raise_log_starts(self.spark, record.location, wanted, check=False)
+        crash_point("retention:after_commit")
+        self.record(record, changes, "retention")
+        return changes
+
+    def record(self, record: TopicRecord, changes: list[LogStartChange], reason: str) -> None:
+        """Append one ``record_deletions`` row per raised log start."""
+        if not changes:
+            return
+        now = utcnow()
+        self.tables.append("record_deletions", [
+            {"topic": record.topic, "location": record.location, "partition": c.partition,
+             "previous_offset": c.previous, "log_start_offset": c.log_start, "reason": reason,
+             "files_removed": c.files_removed, "log_version": c.version, "changed_at": now,
+             "changed_by": self.changed_by} for c in changes])
+
+    def record_missing(self, record: TopicRecord) -> list[LogStartChange]:
+        """Record log starts the log has and the table lacks (a controller killed between the two)."""
+        snap = TopicLog(self.spark, record.location).snapshot()
+        if not snap.log_starts:
+            return []
+        known = recorded_log_starts(self.tables.rows("record_deletions"), record.location)
+        missing = [LogStartChange(partition=p, previous=known.get(p, 0), log_start=o, files_removed=0, version=snap.version)
+                   for p, o in sorted(snap.log_starts.items()) if o > known.get(p, -1)]
+        self.record(record, missing, "recorded after an interruption")
+        return missing
+
+    # -- compaction ------------------------------------------------------------------------------
+    def compact(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
+                min_files: int = 2) -> list[Compaction]:
+        """Merge small files of each partition with at least ``min_files`` of them in runs, one
+        partition (one commit) at a time."""
+        snap = TopicLog(self.spark, record.location).snapshot()
+        files = partition_files(DeltaTransaction.start(self.spark, record.location))
+        out = []
+        for p in sorted(files):
+            pm = snap.metadata.partitions.get(p)
+            if (partitions is not None and p not in partitions) or pm is None or pm.mode is Mode.NONE:
+                continue
+            if sum(len(run) for run in compaction_runs(files[p], config.segment_bytes, below=snap.log_ends[p])) >= min_files:
+                out.append(compact_partition(self.spark, record.location, p, config.segment_bytes))
+        return out

@@ -1,0 +1,113 @@
+"""Per-topic configuration as Kafka names it (``retention.ms``, ``retention.bytes``,
+``segment.bytes``), kept in the ``topic_configs`` control table, and the record of every log start
+offset raised (``record_deletions``).
+
+``topic_configs`` holds one row per change: the topic's whole configuration after it, numbered by
+``config_version`` per topic log (``location``: a topic created again with the name is a new log
+and starts from the defaults, as a Kafka topic's configuration goes with it). The latest version
+is the configuration. ``record_deletions`` holds one row per raised log start: the history that
+``lakelog sql`` reads; the log's own commit (``log_store.log_files``) is what readers obey.
+
+Defaults differ from Kafka's in one place: ``retention.ms`` is -1 (keep forever), not seven days,
+so a topic made before retention existed keeps every record until someone sets a retention.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from log_store.errors import InvalidConfigurationError
+from log_store.log_files import DEFAULT_TARGET_BYTES
+
+CONFIG_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, config MAP<STRING, STRING>, "
+                 "config_version INT NOT NULL, changed_at TIMESTAMP_NTZ, changed_by STRING")
+LOG_START_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition INT NOT NULL, "
+                    "previous_offset BIGINT, log_start_offset BIGINT NOT NULL, reason STRING, files_removed INT, "
+                    "log_version BIGINT, changed_at TIMESTAMP_NTZ, changed_by STRING")
+LONG_MAX = 2**63 - 1
+
+
+class TopicConfig(BaseModel):
+    """A topic's effective configuration. -1 means unlimited (Kafka's convention)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    retention_ms: int = Field(default=-1, alias="retention.ms")
+    retention_bytes: int = Field(default=-1, alias="retention.bytes")
+    segment_bytes: int = Field(default=DEFAULT_TARGET_BYTES, alias="segment.bytes")  # compaction's target file size
+    cleanup_policy: str = Field(default="delete", alias="cleanup.policy")
+
+    def as_kafka(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
+
+    @classmethod
+    def of(cls, config: dict[str, str]) -> "TopicConfig":
+        return cls.model_validate({k: v for k, v in config.items()})
+
+
+KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, 2**31 - 1)}
+POLICIES = ("delete",)
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """``key=value`` pairs (``--config``) checked: a known key, a number in range; else a clear error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise InvalidConfigurationError(f"--config {pair!r}: give KEY=VALUE, e.g. retention.ms=604800000")
+        check(key, value)
+        out[key] = value
+    return out
+
+
+def check(key: str, value: str) -> None:
+    if key == "cleanup.policy":
+        if value not in POLICIES:
+            raise InvalidConfigurationError(
+                f"cleanup.policy={value}: this release supports cleanup.policy=delete only (retention by time and size); "
+                "log-compacted topics (compact) are not supported")
+        return
+    if key not in KEYS:
+        raise InvalidConfigurationError(
+            f"unknown topic config {key!r}; known: {', '.join(sorted([*KEYS, 'cleanup.policy']))}")
+    lo, hi = KEYS[key]
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not lo <= number <= hi:
+        raise InvalidConfigurationError(
+            f"{key}={value}: give a whole number from {lo} to {hi}" + (" (-1: unlimited)" if lo == -1 else ""))
+
+
+def changed(current: dict[str, str], set_: dict[str, str], delete: list[str]) -> dict[str, str]:
+    """The configuration after setting ``set_`` and removing ``delete`` (back to the default)."""
+    for key in delete:
+        if key not in KEYS and key != "cleanup.policy":
+            raise InvalidConfigurationError(f"--delete-config {key!r}: unknown topic config")
+        if key in set_:
+            raise InvalidConfigurationError(f"{key} is both set and deleted; give one")
+    out = {k: v for k, v in current.items() if k not in delete}
+    out.update(set_)
+    return out
+
+
+def latest_config(rows: list[dict], location: str) -> tuple[int, dict[str, str]]:
+    """(version, configuration) of the topic log at ``location`` among ``topic_configs`` rows."""
+    mine = [r for r in rows if r["location"] == location]
+    if not mine:
+        return 0, {}
+    row = max(mine, key=lambda r: r["config_version"])
+    config = row["config"] or {}
+    return row["config_version"], dict(config) if not isinstance(config, list) else dict(config)
+
+
+def recorded_log_starts(rows: list[dict], location: str) -> dict[int, int]:
+    """The highest log start recorded per partition of the log at ``location``."""
+    out: dict[int, int] = {}
+    for r in rows:
+        if r["location"] == location:
+            out[r["partition"]] = max(out.get(r["partition"], 0), r["log_start_offset"])
+    return out

@@ -1,0 +1,236 @@
+"""A topic log's data files: deleting records below a log start offset (retention,
+delete-records) and merging a partition's small files (compaction).
+
+Both work in whole files and never touch a record's offset. The planning is pure
+(``retention_start``, ``compaction_runs``); the commits go through ``engine.DeltaTransaction``:
+
+- **Raising a log start** removes the files wholly below it and sets the partition's log start
+  (``names.log_start_app_id``) in the same commit, so every snapshot of the log has files and log
+  start that agree. A file holding records on both sides stays; readers never read below the log
+  start. The commit depends only on the log start ids it sets, so it never conflicts with an
+  append (appends depend on log ends), and two racing raises of one partition conflict and retry.
+- **Compaction** merges runs of consecutive small files of one partition into one file sorted by
+  offset, in a commit that changes no data (``dataChange=false``: the change feed and streaming
+  readers skip it). Delta's OPTIMIZE bin-packs a partition's files by size, mixing old and new
+  offsets in one file; runs of consecutive offsets keep files that retention can delete whole and
+  that reads skip by offset. The commit depends on nothing an append writes: an append racing it
+  lands, and a racing removal of the same files (retention, another compaction) makes it retry.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from log_store.crash import crash_point
+from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.errors import InvalidConfigurationError, OffsetCheckError
+from log_store.log_metadata import Mode, TopicLogMetadata, check_set_transactions_kept, log_end
+from log_store.names import log_start_app_id
+
+DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's segment.bytes, smaller)
+
+
+class DataFile(BaseModel):
+    """One data file of a partition: its offsets [first, last], size and newest timestamp."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    partition: int
+    size: int
+    records: int
+    first: int
+    last: int
+    max_timestamp_ms: int | None = None
+    partition_values: dict[str, str] = {}
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the file holds every offset in [first, last] (files lakelog writes do)."""
+        return self.records == self.last - self.first + 1
+
+    def action(self) -> dict:
+        return {"path": self.path, "size": self.size, "partitionValues": self.partition_values}
+
+
+def _millis(text: str | None) -> int | None:
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def data_file(add: dict) -> DataFile | None:
+    """A ``DataFile`` from Delta's add action; None for a file without offset statistics."""
+    stats = json.loads(add.get("stats") or "{}")
+    lo, hi = stats.get("minValues", {}), stats.get("maxValues", {})
+    if "offset" not in lo or "offset" not in hi or "numRecords" not in stats:
+        return None
+    values = add.get("partitionValues") or {}
+    return DataFile(path=add["path"], partition=int(values["partition"]), size=int(add["size"]),
+                    records=int(stats["numRecords"]), first=int(lo["offset"]), last=int(hi["offset"]),
+                    max_timestamp_ms=_millis(hi.get("timestamp")), partition_values=values)
+
+
+def partition_files(txn: DeltaTransaction) -> dict[int, list[DataFile]]:
+    """Each partition's data files in the transaction's snapshot, by first offset."""
+    out: dict[int, list[DataFile]] = {}
+    for add in txn.files():
+        f = data_file(add)
+        if f is not None:
+            out.setdefault(f.partition, []).append(f)
+    return {p: sorted(fs, key=lambda f: f.first) for p, fs in out.items()}
+
+
+# -- pure rules ------------------------------------------------------------------------------------
+def retention_start(files: list[DataFile], log_start: int, log_end_offset: int, now_ms: int,
+                    retention_ms: int | None, retention_bytes: int | None) -> int:
+    """The log start Kafka's retention gives a partition (``files`` by first offset): past the
+    oldest files whose newest record is older than ``retention_ms``, and past the oldest files
+    while what stays would still be at least ``retention_bytes``. Whole files only, the oldest
+    first, stopping at the first file that must stay; never below ``log_start`` or past the log end.
+    ``None`` (or a negative value, Kafka's -1) keeps everything."""
+    live = [f for f in files if f.last >= log_start]
+    start = log_start
+    if retention_ms is not None and retention_ms >= 0:
+        for f in live:
+            if f.max_timestamp_ms is None or f.max_timestamp_ms >= now_ms - retention_ms:
+                break
+            start = max(start, f.last + 1)
+    if retention_bytes is not None and retention_bytes >= 0:
+        size = sum(f.size for f in live)
+        for f in live:
+            if size - f.size < retention_bytes:
+                break
+            size -= f.size
+            start = max(start, f.last + 1)
+    return min(start, log_end_offset)
+
+
+def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None = None) -> list[list[DataFile]]:
+    """Runs of consecutive small files (``files`` by first offset; each contiguous, each run's
+    offsets consecutive) whose sizes add up to at most ``target_bytes``: each run of two or more
+    becomes one file. ``below``: only files wholly below this offset (the log end read in the same
+    transaction)."""
+    runs: list[list[DataFile]] = []
+    run: list[DataFile] = []
+    size = 0
+
+    def close() -> None:
+        if len(run) > 1:
+            runs.append(list(run))
+        run.clear()
+
+    for f in files:
+        small = f.size < target_bytes and f.contiguous and (below is None or f.last < below)
+        follows = bool(run) and f.first == run[-1].last + 1
+        if small and run and follows and size + f.size <= target_bytes:
+            run.append(f)
+            size += f.size
+            continue
+        close()
+        if small:
+            run.append(f)
+            size = f.size
+    close()
+    return runs
+
+
+# -- commits -------------------------------------------------------------------------------------
+class LogStartChange(BaseModel):
+    partition: int
+    previous: int
+    log_start: int
+    files_removed: int
+    version: int
+
+
+def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
+                     check: bool = True) -> list[LogStartChange]:
+    """Raise each partition's log start to ``wanted[p]`` (a lower one is left as it is): one
+    commit removing the files wholly below the new log starts. ``check``: refuse an offset past
+    the log end (delete-records), with nothing changed; retention passes offsets it read there."""
+
+    def attempt() -> list[LogStartChange]:
+        txn = DeltaTransaction.start(spark, path)
+        conf = txn.configuration()
+        check_set_transactions_kept(conf, path)
+        meta = TopicLogMetadata.from_properties(conf)
+        meta.check_not_deleted()
+        known = txn.snapshot_app_versions()
+        changes: dict[int, tuple[int, int]] = {}
+        for p, target in sorted(wanted.items()):
+            pm = meta.partitions.get(p)
+            if pm is None or pm.mode is Mode.NONE:
+                state = "does not exist" if pm is None else "was retired"
+                raise InvalidConfigurationError(
+                    f"partition {p} of '{meta.topic}' {state}; nothing was deleted. "
+                    f"Readable partitions: {sorted(q for q, m in meta.partitions.items() if m.mode is not Mode.NONE)}")
+            end = log_end(known, p, pm.start_offset)
+            if check and target > end:
+                raise OffsetCheckError(
+                    f"partition {p} of '{meta.topic}': offset {target} is past the log end {end}; nothing was "
+                    f"deleted. Give an offset up to {end} (all records: --before-offset {end})")
+            current = max(pm.start_offset, known.get(log_start_app_id(p), 0))
+            target = min(target, end)
+            if target > current:
+                changes[p] = (current, target)
+        if not changes:
+            return []
+        removed = {p: [f for f in files if f.last < changes[p][1]]
+                   for p, files in partition_files(txn).items() if p in changes}
+        for p in changes:  # a racing raise of the same partition conflicts, and this one reads again
+            txn.app_version(log_start_app_id(p))
+        txn.remove((f.action() for fs in removed.values() for f in fs), data_change=True)
+        crash_point("retention:before_commit")
+        version = txn.commit_as("DELETE", {log_start_app_id(p): new for p, (_old, new) in changes.items()})
+        return [LogStartChange(partition=p, previous=old, log_start=new, files_removed=len(removed.get(p, [])),
+                               version=version) for p, (old, new) in sorted(changes.items())]
+
+    return retry_on_conflict(attempt)
+
+
+class Compaction(BaseModel):
+    partition: int
+    files_before: int
+    files_after: int
+    records: int
+    version: int | None = None
+
+
+def compact_partition(spark: SparkSession, path: str, partition: int, target_bytes: int) -> Compaction:
+    """Merge ``partition``'s runs of small files (``compaction_runs``) in one commit that changes no data."""
+
+    def attempt() -> Compaction:
+        txn = DeltaTransaction.start(spark, path)
+        files = partition_files(txn).get(partition, [])
+        meta = TopicLogMetadata.from_properties(txn.configuration())
+        pm = meta.partitions.get(partition)
+        end = log_end(txn.snapshot_app_versions(), partition, pm.start_offset if pm else 0)
+        runs = compaction_runs(files, target_bytes, below=end)
+        result = Compaction(partition=partition, files_before=len(files), files_after=len(files), records=0)
+        if not runs:
+            return result
+        log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+        merged = 0
+        for run in runs:
+            first, end_offset = run[0].first, run[-1].last + 1
+            rows = (log.where((F.col("partition") == partition) & (F.col("offset") >= first) & (F.col("offset") < end_offset))
+                    .coalesce(1).sortWithinPartitions("offset"))
+            written = txn.write(rows, data_change=False)
+            count = sum(f.num_records or 0 for f in written)
+            if count != end_offset - first:
+                raise OffsetCheckError(f"compaction of partition {partition} offsets {first}..{end_offset - 1} read "
+                                       f"{count} records, not {end_offset - first}; nothing was committed")
+            txn.remove((f.action() for f in run), data_change=False)
+            merged += len(run) - len(written)
+        crash_point("compact:before_commit")
+        version = txn.commit_as("OPTIMIZE", {})
+        return result.model_copy(update={"files_after": len(files) - merged, "version": version,
+                                         "records": sum(f.records for run in runs for f in run)})
+
+    return retry_on_conflict(attempt)

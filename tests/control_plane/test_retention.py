@@ -1,0 +1,142 @@
+"""Retention, delete-records and compaction on real Delta tables: records below a log start are
+deleted in whole files and never read again, a group positioned below reports them expired and
+moves up, offsets are never reused, and compaction changes no record. Tables are read back with
+delta-rs, not lakelog."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from deltalake import DeltaTable
+
+from control_plane.controller import TopicController
+from control_plane.layout import RootLayout
+from control_plane.topics import TopicAdmin
+from jobs.cli import cli
+from log_store.errors import OffsetCheckError
+from pipelines.audit import run_audit
+from pipelines.consumer import Consumer
+from pipelines.group_consumer import GroupConsumer
+from pipelines.producer import Producer
+from pipelines.settings import ConsumerSettings
+from tests.support import log_rows, make_records
+
+T = "ret"
+
+
+def produce_batches(spark, root, batches: int, size: int = 40, partitions: int = 2) -> Producer:
+    TopicAdmin(spark, root).create(T, partitions)
+    producer = Producer(spark, root, T, "p")
+    for i in range(batches):
+        producer.send(make_records(spark, size, keys=7, start=i * size))
+    return producer
+
+
+def files_of(location: str, partition: int) -> list[tuple[int, int]]:
+    """(min, max) offsets of each data file of ``partition``, from delta-rs's add actions."""
+    adds = pa.table(DeltaTable(location).get_add_actions(flatten=True)).to_pylist()
+    return sorted((a["min.offset"], a["max.offset"]) for a in adds if a["partition.partition"] == partition)
+
+
+def control_rows(root: str, table: str) -> list[dict]:
+    path = RootLayout(root).control(table)
+    return DeltaTable(path).to_pyarrow_table().to_pylist()
+
+
+def test_delete_records_removes_whole_files_and_no_reader_sees_below_the_log_start(spark, root):
+    produce_batches(spark, root, 4)
+    location = TopicAdmin(spark, root).get(T).location
+    before = files_of(location, 0)
+    cut = before[1][0] + 2  # inside the second file
+    ctl = TopicController(spark, root)
+    (change,) = ctl.delete_records(T, {0: cut})
+    assert (change.previous, change.log_start, change.files_removed) == (0, cut, 1)
+    assert files_of(location, 0) == before[1:], "the file wholly below goes; the one holding the cut stays whole"
+    # recorded in the control plane, with its history
+    (row,) = control_rows(root, "record_deletions")
+    assert (row["topic"], row["partition"], row["log_start_offset"], row["reason"]) == (T, 0, cut, "delete-records")
+    # a new group starts at the log start: nothing below it, nothing reported expired
+    result = Consumer(spark, root, T, "fresh").run_to_sink(f"{root}/fresh")
+    assert result.expired == 0
+    sunk = DeltaTable(f"{root}/fresh").to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+    assert min(r["offset"] for r in sunk if r["partition"] == 0) == cut
+    assert TopicAdmin(spark, root).describe(T).partitions[0].earliest_offset == cut
+    # offsets are never reused: the next record lands after the old log end
+    end = TopicAdmin(spark, root).log(T).log_end_offsets()[0]
+    Producer(spark, root, T, "p2").send(make_records(spark, 20, keys=7))
+    assert min(r["offset"] for r in log_rows(root, T) if r["partition"] == 0 and r["producer_id"] == "p2") == end
+
+
+def test_delete_records_past_the_log_end_is_refused_with_nothing_changed(spark, root):
+    produce_batches(spark, root, 1)
+    location = TopicAdmin(spark, root).get(T).location
+    version = DeltaTable(location).version()
+    end = TopicAdmin(spark, root).log(T).log_end_offsets()[0]
+    with pytest.raises(OffsetCheckError, match=f"past the log end {end}"):
+        TopicController(spark, root).delete_records(T, {0: end + 1})
+    assert DeltaTable(location).version() == version
+    out = CliRunner().invoke(cli, ["--root", root, "topics", "delete-records", "--topic", T, "--partition", "0",
+                                   "--before-offset", str(end + 1)])
+    assert out.exit_code == 1 and "past the log end" in out.output
+    out = CliRunner().invoke(cli, ["--root", root, "topics", "alter", "--topic", T, "--config", "retention.ms=soon"])
+    assert out.exit_code == 1 and "whole number" in out.output
+    assert DeltaTable(location).version() == version
+
+
+def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(spark, root):
+    produce_batches(spark, root, 4)
+    sink = f"{root}/sink"
+    member = GroupConsumer(spark, root, T, "lag", ConsumerSettings(max_records_per_batch=10))
+    assert member.run(sink_path=sink, max_records=10, idle_timeout_s=1).records == 10
+    at = member.positions
+    cut = TopicAdmin(spark, root).log(T).log_end_offsets()[0] - 5
+    TopicController(spark, root).delete_records(T, {0: cut})
+    again = GroupConsumer(spark, root, T, "lag")
+    again.run(sink_path=sink, idle_timeout_s=2)
+    expired = again.member.tables.offsets.expired_ranges("lag")
+    assert [(r.partition, r.first, r.end) for r in expired] == [(0, at.get(0, 0), cut)], \
+        "the records below the log start the group had not read, reported once"
+    sunk = DeltaTable(sink).to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+    got = sorted(r["offset"] for r in sunk if r["partition"] == 0)
+    assert got == sorted(set(range(at.get(0, 0))) | set(range(cut, cut + 5))), "nothing below the cut after it"
+    assert run_audit(spark, root, T, sink).passed, "the audit counts the expired records, nothing is missing"
+
+
+def test_the_tick_applies_retention_by_size_and_time(spark, root):
+    produce_batches(spark, root, 5)
+    ctl = TopicController(spark, root)
+    ctl.alter_config(T, ["retention.bytes=1", "segment.bytes=1024"])  # keep at least one byte: the newest file
+    (tick,) = ctl.tick(T)
+    location = TopicAdmin(spark, root).get(T).location
+    for p in (0, 1):
+        assert len(files_of(location, p)) == 1, "only the newest file stays (the rest deleted, nothing merged)"
+    assert sorted(c.partition for c in tick.log_starts) == [0, 1]
+    ctl.alter_config(T, ["retention.ms=0"], ["retention.bytes"])
+    (tick,) = ctl.tick(T)
+    snap = TopicAdmin(spark, root).log(T).snapshot()
+    assert snap.earliest_offsets() == snap.log_ends, "everything older than 0 ms is gone: log start = log end"
+    assert files_of(location, 0) == [] and files_of(location, 1) == []
+    reasons = [r["reason"] for r in control_rows(root, "record_deletions")]
+    assert reasons == ["retention"] * 4
+    d = json.loads(CliRunner().invoke(cli, ["--root", root, "topics", "describe", "--topic", T, "--json"]).output)
+    assert d["config"]["retention.ms"] == "0" and d["config"]["retention.bytes"] == "-1"
+
+
+def test_compaction_merges_small_files_and_changes_no_record(spark, root):
+    produce_batches(spark, root, 6)
+    location = TopicAdmin(spark, root).get(T).location
+    rows_before = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in log_rows(root, T))
+    feed_before = pa.table(DeltaTable(location).load_cdf(starting_version=0).read_all()).num_rows
+    results = TopicController(spark, root).compact(T)
+    assert [(c.partition, c.files_before, c.files_after) for c in results] == [(0, 6, 1), (1, 6, 1)]
+    assert sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in log_rows(root, T)) == rows_before
+    assert pa.table(DeltaTable(location).load_cdf(starting_version=0).read_all()).num_rows == feed_before, \
+        "a compaction commit adds nothing to the change feed"
+    history = DeltaTable(location).history(2)
+    assert [h["operation"] for h in history][:2] == ["OPTIMIZE", "OPTIMIZE"]
+    offsets = [r["offset"] for r in DeltaTable(location).to_pyarrow_table().to_pylist() if r["partition"] == 0]
+    assert offsets == sorted(offsets), "the merged file is in offset order"
+    assert TopicController(spark, root).compact(T) == [], "nothing left to merge"

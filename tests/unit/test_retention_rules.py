@@ -1,0 +1,68 @@
+"""The pure rules of retention and compaction (``log_store.log_files``) and topic configs."""
+
+import pytest
+
+from control_plane.topic_config import TopicConfig, changed, latest_config, parse_pairs
+from log_store.errors import InvalidConfigurationError
+from log_store.log_files import DataFile, compaction_runs, retention_start
+
+
+def files(*spans, size=100, ts=None):
+    """Files of partition 0 over consecutive offset spans (first, last), timestamps ``ts[i]`` ms."""
+    return [DataFile(path=f"f{i}", partition=0, size=size, records=b - a + 1, first=a, last=b,
+                     max_timestamp_ms=None if ts is None else ts[i]) for i, (a, b) in enumerate(spans)]
+
+
+def test_retention_by_time_deletes_the_oldest_whole_files_and_stops_at_the_first_young_one():
+    fs = files((0, 9), (10, 19), (20, 29), (30, 39), ts=[1_000, 2_000, 9_000, 3_000])
+    # older than 5 s at now=10 s: the first two, and the fourth is old but stays behind a young one
+    assert retention_start(fs, 0, 40, now_ms=10_000, retention_ms=5_000, retention_bytes=None) == 20
+    assert retention_start(fs, 0, 40, now_ms=10_000, retention_ms=-1, retention_bytes=None) == 0
+    assert retention_start(fs, 25, 40, now_ms=10_000, retention_ms=5_000, retention_bytes=None) == 25, \
+        "never lowers the log start"
+    assert retention_start(fs, 0, 40, now_ms=100_000, retention_ms=1, retention_bytes=None) == 40, "all gone: log end"
+
+
+def test_retention_by_size_keeps_at_least_the_limit():
+    fs = files((0, 9), (10, 19), (20, 29), (30, 39), size=100)
+    assert retention_start(fs, 0, 40, now_ms=0, retention_ms=None, retention_bytes=250) == 10  # 300 stay
+    assert retention_start(fs, 0, 40, now_ms=0, retention_ms=None, retention_bytes=200) == 20
+    assert retention_start(fs, 0, 40, now_ms=0, retention_ms=None, retention_bytes=0) == 40
+    assert retention_start(fs, 15, 40, now_ms=0, retention_ms=None, retention_bytes=250) == 15, \
+        "the file holding the log start counts as kept"
+
+
+def test_a_file_without_timestamps_is_never_expired_by_time():
+    fs = files((0, 9), (10, 19), ts=[None, 1])
+    assert retention_start(fs, 0, 20, now_ms=10_000, retention_ms=1, retention_bytes=None) == 0
+
+
+def test_compaction_runs_are_consecutive_small_files_up_to_the_target():
+    fs = files((0, 9), (10, 19), (20, 29), (30, 39), (40, 49), size=100)
+    assert [[f.first for f in run] for run in compaction_runs(fs, 250)] == [[0, 10], [20, 30]]
+    assert [[f.first for f in run] for run in compaction_runs(fs, 1_000)] == [[0, 10, 20, 30, 40]]
+    assert compaction_runs(fs, 100) == [], "files at the target size are not small"
+    assert [[f.first for f in run] for run in compaction_runs(fs, 1_000, below=30)] == [[0, 10, 20]]
+
+
+def test_compaction_never_joins_files_across_a_gap_or_a_file_with_holes():
+    fs = files((0, 9), (10, 19), (25, 29), (30, 39))  # 20..24 in no file (a deleted range)
+    assert [[f.first for f in run] for run in compaction_runs(fs, 1_000)] == [[0, 10], [25, 30]]
+    holey = [DataFile(path="h", partition=0, size=10, records=5, first=40, last=49)]
+    assert compaction_runs(files((30, 39)) + holey, 1_000) == []
+
+
+def test_topic_configs_are_checked_and_versioned():
+    assert parse_pairs(["retention.ms=604800000", "retention.bytes=-1"]) == {"retention.ms": "604800000",
+                                                                             "retention.bytes": "-1"}
+    for bad, says in [("retention.ms=abc", "whole number"), ("retention.ms=-2", "from -1"), ("nope=1", "unknown"),
+                      ("retention.ms", "KEY=VALUE"), ("cleanup.policy=compact", "delete only"),
+                      ("segment.bytes=10", "from 1024")]:
+        with pytest.raises(InvalidConfigurationError, match=says):
+            parse_pairs([bad])
+    assert changed({"retention.ms": "5"}, {"retention.bytes": "7"}, ["retention.ms"]) == {"retention.bytes": "7"}
+    rows = [{"location": "a", "config_version": 1, "config": {"retention.ms": "5"}},
+            {"location": "a", "config_version": 2, "config": [("retention.ms", "9")]},
+            {"location": "b", "config_version": 3, "config": {"retention.ms": "1"}}]
+    assert latest_config(rows, "a") == (2, {"retention.ms": "9"})
+    assert TopicConfig.of({"retention.ms": "9"}).retention_ms == 9 and TopicConfig().retention_ms == -1
