@@ -244,3 +244,27 @@ def test_a_read_starts_at_a_time_and_a_pattern_picks_topics(lakelog, root):
     with pytest.raises(Exception, match="has no record at or after"):
         lakelog.read.format("lakelog").option("subscribe", "shop.b") \
             .option("startingTimestamp", str(middle + 3_600_000)).load().collect()
+
+
+def test_records_deleted_below_a_stream_follow_fail_on_data_loss_and_earliest_starts_at_the_log_start(
+        lakelog, root, tmp_path):
+    """delete-records raises partition 0's log start past where a stream stood: failOnDataLoss
+    (the default) stops it naming the records; false skips them with a group's expiry report; a
+    new read from earliest starts at the log start."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    options = {"subscribe": T, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1"}
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, **options)  # an empty topic: the stream stands at 0
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 80, keys=17))
+    end = sum(1 for r in log_rows(root, T) if r["partition"] == 0)
+    TopicController(lakelog, root).delete_records(T, {0: end - 3})
+    with pytest.raises(Exception) as err:
+        stream_to(lakelog, sink, ck, **options)
+    assert f"partition 0 offsets 0-{end - 4}" in str(err.value) and "failOnDataLoss" in str(err.value)
+    lenient = {**options, "failOnDataLoss": "false", "group": "lenient", "maxOffsetsPerTrigger": "1000"}
+    stream_to(lakelog, sink, ck, **lenient)
+    delivered = [r for _v, rows in sink_batches(sink) for r in rows]
+    assert sorted(r["offset"] for r in delivered if r["partition"] == 0) == [end - 3, end - 2, end - 1]
+    assert GroupOffsets(lakelog, root).expired("lenient", T) == {(0, end - 3)}
+    fresh = lakelog.read.format("lakelog").option("subscribe", T).load()
+    assert fresh.where("partition = 0").agg({"offset": "min"}).first()[0] == end - 3
