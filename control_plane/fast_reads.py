@@ -22,14 +22,16 @@ from log_store.log_metadata import LogSnapshot
 
 
 class FastTopicReader:
-    """Read-only topic views of one root, JVM-free."""
+    """Read-only topic views of one root, JVM-free. ``storage``: delta-rs storage options for a
+    root in an object store (``rs_reader``)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, storage: rs_reader.Storage = None) -> None:
         self.layout = RootLayout(root)
+        self.storage = storage
 
     def images(self) -> dict[str, TopicImage]:
         records: dict[str, list[TopicRecord]] = {}
-        for row in rs_reader.rows(self.layout.control("topics")):
+        for row in rs_reader.rows(self.layout.control("topics"), storage=self.storage):
             record = TopicRecord.model_validate(row)
             records.setdefault(record.topic, []).append(record)
         return {t: TopicImage(t, rs) for t, rs in records.items()}
@@ -49,7 +51,7 @@ class FastTopicReader:
     def _log_snapshot(self, topic: str) -> tuple[TopicRecord, tuple[LogSnapshot, str]]:
         image = self.images().get(topic)
         record = live_record(image.latest if image else None, topic, self.layout.root)
-        return record, rs_reader.log_snapshot(record.location)
+        return record, rs_reader.log_snapshot(record.location, storage=self.storage)
 
 
 class FastGroupReader:

@@ -87,7 +87,8 @@ class OffsetCheckError(LakelogError):
 
 
 class StorageError(LakelogError):
-    """The root cannot be read or written (permissions, missing mount)."""
+    """The root cannot be read or written (permissions, missing mount, an object store's endpoint,
+    bucket or credentials)."""
 
 
 class InvalidPartitionsError(InvalidConfigurationError):

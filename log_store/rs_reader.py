@@ -4,42 +4,102 @@ A command such as ``topics list`` needs a few small reads; starting Spark's JVM 
 longer than the reads. delta-rs reads the same tables: rows, table properties, set-transaction
 versions (the log ends) and the table id. Only reads: every write stays with Spark and Delta's
 own transactions.
+
+delta-rs reads object stores itself (``s3://``, ``s3a://``, ``gs://``, ``abfss://``, ...), with
+credentials from the environment (``AWS_*``, ``AZURE_*``, ``GOOGLE_*``) or from ``storage``:
+delta-rs storage options, passed to every read of a table. They do not apply to local paths.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import TableNotFoundError
 
+from log_store.errors import StorageError
 from log_store.files import is_remote
 from log_store.names import log_end_app_id, log_start_app_id
 from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end, log_starts
 
 
-def exists(path: str) -> bool:
+Storage = Mapping[str, str] | None
+# Object stores delta-rs reads (the Hadoop spelling s3a:// included); dbfs:/ is not one of them.
+SCHEMES = ("s3", "s3a", "gs", "abfs", "abfss", "az", "azure")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@contextmanager
+def _remote_errors(path: str) -> Iterator[None]:
+    """A remote read that fails (endpoint, bucket, credentials) as a ``StorageError`` naming the
+    table; delta-rs's own message follows on one line."""
+    if not is_remote(path):
+        yield
+        return
+    try:
+        yield
+    except TableNotFoundError:
+        raise
+    except Exception as exc:
+        cause = ": ".join(line.strip(" ↳") for line in _ANSI.sub("", str(exc)).splitlines() if line.strip(" ↳"))
+        raise StorageError(
+            f"cannot read the Delta table at {path} with delta-rs: {cause[:600]}; check the store's endpoint, "
+            "bucket and credentials (delta-rs takes them from the environment, AWS_*, AZURE_* or GOOGLE_*, "
+            "or from storage options)") from None
+
+
+def _open(path: str, version: int | None = None, storage: Storage = None) -> DeltaTable | None:
+    """The table at ``path`` as of ``version`` (default: the latest); None if there is none."""
+    if not is_remote(path):
+        return DeltaTable(path, version=version) if Path(path, "_delta_log").is_dir() else None
+    with _remote_errors(path):
+        try:
+            return DeltaTable(path, version=version, storage_options=dict(storage) if storage else None)
+        except TableNotFoundError:
+            return None
+
+
+def _table(path: str, version: int | None = None, storage: Storage = None) -> DeltaTable:
+    """The table at ``path``, which must exist."""
+    if not is_remote(path):
+        return DeltaTable(path, version=version)
+    table = _open(path, version, storage)
+    if table is None:
+        raise StorageError(f"no Delta table at {path}{'' if version is None else f' (version {version})'}")
+    return table
+
+
+def exists(path: str, storage: Storage = None) -> bool:
     if is_remote(path):
-        return DeltaTable.is_deltatable(path)
+        return _open(path, storage=storage) is not None
     return Path(path, "_delta_log").is_dir()
 
 
-def rows(path: str, version: int | None = None) -> list[dict]:
+def rows(path: str, version: int | None = None, storage: Storage = None) -> list[dict]:
     """Every row of the table at ``path`` (none if there is no table), as of ``version`` (default:
     the latest). Maps come as lists of (key, value) pairs, as Arrow has them."""
-    if not exists(path):
+    table = _open(path, version, storage)
+    if table is None:
         return []
     # Through delta-rs's query engine, not to_pyarrow_table(): with deltalake 1.6.6 and pyarrow 17
     # a process that scanned a pyarrow dataset aborts at exit about half the time ("terminate
     # called without an active exception", exit 134), which would fail a read command.
-    return arrow(path, version).to_pylist()
+    return _scan(path, table, "SELECT * FROM t").to_pylist()
 
 
-def arrow(path: str, version: int | None = None) -> pa.Table:
+def arrow(path: str, version: int | None = None, storage: Storage = None) -> pa.Table:
     """The rows of the table at ``path`` (as of ``version``, default the latest) as an Arrow table."""
-    reader = QueryBuilder().register("t", DeltaTable(path, version=version)).execute("SELECT * FROM t")
-    return pa.table(reader.read_all())
+    return _scan(path, _table(path, version, storage), "SELECT * FROM t")
+
+
+def _scan(path: str, table: DeltaTable, sql: str) -> pa.Table:
+    with _remote_errors(path):
+        return pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
 
 
 class FastReadUnavailable(Exception):
@@ -47,17 +107,19 @@ class FastReadUnavailable(Exception):
     changed in place): the caller reads with Spark instead."""
 
 
-def version(path: str) -> int:
+def version(path: str, storage: Storage = None) -> int:
     """The table's latest version (-1 if there is no table)."""
-    return DeltaTable(path).version() if exists(path) else -1
+    table = _open(path, storage=storage)
+    return -1 if table is None else table.version()
 
 
-def row_tracked(path: str) -> bool:
+def row_tracked(path: str, storage: Storage = None) -> bool:
     """Whether the table at ``path`` tracks rows (``delta.enableRowTracking``)."""
-    return exists(path) and DeltaTable(path).metadata().configuration.get("delta.enableRowTracking") == "true"
+    table = _open(path, storage=storage)
+    return table is not None and table.metadata().configuration.get("delta.enableRowTracking") == "true"
 
 
-def rows_in_commit_order(path: str, label: str = "commit_order") -> list[dict]:
+def rows_in_commit_order(path: str, label: str = "commit_order", storage: Storage = None) -> list[dict]:
     """Every row of an append-only table with ``_order``: its place in commit order.
 
     A table whose rows carry a ``label`` column (control_plane.tables explains it) is ordered by
@@ -67,12 +129,12 @@ def rows_in_commit_order(path: str, label: str = "commit_order") -> list[dict]:
     feed since version 0, so it needs every commit file: when old ones were cleaned up (log
     retention), or a row was ever changed in place, FastReadUnavailable.
     """
-    if not exists(path):
+    if not exists(path, storage):
         return []
-    if not row_tracked(path):
-        return [{**r, "_order": r[label]} for r in rows(path)]
+    if not row_tracked(path, storage):
+        return [{**r, "_order": r[label]} for r in rows(path, storage=storage)]
     try:
-        feed = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
+        feed = pa.table(_table(path, storage=storage).load_cdf(starting_version=0).read_all())
     except Exception as exc:  # delta-rs raises several kinds for missing commit files
         raise FastReadUnavailable(f"the change feed of {path} is not complete: {exc}") from None
     out = []
@@ -102,10 +164,10 @@ def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[i
     return found
 
 
-def log_snapshot(path: str, version: int | None = None) -> tuple[LogSnapshot, str]:
+def log_snapshot(path: str, version: int | None = None, storage: Storage = None) -> tuple[LogSnapshot, str]:
     """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its
     table id, as of ``version`` (default: the latest)."""
-    table = DeltaTable(path, version=version)
+    table = _table(path, version, storage)
     meta = table.metadata()
     conf = dict(meta.configuration)
     check_set_transactions_kept(conf, path)
@@ -124,34 +186,36 @@ def log_snapshot(path: str, version: int | None = None) -> tuple[LogSnapshot, st
     return snap, meta.id
 
 
-def _query(path: str, version: int | None, sql: str) -> pa.Table:
-    reader = QueryBuilder().register("t", DeltaTable(path, version=version)).execute(sql)
-    return pa.table(reader.read_all())
+def _query(path: str, version: int | None, sql: str, storage: Storage = None) -> pa.Table:
+    return _scan(path, _table(path, version, storage), sql)
 
 
-def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | None = None) -> int:
+def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | None = None,
+                         storage: Storage = None) -> int:
     """As ``TopicLog.last_offset_of_epoch``: the largest offset of ``partition`` with
     ``leader_epoch <= epoch`` in the log at ``path``; -1 if none (rule 3)."""
     out = _query(path, version, f'SELECT max("offset") AS o FROM t WHERE "partition" = {int(partition)} '
-                                f"AND leader_epoch <= {int(epoch)}")
+                                f"AND leader_epoch <= {int(epoch)}", storage)
     value = out.column("o")[0].as_py() if out.num_rows else None
     return -1 if value is None else int(value)
 
 
-def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str]) -> pa.Table:
+def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str],
+                  storage: Storage = None) -> pa.Table:
     """The records with offsets in [start, end) of each (partition, start, end) in ``spans``, by
     partition and offset, as of the log's ``version``: ``columns`` of the record schema. Files of
     other partitions or outside the ranges are skipped by partition values and offset statistics."""
     names = ", ".join(f'"{c}"' for c in columns)
     where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})' for p, s, e in spans)
-    return _query(path, version, f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"')
+    return _query(path, version, f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"', storage)
 
 
-def first_offset_at(path: str, version: int, partition: int, start: int, timestamp_ms: int) -> int | None:
+def first_offset_at(path: str, version: int, partition: int, start: int, timestamp_ms: int,
+                    storage: Storage = None) -> int | None:
     """The first offset at or after ``start`` of ``partition`` whose record's timestamp is at or
     after ``timestamp_ms`` (epoch milliseconds), as of the log's ``version``; None if there is none."""
     out = _query(path, version, f'SELECT min("offset") AS o FROM t WHERE "partition" = {int(partition)} '
                                 f'AND "offset" >= {int(start)} '
-                                f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})")
+                                f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})", storage)
     value = out.column("o")[0].as_py() if out.num_rows else None
     return None if value is None else int(value)

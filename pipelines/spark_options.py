@@ -8,6 +8,10 @@ A problem raises ``InvalidConfigurationError`` naming the option in Spark's spel
 write instead. Of the ways to say where a read starts the first given wins, as in Spark:
 ``startingTimestamp``, ``startingOffsetsByTimestamp``, ``startingOffsets``; unlike Spark, a
 malformed value of a losing option is still an error.
+
+Options named ``storage.<key>`` are delta-rs storage options for a root in an object store
+(``storage.aws_endpoint_url``, ``storage.azure_storage_account_key``, ...), passed through as
+Kafka's source passes ``kafka.*`` to its consumer.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from log_store.errors import InvalidConfigurationError
 
@@ -32,6 +36,8 @@ SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN = "subscribe", "subscribePattern", "assign"
 STARTING_OFFSETS, ENDING_OFFSETS = "startingOffsets", "endingOffsets"
 STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP = "startingTimestamp", "startingOffsetsByTimestamp"
 FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER, INCLUDE_HEADERS = "failOnDataLoss", "maxOffsetsPerTrigger", "includeHeaders"
+# storage.<key>: a delta-rs storage option (credentials, endpoint) for a root in an object store.
+STORAGE_PREFIX = "storage."
 # Spark may hand a streaming query's checkpoint to the data source with the other options; it is
 # Spark's own, so both parsers accept it and leave it alone.
 CHECKPOINT_LOCATION = "checkpointLocation"
@@ -100,6 +106,7 @@ class SourceOptions(_Frozen):
     max_offsets_per_trigger: int | None = None
     include_headers: bool = False
     group: str | None = None
+    storage: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets: kept out of repr
 
     @property
     def strategy(self) -> str:
@@ -116,6 +123,7 @@ class SinkOptions(_Frozen):
     root: str | None = None
     topic: str | None = None
     producer_id: str | None = None
+    storage: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
 # -- parsing the option map ----------------------------------------------------------------------
@@ -134,7 +142,7 @@ def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, p
             raise InvalidConfigurationError(
                 f"option '{key}': lakelog is not a Kafka broker, so kafka.* options do not apply: "
                 "use root (.option('root', PATH_OR_URI)) to say which lakelog to use")
-        if lower in _IGNORED:
+        if lower in _IGNORED or lower.startswith(STORAGE_PREFIX):
             continue
         if lower not in canonical:
             unknown.append(str(key))
@@ -151,7 +159,28 @@ def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, p
         names = ", ".join(f"'{k}'" for k in sorted(unknown))
         raise InvalidConfigurationError(
             f"unknown option(s) {names} for the lakelog {what}: the known options are "
-            f"{', '.join(known)} (Spark's {CHECKPOINT_LOCATION} is accepted and ignored)")
+            f"{', '.join(known)}, and {STORAGE_PREFIX}<key> for a remote root's storage options "
+            f"(Spark's {CHECKPOINT_LOCATION} is accepted and ignored)")
+    return found
+
+
+def _storage(options: Mapping[str, object]) -> dict[str, str]:
+    """The ``storage.<key>`` options as delta-rs storage options: keys lower-cased (as PySpark
+    passes them; delta-rs takes either case), values as given."""
+    found: dict[str, str] = {}
+    for key, value in options.items():
+        lower = str(key).lower()
+        if not lower.startswith(STORAGE_PREFIX):
+            continue
+        name = lower[len(STORAGE_PREFIX):].strip()
+        if not name:
+            raise InvalidConfigurationError(
+                f"option '{key}' names no storage option: write storage.<key>, e.g. storage.aws_endpoint_url")
+        if name in found:
+            raise InvalidConfigurationError(f"storage option '{name}' is given twice: give it once")
+        if value is None:
+            raise InvalidConfigurationError(f"{key}: no value given; give one or leave the option out")
+        found[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return found
 
 
@@ -428,6 +457,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         max_offsets_per_trigger=max_offsets,
         include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,
         group=_nonempty(GROUP, given[GROUP], "a consumer group name") if GROUP in given else None,
+        storage=_storage(options),
     )
 
 
@@ -442,6 +472,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         if TOPIC in given else None,
         producer_id=_nonempty(PRODUCER_ID, given[PRODUCER_ID], "an idempotent producer id")
         if PRODUCER_ID in given else None,
+        storage=_storage(options),
     )
 
 

@@ -2,6 +2,10 @@
 topics and partitions a read covers, where it starts, and where each micro-batch of a stream
 ends under the resize gates. Reads the root with delta-rs only: it runs in a Python worker that
 has no Spark session (a session is attached only to commit a group's positions).
+
+A root may be local or in an object store delta-rs reads (``rs_reader.SCHEMES``). The read's
+``storage.*`` options travel in the planner and in every task's ``RangePartition``, so the
+driver's plans and the executors' reads open the store alike.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pyspark.sql.datasource import InputPartition
 from control_plane.fast_reads import FastTopicReader
 from control_plane.group.offsets import unreported_expiry
 from control_plane.image import TopicImage
-from control_plane.records import ExpiredRange
+from control_plane.records import ExpiredRange, TopicRecord
 from control_plane.topics import live_record
 from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError, LakelogError
@@ -34,19 +38,37 @@ class DataLossError(LakelogError):
     """Records a read was to deliver are gone (a partition retired before it read them)."""
 
 
-def resolve_root(given: str | None, default: str | None) -> str:
+def resolve_root(given: str | None, default: str | None, writing: bool = False) -> str:
     """The root a read or write uses: the ``root`` option, else the one registered as default.
-    A local path is made absolute here, on the driver: Spark's workers may run elsewhere."""
+    A local path is made absolute here, on the driver: Spark's workers may run elsewhere. A URI
+    must name an object store delta-rs reads: both sides of a read open the root with it. Writes
+    take local roots only: their commit goes through Spark's Delta writer, whose file system for
+    an object store is the cluster's (hadoop-aws and its settings), which this release does not
+    set up or test."""
     root = given or default
     if not root:
         raise InvalidConfigurationError(
             f"no lakelog root: give .option('{ROOT}', PATH_OR_URI), or register the source with a default "
             "root (pipelines.spark_source.register(spark, root))")
-    if is_remote(root):
+    if not is_remote(root):
+        return str(local_path(root))
+    if writing:
         raise InvalidConfigurationError(
-            f"root {root!r}: format('lakelog') reads through delta-rs and takes local roots in this release; "
-            "read a remote root with GroupConsumer or Consumer")
-    return str(local_path(root))
+            f"root {root!r}: format('lakelog') writes to local roots only in this release: a write stages its "
+            "rows under the root and commits them through Spark's Delta writer, which for a remote root needs "
+            "the cluster's Hadoop file system for it (s3a and its credentials); produce with "
+            "pipelines.producer.Producer in a Spark session configured for the store")
+    scheme = root.split(":", 1)[0].lower()
+    if scheme == "dbfs":
+        raise InvalidConfigurationError(
+            f"root {root!r}: format('lakelog') reads with delta-rs, which cannot open Databricks' dbfs:/ paths; "
+            "give the object store URI the path is mounted from (s3://, abfss://, gs://) or the local "
+            "/dbfs/... path of the same folder")
+    if scheme not in rs_reader.SCHEMES:
+        raise InvalidConfigurationError(
+            f"root {root!r}: format('lakelog') reads with delta-rs, which does not open {scheme}:// here; "
+            f"give a local path or a URI with one of {', '.join(s + '://' for s in rs_reader.SCHEMES)}")
+    return root.rstrip("/")
 
 
 # -- JVM-free reads for the gate ------------------------------------------------------------------
@@ -54,17 +76,17 @@ class _TopicReads:
     """One topic's history and log as the gate reads them (``gating.TopicHistory`` and
     ``gating.EpochLog``), through delta-rs."""
 
-    def __init__(self, image: TopicImage, location: str) -> None:
-        self._image, self.location = image, location
+    def __init__(self, image: TopicImage, location: str, storage: rs_reader.Storage) -> None:
+        self._image, self.location, self.storage = image, location, storage
 
     def image(self, topic: str) -> TopicImage:
         return self._image
 
     def snapshot(self) -> LogSnapshot:
-        return rs_reader.log_snapshot(self.location)[0]
+        return rs_reader.log_snapshot(self.location, storage=self.storage)[0]
 
     def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
-        return rs_reader.last_offset_of_epoch(self.location, partition, epoch)
+        return rs_reader.last_offset_of_epoch(self.location, partition, epoch, storage=self.storage)
 
 
 class _OwnPositions:
@@ -91,8 +113,16 @@ class Planner:
     """What a read covers, and where each batch of a stream ends. Reads the root with delta-rs."""
 
     def __init__(self, root: str, opts: SourceOptions, gateway: str | None = None) -> None:
+        if opts.group and is_remote(root):
+            raise InvalidConfigurationError(
+                f"the group option on remote root {root!r}: a group's positions are committed through Spark's "
+                "Delta writer, which for a remote root needs the cluster's Hadoop file system for it (s3a and "
+                "its credentials), and format('lakelog') writes to local roots only in this release; drop the "
+                "group option (the query's checkpoint keeps the stream's positions), or consume the topic "
+                "with GroupConsumer")
         self.root, self.opts, self.gateway = root, opts, gateway
-        self.reader = FastTopicReader(root)
+        self.storage = opts.storage or None
+        self.reader = FastTopicReader(root, self.storage)
         self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
         self.skipped: dict[tuple[str, int, int], ExpiredRange] = {}  # lost records a group has yet to report
         self._published: dict | None = None  # the positions last committed to the group
@@ -104,18 +134,28 @@ class Planner:
         live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
         out = {}
         for topic in resolve_topics(self.opts, live):
-            record = live_record(images[topic].latest, topic, self.root)
-            self._locations[topic] = record.location
-            out[topic] = (images[topic], rs_reader.log_snapshot(record.location)[0])
+            self._locations[topic] = self._log_location(live_record(images[topic].latest, topic, self.root))
+            out[topic] = (images[topic], rs_reader.log_snapshot(self._locations[topic], storage=self.storage)[0])
         return out
 
     def location(self, topic: str) -> str:
         """Where ``topic``'s log is (as the last ``topics()`` read it: a topic deleted and created
         again gets a new log, which the next plan reads)."""
         if topic not in self._locations:
-            self._locations[topic] = live_record(self.reader.images().get(topic, TopicImage(topic, [])).latest,
-                                                 topic, self.root).location
+            self._locations[topic] = self._log_location(
+                live_record(self.reader.images().get(topic, TopicImage(topic, [])).latest, topic, self.root))
         return self._locations[topic]
+
+    def _log_location(self, record: TopicRecord) -> str:
+        """The log's location as the control plane records it (absolute). Under a remote root a
+        local location means the control tables were copied from elsewhere: refused, since it
+        would read another root's log (or no log, on an executor)."""
+        if is_remote(self.root) and not is_remote(record.location):
+            raise InvalidConfigurationError(
+                f"topic '{record.topic}' under {self.root} records its log at the local path {record.location}: "
+                "the control tables were made under another root (locations are absolute); read the root "
+                "where they were made")
+        return record.location
 
     def covered(self, topic: str, snap: LogSnapshot) -> list[int]:
         """The readable partitions of ``topic`` the read covers."""
@@ -144,7 +184,8 @@ class Planner:
             out[topic] = {}
             for p, ts in per_partition.items():
                 lo, hi = bounds[topic][p]
-                found = rs_reader.first_offset_at(location, snap.version, p, lo, ts) if hi > lo else None
+                found = (rs_reader.first_offset_at(location, snap.version, p, lo, ts, storage=self.storage)
+                         if hi > lo else None)
                 if found is None:
                     raise InvalidConfigurationError(
                         f"{_timestamp_option(spec)}: topic '{topic}' partition {p} has no record at or after "
@@ -218,7 +259,7 @@ class Planner:
     def _gate(self, topic: str, image: TopicImage) -> tuple[OffsetGate, _OwnPositions]:
         """One gate per topic for the stream's life (thresholds, once fixed, are cached); its
         history is refreshed on every plan."""
-        reads = _TopicReads(image, self.location(topic))
+        reads = _TopicReads(image, self.location(topic), self.storage)
         if topic not in self._gates:
             own = _OwnPositions()
             self._gates[topic] = (OffsetGate(reads, reads, topic, f"stream on {topic}", own), own)
@@ -234,7 +275,7 @@ class Planner:
         for topic, ends in end.get("topics", {}).items():
             version = end["versions"][topic]
             location = self.location(topic)
-            snap = rs_reader.log_snapshot(location, version)[0]
+            snap = rs_reader.log_snapshot(location, version, self.storage)[0]
             begun = start.get("topics", {}).get(topic, {})
             spans = []
             for p_text, stop in ends.items():
@@ -243,7 +284,7 @@ class Planner:
                 s = max(int(begun.get(p_text, first)), first)
                 if stop > s:
                     spans.append((p, s, stop))
-            out += [RangePartition(topic, location, version, group) for group in pack(spans)]
+            out += [RangePartition(topic, location, version, group, self.storage) for group in pack(spans)]
         return out
 
 
@@ -274,8 +315,12 @@ def _timestamp_option(spec: TimestampSpec) -> str:
 
 
 class RangePartition(InputPartition):
-    """One task's reading: records [start, end) of some partitions of one topic, at one log version."""
+    """One task's reading: records [start, end) of some partitions of one topic, at one log version.
+    ``storage``: the read's delta-rs storage options, which the executor needs to open the log
+    (they are not part of the partition's value, which Spark may show)."""
 
-    def __init__(self, topic: str, location: str, version: int, spans: list[tuple[int, int, int]]) -> None:
+    def __init__(self, topic: str, location: str, version: int, spans: list[tuple[int, int, int]],
+                 storage: rs_reader.Storage = None) -> None:
         super().__init__((topic, spans))
         self.topic, self.location, self.version, self.spans = topic, location, version, spans
+        self.storage = storage

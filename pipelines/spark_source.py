@@ -58,7 +58,7 @@ def source_schema(include_headers: bool) -> str:
 def read_range(part: RangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of ``part`` as Arrow batches in the source's columns, by partition and offset."""
     columns = ["key", "value", "partition", "offset", "timestamp", "leader_epoch", *(["headers"] if include_headers else [])]
-    table = rs_reader.offset_ranges(part.location, part.version, part.spans, columns)
+    table = rs_reader.offset_ranges(part.location, part.version, part.spans, columns, part.storage)
     expected = sum(e - s for _p, s, e in part.spans)
     if table.num_rows != expected:
         named = ", ".join(f"partition {p} offsets {s}-{e - 1}" for p, s, e in part.spans)
@@ -193,7 +193,7 @@ class LakelogDataSource(DataSource):
                 "a lakelog topic is a log: records are appended, never overwritten; use mode('append')")
         opts = parse_sink_options(dict(self.options))
         check_sink_schema(schema, opts)
-        root = resolve_root(opts.root, self.default_root)
+        root = resolve_root(opts.root, self.default_root, writing=True)
         if opts.topic:
             images = FastTopicReader(root).images()
             live_record(images[opts.topic].latest if opts.topic in images else None, opts.topic, root)

@@ -300,6 +300,53 @@ def test_checkpoint_location_is_accepted_and_ignored():
     assert parse_sink_options({"CHECKPOINTLOCATION": "/chk"}) == SinkOptions()
 
 
+def test_storage_options_pass_through_under_their_prefix():
+    s = batch(**{"storage.AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "storage.aws_secret_access_key": "hush",
+                 "Storage.Retry_Timeout": "5s"})
+    assert s.storage == {"aws_endpoint_url": "http://127.0.0.1:9000", "aws_secret_access_key": "hush",
+                         "retry_timeout": "5s"}, "keys lower-cased, as PySpark passes them"
+    assert "hush" not in repr(s), "secrets stay out of the options' repr"
+    assert batch().storage == {}
+    assert parse_sink_options({"storage.aws_region": "eu-west-1"}).storage == {"aws_region": "eu-west-1"}
+
+
+def test_bad_storage_options():
+    assert source_error({"subscribe": "orders", "storage.": "x"}).startswith(
+        "option 'storage.' names no storage option: write storage.<key>")
+    assert source_error({"subscribe": "orders", "storage.AWS_REGION": "a", "storage.aws_region": "b"}) == (
+        "storage option 'aws_region' is given twice: give it once")
+    assert "no value given" in source_error({"subscribe": "orders", "storage.aws_region": None})
+    assert "storage.<key> for a remote root's storage options" in source_error({"subscribe": "o", "x": "1"})
+
+
+# -- roots ---------------------------------------------------------------------------------------------
+def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
+    from pipelines.spark_planner import resolve_root
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_root("data/root", None) == str(tmp_path / "data" / "root"), "absolute, on the driver"
+    assert resolve_root(None, "file:/x/root") == "/x/root"
+    assert resolve_root("s3a://bucket/lakelog/", "/ignored") == "s3a://bucket/lakelog"
+    for uri in ("s3://b/r", "gs://b/r", "abfss://c@a.dfs.core.windows.net/r", "az://c/r"):
+        assert resolve_root(uri, None) == uri
+    with pytest.raises(InvalidConfigurationError, match="cannot open Databricks' dbfs:/ paths; give the object store URI"):
+        resolve_root("dbfs:/lakelog", None)
+    with pytest.raises(InvalidConfigurationError, match="does not open wasbs:// here; give a local path or a URI"):
+        resolve_root("wasbs://c@a.blob.core.windows.net/r", None)
+    with pytest.raises(InvalidConfigurationError, match="no lakelog root"):
+        resolve_root(None, None)
+
+
+def test_writes_and_a_group_take_local_roots_only(tmp_path):
+    from pipelines.spark_planner import Planner, resolve_root
+
+    assert resolve_root(str(tmp_path), None, writing=True) == str(tmp_path)
+    with pytest.raises(InvalidConfigurationError, match="writes to local roots only in this release"):
+        resolve_root("s3a://bucket/lakelog", None, writing=True)
+    with pytest.raises(InvalidConfigurationError, match="the group option on remote root 's3://b/r'"):
+        Planner("s3://b/r", stream(group="billing"))  # refused before anything is read
+
+
 # -- sink ----------------------------------------------------------------------------------------------
 def test_sink_options():
     assert parse_sink_options({}) == SinkOptions(root=None, topic=None, producer_id=None)
