@@ -178,7 +178,7 @@ def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerSte
         if rng.random() < 0.5:
             crash = rng.choice(CONTROLLER_CRASHES[kind]) if rng.random() < 0.3 else None
             steps.append(ControllerStep(at=round(rng.uniform(4, t), 1), kind=kind, pick=rng.randint(0, 7),
-                                        fraction=round(rng.uniform(0.2, 0.9), 2), bytes=rng.randint(2_000, 20_000),
+                                        fraction=round(rng.uniform(0.1, 0.5), 2), bytes=rng.randint(20_000, 60_000),
                                         crash_at=crash))
     return sorted(steps, key=lambda s: s.at)
 
