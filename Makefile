@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-control clean check-tools
+.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -63,6 +63,9 @@ bench-reads: setup
 
 bench-spark: setup
 	$(BIN)/python benchmarks/spark_format.py $(BENCH_ARGS)
+
+bench-soak: setup
+	$(BIN)/python benchmarks/soak.py $(BENCH_ARGS)
 
 bench-controller: setup
 	$(BIN)/python benchmarks/controller.py

@@ -84,7 +84,7 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
         lat.append(time.perf_counter() - t)
         raw_df = spark.createDataFrame([(k, v, part_of[k]) for k, v in batch], "key string, value string, partition int")
         t = time.perf_counter()
-        raw_df.write.format("delta").mode("append").partitionBy("partition").save(raw)
+        raw_df.coalesce(1).write.format("delta").mode("append").partitionBy("partition").save(raw)  # a file per partition
         raw_lat.append(time.perf_counter() - t)
         sent += n
         if (i + 1) % tick_every == 0:

@@ -232,6 +232,10 @@ class DeltaTransaction:
         parser = getattr(getattr(delta(self.spark).actions, "Action$"), "MODULE$")  # Scala's object Action
         return parser.fromJson(json.dumps(doc))
 
+    def file_count(self) -> int:
+        """How many data files the snapshot has (from Delta's checksum when it has one: no job)."""
+        return int(self.jtxn.snapshot().numOfFiles())
+
     def files(self) -> list[dict]:
         """Every data file of this transaction's snapshot, as Delta's add actions (path, size,
         partitionValues, stats as JSON text), *without* depending on them: a concurrent append

@@ -122,8 +122,11 @@ class LogMaintenance:
                 min_files: int = 2) -> list[Compaction]:
         """Merge small files of each partition with at least ``min_files`` of them in runs, one
         partition (one commit) at a time."""
+        txn = DeltaTransaction.start(self.spark, record.location)
+        if txn.file_count() < min_files:  # no partition can have enough: skip listing the files
+            return []
         snap = TopicLog(self.spark, record.location).snapshot()
-        files = partition_files(DeltaTransaction.start(self.spark, record.location))
+        files = partition_files(txn)
         out = []
         for p in sorted(files):
             pm = snap.metadata.partitions.get(p)

@@ -54,6 +54,7 @@ def test_new_roots_label_each_row_with_its_commit_version(spark, root):
     assert groups.member_states("g")["m1"].beat == 2
 
 
+@pytest.mark.slow  # 31 s: the upgrade path of roots made before the labels
 def test_a_root_made_before_the_labels_keeps_its_row_tracking_order(spark, root):
     """Rows written by an older lakelog have no label: their order is the commit version (row
     tracking), the writers' clocks saying otherwise; a commit by this lakelog adds the column
