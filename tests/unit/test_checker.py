@@ -256,3 +256,20 @@ def test_a_reorder_inside_one_groups_commits_of_a_shared_sink_is_found(clean):
     clean.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), sink="S", by="g")
     found = anomalies(clean.check(("g",), sinks={"g": "S"}))
     assert found.get("delivery_reorder") == 2 and "sink_duplicate" not in found
+
+
+def test_records_below_a_raised_log_start_are_owed_only_by_a_group_that_stood_below_it(clean):
+    """delete-records raised partition 1's log start to 2: a group that never stood there owes
+    nothing below it (it starts at the log start); one that committed position 0 there owes a
+    report of both records."""
+    from deltalake import Transaction
+
+    write_deltalake(str(clean.path / "topics/t"), pa.Table.from_pylist([], LOG), mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction("lakelog.log_start.1", 2)]))
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    found = clean.check()
+    assert anomalies(found) == {} and found.stats["deleted_before_read[g]"] == 2, found.summary()
+    clean.commit("g", "m2", 1, "commit", {1: 0})
+    assert anomalies(clean.check()) == {"expired_unreported": 2}
+    clean.commit("g", "m2", 1, "expired", {1: 0}, end=2)
+    assert anomalies(clean.check()) == {}
