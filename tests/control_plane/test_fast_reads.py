@@ -84,6 +84,7 @@ def _comparable(d) -> dict:
     return out
 
 
+@pytest.mark.slow  # 30 s, moved out to keep the default suite under 20 minutes (the topics' readers stay in it)
 def test_groups_list_and_describe_agree_answer_without_a_jvm_and_fall_back_to_spark(spark, root, monkeypatch):
     """Both group readers give the same answers through a group's life: a standalone reader, a
     member with generations and heartbeats, an expiry report, a reset, a deleted group, a

@@ -74,6 +74,7 @@ def keyed(spark, keys: list[str], start: int):
     return spark.createDataFrame([(k, str(start + i), start + i) for i, k in enumerate(keys)], "key string, value string, sequence long")
 
 
+@pytest.mark.slow  # 20 s, moved out to keep the default suite under 20 minutes; `drained` over spans is unit-tested
 def test_a_reused_partition_number_is_not_judged_drained_at_its_old_end(spark, root, tmp_path):
     """A long-lived consumer across shrink -> retire -> grow (reusing the number) -> shrink (issue
     9, item 3): the second mark's barrier waits for the partition's new end, not the old one, so
