@@ -121,6 +121,11 @@ def test_the_tick_applies_retention_by_size_and_time(spark, root):
     assert files_of(location, 0) == [] and files_of(location, 1) == []
     reasons = [r["reason"] for r in control_rows(root, "record_deletions")]
     assert reasons == ["retention"] * 4
+    out = CliRunner().invoke(cli, ["--root", root, "sql", "SELECT reason, count(*) AS n FROM record_deletions "
+                                   "GROUP BY reason", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output) == [{"reason": "retention", "n": 4}], out.output
+    out = CliRunner().invoke(cli, ["--root", root, "sql", "SELECT max(config_version) AS v FROM topic_configs", "--json"])
+    assert out.exit_code == 0 and json.loads(out.output) == [{"v": 2}], out.output
     d = json.loads(CliRunner().invoke(cli, ["--root", root, "topics", "describe", "--topic", T, "--json"]).output)
     assert d["config"]["retention.ms"] == "0" and d["config"]["retention.bytes"] == "-1"
 
