@@ -9,9 +9,9 @@ Both work in whole files and never touch a record's offset. The planning is pure
   start that agree. A file holding records on both sides stays; readers never read below the log
   start. The commit depends only on the log start ids it sets, so it never conflicts with an
   append (appends depend on log ends), and two racing raises of one partition conflict and retry.
-- **Compaction** merges runs of consecutive small files of one partition into one file sorted by
-  offset, in a commit that changes no data (``dataChange=false``: the change feed and streaming
-  readers skip it). Delta's OPTIMIZE bin-packs a partition's files by size, mixing old and new
+- **Compaction** merges runs of consecutive small files of a partition into one file sorted by
+  offset, several partitions' runs in one commit that changes no data (``dataChange=false``: the
+  change feed and streaming readers skip it). Delta's OPTIMIZE bin-packs a partition's files by size, mixing old and new
   offsets in one file; runs of consecutive offsets keep files that retention can delete whole and
   that reads skip by offset. The commit depends on nothing an append writes: an append racing it
   lands, and a racing removal of the same files (retention, another compaction) makes it retry.
@@ -24,7 +24,6 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
@@ -140,6 +139,20 @@ def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None 
     return runs
 
 
+def compaction_batch(candidates: dict[int, list[list[DataFile]]], target_bytes: int) -> list[int]:
+    """The partitions one compaction commit takes (``candidates``: each partition's runs): in
+    partition order while their runs add up to at most ``target_bytes``, and always the first."""
+    chosen: list[int] = []
+    size = 0
+    for p in sorted(candidates):
+        more = sum(f.size for run in candidates[p] for f in run)
+        if chosen and size + more > target_bytes:
+            break
+        chosen.append(p)
+        size += more
+    return chosen
+
+
 # -- commits -------------------------------------------------------------------------------------
 class LogStartChange(BaseModel):
     partition: int
@@ -202,35 +215,63 @@ class Compaction(BaseModel):
     version: int | None = None
 
 
-def compact_partition(spark: SparkSession, path: str, partition: int, target_bytes: int) -> Compaction:
-    """Merge ``partition``'s runs of small files (``compaction_runs``) in one commit that changes no data."""
+def compact_partitions(spark: SparkSession, path: str, target_bytes: int, partitions: list[int] | None = None,
+                       min_files: int = 2) -> list[Compaction]:
+    """Merge the runs of small files (``compaction_runs``) of every partition (or ``partitions``)
+    with at least ``min_files`` files in runs, in commits that change no data.
 
-    def attempt() -> Compaction:
-        txn = DeltaTransaction.start(spark, path)
-        files = partition_files(txn).get(partition, [])
-        meta = TopicLogMetadata.from_properties(txn.configuration())
-        pm = meta.partitions.get(partition)
-        end = log_end(txn.snapshot_app_versions(), partition, pm.start_offset if pm else 0)
-        runs = compaction_runs(files, target_bytes, below=end)
-        result = Compaction(partition=partition, files_before=len(files), files_after=len(files), records=0)
-        if not runs:
-            return result
-        log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
-        merged = 0
-        for run in runs:
-            first, end_offset = run[0].first, run[-1].last + 1
-            rows = (log.where((F.col("partition") == partition) & (F.col("offset") >= first) & (F.col("offset") < end_offset))
-                    .coalesce(1).sortWithinPartitions("offset"))
-            written = txn.write(rows, data_change=False)
-            count = sum(f.num_records or 0 for f in written)
-            if count != end_offset - first:
-                raise OffsetCheckError(f"compaction of partition {partition} offsets {first}..{end_offset - 1} read "
-                                       f"{count} records, not {end_offset - first}; nothing was committed")
-            txn.remove((f.action() for f in run), data_change=False)
-            merged += len(run) - len(written)
-        crash_point("compact:before_commit")
-        version = txn.commit_as("OPTIMIZE", {})
-        return result.model_copy(update={"files_after": len(files) - merged, "version": version,
-                                         "records": sum(f.records for run in runs for f in run)})
+    Partitions share a commit while their runs add up to ``target_bytes`` (``compaction_batch``),
+    so a commit's work stays about one merged file, and a topic of many small partitions is
+    compacted in one commit rather than one per partition. Each partition is compacted at most
+    once per call."""
+    out: list[Compaction] = []
+    while True:
+        done = {c.partition for c in out}
+        batch = retry_on_conflict(lambda: _compact_batch(spark, path, target_bytes, partitions, min_files, done))
+        if not batch:
+            return out
+        out.extend(batch)
 
-    return retry_on_conflict(attempt)
+
+def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions: list[int] | None,
+                   min_files: int, done: set[int]) -> list[Compaction]:
+    """One commit of ``compact_partitions``: one Spark write per round, round k writing the k-th
+    run of each partition sorted by (partition, offset) in one task, so Delta's writer makes one
+    file per partition."""
+    txn = DeltaTransaction.start(spark, path)
+    if txn.file_count() < min_files:  # no partition can have enough: skip listing the files
+        return []
+    meta = TopicLogMetadata.from_properties(txn.configuration())
+    known = txn.snapshot_app_versions()
+    files = partition_files(txn)
+    candidates: dict[int, list[list[DataFile]]] = {}
+    for p, fs in sorted(files.items()):
+        pm = meta.partitions.get(p)
+        if p in done or (partitions is not None and p not in partitions) or pm is None or pm.mode is Mode.NONE:
+            continue
+        found = compaction_runs(fs, target_bytes, below=log_end(known, p, pm.start_offset))
+        if sum(len(run) for run in found) >= min_files:
+            candidates[p] = found
+    runs = {p: candidates[p] for p in compaction_batch(candidates, target_bytes)}
+    if not runs:
+        return []
+    log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+    merged = {p: 0 for p in runs}
+    for k in range(max(len(found) for found in runs.values())):
+        ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
+        where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
+        written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
+                            data_change=False)
+        for p, (a, b) in ranges.items():
+            mine = [f for f in written if f.partition_values.get("partition") == str(p)]
+            count = sum(f.num_records or 0 for f in mine)
+            if count != b - a:
+                raise OffsetCheckError(f"compaction of partition {p} offsets {a}..{b - 1} read {count} records, "
+                                       f"not {b - a}; nothing was committed")
+            txn.remove((f.action() for f in runs[p][k]), data_change=False)
+            merged[p] += len(runs[p][k]) - len(mine)
+    crash_point("compact:before_commit")
+    version = txn.commit_as("OPTIMIZE", {})
+    return [Compaction(partition=p, files_before=len(files[p]), files_after=len(files[p]) - merged[p],
+                       records=sum(f.records for run in found for f in run), version=version)
+            for p, found in sorted(runs.items())]

@@ -23,9 +23,8 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.log_files import (
-    Compaction, LogStartChange, compact_partition, compaction_runs, partition_files, raise_log_starts, retention_start,
+    Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,
 )
-from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 
 
@@ -120,18 +119,6 @@ class LogMaintenance:
     # -- compaction ------------------------------------------------------------------------------
     def compact(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
                 min_files: int = 2) -> list[Compaction]:
-        """Merge small files of each partition with at least ``min_files`` of them in runs, one
-        partition (one commit) at a time."""
-        txn = DeltaTransaction.start(self.spark, record.location)
-        if txn.file_count() < min_files:  # no partition can have enough: skip listing the files
-            return []
-        snap = TopicLog(self.spark, record.location).snapshot()
-        files = partition_files(txn)
-        out = []
-        for p in sorted(files):
-            pm = snap.metadata.partitions.get(p)
-            if (partitions is not None and p not in partitions) or pm is None or pm.mode is Mode.NONE:
-                continue
-            if sum(len(run) for run in compaction_runs(files[p], config.segment_bytes, below=snap.log_ends[p])) >= min_files:
-                out.append(compact_partition(self.spark, record.location, p, config.segment_bytes))
-        return out
+        """Merge small files of each partition with at least ``min_files`` of them in runs, all
+        such partitions in one commit."""
+        return compact_partitions(self.spark, record.location, config.segment_bytes, partitions, min_files)

@@ -147,8 +147,9 @@ def delete_records(c: Context, topic: str, partitions: tuple[int, ...], before_o
 @json_option
 @pass_ctx
 def compact(c: Context, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
-    """Merge TOPIC's small files into files of its segment.bytes, one partition (one commit) at a
-    time, while producers and consumers run. No record changes: the commit is Delta's OPTIMIZE."""
+    """Merge TOPIC's small files into files of its segment.bytes while producers and consumers
+    run; partitions share a commit up to segment.bytes of merged data. No record changes: each
+    commit is Delta's OPTIMIZE."""
     c.config
     results = c.controller().compact(topic, list(partitions) or None)
     emit([r.model_dump(mode="json") for r in results], as_json, "compacted")

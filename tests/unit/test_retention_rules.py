@@ -4,7 +4,7 @@ import pytest
 
 from control_plane.topic_config import TopicConfig, changed, latest_config, parse_pairs
 from log_store.errors import InvalidConfigurationError
-from log_store.log_files import DataFile, compaction_runs, retention_start
+from log_store.log_files import DataFile, compaction_batch, compaction_runs, retention_start
 
 
 def files(*spans, size=100, ts=None):
@@ -50,6 +50,15 @@ def test_compaction_never_joins_files_across_a_gap_or_a_file_with_holes():
     assert [[f.first for f in run] for run in compaction_runs(fs, 1_000)] == [[0, 10], [25, 30]]
     holey = [DataFile(path="h", partition=0, size=10, records=5, first=40, last=49)]
     assert compaction_runs(files((30, 39)) + holey, 1_000) == []
+
+
+def test_a_compaction_commit_takes_partitions_while_their_runs_fit_the_target():
+    run = [files((0, 9), (10, 19), size=100)]  # 200 bytes a partition
+    candidates = {3: run, 1: run, 2: run, 7: run}
+    assert compaction_batch(candidates, 450) == [1, 2], "in partition order, up to the target"
+    assert compaction_batch(candidates, 10_000) == [1, 2, 3, 7], "small partitions share one commit"
+    assert compaction_batch(candidates, 50) == [1], "one partition even when its runs alone exceed the target"
+    assert compaction_batch({}, 50) == []
 
 
 def test_topic_configs_are_checked_and_versioned():
