@@ -224,6 +224,9 @@ class GroupConsumer:
                         if not self._apply_fenced(lambda: self.member.report_expired(expired), sink_path):
                             continue
                         self.held.move(snap.incarnation_starts(below))
+                        # commit the move: a member taking the partition over next must not start
+                        # from the old position, below a range already reported (campaign seed 530)
+                        self._commit_due = True
                     try:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
 from control_plane.group.describe import ownership_violations
@@ -178,11 +179,14 @@ def test_a_committed_position_below_a_grown_back_incarnation_is_reported_expired
     generation assigning it was planned; before the member applied it (its leader frozen), 2 was
     shrunk away, retired at once and grown back. Starting there, the member took the position up
     to the new incarnation's start, skipping records 5 .. old end without reporting them. They
-    must be reported expired, and nothing below the new start delivered."""
+    must be reported expired, and nothing below the new start delivered. The move up must be
+    committed even when the member has nothing to deliver (campaign seed 530)."""
     topic = "regrown-committed"
     TopicAdmin(spark, root).create(topic, 3)
     Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
-    GroupOffsets(spark, root).commit("g", topic, {2: 5})  # what an earlier member of g delivered
+    ends = TopicAdmin(spark, root).log(topic).snapshot().log_ends
+    # what earlier members of g delivered: all of 0 and 1, so nothing else makes this member commit
+    GroupOffsets(spark, root).commit("g", topic, {0: ends[0], 1: ends[1], 2: 5})
     member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
     old_end = member.consumer.log.log_end_offsets()[2]
     assert old_end > 5
@@ -201,6 +205,11 @@ def test_a_committed_position_below_a_grown_back_incarnation_is_reported_expired
     reported = [(r.partition, r.first, r.end) for r in member.consumer.offsets.expired_ranges("g")]
     assert reported == [(2, 5, old_end)], reported
     assert result.expired == old_end - 5
+    # Campaign seed 530: the move past the reported range is committed while the member runs,
+    # not only when it leaves; a member taking 2 over would otherwise start below the report.
+    commits = [(r["kind"], r["offset"]) for r in DeltaTable(f"{root}/control/offset_commits").to_pyarrow_table().to_pylist()
+               if r["group"] == "g" and r["partition"] == 2 and r["kind"] == "commit"]
+    assert ("commit", old_end) in commits, commits
 
 
 @pytest.mark.slow  # 60-90 s; the default suite attacks zombie commits with tests/processes/test_groups.py
