@@ -10,8 +10,9 @@ Delta table partitioned the same way (``df.write.format("delta").mode("append")`
 ``--tick-every`` produces, ``controller tick`` runs (retention by ``retention.bytes``, then
 compaction to ``segment.bytes``). Reported per window of the run (first, middle and last tenth of
 the produces, or thousand when there are 10,000): produce latency p50/p95 for both; files in the
-table and bytes of its Delta log over time; then a new group's full read of what is left against a
-raw sorted read of the same rows (after compaction), and a caught-up group's batch latency.
+table, bytes of its Delta log and of its newest checkpoint over time; then a new group's full read
+of what is left against a raw sorted read of the same rows (after compaction), and a caught-up
+group's batch latency.
 Prints tables and writes the figures as JSON to benchmarks/out/.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pyarrow as pa  # noqa: E402
 from deltalake import DeltaTable as RsTable  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -54,11 +56,13 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def table_state(path: str) -> tuple[int, int]:
-    """(data files in the current snapshot, bytes of the _delta_log folder)."""
+def table_state(path: str) -> tuple[int, int, int]:
+    """(data files in the current snapshot, bytes of the _delta_log folder, bytes of its newest
+    checkpoint: Delta rewrites it every 10 commits, with the removed files it still remembers)."""
     files = len(RsTable(path).file_uris())
-    log = sum(f.stat().st_size for f in Path(path, "_delta_log").iterdir() if f.is_file())
-    return files, log
+    entries = [f for f in Path(path, "_delta_log").iterdir() if f.is_file()]
+    checkpoints = sorted((f for f in entries if ".checkpoint" in f.name and f.suffix == ".parquet"), key=lambda f: f.name)
+    return files, sum(f.stat().st_size for f in entries), checkpoints[-1].stat().st_size if checkpoints else 0
 
 
 def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, retention_bytes: int) -> dict:
@@ -76,13 +80,16 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
     sizes = [rng.randint(100, 500) for _ in range(produces)]
     lat, raw_lat, samples, ticks = [], [], [], []
     sent = 0
+    began = time.perf_counter()
     for i, n in enumerate(sizes):
-        batch = [(keys[(sent + j) % len(keys)], f"{sent + j:0100d}") for j in range(n)]
-        df = spark.createDataFrame(batch, "key string, value string")
+        batch_keys = [keys[(sent + j) % len(keys)] for j in range(n)]
+        values = [f"{sent + j:0100d}" for j in range(n)]
+        df = spark.createDataFrame(pa.table({"key": batch_keys, "value": values}))  # Arrow: no row-by-row pickling
         t = time.perf_counter()
         producer.send(df)
         lat.append(time.perf_counter() - t)
-        raw_df = spark.createDataFrame([(k, v, part_of[k]) for k, v in batch], "key string, value string, partition int")
+        raw_df = spark.createDataFrame(pa.table({"key": batch_keys, "value": values,
+                                                 "partition": pa.array([part_of[k] for k in batch_keys], pa.int32())}))
         t = time.perf_counter()
         raw_df.coalesce(1).write.format("delta").mode("append").partitionBy("partition").save(raw)  # a file per partition
         raw_lat.append(time.perf_counter() - t)
@@ -92,10 +99,10 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
             ctl.tick(topic)
             ticks.append(time.perf_counter() - t)
         if (i + 1) % max(1, produces // 20) == 0 or i + 1 == produces:
-            files, log_bytes = table_state(location)
-            raw_files, raw_log = table_state(raw)
-            samples.append({"produces": i + 1, "files": files, "log_bytes": log_bytes,
-                            "raw_files": raw_files, "raw_log_bytes": raw_log})
+            files, log_bytes, checkpoint = table_state(location)
+            raw_files, raw_log, raw_checkpoint = table_state(raw)
+            samples.append({"produces": i + 1, "files": files, "log_bytes": log_bytes, "checkpoint_bytes": checkpoint,
+                            "raw_files": raw_files, "raw_log_bytes": raw_log, "raw_checkpoint_bytes": raw_checkpoint})
             console.print(f"{partitions} partitions: {i + 1}/{produces} produces, {files} files "
                           f"(raw {raw_files}), produce p50 {statistics.median(lat[-50:]) * 1000:.0f} ms")
     ctl.tick(topic)
@@ -128,7 +135,7 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
                     for k, (a, b) in windows.items()},
         "samples": samples, "tick_p50_s": statistics.median(ticks) if ticks else None,
         "new_group_read_s": new_read, "raw_sorted_read_s": raw_read, "read_ratio": raw_read / new_read,
-        "caught_up_batch_p50_s": statistics.median(caught),
+        "caught_up_batch_p50_s": statistics.median(caught), "wall_s": time.perf_counter() - began,
     }
 
 
@@ -156,12 +163,14 @@ def main() -> None:
                         f"{w['raw_p50_ms']:.0f} / {w['raw_p95_ms']:.0f}")
     Console().print(out)
     state = Table(title="files and Delta log bytes over time (lakelog / raw)")
-    for col in ("partitions", "produces", "files", "raw files", "log KiB", "raw log KiB"):
+    for col in ("partitions", "produces", "files", "raw files", "log KiB", "raw log KiB", "checkpoint KiB",
+                "raw checkpoint KiB"):
         state.add_column(col)
     for r in results:
         for s in r["samples"][:: max(1, len(r["samples"]) // 5)] + r["samples"][-1:]:
             state.add_row(str(r["partitions"]), str(s["produces"]), str(s["files"]), str(s["raw_files"]),
-                          f"{s['log_bytes'] / 1024:.0f}", f"{s['raw_log_bytes'] / 1024:.0f}")
+                          f"{s['log_bytes'] / 1024:.0f}", f"{s['raw_log_bytes'] / 1024:.0f}",
+                          f"{s['checkpoint_bytes'] / 1024:.0f}", f"{s['raw_checkpoint_bytes'] / 1024:.0f}")
     Console().print(state)
     reads = Table(title="reads after the soak")
     for col in ("partitions", "records left", "new group read s", "raw sorted read s", "ratio", "caught-up batch s", "tick p50 s"):
