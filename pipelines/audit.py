@@ -65,6 +65,7 @@ class AuditReport(BaseModel):
     seconds: float
     passed: bool
     checks: list[CheckResult]
+    coverage: list[str] = Field(default_factory=list)  # what of the log's past the audit could not read
     report_path: str | None = None
 
 
@@ -77,6 +78,52 @@ def _cdf(spark: SparkSession, path: str) -> DataFrame:
             f"cannot read the change data feed of {path} ({str(exc).splitlines()[0]}); "
             "the audit needs a lakelog log or sink table (change data feed on)"
         ) from None
+
+
+PRODUCED_COLUMNS = ("partition", "offset", "key", "sequence", "producer_id")
+
+
+def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
+    """Every record the log still remembers appending (its change feed's inserts, ``PRODUCED_COLUMNS``
+    and ``_change_type``), kept in memory, and what of its past could not be read.
+
+    A topic kept for months outlives two things the change feed needs: commit files older than
+    Delta's ``delta.logRetentionDuration`` (removed at checkpoints), and data files VACUUM removed
+    after retention, delete-records or a retirement took them out of the table. Then the feed is
+    read from the oldest commit Delta still has, skipping removed files, and the table's current
+    rows are added (records appended before that commit and still live). What is skipped lies
+    below a log start or in a retired partition: no group can read it any more, and the report
+    says that it was not judged."""
+    if not _has_change_feed(spark, path):
+        _cdf(spark, path)  # raises the error that says what the audit needs
+    rows = None
+    try:
+        rows = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+                .where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS, "_change_type").persist())
+        rows.count()  # read now: a missing commit or data file fails here, not in a check
+        return rows, []
+    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
+        if rows is not None:
+            rows.unpersist()
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    earliest = int(DeltaTable.forPath(spark, path).history().agg(F.min("version")).first()[0])
+    conf = spark.conf
+    before = conf.get("spark.sql.files.ignoreMissingFiles", "false")
+    conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    try:
+        feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", earliest)
+                .load(path).where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS))
+        live = spark.read.format("delta").load(path).select(*PRODUCED_COLUMNS)
+        rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
+                .withColumn("_change_type", F.lit("insert")).persist())
+        rows.count()  # read now, while missing files are skipped: nothing else in the audit skips them
+    finally:
+        conf.set("spark.sql.files.ignoreMissingFiles", before)
+    note = (f"The log's full change feed could not be read ({reason}). It was read from version {earliest}, "
+            "the oldest Delta still has, with the files VACUUM removed skipped, together with the records "
+            "the log holds now. Records appended before that version and no longer in the log (below a log "
+            "start, or in a retired partition) were not judged.")
+    return rows, [note]
 
 
 # What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
@@ -330,10 +377,12 @@ def run_audit(
                 f"{sorted(lacking)} (a stream's sink needs at least {', '.join(STREAM_SINK_COLUMNS)})")
     source = _gx()
     checks = check_log(source, spark.read.format("delta").load(record.location), samples)
+    coverage: list[str] = []
     if sink_path is not None:
         groups = [group] if group else sink_groups(spark, sink_path, topic)
         by_version = sink_commit_groups(spark, sink_path)
-        produced, retired = _cdf(spark, record.location), TopicAdmin(spark, root).image(topic).ever_retired()
+        produced, coverage = produced_rows(spark, record.location)
+        retired = TopicAdmin(spark, root).image(topic).ever_retired()
         for i, g in enumerate(groups or [None]):
             # A sink several groups write is judged group by group: each sink commit names its group.
             # Commits that name none (written by earlier releases) count for every group.
@@ -353,10 +402,12 @@ def run_audit(
             if len(groups) > 1:
                 found = [c.model_copy(update={"name": f"{c.name}[{g}]"}) for c in found]
             checks += found
+        produced.unpersist()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     report = AuditReport(
         topic=topic, log_path=record.location, sink_path=sink_path, audited_at=now,
         seconds=round(time.perf_counter() - started, 2), passed=all(c.passed for c in checks), checks=checks,
+        coverage=coverage,
     )
     path = report_path or f"{RootLayout(root).root}/audit/{topic}-{now:%Y%m%dT%H%M%SZ}.md"
     report = report.model_copy(update={"report_path": path})
@@ -382,6 +433,7 @@ def to_markdown(report: AuditReport) -> str:
         *_table([{"check": c.name, "result": "pass" if c.passed else "FAIL", "rows checked": c.checked,
                   "violations": c.violations, "what it checks": c.about} for c in report.checks]),
     ]
+    lines += [*(f"{note}\n" for note in report.coverage)]
     for c in report.checks:
         if c.groups.get("expired (reported)"):
             lines += [f"{c.groups['expired (reported)']} records were retired before the group read them; the group "

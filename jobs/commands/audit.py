@@ -30,6 +30,8 @@ def audit(c: Context, topic: str, sink: str | None, report_path: str | None, sam
         emit([{"check": k.name, "result": "pass" if k.passed else "FAIL", "checked": k.checked,
                "violations": k.violations} for k in report.checks], False,
              f"audit of {topic}: {'PASSED' if report.passed else 'FAILED'} ({report.seconds:.1f}s)")
+        for note in report.coverage:
+            stdout.print(note, highlight=False, soft_wrap=True)
         stdout.print(f"report: {report.report_path}", highlight=False, soft_wrap=True)
     if not report.passed:
         click.get_current_context().exit(1)
