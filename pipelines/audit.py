@@ -10,6 +10,7 @@ sample rows naming partitions, offsets and keys. A readable Markdown report is a
 - sink (optional): no (partition, offset) delivered twice; per (producer_id, key) the sequence
   strictly increases in delivery order (_commit_version, partition, offset); every record ever
   appended to the log (its change feed's inserts) was delivered, grouped by retired partition.
+  On a log whose old commits or files Delta has removed, what it still has (``produced_rows``).
 """
 
 from __future__ import annotations
