@@ -23,6 +23,7 @@ T = "idle"
 SETTINGS = GroupSettings(session_timeout_ms=8000, heartbeat_interval_ms=500)
 
 
+@pytest.mark.slow  # 26 s; keeps the default suite under 20 minutes (docs/testing.md)
 def test_idle_timeout_does_not_count_while_a_gate_holds_records(spark, root):
     """Idle means caught up with nothing more in the log, not held back by a resize gate: a member
     whose new partitions wait on another member's old ones stays in the group."""
