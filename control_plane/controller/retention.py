@@ -119,6 +119,6 @@ class LogMaintenance:
     # -- compaction ------------------------------------------------------------------------------
     def compact(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
                 min_files: int = 2) -> list[Compaction]:
-        """Merge small files of each partition with at least ``min_files`` of them in runs, all
-        such partitions in one commit."""
+        """Merge small files of each partition with at least ``min_files`` of them in runs;
+        partitions share a commit while their runs fit ``segment.bytes`` (``compact_partitions``)."""
         return compact_partitions(self.spark, record.location, config.segment_bytes, partitions, min_files)
