@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake  # noqa: E402
 from deltalake import DeltaTable as RsTable  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -76,9 +77,20 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 
 
 def checkpoint_as_spark(table: RsTable) -> None:
-    """Spark writes a checkpoint with every 10th version; delta-rs's own interval is 100."""
-    if table.version() % 10 == 0:
-        table.create_checkpoint()
+    """A checkpoint at every 10th version, as Spark writes one (delta-rs's own interval is 100),
+    compressed with Snappy as Spark's are: delta-rs writes them uncompressed, twice the bytes (a
+    Spark checkpoint of the same version: 213 kB, delta-rs's 436 kB, re-encoded 220 kB)."""
+    if table.version() % 10:
+        return
+    table.create_checkpoint()
+    log = Path(table.table_uri.removeprefix("file://"), "_delta_log")
+    name = log / f"{table.version():020d}.checkpoint.parquet"
+    staged = name.with_suffix(".snappy")
+    pq.write_table(pq.read_table(name), staged, compression="snappy")
+    staged.replace(name)
+    hint = json.loads((log / "_last_checkpoint").read_text())
+    hint["sizeInBytes"] = name.stat().st_size
+    (log / "_last_checkpoint").write_text(json.dumps(hint))
 
 
 class FastForward:
