@@ -99,6 +99,7 @@ def test_a_standalone_consumer_reports_expiry_of_a_number_grown_back(spark, root
     assert run_audit(spark, root, T, sink).passed
 
 
+@pytest.mark.slow  # 26 s; the default suite keeps test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up
 def test_a_member_keeping_a_number_grown_back_reports_its_retired_records(spark, root):
     """Campaign seed 18: a cooperative member owned a marked partition; it was retired and its
     number grown back before the next generation, which the member kept. It must report the

@@ -27,6 +27,7 @@ from pipelines.producer import Producer
 from tests.support import cli_without_java as _cli, make_records
 
 
+@pytest.mark.slow  # 28 s; the default suite keeps the groups list and describe agreement below
 def test_both_readers_agree_through_resizes_retirements_and_deletions(spark, root, monkeypatch):
     # TopicAdmin reads the topics table with delta-rs on a local root; here it reads as on remote
     # storage, with Spark, so the two readers compared are really two.
