@@ -24,6 +24,12 @@ class InvalidPartitionMetadataError(RetriableError):
     """
 
 
+class StaleProducerSequenceError(RetriableError):
+    """A producer continuing its stream from the sequence it last committed found the log's
+    mark for its id elsewhere: another process produced under the same id since. The producer
+    reads the mark again and numbers the records after it; nothing was written."""
+
+
 class ConcurrentCommitError(RetriableError):
     """Delta's optimistic concurrency rejected a commit: another writer changed what this one
     read (a partition's log end, the table's metadata, a fence, a MERGE's rows) first. Retry

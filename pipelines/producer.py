@@ -18,7 +18,7 @@ from pyspark.sql.types import BinaryType, DataType, StringType
 
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
-from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError
+from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, StaleProducerSequenceError
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
 from log_store.frames import cached_rows, observed, row_bound
@@ -76,6 +76,11 @@ class Producer:
         # keeps its metadata: every append checks it in its transaction, and a stale one is
         # refreshed on the append's rejection (``_send_batch``).
         self._partition_count: int | None = None
+        # This producer id's highest committed sequence as of this object's last append, so the
+        # next stream without sequences continues after it without reading the log first (a
+        # read lists the Delta log folder: BENCHMARKS.md, soak). The append checks it in its
+        # transaction; another process producing under the same id makes it read again.
+        self._mark: int | None = None
 
     def next_sequence(self) -> int:
         """One past the highest sequence this producer id has committed."""
@@ -113,6 +118,19 @@ class Producer:
         producer's stream after its last committed sequence.
         """
         started = time.perf_counter()
+        expected_mark = None
+        if sequence_start is None and "sequence" not in records.columns and self._mark is not None:
+            expected_mark = self._mark
+            sequence_start = self._mark + 1
+        try:
+            result = self._send(records, sequence_start, expected_mark, on_progress)
+        except StaleProducerSequenceError:
+            self._mark = None  # another process produced under this id: continue after its records
+            result = self._send(records, None, None, on_progress)
+        return result.model_copy(update={"seconds": time.perf_counter() - started})
+
+    def _send(self, records: DataFrame, sequence_start: int | None, expected_mark: int | None,
+              on_progress: ProgressFn | None) -> ProduceResult:
         if sequence_start is None:
             sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
         df = self.normalize(records, sequence_start)
@@ -120,7 +138,7 @@ class Producer:
         if bound is None:
             bound = cached_rows(records)  # a filled cache: Spark counted its rows as it filled it
         if bound is not None and bound <= self.settings.batch_size:
-            result = self._send_one(df, bound)
+            result = self._send_one(df, bound, expected_mark)
             if on_progress:
                 on_progress(1, 1)
         else:
@@ -130,11 +148,11 @@ class Producer:
             if not reuse:
                 df = df.persist()
             try:
-                result = self._send_batches(df, on_progress)
+                result = self._send_batches(df, on_progress, expected_mark)
             finally:
                 if not reuse:
                     df.unpersist()
-        return result.model_copy(update={"seconds": time.perf_counter() - started})
+        return result
 
     def _nothing_sent(self, records: int, batches: int) -> ProduceResult:
         """The result before the first batch: the counts each batch then adds to."""
@@ -143,10 +161,12 @@ class Producer:
             batches=batches, metadata_refreshes=0, commit_retries=0, per_partition={}, seconds=0.0,
         )
 
-    def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None) -> ProduceResult:
+    def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None,
+                      expected_mark: int | None = None) -> ProduceResult:
         """Rows of unknown count: counted in one pass of their own (which also fills the cache)
         before any batch is committed, so a record without a value fails the whole produce, not
-        the batch it is in; then sent in batches of ``batch_size`` by sequence."""
+        the batch it is in; then sent in batches of ``batch_size`` by sequence. ``expected_mark``
+        is checked by the first batch, before anything is committed."""
         metrics = [F.count(F.lit(1)).alias("n"), F.min("sequence").alias("lo"),
                    F.sum(F.col("value").isNull().cast("int")).alias("null_values")]
         counted = Observation()
@@ -163,12 +183,13 @@ class Producer:
             df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
         for b in range(n_batches):
             batch = df.where(F.col("_batch") == b).drop("_batch") if n_batches > 1 else df
-            result = self._send_batch(batch, result, rows=min(size, total - b * size))
+            result = self._send_batch(batch, result, rows=min(size, total - b * size),
+                                      expected_mark=expected_mark if b == 0 else None)
             if on_progress:
                 on_progress(b + 1, n_batches)
         return result.model_copy(update={"duplicates": total - result.appended})
 
-    def _send_one(self, df: DataFrame, bound: int) -> ProduceResult:
+    def _send_one(self, df: DataFrame, bound: int, expected_mark: int | None = None) -> ProduceResult:
         """Rows known to fit one batch (at most ``bound``, from the plan or a filled cache):
         counted as they are written, with no pass of their own. A record without a value fails
         the write (the log's NOT NULL column), so nothing is committed. Not cached (a cached
@@ -177,13 +198,14 @@ class Producer:
         attempt's rows land, and sequences dedupe them."""
         counted = Observation()
         rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
-        result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound)
+        result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound, expected_mark=expected_mark)
         # The write ran (a failed one raised), so the count is in; counted again if it got lost.
         total = int(observed(counted, lambda: {"n": df.count()})["n"])
         return result.model_copy(update={"records": total, "duplicates": total - result.appended,
                                          "batches": 1 if total else 0})
 
-    def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None) -> ProduceResult:
+    def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None,
+                    expected_mark: int | None = None) -> ProduceResult:
         """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
         for refresh in range(self.settings.max_retries + 1):
             if self._partition_count is None or refresh:
@@ -196,12 +218,14 @@ class Producer:
                 appended = self.log.append(
                     parted, count, self.producer_id,
                     max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
+                    expected_mark=expected_mark,
                 )
             except InvalidPartitionMetadataError:
                 if refresh == self.settings.max_retries:
                     raise
                 result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
                 continue
+            self._mark = appended.producer_mark
             per = dict(result.per_partition)
             for p, (lo, hi) in appended.ranges.items():
                 per[p] = per.get(p, 0) + hi - lo

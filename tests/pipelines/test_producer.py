@@ -37,6 +37,23 @@ def test_stream_without_sequences_continues_after_last_commit(spark, root):
     assert seqs == list(range(20))
 
 
+def test_a_producer_continuing_its_stream_sees_records_another_process_produced_under_its_id(spark, root):
+    """A producer numbers a stream without sequences after the mark it last committed, without
+    reading the log; the append checks that mark in its transaction. Another process's records
+    under the same id in between must not turn this producer's new records into duplicates."""
+    TopicAdmin(spark, root).create("s", 2)
+    df = spark.range(10).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
+    mine, other = Producer(spark, root, "s", "same"), Producer(spark, root, "s", "same")
+    mine.send(df)
+    other.send(df)
+    third = mine.send(df)
+    assert third.appended == 10 and third.duplicates == 0
+    fourth = mine.send(df)  # its mark is current again: no second read needed, still continuous
+    assert fourth.appended == 10
+    seqs = sorted(r[0] for r in TopicAdmin(spark, root).log("s").table().select("sequence").collect())
+    assert seqs == list(range(40))
+
+
 def test_records_without_value_are_rejected_and_nothing_written(spark, root):
     TopicAdmin(spark, root).create("v", 2)
     df = spark.range(5).select(F.col("id").cast("string").alias("key"),
