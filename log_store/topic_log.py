@@ -69,6 +69,7 @@ RECORD_SCHEMA = StructType(
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
 # write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
+CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
 
@@ -112,6 +113,10 @@ class TopicLog:
             # after a retired partition's rows are deleted, for the ordering audit.
             .property("delta.enableChangeDataFeed", "true")
             .property("delta.dataSkippingStatsColumns", STATS_COLUMNS)
+            # Each checkpoint lists every file removed in the last week (compaction removes one
+            # per produce and partition): one every 10 commits, Delta's default, made the log
+            # folder of a soaked topic almost all checkpoints (BENCHMARKS.md, soak).
+            .property("delta.checkpointInterval", CHECKPOINT_INTERVAL)
         )
         for key, value in metadata.to_properties().items():
             builder = builder.property(key, value)

@@ -153,6 +153,14 @@ def test_append_without_statistics_is_refused_and_log_end_kept(spark, log):
     assert offsets_by_partition(log)[0] == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12), (5, 15)]
 
 
+def test_the_log_checkpoints_every_hundred_commits(spark, log):
+    """A checkpoint lists every file removed in the last week: with a produce a minute and
+    compaction, one every 10 commits made the Delta log folder 3.6 GiB in the soak."""
+    metadata = next(json.loads(line)["metaData"] for line in
+                    Path(log.path, "_delta_log", f"{0:020d}.json").read_text().splitlines() if "metaData" in line)
+    assert metadata["configuration"].get("delta.checkpointInterval") == "100"
+
+
 def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
     """Offsets, sequences, epochs and timestamps have statistics (the append counts and checks
     from them, reads skip by them); keys, values, headers and producer ids none (cost, no use)."""
