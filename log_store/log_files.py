@@ -220,30 +220,46 @@ def compact_partitions(spark: SparkSession, path: str, target_bytes: int, partit
     """Merge the runs of small files (``compaction_runs``) of every partition (or ``partitions``)
     with at least ``min_files`` files in runs, in commits that change no data.
 
-    Partitions share a commit while their runs add up to ``target_bytes`` (``compaction_batch``),
-    so a commit's work stays about one merged file, and a topic of many small partitions is
-    compacted in one commit rather than one per partition. Each partition is compacted at most
-    once per call."""
+    Partitions share a commit while their runs add up to ``max(target_bytes, COMMIT_BYTES)``
+    (``compaction_batch``), so a topic of many small partitions is compacted in one commit rather
+    than one per partition. Each partition is compacted at most once per call. The files are
+    listed once per call and the listing kept while no one else commits: each listing reads the
+    whole snapshot, which grows with the files the last week removed (the soak's tick)."""
     out: list[Compaction] = []
+    listing: list[_Listing] = []  # the snapshot's files as of a version; emptied when stale
     while True:
         done = {c.partition for c in out}
-        batch = retry_on_conflict(lambda: _compact_batch(spark, path, target_bytes, partitions, min_files, done))
+        batch = retry_on_conflict(lambda: _compact_batch(spark, path, target_bytes, partitions, min_files, done, listing))
         if not batch:
             return out
         out.extend(batch)
 
 
+COMMIT_BYTES = 64 * 1024 * 1024  # what one compaction commit may merge when segment.bytes is smaller
+
+
+class _Listing(BaseModel):
+    version: int
+    files: dict[int, list[DataFile]]
+
+
 def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions: list[int] | None,
-                   min_files: int, done: set[int]) -> list[Compaction]:
+                   min_files: int, done: set[int], listing: list[_Listing]) -> list[Compaction]:
     """One commit of ``compact_partitions``: one Spark write per round, round k writing the k-th
     run of each partition sorted by (partition, offset) in one task, so Delta's writer makes one
-    file per partition."""
+    file per partition. ``listing`` holds the files of the last commit this call made; they are
+    this transaction's too if no other commit came since (its own commits only changed ``done``
+    partitions), else they are listed again."""
     txn = DeltaTransaction.start(spark, path)
-    if txn.file_count() < min_files:  # no partition can have enough: skip listing the files
-        return []
+    if listing and listing[0].version == txn.read_version:
+        files = listing[0].files
+    else:
+        listing.clear()
+        if txn.file_count() < min_files:  # no partition can have enough: skip listing the files
+            return []
+        files = partition_files(txn)
     meta = TopicLogMetadata.from_properties(txn.configuration())
     known = txn.snapshot_app_versions()
-    files = partition_files(txn)
     candidates: dict[int, list[list[DataFile]]] = {}
     for p, fs in sorted(files.items()):
         pm = meta.partitions.get(p)
@@ -252,7 +268,7 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
         found = compaction_runs(fs, target_bytes, below=log_end(known, p, pm.start_offset))
         if sum(len(run) for run in found) >= min_files:
             candidates[p] = found
-    runs = {p: candidates[p] for p in compaction_batch(candidates, target_bytes)}
+    runs = {p: candidates[p] for p in compaction_batch(candidates, max(target_bytes, COMMIT_BYTES))}
     if not runs:
         return []
     log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
@@ -272,6 +288,8 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
             merged[p] += len(runs[p][k]) - len(mine)
     crash_point("compact:before_commit")
     version = txn.commit_as("OPTIMIZE", {})
+    # Kept only if no other commit landed between this transaction's read and its commit.
+    listing[:] = [_Listing(version=version, files=files)] if version == txn.read_version + 1 else []
     return [Compaction(partition=p, files_before=len(files[p]), files_after=len(files[p]) - merged[p],
                        records=sum(f.records for run in found for f in run), version=version)
             for p, found in sorted(runs.items())]

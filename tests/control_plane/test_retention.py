@@ -168,6 +168,71 @@ def test_the_tick_applies_retention_by_size_and_time(spark, root):
     assert d["config"]["retention.ms"] == "0" and d["config"]["retention.bytes"] == "-1"
 
 
+def test_compaction_lists_files_once_and_again_after_another_writer_commits(spark, root, monkeypatch):
+    """One compaction commit per partition here: the files listed for the first are reused for
+    the second, unless another commit landed in between (a delete-records removing files of the
+    second partition); a stale listing would merge files that are gone and fail its count check."""
+    from log_store import log_files
+
+    producer = produce_batches(spark, root, 6)
+    location = TopicAdmin(spark, root).get(T).location
+    monkeypatch.setattr(log_files, "compaction_batch", lambda candidates, _bytes: sorted(candidates)[:1])
+    listed = []
+    real_files = log_files.partition_files
+    monkeypatch.setattr(log_files, "partition_files", lambda txn: listed.append(txn.read_version) or real_files(txn))
+    results = TopicController(spark, root).compact(T)
+    assert [(c.partition, c.files_before, c.files_after) for c in results] == [(0, 6, 1), (1, 6, 1)]
+    assert results[0].version + 1 == results[1].version and len(listed) == 1, "two commits, one listing"
+
+    for i in range(6, 12):
+        producer.send(make_records(spark, 40, keys=7, start=i * 40))
+    rows_before = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
+    cut = files_of(location, 1)[3][0]  # partition 1's merged file and two small ones go
+    starts = []
+    real_txn = log_files.DeltaTransaction
+
+    class AnotherWriterBetweenCommits(real_txn):
+        @classmethod
+        def start(cls, spark_, path):
+            starts.append(path)
+            if len(starts) == 2:  # after the first compaction commit, before the second reads
+                TopicController(spark, root).delete_records(T, {1: cut})
+            return real_txn.start(spark_, path)
+
+    monkeypatch.setattr(log_files, "DeltaTransaction", AnotherWriterBetweenCommits)
+    listed.clear()
+    results = TopicController(spark, root).compact(T)
+    assert [(c.partition, c.files_after) for c in results] == [(0, 1), (1, 1)]
+    assert len(listed) == 3, "compaction listed again after the other writer's commit (which listed once)"
+    rows_after = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
+    assert rows_after == [r for r in rows_before if r[0] == 0 or r[1] >= cut], "nothing lost, moved or added"
+
+    # The other writer commits between the first compaction's read and its commit: the listing
+    # that commit planned from is not its successor's either.
+    monkeypatch.setattr(log_files, "DeltaTransaction", real_txn)
+    for i in range(12, 16):
+        producer.send(make_records(spark, 40, keys=7, start=i * 40))
+    rows_before = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
+    cut = files_of(location, 1)[2][0]
+    real_point, points = log_files.crash_point, []
+
+    def another_writer_inside(step):
+        points.append(step)
+        if len(points) == 1:
+            TopicController(spark, root).delete_records(T, {1: cut})
+        real_point(step)
+
+    monkeypatch.setattr(log_files, "crash_point", another_writer_inside)
+    listed.clear()
+    results = TopicController(spark, root).compact(T)
+    assert [(c.partition, c.files_after) for c in results] == [(0, 1), (1, 1)]
+    operations = {h["version"]: h["operation"] for h in DeltaTable(location).history(5)}
+    assert operations[results[0].version - 1] == "DELETE", "the other writer committed inside the first compaction"
+    assert len(listed) == 3, "listed again after the other writer's commit"
+    rows_after = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
+    assert rows_after == [r for r in rows_before if r[0] == 0 or r[1] >= cut], "nothing lost, moved or added"
+
+
 def test_compaction_merges_small_files_and_changes_no_record(spark, root):
     produce_batches(spark, root, 6)
     location = TopicAdmin(spark, root).get(T).location
