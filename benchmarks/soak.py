@@ -66,7 +66,8 @@ def pct(xs: list[float], q: float) -> float:
 
 def table_state(path: str) -> tuple[int, int, int]:
     """(data files in the current snapshot, bytes of the _delta_log folder, bytes of its newest
-    checkpoint: Delta rewrites it every 10 commits, with the removed files it still remembers)."""
+    checkpoint: Delta writes one every ``delta.checkpointInterval`` commits, with the removed
+    files it still remembers)."""
     files = len(RsTable(path).file_uris())
     entries = [f for f in Path(path, "_delta_log").iterdir() if f.is_file()]
     checkpoints = sorted((f for f in entries if ".checkpoint" in f.name and f.suffix == ".parquet"), key=lambda f: f.name)
@@ -77,10 +78,11 @@ NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_log
 
 
 def checkpoint_as_spark(table: RsTable) -> None:
-    """A checkpoint at every 10th version, as Spark writes one (delta-rs's own interval is 100),
-    compressed with Snappy as Spark's are: delta-rs writes them uncompressed, twice the bytes (a
-    Spark checkpoint of the same version: 213 kB, delta-rs's 436 kB, re-encoded 220 kB)."""
-    if table.version() % 10:
+    """A checkpoint at every ``delta.checkpointInterval``-th version (10 if unset), as Spark
+    writes one (delta-rs's own interval is 100), compressed with Snappy as Spark's are: delta-rs
+    writes them uncompressed, twice the bytes (a Spark checkpoint of the same version: 213 kB,
+    delta-rs's 436 kB, re-encoded 220 kB)."""
+    if table.version() % int(table.metadata().configuration.get("delta.checkpointInterval", "10")):
         return
     table.create_checkpoint()
     log = Path(table.table_uri.removeprefix("file://"), "_delta_log")
@@ -98,8 +100,8 @@ class FastForward:
     table state of many produces in minutes: the same rows (dense offsets from each partition's log
     end, the leader epoch, the producer's sequences), one file per partition written, and in the
     same commit the set transactions lakelog's append sets (each moved log end, the producer's
-    highest sequence); a checkpoint at every 10th version, as Spark writes one. Nothing is
-    measured while it runs. The raw table gets the same rows as plain appends."""
+    highest sequence); a checkpoint at the table's checkpoint interval, as Spark writes one.
+    Nothing is measured while it runs. The raw table gets the same rows as plain appends."""
 
     def __init__(self, spark, root: str, topic: str, location: str, raw: str, producer: Producer):
         snap = TopicAdmin(spark, root).log(topic).snapshot()
@@ -166,6 +168,10 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
     ctl.alter_config(topic, [f"retention.bytes={retention_bytes}", f"segment.bytes={segment_bytes}"])
     location = TopicAdmin(spark, root).get(topic).location
     producer = Producer(spark, root, topic, "soak")
+    # The raw table checkpoints as often as a topic's log does (``delta.checkpointInterval``).
+    interval = RsTable(location).metadata().configuration.get("delta.checkpointInterval", "10")
+    spark.sql(f"CREATE TABLE delta.`{raw}` (key STRING, value STRING, partition INT) USING delta "
+              f"PARTITIONED BY (partition) TBLPROPERTIES ('delta.checkpointInterval' = '{interval}')")
     rng = random.Random(7)
     keys = [f"key-{i}" for i in range(10_000)]
     part_of = {k: partition_for(k.encode(), partitions) for k in keys}
