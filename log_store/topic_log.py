@@ -327,12 +327,12 @@ class TopicLog:
         keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
         return found.repartition(shuffle_partitions, F.expr(by_partition(keys))).sortWithinPartitions(position)
 
-    def snapshot(self, ends: bool = True) -> LogSnapshot:
-        """The log's latest version, metadata and log ends, all from one Delta snapshot.
+    def snapshot(self, ends: bool = True, txn: DeltaTransaction | None = None) -> LogSnapshot:
+        """The log's latest version (or ``txn``'s), metadata and log ends, all from one Delta snapshot.
 
         ``ends=False`` skips the log ends (reading them costs a Spark job; the metadata does not).
         """
-        txn = DeltaTransaction.start(self.spark, self.path)
+        txn = txn or DeltaTransaction.start(self.spark, self.path)
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)

@@ -78,9 +78,9 @@ class LogMaintenance:
         if config.retention_ms < 0 and config.retention_bytes < 0:
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        log = TopicLog(self.spark, record.location)
-        snap = log.snapshot()
-        files = partition_files(DeltaTransaction.start(self.spark, record.location))
+        txn = DeltaTransaction.start(self.spark, record.location)  # log ends and files of one version
+        snap = TopicLog(self.spark, record.location).snapshot(txn=txn)
+        files = partition_files(txn)
         wanted = {}
         for p in snap.readable():
             start = retention_start(files.get(p, []), snap.first_offset(p), snap.log_ends[p], now_ms,
