@@ -244,6 +244,7 @@ def run(spark, workdir: Path, partitions: int, produces: int, tick_every: int, r
         caught.append(time.perf_counter() - t)
     return {
         "partitions": partitions, "produces": produces, "records": sent, "left_after_retention": left,
+        "checkpoint_interval": int(interval), "segment_bytes": segment_bytes, "retention_bytes": retention_bytes,
         "fast_forwarded": produces - len(measured),
         "windows": {k: {"produces": [w.start + 1, w.stop], "p50_ms": statistics.median(a) * 1000,
                         "p95_ms": pct(a, 0.95) * 1000, "raw_p50_ms": statistics.median(b) * 1000,
@@ -262,8 +263,9 @@ def main() -> None:
     ap.add_argument("--produces", type=int, default=10_000)
     ap.add_argument("--partitions", default="16,64")
     ap.add_argument("--tick-every", type=int, default=50)
-    ap.add_argument("--retention-bytes", type=int, default=2 * 1024 * 1024)
-    ap.add_argument("--segment-bytes", type=int, default=512 * 1024,
+    # Small enough that retention deletes at 64 partitions too (about 0.85 MB each after 10,000 produces)
+    ap.add_argument("--retention-bytes", type=int, default=512 * 1024)
+    ap.add_argument("--segment-bytes", type=int, default=128 * 1024,
                     help="compaction's target; retention deletes whole files, so keep it below --retention-bytes")
     ap.add_argument("--measure", type=int, default=100, help="produces in each measured window")
     ap.add_argument("--fast-forward", action="store_true",

@@ -246,10 +246,16 @@ class DeltaTransaction:
         """Remove ``files`` (from ``files()``) in this transaction's commit. ``data_change``: their
         records leave the table (retention) rather than move to other files (compaction)."""
         now = int(time.time() * 1000)
-        for f in files:
-            self._actions.add(self._action({"remove": {
-                "path": f["path"], "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
-                "partitionValues": f.get("partitionValues") or {}, "size": f["size"]}}))
+        removes = [{"path": f["path"], "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
+                    "partitionValues": f.get("partitionValues") or {}, "size": f["size"]} for f in files]
+        if not removes:
+            return
+        # All of them parsed in one call across py4j, as Delta parses an action (its own JSON
+        # mapper): one call a file cost about 1 ms, 3,200 files a tick at 64 partitions.
+        mapper = delta(self.spark).util.JsonUtils.mapper()
+        kind = mapper.getTypeFactory().constructCollectionType(
+            self.spark._jvm.java.util.ArrayList._java_lang_class, delta(self.spark).actions.RemoveFile._java_lang_class)
+        self._actions.addAll(mapper.readValue(json.dumps(removes), kind))
 
     def commit_properties(self, properties: Mapping[str, str], drop: Iterable[str] = (),
                           app_versions: Mapping[str, int] | None = None) -> int:
