@@ -120,5 +120,6 @@ class LogMaintenance:
     def compact(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
                 min_files: int = 2) -> list[Compaction]:
         """Merge small files of each partition with at least ``min_files`` of them in runs;
-        partitions share a commit while their runs fit ``segment.bytes`` (``compact_partitions``)."""
+        partitions share a commit while their runs fit ``segment.bytes`` or ``COMMIT_BYTES``
+        (``compact_partitions``)."""
         return compact_partitions(self.spark, record.location, config.segment_bytes, partitions, min_files)

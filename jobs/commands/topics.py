@@ -148,8 +148,8 @@ def delete_records(c: Context, topic: str, partitions: tuple[int, ...], before_o
 @pass_ctx
 def compact(c: Context, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
     """Merge TOPIC's small files into files of its segment.bytes while producers and consumers
-    run; partitions share a commit up to segment.bytes of merged data. No record changes: each
-    commit is Delta's OPTIMIZE."""
+    run; partitions share a commit up to segment.bytes or 64 MiB of merged data, whichever is
+    larger. No record changes: each commit is Delta's OPTIMIZE."""
     c.config
     results = c.controller().compact(topic, list(partitions) or None)
     emit([r.model_dump(mode="json") for r in results], as_json, "compacted")
