@@ -10,7 +10,8 @@ sample rows naming partitions, offsets and keys. A readable Markdown report is a
 - sink (optional): no (partition, offset) delivered twice; per (producer_id, key) the sequence
   strictly increases in delivery order (_commit_version, partition, offset); every record ever
   appended to the log (its change feed's inserts) was delivered, grouped by retired partition.
-  On a log whose old commits or files Delta has removed, what it still has (``produced_rows``).
+  On a log or sink whose old commits or files Delta has removed, what it still has
+  (``produced_rows``, ``sink_changes``), and the report says what it could not judge.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
         if rows is not None:
             rows.unpersist()
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    earliest = int(DeltaTable.forPath(spark, path).history().agg(F.min("version")).first()[0])
+    earliest = _earliest_version(spark, path)
     conf = spark.conf
     before = conf.get("spark.sql.files.ignoreMissingFiles", "false")
     conf.set("spark.sql.files.ignoreMissingFiles", "true")
@@ -130,26 +131,114 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
 # What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
 # the rest of each record (producer id, sequence) is looked up in the log's change feed.
 STREAM_SINK_COLUMNS = ("topic", "partition", "offset", "key")
+# The delivery version (``_commit_version``) of a sink row whose commit Delta no longer has: it was
+# delivered before the oldest commit kept, by the group judged (BEFORE_KEPT), or by one of the
+# sink's several groups, which the missing commit would have named (UNATTRIBUTED).
+BEFORE_KEPT = -1
+UNATTRIBUTED = -2
+SINK_ROW = ["topic", "partition", "offset"]
 
 
-def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> DataFrame:
+def _earliest_version(spark: SparkSession, path: str) -> int:
+    """The oldest version whose commit file Delta still has (0 until log cleanup removes some)."""
+    return int(DeltaTable.forPath(spark, path).history().agg(F.min("version")).first()[0])
+
+
+def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> tuple[DataFrame, list[str]]:
     """The sink's change feed, or for an append-only sink without one (Spark's Delta sink of a
-    stream), its rows with the version that added each, read from its commit files. ``produced``
-    (the log's change feed): fills in each row's producer id and sequence by (partition, offset)."""
+    stream), its rows with the version that added each, read from its commit files; kept in
+    memory, with what of the sink's past could not be read. ``produced`` (the log's change feed):
+    fills in each row's producer id and sequence by (partition, offset).
+
+    A sink kept for months loses its old commit files (``delta.logRetentionDuration``). Then a row
+    whose commit is gone is taken from the sink's current rows, delivered at ``BEFORE_KEPT``:
+    before every commit Delta kept, in an order among themselves that no longer can be judged."""
     if _has_change_feed(spark, sink_path):
-        changes = _cdf(spark, sink_path)
+        changes, notes = _sink_feed(spark, sink_path)
     else:
-        added = (spark.read.json(f"{sink_path}/_delta_log/*.json").where(F.col("add").isNotNull())
-                 .select(F.regexp_extract("add.path", r"([^/]+)$", 1).alias("_file"),
-                         F.regexp_extract(F.input_file_name(), r"(\d+)\.json$", 1).cast("long").alias("_commit_version")))
-        changes = (spark.read.format("delta").load(sink_path)
-                   .withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1))
-                   .join(added, "_file").drop("_file").withColumn("_change_type", F.lit("insert")))
-    if produced is None:
-        return changes
-    ids = (produced.where(F.col("_change_type") == "insert")
-           .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
-    return changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left")
+        changes, notes = _sink_adds(spark, sink_path)
+    if produced is not None:
+        ids = (produced.where(F.col("_change_type") == "insert")
+               .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
+        changes = changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left")
+    return changes.persist(), notes
+
+
+def _sink_feed(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
+    rows = None
+    try:
+        rows = _cdf(spark, sink_path).persist()
+        rows.count()  # read now: a missing commit or data file fails here, not in a check
+        return rows, []
+    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
+        if rows is not None:
+            rows.unpersist()
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    earliest = _earliest_version(spark, sink_path)
+    conf = spark.conf
+    before = conf.get("spark.sql.files.ignoreMissingFiles", "false")
+    conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    try:
+        feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", earliest)
+                .load(sink_path))
+        live = spark.read.format("delta").load(sink_path)
+        # Copies in the sink now that the kept feed did not add: delivered before ``earliest``.
+        net = feed.groupBy(*SINK_ROW).agg(F.sum(
+            F.when(F.col("_change_type").isin("insert", "update_postimage"), 1)
+            .when(F.col("_change_type").isin("delete", "update_preimage"), -1).otherwise(0)).alias("_net"))
+        older = (live.groupBy(*SINK_ROW).agg(F.count(F.lit(1)).alias("_live"), F.first(F.struct(*live.columns)).alias("_row"))
+                 .join(net, SINK_ROW, "left")
+                 .select("_row.*", F.explode(F.array_repeat(F.lit(1), (F.col("_live") - F.coalesce("_net", F.lit(0)))
+                                                            .cast("int"))).alias("_copy"))
+                 .drop("_copy")
+                 .select("*", F.lit("insert").alias("_change_type"), F.lit(BEFORE_KEPT).cast("long").alias("_commit_version"),
+                         F.lit(None).cast("timestamp").alias("_commit_timestamp")))
+        rows = feed.unionByName(older).persist()
+        rows.count()  # read now, while missing files are skipped
+    finally:
+        conf.set("spark.sql.files.ignoreMissingFiles", before)
+    return rows, [_older_deliveries_note(rows, earliest, f"The sink's change feed could not be read from version 0 ({reason}). "
+                                         f"It was read from version {earliest}, the oldest Delta still has, with the "
+                                         "files VACUUM removed skipped.")]
+
+
+def _sink_adds(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
+    added = (spark.read.json(f"{sink_path}/_delta_log/*.json").where(F.col("add").isNotNull())
+             .select(F.regexp_extract("add.path", r"([^/]+)$", 1).alias("_file"),
+                     F.regexp_extract(F.input_file_name(), r"(\d+)\.json$", 1).cast("long").alias("_commit_version")))
+    rows = (spark.read.format("delta").load(sink_path)
+            .withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1))
+            .join(added, "_file", "left").drop("_file")
+            .withColumn("_commit_version", F.coalesce("_commit_version", F.lit(BEFORE_KEPT).cast("long")))
+            .withColumn("_change_type", F.lit("insert")))
+    earliest = _earliest_version(spark, sink_path)
+    if earliest == 0:
+        return rows, []
+    rows = rows.persist()
+    return rows, [_older_deliveries_note(rows, earliest, f"The sink's commits before version {earliest} are gone "
+                                         "(Delta's log retention).")]
+
+
+def _older_deliveries_note(rows: DataFrame, earliest: int, what: str) -> str:
+    older = rows.where(F.col("_commit_version") == BEFORE_KEPT).count()
+    return (f"{what} {older} rows of the sink were delivered before version {earliest}: they count as delivered "
+            "and as copies, and each key's first later delivery must follow the highest sequence among them, "
+            "but their order among themselves was not judged.")
+
+
+def attributed_to(changes: DataFrame, others: list[int], shared: bool) -> DataFrame:
+    """One group's share of a sink: less the versions whose commits name another group
+    (``others``). In a sink several groups write (``shared``), rows delivered before the oldest
+    kept commit name no group: one copy of each counts as delivered for every group that did not
+    deliver that record later, and is left out of the duplicate and order checks."""
+    mine = changes.where(~F.col("_commit_version").isin(others)) if others else changes
+    if not shared:
+        return mine
+    kept = mine.where(F.col("_commit_version") != BEFORE_KEPT)
+    later = kept.where(F.col("_change_type") == "insert").select(*SINK_ROW).distinct()
+    older = (mine.where(F.col("_commit_version") == BEFORE_KEPT).dropDuplicates(SINK_ROW)
+             .join(later, SINK_ROW, "left_anti").withColumn("_commit_version", F.lit(UNATTRIBUTED).cast("long")))
+    return kept.unionByName(older)
 
 
 def _has_change_feed(spark: SparkSession, path: str) -> bool:
@@ -173,15 +262,19 @@ def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
 
     Net of deletes: a (partition, offset) deleted d times loses its d earliest deliveries. The
     order step is taken over first deliveries only, so a repeat counts as a duplicate, not as
-    an order violation; unkeyed records have no per-key order.
+    an order violation; unkeyed records have no per-key order. Rows delivered before the oldest
+    kept commit (``BEFORE_KEPT``) are not judged for order among themselves: ordered by sequence,
+    the highest is what the key's next delivery must follow; ``UNATTRIBUTED`` rows take no part.
     """
     adds = F.col("_change_type").isin("insert", "update_postimage")
     ident = Window.partitionBy("partition", "offset")
-    per_key = (Window.partitionBy("producer_id", "key").orderBy("_commit_version", "partition", "offset")
+    older = F.col("_commit_version") == BEFORE_KEPT
+    per_key = (Window.partitionBy("producer_id", "key")
+               .orderBy("_commit_version", F.when(older, F.col("sequence")), "partition", "offset")
                .rowsBetween(Window.unboundedPreceding, -1))
     first = F.col("copy") == 1
-    prev = F.last(F.when(first, F.col("sequence")), ignorenulls=True).over(per_key)
-    keyed = first & F.col("key").isNotNull() & F.col("producer_id").isNotNull()
+    prev = F.last(F.when(first & (F.col("_commit_version") != UNATTRIBUTED), F.col("sequence")), ignorenulls=True).over(per_key)
+    keyed = first & F.col("key").isNotNull() & F.col("producer_id").isNotNull() & (F.col("_commit_version") >= 0)
     return (
         sink_changes.where(F.col("topic") == topic)
         .withColumn("_removed", F.sum(F.when(adds, 0).otherwise(1)).over(ident))
@@ -384,14 +477,17 @@ def run_audit(
         by_version = sink_commit_groups(spark, sink_path)
         produced, coverage = produced_rows(spark, record.location)
         retired = TopicAdmin(spark, root).image(topic).ever_retired()
+        changes, sink_coverage = sink_changes(spark, sink_path, produced if lacking else None)
+        coverage += sink_coverage
+        if sink_coverage and len(groups) > 1:
+            coverage.append(f"The sink is written by {len(groups)} groups and its oldest commits, which named the group "
+                            "of each batch, are gone: a row delivered before them counts as delivered for every group "
+                            "that did not deliver that record later, and is not judged for duplicates or order.")
         for i, g in enumerate(groups or [None]):
             # A sink several groups write is judged group by group: each sink commit names its group.
             # Commits that name none (written by earlier releases) count for every group.
-            others = sorted(v for v, owner in by_version.items() if owner != g)
-            changes = sink_changes(spark, sink_path, produced if lacking else None)
-            if g is not None and others:
-                changes = changes.where(~F.col("_commit_version").isin(others))
-            delivered = delivered_rows(changes, topic).persist()
+            others = sorted(v for v, owner in by_version.items() if owner != g) if g is not None else []
+            delivered = delivered_rows(attributed_to(changes, others, len(groups) > 1), topic).persist()
             # A sink without a group owes nothing below the log starts (retention, delete-records).
             views = ([delivery_view(spark, root, g, topic)] if g is not None else
                      [DeliveryView(group="", topic=topic, first_topic_version=0, expired=[],
@@ -403,6 +499,7 @@ def run_audit(
             if len(groups) > 1:
                 found = [c.model_copy(update={"name": f"{c.name}[{g}]"}) for c in found]
             checks += found
+        changes.unpersist()
         produced.unpersist()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     report = AuditReport(

@@ -84,3 +84,14 @@ def log_rows(root: str, topic: str) -> list[dict]:
     topics = DeltaTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
     location = next(r["location"] for r in topics if r["topic"] == topic)
     return DeltaTable(location).to_pyarrow_table(columns=LOG_COLUMNS).to_pylist()
+
+
+def forget_commits_before(path: str, version: int) -> None:
+    """Delta's log cleanup by hand: remove a table's commit files (and their checksums) older
+    than ``version``, which must have a checkpoint, as Delta does at a checkpoint once they are
+    older than ``delta.logRetentionDuration``. The table's history then starts at ``version``."""
+    log = Path(path, "_delta_log")
+    assert any(log.glob(f"{version:020d}.checkpoint*.parquet")), f"no checkpoint at version {version} of {path}"
+    for f in log.iterdir():
+        if f.name[:20].isdigit() and int(f.name[:20]) < version and ".checkpoint." not in f.name:
+            f.unlink()

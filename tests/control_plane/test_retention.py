@@ -24,7 +24,7 @@ from pipelines.consumer import Consumer
 from pipelines.group_consumer import GroupConsumer
 from pipelines.producer import Producer
 from pipelines.settings import ConsumerSettings
-from tests.support import log_rows, make_records
+from tests.support import forget_commits_before, log_rows, make_records
 
 T = "ret"
 
@@ -131,9 +131,7 @@ def test_the_audit_judges_what_the_log_remembers_after_vacuum_and_delta_log_clea
     Consumer(spark, root, T, "g").run_to_sink(sink)
     log = Path(location, "_delta_log")
     checkpoint = max(int(f.name.split(".")[0]) for f in log.glob("*.checkpoint.parquet"))
-    for f in log.iterdir():
-        if f.name[:20].isdigit() and int(f.name[:20]) < checkpoint and ".checkpoint." not in f.name:
-            f.unlink()
+    forget_commits_before(location, checkpoint)
     report = run_audit(spark, root, T, sink)
     assert report.passed, [c for c in report.checks if not c.passed]
     assert report.coverage and f"version {checkpoint}" in report.coverage[0], report.coverage

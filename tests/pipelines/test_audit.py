@@ -19,7 +19,8 @@ from log_store.topic_log import RECORD_SCHEMA
 from pipelines.audit import run_audit
 from pipelines.consumer import SINK_SCHEMA, Consumer
 from pipelines.producer import Producer
-from tests.support import make_records
+from pipelines.settings import ConsumerSettings
+from tests.support import forget_commits_before, make_records
 
 CHECKS = ["log.offsets_unique", "log.offsets_dense", "log.epochs_non_decreasing",
           "sink.no_duplicates", "sink.per_key_order", "sink.nothing_missing"]
@@ -97,6 +98,98 @@ def test_sink_with_per_key_order_violated(spark, shared, tmp_path):
     assert order.violations == len(keys)
     assert {s["key"] for s in order.samples} == keys
     assert all(s["partition"] == 0 and s["offset"] < 5 and s["sequence"] < s["prev_sequence"] for s in order.samples)
+
+
+def sink_kept_since(spark, root, tmp_path, name, before, after, change_feed=True):
+    """A sink of topic ``t`` written in one commit per where-clause of ``before`` and ``after``,
+    whose commits before ``after`` Delta's log cleanup has removed (a sink kept for months)."""
+    from deltalake import DeltaTable as RsTable
+
+    loc = TopicAdmin(spark, root).get("t").location
+    log = spark.read.format("delta").load(loc).select(F.lit("t").alias("topic"), *RECORD_SCHEMA.fieldNames())
+    sink = str(tmp_path / name)
+    DeltaTable.createIfNotExists(spark).location(sink).addColumns(SINK_SCHEMA).property(
+        "delta.enableChangeDataFeed", str(change_feed).lower()).execute()
+    for where in before:
+        log.where(where).write.format("delta").mode("append").save(sink)
+    spark.sql(f"ALTER TABLE delta.`{sink}` SET TBLPROPERTIES ('kept' = 'since now')")  # the oldest commit kept
+    kept = RsTable(sink).version()
+    RsTable(sink).create_checkpoint()
+    forget_commits_before(sink, kept)
+    for where in after:
+        log.where(where).write.format("delta").mode("append").save(sink)
+    return sink, log, kept
+
+
+def test_a_sink_whose_old_commits_delta_removed_is_still_judged(spark, shared, tmp_path):
+    """The rows delivered before the oldest commit Delta kept are judged from the sink's current
+    rows: a lost record, a duplicate and a key delivered out of order across that point are found."""
+    sink, log, kept = sink_kept_since(spark, shared, tmp_path, "clean", ["offset < 10"], ["offset >= 10"])
+    report = run_audit(spark, shared, "t", sink)
+    assert report.passed, [(c.name, c.violations, c.samples[:3]) for c in report.checks if not c.passed]
+    older = log.where("offset < 10").count()
+    assert any("could not be read from version 0" in n and f"{older} rows of the sink were delivered before "
+               f"version {kept}" in n for n in report.coverage), report.coverage
+    lost = sink_copy_of(sink, tmp_path / "lost")
+    spark.sql(f"DELETE FROM delta.`{lost}` WHERE partition = 1 AND offset = 3")  # delivered before `kept`
+    report = run_audit(spark, shared, "t", lost)
+    assert [c.name for c in report.checks if not c.passed] == ["sink.nothing_missing"]
+    assert next(c for c in report.checks if c.name == "sink.nothing_missing").violations == 1
+    twice = sink_copy_of(sink, tmp_path / "twice")
+    log.where("partition = 1 AND offset IN (3, 4)").write.format("delta").mode("append").save(twice)
+    report = run_audit(spark, shared, "t", twice)
+    assert [c.name for c in report.checks if not c.passed] == ["sink.no_duplicates"]
+    assert [(s["partition"], s["offset"], s["copy"]) for s in
+            next(c for c in report.checks if c.name == "sink.no_duplicates").samples] == [(1, 3, 2), (1, 4, 2)]
+    # partition 0's first records come after the rest of their keys, the rest before `kept`
+    late = "partition = 0 AND offset < 10"
+    swapped, _, _ = sink_kept_since(spark, shared, tmp_path, "swapped", [f"NOT ({late})"], [late])
+    report = run_audit(spark, shared, "t", swapped)
+    assert [c.name for c in report.checks if not c.passed] == ["sink.per_key_order"]
+    keys = ({bytes(r["key"]) for r in log.where(late).collect()}
+            & {bytes(r["key"]) for r in log.where("partition = 0 AND offset >= 10").collect()})
+    assert keys and next(c for c in report.checks if c.name == "sink.per_key_order").violations == len(keys)
+
+
+def test_a_sink_without_change_feed_whose_old_commits_delta_removed_is_still_judged(spark, shared, tmp_path):
+    """An append-only sink (a stream's) gives each row the version of the commit that added its
+    file: a file whose commit is gone was delivered before the oldest commit kept."""
+    sink, log, kept = sink_kept_since(spark, shared, tmp_path, "clean", ["offset < 10"], ["offset >= 10"], False)
+    report = run_audit(spark, shared, "t", sink)
+    assert report.passed, [(c.name, c.violations, c.samples[:3]) for c in report.checks if not c.passed]
+    assert any(f"commits before version {kept} are gone" in n and f"{log.where('offset < 10').count()} rows" in n
+               for n in report.coverage), report.coverage
+    late = "partition = 0 AND offset < 10"
+    swapped, _, _ = sink_kept_since(spark, shared, tmp_path, "swapped", [f"NOT ({late})"], [late], False)
+    report = run_audit(spark, shared, "t", swapped)
+    assert [c.name for c in report.checks if not c.passed] == ["sink.per_key_order"]
+
+
+def sink_copy_of(sink, dst):
+    shutil.copytree(sink, dst)
+    return str(dst)
+
+
+def test_a_shared_sink_whose_old_commits_delta_removed_passes_for_each_group(spark, shared, tmp_path):
+    """Two groups write one sink; the commits naming the group of its first batches are gone. Each
+    group still passes: the rows delivered before are not taken for its duplicates or its order."""
+    from deltalake import DeltaTable as RsTable
+
+    sink = str(tmp_path / "shared")
+    for g in ("g1", "g2"):
+        Consumer(spark, shared, "t", g, ConsumerSettings(max_records_per_batch=60)).run_to_sink(sink, max_records=120)
+    kept = RsTable(sink).version()
+    RsTable(sink).create_checkpoint()
+    forget_commits_before(sink, kept)
+    for g in ("g1", "g2"):
+        Consumer(spark, shared, "t", g).run_to_sink(sink)
+    report = run_audit(spark, shared, "t", sink)
+    assert report.passed, [c for c in report.checks if not c.passed]
+    assert [c.name for c in report.checks][3:] == [f"{c}[{g}]" for g in ("g1", "g2") for c in CHECKS[3:]]
+    assert any("written by 2 groups" in n for n in report.coverage), report.coverage
+    spark.sql(f"DELETE FROM delta.`{sink}` WHERE partition = 1 AND offset = 3")  # both groups delivered it before
+    report = run_audit(spark, shared, "t", sink)
+    assert [c.name for c in report.checks if not c.passed] == ["sink.nothing_missing[g1]", "sink.nothing_missing[g2]"]
 
 
 def test_sink_missing_records_grouped_by_retired_partition(spark, root):
