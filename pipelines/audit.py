@@ -157,11 +157,14 @@ def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None
         changes, notes = _sink_feed(spark, sink_path)
     else:
         changes, notes = _sink_adds(spark, sink_path)
-    if produced is not None:
-        ids = (produced.where(F.col("_change_type") == "insert")
-               .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
-        changes = changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left")
-    return changes.persist(), notes
+    if produced is None:
+        return changes.persist(), notes
+    ids = (produced.where(F.col("_change_type") == "insert")
+           .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
+    joined = changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left").persist()
+    joined.count()  # kept before the rows it was made of are let go
+    changes.unpersist()
+    return joined, notes
 
 
 def _sink_feed(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
