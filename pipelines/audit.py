@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -74,7 +76,7 @@ class AuditReport(BaseModel):
 # -- derived DataFrames (one window each) -----------------------------------------------------
 def _cdf(spark: SparkSession, path: str) -> DataFrame:
     try:
-        return spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+        return _feed_from(spark, path, 0)
     except AnalysisException as exc:
         raise InvalidConfigurationError(
             f"cannot read the change data feed of {path} ({str(exc).splitlines()[0]}); "
@@ -98,29 +100,17 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
     says that it was not judged."""
     if not _has_change_feed(spark, path):
         _cdf(spark, path)  # raises the error that says what the audit needs
-    rows = None
-    try:
-        rows = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
-                .where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS, "_change_type").persist())
-        rows.count()  # read now: a missing commit or data file fails here, not in a check
+    rows, reason = _read_now(lambda: _feed_from(spark, path, 0).where(F.col("_change_type") == "insert")
+                             .select(*PRODUCED_COLUMNS, "_change_type"))
+    if rows is not None:
         return rows, []
-    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
-        if rows is not None:
-            rows.unpersist()
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     earliest = _earliest_version(spark, path)
-    conf = spark.conf
-    before = conf.get("spark.sql.files.ignoreMissingFiles", "false")
-    conf.set("spark.sql.files.ignoreMissingFiles", "true")
-    try:
-        feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", earliest)
-                .load(path).where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS))
+    with _skipping_missing_files(spark):
+        feed = _feed_from(spark, path, earliest).where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS)
         live = spark.read.format("delta").load(path).select(*PRODUCED_COLUMNS)
         rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
                 .withColumn("_change_type", F.lit("insert")).persist())
         rows.count()  # read now, while missing files are skipped: nothing else in the audit skips them
-    finally:
-        conf.set("spark.sql.files.ignoreMissingFiles", before)
     note = (f"The log's full change feed could not be read ({reason}). It was read from version {earliest}, "
             "the oldest Delta still has, with the files VACUUM removed skipped, together with the records "
             "the log holds now. Records appended before that version and no longer in the log (below a log "
@@ -137,6 +127,35 @@ STREAM_SINK_COLUMNS = ("topic", "partition", "offset", "key")
 BEFORE_KEPT = -1
 UNATTRIBUTED = -2
 SINK_ROW = ["topic", "partition", "offset"]
+
+
+def _feed_from(spark: SparkSession, path: str, version: int) -> DataFrame:
+    return spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(path)
+
+
+def _read_now(rows: Callable[[], DataFrame]) -> tuple[DataFrame | None, str]:
+    """The rows, kept in memory and read now (a missing commit or data file fails here, not in a
+    check), or None and the first line of why Delta could not read them."""
+    read = None
+    try:
+        read = rows().persist()
+        read.count()
+        return read, ""
+    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
+        if read is not None:
+            read.unpersist()
+        return None, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+@contextmanager
+def _skipping_missing_files(spark: SparkSession) -> Iterator[None]:
+    """Reads skip data files VACUUM removed, for what is read inside (and only that)."""
+    before = spark.conf.get("spark.sql.files.ignoreMissingFiles", "false")
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.files.ignoreMissingFiles", before)
 
 
 def _earliest_version(spark: SparkSession, path: str) -> int:
@@ -168,22 +187,12 @@ def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None
 
 
 def _sink_feed(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
-    rows = None
-    try:
-        rows = _cdf(spark, sink_path).persist()
-        rows.count()  # read now: a missing commit or data file fails here, not in a check
+    rows, reason = _read_now(lambda: _feed_from(spark, sink_path, 0))
+    if rows is not None:
         return rows, []
-    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
-        if rows is not None:
-            rows.unpersist()
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     earliest = _earliest_version(spark, sink_path)
-    conf = spark.conf
-    before = conf.get("spark.sql.files.ignoreMissingFiles", "false")
-    conf.set("spark.sql.files.ignoreMissingFiles", "true")
-    try:
-        feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", earliest)
-                .load(sink_path))
+    with _skipping_missing_files(spark):
+        feed = _feed_from(spark, sink_path, earliest)
         live = spark.read.format("delta").load(sink_path)
         # Copies in the sink now that the kept feed did not add: delivered before ``earliest``.
         net = feed.groupBy(*SINK_ROW).agg(F.sum(
@@ -198,8 +207,6 @@ def _sink_feed(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str
                          F.lit(None).cast("timestamp").alias("_commit_timestamp")))
         rows = feed.unionByName(older).persist()
         rows.count()  # read now, while missing files are skipped
-    finally:
-        conf.set("spark.sql.files.ignoreMissingFiles", before)
     return rows, [_older_deliveries_note(rows, earliest, f"The sink's change feed could not be read from version 0 ({reason}). "
                                          f"It was read from version {earliest}, the oldest Delta still has, with the "
                                          "files VACUUM removed skipped.")]
