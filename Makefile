@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml
 
 $(JARS): conf/delta-jars.pom.xml
 	rm -rf .jars
-	mvn -q -f conf/delta-jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jars
+	mvn -q -f conf/delta-jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.jars \
+	    -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,commons-logging,org.slf4j
 	touch $(JARS)
 
 # Kafka's partitioner as a JVM function (log_store/jvm), built from source.
-$(JVMJAR): $(JARS) log_store/jvm/pom.xml $(wildcard log_store/jvm/src/main/java/lakelog/*.java)
+$(JVMJAR): $(JARS) log_store/jvm/pom.xml $(shell find log_store/jvm/src -name "*.java")
 	mvn -q -f log_store/jvm/pom.xml package -DskipTests
 	cp log_store/jvm/target/lakelog-jvm.jar $(JVMJAR)
 

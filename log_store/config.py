@@ -39,4 +39,10 @@ class SparkSettings(Strict):
     # Keep Spark's and the JVM's own log lines (start-up banner, warnings) off the terminal: only
     # errors (conf/log4j2-quiet.properties). The CLI's --verbose turns it off. Local mode only.
     quiet: bool = True
+    # Which log store writes Delta's commit files (docs/operating.md, "Storage and concurrent
+    # writers"). "lakelog": lakelog's put-if-absent store for the local file system and S3A (in
+    # lakelog's jar), so that of two processes racing for a version exactly one wins. "delta":
+    # Delta's default per scheme, safe on HDFS, ADLS Gen2 and GCS but not across processes on a
+    # local disk or S3. Not set on Databricks, whose runtime commits safely itself.
+    log_store: Literal["lakelog", "delta"] = "lakelog"
     conf: dict[str, str] = Field(default_factory=dict)

@@ -1,7 +1,8 @@
 """The one place that decides how a Spark session with Delta is built.
 
 local: Delta jars resolved by ``make setup`` into ``.jars/``; cluster: ``spark.jars.packages``;
-databricks: Delta is built in, nothing is added.
+databricks: Delta is built in, nothing is added. Outside Databricks, Delta's commit files are
+written by lakelog's log store (``log_store_conf``).
 """
 
 from __future__ import annotations
@@ -52,14 +53,47 @@ _SMALL_CONF = {
 _SMALL_MASTER = "local[1]"
 
 
+# lakelog's log store (log_store/jvm, lakelog.storage): put-if-absent commits across processes.
+LOG_STORE_CLASS = "lakelog.storage.PutIfAbsentLogStore"
+JVM_JAR = "lakelog-jvm.jar"
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def log_store_conf(settings: SparkSettings, conf: dict[str, str]) -> dict[str, str]:
+    """The Spark settings that make Delta commit through lakelog's log store: for ``file:`` and
+    ``s3a:``, and for ``s3:`` where it is S3A (local mode maps it so; a cluster keeps its own
+    ``fs.s3.impl``). Settings the user gives (``spark.conf``) win."""
+    if settings.log_store != "lakelog":
+        return {}
+    out = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS}
+    s3_impl = settings.conf.get("spark.hadoop.fs.s3.impl") or conf.get("spark.hadoop.fs.s3.impl")
+    if s3_impl == S3A_CLASS:
+        out["spark.delta.logStore.s3.impl"] = LOG_STORE_CLASS
+    return out
+
+
+def _jars_folder(settings: SparkSettings) -> Path:
+    folder = Path(settings.jars_dir)
+    return folder if folder.is_absolute() else PROJECT_ROOT / folder
+
+
+def _lakelog_jar(settings: SparkSettings) -> str:
+    """lakelog's own jar, which the log store needs; a SetupError saying how to build it."""
+    jar = _jars_folder(settings) / JVM_JAR
+    if not jar.is_file():
+        raise SetupError(
+            f"lakelog's jar {jar} is missing: it holds the log store that makes commits safe across processes. "
+            "Run `make setup` (builds log_store/jvm with Maven), or set spark.log_store: delta to use Delta's "
+            "own store (not safe for concurrent writers on a local disk or S3: docs/operating.md)")
+    return str(jar)
+
+
 def local_delta_jars(settings: SparkSettings) -> list[str]:
     """The jars ``make setup`` put in place (Delta's, built for this PySpark's Spark line, and
     lakelog's JVM functions), or a SetupError saying how to get them."""
     import pyspark
 
-    folder = Path(settings.jars_dir)
-    if not folder.is_absolute():
-        folder = PROJECT_ROOT / folder
+    folder = _jars_folder(settings)
     jars = sorted(str(p) for p in folder.glob("*.jar"))
     line = ".".join(pyspark.__version__.split(".")[:2])
     if not any(f"delta-spark_{line}_2.13" in j for j in jars):
@@ -69,6 +103,8 @@ def local_delta_jars(settings: SparkSettings) -> list[str]:
             + (f" (found {', '.join(found)}, built for another Spark)" if found else "")
             + ". Run `make setup` (needs Maven: `apt-get install maven`) to fetch them from Maven Central."
         )
+    if settings.log_store == "lakelog":
+        _lakelog_jar(settings)
     return jars
 
 
@@ -113,8 +149,13 @@ def build_session(settings: SparkSettings) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         conf["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+        # s3:// as S3A (its jars come with make setup), as clusters outside AWS's own map it.
+        conf["spark.hadoop.fs.s3.impl"] = S3A_CLASS
     else:
         conf["spark.jars.packages"] = ",".join(settings.packages)
+        if settings.log_store == "lakelog":
+            conf["spark.jars"] = _lakelog_jar(settings)
+    conf.update(log_store_conf(settings, conf))
     master = settings.master
     if settings.profile == "small":
         conf.update(_SMALL_CONF)

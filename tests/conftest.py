@@ -27,3 +27,12 @@ def spark():
 @pytest.fixture()
 def root(tmp_path) -> str:
     return str(tmp_path / "root")
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """An S3 API on 127.0.0.1 (tests/s3_emulator.py) for the tests of roots on S3."""
+    from tests.s3_emulator import S3Emulator
+
+    with S3Emulator() as emulator:
+        yield emulator

@@ -47,3 +47,29 @@ def test_properties_app_versions_and_written_files_match_the_table(spark, tmp_pa
     assert jvm["lakelog.test.a"][0] == 4 and jvm["lakelog.test.a"][1] is not None
     assert app_version_changes(spark, path, version, "other.") == {}
     assert app_version_changes(spark, path, version - 1, "other.")["other.b"][0] == 9
+
+
+def test_commits_go_through_lakelogs_log_store_which_refuses_a_version_that_exists(spark, tmp_path):
+    """The session's Delta writes commit files with lakelog.storage.PutIfAbsentLogStore; a write
+    of a version that exists fails as Delta expects of a lost race and leaves the file as it was,
+    and no temporary file stays behind."""
+    import pytest
+    from py4j.protocol import Py4JJavaError
+
+    from log_store.engine import delta
+    from log_store.session import LOG_STORE_CLASS
+
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    jvm = spark._jvm
+    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
+    commit = jvm.org.apache.hadoop.fs.Path(f"file:{path}/_delta_log/{1:020d}.json")
+    assert log.store().getDelegate(commit).logStoreImpl().getClass().getName() == LOG_STORE_CLASS
+    before = (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").read_bytes()
+    lines = jvm.java.util.ArrayList()
+    lines.add('{"commitInfo":{}}')
+    with pytest.raises(Py4JJavaError, match="java.nio.file.FileAlreadyExistsException"):
+        log.store().write(commit, jvm.scala.jdk.CollectionConverters.IteratorHasAsScala(lines.iterator()).asScala(),
+                          False, log.newDeltaHadoopConf())
+    assert (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").read_bytes() == before
+    assert not [p.name for p in (tmp_path / "t" / "_delta_log").iterdir() if p.name.endswith(".tmp")]

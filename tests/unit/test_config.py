@@ -60,6 +60,35 @@ def test_missing_delta_jars_say_what_to_run(tmp_path):
         local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
 
 
+def test_a_missing_lakelog_jar_says_what_to_run_unless_delta_s_store_is_chosen(tmp_path):
+    import pyspark
+
+    from log_store.config import SparkSettings
+    from log_store.errors import SetupError
+    from log_store.session import local_delta_jars
+
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    (tmp_path / f"delta-spark_{line}_2.13-4.4.0.jar").write_bytes(b"")
+    with pytest.raises(SetupError, match=r"lakelog-jvm.jar is missing.*log store.*make setup.*log_store: delta"):
+        local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))
+    assert local_delta_jars(SparkSettings(jars_dir=str(tmp_path), log_store="delta"))
+    (tmp_path / "lakelog-jvm.jar").write_bytes(b"")
+    assert len(local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))) == 2
+
+
+def test_commits_go_through_lakelogs_log_store_for_local_disks_and_s3a():
+    from log_store.config import SparkSettings
+    from log_store.session import LOG_STORE_CLASS, S3A_CLASS, log_store_conf
+
+    store = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS}
+    assert log_store_conf(SparkSettings(), {}) == store
+    mapped = {"spark.hadoop.fs.s3.impl": S3A_CLASS}
+    assert log_store_conf(SparkSettings(), mapped) == store | {"spark.delta.logStore.s3.impl": LOG_STORE_CLASS}
+    emrfs = SparkSettings(conf={"spark.hadoop.fs.s3.impl": "com.amazon.ws.emr.hadoop.fs.EmrFileSystem"})
+    assert log_store_conf(emrfs, mapped) == store, "s3:// that is not S3A keeps the cluster's store"
+    assert log_store_conf(SparkSettings(log_store="delta"), mapped) == {}
+
+
 def test_spark_profile_from_environment_and_bad_profile(monkeypatch):
     monkeypatch.delenv("LAKELOG_CONF", raising=False)
     monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "small")

@@ -1,0 +1,81 @@
+"""Invariant 14: a Delta commit is put-if-absent across processes. Several OS processes, each with
+its own JVM, race blind appends to one table; every commit Delta reported as successful must be
+in the table exactly once, at a version no other commit got.
+
+The negative control runs the same race through a test-only store with the shape of Delta's own
+across JVMs (check that the commit file is absent, then write without checking again) and a
+pause inside that window: it loses acknowledged commits, so the race can see the defect. The
+same pause inside lakelog's store, between writing a commit's bytes and publishing them, loses
+none. The table is read back with delta-rs, not with lakelog or Delta's JVM reader.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from tests.support import PROJECT, WORKERS
+
+CONTROL = "lakelog.storage.testing.CheckThenWriteLogStore"
+LAKELOG = "default"  # what build_session sets: lakelog.storage.PutIfAbsentLogStore
+SCHEMA = pa.schema([("writer", pa.string()), ("i", pa.int32())])
+
+
+def race(table: str, store: str, go: Path, workers: int = 3, commits: int = 6, pause_ms: int = 150,
+         s3: str = "", storage: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """Run the race; return what the workers were told (acknowledged commits) and the table's rows."""
+    write_deltalake(table, pa.table({"writer": [], "i": []}, SCHEMA), storage_options=storage)
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "commit_workers.py"), table, f"w{n}", str(commits),
+                               str(go), store, str(pause_ms), s3],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
+             for n in range(workers)]
+    for proc in procs:  # each has its session and has read the table: start them together
+        line = proc.stdout.readline()
+        assert line and "ready" in json.loads(line), proc.stderr.read()[-3000:]
+    go.touch()
+    acked = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        acked += [json.loads(line) for line in out.splitlines()]
+    rows = DeltaTable(table, storage_options=storage).to_pyarrow_table().to_pylist()
+    return acked, rows
+
+
+def lost_and_doubled(acked: list[dict], rows: list[dict]) -> tuple[set, set]:
+    present = Counter((r["writer"], r["i"]) for r in rows)
+    lost = {(a["writer"], a["i"]) for a in acked if present[(a["writer"], a["i"])] == 0}
+    return lost, {k for k, n in present.items() if n > 1}
+
+
+def test_racing_processes_lose_commits_through_a_check_then_write_store_and_none_through_lakelogs(tmp_path):
+    acked, rows = race(str(tmp_path / "control"), CONTROL, tmp_path / "go-control")
+    lost, _ = lost_and_doubled(acked, rows)
+    assert len(acked) == 18
+    assert lost, "the negative control: Delta's shape across JVMs loses acknowledged commits here"
+    assert len({a["version"] for a in acked}) < len(acked), "two writers were told they committed one version"
+
+    acked, rows = race(str(tmp_path / "lakelog"), LAKELOG, tmp_path / "go-lakelog")
+    lost, doubled = lost_and_doubled(acked, rows)
+    assert len(acked) == 18 and not lost and not doubled, f"lost {sorted(lost)}, doubled {sorted(doubled)}"
+    assert sorted(a["version"] for a in acked) == list(range(1, 19)), "each commit its own version, none skipped"
+
+
+def test_on_s3_racing_processes_lose_commits_through_a_check_then_put_store_and_none_through_lakelogs(
+        s3, tmp_path):
+    storage = s3.environment()
+    bucket = s3.create_bucket("commit-race")
+    acked, rows = race(f"s3a://{bucket}/control", CONTROL, tmp_path / "go-control", s3=s3.endpoint, storage=storage)
+    lost, _ = lost_and_doubled(acked, rows)
+    assert len(acked) == 18 and lost, "the negative control: a check, then a plain PUT, loses acknowledged commits"
+
+    acked, rows = race(f"s3a://{bucket}/lakelog", LAKELOG, tmp_path / "go-lakelog", s3=s3.endpoint, storage=storage)
+    lost, doubled = lost_and_doubled(acked, rows)
+    assert len(acked) == 18 and not lost and not doubled, f"lost {sorted(lost)}, doubled {sorted(doubled)}"
+    assert sorted(a["version"] for a in acked) == list(range(1, 19))
