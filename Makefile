@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control clean check-tools
+.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -40,6 +40,10 @@ test: setup
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow
+
+# Roots on S3 against a local S3 emulator the tests start (S3A's jars come with make setup).
+test-s3: setup
+	$(BIN)/pytest -q -m s3
 
 # The fault campaign: SCHEDULES seeds from SEED (or SEEDS=3,7,10-12); see RELIABILITY.md.
 SCHEDULES ?= 100

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 
 from log_store.config import PROJECT_ROOT, SparkSettings
-from log_store.engine import INTERNALS_CONF
+from log_store.engine import INTERNALS_CONF, jvm_json
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
@@ -185,6 +185,15 @@ def gateway_of(spark: SparkSession) -> str | None:
         return None
     params = gateway.gateway_parameters
     return f"{params.port}:{params.auth_token}"
+
+
+def hadoop_settings(spark: SparkSession, prefix: str) -> dict[str, str]:
+    """The session's Hadoop settings whose keys start with ``prefix`` (without it), e.g. S3A's
+    ``fs.s3a.``; none on Spark Connect, where the driver's JVM is out of reach."""
+    if getattr(spark.sparkContext, "_jsc", None) is None:
+        return {}
+    props = spark._jsc.hadoopConfiguration().getPropsWithPrefix(prefix)
+    return {str(k): str(v) for k, v in jvm_json(spark, props).items()}
 
 
 def attach(gateway: str) -> SparkSession:

@@ -22,6 +22,7 @@ from control_plane.topics import live_record
 from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError, LakelogError
 from log_store.files import is_remote, local_path
+from log_store.object_store import is_s3
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark_options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
@@ -42,9 +43,8 @@ def resolve_root(given: str | None, default: str | None, writing: bool = False) 
     """The root a read or write uses: the ``root`` option, else the one registered as default.
     A local path is made absolute here, on the driver: Spark's workers may run elsewhere. A URI
     must name an object store delta-rs reads: both sides of a read open the root with it. Writes
-    take local roots only: their commit goes through Spark's Delta writer, whose file system for
-    an object store is the cluster's (hadoop-aws and its settings), which this release does not
-    set up or test."""
+    take local and S3 roots: their tasks stage rows with pyarrow, which lakelog points at S3
+    (``log_store.object_store``), and the driver commits them through Spark's S3A."""
     root = given or default
     if not root:
         raise InvalidConfigurationError(
@@ -52,12 +52,11 @@ def resolve_root(given: str | None, default: str | None, writing: bool = False) 
             "root (pipelines.spark_source.register(spark, root))")
     if not is_remote(root):
         return str(local_path(root))
-    if writing:
+    if writing and not is_s3(root):
         raise InvalidConfigurationError(
-            f"root {root!r}: format('lakelog') writes to local roots only in this release: a write stages its "
-            "rows under the root and commits them through Spark's Delta writer, which for a remote root needs "
-            "the cluster's Hadoop file system for it (s3a and its credentials); produce with "
-            "pipelines.producer.Producer in a Spark session configured for the store")
+            f"root {root!r}: format('lakelog') writes to local and S3 roots (s3://, s3a://): its tasks stage rows "
+            "with pyarrow, which lakelog points only at those; produce with pipelines.producer.Producer in a "
+            "Spark session configured for the store")
     scheme = root.split(":", 1)[0].lower()
     if scheme == "dbfs":
         raise InvalidConfigurationError(
@@ -112,16 +111,12 @@ class _OwnPositions:
 class Planner:
     """What a read covers, and where each batch of a stream ends. Reads the root with delta-rs."""
 
-    def __init__(self, root: str, opts: SourceOptions, gateway: str | None = None) -> None:
-        if opts.group and is_remote(root):
-            raise InvalidConfigurationError(
-                f"the group option on remote root {root!r}: a group's positions are committed through Spark's "
-                "Delta writer, which for a remote root needs the cluster's Hadoop file system for it (s3a and "
-                "its credentials), and format('lakelog') writes to local roots only in this release; drop the "
-                "group option (the query's checkpoint keeps the stream's positions), or consume the topic "
-                "with GroupConsumer")
+    def __init__(self, root: str, opts: SourceOptions, gateway: str | None = None,
+                 storage: rs_reader.Storage = None) -> None:
+        """``storage``: delta-rs storage options for a remote root (the read's ``storage.*``
+        options over what the session's S3A settings say, ``LakelogDataSource.storage_for``)."""
         self.root, self.opts, self.gateway = root, opts, gateway
-        self.storage = opts.storage or None
+        self.storage = dict(storage) if storage else (opts.storage or None)
         self.reader = FastTopicReader(root, self.storage)
         self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
         self.skipped: dict[tuple[str, int, int], ExpiredRange] = {}  # lost records a group has yet to report

@@ -2,8 +2,9 @@
 idempotent producer (``pipelines.producer.Producer``), partitioned by key as Kafka's partitioner
 does, with dense offsets.
 
-Spark's tasks stage their rows as Parquet files under the root (``_lakelog_staging/``); the
-commit, on the driver, produces them with one Spark session attached to the driver's JVM
+Spark's tasks stage their rows as Parquet files under the root (``_lakelog_staging/``, written
+with pyarrow: a local folder, or S3 with the root's endpoint and credentials); the commit, on the
+driver, produces them with one Spark session attached to the driver's JVM
 (``log_store.session.attach``) and removes them. So a write lands through the same fenced
 append as every produce, or not at all (an aborted write leaves nothing in the log).
 
@@ -15,10 +16,8 @@ finds its sequences committed and lands nothing twice.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -26,6 +25,7 @@ from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, Struct
 
 from log_store.crash import crash_point
 from log_store.errors import InvalidConfigurationError, InvalidRecordError
+from log_store.object_store import arrow_filesystem
 from pipelines.spark_options import CHECKPOINT_LOCATION, SinkOptions
 
 STAGING = "_lakelog_staging"
@@ -76,16 +76,20 @@ class Staged(WriterCommitMessage):
     rows: int
 
 
-def stage(directory: str, batches) -> Staged:
-    """Write a task's Arrow batches to one Parquet file under ``directory``."""
+def stage(directory: str, batches, storage: dict[str, str] | None = None) -> Staged:
+    """Write a task's Arrow batches to one Parquet file under ``directory`` (a local folder or an
+    S3 URI; ``storage``: the root's delta-rs storage options). The message names the file as
+    Spark reads it (the URI under an S3 root)."""
     rows, writer, path = 0, None, None
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if writer is None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            path = str(Path(directory, f"part-{uuid.uuid4().hex}.parquet"))
-            writer = pq.ParquetWriter(path, batch.schema)
+            name = f"part-{uuid.uuid4().hex}.parquet"
+            fs, folder = arrow_filesystem(directory, storage)
+            fs.create_dir(folder, recursive=True)
+            path = f"{directory.rstrip('/')}/{name}"
+            writer = pq.ParquetWriter(f"{folder}/{name}", batch.schema, filesystem=fs)
         writer.write_batch(batch)
         rows += batch.num_rows
     if writer is not None:
@@ -109,12 +113,13 @@ def stream_producer_id(opts: SinkOptions, options: dict) -> str:
 class Committer:
     """Produces staged files on the driver, through a session attached to its JVM."""
 
-    def __init__(self, gateway: str | None, root: str, opts: SinkOptions, staging: str) -> None:
+    def __init__(self, gateway: str | None, root: str, opts: SinkOptions, staging: str,
+                 storage: dict[str, str] | None = None) -> None:
         if not gateway:
             raise InvalidConfigurationError(
                 "format('lakelog') writes need a PySpark driver with a py4j gateway (not Spark Connect): "
                 "register the source from the driver with pipelines.spark_source.register(spark)")
-        self.gateway, self.root, self.opts, self.staging = gateway, root, opts, staging
+        self.gateway, self.root, self.opts, self.staging, self.storage = gateway, root, opts, staging, storage
         self.staging_is_own = True  # a batch write's directory is its own; a stream's is kept between batches
 
     def produce(self, messages, producer_id: str | None, batch_id: int | None = None) -> None:
@@ -154,11 +159,18 @@ class Committer:
 
     def discard(self, messages) -> None:
         """Remove what the tasks staged (after the produce, or when the write is aborted)."""
+        fs, folder = arrow_filesystem(self.staging, self.storage)
         for m in messages:
             if m is not None and m.path:
-                Path(m.path).unlink(missing_ok=True)
+                try:
+                    fs.delete_file(arrow_filesystem(m.path, self.storage)[1])
+                except FileNotFoundError:
+                    pass
         if self.staging_is_own:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            try:
+                fs.delete_dir(folder)
+            except FileNotFoundError:
+                pass
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -166,7 +178,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.committer = committer
 
     def write(self, iterator) -> Staged:
-        return stage(self.committer.staging, iterator)
+        return stage(self.committer.staging, iterator, self.committer.storage)
 
     def commit(self, messages) -> None:
         self.committer.produce(messages, self.committer.opts.producer_id)
@@ -181,7 +193,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.committer, self.producer_id = committer, producer_id
 
     def write(self, iterator) -> Staged:
-        return stage(self.committer.staging, iterator)
+        return stage(self.committer.staging, iterator, self.committer.storage)
 
     def commit(self, messages, batchId: int) -> None:
         self.committer.produce(messages, self.producer_id, batchId)
@@ -192,4 +204,4 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
 def staging_dir(root: str) -> str:
     """Where one write's (or one stream run's) tasks stage their rows."""
-    return str(Path(root, STAGING, uuid.uuid4().hex))
+    return f"{root.rstrip('/')}/{STAGING}/{uuid.uuid4().hex}"

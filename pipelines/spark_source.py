@@ -36,6 +36,7 @@ from control_plane.topics import live_record
 from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, local_path
+from log_store.object_store import storage_from_s3a
 from pipelines.spark_options import SinkOptions, parse_sink_options, parse_source_options
 from pipelines.spark_planner import UNLIMITED, DataLossError, Planner, Positions, RangePartition, resolve_root
 from pipelines.spark_positions import ending_positions
@@ -150,10 +151,20 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 class LakelogDataSource(DataSource):
     """``format("lakelog")``. ``default_root``: the root when no ``root`` option is given;
-    ``gateway``: the driver JVM's py4j gateway, where writes produce (both set by ``register``)."""
+    ``gateway``: the driver JVM's py4j gateway, where writes produce; ``s3a``: the session's S3A
+    settings (``fs.s3a.*``), whence a root on S3 takes its endpoint and credentials for delta-rs
+    and pyarrow (all three set by ``register``)."""
 
     default_root: str | None = None
     gateway: str | None = None
+    s3a: dict[str, str] = {}
+
+    def storage_for(self, root: str, given: dict[str, str]) -> dict[str, str]:
+        """delta-rs storage options for ``root``: the ``storage.*`` options over the session's S3A
+        settings (an option given either way wins whole: keys are compared lower-cased)."""
+        derived = storage_from_s3a(self.s3a, root)
+        given_keys = {k.lower() for k in given}
+        return {**{k: v for k, v in derived.items() if k not in given_keys}, **given}
 
     @classmethod
     def name(cls) -> str:
@@ -168,7 +179,8 @@ class LakelogDataSource(DataSource):
             opts = parse_source_options(options, streaming=True)
         except InvalidConfigurationError:
             opts = parse_source_options(options, streaming=False)  # valid as a batch read only, or raises
-        planner = Planner(resolve_root(opts.root, self.default_root), opts)
+        root = resolve_root(opts.root, self.default_root)
+        planner = Planner(root, opts, storage=self.storage_for(root, opts.storage))
         planner.bounds(planner.topics())  # assigned partitions must exist
         return source_schema(_include_headers(self.options))
 
@@ -177,7 +189,8 @@ class LakelogDataSource(DataSource):
         if opts.group and not streaming:
             raise InvalidConfigurationError(
                 "the group option is for streams (spark.readStream): a batch read keeps no positions")
-        return Planner(resolve_root(opts.root, self.default_root), opts, self.gateway)
+        root = resolve_root(opts.root, self.default_root)
+        return Planner(root, opts, self.gateway, self.storage_for(root, opts.storage))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self._planner(streaming=False))
@@ -194,10 +207,11 @@ class LakelogDataSource(DataSource):
         opts = parse_sink_options(dict(self.options))
         check_sink_schema(schema, opts)
         root = resolve_root(opts.root, self.default_root, writing=True)
+        storage = self.storage_for(root, opts.storage)
         if opts.topic:
-            images = FastTopicReader(root).images()
+            images = FastTopicReader(root, storage).images()
             live_record(images[opts.topic].latest if opts.topic in images else None, opts.topic, root)
-        return Committer(self.gateway, root, opts, staging_dir(root)), opts
+        return Committer(self.gateway, root, opts, staging_dir(root), storage), opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(self._committer(schema, overwrite)[0])
@@ -214,10 +228,11 @@ def _include_headers(options) -> bool:
 def register(spark, root: str | None = None) -> None:
     """Make ``format("lakelog")`` known to ``spark``. ``root`` (default ``$LAKELOG_ROOT``) is used
     when a read or write gives no ``root`` option."""
-    from log_store.session import gateway_of
+    from log_store.session import gateway_of, hadoop_settings
 
     default = root or os.environ.get("LAKELOG_ROOT")
     source = type("LakelogDataSource", (LakelogDataSource,),
                   {"default_root": str(local_path(default)) if default and not is_remote(default) else default,
-                   "gateway": gateway_of(spark)})
+                   "gateway": gateway_of(spark), "s3a": hadoop_settings(spark, "fs.s3a.")})
     spark.dataSource.register(source)
+

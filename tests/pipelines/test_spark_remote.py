@@ -1,19 +1,15 @@
-"""``format("lakelog")`` on a root in an object store: an S3 API served locally by moto.
+"""``format("lakelog")`` reads of a root in an object store: the S3 emulator (tests/s3_emulator.py).
 
 A root is built locally with Spark (a topic grown from 3 to 4 partitions, so its log has records
 of two leader epochs), its log locations rewritten to the bucket's URI (the control plane records
 them absolute), and the tree uploaded. Reads then go through delta-rs on the driver and in the
 tasks, with the credentials as ``storage.*`` options or in the Python workers' environment.
-The server runs in its own process: delta-rs holds the GIL during some requests, so a server in
-a thread of the reading process would stall them.
+The emulator runs in its own process: delta-rs holds the GIL during some requests, so a server
+in a thread of the reading process would stall them. ``make test-s3``.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,17 +21,14 @@ from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
 from tests.pipelines.test_spark_source import cross_partition_batches, order_violations, sink_batches, stream_to
+from tests.s3_emulator import free_port
 from tests.support import log_rows, make_records
+
+pytestmark = pytest.mark.s3
 
 T = "orders.v1"
 BUCKET = "lakelog-test"
 COPIED = "copied"  # the same root uploaded with its local log locations left as they were
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -58,22 +51,8 @@ class RemoteRoot:
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint():
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the moto server did not start") from None
-            time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(30)
+def s3_endpoint(s3):
+    return s3.endpoint
 
 
 def upload(client, local: Path, prefix: str) -> None:
@@ -225,13 +204,9 @@ def test_roots_delta_rs_cannot_open_are_refused_with_what_to_do(registered, root
     assert message in str(err.value) and "give" in str(err.value)
 
 
-def test_writes_and_the_group_option_on_a_remote_root_are_refused(registered, remote):
+def test_writes_to_a_remote_root_other_than_s3_are_refused_with_what_to_do(registered):
     df = make_records(registered, 3)
     with pytest.raises(Exception) as err:
-        (df.write.format("lakelog").option("root", remote.uri()).option("topic", T)
-         .options(**{f"storage.{k}": v for k, v in remote.credentials.items()}).mode("append").save())
-    assert "writes to local roots only" in str(err.value) and "Hadoop file system" in str(err.value)
-    reader = registered.readStream.format("lakelog").options(**remote.options(subscribe=T, group="g"))
-    with pytest.raises(Exception) as err:
-        reader.load()
-    assert "the group option on remote root" in str(err.value) and "drop the group option" in str(err.value)
+        (df.write.format("lakelog").option("root", "abfss://c@a.dfs.core.windows.net/lakelog").option("topic", T)
+         .mode("append").save())
+    assert "writes to local and S3 roots" in str(err.value) and "Producer" in str(err.value)

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests.support import PROJECT, WORKERS
@@ -67,6 +68,7 @@ def test_racing_processes_lose_commits_through_a_check_then_write_store_and_none
     assert sorted(a["version"] for a in acked) == list(range(1, 19)), "each commit its own version, none skipped"
 
 
+@pytest.mark.s3
 def test_on_s3_racing_processes_lose_commits_through_a_check_then_put_store_and_none_through_lakelogs(
         s3, tmp_path):
     storage = s3.environment()
