@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control clean check-tools
+.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -16,7 +16,7 @@ check-tools:
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null && $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[local]'
 	touch $(STAMP)
 
 $(JARS): conf/delta-jars.pom.xml
@@ -77,6 +77,9 @@ bench-controller: setup
 
 bench-control: setup
 	$(BIN)/python benchmarks/control_writes.py
+
+bench-commit: setup
+	$(BIN)/python benchmarks/commit_store.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .jars lakelog-data chaos-runs log_store/jvm/target

@@ -96,3 +96,11 @@ def test_spark_profile_from_environment_and_bad_profile(monkeypatch):
     monkeypatch.setenv("LAKELOG_SPARK_PROFILE", "tiny")
     with pytest.raises(InvalidConfigurationError, match=r"key 'spark.profile'"):
         load_config()
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "cluster.yaml", "databricks.yaml", "s3.yaml"])
+def test_every_shipped_configuration_file_loads(name):
+    from jobs.config import CONF_DIR
+
+    config = load_config(CONF_DIR / name)
+    assert config.root and config.spark.mode in ("local", "cluster", "databricks")
