@@ -337,14 +337,14 @@ def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
         resolve_root(None, None)
 
 
-def test_writes_and_a_group_take_local_roots_only(tmp_path):
-    from pipelines.spark_planner import Planner, resolve_root
+def test_writes_take_local_and_s3_roots_only(tmp_path):
+    from pipelines.spark_planner import resolve_root
 
     assert resolve_root(str(tmp_path), None, writing=True) == str(tmp_path)
-    with pytest.raises(InvalidConfigurationError, match="writes to local roots only in this release"):
-        resolve_root("s3a://bucket/lakelog", None, writing=True)
-    with pytest.raises(InvalidConfigurationError, match="the group option on remote root 's3://b/r'"):
-        Planner("s3://b/r", stream(group="billing"))  # refused before anything is read
+    assert resolve_root("s3a://bucket/lakelog/", None, writing=True) == "s3a://bucket/lakelog"
+    assert resolve_root("s3://bucket/lakelog", None, writing=True) == "s3://bucket/lakelog"
+    with pytest.raises(InvalidConfigurationError, match="writes to local and S3 roots"):
+        resolve_root("gs://bucket/lakelog", None, writing=True)
 
 
 # -- sink ----------------------------------------------------------------------------------------------
