@@ -39,7 +39,7 @@ from log_store.config import SparkSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
 from pipelines.settings import ProducerSettings  # noqa: E402
-from pipelines.spark_source import register  # noqa: E402
+from pipelines.spark import register  # noqa: E402
 
 console = Console(stderr=True)
 

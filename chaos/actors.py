@@ -159,7 +159,7 @@ def stream_write(spark, a: dict) -> None:
     Runs in a JVM of its own: the crash point is in the query's Python worker, which a JVM starts."""
     from delta.tables import DeltaTable
 
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     register(spark, a["root"])
     source = a["source"]

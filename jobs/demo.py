@@ -42,7 +42,7 @@ def _orders(spark: SparkSession, start: int, n: int) -> DataFrame:
 
 def _stream(spark: SparkSession, root: str, topic: str, table: str, checkpoint: str) -> list[int]:
     """Read the whole topic into a Delta table with Spark's own streaming API; records per micro-batch."""
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     register(spark, root)
     query = (spark.readStream.format("lakelog").option("subscribe", topic).option("startingOffsets", "earliest")

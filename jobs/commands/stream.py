@@ -61,7 +61,7 @@ def lakelog_error(exc: Exception) -> Exception:
 
 def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
            max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None):
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     spark = c.spark
     register(spark, c.root)

@@ -140,7 +140,7 @@ def test_the_cli_on_an_s3_root_produces_consumes_resizes_retires_and_audits(sess
 def test_format_lakelog_writes_streams_and_reads_with_a_group_on_an_s3_root(session, s3, bucket):
     """Writes stage with pyarrow on S3 and commit through S3A; reads take the endpoint and
     credentials from the session's S3A settings (no storage.* option, no AWS_* variable)."""
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     from control_plane.topics import TopicAdmin
 

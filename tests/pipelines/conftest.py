@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture()
 def lakelog(spark, root):
     """``spark`` with format("lakelog") registered on ``root``."""
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     register(spark, root)
     return spark

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pipelines.spark_source import register  # noqa: E402
+from pipelines.spark import register  # noqa: E402
 from tests.processes.workers import _session  # noqa: E402
 
 

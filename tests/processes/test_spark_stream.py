@@ -24,7 +24,7 @@ from control_plane.topics import TopicAdmin
 from log_store.crash import CRASH_ENV
 from pipelines.audit import run_audit
 from pipelines.producer import Producer
-from tests.pipelines.test_spark_source import cross_partition_batches, order_violations, sink_batches
+from tests.pipelines.spark.test_source import cross_partition_batches, order_violations, sink_batches
 from tests.processes.workers import ATTACH_ENV
 from tests.support import PROJECT, WORKERS, log_rows, make_records
 

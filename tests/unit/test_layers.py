@@ -32,3 +32,20 @@ def test_only_the_engine_modules_name_deltas_internal_package():
     users = {str(p.relative_to(PROJECT)) for layer in LAYERS[1:] for p in (PROJECT / layer).rglob("*.py")
              if "org.apache.spark.sql.delta" in p.read_text() or "_jvm" in p.read_text()}
     assert users == set()
+
+
+def test_the_wheel_holds_every_package_of_the_source_tree():
+    """lakelog's wheel (databricks.yml installs it) finds every package, subpackages included."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    from tests.support import PROJECT
+
+    found = tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packaged = set(find_packages(str(PROJECT), include=found["include"]))
+    roots = {p.split("/")[0] for p in found["include"]} | {p.rstrip("*") for p in found["include"]}
+    on_disk = {str(init.parent.relative_to(PROJECT)).replace("/", ".") for init in PROJECT.glob("*/**/__init__.py")
+               if str(init.parent.relative_to(PROJECT)).split("/")[0] in roots}
+    assert on_disk and on_disk <= packaged, sorted(on_disk - packaged)
+    assert {"control_plane.group", "pipelines.spark"} <= packaged

@@ -1,12 +1,12 @@
-"""The lakelog data source's options follow Spark's Kafka source (pipelines.spark_options), no Spark."""
+"""The lakelog data source's options follow Spark's Kafka source (pipelines.spark.options), no Spark."""
 
 from __future__ import annotations
 
 import pytest
 
 from log_store.errors import InvalidConfigurationError, UnknownTopicError
-from pipelines.spark_options import OffsetSpec, SinkOptions, TimestampSpec, parse_sink_options, parse_source_options
-from pipelines.spark_positions import (
+from pipelines.spark.options import OffsetSpec, SinkOptions, TimestampSpec, parse_sink_options, parse_source_options
+from pipelines.spark.positions import (
     bounds_to_read,
     ending_positions,
     resolve_topics,
@@ -321,7 +321,7 @@ def test_bad_storage_options():
 
 # -- roots ---------------------------------------------------------------------------------------------
 def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
-    from pipelines.spark_planner import resolve_root
+    from pipelines.spark.planner import resolve_root
 
     monkeypatch.chdir(tmp_path)
     assert resolve_root("data/root", None) == str(tmp_path / "data" / "root"), "absolute, on the driver"
@@ -338,7 +338,7 @@ def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
 
 
 def test_writes_take_local_and_s3_roots_only(tmp_path):
-    from pipelines.spark_planner import resolve_root
+    from pipelines.spark.planner import resolve_root
 
     assert resolve_root(str(tmp_path), None, writing=True) == str(tmp_path)
     assert resolve_root("s3a://bucket/lakelog/", None, writing=True) == "s3a://bucket/lakelog"
@@ -477,7 +477,7 @@ def test_timestamp_targets():
 
 
 def test_ranges_are_packed_into_about_one_task_per_share_of_records():
-    from pipelines.spark_planner import pack
+    from pipelines.spark.planner import pack
 
     assert pack([]) == []
     small = [(p, 0, 10) for p in range(64)]

@@ -26,7 +26,7 @@ from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, Struct
 from log_store.crash import crash_point
 from log_store.errors import InvalidConfigurationError, InvalidRecordError
 from log_store.object_store import arrow_filesystem
-from pipelines.spark_options import CHECKPOINT_LOCATION, SinkOptions
+from pipelines.spark.options import CHECKPOINT_LOCATION, SinkOptions
 
 STAGING = "_lakelog_staging"
 BATCH_SHIFT = 32  # a micro-batch's sequences start at batch id << BATCH_SHIFT
@@ -118,7 +118,7 @@ class Committer:
         if not gateway:
             raise InvalidConfigurationError(
                 "format('lakelog') writes need a PySpark driver with a py4j gateway (not Spark Connect): "
-                "register the source from the driver with pipelines.spark_source.register(spark)")
+                "register the source from the driver with pipelines.spark.source.register(spark)")
         self.gateway, self.root, self.opts, self.staging, self.storage = gateway, root, opts, staging, storage
         self.staging_is_own = True  # a batch write's directory is its own; a stream's is kept between batches
 

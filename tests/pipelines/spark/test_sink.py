@@ -8,7 +8,7 @@ import pytest
 
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
-from pipelines.spark_sink import BATCH_SHIFT
+from pipelines.spark.sink import BATCH_SHIFT
 from tests.support import log_rows, make_records
 
 T = "orders"

@@ -3,7 +3,7 @@
 ``spark.read``/``spark.readStream``/``df.write`` with ``format("lakelog")`` take the option names
 and meanings of Spark's Kafka source, so a Kafka job moves to lakelog by changing its format and
 replacing ``kafka.bootstrap.servers`` with ``root``. Options (strings; keys lower-cased by
-PySpark) become frozen models; ``pipelines.spark_positions`` maps their offset specs to positions.
+PySpark) become frozen models; ``pipelines.spark.positions`` maps their offset specs to positions.
 A problem raises ``InvalidConfigurationError`` naming the option in Spark's spelling and what to
 write instead. Of the ways to say where a read starts the first given wins, as in Spark:
 ``startingTimestamp``, ``startingOffsetsByTimestamp``, ``startingOffsets``; unlike Spark, a

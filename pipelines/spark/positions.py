@@ -1,5 +1,5 @@
 """Where a ``lakelog`` Spark read starts and ends, once its options are parsed
-(``pipelines.spark_options``) and each partition's bounds are known: which topics a read covers,
+(``pipelines.spark.options``) and each partition's bounds are known: which topics a read covers,
 and the offset specs mapped to positions, with Spark's Kafka source's rules. Pure: no Spark."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from log_store.errors import InvalidConfigurationError, UnknownTopicError
-from pipelines.spark_options import (
+from pipelines.spark.options import (
     ASSIGN,
     EARLIEST,
     ENDING_OFFSETS,

@@ -20,7 +20,7 @@ from control_plane.layout import RootLayout
 from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
-from tests.pipelines.test_spark_source import cross_partition_batches, order_violations, sink_batches, stream_to
+from tests.pipelines.spark.test_source import cross_partition_batches, order_violations, sink_batches, stream_to
 from tests.s3_emulator import free_port
 from tests.support import log_rows, make_records
 
@@ -100,7 +100,7 @@ def as_records(rows) -> list[tuple]:
 
 @pytest.fixture()
 def registered(spark):
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     register(spark)
     return spark
@@ -141,7 +141,7 @@ def test_credentials_in_the_python_workers_environment(registered, remote):
     """Without storage options delta-rs takes the credentials from the environment of Spark's
     Python workers (on a cluster: spark.executorEnv.* or the machines' own); the environment
     Spark gives them comes from the context's when the source is registered."""
-    from pipelines.spark_source import register
+    from pipelines.spark import register
 
     environment = registered.sparkContext.environment
     saved = dict(environment)
@@ -157,9 +157,9 @@ def test_credentials_in_the_python_workers_environment(registered, remote):
 
 def test_the_planner_and_a_task_read_with_credentials_from_the_environment(remote, monkeypatch):
     """The same, without Spark: nothing but the process's environment names the store."""
-    from pipelines.spark_options import parse_source_options
-    from pipelines.spark_planner import Planner
-    from pipelines.spark_source import read_range
+    from pipelines.spark.options import parse_source_options
+    from pipelines.spark.planner import Planner
+    from pipelines.spark.source import read_range
 
     for k, v in remote.credentials.items():
         monkeypatch.setenv(k, v)

@@ -37,10 +37,10 @@ from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, local_path
 from log_store.object_store import storage_from_s3a
-from pipelines.spark_options import SinkOptions, parse_sink_options, parse_source_options
-from pipelines.spark_planner import UNLIMITED, DataLossError, Planner, Positions, RangePartition, resolve_root
-from pipelines.spark_positions import ending_positions
-from pipelines.spark_sink import BatchWriter, Committer, StreamWriter, check_sink_schema, staging_dir, stream_producer_id
+from pipelines.spark.options import SinkOptions, parse_sink_options, parse_source_options
+from pipelines.spark.planner import UNLIMITED, DataLossError, Planner, Positions, RangePartition, resolve_root
+from pipelines.spark.positions import ending_positions
+from pipelines.spark.sink import BatchWriter, Committer, StreamWriter, check_sink_schema, staging_dir, stream_producer_id
 
 FORMAT = "lakelog"
 # Spark's Kafka source's columns, then the record's leader epoch.

@@ -1,4 +1,4 @@
-"""Planning a ``format("lakelog")`` read (``pipelines.spark_source``) on the driver side: which
+"""Planning a ``format("lakelog")`` read (``pipelines.spark.source``) on the driver side: which
 topics and partitions a read covers, where it starts, and where each micro-batch of a stream
 ends under the resize gates. Reads the root with delta-rs only: it runs in a Python worker that
 has no Spark session (a session is attached only to commit a group's positions).
@@ -25,8 +25,8 @@ from log_store.files import is_remote, local_path
 from log_store.object_store import is_s3
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
-from pipelines.spark_options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
-from pipelines.spark_positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
+from pipelines.spark.options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
+from pipelines.spark.positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
 
 _log = logging.getLogger("lakelog.spark")
 UNLIMITED = 2**62
@@ -49,7 +49,7 @@ def resolve_root(given: str | None, default: str | None, writing: bool = False) 
     if not root:
         raise InvalidConfigurationError(
             f"no lakelog root: give .option('{ROOT}', PATH_OR_URI), or register the source with a default "
-            "root (pipelines.spark_source.register(spark, root))")
+            "root (pipelines.spark.source.register(spark, root))")
     if not is_remote(root):
         return str(local_path(root))
     if writing and not is_s3(root):
