@@ -7,7 +7,6 @@ records version 1 of the topic in the ``topics`` control table with a compare-an
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from pydantic import BaseModel
@@ -29,11 +28,10 @@ from log_store.errors import (
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
-from log_store.names import commit_metadata, topic_version_property
+from log_store.names import check_topic_name, commit_metadata, topic_version_property
 from log_store.log_metadata import LogSnapshot, Mode, TopicLogMetadata
 from log_store.topic_log import TopicLog
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 class PartitionDescription(BaseModel):
@@ -157,10 +155,7 @@ class TopicAdmin:
     # -- create ------------------------------------------------------------------------------
     def create(self, topic: str, partitions: int) -> TopicRecord:
         """Create ``topic`` with ``partitions`` partitions; fails clearly if it exists."""
-        if not _NAME.match(topic or ""):
-            raise InvalidConfigurationError(
-                f"invalid topic name '{topic}': use 1-200 letters, digits, '.', '_' or '-'"
-            )
+        check_topic_name(topic)
         if not isinstance(partitions, int) or partitions < 1 or partitions > MAX_PARTITIONS:
             raise InvalidConfigurationError(
                 f"invalid partition count {partitions}: a topic needs between 1 and {MAX_PARTITIONS} partitions"

@@ -27,6 +27,7 @@ POINTS: dict[str, str] = {
     "create:after_log_table": "topic create: the log table exists, the topic's record does not",
     "produce:after_write": "producer: a batch's files are written, not committed",
     "produce:after_commit": "producer: a batch is committed, the producer has not heard back",
+    "spark_sink:after_topic": "format('lakelog') write: one topic's share is in the log, the next topic's not yet",
     "spark_sink:after_produce": "format('lakelog') stream write: a micro-batch is in the log, Spark has not recorded it",
     "consume:after_sink_commit": "consumer: a batch is in the sink, the group's positions are not committed",
     "consume:after_offset_commit": "consumer: a batch and its positions are committed",

@@ -107,6 +107,12 @@ class DeltaTransaction:
         """The table properties as of this transaction's snapshot."""
         return {str(k): str(v) for k, v in jvm_json(self.spark, self.jtxn.metadata().configuration()).items()}
 
+    def column_type(self, name: str):
+        """The Spark type of the table's column ``name`` as of this transaction's snapshot."""
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(self.jtxn.metadata().schemaString()))[name].dataType
+
     def snapshot_app_versions(self) -> dict[str, int]:
         """All application versions of this transaction's snapshot, *without* depending on them:
         only ids later passed to ``app_version`` make the commit conflict when they move.
@@ -362,6 +368,11 @@ def translate(exc: Exception) -> LakelogError:
         kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
         return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
+    if "DUPLICATED_MAP_KEY" in text:
+        return InvalidRecordError(
+            "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "
+            "release of lakelog), which holds one value per key. Nothing was written. Give each header key once, "
+            "or write to a topic (or sink) made by this release, which keeps Kafka's list of headers")
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")

@@ -17,6 +17,8 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from log_store.errors import InvalidConfigurationError
+
 SINK_PREFIX = "lakelog.sink:"
 HEARTBEAT_PREFIX = "lakelog.heartbeat:"
 LEGACY_SINK_PREFIX = "lakelog.sink."
@@ -27,6 +29,39 @@ LOG_START_PREFIX = "lakelog.log_start."
 FENCE_PREFIX = "lakelog.fence."
 GENERATION_PREFIX = "lakelog.generation."
 TOPIC_VERSION_PREFIX = "lakelog.topicVersion."
+
+
+# -- the names users give: Kafka's rules, checked here only ---------------------------------------
+NAME_MAX = 249  # Kafka's longest topic name
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_topic_name(name: object) -> str:
+    """``name`` if Kafka would take it as a topic name: 1-249 of ASCII letters, digits, '.', '_'
+    and '-', and not '.' or '..' (a topic is a folder under the root); else an error saying so.
+    The whole name must match: a trailing newline is refused, not trimmed."""
+    if not isinstance(name, str) or not name:
+        raise InvalidConfigurationError("a topic name is required: 1-249 letters, digits, '.', '_' or '-'")
+    if name in (".", ".."):
+        raise InvalidConfigurationError(f"invalid topic name {name!r}: '.' and '..' are not topic names")
+    if len(name) > NAME_MAX or not _TOPIC_NAME.fullmatch(name):
+        raise InvalidConfigurationError(
+            f"invalid topic name {name!r}: use 1-{NAME_MAX} ASCII letters, digits, '.', '_' or '-'")
+    return name
+
+
+def check_group_name(name: object) -> str:
+    """``name`` if it can name a consumer group: 1-249 characters, none of them a control
+    character (a newline, a tab) or surrounding space; Kafka takes any non-empty group id, and
+    lakelog writes these into table properties, ids and reports."""
+    if not isinstance(name, str) or not name:
+        raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+    if len(name) > NAME_MAX or _CONTROL.search(name) or name != name.strip():
+        raise InvalidConfigurationError(
+            f"invalid group id {name!r}: use 1-{NAME_MAX} characters without control characters (newlines, "
+            "tabs) or leading and trailing spaces")
+    return name
 
 
 def _encode(prefix: str, *parts: Any) -> str:

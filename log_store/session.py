@@ -196,22 +196,29 @@ def hadoop_settings(spark: SparkSession, prefix: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in jvm_json(spark, props).items()}
 
 
+_ATTACHED: dict[str, SparkSession] = {}
+
+
 def attach(gateway: str) -> SparkSession:
-    """A new Spark session (``newSession``: its own SQL conf and temporary views) on the running
-    JVM whose py4j gateway is ``gateway`` (``port:secret``, see ``gateway_of``), from another
-    Python process: about 0.4 s instead of starting a JVM."""
+    """A Spark session (``newSession``: its own SQL conf and temporary views) on the running JVM
+    whose py4j gateway is ``gateway`` (``port:secret``, see ``gateway_of``), from another Python
+    process: about 0.4 s instead of starting a JVM. One per gateway and process, made on the
+    first call: a stream's driver-side worker commits every micro-batch through it."""
+    if gateway in _ATTACHED:
+        return _ATTACHED[gateway]
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._active_spark_context is not None:  # attached before, in this process
         sc = SparkContext._active_spark_context
-        return SparkSession(sc, jsparkSession=sc._jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
-    port, secret = gateway.split(":", 1)
-    os.environ["PYSPARK_GATEWAY_PORT"] = port
-    os.environ["PYSPARK_GATEWAY_SECRET"] = secret
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    gw = launch_gateway()
-    jvm = gw.jvm
-    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
-    sc = SparkContext(gateway=gw, jsc=jsc)
-    return SparkSession(sc, jsparkSession=jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
+    else:
+        port, secret = gateway.split(":", 1)
+        os.environ["PYSPARK_GATEWAY_PORT"] = port
+        os.environ["PYSPARK_GATEWAY_SECRET"] = secret
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        gw = launch_gateway()
+        jvm = gw.jvm
+        jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
+        sc = SparkContext(gateway=gw, jsc=jsc)
+    _ATTACHED[gateway] = SparkSession(sc, jsparkSession=sc._jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
+    return _ATTACHED[gateway]

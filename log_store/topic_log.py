@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.crash import crash_point
 from log_store.dense_offsets import check_dense, use_one_task
 from log_store.engine import DeltaTransaction, retry_on_conflict
@@ -58,7 +59,7 @@ RECORD_SCHEMA = StructType(
         StructField("leader_epoch", IntegerType(), False),
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), False),
-        StructField("headers", MapType(StringType(), BinaryType()), True),
+        StructField("headers", HEADERS_TYPE, True),
         StructField("timestamp", TimestampType(), True),
         StructField("producer_id", StringType(), True),
         StructField("sequence", LongType(), True),
@@ -250,7 +251,8 @@ class TopicLog:
             offsets_column(self.spark, data, bases, rows).alias("offset"),
             F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
-            "key", "value", "headers", "timestamp", "producer_id", "sequence",
+            "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
+            "timestamp", "producer_id", "sequence",
         )
         counts: dict[int, int] = {}
         max_seq = mark

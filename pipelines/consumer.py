@@ -23,10 +23,11 @@ from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
+from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
-from log_store.names import legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
+from log_store.names import check_group_name, legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
 from log_store.topic_log import RECORD_SCHEMA
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
@@ -164,8 +165,7 @@ class Consumer:
     ) -> None:
         """``group_positions``: what the resize gates learn of the group (a group member's, with
         the positions its peers published); by default the group's committed positions."""
-        if not group:
-            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        check_group_name(group)
         self.spark = spark
         self.topic = topic
         self.group = group
@@ -322,7 +322,9 @@ class Consumer:
         for p, (start, _end) in ranges.items():
             if max(txn.app_version(ids[p]), carried.get(ids[p], -1)) > start:
                 raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
-        rows = data.select(F.lit(self.topic).alias("topic"), *RECORD_SCHEMA.fieldNames())
+        headers = headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers"))
+        rows = data.select(F.lit(self.topic).alias("topic"),
+                           *[headers if c == "headers" else c for c in RECORD_SCHEMA.fieldNames()])
         txn.write(rows)
         try:
             txn.commit({**carried, **{ids[p]: end for p, (_s, end) in ranges.items()}},

@@ -18,6 +18,7 @@ from pyspark.sql.types import BinaryType, DataType, StringType
 
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
+from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, StaleProducerSequenceError
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
@@ -91,7 +92,6 @@ class Producer:
         types = {f.name: f.dataType for f in records.schema.fields}  # one schema fetch, one projection
         if "value" not in types:
             raise InvalidRecordError(f"records need a 'value' column; found {list(types)}")
-        headers = F.col("headers") if "headers" in types else F.lit(None)
         # A record without a timestamp gets the produce's time, as Kafka's producer stamps one
         # sent without (CreateTime): lookups by time (``offset_for_timestamp``) need one.
         now = F.current_timestamp()
@@ -100,7 +100,7 @@ class Producer:
                     else F.row_number().over(Window.orderBy(F.monotonically_increasing_id())) - 1)
         return records.select(
             _as_binary(types, "key"), _as_binary(types, "value"),
-            headers.cast("map<string,binary>").alias("headers"),
+            headers_as("headers", types.get("headers"), HEADERS_TYPE),
             timestamp.cast("timestamp").alias("timestamp"),
             (sequence + F.lit(sequence_start)).cast("long").alias("sequence"),
         )

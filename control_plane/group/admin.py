@@ -21,6 +21,7 @@ from control_plane.group.store import GroupTables
 from control_plane.liveness import Liveness
 from control_plane.records import MemberState
 from control_plane.topics import TopicAdmin
+from log_store.names import check_group_name
 from log_store.errors import InvalidConfigurationError, UnknownGroupError
 
 WaitFn = Callable[[float], None]  # told how many seconds the liveness watch may still take
@@ -84,8 +85,7 @@ class GroupAdmin:
     # -- reset-offsets ----------------------------------------------------------------------
     def plan_reset(self, group: str, topic: str, target: ResetTarget, partitions: str | None = None) -> list[ResetStep]:
         """Each chosen partition's move (the dry run's table); nothing written."""
-        if not group:
-            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        check_group_name(group)
         log = TopicAdmin(self.spark, self.root).log(topic)  # UnknownTopicError names the topic
         snap = log.snapshot()
         readable = snap.readable()

@@ -39,6 +39,7 @@ from control_plane.records import (
     TopicPartition,
 )
 from control_plane.settings import GroupSettings
+from log_store.names import check_group_name
 from log_store.crash import crash_point
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError
 
@@ -80,8 +81,7 @@ class GroupMember:
         listener: RebalanceListener | None = None,
         group_positions: Callable[[str], dict[int, int]] | None = None,
     ) -> None:
-        if not group:
-            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        check_group_name(group)
         if not topics:
             raise InvalidConfigurationError("a group member must subscribe to at least one topic; pass --topic")
         self.settings = settings or GroupSettings()

@@ -24,7 +24,7 @@ from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, late
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError, UnknownGroupError
-from log_store.names import commit_metadata, fence_property
+from log_store.names import check_group_name, commit_metadata, fence_property
 from log_store.log_metadata import LogSnapshot, Mode
 
 
@@ -44,13 +44,19 @@ def owed_expiry(topic: str, retired: Iterable[tuple[int, int, int]], positions: 
 
 
 def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], positions: dict[int, int],
-                  history: Callable[[], list[tuple[int, int, int]]],
-                  reported: Callable[[], set[tuple[int, int]]]) -> list[ExpiredRange]:
-    """What a group must still report expired of ``partitions`` (``positions``: where it
-    stands on them, where known): ``owed_expiry`` over the incarnations retired in ``snap``
-    and, where a number was grown back past the position, the ones the topic's ``history``
-    (partition, start, end) shows retired in between (campaign seed 18). ``history`` and
-    ``reported`` are read only when needed."""
+                      history: Callable[[], list[tuple[int, int, int]]],
+                      reported: Callable[[], set[tuple[int, int]]],
+                      retired_since: Callable[[], list[tuple[int, int, int]]] | None = None) -> list[ExpiredRange]:
+    """What a reader must still report expired (the records it passed without delivering): the
+    one rule for the stream planner, the standalone consumer and a group member's owned
+    partitions. Of ``partitions`` (``positions``: where it stands on them, where known):
+    ``owed_expiry`` over the incarnations retired in ``snap`` and, where a number was grown back
+    past the position, the ones the topic's ``history`` (partition, start, end) shows retired in
+    between (campaign seed 18); the records retention or delete-records removed below a
+    position; and with ``retired_since`` (the incarnations retired since the reader's view began),
+    those of partitions it never held a position on, all of whose records it skipped (a partition
+    grown, written, shrunk and retired while a stream was stopped). ``history``, ``reported`` and
+    ``retired_since`` are read only when needed."""
     parts = snap.metadata.partitions
     partitions = list(partitions)
     retired = {(p, pm.start_offset, pm.end_offset) for p in partitions
@@ -61,6 +67,8 @@ def unreported_expiry(topic: str, snap: LogSnapshot, partitions: Iterable[int], 
     # A partition without a position starts at its log start (auto.offset.reset): nothing is owed.
     retired |= {(p, *prefix) for p in partitions
                 if p in positions and (prefix := snap.removed_prefix(p)) and positions[p] < prefix[1]}
+    if retired_since is not None:
+        retired |= {r for r in retired_since() if r[0] not in positions}
     return owed_expiry(topic, retired, positions, reported()) if retired else []
 
 
@@ -159,8 +167,7 @@ class GroupOffsets:
         Raises IllegalGenerationError when the group's fence is past ``generation``. A member
         outside any group (generation 0, a standalone consumer) commits without the fence.
         """
-        if not group:
-            raise InvalidConfigurationError("a consumer group id must not be empty; pass --group NAME")
+        check_group_name(group)
         if not positions and not expired:
             return
         rows = self._position_rows(group, positions, generation, member_id, kind) + [

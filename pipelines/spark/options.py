@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from log_store.names import check_group_name
 from log_store.errors import InvalidConfigurationError
 
 # The sentinels Spark's Kafka source uses inside offset JSON.
@@ -456,7 +457,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         fail_on_data_loss=_boolean(FAIL_ON_DATA_LOSS, given[FAIL_ON_DATA_LOSS]) if FAIL_ON_DATA_LOSS in given else True,
         max_offsets_per_trigger=max_offsets,
         include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,
-        group=_nonempty(GROUP, given[GROUP], "a consumer group name") if GROUP in given else None,
+        group=check_group_name(given[GROUP]) if GROUP in given else None,
         storage=_storage(options),
     )
 

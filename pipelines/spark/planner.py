@@ -11,6 +11,7 @@ driver's plans and the executors' reads open the store alike.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 
@@ -25,6 +26,7 @@ from log_store.files import is_remote, local_path
 from log_store.object_store import is_s3
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
+from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
 from pipelines.spark.positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
 
@@ -108,6 +110,15 @@ class _OwnPositions:
 
 
 # -- planning (driver side) -----------------------------------------------------------------------
+class TopicNow(NamedTuple):
+    """A topic as a plan reads it: its history, its log's snapshot, and the log's table id (the
+    incarnation: a topic deleted and created again has a new one)."""
+
+    image: TopicImage
+    snap: LogSnapshot
+    topic_id: str
+
+
 class Planner:
     """What a read covers, and where each batch of a stream ends. Reads the root with delta-rs."""
 
@@ -119,18 +130,24 @@ class Planner:
         self.storage = dict(storage) if storage else (opts.storage or None)
         self.reader = FastTopicReader(root, self.storage)
         self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
-        self.skipped: dict[tuple[str, int, int], ExpiredRange] = {}  # lost records a group has yet to report
-        self._published: dict | None = None  # the positions last committed to the group
+        self._published: StreamOffset | None = None  # the positions last committed to the group
         self._locations: dict[str, str] = {}
+        self._planned: dict[tuple[str, tuple], int] = {}  # (topic, its end positions) -> log version planned at
 
-    def topics(self) -> dict[str, tuple[TopicImage, LogSnapshot]]:
-        """Each topic the read covers now: its image and its log's snapshot."""
+    def topics(self) -> dict[str, TopicNow]:
+        """Each topic the read covers now. The log's snapshot is read before the history the gates
+        use: the controller records a resize in the history before it commits the log's metadata,
+        so the history read after a snapshot holds every resize the snapshot's records follow."""
         images = self.reader.images()
         live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
-        out = {}
+        out: dict[str, TopicNow] = {}
         for topic in resolve_topics(self.opts, live):
             self._locations[topic] = self._log_location(live_record(images[topic].latest, topic, self.root))
-            out[topic] = (images[topic], rs_reader.log_snapshot(self._locations[topic], storage=self.storage)[0])
+            snap, topic_id = rs_reader.log_snapshot(self._locations[topic], storage=self.storage)
+            out[topic] = TopicNow(images[topic], snap, topic_id)
+        if any(now.snap.topic_version > now.image.version for now in out.values()):
+            images = self.reader.images()
+            out = {t: now._replace(image=images[t]) for t, now in out.items()}
         return out
 
     def location(self, topic: str) -> str:
@@ -159,13 +176,13 @@ class Planner:
             return readable
         return [p for p in readable if p in self.opts.assign.get(topic, ())]
 
-    def bounds(self, topics: dict[str, tuple[TopicImage, LogSnapshot]]) -> dict[str, dict[int, tuple[int, int]]]:
+    def bounds(self, topics: dict[str, TopicNow]) -> dict[str, dict[int, tuple[int, int]]]:
         """(earliest, latest) of every partition the read covers (``assign``: each must exist)."""
-        every = {t: {p: (snap.first_offset(p), snap.log_ends[p]) for p in snap.readable()}
-                 for t, (_img, snap) in topics.items()}
+        every = {t: {p: (now.snap.first_offset(p), now.snap.log_ends[p]) for p in now.snap.readable()}
+                 for t, now in topics.items()}
         return bounds_to_read(self.opts, every)
 
-    def starting(self, topics: dict[str, tuple[TopicImage, LogSnapshot]]) -> dict[str, Positions]:
+    def starting(self, topics: dict[str, TopicNow]) -> dict[str, Positions]:
         """Where the read starts on every covered partition (``startingOffsets`` or a timestamp)."""
         bounds = self.bounds(topics)
         spec = self.opts.starting
@@ -174,7 +191,7 @@ class Planner:
         targets = timestamp_targets(spec, {t: list(ps) for t, ps in bounds.items()})
         out: dict[str, Positions] = {}
         for topic, per_partition in targets.items():
-            snap = topics[topic][1]
+            snap = topics[topic].snap
             location = self.location(topic)
             out[topic] = {}
             for p, ts in per_partition.items():
@@ -188,68 +205,119 @@ class Planner:
                 out[topic][p] = found
         return out
 
-    def check_loss(self, topic: str, image: TopicImage, snap: LogSnapshot, positions: Positions) -> list[ExpiredRange]:
-        """Records below ``positions`` the read never delivered that are gone (a retired partition's,
-        or removed by retention or delete-records): an error under ``failOnDataLoss`` (the default),
-        else logged and skipped."""
-        lost = unreported_expiry(topic, snap, positions, positions,
-                                 lambda: image.retired_between(-1, snap.topic_version), lambda: set())
-        if lost and self.opts.fail_on_data_loss:
-            named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
-            raise DataLossError(
-                f"topic '{topic}': records retired or deleted (retention, delete-records) before this read "
-                f"delivered them ({named}); "
-                "restart from later offsets, or set failOnDataLoss to false to skip them with a warning")
-        for r in lost:
-            self.skipped[(topic, r.partition, r.end)] = r
-            _log.warning("topic '%s' partition %s: offsets %s-%s were retired or deleted before this read delivered them "
-                         "(failOnDataLoss=false: skipped)", topic, r.partition, r.first, r.end - 1)
-        return lost
+    def initial(self) -> StreamOffset:
+        """A new stream's first offset: where the read starts, each topic's incarnation and view."""
+        topics = self.topics()
+        start = self.starting(topics)
+        return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}))
+                             for t, now in topics.items()})
 
-    def next_end(self, start: dict, limit: int, caps: dict[str, Positions] | None = None) -> dict:
-        """Where the next micro-batch from ``start`` ends: at most ``limit`` records, shared over
-        partitions, none the resize gates hold back, none past ``caps`` (Trigger.AvailableNow's
-        ends). New partitions start at their first offset; retired ones are dropped."""
-        positions_in = start.get("topics", {})
-        out_topics: dict[str, dict[str, int]] = {}
-        versions: dict[str, int] = {}
-        remaining = limit
-        for topic, (image, snap) in self.topics().items():
+    # -- what a stream skipped: decided here, reported or failed on (Kafka's reportDataLoss) ------
+    def report_loss(self, topic: str, why: str, lost: list[ExpiredRange]) -> None:
+        """Records the stream was to deliver are gone (``why``; ``lost``: the ranges, where known).
+        Under ``failOnDataLoss`` (the default) an error; else a warning, and with a ``group`` the
+        ranges are reported expired in the group's tables at once, before any offset past them is
+        returned: a driver that dies next restarts with the report made."""
+        named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
+        what = f"topic '{topic}': {why}" + (f" ({named})" if named else "")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{what}; restart from later offsets (or with a new checkpoint), or set "
+                                "failOnDataLoss to false to skip them with a warning")
+        _log.warning("%s (failOnDataLoss=false: skipped)", what)
+        if lost and self.opts.group:
+            from control_plane.group.offsets import GroupOffsets
+
+            GroupOffsets(self._session(), self.root).report_expired(self.opts.group, lost,
+                                                                   member_id=_member_id(self.opts.group))
+
+    def _reported(self, topic: str) -> set[tuple[int, int]]:
+        """(partition, end) of the ranges the stream's group already reported expired on ``topic``."""
+        if not self.opts.group:
+            return set()
+        from control_plane.group.offsets import GroupOffsets
+
+        return GroupOffsets(self._session(), self.root).expired(self.opts.group, topic)
+
+    def _account(self, topic: str, now: TopicNow, had: TopicOffset | None) -> TopicOffset:
+        """``had`` (the stream's offset on ``topic``) checked against the topic now: the same
+        incarnation, and nothing it had not delivered gone (retired, or below the log start), or
+        the loss reported (``report_loss``). A new topic, or a new incarnation once its loss is
+        reported, starts at its first offsets."""
+        if had is not None and had.topic_id is not None and had.topic_id != now.topic_id:
+            self.report_loss(topic, f"the topic was deleted and created again since this query last read it "
+                                    f"(incarnation {had.topic_id}, now {now.topic_id}); the records of the old "
+                                    "one after the query's offsets were never delivered, and the new one is read "
+                                    "from its first offsets", [])
+            had = None
+        since = had.since if had is not None and had.since is not None else now.snap.topic_version
+        positions = dict(had.positions) if had is not None else {}
+        snap = now.snap
+        lost = unreported_expiry(topic, snap, sorted(set(snap.metadata.partitions) | set(positions)), positions,
+                                 lambda: now.image.retired_between(-1, snap.topic_version),
+                                 lambda: self._reported(topic),
+                                 retired_since=lambda: now.image.retired_between(since, snap.topic_version))
+        if lost:
+            self.report_loss(topic, "records were retired or deleted (retention, delete-records) before this read "
+                                    "delivered them", lost)
+        return TopicOffset(now.topic_id, since, positions)
+
+    def next_end(self, start: StreamOffset, limit: int, caps: dict[str, Positions] | None = None) -> StreamOffset:
+        """Where the next micro-batch from ``start`` ends: at most ``limit`` records over every
+        topic, shared by lag (as Spark's Kafka source shares ``maxOffsetsPerTrigger``), none the
+        resize gates hold back, none past ``caps`` (Trigger.AvailableNow's ends). New partitions
+        start at their first offset; retired ones are dropped. Equal to ``start`` when no position
+        moves, whatever else was committed to the logs."""
+        topics = self.topics()
+        for topic in sorted(set(start.topics) - set(topics)):
+            self.report_loss(topic, "the topic was deleted (or no longer matches subscribePattern) while this "
+                                    f"query read it; it stood at {start.positions(topic)}", [])
+        accounted: dict[str, TopicOffset] = {}
+        gated: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, now in topics.items():
+            offset = self._account(topic, now, start.topics.get(topic))
+            snap = now.snap
             covered = self.covered(topic, snap)
-            had = {int(p): int(o) for p, o in positions_in.get(topic, {}).items()}
-            self.check_loss(topic, image, snap, had)
-            positions = {p: max(had.get(p, snap.first_offset(p)), snap.first_offset(p)) for p in covered}
-            gate, own = self._gate(topic, image)
+            positions = {p: max(offset.positions.get(p, snap.first_offset(p)), snap.first_offset(p)) for p in covered}
+            gate, own = self._gate(topic, now.image)
             own.delivered = dict(positions)
             own.unread = set(snap.readable()) - set(covered)
             cap = None if caps is None else caps.get(topic, {})  # a topic that appeared since the start: nothing
-            ranges = plan_ranges(gate, _capped(snap, cap), positions, remaining) if remaining > 0 else {}
-            remaining -= sum(e - s for s, e in ranges.values())
-            ends = {**positions, **{p: e for p, (_s, e) in ranges.items()}}
-            out_topics[topic] = {str(p): o for p, o in sorted(ends.items())}
-            versions[topic] = snap.version
-        return {"topics": out_topics, "versions": versions}
+            for p, (s, e) in plan_ranges(gate, _capped(snap, cap), positions, UNLIMITED).items():
+                gated[(topic, p)] = (s, e)
+            accounted[topic] = offset.moved(positions)
+        shares = share_by_lag({k: e - s for k, (s, e) in gated.items()}, limit)
+        out: dict[str, TopicOffset] = {}
+        for topic, offset in accounted.items():
+            ends = dict(offset.positions)
+            ends.update({p: gated[(t, p)][0] + n for (t, p), n in shares.items() if t == topic})
+            out[topic] = offset.moved(ends)
+        end = StreamOffset(out)
+        self.pin(end, topics)  # only the latest end's: Spark runs a batch before it asks for the next
+        return end
 
-    def publish(self, offsets: dict) -> None:
-        """With a ``group`` option: commit the stream's positions (``offsets``) to the group's
-        tables, with the lost records it skipped, in one commit, so ``groups describe`` shows its
-        lag and the controller counts the group before retiring a partition it has not read."""
-        if not self.opts.group or (offsets.get("topics") == self._published and not self.skipped):
+    def publish(self, offset: StreamOffset) -> None:
+        """With a ``group`` option: commit the stream's positions to the group's tables, so
+        ``groups describe`` shows its lag and the controller counts the group before retiring a
+        partition it has not read. Nothing when the positions did not move."""
+        if not self.opts.group or (self._published is not None and self._published.topics == offset.topics):
             return
         from control_plane.group.offsets import GroupOffsets
         from control_plane.records import TopicPartition
+
+        positions = {TopicPartition(topic=t, partition=int(p)): int(o)
+                     for t, to in offset.topics.items() for p, o in to.positions.items()}
+        GroupOffsets(self._session(), self.root).commit_positions(
+            self.opts.group, positions, member_id=_member_id(self.opts.group))
+        self._published = offset
+
+    def _session(self):
+        """A Spark session on the driver's JVM, attached once per process (group commits and reads)."""
         from log_store.session import attach
 
         if not self.gateway:
             raise InvalidConfigurationError(
                 "the group option needs a PySpark driver with a py4j gateway (not Spark Connect) to commit positions")
-        positions = {TopicPartition(topic=t, partition=int(p)): int(o)
-                     for t, ps in offsets.get("topics", {}).items() for p, o in ps.items()}
-        expired = list(self.skipped.values())
-        GroupOffsets(attach(self.gateway), self.root).commit_positions(
-            self.opts.group, positions, member_id=f"stream:{self.opts.group}", expired=expired)
-        self.skipped.clear()
-        self._published = offsets.get("topics")
+        return attach(self.gateway)
 
     def _gate(self, topic: str, image: TopicImage) -> tuple[OffsetGate, _OwnPositions]:
         """One gate per topic for the stream's life (thresholds, once fixed, are cached); its
@@ -262,25 +330,68 @@ class Planner:
         gate.admin = gate.log = reads
         return gate, own
 
-    def ranges(self, start: dict, end: dict) -> list["RangePartition"]:
-        """The input partitions (Spark tasks) reading what lies between ``start`` and ``end``:
-        each topic's partition ranges packed into ``tasks_for`` tasks, so a batch of a few
-        records is one task and a large one is spread, whatever the partition count."""
+    def pin(self, end: StreamOffset, topics: dict[str, TopicNow]) -> None:
+        """Read ``end``'s batch at the log versions of ``topics`` (a batch read's plan)."""
+        self._planned = {(t, tuple(sorted(o.positions.items()))): topics[t].snap.version for t, o in end.topics.items()}
+
+    def ranges(self, start: StreamOffset, end: StreamOffset) -> list["RangePartition"]:
+        """The input partitions (Spark tasks) reading what lies between ``start`` and ``end``, at
+        the log version ``end`` was planned on (the latest, for a batch replayed after a restart).
+        A range is split into tasks of about ``TASK_RECORDS`` and the pieces packed, so a batch
+        of a few records is one task and a large one is spread, one partition's range too. A
+        range whose start the log no longer holds is lost (``report_loss``)."""
         out = []
-        for topic, ends in end.get("topics", {}).items():
-            version = end["versions"][topic]
+        for topic, to in end.topics.items():
             location = self.location(topic)
+            version = self._planned.get((topic, tuple(sorted(to.positions.items()))))
             snap = rs_reader.log_snapshot(location, version, self.storage)[0]
-            begun = start.get("topics", {}).get(topic, {})
-            spans = []
-            for p_text, stop in ends.items():
-                p = int(p_text)
+            begun = start.positions(topic)
+            spans, lost = [], []
+            for p, stop in to.positions.items():
                 first = snap.first_offset(p) if p in snap.metadata.partitions else stop
-                s = max(int(begun.get(p_text, first)), first)
+                s = begun.get(p, first)
+                if s < min(first, stop):
+                    lost.append(ExpiredRange(topic=topic, partition=p, first=s, end=min(first, stop)))
+                s = max(s, first)
                 if stop > s:
                     spans.append((p, s, stop))
-            out += [RangePartition(topic, location, version, group, self.storage) for group in pack(spans)]
+            if lost and version is None:  # a batch replayed after a restart: its plan's accounting is gone
+                reported = self._reported(topic)
+                lost = [r for r in lost if (r.partition, r.end) not in reported]
+                if lost:
+                    self.report_loss(topic, "records of this batch were removed from the log before it read them", lost)
+            out += [RangePartition(topic, location, snap.version, group, self.storage)
+                    for group in pack(split(spans))]
         return out
+
+
+def _member_id(group: str) -> str:
+    return f"stream:{group}"
+
+
+def share_by_lag(lags: dict, limit: int) -> dict:
+    """``limit`` records shared over the keys of ``lags`` (records each could take) in proportion
+    to their lag, as Spark's Kafka source shares ``maxOffsetsPerTrigger``: the shares are whole,
+    sum to ``min(limit, total lag)`` exactly (largest remainders first), and none passes its lag."""
+    lags = {k: n for k, n in lags.items() if n > 0}
+    total = sum(lags.values())
+    if total <= limit:
+        return lags
+    exact = {k: limit * n / total for k, n in lags.items()}
+    shares = {k: int(x) for k, x in exact.items()}
+    for k in sorted(lags, key=lambda k: (shares[k] - exact[k], str(k)))[:limit - sum(shares.values())]:
+        shares[k] += 1
+    return {k: n for k, n in shares.items() if n > 0}
+
+
+def split(spans: list[tuple[int, int, int]], task_records: int = TASK_RECORDS) -> list[tuple[int, int, int]]:
+    """Partition ranges cut into pieces of at most ``task_records`` records (Kafka's source's
+    range calculator): one partition's backlog spreads over several tasks, never one worker's
+    memory."""
+    out = []
+    for p, s, e in spans:
+        out += [(p, lo, min(lo + task_records, e)) for lo in range(s, e, task_records)]
+    return out
 
 
 def pack(spans: list[tuple[int, int, int]], task_records: int = TASK_RECORDS) -> list[list[tuple[int, int, int]]]:

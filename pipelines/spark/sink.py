@@ -15,7 +15,7 @@ finds its sequences committed and lands nothing twice.
 
 from __future__ import annotations
 
-import hashlib
+import json
 import uuid
 from dataclasses import dataclass
 
@@ -24,7 +24,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
 
 from log_store.crash import crash_point
-from log_store.errors import InvalidConfigurationError, InvalidRecordError
+from log_store.headers import is_headers_type
+from log_store.errors import InvalidConfigurationError, InvalidRecordError, LakelogError
 from log_store.object_store import arrow_filesystem
 from pipelines.spark.options import CHECKPOINT_LOCATION, SinkOptions
 
@@ -53,19 +54,10 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
             f"column(s) {', '.join(repr(c) for c in extra)} are not record fields: a lakelog write takes "
             "key, value, topic, headers, timestamp (and sequence); select those")
     types = {f.name: f.dataType for f in schema.fields}
-    if "headers" in types and not _headers_type_ok(types["headers"]):
+    if "headers" in types and not is_headers_type(types["headers"]):
         raise InvalidConfigurationError(
             f"column 'headers' is {types['headers'].simpleString()}: give array<struct<key: string, value: binary>> "
             "as Spark's Kafka sink takes, or map<string, binary>")
-
-
-def _headers_type_ok(t) -> bool:
-    if isinstance(t, MapType):
-        return isinstance(t.keyType, StringType) and isinstance(t.valueType, (BinaryType, StringType))
-    if isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
-        fields = {f.name: f.dataType for f in t.elementType.fields}
-        return set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
-    return False
 
 
 @dataclass
@@ -97,17 +89,32 @@ def stage(directory: str, batches, storage: dict[str, str] | None = None) -> Sta
     return Staged(path, rows)
 
 
-def stream_producer_id(opts: SinkOptions, options: dict) -> str:
-    """A stream's producer id: the ``producerId`` option, else one derived from the query's
-    checkpoint location (so a restarted query is the same producer)."""
-    if opts.producer_id:
-        return opts.producer_id
+def query_id(checkpoint: str, storage: dict[str, str] | None = None) -> str:
+    """The id Spark gave the query whose checkpoint is at ``checkpoint`` (its ``metadata`` file,
+    written when the query starts): the same for every run of that checkpoint, a new one for a
+    new or deleted checkpoint, whatever the path's spelling (``/ck`` and ``/ck/``)."""
+    try:
+        fs, folder = arrow_filesystem(checkpoint, storage)
+        with fs.open_input_stream(f"{folder.rstrip('/')}/metadata") as f:
+            return str(json.loads(f.read().decode("utf-8").splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError, InvalidConfigurationError) as exc:
+        raise InvalidConfigurationError(
+            f"cannot read the query id from the stream's checkpoint {checkpoint}/metadata ({exc}): a lakelog stream "
+            "sink names its producer by the query, so give a checkpointLocation on a local or S3 path") from exc
+
+
+def stream_producer_id(opts: SinkOptions, options: dict, storage: dict[str, str] | None = None) -> tuple[str, str]:
+    """A stream's producer id, and its query id: the query's (``query_id``), after the
+    ``producerId`` option where given. A restarted query is the same producer, so a replayed
+    micro-batch lands once; a query with a new or deleted checkpoint is a new producer, whose
+    batch 0 is not taken for the old query's."""
     checkpoint = next((v for k, v in options.items() if k.lower() == CHECKPOINT_LOCATION.lower()), None)
     if not checkpoint:
         raise InvalidConfigurationError(
-            "a lakelog stream sink needs a producer id to land a replayed micro-batch once: give "
-            ".option('checkpointLocation', PATH) on the writer, or .option('producerId', NAME)")
-    return "stream-" + hashlib.sha256(str(checkpoint).encode()).hexdigest()[:16]
+            "a lakelog stream sink needs the query's checkpoint to land a replayed micro-batch once: give "
+            ".option('checkpointLocation', PATH) on the writer")
+    query = query_id(str(checkpoint), storage)
+    return f"{opts.producer_id or 'stream'}:{query}", query
 
 
 class Committer:
@@ -118,11 +125,14 @@ class Committer:
         if not gateway:
             raise InvalidConfigurationError(
                 "format('lakelog') writes need a PySpark driver with a py4j gateway (not Spark Connect): "
-                "register the source from the driver with pipelines.spark.source.register(spark)")
+                "register the source from the driver with pipelines.spark.register(spark)")
         self.gateway, self.root, self.opts, self.staging, self.storage = gateway, root, opts, staging, storage
-        self.staging_is_own = True  # a batch write's directory is its own; a stream's is kept between batches
 
     def produce(self, messages, producer_id: str | None, batch_id: int | None = None) -> None:
+        """Produce what the tasks staged: one append per topic (a topic's share lands whole or not
+        at all). A stream's micro-batch ``batch_id`` numbers its records from ``batch_id << 32``
+        and lands nothing that landed before a crash. A write to several topics that fails after
+        some landed says which."""
         from pyspark.sql import functions as F
 
         from log_store.session import attach
@@ -130,13 +140,12 @@ class Committer:
         from pipelines.settings import ProducerSettings
 
         files = [m.path for m in messages if m is not None and m.path]
+        landed: list[str] = []
         try:
             if not files:
                 return
             spark = attach(self.gateway)
             df = spark.read.parquet(*files)
-            if "headers" in df.columns and isinstance(df.schema["headers"].dataType, ArrayType):
-                df = df.withColumn("headers", F.map_from_entries("headers"))
             topics = [self.opts.topic] if self.opts.topic else sorted(
                 r["topic"] for r in df.select("topic").distinct().collect())
             if None in topics:
@@ -144,33 +153,37 @@ class Committer:
             for topic in topics:
                 rows = df if self.opts.topic else df.where(F.col("topic") == topic)
                 rows = rows.drop("topic")
-                if batch_id is None:
-                    Producer(spark, self.root, topic, producer_id).send(rows)
-                    continue
-                # One append per micro-batch and topic, so it lands whole or not at all.
                 producer = Producer(spark, self.root, topic, producer_id, ProducerSettings(batch_size=2**31 - 1))
-                first = batch_id << BATCH_SHIFT
-                if producer.next_sequence() > first:
-                    continue  # this micro-batch landed before a crash: its replay lands nothing
-                producer.send(rows.drop("sequence") if "sequence" in rows.columns else rows, sequence_start=first)
+                if batch_id is None:
+                    producer.send(rows)
+                else:
+                    first = batch_id << BATCH_SHIFT
+                    if producer.next_sequence() > first:
+                        continue  # this micro-batch landed before a crash: its replay lands nothing
+                    producer.send(rows.drop("sequence") if "sequence" in rows.columns else rows, sequence_start=first)
+                landed.append(topic)
+                crash_point("spark_sink:after_topic")
             crash_point("spark_sink:after_produce")
+        except Exception as exc:
+            if landed and batch_id is None:
+                rest = [t for t in topics if t not in landed]
+                raise LakelogError(
+                    f"the write landed in topic(s) {', '.join(landed)} and not in {', '.join(rest)} ({exc}); each "
+                    "topic's share lands whole or not at all, but topics are separate logs. Write the rest again: "
+                    "with a producerId and a sequence column a repeated write lands only what is missing") from exc
+            raise
         finally:
-            self.discard(messages)
+            self.discard()
 
-    def discard(self, messages) -> None:
-        """Remove what the tasks staged (after the produce, or when the write is aborted)."""
+    def discard(self) -> None:
+        """Remove what the tasks staged: the whole staging folder, after the produce or when the
+        write is aborted (every task of the write or micro-batch has ended; files of failed task
+        attempts go too). A stream's next batch makes it again."""
         fs, folder = arrow_filesystem(self.staging, self.storage)
-        for m in messages:
-            if m is not None and m.path:
-                try:
-                    fs.delete_file(arrow_filesystem(m.path, self.storage)[1])
-                except FileNotFoundError:
-                    pass
-        if self.staging_is_own:
-            try:
-                fs.delete_dir(folder)
-            except FileNotFoundError:
-                pass
+        try:
+            fs.delete_dir(folder)
+        except FileNotFoundError:
+            pass
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -184,12 +197,11 @@ class BatchWriter(DataSourceArrowWriter):
         self.committer.produce(messages, self.committer.opts.producer_id)
 
     def abort(self, messages) -> None:
-        self.committer.discard(messages)
+        self.committer.discard()
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, committer: Committer, producer_id: str) -> None:
-        committer.staging_is_own = False
         self.committer, self.producer_id = committer, producer_id
 
     def write(self, iterator) -> Staged:
@@ -199,9 +211,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.committer.produce(messages, self.producer_id, batchId)
 
     def abort(self, messages, batchId: int) -> None:
-        self.committer.discard(messages)
+        self.committer.discard()
 
 
-def staging_dir(root: str) -> str:
-    """Where one write's (or one stream run's) tasks stage their rows."""
-    return f"{root.rstrip('/')}/{STAGING}/{uuid.uuid4().hex}"
+def staging_dir(root: str, query: str | None = None) -> str:
+    """Where one write's tasks stage their rows; a stream's (``query``: its query id) keep one
+    folder for the query's life, so a run after a crash clears what the crashed one left."""
+    return f"{root.rstrip('/')}/{STAGING}/{f'stream-{query}' if query else uuid.uuid4().hex}"

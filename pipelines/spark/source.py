@@ -8,7 +8,8 @@ batch was planned on (a retirement's purge committed meanwhile cannot shorten a 
 asking Spark's JVM for anything: the planner runs in a Python worker with no Spark session.
 
 A stream's offsets (its checkpoint, the source of truth as with Kafka's source) are
-``{"topics": {topic: {partition: next offset}}, "versions": {topic: log version}}``. Each
+``pipelines.spark.offsets.StreamOffset``s: per topic its incarnation, its view and its positions,
+in a JSON that changes only when a position does. Each
 micro-batch ends where ``pipelines.gating.plan_ranges`` lets the stream's own positions go: the
 stream is the one reader of the partitions it reads, so records written after a resize wait until
 every record before it was in an earlier micro-batch (rules 8-10 of the protocol), exactly as a
@@ -37,6 +38,7 @@ from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, local_path
 from log_store.object_store import storage_from_s3a
+from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.options import SinkOptions, parse_sink_options, parse_source_options
 from pipelines.spark.planner import UNLIMITED, DataLossError, Planner, Positions, RangePartition, resolve_root
 from pipelines.spark.positions import ending_positions
@@ -74,17 +76,18 @@ def read_range(part: RangePartition, include_headers: bool) -> Iterator[pa.Recor
     ]
     names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
     if include_headers:
-        arrays.append(pa.chunked_array([_headers(c) for c in table.column("headers").chunks], _HEADER_TYPE))
+        arrays.append(_header_list(table.column("headers")))
         names.append("headers")
     arrays.append(table.column("leader_epoch").cast(pa.int32()))
     names.append("leader_epoch")
     yield from pa.Table.from_arrays(arrays, names=names).to_batches()
 
 
-def _headers(chunk: pa.Array) -> pa.Array:
-    """A map<string, binary> column as Kafka's headers: a list of (key, value) structs."""
-    return pa.array([None if m is None else [{"key": k, "value": v} for k, v in m] for m in chunk.to_pylist()],
-                    _HEADER_TYPE)
+def _header_list(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Headers as Kafka's source gives them, a list of (key, value) structs: a log of this release
+    holds them so; an earlier release's map is cast to one by Arrow (a map is a list of key-value
+    entries), without a Python loop."""
+    return column.cast(_HEADER_TYPE)
 
 
 class _BatchReader(DataSourceReader):
@@ -101,10 +104,12 @@ class _BatchReader(DataSourceReader):
                     raise DataLossError(
                         f"topic '{topic}' partition {p}: starting offset {s} is outside the log ({lo}-{hi}); "
                         "give an offset in range, or set failOnDataLoss to false to start at the nearest")
-        versions = {t: snap.version for t, (_img, snap) in topics.items()}
-        self.start = {"topics": {t: {str(p): max(s, bounds[t][p][0]) for p, s in ps.items()} for t, ps in starts.items()}}
-        self.end = {"topics": {t: {str(p): min(max(e, 0), bounds[t][p][1]) for p, e in ps.items()} for t, ps in ends.items()},
-                    "versions": versions}
+        self.start = StreamOffset({t: TopicOffset(topics[t].topic_id, None, {p: max(s, bounds[t][p][0]) for p, s in ps.items()})
+                                   for t, ps in starts.items()})
+        self.end = StreamOffset({t: TopicOffset(topics[t].topic_id, None,
+                                                {p: min(max(e, 0), bounds[t][p][1]) for p, e in ps.items()})
+                                 for t, ps in ends.items()})
+        planner.pin(self.end, topics)
 
     def partitions(self):
         return self.planner.ranges(self.start, self.end)
@@ -114,17 +119,17 @@ class _BatchReader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream's reader: its offsets are ``StreamOffset``s in their canonical JSON (what Spark
+    keeps in the checkpoint and compares)."""
+
     def __init__(self, planner: Planner) -> None:
         self.planner = planner
         self._available_now: dict[str, Positions] | None = None
 
     def initialOffset(self) -> dict:
-        topics = self.planner.topics()
-        start = self.planner.starting(topics)
-        offsets = {"topics": {t: {str(p): o for p, o in ps.items()} for t, ps in start.items()},
-                   "versions": {t: snap.version for t, (_img, snap) in topics.items()}}
-        self.planner.publish(offsets)  # the group counts from the start, before its first batch
-        return offsets
+        offset = self.planner.initial()
+        self.planner.publish(offset)  # the group counts from the start, before its first batch
+        return offset.to_json()
 
     def getDefaultReadLimit(self):
         cap = self.planner.opts.max_offsets_per_trigger
@@ -132,21 +137,22 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read what the log holds now, in capped batches, then stop."""
-        self._available_now = {t: dict(snap.log_ends) for t, (_img, snap) in self.planner.topics().items()}
+        self._available_now = {t: dict(now.snap.log_ends) for t, now in self.planner.topics().items()}
 
     def latestOffset(self, start: dict, limit) -> dict:
-        self.planner.publish(start)  # what earlier micro-batches delivered (Spark commits the last one late)
+        begun = StreamOffset.from_json(start)
+        self.planner.publish(begun)  # what earlier micro-batches delivered (Spark commits the last one late)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else UNLIMITED
-        return self.planner.next_end(start, max_rows, self._available_now)
+        return self.planner.next_end(begun, max_rows, self._available_now).to_json()
 
     def partitions(self, start: dict, end: dict):
-        return self.planner.ranges(start, end)
+        return self.planner.ranges(StreamOffset.from_json(start), StreamOffset.from_json(end))
 
     def read(self, partition: RangePartition):
         return read_range(partition, self.planner.opts.include_headers)
 
     def commit(self, end: dict) -> None:
-        self.planner.publish(end)
+        self.planner.publish(StreamOffset.from_json(end))
 
 
 class LakelogDataSource(DataSource):
@@ -218,7 +224,9 @@ class LakelogDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         committer, opts = self._committer(schema, overwrite)
-        return StreamWriter(committer, stream_producer_id(opts, dict(self.options)))
+        producer_id, query = stream_producer_id(opts, dict(self.options), committer.storage)
+        committer.staging = staging_dir(committer.root, query)
+        return StreamWriter(committer, producer_id)
 
 
 def _include_headers(options) -> bool:

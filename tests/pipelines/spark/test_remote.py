@@ -164,10 +164,12 @@ def test_the_planner_and_a_task_read_with_credentials_from_the_environment(remot
     for k, v in remote.credentials.items():
         monkeypatch.setenv(k, v)
     planner = Planner(remote.uri(), parse_source_options({"subscribe": T}, streaming=False))
-    (_image, snap), = planner.topics().values()
+    (_image, snap, topic_id), = planner.topics().values()
     ends = {p: sum(1 for r in remote.expected if r["partition"] == p) for p in range(4)}
     assert snap.log_ends == ends
-    tasks = planner.ranges({}, {"topics": {T: {str(p): e for p, e in ends.items()}}, "versions": {T: snap.version}})
+    from pipelines.spark.offsets import StreamOffset, TopicOffset
+
+    tasks = planner.ranges(StreamOffset(), StreamOffset({T: TopicOffset(topic_id, None, ends)}))
     got = [r for part in tasks for b in read_range(part, False) for r in b.to_pylist()]
     assert sorted(as_records(got)) == sorted(as_records(remote.expected))
 
