@@ -18,7 +18,6 @@ from pyspark.sql.types import (
     BinaryType,
     IntegerType,
     LongType,
-    MapType,
     StringType,
     StructField,
     StructType,

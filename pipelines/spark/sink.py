@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
+from pyspark.sql.types import StructType
 
 from log_store.crash import crash_point
 from log_store.headers import is_headers_type

@@ -65,3 +65,30 @@ def test_commit_metadata_is_json_whatever_the_names_hold():
 def test_topics_whose_view_names_collide_get_no_view_rather_than_one_of_them():
     views = names.log_view_names(["a.b", "a_b", "A-B", "orders.v1", "c"])
     assert views == {"log_orders_v1": "orders.v1", "log_c": "c"}
+
+
+def test_topic_names_follow_kafkas_rules_whole():
+    import pytest
+
+    from log_store.errors import InvalidConfigurationError
+    from log_store.names import NAME_MAX, check_topic_name
+
+    for good in ("orders", "orders.v1", "a_b-c", "x" * NAME_MAX):
+        assert check_topic_name(good) == good
+    for bad, why in (("bad\n", "ASCII letters"), (".", "not topic names"), ("..", "not topic names"),
+                     ("x" * (NAME_MAX + 1), "1-249"), ("a b", "ASCII letters"), ("", "required"), ("é", "ASCII")):
+        with pytest.raises(InvalidConfigurationError, match=why):
+            check_topic_name(bad)
+
+
+def test_group_ids_take_any_text_but_control_characters_and_edge_spaces():
+    import pytest
+
+    from log_store.errors import InvalidConfigurationError
+    from log_store.names import check_group_name
+
+    for good in ("billing", "billing.svc", "my group", "console-consumer-12345"):
+        assert check_group_name(good) == good
+    for bad in ("", "g\n", "a\tb", " g", "g ", "x" * 250):
+        with pytest.raises(InvalidConfigurationError):
+            check_group_name(bad)

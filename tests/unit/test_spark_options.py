@@ -265,7 +265,8 @@ def test_max_offsets_per_trigger_is_checked_but_ignored_in_batch():
 
 
 def test_empty_group_and_root():
-    assert source_error({"subscribe": "orders", "group": " "}).startswith("group is empty: give a consumer group name")
+    assert source_error({"subscribe": "orders", "group": " "}).startswith("invalid group id ' '")
+    assert source_error({"subscribe": "orders", "group": "g\n"}).startswith("invalid group id 'g\\n'")
     root = source_error({"subscribe": "orders", "root": ""})
     assert root.startswith("root is empty") and "leave the option out" in root
 
