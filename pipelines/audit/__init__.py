@@ -1,0 +1,24 @@
+"""The ordering audit: checks the protocol's guarantee on a topic's log and a consumer's sink.
+
+Modules: ``feeds`` (what the log appended, what a sink delivered and when), ``rows`` (the
+questions as DataFrames), ``checks`` (great-expectations judges them), ``run`` (``run_audit``
+and the report).
+
+The guarantee (protocol.md): a key's records, produced in order by one producer, are delivered
+in that order, none lost, none twice. The audit derives one DataFrame per question with Spark
+(single-pass windows) and asks great-expectations to judge it, so every check has counts and
+sample rows naming partitions, offsets and keys. A readable Markdown report is always written.
+
+- log: per partition, offsets unique and dense from the partition's first offset; leader_epoch
+  never decreasing as offset grows (rule 3). Retired partitions have no rows and pass.
+- sink (optional): no (partition, offset) delivered twice; per (producer_id, key) the sequence
+  strictly increases in delivery order (_commit_version, partition, offset); every record ever
+  appended to the log (its change feed's inserts) was delivered, grouped by retired partition.
+  On a log or sink whose old commits or files Delta has removed, what it still has
+  (``produced_rows``, ``sink_changes``), and the report says what it could not judge.
+"""
+
+from pipelines.audit.checks import CheckResult, OffsetRange
+from pipelines.audit.run import AuditReport, run_audit, to_markdown
+
+__all__ = ["AuditReport", "CheckResult", "OffsetRange", "run_audit", "to_markdown"]

@@ -1,0 +1,151 @@
+"""The audit's checks, judged by great-expectations: each a suite over one derived DataFrame, with
+counts and sample rows naming partitions, offsets and keys."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from control_plane.group.describe import DeliveryView
+from log_store.errors import LakelogError
+from pipelines.audit.rows import log_rows, missing_rows
+
+
+class OffsetRange(BaseModel):
+    """A run of consecutive missing offsets in one partition."""
+
+    partition: int
+    first: int
+    last: int
+    count: int
+    retired: bool
+
+
+class CheckResult(BaseModel):
+    name: str
+    about: str
+    expectation: str
+    passed: bool
+    checked: int
+    violations: int
+    samples: list[dict[str, Any]] = Field(default_factory=list)
+    groups: dict[str, int] = Field(default_factory=dict)
+    ranges: list[OffsetRange] = Field(default_factory=list)
+
+
+# -- great-expectations ---------------------------------------------------------------------
+def _gx():
+    """A GX Spark data source in an ephemeral context, imported late (slow import) and quiet."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+    )
+    return gx.get_context(mode="ephemeral", project_config=config).data_sources.add_spark("lakelog_audit")
+
+
+def _sortable(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+
+
+def _validate(source, name: str, df: DataFrame, checks: list[tuple[str, str, Any]], index: list[str], samples: int) -> list[CheckResult]:
+    """Run ``checks`` (name, about, expectation) on ``df`` as one GX suite; samples name ``index``."""
+    import great_expectations as gx
+
+    owned = not df.is_cached
+    df = df.persist()  # GX computes several metrics, each a Spark job: derive the windows once
+    batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe(name).get_batch(
+        batch_parameters={"dataframe": df}
+    )
+    suite = gx.ExpectationSuite(name=name, expectations=[e for _n, _a, e in checks])
+    fmt = {"result_format": "SUMMARY", "partial_unexpected_count": samples, "unexpected_index_column_names": index}
+    try:
+        results = batch.validate(suite, result_format=fmt).results
+    finally:
+        if owned:
+            df.unpersist()
+    out = []
+    for (check, about, _e), r in zip(checks, results):
+        info = r.exception_info or {}
+        errors = [e for e in ([info] if "raised_exception" in info else info.values()) if e.get("raised_exception")]
+        if errors:
+            raise LakelogError(f"audit check {check} could not run: {errors[0].get('exception_message')}")
+        found = sorted(r.result.get("partial_unexpected_index_list") or [], key=lambda s: [_sortable(s.get(k)) for k in index])
+        out.append(CheckResult(
+            name=check, about=about, expectation=r.expectation_config.type, passed=bool(r.success),
+            checked=int(r.result.get("element_count", 0)), violations=int(r.result.get("unexpected_count", 0)),
+            samples=[{k: s.get(k) for k in index} for s in found],
+        ))
+    return out
+
+
+def _missing_details(check: CheckResult, missing: DataFrame, max_ranges: int) -> CheckResult:
+    """Which records are missing, as offset ranges per partition, counted by retired or live."""
+    lost = missing.where(F.col("outcome") == "missing")
+    groups = {("retired" if r["retired"] else "live"): int(r["count"]) for r in lost.groupBy("retired").count().collect()}
+    run = F.col("offset") - F.row_number().over(Window.partitionBy("partition").orderBy("offset"))
+    ranges = (
+        lost.withColumn("_run", run).groupBy("partition", "_run", "retired")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("count"))
+        .orderBy("partition", "first").limit(max_ranges).collect()
+    )
+    return check.model_copy(update={"groups": groups, "ranges": [OffsetRange(**r.asDict()) for r in ranges]})
+
+
+# -- the audit --------------------------------------------------------------------------------
+def check_log(source, log: DataFrame, samples: int) -> list[CheckResult]:
+    import great_expectations as gx
+
+    E = gx.expectations
+    checks = [
+        ("log.offsets_unique", "no offset appears twice in a partition (gap 0: a repeat of the previous offset)",
+         E.ExpectColumnValuesToBeBetween(column="gap", min_value=1)),
+        ("log.offsets_dense", "each offset is the previous one + 1 (dense from the partition's first offset)",
+         E.ExpectColumnValuesToBeBetween(column="gap", max_value=1)),
+        ("log.epochs_non_decreasing", "leader_epoch never decreases as offset grows (rule 3)",
+         E.ExpectColumnValuesToBeBetween(column="epoch_drop", max_value=0)),
+    ]
+    index = ["partition", "offset", "prev_offset", "leader_epoch", "prev_epoch", "key"]
+    return _validate(source, "log", log_rows(log), checks, index, samples)
+
+
+def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int,
+               views: list[DeliveryView] = (), asset: str = "sink") -> list[CheckResult]:
+    """The sink checks of one group's deliveries (``asset``: a name of its own per group)."""
+    import great_expectations as gx
+
+    E = gx.expectations
+    delivery = _validate(source, f"{asset}_delivered", delivered, [
+        ("sink.no_duplicates", "no (partition, offset) is delivered twice (copy 2+: a repeated delivery)",
+         E.ExpectColumnValuesToBeBetween(column="copy", max_value=1)),
+        ("sink.per_key_order", "per (producer_id, key), sequence strictly increases in delivery order",
+         E.ExpectColumnValuesToBeBetween(column="sequence_step", min_value=1)),
+    ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
+    missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired, views).persist()
+    try:
+        [lost] = _validate(source, f"{asset}_missing", missing, [
+            ("sink.nothing_missing", "every record the group owes is in the sink, or its group reported it expired "
+             "(its partition was retired before the group read it)",
+             E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["delivered", "expired"])),
+        ], ["partition", "offset", "key", "sequence", "producer_id", "retired"], samples)
+        if lost.violations:
+            lost = _missing_details(lost, missing, max_ranges=max(samples, 50))
+        expired = missing.where(F.col("outcome") == "expired").count()
+        if expired:
+            lost = lost.model_copy(update={"groups": {**lost.groups, "expired (reported)": expired}})
+    finally:
+        missing.unpersist()
+    return delivery + [lost]
+
+

@@ -1,0 +1,211 @@
+"""What the audit reads: every record a topic's log remembers appending (its change feed), and
+every row a sink holds with the sink version that delivered it, as far as Delta still has them
+(commit files removed by log retention, data files by VACUUM: what could not be read is said).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from log_store.errors import InvalidConfigurationError
+
+
+def _cdf(spark: SparkSession, path: str) -> DataFrame:
+    try:
+        return _feed_from(spark, path, 0)
+    except AnalysisException as exc:
+        raise InvalidConfigurationError(
+            f"cannot read the change data feed of {path} ({str(exc).splitlines()[0]}); "
+            "the audit needs a lakelog log or sink table (change data feed on)"
+        ) from None
+
+
+PRODUCED_COLUMNS = ("partition", "offset", "key", "sequence", "producer_id")
+
+
+def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
+    """Every record the log still remembers appending (its change feed's inserts, ``PRODUCED_COLUMNS``
+    and ``_change_type``), kept in memory, and what of its past could not be read.
+
+    A topic kept for months outlives two things the change feed needs: commit files older than
+    Delta's ``delta.logRetentionDuration`` (removed at checkpoints), and data files VACUUM removed
+    after retention, delete-records or a retirement took them out of the table. Then the feed is
+    read from the oldest commit Delta still has, skipping removed files, and the table's current
+    rows are added (records appended before that commit and still live). What is skipped lies
+    below a log start or in a retired partition: no group can read it any more, and the report
+    says that it was not judged."""
+    if not _has_change_feed(spark, path):
+        _cdf(spark, path)  # raises the error that says what the audit needs
+    rows, reason = _read_now(lambda: _feed_from(spark, path, 0).where(F.col("_change_type") == "insert")
+                             .select(*PRODUCED_COLUMNS, "_change_type"))
+    if rows is not None:
+        return rows, []
+    earliest = _earliest_version(spark, path)
+    with _skipping_missing_files(spark):
+        feed = _feed_from(spark, path, earliest).where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS)
+        live = spark.read.format("delta").load(path).select(*PRODUCED_COLUMNS)
+        rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
+                .withColumn("_change_type", F.lit("insert")).persist())
+        rows.count()  # read now, while missing files are skipped: nothing else in the audit skips them
+    note = (f"The log's full change feed could not be read ({reason}). It was read from version {earliest}, "
+            "the oldest Delta still has, with the files VACUUM removed skipped, together with the records "
+            "the log holds now. Records appended before that version and no longer in the log (below a log "
+            "start, or in a retired partition) were not judged.")
+    return rows, [note]
+
+
+# What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
+# the rest of each record (producer id, sequence) is looked up in the log's change feed.
+STREAM_SINK_COLUMNS = ("topic", "partition", "offset", "key")
+# The delivery version (``_commit_version``) of a sink row whose commit Delta no longer has: it was
+# delivered before the oldest commit kept, by the group judged (BEFORE_KEPT), or by one of the
+# sink's several groups, which the missing commit would have named (UNATTRIBUTED).
+BEFORE_KEPT = -1
+UNATTRIBUTED = -2
+SINK_ROW = ["topic", "partition", "offset"]
+
+
+def _feed_from(spark: SparkSession, path: str, version: int) -> DataFrame:
+    return spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(path)
+
+
+def _read_now(rows: Callable[[], DataFrame]) -> tuple[DataFrame | None, str]:
+    """The rows, kept in memory and read now (a missing commit or data file fails here, not in a
+    check), or None and the first line of why Delta could not read them."""
+    read = None
+    try:
+        read = rows().persist()
+        read.count()
+        return read, ""
+    except Exception as exc:  # noqa: BLE001 - Delta's missing-version and missing-file errors
+        if read is not None:
+            read.unpersist()
+        return None, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+@contextmanager
+def _skipping_missing_files(spark: SparkSession) -> Iterator[None]:
+    """Reads skip data files VACUUM removed, for what is read inside (and only that)."""
+    before = spark.conf.get("spark.sql.files.ignoreMissingFiles", "false")
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.files.ignoreMissingFiles", before)
+
+
+def _earliest_version(spark: SparkSession, path: str) -> int:
+    """The oldest version whose commit file Delta still has (0 until log cleanup removes some)."""
+    return int(DeltaTable.forPath(spark, path).history().agg(F.min("version")).first()[0])
+
+
+def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> tuple[DataFrame, list[str]]:
+    """The sink's change feed, or for an append-only sink without one (Spark's Delta sink of a
+    stream), its rows with the version that added each, read from its commit files; kept in
+    memory, with what of the sink's past could not be read. ``produced`` (the log's change feed):
+    fills in each row's producer id and sequence by (partition, offset).
+
+    A sink kept for months loses its old commit files (``delta.logRetentionDuration``). Then a row
+    whose commit is gone is taken from the sink's current rows, delivered at ``BEFORE_KEPT``:
+    before every commit Delta kept, in an order among themselves that no longer can be judged."""
+    if _has_change_feed(spark, sink_path):
+        changes, notes = _sink_feed(spark, sink_path)
+    else:
+        changes, notes = _sink_adds(spark, sink_path)
+    if produced is None:
+        return changes.persist(), notes
+    ids = (produced.where(F.col("_change_type") == "insert")
+           .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
+    joined = changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left").persist()
+    joined.count()  # kept before the rows it was made of are let go
+    changes.unpersist()
+    return joined, notes
+
+
+def _sink_feed(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
+    rows, reason = _read_now(lambda: _feed_from(spark, sink_path, 0))
+    if rows is not None:
+        return rows, []
+    earliest = _earliest_version(spark, sink_path)
+    with _skipping_missing_files(spark):
+        feed = _feed_from(spark, sink_path, earliest)
+        live = spark.read.format("delta").load(sink_path)
+        # Copies in the sink now that the kept feed did not add: delivered before ``earliest``.
+        net = feed.groupBy(*SINK_ROW).agg(F.sum(
+            F.when(F.col("_change_type").isin("insert", "update_postimage"), 1)
+            .when(F.col("_change_type").isin("delete", "update_preimage"), -1).otherwise(0)).alias("_net"))
+        older = (live.groupBy(*SINK_ROW).agg(F.count(F.lit(1)).alias("_live"), F.first(F.struct(*live.columns)).alias("_row"))
+                 .join(net, SINK_ROW, "left")
+                 .select("_row.*", F.explode(F.array_repeat(F.lit(1), (F.col("_live") - F.coalesce("_net", F.lit(0)))
+                                                            .cast("int"))).alias("_copy"))
+                 .drop("_copy")
+                 .select("*", F.lit("insert").alias("_change_type"), F.lit(BEFORE_KEPT).cast("long").alias("_commit_version"),
+                         F.lit(None).cast("timestamp").alias("_commit_timestamp")))
+        rows = feed.unionByName(older).persist()
+        rows.count()  # read now, while missing files are skipped
+    return rows, [_older_deliveries_note(rows, earliest, f"The sink's change feed could not be read from version 0 ({reason}). "
+                                         f"It was read from version {earliest}, the oldest Delta still has, with the "
+                                         "files VACUUM removed skipped.")]
+
+
+def _sink_adds(spark: SparkSession, sink_path: str) -> tuple[DataFrame, list[str]]:
+    """An append-only sink without a change feed (Spark's Delta sink of a stream): each row with
+    the version of the commit that delivered it. That is the commit that added it with new data:
+    a file added by a commit that changed none (OPTIMIZE, ``dataChange`` false) holds rows that
+    commits before it delivered, so rows are read from the files data-changing commits added
+    (still on disk after a compaction removed them from the table). Rows in the sink that no such
+    file holds (those files were vacuumed, or their commits removed by Delta's log retention)
+    count as delivered before every commit kept (``BEFORE_KEPT``), with a note."""
+    adds = (spark.read.json(f"{sink_path}/_delta_log/*.json").where(F.col("add").isNotNull())
+            .where(F.coalesce(F.col("add.dataChange"), F.lit(True)))
+            .select(F.col("add.path").alias("_path"),
+                    F.regexp_extract(F.input_file_name(), r"(\d+)\.json$", 1).cast("long").alias("_commit_version"))
+            .collect())
+    version = {_file_name(r["_path"]): int(r["_commit_version"]) for r in adds}
+    live = spark.read.format("delta").load(sink_path)
+    with _skipping_missing_files(spark):
+        delivered = (spark.read.schema(live.schema).option("basePath", sink_path)
+                     .parquet(*[f"{sink_path.rstrip('/')}/{r['_path']}" for r in adds]) if adds else live.limit(0))
+        versions = spark.createDataFrame([(f, v) for f, v in version.items()], "_file string, _commit_version long")
+        rows = (delivered.withColumn("_file", F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1))
+                .join(versions, "_file").drop("_file").persist())
+        rows.count()  # read now, while missing files are skipped
+    # Copies in the sink now that no data-changing file still on disk holds: delivered before.
+    found = rows.groupBy(*SINK_ROW).agg(F.count(F.lit(1)).alias("_found"))
+    older = (live.groupBy(*SINK_ROW).agg(F.count(F.lit(1)).alias("_live"), F.first(F.struct(*live.columns)).alias("_row"))
+             .join(found, SINK_ROW, "left")
+             .select("_row.*", F.explode(F.array_repeat(F.lit(1), (F.col("_live") - F.coalesce("_found", F.lit(0)))
+                                                        .cast("int"))).alias("_copy"))
+             .drop("_copy").withColumn("_commit_version", F.lit(BEFORE_KEPT).cast("long")))
+    rows = rows.unionByName(older).withColumn("_change_type", F.lit("insert")).persist()
+    before = rows.where(F.col("_commit_version") == BEFORE_KEPT).count()
+    if not before:
+        return rows, []
+    earliest = _earliest_version(spark, sink_path)
+    return rows, [_older_deliveries_note(rows, earliest, "Some of the sink's rows are in no file a data-changing "
+                                         "commit added that is still on disk: the sink's commits before version "
+                                         f"{earliest} are gone (Delta's log retention), or VACUUM removed their files.")]
+
+
+def _file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _older_deliveries_note(rows: DataFrame, earliest: int, what: str) -> str:
+    older = rows.where(F.col("_commit_version") == BEFORE_KEPT).count()
+    return (f"{what} {older} rows of the sink were delivered before version {earliest}: they count as delivered "
+            "and as copies, and each key's first later delivery must follow the highest sequence among them, "
+            "but their order among themselves was not judged.")
+
+
+def _has_change_feed(spark: SparkSession, path: str) -> bool:
+    props = DeltaTable.forPath(spark, path).detail().select("properties").first()["properties"] or {}
+    return props.get("delta.enableChangeDataFeed", "false").lower() == "true"
+
+

@@ -1,0 +1,160 @@
+"""``run_audit``: the log's checks, then a sink's, group by group; the Markdown report."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from delta.tables import DeltaTable
+from pydantic import BaseModel, Field
+from pyspark.sql import SparkSession
+
+from control_plane.group.describe import DeliveryView, delivery_view
+from control_plane.layout import RootLayout
+from control_plane.topics import TopicAdmin
+from log_store.engine import DeltaTransaction
+from log_store.errors import InvalidConfigurationError
+from log_store.files import write_file
+from log_store.names import legacy_sink_pairs, parse_commit_metadata, parse_sink_app_id
+from pipelines.audit.checks import CheckResult, _gx, check_log, check_sink
+from pipelines.audit.feeds import STREAM_SINK_COLUMNS, produced_rows, sink_changes
+from pipelines.audit.rows import attributed_to, delivered_rows
+from pipelines.consumer import SINK_SCHEMA
+
+
+class AuditReport(BaseModel):
+    topic: str
+    log_path: str
+    sink_path: str | None
+    audited_at: datetime
+    seconds: float
+    passed: bool
+    checks: list[CheckResult]
+    coverage: list[str] = Field(default_factory=list)  # what of the log's past the audit could not read
+    report_path: str | None = None
+
+
+def sink_groups(spark: SparkSession, sink_path: str, topic: str) -> list[str]:
+    """The groups that wrote ``topic``'s records to the sink (from its application ids; ids in
+    the earlier releases' dotted form name every group they can stand for)."""
+    out = set()
+    for app_id in DeltaTransaction.start(spark, sink_path).snapshot_app_versions():
+        sid = parse_sink_app_id(app_id)
+        if sid is not None:
+            if sid.topic == topic:
+                out.add(sid.group)
+        else:
+            out.update(g for g, _t, _p, _i in legacy_sink_pairs(app_id, {topic}))
+    return sorted(out)
+
+
+def sink_commit_groups(spark: SparkSession, sink_path: str) -> dict[int, str]:
+    """Sink version -> the group whose batch it committed, from each commit's metadata
+    (``log_store.names.sink_commit_metadata``)."""
+    out = {}
+    for r in DeltaTable.forPath(spark, sink_path).history().select("version", "userMetadata").collect():
+        meta = parse_commit_metadata(r["userMetadata"])
+        if meta and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
+            out[int(r["version"])] = meta["group"]
+    return out
+
+
+def run_audit(
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    sink_path: str | None = None,
+    report_path: str | None = None,
+    samples: int = 10,
+    group: str | None = None,
+) -> AuditReport:
+    """Audit ``topic`` (and a sink of it, written by ``group`` or by the groups its positions
+    name); write the Markdown report and return the result."""
+    started = time.perf_counter()
+    record = TopicAdmin(spark, root).get(topic)  # UnknownTopicError names the topic
+    if sink_path is not None:
+        if not DeltaTable.isDeltaTable(spark, sink_path):
+            raise InvalidConfigurationError(f"no Delta sink table at {sink_path}; pass the --output path given to `lakelog consume`")
+        columns = set(spark.read.format("delta").load(sink_path).columns)
+        lacking = set(SINK_SCHEMA.fieldNames()) - columns
+        if lacking and not set(STREAM_SINK_COLUMNS) <= columns:
+            raise InvalidConfigurationError(
+                f"{sink_path} is neither a lakelog sink nor a stream's sink: it lacks columns "
+                f"{sorted(lacking)} (a stream's sink needs at least {', '.join(STREAM_SINK_COLUMNS)})")
+    source = _gx()
+    checks = check_log(source, spark.read.format("delta").load(record.location), samples)
+    coverage: list[str] = []
+    if sink_path is not None:
+        groups = [group] if group else sink_groups(spark, sink_path, topic)
+        by_version = sink_commit_groups(spark, sink_path)
+        produced, coverage = produced_rows(spark, record.location)
+        retired = TopicAdmin(spark, root).image(topic).ever_retired()
+        changes, sink_coverage = sink_changes(spark, sink_path, produced if lacking else None)
+        coverage += sink_coverage
+        if sink_coverage and len(groups) > 1:
+            coverage.append(f"The sink is written by {len(groups)} groups and its oldest commits, which named the group "
+                            "of each batch, are gone: a row delivered before them counts as delivered for every group "
+                            "that did not deliver that record later, and is not judged for duplicates or order.")
+        for i, g in enumerate(groups or [None]):
+            # A sink several groups write is judged group by group: each sink commit names its group.
+            # Commits that name none (written by earlier releases) count for every group.
+            others = sorted(v for v, owner in by_version.items() if owner != g) if g is not None else []
+            delivered = delivered_rows(attributed_to(changes, others, len(groups) > 1), topic).persist()
+            # A sink without a group owes nothing below the log starts (retention, delete-records).
+            views = ([delivery_view(spark, root, g, topic)] if g is not None else
+                     [DeliveryView(group="", topic=topic, first_topic_version=0, expired=[],
+                                   before_view=TopicAdmin(spark, root).log(topic).snapshot().log_starts)])
+            try:
+                found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}")
+            finally:
+                delivered.unpersist()
+            if len(groups) > 1:
+                found = [c.model_copy(update={"name": f"{c.name}[{g}]"}) for c in found]
+            checks += found
+        changes.unpersist()
+        produced.unpersist()
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    report = AuditReport(
+        topic=topic, log_path=record.location, sink_path=sink_path, audited_at=now,
+        seconds=round(time.perf_counter() - started, 2), passed=all(c.passed for c in checks), checks=checks,
+        coverage=coverage,
+    )
+    path = report_path or f"{RootLayout(root).root}/audit/{topic}-{now:%Y%m%dT%H%M%SZ}.md"
+    report = report.model_copy(update={"report_path": path})
+    write_file(spark, path, to_markdown(report).encode())
+    return report
+
+
+# -- the report -------------------------------------------------------------------------------
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    cols = list(rows[0])
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+            *("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |" for r in rows), ""]
+
+
+def to_markdown(report: AuditReport) -> str:
+    """A report a person can read: the verdict, one line per check, then each failure's evidence."""
+    lines = [
+        f"# Ordering audit of topic `{report.topic}`: {'PASSED' if report.passed else 'FAILED'}", "",
+        f"- log: `{report.log_path}`", f"- sink: `{report.sink_path or '(not audited)'}`",
+        f"- audited at {report.audited_at:%Y-%m-%d %H:%M:%S} UTC in {report.seconds:.1f}s", "",
+        *_table([{"check": c.name, "result": "pass" if c.passed else "FAIL", "rows checked": c.checked,
+                  "violations": c.violations, "what it checks": c.about} for c in report.checks]),
+    ]
+    lines += [*(f"{note}\n" for note in report.coverage)]
+    for c in report.checks:
+        if c.groups.get("expired (reported)"):
+            lines += [f"{c.groups['expired (reported)']} records were retired before the group read them; the group "
+                      "reported them expired (`lakelog groups describe` lists the ranges).", ""]
+    for c in (c for c in report.checks if not c.passed):
+        lines += [f"## {c.name}: {c.violations} violations", "", f"{c.about} (`{c.expectation}`).", ""]
+        if c.groups:
+            lines += ["Missing records by partition state:", "", *_table([{"partitions": k, "records": v} for k, v in c.groups.items()])]
+        if c.ranges:
+            lines += ["Missing offsets:", "", *_table([r.model_dump() for r in c.ranges])]
+        if c.samples:
+            lines += [f"Sample violations ({len(c.samples)} of {c.violations}):", "", *_table(c.samples)]
+    return "\n".join(lines) + "\n"
