@@ -134,6 +134,11 @@ class Planner:
         self._locations: dict[str, str] = {}
         self._planned: dict[tuple[str, tuple], int] = {}  # (topic, its end positions) -> log version planned at
 
+    def __getstate__(self) -> dict:
+        """What Spark sends to the tasks that read (``read(partition)``): no py4j secret (the
+        driver-side runner builds its own planner from the data source), no gate caches."""
+        return {**self.__dict__, "gateway": None, "_gates": {}}
+
     def topics(self) -> dict[str, TopicNow]:
         """Each topic the read covers now. The log's snapshot is read before the history the gates
         use: the controller records a resize in the history before it commits the log's metadata,

@@ -15,6 +15,7 @@ finds its sequences committed and lands nothing twice.
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from dataclasses import dataclass
@@ -203,6 +204,14 @@ class BatchWriter(DataSourceArrowWriter):
 class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, committer: Committer, producer_id: str) -> None:
         self.committer, self.producer_id = committer, producer_id
+
+    def __getstate__(self) -> dict:
+        """What Spark sends to the tasks that stage rows: no py4j secret (a stream's commits run in
+        a runner that builds its own writer from the data source). A batch write's writer keeps it:
+        Spark sends the same pickled writer to its commit."""
+        committer = copy.copy(self.committer)
+        committer.gateway = None
+        return {**self.__dict__, "committer": committer}
 
     def write(self, iterator) -> Staged:
         return stage(self.committer.staging, iterator, self.committer.storage)
