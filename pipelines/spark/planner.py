@@ -257,7 +257,7 @@ class Planner:
         since = had.since if had is not None and had.since is not None else now.snap.topic_version
         positions = dict(had.positions) if had is not None else {}
         snap = now.snap
-        lost = unreported_expiry(topic, snap, sorted(set(snap.metadata.partitions) | set(positions)), positions,
+        lost = unreported_expiry(topic, snap, sorted(positions), positions,
                                  lambda: now.image.retired_between(-1, snap.topic_version),
                                  lambda: self._reported(topic),
                                  retired_since=lambda: now.image.retired_between(since, snap.topic_version))
