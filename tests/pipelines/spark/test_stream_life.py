@@ -20,3 +20,33 @@ def test_one_session_is_attached_per_process(lakelog):
     from log_store.session import attach, gateway_of
 
     assert attach(gateway_of(lakelog)) is attach(gateway_of(lakelog))
+
+
+def test_a_partition_retired_before_the_stream_began_is_not_its_loss(lakelog, root, tmp_path):
+    TopicAdmin(lakelog, root).create(T, 3)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 90, keys=30))
+    controller = TopicController(lakelog, root, ControllerSettings(delete_partition_enable=True))
+    controller.alter(T, 2)
+    controller.tick(T, delete_delay=0)
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="earliest")
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 30, keys=30, start=90))
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="earliest")
+    assert len(delivered(sink)) == len(log_rows(root, T)), "every record of partitions 0 and 1, no error"
+
+
+def test_a_topic_deleted_under_a_pattern_follows_fail_on_data_loss(lakelog, root, tmp_path):
+    admin = TopicAdmin(lakelog, root)
+    for name in ("shop.a", "shop.b"):
+        admin.create(name, 1)
+        Producer(lakelog, root, name, "p").send(make_records(lakelog, 10, keys=5))
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    options = {"subscribePattern": r"shop\..*", "startingOffsets": "earliest"}
+    stream_to(lakelog, sink, ck, **options)
+    TopicController(lakelog, root, ControllerSettings(delete_partition_enable=True)).delete("shop.b")
+    Producer(lakelog, root, "shop.a", "p").send(make_records(lakelog, 10, keys=5, start=10))
+    with pytest.raises(Exception) as err:
+        stream_to(lakelog, sink, ck, **options)
+    assert "topic 'shop.b': the topic was deleted" in str(err.value)
+    stream_to(lakelog, sink, ck, **options, failOnDataLoss="false")
+    assert len(delivered(sink)) == 30
