@@ -101,8 +101,10 @@ def test_topic_already_exists_and_bad_partition_counts(run, root):
         res = run("topics", "create", "--topic", "u", "--partitions", bad)
         assert res.exit_code == 1 and "invalid partition count" in res.output
     assert not (Path(root) / "topics" / "u").exists()
-    res = run("topics", "create", "--topic", "bad/name", "--partitions", "1")
-    assert res.exit_code == 1 and "invalid topic name" in res.output
+    for bad in ("bad/name", "bad\n", ".", ".."):
+        res = run("topics", "create", "--topic", bad, "--partitions", "1")
+        assert res.exit_code == 1 and ("invalid topic name" in res.output), (bad, res.output)
+    assert [t["topic"] for t in json.loads(run("topics", "list", "--json").stdout)] == ["t"], "nothing else created"
 
 
 @pytest.mark.parametrize(
