@@ -194,9 +194,15 @@ class OffsetGate:
         return self._thresholds[key]
 
     def barriers(self, topic_version: int) -> list[Barrier]:
-        """The resizes in force at ``topic_version`` (the version the log's metadata was set from)."""
+        """The resizes in force at ``topic_version`` (the version the log's metadata was set from).
+        Cached per version only from a history that reaches it: one read before the log's newest
+        resize was recorded would leave that resize out for the version's life."""
         if self._barriers is None or self._barriers[0] != topic_version:
-            self._barriers = (topic_version, barriers_of(self.admin.image(self.topic).at(topic_version)))
+            image = self.admin.image(self.topic)
+            found = barriers_of(image.at(topic_version))
+            if image.version < topic_version:
+                return found
+            self._barriers = (topic_version, found)
         return self._barriers[1]
 
     def watched(self, snap: LogSnapshot | None = None) -> set[int]:
