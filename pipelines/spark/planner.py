@@ -38,7 +38,8 @@ Positions = dict[int, int]
 
 
 class DataLossError(LakelogError):
-    """Records a read was to deliver are gone (a partition retired before it read them)."""
+    """Records a read was to deliver are gone (retired, deleted below its position, or the topic
+    deleted) and failOnDataLoss is on."""
 
 
 def resolve_root(given: str | None, default: str | None, writing: bool = False) -> str:
@@ -51,7 +52,7 @@ def resolve_root(given: str | None, default: str | None, writing: bool = False) 
     if not root:
         raise InvalidConfigurationError(
             f"no lakelog root: give .option('{ROOT}', PATH_OR_URI), or register the source with a default "
-            "root (pipelines.spark.source.register(spark, root))")
+            "root (pipelines.spark.register(spark, root))")
     if not is_remote(root):
         return str(local_path(root))
     if writing and not is_s3(root):
