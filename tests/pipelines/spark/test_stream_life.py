@@ -1,3 +1,260 @@
+"""``format("lakelog")`` through a topic's life, as a scheduled job lives it: a busy topic under an
+AvailableNow run, a write checkpoint deleted, a topic deleted and created again, a partition
+grown, written, shrunk and retired while the stream was stopped, a resize committed between the
+planner's reads, a driver that dies after a skip, a write that fails half way, several topics
+sharing one rate limit. Results are read back with delta-rs, not through lakelog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from control_plane.controller import TopicController
+from control_plane.group.offsets import GroupOffsets
+from control_plane.settings import ControllerSettings
+from control_plane.topics import TopicAdmin
+from pipelines.producer import Producer
+from pipelines.spark.offsets import StreamOffset, TopicOffset
+from pipelines.spark.options import parse_source_options
+from pipelines.spark.planner import DataLossError, Planner
+from tests.pipelines.spark.test_source import sink_batches, stream_to
+from tests.processes.workers import ATTACH_ENV
+from tests.support import log_rows, make_records, spawn_worker
+
+T = "orders.v1"
+
+
+def delivered(sink: str) -> list[dict]:
+    return [r for _v, rows in sink_batches(sink) for r in rows]
+
+
+def test_an_available_now_run_ends_while_another_process_keeps_producing(lakelog, root, tmp_path):
+    """Once a run's positions reach its target, commits that move no position (another
+    process's appends past the target) make no new offset: the run ends after the batches its
+    backlog needs. Before, every commit to the log made one more empty micro-batch."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "backlog").send(make_records(lakelog, 2000, keys=40))
+    busy = spawn_worker("append", root, T, "busy", "100000", "100000", "20", env={ATTACH_ENV: "1"})
+    try:
+        while sum(1 for r in log_rows(root, T) if r["producer_id"] == "busy") < 40:  # it is committing
+            time.sleep(0.2)
+        batches = []
+        query = (lakelog.readStream.format("lakelog").option("subscribe", T).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", 500).load()
+                 .writeStream.foreachBatch(lambda df, i: batches.append(df.count()))
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        assert query.awaitTermination(240), f"still running after {len(batches)} batches"
+        assert busy.poll() is None, "the other producer kept committing throughout"
+    finally:
+        busy.kill()
+        busy.communicate()
+    assert len(batches) <= 6 and sum(batches) >= 2000 and all(batches), batches
+
+
+def test_a_deleted_write_checkpoint_starts_a_new_producer_whose_batches_all_land(lakelog, root, tmp_path):
+    """A stream writing to a topic is named by its query (the checkpoint's id), not by the
+    checkpoint's path: a query started again on a deleted checkpoint (or a second query under
+    the same producerId) is a new producer, and its batch 0 lands."""
+    TopicAdmin(lakelog, root).create(T, 3)
+    source, ck = str(tmp_path / "source"), str(tmp_path / "ck")
+
+    def run(first: int, n: int, checkpoint: str, **options) -> None:
+        make_records(lakelog, n, keys=20, start=first).select("key", "value").write.format("delta") \
+            .mode("append").save(source)
+        writer = (lakelog.readStream.format("delta").load(source).writeStream.format("lakelog").option("topic", T)
+                  .option("checkpointLocation", checkpoint))
+        for k, v in options.items():
+            writer = writer.option(k, v)
+        writer.trigger(availableNow=True).start().awaitTermination(300)
+
+    run(0, 300, ck)
+    run(300, 300, ck)
+    assert len(log_rows(root, T)) == 600
+    shutil.rmtree(ck)
+    shutil.rmtree(source)
+    run(600, 300, ck + "/")  # a new checkpoint, the path spelt with a slash
+    assert sorted(int(bytes(r["value"])) for r in log_rows(root, T)) == list(range(900)), "every record once"
+    run(900, 50, str(tmp_path / "other-ck"), producerId="feed")
+    shutil.rmtree(source)
+    run(950, 50, str(tmp_path / "third-ck"), producerId="feed")
+    assert len(log_rows(root, T)) == 950 + 50 + 50, "a second query under one producerId is its own producer"
+
+
+def test_a_topic_deleted_and_created_again_under_a_checkpoint_is_a_new_incarnation(lakelog, root, tmp_path):
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 600, keys=30))
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    options = {"subscribe": T, "startingOffsets": "earliest"}
+    stream_to(lakelog, sink, ck, **options)
+    assert len(delivered(sink)) == 600
+    controller = TopicController(lakelog, root, ControllerSettings(delete_partition_enable=True))
+    controller.delete(T)
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p2").send(make_records(lakelog, 900, keys=30, start=1000))
+    with pytest.raises(Exception) as err:
+        stream_to(lakelog, sink, ck, **options)
+    assert "deleted and created again" in str(err.value) and "failOnDataLoss" in str(err.value)
+    stream_to(lakelog, sink, ck, **options, failOnDataLoss="false")
+    values = sorted(int(bytes(r["value"])) for r in delivered(sink))
+    assert values == list(range(600)) + list(range(1000, 1900)), "the new incarnation from its first record"
+
+
+def grown_and_retired_while_stopped(spark, root, tmp_path, fail: str, group: str | None = None):
+    """A stream reads a 2-partition topic; stopped, the topic grows to 3, takes 300 records,
+    shrinks back to 2 and partition 2 is retired before it drained."""
+    TopicAdmin(spark, root).create(T, 2)
+    Producer(spark, root, T, "p").send(make_records(spark, 200, keys=40))
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    options = {"subscribe": T, "startingOffsets": "earliest", "failOnDataLoss": fail,
+               **({"group": group} if group else {})}
+    stream_to(spark, sink, ck, **options)
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    controller.alter(T, 3)
+    Producer(spark, root, T, "p").send(make_records(spark, 300, keys=40, start=200))
+    in_p2 = sum(1 for r in log_rows(root, T) if r["partition"] == 2)
+    controller.alter(T, 2)
+    controller.tick(T, delete_delay=0)
+    assert in_p2 and 2 not in {r["partition"] for r in log_rows(root, T)}
+    return sink, ck, options, in_p2
+
+
+def test_a_partition_the_stream_never_saw_retired_while_it_was_stopped_is_data_loss(lakelog, root, tmp_path):
+    sink, ck, options, in_p2 = grown_and_retired_while_stopped(lakelog, root, tmp_path, "true")
+    with pytest.raises(Exception) as err:
+        stream_to(lakelog, sink, ck, **options)
+    assert f"partition 2 offsets 0-{in_p2 - 1}" in str(err.value) and "failOnDataLoss" in str(err.value)
+
+
+def test_a_partition_the_stream_never_saw_is_reported_expired_to_its_group(lakelog, root, tmp_path):
+    sink, ck, options, in_p2 = grown_and_retired_while_stopped(lakelog, root, tmp_path, "false", "g")
+    stream_to(lakelog, sink, ck, **options)
+    assert len(delivered(sink)) == 500 - in_p2
+    assert GroupOffsets(lakelog, root).expired("g", T) == {(2, in_p2)}
+
+
+def test_a_grow_committed_between_the_planners_reads_holds_the_new_partition(lakelog, root, monkeypatch):
+    """The planner reads a topic's log before its history: a grow committed after the history
+    was read (here: just before the log's snapshot is read) is seen, and the new partition's
+    records wait until the old partitions' pre-grow records were delivered."""
+    from pipelines.spark import planner as planner_module
+
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=20))
+    planner = Planner(root, parse_source_options({"subscribe": T}, streaming=True))
+    start = planner.initial()
+    start = StreamOffset({T: start.topics[T].moved({0: 0, 1: 0})})
+    real, grown = planner_module.rs_reader.log_snapshot, []
+
+    def snapshot_after_a_grow(*args, **kwargs):
+        if not grown:
+            grown.append(True)
+            TopicController(lakelog, root).alter(T, 3)
+            Producer(lakelog, root, T, "p").send(make_records(lakelog, 60, keys=20, start=100))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner_module.rs_reader, "log_snapshot", snapshot_after_a_grow)
+    end = planner.next_end(start, 10)
+    assert grown and end.topics[T].positions.get(2, 0) == 0, "the new partition waits for the old ones' records"
+    assert sum(end.topics[T].positions.values()) == 10
+
+
+def test_a_skip_is_reported_to_the_group_before_the_offset_past_it_is_returned(lakelog, root, tmp_path):
+    """The expiry report is committed when the skip is decided: a driver that dies after Spark
+    recorded the next offset, before any later commit, has made the report already."""
+    TopicAdmin(lakelog, root).create(T, 3)
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    options = {"subscribe": T, "startingOffsets": "earliest", "failOnDataLoss": "false", "group": "g"}
+    stream_to(lakelog, sink, ck, **options)  # empty: the stream stands at 0 on 0, 1 and 2
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 90, keys=30))
+    in_p2 = sum(1 for r in log_rows(root, T) if r["partition"] == 2)
+    controller = TopicController(lakelog, root, ControllerSettings(delete_partition_enable=True))
+    controller.alter(T, 2)
+    controller.tick(T, delete_delay=0)
+    from log_store.session import gateway_of
+
+    planner = Planner(root, parse_source_options(options, streaming=True), gateway_of(lakelog))
+    start = StreamOffset({T: TopicOffset(planner.topics()[T].topic_id, None, {0: 0, 1: 0, 2: 0})})
+    end = planner.next_end(start, 1000)  # then the driver dies: nothing else is called
+    assert 2 not in end.topics[T].positions
+    assert GroupOffsets(lakelog, root).expired("g", T) == {(2, in_p2)}
+
+
+def test_a_write_to_several_topics_that_fails_on_the_second_says_what_landed(lakelog, root):
+    TopicAdmin(lakelog, root).create("a", 2)
+    df = make_records(lakelog, 40, keys=10).selectExpr("if(sequence % 2 = 0, 'a', 'missing') as topic", "key", "value")
+    with pytest.raises(Exception) as err:
+        df.write.format("lakelog").mode("append").save()
+    assert "landed in topic(s) a and not in missing" in str(err.value)
+    assert len(log_rows(root, "a")) == 20, "topic a's share landed whole, in one append"
+
+
+def test_one_rate_limit_is_shared_over_topics_by_lag(lakelog, root):
+    admin = TopicAdmin(lakelog, root)
+    for name, n in (("a", 900), ("b", 300)):
+        admin.create(name, 1)
+        Producer(lakelog, root, name, "p").send(make_records(lakelog, n, keys=10))
+    planner = Planner(root, parse_source_options({"subscribePattern": "a|b", "startingOffsets": "earliest"},
+                                                 streaming=True))
+    end = planner.next_end(planner.initial(), 100)
+    assert end.positions("a") == {0: 75} and end.positions("b") == {0: 25}, "Spark's Kafka source shares by lag"
+
+
+def test_an_offset_is_the_same_json_while_no_position_moves(lakelog, root):
+    TopicAdmin(lakelog, root).create(T, 2)
+    producer = Producer(lakelog, root, T, "p")
+    producer.send(make_records(lakelog, 50, keys=10))
+    planner = Planner(root, parse_source_options({"subscribe": T, "startingOffsets": "earliest"}, streaming=True))
+    start = planner.initial()
+    caps = {T: {p: e for p, e in planner.topics()[T].snap.log_ends.items()}}
+    end = planner.next_end(start, 1000, caps)
+    producer.send(make_records(lakelog, 50, keys=10, start=50))  # past the run's target
+    TopicController(lakelog, root).compact(T)
+    again = planner.next_end(end, 1000, caps)
+    assert json.dumps(again.to_json()) == json.dumps(end.to_json())
+    assert end.to_json()["v"] == 1 and end.to_json()["topics"][T]["id"] == planner.topics()[T].topic_id
+
+
+def test_a_large_range_is_read_by_several_tasks(lakelog, root):
+    from pipelines.spark import planner as planner_module
+
+    TopicAdmin(lakelog, root).create(T, 1)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 1000, keys=10))
+    planner = Planner(root, parse_source_options({"subscribe": T, "startingOffsets": "earliest"}, streaming=True))
+    end = planner.next_end(planner.initial(), 10**6)
+    tasks = planner.ranges(StreamOffset({T: end.topics[T].moved({0: 0})}), end)
+    assert len(tasks) == 1
+    original = planner_module.TASK_RECORDS
+    try:
+        planner_module.TASK_RECORDS = 300
+        tasks = planner.ranges(StreamOffset({T: end.topics[T].moved({0: 0})}), end)
+    finally:
+        planner_module.TASK_RECORDS = original
+    assert sorted(s for t in tasks for s in t.spans) == [(0, 0, 300), (0, 300, 600), (0, 600, 900), (0, 900, 1000)]
+
+
+def test_a_stream_writer_clears_what_failed_attempts_staged(lakelog, root, tmp_path):
+    from pipelines.spark.sink import STAGING, query_id
+
+    TopicAdmin(lakelog, root).create(T, 2)
+    source, ck = str(tmp_path / "source"), str(tmp_path / "ck")
+    make_records(lakelog, 10, keys=5).select("key", "value").write.format("delta").save(source)
+
+    def run():
+        (lakelog.readStream.format("delta").load(source).writeStream.format("lakelog").option("topic", T)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start().awaitTermination(300))
+
+    run()
+    staging = Path(root, STAGING, f"stream-{query_id(ck)}")
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "part-of-a-failed-attempt.parquet").write_bytes(b"left behind")
+    make_records(lakelog, 10, keys=5, start=10).select("key", "value").write.format("delta").mode("append").save(source)
+    run()
+    assert not staging.exists() or not any(staging.iterdir()), "the next batch's commit cleared the folder"
+    assert len(log_rows(root, T)) == 20
 
 
 def test_a_reader_and_a_stream_writer_sent_to_tasks_carry_no_py4j_secret(lakelog, root, tmp_path):
