@@ -351,7 +351,9 @@ class Planner:
             location = self.location(topic)
             version = self._planned.get((topic, tuple(sorted(to.positions.items()))))
             snap = rs_reader.log_snapshot(location, version, self.storage)[0]
-            begun = start.positions(topic)
+            had = start.topics.get(topic)
+            # Positions of another incarnation (the topic deleted and created again) say nothing here.
+            begun = dict(had.positions) if had is not None and had.topic_id in (None, to.topic_id) else {}
             spans, lost = [], []
             for p, stop in to.positions.items():
                 first = snap.first_offset(p) if p in snap.metadata.partitions else stop
@@ -390,19 +392,21 @@ def share_by_lag(lags: dict, limit: int) -> dict:
     return {k: n for k, n in shares.items() if n > 0}
 
 
-def split(spans: list[tuple[int, int, int]], task_records: int = TASK_RECORDS) -> list[tuple[int, int, int]]:
+def split(spans: list[tuple[int, int, int]], task_records: int | None = None) -> list[tuple[int, int, int]]:
     """Partition ranges cut into pieces of at most ``task_records`` records (Kafka's source's
     range calculator): one partition's backlog spreads over several tasks, never one worker's
     memory."""
+    task_records = task_records or TASK_RECORDS
     out = []
     for p, s, e in spans:
         out += [(p, lo, min(lo + task_records, e)) for lo in range(s, e, task_records)]
     return out
 
 
-def pack(spans: list[tuple[int, int, int]], task_records: int = TASK_RECORDS) -> list[list[tuple[int, int, int]]]:
+def pack(spans: list[tuple[int, int, int]], task_records: int | None = None) -> list[list[tuple[int, int, int]]]:
     """Partition ranges (partition, start, end) packed into about one task per ``task_records``
     records (at least one, at most one per range), the largest first into the emptiest task."""
+    task_records = task_records or TASK_RECORDS
     if not spans:
         return []
     total = sum(e - s for _p, s, e in spans)

@@ -20,7 +20,7 @@ from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
 from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.options import parse_source_options
-from pipelines.spark.planner import DataLossError, Planner
+from pipelines.spark.planner import Planner
 from tests.pipelines.spark.test_source import sink_batches, stream_to
 from tests.processes.workers import ATTACH_ENV
 from tests.support import log_rows, make_records, spawn_worker
@@ -76,12 +76,32 @@ def test_a_deleted_write_checkpoint_starts_a_new_producer_whose_batches_all_land
     assert len(log_rows(root, T)) == 600
     shutil.rmtree(ck)
     shutil.rmtree(source)
-    run(600, 300, ck + "/")  # a new checkpoint, the path spelt with a slash
+    run(600, 300, ck)  # a new checkpoint at the same path
     assert sorted(int(bytes(r["value"])) for r in log_rows(root, T)) == list(range(900)), "every record once"
+    shutil.rmtree(source)
     run(900, 50, str(tmp_path / "other-ck"), producerId="feed")
     shutil.rmtree(source)
     run(950, 50, str(tmp_path / "third-ck"), producerId="feed")
-    assert len(log_rows(root, T)) == 950 + 50 + 50, "a second query under one producerId is its own producer"
+    assert len(log_rows(root, T)) == 1000, "a second query under one producerId is its own producer"
+
+
+def test_a_stream_writers_producer_is_the_querys_whatever_the_paths_spelling(tmp_path):
+    """A restarted query is the same producer (a replayed batch lands once) whether its checkpoint
+    is given as /ck or /ck/; a checkpoint made again is a new one."""
+    from pipelines.spark.options import parse_sink_options
+    from pipelines.spark.sink import stream_producer_id
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "metadata").write_text('{"id":"6f1c0e4e-query-one"}\n')
+    opts = parse_sink_options({"topic": T})
+    ids = {stream_producer_id(opts, {"checkpointLocation": path})[0] for path in (str(ck), f"{ck}/", f"file:{ck}")}
+    assert ids == {"stream:6f1c0e4e-query-one"}
+    (ck / "metadata").write_text('{"id":"0b9d-query-two"}\n')
+    assert stream_producer_id(parse_sink_options({"topic": T, "producerId": "feed"}),
+                              {"checkpointLocation": str(ck)})[0] == "feed:0b9d-query-two"
+    with pytest.raises(Exception, match="needs the query's checkpoint"):
+        stream_producer_id(opts, {})
 
 
 def test_a_topic_deleted_and_created_again_under_a_checkpoint_is_a_new_incarnation(lakelog, root, tmp_path):
