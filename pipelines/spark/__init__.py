@@ -5,7 +5,8 @@ and columns.
 - ``source``: the data source (``register``), the executors' reads;
 - ``planner``: what a read covers and where a micro-batch ends (the resize gates), on the driver;
 - ``offsets``: a stream's offset, typed, with its one JSON form;
-- ``options``, ``positions``: the options parsed, and the positions they name (pure);
+- ``options``, ``specs``, ``positions``: the options and their offset JSON parsed, and the
+  positions they name (pure);
 - ``sink``: writes, through the fenced, idempotent producer.
 """
 

@@ -27,7 +27,8 @@ from log_store.object_store import is_s3
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark.offsets import StreamOffset, TopicOffset
-from pipelines.spark.options import ROOT, OffsetSpec, SourceOptions, TimestampSpec
+from pipelines.spark.options import ROOT, SourceOptions
+from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
 
 _log = logging.getLogger("lakelog.spark")

@@ -8,7 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 
 from log_store.errors import InvalidConfigurationError, UnknownTopicError
-from pipelines.spark.options import (
+from pipelines.spark.options import SourceOptions
+from pipelines.spark.specs import (
     ASSIGN,
     EARLIEST,
     ENDING_OFFSETS,
@@ -18,7 +19,6 @@ from pipelines.spark.options import (
     Bounds,
     OffsetSpec,
     PartitionMap,
-    SourceOptions,
     TimestampSpec,
 )
 

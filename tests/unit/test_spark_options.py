@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from log_store.errors import InvalidConfigurationError, UnknownTopicError
-from pipelines.spark.options import OffsetSpec, SinkOptions, TimestampSpec, parse_sink_options, parse_source_options
+from pipelines.spark.options import SinkOptions, parse_sink_options, parse_source_options
+from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.positions import (
     bounds_to_read,
     ending_positions,
