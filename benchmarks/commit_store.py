@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,6 +101,8 @@ def main() -> None:
     if "--child" in sys.argv:
         store, target, endpoint, repeats = args
         print(json.dumps(measure(store, target, endpoint, int(repeats))), flush=True)
+        for folder in Path(tempfile.gettempdir()).glob(f"lakelog-bench-commit-{store}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
         return
     from rich.console import Console
     from rich.table import Table
