@@ -107,6 +107,7 @@ def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(sp
     assert run_audit(spark, root, T, sink).passed, "the audit counts the expired records, nothing is missing"
 
 
+@pytest.mark.slow  # 31 s; the audit's own tests of removed commits stay in the default suite (docs/testing.md)
 def test_the_audit_judges_what_the_log_remembers_after_vacuum_and_delta_log_cleanup(spark, root):
     """A topic kept for months loses old commit files (Delta's log retention) and, after VACUUM,
     the files retention removed: the audit reads what is left and still catches a lost record."""

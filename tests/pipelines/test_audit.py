@@ -170,6 +170,7 @@ def sink_copy_of(sink, dst):
     return str(dst)
 
 
+@pytest.mark.slow  # 22 s; the unshared sink's case stays in the default suite (docs/testing.md)
 def test_a_shared_sink_whose_old_commits_delta_removed_passes_for_each_group(spark, shared, tmp_path):
     """Two groups write one sink; the commits naming the group of its first batches are gone. Each
     group still passes: the rows delivered before are not taken for its duplicates or its order."""

@@ -153,6 +153,7 @@ def test_rolling_upgrade_from_eager_to_cooperative(spark, root, tmp_path):
     assert ownership_violations(spark, root, "g") == []
 
 
+@pytest.mark.slow  # 24 s; keeps the default suite under 20 minutes (docs/testing.md)
 def test_members_in_other_time_zones_settle_and_stay(spark, root, tmp_path):
     """Liveness is judged by observation on each member's own monotonic clock:
     members on UTC+9 and UTC-8 hosts form one generation and nobody is expelled afterwards."""
