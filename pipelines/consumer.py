@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -183,8 +184,14 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
-                  committed: dict[int, int] | None = None, planned_at: int | None = None) -> dict[int, int]:
-        """Where delivery resumes per readable partition: committed, sink, or the reset policy.
+                  committed: dict[int, int] | None = None, planned_at: int | None = None,
+                  owned: Iterable[int] = ()) -> dict[int, int]:
+        """Where delivery resumes per readable partition: committed, sink, or the reset policy;
+        and for the ``owned`` partitions that are no longer readable (a member assigned one that
+        was retired after its assignment was planned), the committed position, where there is
+        one: the member reports what it had not delivered from there, not from 0 (campaign seed
+        557, where the position moved back from 34 to 0 and delivered records were reported
+        expired).
 
         A committed position below the start of its partition's current incarnation (the number
         was retired and grown back) stays there: the caller reports what the group had not
@@ -213,6 +220,9 @@ class Consumer:
                 out[p] = committed[p]
             else:
                 out[p] = min(start, planned.get(p, start)) if earliest else snap.log_ends[p]
+        for p in owned:
+            if p not in out and p in committed:
+                out[p] = committed[p]
         return out
 
     def resume_point(self, sink_path: str | None = None) -> "ResumePoint":

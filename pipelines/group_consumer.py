@@ -113,7 +113,8 @@ class GroupConsumer:
         if change.assigned:
             gen = self.member.last_generation  # the plan these partitions come from (seed 41)
             planned_at = gen.topic_versions.get(self.topic) if gen and gen.generation == self.member.generation else None
-            start = self.consumer.positions(sink_path, planned_at=planned_at)
+            start = self.consumer.positions(sink_path, planned_at=planned_at,
+                                            owned=[tp.partition for tp in change.assigned])
             self.held.assign({tp.partition: start.get(tp.partition, 0) for tp in change.assigned})
             # Positions only the sink held (its commit landed, the offsets commit did not): commit
             # them now, or the group's offsets lag its sink while nothing new arrives (seed 25).

@@ -172,3 +172,19 @@ def test_a_leader_reports_what_a_dead_owner_of_a_retired_partition_never_revoked
         assert time.monotonic() < deadline, "the second member never settled in a generation without m1"
     second.close()
     assert describe_group(tables, "coop").expired == [ExpiredRange(topic=T, partition=2, first=0, end=end)]
+
+
+def test_a_partition_retired_after_its_assignment_resumes_at_the_groups_position(spark, root):
+    """Campaign seed 557: a member was assigned a partition the controller retired before the
+    member read its positions; the partition is no longer readable, so its start was taken as 0,
+    and the member reported the records it had delivered as expired and moved its position back
+    from 34 to 0. An owned partition that is no longer readable resumes at the committed position."""
+    ctl = setup(spark, root)
+    consumer = Consumer(spark, root, T, "g", ConsumerSettings(max_records_per_batch=1000))
+    consumer.run_to_sink(f"{root}/sink", 1000)
+    read = consumer.offsets.committed("g", T)
+    ctl.alter(T, 2)
+    ctl.tick(T, delete_delay=0)
+    again = Consumer(spark, root, T, "g")
+    assert 2 not in again.positions(f"{root}/sink"), "retired: not readable"
+    assert again.positions(f"{root}/sink", owned=[0, 1, 2])[2] == read[2] > 0
