@@ -66,7 +66,8 @@ public class PutIfAbsentLogStore extends HadoopFileSystemLogStore {
         return !S3Publisher.covers(path.getFileSystem(hadoopConf));
     }
 
-    static byte[] joinLines(Iterator<String> actions) {
+    /** A commit's actions as the bytes of its file: one JSON line each. */
+    public static byte[] joinLines(Iterator<String> actions) {
         StringBuilder out = new StringBuilder();
         while (actions.hasNext()) {
             out.append(actions.next()).append('\n');

@@ -34,11 +34,7 @@ public class CheckThenWriteLogStore extends HadoopFileSystemLogStore {
     public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
             throws IOException {
         FileSystem fs = path.getFileSystem(hadoopConf);
-        StringBuilder text = new StringBuilder();
-        while (actions.hasNext()) {
-            text.append(actions.next()).append('\n');
-        }
-        byte[] bytes = text.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] bytes = PutIfAbsentLogStore.joinLines(actions);
         if (!overwrite && fs.exists(path)) {
             throw new FileAlreadyExistsException(path.toString());
         }
