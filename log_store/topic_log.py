@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.crash import crash_point
 from log_store.dense_offsets import check_dense, use_one_task
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -86,6 +86,9 @@ class AppendResult(BaseModel):
         return sum(end - start for start, end in self.ranges.values())
 
 
+# What Delta's create-if-not-exists says when another process is creating the same table.
+_CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
+
 class TopicLog:
     """One topic's log table. Build with ``for_path`` or ``create``."""
 
@@ -122,7 +125,22 @@ class TopicLog:
             builder = builder.property(key, value)
         if topic_version != 1:
             builder = builder.property(TOPIC_VERSION_PROP, str(topic_version))
-        builder.execute()
+
+        def execute() -> None:
+            try:
+                builder.execute()
+            except Exception as exc:
+                if is_conflict(exc) or not any(sign in str(exc) for sign in _CREATION_RACE):
+                    raise
+                raise ConcurrentCommitError(
+                    f"the log table's location {path} is not empty but holds no Delta table yet: another "
+                    "process may still be creating it; if none is, remove what is there and create the topic again"
+                ) from exc
+
+        # Two processes creating one table race for its first commit: the loser sees the
+        # winner's files before its commit, or the table half made, or loses the commit itself.
+        # The retry finds the table made and does nothing; the caller compares its metadata.
+        retry_on_conflict(execute, attempts=20)
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
         return log

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -40,6 +41,18 @@ def _worker(*args: str, crash: str | None = None) -> subprocess.Popen:
         env[CRASH_ENV] = crash
     return subprocess.Popen([sys.executable, WORKER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=PROJECT, env=env)
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float = 300) -> list[tuple[str, str]]:
+    """Wait for racing workers; one that fails ends them all (its peers would wait at a barrier)."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            break
+        time.sleep(0.2)
+    return [p.communicate() for p in procs]
 
 
 def _history(spark, admin, topic):
@@ -190,22 +203,23 @@ def test_two_racing_controllers_bump_once(spark, root, tmp_path):
 def test_topics_created_while_others_are_created_all_land_and_one_name_once(spark, root, tmp_path):
     """The topics table's compare-and-set raises a table property, which conflicts with any
     concurrent commit: a create racing other topics' creates is retried, never reported as "created concurrently";
-    of two creates of one name, one wins and the other is told the topic exists."""
+    of two creates of one name (racing for the log table's first commit too), one wins and the
+    other is told the topic exists."""
     admin = TopicAdmin(spark, root)
     admin.create("warm", 1)
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    names = {w: [f"{w}-{i}" for i in range(4)] + ["both"] for w in ("a", "b")}
+    shared = [f"both-{i}" for i in range(3)]
+    names = {w: [n for i in range(3) for n in (f"{w}-{i}", shared[i])] for w in ("a", "b")}
     procs = [_worker("create", root, ",".join(names[w]), "2", str(barrier), w, "2") for w in names]
-    outs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=400)
-        outs.append([json.loads(line) for line in out.strip().splitlines()])
-        assert proc.returncode in (0, 1), err[-3000:]
+    done = _finish(procs)
+    assert [p.returncode for p in procs] == [0, 0], [(out, err[-3000:]) for out, err in done]
+    outs = [[json.loads(line) for line in out.strip().splitlines()] for out, _ in done]
     for lines in outs:
-        assert len(lines) == 5 and all("created" in x for x in lines[:4]), outs
-    last = [lines[-1] for lines in outs]
-    assert sorted(x.get("created", x.get("error")) for x in last) == ["TopicExistsError", "both"], last
+        assert len(lines) == 6 and all(x.get("created", "").startswith(("a-", "b-")) for x in lines[0::2]), outs
+    for i, name in enumerate(shared):
+        results = sorted(lines[2 * i + 1].get("created", lines[2 * i + 1].get("error")) for lines in outs)
+        assert results == ["TopicExistsError", name], outs
     assert sorted(admin.current()) == sorted({n for ns in names.values() for n in ns} | {"warm"})
     events = admin.tables.read("topics").groupBy("topic").count().collect()
     assert all(r["count"] == 1 for r in events), "every topic recorded once"

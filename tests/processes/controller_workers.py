@@ -12,6 +12,7 @@ Prints one JSON line with the result; a lakelog error is printed as {"error": ..
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 import time
@@ -45,14 +46,22 @@ def alter(root: str, topic: str, n: str, barrier: str = "", name: str = "", peer
 
 
 def create(root: str, topics: str, n: str, barrier: str, name: str, peers: str) -> None:
-    """Create each topic in turn, racing the peers (a lakelog error ends the worker)."""
+    """Create each topic in turn, racing the peers: all start each create together (a lakelog
+    error is printed and the next topic follows)."""
+    faulthandler.dump_traceback_later(200)  # a worker stuck in the race shows where
     from control_plane.topics import TopicAdmin
 
     admin = TopicAdmin(session(), root)
     admin.current()  # warm up the JVM's Delta paths before the race
     _barrier(barrier, name, int(peers))
-    for topic in topics.split(","):
-        print(json.dumps({"created": admin.create(topic, int(n)).topic}), flush=True)
+    for i, topic in enumerate(topics.split(",")):
+        step = Path(barrier, f"step-{i}")
+        step.mkdir(exist_ok=True)
+        _barrier(str(step), name, int(peers))
+        try:
+            print(json.dumps({"created": admin.create(topic, int(n)).topic}), flush=True)
+        except LakelogError as exc:
+            print(json.dumps({"topic": topic, "error": type(exc).__name__, "message": str(exc)}), flush=True)
 
 
 def tick(root: str, topic: str, delay: str) -> None:
