@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit clean check-tools
+.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -81,5 +81,10 @@ bench-control: setup
 bench-commit: setup
 	$(BIN)/python benchmarks/commit_store.py $(BENCH_ARGS)
 
+# Every throughput aim in one run beside a local Kafka broker (Kafka's jars from Maven Central
+# into .jars-kafka/ on first use, 55 MB; about 40 minutes on 2 cores).
+bench-all: setup
+	$(BIN)/python benchmarks/all.py $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .jars lakelog-data chaos-runs log_store/jvm/target
+	rm -rf $(VENV) .jars .jars-kafka lakelog-data chaos-runs log_store/jvm/target

@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--partitions", default="8,64")
     ap.add_argument("--small-produces", type=int, default=200)
     ap.add_argument("--small-size", type=int, default=100)
+    ap.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/produce_consume*.json)")
     args = ap.parse_args()
 
     spark = build_session(SparkSettings())
@@ -110,7 +111,7 @@ def main() -> None:
     meta = {"date": datetime.now(timezone.utc).isoformat(), "machine": f"{platform.node()} {platform.machine()} "
             f"{__import__('os').cpu_count()} cores", "args": vars(args), "results": rows, "per_record": scaling}
     name = "produce_consume.json" if len(sizes) == 1 else "produce_consume_scaling.json"
-    (out / name).write_text(json.dumps(meta, indent=2))
+    Path(args.json_out or out / name).write_text(json.dumps(meta, indent=2))
 
 
 def per_record(rows: list[dict]) -> list[dict]:

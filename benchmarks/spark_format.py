@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", default="8,64")
     parser.add_argument("--latency-runs", type=int, default=20)
+    parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
     root = str(work / "root")
@@ -159,7 +160,7 @@ def main() -> None:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"spark_format-{stamp}.json").write_text(json.dumps(
+    Path(args.json_out or out / f"spark_format-{stamp}.json").write_text(json.dumps(
         {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records,
          "results": results, "latency": lat}, indent=2))
 

@@ -1,0 +1,122 @@
+"""A Kafka broker on this machine as a yardstick: one KRaft node (broker and controller), started
+and stopped here, with Kafka's own producer and consumer performance tools (JVM clients, the
+fastest there are), so lakelog's figures can be read against what a data team would run instead.
+
+Kafka 4.4.0's jars come from Maven Central (``benchmarks/kafka-pom.xml``, resolved into
+``.jars-kafka/`` on first use; never committed). ``measure(records, record_bytes, partitions)``
+creates a topic, produces ``records`` of ``record_bytes`` (acks=1, Kafka's default batching) and
+consumes them back; it returns records per second each way.
+
+Run alone: ``.venv/bin/python benchmarks/kafka_broker.py [RECORDS] [PARTITIONS]``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+JARS = PROJECT / ".jars-kafka"
+POM = PROJECT / "benchmarks" / "kafka-pom.xml"
+
+
+def jars() -> str:
+    """The class path of Kafka's broker and tools, resolved once with Maven."""
+    if not (JARS / ".resolved").exists():
+        shutil.rmtree(JARS, ignore_errors=True)
+        subprocess.run(["mvn", "-q", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={JARS}"],
+                       check=True)
+        (JARS / ".resolved").touch()
+    return f"{JARS}/*"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _java(*args: str, heap: str = "512m", **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(["java", f"-Xmx{heap}", "-cp", jars(), *args], capture_output=True, text=True, **kwargs)
+
+
+class Broker:
+    """One KRaft node in a temporary folder; ``bootstrap`` is its address."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="lakelog-kafka-"))
+        self.broker_port, self.controller_port = _port(), _port()
+        self.bootstrap = f"127.0.0.1:{self.broker_port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Broker":
+        config = self.folder / "server.properties"
+        config.write_text("\n".join([
+            "process.roles=broker,controller", "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.broker_port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{self.bootstrap}", "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={self.folder / 'data'}", "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=false", ""]))
+        formatted = _java("kafka.tools.StorageTool", "format", "-t", str(uuid.uuid4()).replace("-", "")[:22],
+                          "-c", str(config))
+        if formatted.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+        self.process = subprocess.Popen(["java", "-Xmx1g", "-cp", jars(), "kafka.Kafka", str(config)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--list").returncode:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the Kafka broker did not start")
+            time.sleep(1)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(60)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def measure(self, records: int, record_bytes: int, partitions: int) -> dict[str, float]:
+        """Produce then consume ``records`` on a new topic of ``partitions``: records per second each way."""
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--create",
+                        "--topic", topic, "--partitions", str(partitions), "--replication-factor", "1")
+        if created.returncode:
+            raise RuntimeError(created.stderr)
+        produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+                         "--record-size", str(record_bytes), "--throughput", "-1",
+                         "--producer-props", f"bootstrap.servers={self.bootstrap}", "acks=1", heap="1g")
+        found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec", produced.stdout)
+        if not found:
+            raise RuntimeError(f"ProducerPerformance: {produced.stdout[-2000:]}{produced.stderr[-2000:]}")
+        consumed = _java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", self.bootstrap,
+                         "--topic", topic, "--messages", str(records), "--timeout", "60000", heap="1g")
+        lines = [line for line in consumed.stdout.splitlines() if line and line[0].isdigit()]
+        if not lines:
+            raise RuntimeError(f"ConsumerPerformance: {consumed.stdout[-2000:]}{consumed.stderr[-2000:]}")
+        header = next(line for line in consumed.stdout.splitlines() if "nMsg.sec" in line)
+        row = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in lines[-1].split(",")]))
+        return {"produce_rec_s": float(found[-1][1]), "consume_rec_s": float(row["nMsg.sec"])}
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500_000
+    parts = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    with Broker() as broker:
+        print(broker.measure(n, 120, parts))
