@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import timezone
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, TypeVar
@@ -28,6 +29,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from log_store.files import write_file
 from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError
 
 # Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
@@ -191,10 +193,12 @@ class DeltaTransaction:
             ))
         return out
 
-    def write_rows(self, rows: pa.Table) -> None:
-        """Write ``rows`` as one Parquet file of this transaction, made by pyarrow and put in place
+    def write_rows(self, rows: pa.Table, partition_by: str | None = None) -> list[WrittenFile]:
+        """Write ``rows`` as Parquet files of this transaction, made by pyarrow and put in place
         through the table's Hadoop file system: no Spark job. A control-plane write is a few rows,
-        for which the Spark job cost more than the rows (BENCHMARKS.md, 2026-11-26).
+        for which the Spark job cost more than the rows (BENCHMARKS.md, 2026-11-26), and so is a
+        small produce. ``partition_by``: the table's partition column; one file per value of
+        it, in that value's folder and without the column, as Delta's writer lays them out.
 
         As Delta's writer would, the rows are made to fit the table's schema first: each column
         cast to the table's type (a value that does not fit raises), absent nullable columns
@@ -202,7 +206,7 @@ class DeltaTransaction:
         written. Statistics: the row count, null counts, and bounds of integer columns and of
         strings up to Delta's prefix length (no bounds means no skipping, never a wrong one)."""
         if rows.num_rows == 0:
-            return
+            return []
         schema, required = _arrow_schema(self.jtxn.metadata().schemaString())
         unknown = sorted(set(rows.column_names) - set(schema.names))
         if unknown:
@@ -218,20 +222,33 @@ class DeltaTransaction:
                 raise InvalidRecordError(f"a record has no {field.name}; every record needs one. Nothing was written.")
             columns.append(column)
         table = pa.Table.from_arrays(columns, schema=schema)
-        out = pa.BufferOutputStream()
-        pq.write_table(table, out, compression="snappy")
-        data = out.getvalue().to_pybytes()
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        log = self.jtxn.deltaLog()
-        path = self.spark._jvm.org.apache.hadoop.fs.Path(log.dataPath(), name)
-        stream = path.getFileSystem(log.newDeltaHadoopConf()).create(path, False)
-        try:
-            stream.write(data)
-        finally:
-            stream.close()
-        add = {"path": name, "partitionValues": {}, "size": len(data), "modificationTime": int(time.time() * 1000),
-               "dataChange": True, "stats": json.dumps(_stats(table))}
-        self._actions.add(self._action({"add": add}))
+        if partition_by is None:
+            parts = [({}, table)]
+        else:
+            values = table.column(partition_by)
+            if values.null_count:
+                raise InvalidRecordError(f"a record has no {partition_by}; every record needs one. Nothing was written.")
+            rest = table.drop_columns([partition_by])
+            parts = [({partition_by: str(v)}, rest.filter(pc.equal(values, v)))
+                     for v in sorted(pc.unique(values).to_pylist())]
+        data_path = self.jtxn.deltaLog().dataPath().toString()
+        listed = self.configuration().get("delta.dataSkippingStatsColumns")
+        stats_columns = frozenset(c.strip() for c in listed.split(",")) if listed else None
+        written = []
+        for partition_values, part in parts:
+            out = pa.BufferOutputStream()
+            pq.write_table(part, out, compression="snappy")
+            data = out.getvalue().to_pybytes()
+            folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
+            name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
+            write_file(self.spark, f"{data_path}/{name}", data)
+            stats = _stats(part, stats_columns)
+            add = {"path": name, "partitionValues": partition_values, "size": len(data),
+                   "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": json.dumps(stats)}
+            self._actions.add(self._action({"add": add}))
+            written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
+                                       min_values=stats["minValues"], max_values=stats["maxValues"]))
+        return written
 
     def _action(self, doc: dict) -> Any:
         """A Delta action from its JSON (the form Delta writes in commit files)."""
@@ -335,30 +352,42 @@ def _arrow_schema(schema_json: str) -> tuple[pa.Schema, frozenset[str]]:
         from pyspark.sql.types import StructType
 
         struct = StructType.fromJson(json.loads(schema_json))
-        _ARROW_SCHEMAS[schema_json] = (to_arrow_schema(struct), frozenset(f.name for f in struct.fields if not f.nullable))
+        # timestamps as UTC instants (Delta keeps them so; Parquet marks them adjusted to UTC)
+        _ARROW_SCHEMAS[schema_json] = (to_arrow_schema(struct, timezone="UTC"), frozenset(f.name for f in struct.fields if not f.nullable))
     return _ARROW_SCHEMAS[schema_json]
 
 
 STRING_PREFIX = 32  # Delta's dataSkippingStringPrefixLength: longer strings get no bounds here
 
 
-def _stats(rows: pa.Table) -> dict:
-    """Delta's file statistics for ``rows``: exact where given, absent (no skipping) where not."""
+def _stats(rows: pa.Table, columns: frozenset[str] | None = None) -> dict:
+    """Delta's file statistics for ``rows``: exact where given, absent (no skipping) where not.
+    ``columns``: the table's ``delta.dataSkippingStatsColumns`` (None: every column), as Delta's
+    writer keeps statistics for those only. Timestamps as Delta writes them: UTC, to the
+    millisecond (its readers allow for the cut)."""
     low: dict = {}
     high: dict = {}
     nulls: dict = {}
     for name, column in zip(rows.column_names, rows.columns):
         kind = column.type
-        if pa.types.is_nested(kind):
+        if pa.types.is_nested(kind) or (columns is not None and name not in columns):
             continue
         nulls[name] = column.null_count
         if column.null_count == len(column):
             continue
-        if pa.types.is_integer(kind) or (pa.types.is_string(kind) and
-                                         pc.max(pc.utf8_length(column)).as_py() <= STRING_PREFIX):
+        if pa.types.is_timestamp(kind):
+            bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC"), safe=False))
+            low[name], high[name] = (_delta_time(bounds["min"].as_py()), _delta_time(bounds["max"].as_py()))
+        elif pa.types.is_integer(kind) or (pa.types.is_string(kind) and
+                                           pc.max(pc.utf8_length(column)).as_py() <= STRING_PREFIX):
             bounds = pc.min_max(column)
             low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+def _delta_time(value) -> str:
+    """A UTC instant as Delta's statistics write it: ``2026-11-27T12:00:00.123Z``."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 def translate(exc: Exception) -> LakelogError:

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.crash import crash_point
 from log_store.dense_offsets import check_dense, use_one_task
-from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict
+from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict, translate
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
@@ -273,7 +273,17 @@ class TopicLog:
         )
         counts: dict[int, int] = {}
         max_seq = mark
-        written = txn.write(out)
+        if use_one_task(rows):
+            # A small batch is numbered in one Spark job that brings its rows to the driver, and
+            # written from there by pyarrow, a file per partition: a Spark write job of its own
+            # cost more than the rows (one task writing a file per partition).
+            try:
+                table = out.toArrow()
+            except Exception as exc:
+                raise translate(exc) from exc
+            written = txn.write_rows(table, partition_by="partition")
+        else:
+            written = txn.write(out)
         for f in written:
             if f.num_records is None or "offset" not in f.min_values or (producer_id and "sequence" not in f.max_values):
                 raise TableConfigError(

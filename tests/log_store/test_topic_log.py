@@ -305,3 +305,56 @@ def test_a_small_batch_is_numbered_and_written_in_one_stage(spark, log):
     for p, got in offsets_by_partition(log).items():
         assert [o for o, _ in got] == list(range(len(got)))
         assert [s for _, s in got] == sorted(s for _, s in got)
+
+
+def test_a_small_append_written_from_the_driver_reads_back_exactly_with_deltas_statistics(spark, log):
+    """A small batch is written by pyarrow from the driver, a file per partition: any Delta
+    reader finds the same records (headers in order with a repeated key, timestamps to the
+    microsecond), in the partition's folder, with the statistics Delta's own writer keeps (the
+    stats columns only; timestamps to the millisecond, which retention by time reads)."""
+    from deltalake import DeltaTable as RsTable
+
+    ts = dt.datetime(2026, 11, 27, 12, 0, 0, 123456)
+    headers = F.array(F.struct(F.lit("a").alias("key"), F.lit(b"1").alias("value")),
+                      F.struct(F.lit("a").alias("key"), F.lit(b"2").alias("value")),
+                      F.struct(F.lit("b").alias("key"), F.lit(None).cast("binary").alias("value")))
+    rows = batch(spark, 0, 30, ts=ts).withColumn("headers", headers)
+    result = log.append(rows, 3, "p1", rows=30)
+    assert result.ranges == {0: (0, 10), 1: (0, 10), 2: (0, 10)}
+    adds = log_adds(log.path)
+    assert sorted(a["partitionValues"]["partition"] for a in adds) == ["0", "1", "2"]
+    assert all(a["path"].startswith(f"partition={a['partitionValues']['partition']}/") for a in adds)
+    for a in adds:
+        stats = json.loads(a["stats"])
+        assert stats["numRecords"] == 10
+        assert set(stats["minValues"]) == set(stats["maxValues"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
+        assert stats["minValues"]["offset"] == 0 and stats["maxValues"]["offset"] == 9
+        assert stats["maxValues"]["timestamp"] == "2026-11-27T12:00:00.123Z"
+    got = RsTable(log.path).to_pyarrow_table().to_pylist()
+    assert sorted((r["partition"], r["offset"], r["sequence"]) for r in got) == sorted(
+        (s % 3, s // 3, s) for s in range(30))
+    assert all(r["headers"] == [{"key": "a", "value": b"1"}, {"key": "a", "value": b"2"}, {"key": "b", "value": None}]
+               for r in got)
+    assert {r["timestamp"].replace(tzinfo=None) for r in got} == {ts}
+    spark_rows = log.table().where("partition = 1 AND offset >= 4").select("offset", "timestamp").collect()
+    assert sorted(r["offset"] for r in spark_rows) == list(range(4, 10)) and {r["timestamp"] for r in spark_rows} == {ts}
+    assert log.offset_for_timestamp(2, int(dt.datetime(2026, 11, 27, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)) == 0
+
+
+def test_a_small_append_of_a_repeated_header_key_to_a_map_headers_log_is_refused_whole(spark, tmp_path, monkeypatch):
+    """A log made by an earlier release keeps headers as a map: a small batch with a repeated
+    key is refused with what to do, and nothing of it lands."""
+    import log_store.topic_log as topic_log
+    from log_store.headers import LEGACY_HEADERS_TYPE
+    from pyspark.sql.types import StructField, StructType
+
+    legacy = StructType([StructField(f.name, LEGACY_HEADERS_TYPE, True) if f.name == "headers" else f
+                         for f in topic_log.RECORD_SCHEMA.fields])
+    monkeypatch.setattr(topic_log, "RECORD_SCHEMA", legacy)
+    log = TopicLog.create(spark, str(tmp_path / "old"), TopicLogMetadata.initial("old", 3))
+    log.append(batch(spark, 0, 6), 3, "p1", rows=6)
+    repeated = F.array(F.struct(F.lit("a").alias("key"), F.lit(b"1").alias("value")),
+                       F.struct(F.lit("a").alias("key"), F.lit(b"2").alias("value")))
+    with pytest.raises(InvalidRecordError, match="two headers with one key"):
+        log.append(batch(spark, 6, 6).withColumn("headers", repeated), 3, "p1", rows=6)
+    assert log.table().count() == 6 and log.log_end_offsets() == {0: 2, 1: 2, 2: 2}
