@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import timezone
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, TypeVar
@@ -29,6 +28,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from log_store.arrow_files import arrow_schema, file_stats
 from log_store.files import write_file
 from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError
 
@@ -207,7 +207,7 @@ class DeltaTransaction:
         strings up to Delta's prefix length (no bounds means no skipping, never a wrong one)."""
         if rows.num_rows == 0:
             return []
-        schema, required = _arrow_schema(self.jtxn.metadata().schemaString())
+        schema, required = arrow_schema(self.jtxn.metadata().schemaString())
         unknown = sorted(set(rows.column_names) - set(schema.names))
         if unknown:
             raise LakelogError(f"the table at {self.jtxn.deltaLog().dataPath().toString()} has no column {unknown[0]}; "
@@ -242,7 +242,7 @@ class DeltaTransaction:
             folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
             name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
             write_file(self.spark, f"{data_path}/{name}", data)
-            stats = _stats(part, stats_columns)
+            stats = file_stats(part, stats_columns)
             add = {"path": name, "partitionValues": partition_values, "size": len(data),
                    "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": json.dumps(stats)}
             self._actions.add(self._action({"add": add}))
@@ -340,54 +340,6 @@ class DeltaTransaction:
             return int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             raise translate(exc) from exc
-
-
-_ARROW_SCHEMAS: dict[str, tuple[pa.Schema, frozenset[str]]] = {}
-
-
-def _arrow_schema(schema_json: str) -> tuple[pa.Schema, frozenset[str]]:
-    """A Delta table schema (its JSON) as Arrow's, and the names of its NOT NULL columns."""
-    if schema_json not in _ARROW_SCHEMAS:
-        from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import StructType
-
-        struct = StructType.fromJson(json.loads(schema_json))
-        # timestamps as UTC instants (Delta keeps them so; Parquet marks them adjusted to UTC)
-        _ARROW_SCHEMAS[schema_json] = (to_arrow_schema(struct, timezone="UTC"), frozenset(f.name for f in struct.fields if not f.nullable))
-    return _ARROW_SCHEMAS[schema_json]
-
-
-STRING_PREFIX = 32  # Delta's dataSkippingStringPrefixLength: longer strings get no bounds here
-
-
-def _stats(rows: pa.Table, columns: frozenset[str] | None = None) -> dict:
-    """Delta's file statistics for ``rows``: exact where given, absent (no skipping) where not.
-    ``columns``: the table's ``delta.dataSkippingStatsColumns`` (None: every column), as Delta's
-    writer keeps statistics for those only. Timestamps as Delta writes them: UTC, to the
-    millisecond (its readers allow for the cut)."""
-    low: dict = {}
-    high: dict = {}
-    nulls: dict = {}
-    for name, column in zip(rows.column_names, rows.columns):
-        kind = column.type
-        if pa.types.is_nested(kind) or (columns is not None and name not in columns):
-            continue
-        nulls[name] = column.null_count
-        if column.null_count == len(column):
-            continue
-        if pa.types.is_timestamp(kind):
-            bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC"), safe=False))
-            low[name], high[name] = (_delta_time(bounds["min"].as_py()), _delta_time(bounds["max"].as_py()))
-        elif pa.types.is_integer(kind) or (pa.types.is_string(kind) and
-                                           pc.max(pc.utf8_length(column)).as_py() <= STRING_PREFIX):
-            bounds = pc.min_max(column)
-            low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
-    return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
-
-
-def _delta_time(value) -> str:
-    """A UTC instant as Delta's statistics write it: ``2026-11-27T12:00:00.123Z``."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 def translate(exc: Exception) -> LakelogError:

@@ -143,7 +143,7 @@ def test_control_row_statistics_bound_integers_and_short_strings_only():
     prefix); none for longer strings or nested columns (no skipping there, never a wrong one)."""
     import pyarrow as pa
 
-    from log_store.engine import _stats
+    from log_store.arrow_files import file_stats
 
     rows = pa.table({
         "n": pa.array([3, None, 1], pa.int64()),
@@ -151,7 +151,7 @@ def test_control_row_statistics_bound_integers_and_short_strings_only():
         "long": pa.array(["x" * 33, "y", "z"]),
         "tags": pa.array([["a"], None, []], pa.list_(pa.string())),
     })
-    stats = _stats(rows)
+    stats = file_stats(rows)
     assert stats["numRecords"] == 3
     assert stats["minValues"] == {"n": 1, "short": "a"} and stats["maxValues"] == {"n": 3, "short": "b"}
     assert stats["nullCount"] == {"n": 1, "short": 1, "long": 0}

@@ -1,0 +1,57 @@
+"""What a Parquet file written outside Spark needs to join a Delta table as Delta's own writer
+would leave it: the table's schema in Arrow's terms, and Delta's statistics of the file's rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_ARROW_SCHEMAS: dict[str, tuple[pa.Schema, frozenset[str]]] = {}
+
+
+def arrow_schema(schema_json: str) -> tuple[pa.Schema, frozenset[str]]:
+    """A Delta table schema (its JSON) as Arrow's, and the names of its NOT NULL columns."""
+    if schema_json not in _ARROW_SCHEMAS:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        struct = StructType.fromJson(json.loads(schema_json))
+        # timestamps as UTC instants (Delta keeps them so; Parquet marks them adjusted to UTC)
+        _ARROW_SCHEMAS[schema_json] = (to_arrow_schema(struct, timezone="UTC"), frozenset(f.name for f in struct.fields if not f.nullable))
+    return _ARROW_SCHEMAS[schema_json]
+
+
+STRING_PREFIX = 32  # Delta's dataSkippingStringPrefixLength: longer strings get no bounds here
+
+
+def file_stats(rows: pa.Table, columns: frozenset[str] | None = None) -> dict:
+    """Delta's file statistics for ``rows``: exact where given, absent (no skipping) where not.
+    ``columns``: the table's ``delta.dataSkippingStatsColumns`` (None: every column), as Delta's
+    writer keeps statistics for those only. Timestamps as Delta writes them: UTC, to the
+    millisecond (its readers allow for the cut)."""
+    low: dict = {}
+    high: dict = {}
+    nulls: dict = {}
+    for name, column in zip(rows.column_names, rows.columns):
+        kind = column.type
+        if pa.types.is_nested(kind) or (columns is not None and name not in columns):
+            continue
+        nulls[name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        if pa.types.is_timestamp(kind):
+            bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC"), safe=False))
+            low[name], high[name] = (delta_time(bounds["min"].as_py()), delta_time(bounds["max"].as_py()))
+        elif pa.types.is_integer(kind) or (pa.types.is_string(kind) and
+                                           pc.max(pc.utf8_length(column)).as_py() <= STRING_PREFIX):
+            bounds = pc.min_max(column)
+            low[name], high[name] = bounds["min"].as_py(), bounds["max"].as_py()
+    return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+def delta_time(value) -> str:
+    """A UTC instant as Delta's statistics write it: ``2026-11-27T12:00:00.123Z``."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
