@@ -89,6 +89,7 @@ class AppendResult(BaseModel):
 # What Delta's create-if-not-exists says when another process is creating the same table.
 _CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
 
+
 class TopicLog:
     """One topic's log table. Build with ``for_path`` or ``create``."""
 
