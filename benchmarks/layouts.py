@@ -23,7 +23,6 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,16 +32,11 @@ from pyspark.sql import functions as F  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from benchmarks.produce_consume import timed  # noqa: E402
 from log_store.config import SparkSettings  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 
 console = Console(stderr=True)
-
-
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
 
 
 def rows(spark, n: int, partitions: int):
