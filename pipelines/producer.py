@@ -110,12 +110,15 @@ class Producer:
         records: DataFrame,
         sequence_start: int | None = None,
         on_progress: ProgressFn | None = None,
+        rows: int | None = None,
     ) -> ProduceResult:
         """Produce every record of ``records``; returns counts, retries and timing.
 
         Records with a ``sequence`` column keep it (plus ``sequence_start``): re-sending them
         under the same producer id lands nothing twice. Records without one continue this
-        producer's stream after its last committed sequence.
+        producer's stream after its last committed sequence. ``rows``: how many records there
+        are, where the caller knows (a write's tasks counted them), so they are not counted
+        again; ``records`` must then read the same rows each time (files, not a live source).
         """
         started = time.perf_counter()
         expected_mark = None
@@ -123,18 +126,18 @@ class Producer:
             expected_mark = self._mark
             sequence_start = self._mark + 1
         try:
-            result = self._send(records, sequence_start, expected_mark, on_progress)
+            result = self._send(records, sequence_start, expected_mark, on_progress, rows)
         except StaleProducerSequenceError:
             self._mark = None  # another process produced under this id: continue after its records
-            result = self._send(records, None, None, on_progress)
+            result = self._send(records, None, None, on_progress, rows)
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
     def _send(self, records: DataFrame, sequence_start: int | None, expected_mark: int | None,
-              on_progress: ProgressFn | None) -> ProduceResult:
+              on_progress: ProgressFn | None, rows: int | None = None) -> ProduceResult:
         if sequence_start is None:
             sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
         df = self.normalize(records, sequence_start)
-        bound = row_bound(df)
+        bound = rows if rows is not None else row_bound(df)
         if bound is None:
             bound = cached_rows(records)  # a filled cache: Spark counted its rows as it filled it
         if bound is not None and bound <= self.settings.batch_size:

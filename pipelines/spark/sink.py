@@ -90,6 +90,17 @@ def stage(directory: str, batches, storage: dict[str, str] | None = None) -> Sta
     return Staged(path, rows)
 
 
+def staged_position(staged: list[Staged]) -> str:
+    """A SQL expression for each staged row's place in the write: the rows of the tasks before
+    its own (in task order, the order of Spark's commit messages) plus its row in its task's file."""
+    starts, total = [], 0
+    for m in staged:
+        starts.append(f"'{m.path.rsplit('/', 1)[-1]}', {total}L")
+        total += m.rows
+    name = "element_at(split(_metadata.file_path, '/'), -1)"
+    return f"map({', '.join(starts)})[{name}] + _metadata.row_index"
+
+
 def query_id(checkpoint: str, storage: dict[str, str] | None = None) -> str:
     """The id Spark gave the query whose checkpoint is at ``checkpoint`` (its ``metadata`` file,
     written when the query starts): the same for every run of that checkpoint, a new one for a
@@ -140,28 +151,35 @@ class Committer:
         from pipelines.producer import Producer
         from pipelines.settings import ProducerSettings
 
-        files = [m.path for m in messages if m is not None and m.path]
+        staged = [m for m in messages if m is not None and m.path]
         landed: list[str] = []
         try:
-            if not files:
+            if not staged:
                 return
             spark = attach(self.gateway)
-            df = spark.read.parquet(*files)
+            df = spark.read.parquet(*(m.path for m in staged))
+            # Each row's place in the write, from its task's place and its row in the task's file:
+            # the sequence it is produced with, with no pass over the rows to number them.
+            position = F.expr(staged_position(staged))
             topics = [self.opts.topic] if self.opts.topic else sorted(
                 r["topic"] for r in df.select("topic").distinct().collect())
             if None in topics:
                 raise InvalidRecordError("some rows have no topic (a null 'topic' column); nothing was written")
+            count = sum(m.rows for m in staged) if self.opts.topic else None  # a topic's share is not counted
             for topic in topics:
                 rows = df if self.opts.topic else df.where(F.col("topic") == topic)
                 rows = rows.drop("topic")
                 producer = Producer(spark, self.root, topic, producer_id, ProducerSettings(batch_size=2**31 - 1))
                 if batch_id is None:
-                    producer.send(rows)
+                    if "sequence" in rows.columns:  # the writer's own: a repeated write lands once
+                        producer.send(rows, rows=count)
+                    else:
+                        producer.send(rows.withColumn("sequence", position), producer.next_sequence(), rows=count)
                 else:
                     first = batch_id << BATCH_SHIFT
                     if producer.next_sequence() > first:
                         continue  # this micro-batch landed before a crash: its replay lands nothing
-                    producer.send(rows.drop("sequence") if "sequence" in rows.columns else rows, sequence_start=first)
+                    producer.send(rows.withColumn("sequence", position), sequence_start=first, rows=count)
                 landed.append(topic)
                 crash_point("spark_sink:after_topic")
             crash_point("spark_sink:after_produce")

@@ -36,6 +36,25 @@ def test_a_batch_write_lands_partitioned_by_key_with_dense_offsets(lakelog, root
                for r in rows), "headers kept in order, a repeated key too"
 
 
+@pytest.mark.parametrize("records", [600, 30_000])  # written from the driver; by Spark's tasks
+def test_a_batch_write_keeps_each_keys_rows_in_the_order_the_dataframe_holds_them(lakelog, root, records):
+    """Rows of one key land in the order of the written DataFrame's tasks and rows, whatever
+    size each task's share has (Spark reads bigger files first)."""
+    TopicAdmin(lakelog, root).create(T, 4)
+    third = records // 3
+    df = lakelog.range(0, records, 1, 3).selectExpr(  # the last task's rows are the longest
+        "cast(id % 7 as string) as key", f"rpad(cast(id as string), 12 + cast(id div {third} as int) * 60, 'x') as value")
+    df.write.format("lakelog").option("topic", T).mode("append").save()
+    rows = sorted(log_rows(root, T), key=lambda r: (r["partition"], r["offset"]))
+    by_key: dict[bytes, list[int]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], []).append(int(r["value"].rstrip(b"x")))
+    assert sum(len(v) for v in by_key.values()) == records and dense(rows)
+    assert all(values == sorted(values) for values in by_key.values()), "a key's rows out of the DataFrame's order"
+    sequences = {r["sequence"] for r in rows}
+    assert sequences == set(range(records)), "the write's rows numbered 0.. in the DataFrame's order"
+
+
 def test_a_topic_column_writes_several_topics(lakelog, root):
     admin = TopicAdmin(lakelog, root)
     admin.create("a", 2)
