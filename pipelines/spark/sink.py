@@ -6,7 +6,9 @@ Spark's tasks stage their rows as Parquet files under the root (``_lakelog_stagi
 with pyarrow: a local folder, or S3 with the root's endpoint and credentials); the commit, on the
 driver, produces them with one Spark session attached to the driver's JVM
 (``log_store.session.attach``) and removes them. So a write lands through the same fenced
-append as every produce, or not at all (an aborted write leaves nothing in the log).
+append as every produce, or not at all (an aborted write leaves nothing in the log). A row's
+sequence is its place in the write (its task's place, then its row in the task's file), so a
+key's rows land in the DataFrame's order without a pass to number them.
 
 A stream's micro-batch is one append per topic under the query's producer id, its sequences
 starting at ``batch id << 32``: a micro-batch replayed after a crash (same query, same batch id)
