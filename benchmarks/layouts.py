@@ -9,6 +9,10 @@ layout differs:
   one file per log partition it holds;
 - ``mixed``: no Delta partitioning; each write task writes one file holding every log partition,
   its rows sorted by (partition, offset), so a file's statistics bound both columns;
+- ``arrival``: no Delta partitioning and no sort: each write task writes one file of its rows as
+  they came, every log partition mixed, numbered as a produce numbers them (a counting job per
+  task and partition, then a base and the row's index: ``log_store.numbering.counted_offsets``);
+  the offsets are not precomputed here, so its time includes the numbering;
 - ``plain``: a raw unpartitioned append of the rows as they come (the ceiling).
 
 For each: the append's time, files written, and two reads: one partition's 10,000-record range
@@ -34,17 +38,24 @@ from rich.table import Table  # noqa: E402
 
 from benchmarks.produce_consume import timed  # noqa: E402
 from log_store.config import SparkSettings  # noqa: E402
+from log_store.numbering import counted_offsets  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 
 console = Console(stderr=True)
 
 
-def rows(spark, n: int, partitions: int):
-    """The log's columns: key, value, partition by the key, offset dense per partition."""
-    keyed = spark.range(n).select(
+def arriving(spark, n: int, partitions: int):
+    """The rows as a produce gets them: key, value, partition by the key, sequence, in sequence
+    order within each of as many tasks as the machine has cores; no offsets yet."""
+    keyed = spark.range(0, n, 1, spark.sparkContext.defaultParallelism).select(
         F.concat(F.lit("key-"), (F.col("id") % 10_000).cast("string")).alias("key"),
         F.rpad(F.col("id").cast("string"), 100, "x").alias("value"), F.col("id").alias("sequence"))
-    parted = keyed.withColumn("partition", (F.abs(F.hash("key")) % partitions).cast("int"))
+    return keyed.withColumn("partition", (F.abs(F.hash("key")) % partitions).cast("int"))
+
+
+def rows(spark, n: int, partitions: int):
+    """The log's columns: key, value, partition by the key, offset dense per partition."""
+    parted = arriving(spark, n, partitions)
     # dense per partition, as the log numbers them (id order stands for append order)
     offset = F.row_number().over(Window.partitionBy("partition").orderBy("sequence")) - 1
     return (parted.select("partition", offset.alias("offset"), F.lit(0).alias("leader_epoch"), "key", "value", "sequence")
@@ -56,6 +67,11 @@ def write(data, path: str, layout: str) -> None:
         data.write.format("delta").partitionBy("partition").save(path)
     elif layout == "mixed":
         data.sortWithinPartitions("partition", "offset").write.format("delta").save(path)
+    elif layout == "arrival":
+        offset = counted_offsets(data.sparkSession, data, {})
+        assert offset is not None, "the arriving rows are in sequence order"
+        data.select("partition", offset.alias("offset"), F.lit(0).alias("leader_epoch"), "key", "value", "sequence"
+                    ).write.format("delta").save(path)
     else:
         data.write.format("delta").save(path)
 
@@ -70,10 +86,12 @@ def measure(spark, work: Path, n: int, partitions: int) -> list[dict]:
     # A range in the middle of partition 0, as a caught-up reader asks for it.
     hi = data.where("partition = 0").agg(F.max("offset")).first()[0]
     lo = max(hi // 2, 0)
+    arrived = arriving(spark, n, partitions).persist()
+    arrived.count()
     out = []
-    for layout in ("plain", "partitioned", "mixed"):
+    for layout in ("plain", "partitioned", "mixed", "arrival"):
         path = str(work / f"{layout}-{partitions}")
-        t_write, _ = timed(lambda: write(data, path, layout))
+        t_write, _ = timed(lambda: write(arrived if layout == "arrival" else data, path, layout))
         table = spark.read.format("delta").load(path)
         rng = table.where(f"partition = 0 AND offset >= {lo} AND offset < {lo + 10_000}")
         t_range, got = timed(lambda: rng.count())
@@ -82,6 +100,7 @@ def measure(spark, work: Path, n: int, partitions: int) -> list[dict]:
                     "range_s": t_range, "range_rows": got, "ordered_read_s": t_all})
         console.print(out[-1])
     data.unpersist()
+    arrived.unpersist()
     return out
 
 

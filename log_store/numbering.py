@@ -36,18 +36,30 @@ def offsets_column(spark: SparkSession, data: DataFrame, bases: dict[int, int], 
     the batch is large enough for the counting pass to pay and for each task's files to be
     of a useful size (``use_task_counts``)."""
     tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
-    if use_task_counts(rows, tasks, len(bases)) and jvm_offset_index(spark):
-        index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
-        counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
-                  .groupBy("task", "partition")
-                  .agg(F.count("*").alias("rows"), F.min("sequence").alias("first_sequence"),
-                       F.max("sequence").alias("last_sequence"), F.min("index").alias("lowest_index"))
-                  .collect())
-        starts = task_starts([TaskCount(**r.asDict()) for r in counts], bases)
-        width = max((p for _t, p in starts or {}), default=0) + 1
-        flat = starts_array(starts, width) if starts else []
-        if 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
-            slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
-            return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
+    if use_task_counts(rows, tasks, len(bases)):
+        counted = counted_offsets(spark, data, bases)
+        if counted is not None:
+            return counted
     order = Window.partitionBy("partition").orderBy("sequence")
     return (F.coalesce(map_lookup(bases, "partition"), F.lit(0)) + F.row_number().over(order) - 1).cast("long")
+
+
+def counted_offsets(spark: SparkSession, data: DataFrame, bases: dict[int, int]) -> Column | None:
+    """Offsets from per-task counts: one counting job, then each row's offset is its task's first
+    offset in its partition plus its index there, with no shuffle. None when the rows are not in
+    sequence order within and across tasks, or the JVM's index function is missing."""
+    if not jvm_offset_index(spark):
+        return None
+    index = F.call_function(OFFSET_INDEX_FUNCTION, F.col("partition"), F.col("sequence"))
+    counts = (data.select(F.spark_partition_id().alias("task"), "partition", "sequence", index.alias("index"))
+              .groupBy("task", "partition")
+              .agg(F.count("*").alias("rows"), F.min("sequence").alias("first_sequence"),
+                   F.max("sequence").alias("last_sequence"), F.min("index").alias("lowest_index"))
+              .collect())
+    starts = task_starts([TaskCount(**r.asDict()) for r in counts], bases)
+    width = max((p for _t, p in starts or {}), default=0) + 1
+    flat = starts_array(starts, width) if starts else []
+    if not 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
+        return None
+    slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
+    return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
