@@ -121,6 +121,7 @@ def sink_kept_since(spark, root, tmp_path, name, before, after, change_feed=True
     return sink, log, kept
 
 
+@pytest.mark.slow  # 27 s; the case of a sink without a change feed stays in the default suite (docs/testing.md)
 def test_a_sink_whose_old_commits_delta_removed_is_still_judged(spark, shared, tmp_path):
     """The rows delivered before the oldest commit Delta kept are judged from the sink's current
     rows: a lost record, a duplicate and a key delivered out of order across that point are found."""
