@@ -62,4 +62,6 @@ def counted_offsets(spark: SparkSession, data: DataFrame, bases: dict[int, int])
     if not 0 < len(flat) <= MAX_STARTS:  # beyond, the literal would outgrow the plan
         return None
     slot = F.spark_partition_id().cast("long") * width + F.col("partition") + 1
-    return (F.element_at(F.lit(flat), slot.cast("int")) + index).cast("long")
+    # One SQL literal, one call across py4j (``F.lit`` of a list costs a few calls an element).
+    starts_literal = F.expr(f"array({', '.join(f'{int(v)}L' for v in flat)})")
+    return (F.element_at(starts_literal, slot.cast("int")) + index).cast("long")
