@@ -34,8 +34,28 @@ from log_store.names import log_start_app_id
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's segment.bytes, smaller)
 
 
+RANGES_TAG = "lakelog.ranges"  # an arrival file's rows per partition, in its add action's tags
+
+
+def encode_ranges(ranges: dict[int, tuple[int, int, int]]) -> str:
+    """An arrival file's rows per partition ({partition: (first, last, rows)}) as the text of its
+    ``lakelog.ranges`` tag: ``p:first-last:rows`` joined by ``;``, by partition."""
+    return ";".join(f"{p}:{a}-{b}:{n}" for p, (a, b, n) in sorted(ranges.items()))
+
+
+def decode_ranges(text: str) -> dict[int, tuple[int, int, int]]:
+    out: dict[int, tuple[int, int, int]] = {}
+    for part in text.split(";"):
+        p, span, n = part.split(":")
+        a, b = span.split("-")
+        out[int(p)] = (int(a), int(b), int(n))
+    return out
+
+
 class DataFile(BaseModel):
-    """One data file of a partition: its offsets [first, last], size and newest timestamp."""
+    """One data file of a partition: its offsets [first, last], size and newest timestamp. A file
+    holding several partitions (the arrival layout) is one ``DataFile`` per partition, each
+    ``shared``, with the file's size divided by rows."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -47,6 +67,8 @@ class DataFile(BaseModel):
     last: int
     max_timestamp_ms: int | None = None
     partition_values: dict[str, str] = {}
+    shared: bool = False
+    file_size: int | None = None  # the whole file's, where shared
 
     @property
     def contiguous(self) -> bool:
@@ -54,7 +76,7 @@ class DataFile(BaseModel):
         return self.records == self.last - self.first + 1
 
     def action(self) -> dict:
-        return {"path": self.path, "size": self.size, "partitionValues": self.partition_values}
+        return {"path": self.path, "size": self.file_size or self.size, "partitionValues": self.partition_values}
 
 
 def _millis(text: str | None) -> int | None:
@@ -75,12 +97,27 @@ def data_file(add: dict) -> DataFile | None:
                     max_timestamp_ms=_millis(hi.get("timestamp")), partition_values=values)
 
 
+def data_files(add: dict) -> list[DataFile]:
+    """The ``DataFile`` of each partition in Delta's add action: one for a file of one partition,
+    one per partition for an arrival file (its ``lakelog.ranges`` tag); none without statistics."""
+    ranges = (add.get("tags") or {}).get(RANGES_TAG)
+    if not ranges:
+        f = data_file(add)
+        return [] if f is None else [f]
+    stats = json.loads(add.get("stats") or "{}")
+    newest = _millis(stats.get("maxValues", {}).get("timestamp"))
+    found = decode_ranges(ranges)
+    total, size = sum(n for _a, _b, n in found.values()), int(add["size"])
+    return [DataFile(path=add["path"], partition=p, size=max(size * n // max(total, 1), 1), records=n, first=a,
+                     last=b, max_timestamp_ms=newest, shared=len(found) > 1, file_size=size)
+            for p, (a, b, n) in sorted(found.items())]
+
+
 def partition_files(txn: DeltaTransaction) -> dict[int, list[DataFile]]:
     """Each partition's data files in the transaction's snapshot, by first offset."""
     out: dict[int, list[DataFile]] = {}
     for add in txn.files():
-        f = data_file(add)
-        if f is not None:
+        for f in data_files(add):
             out.setdefault(f.partition, []).append(f)
     return {p: sorted(fs, key=lambda f: f.first) for p, fs in out.items()}
 
@@ -139,6 +176,37 @@ def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None 
     return runs
 
 
+def removable_files(files: dict[int, list[DataFile]], log_starts: dict[int, int]) -> list[DataFile]:
+    """The files wholly below the log starts (``files``: each partition's, as ``partition_files``
+    lists them): a file of one partition when its last offset is below the partition's log start,
+    a shared file only when every partition's part of it is. One ``DataFile`` per file (the
+    first partition's), in path order."""
+    by_path: dict[str, list[DataFile]] = {}
+    for p, fs in files.items():
+        for f in fs:
+            by_path.setdefault(f.path, []).append(f)
+    return [min(views, key=lambda f: f.partition) for path, views in sorted(by_path.items())
+            if all(f.last < log_starts.get(f.partition, 0) for f in views)]
+
+
+def whole_files(runs: dict[int, list[list[DataFile]]], files: dict[int, list[DataFile]]) -> dict[int, list[list[DataFile]]]:
+    """``runs`` with every partition's part of each shared file they take: a shared file is
+    rewritten whole or not at all, so another partition's part of it becomes a run of its own
+    (alone, or with that partition's runs it already has) in the same commit."""
+    wanted = {f.path for found in runs.values() for run in found for f in run if f.shared}
+    if not wanted:
+        return runs
+    out = {p: [list(run) for run in found] for p, found in runs.items()}
+    for p, fs in files.items():
+        taken = {f.path for run in out.get(p, []) for f in run}
+        for f in fs:
+            if f.path in wanted and f.path not in taken:
+                out.setdefault(p, []).append([f])
+        if p in out:
+            out[p].sort(key=lambda run: run[0].first)
+    return out
+
+
 def compaction_batch(candidates: dict[int, list[list[DataFile]]], target_bytes: int) -> list[int]:
     """The partitions one compaction commit takes (``candidates``: each partition's runs): in
     partition order while their runs add up to at most ``target_bytes``, and always the first."""
@@ -194,15 +262,20 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
                 changes[p] = (current, target)
         if not changes:
             return []
-        removed = {p: [f for f in files if f.last < changes[p][1]]
-                   for p, files in partition_files(txn).items() if p in changes}
+        files = partition_files(txn)
+        starts = {p: max(first, known.get(log_start_app_id(p), 0)) for p, first in meta.earliest_offsets().items()}
+        starts.update({p: new for p, (_old, new) in changes.items()})
+        touched = {f.path for p in changes for f in files.get(p, [])}
+        removed = [f for f in removable_files(files, starts) if f.path in touched]
+        gone = {f.path for f in removed}
         for p in changes:  # a racing raise of the same partition conflicts, and this one reads again
             txn.app_version(log_start_app_id(p))
-        txn.remove((f.action() for fs in removed.values() for f in fs), data_change=True)
+        txn.remove((f.action() for f in removed), data_change=True)
         crash_point("retention:before_commit")
         version = txn.commit_as("DELETE", {log_start_app_id(p): new for p, (_old, new) in changes.items()})
-        return [LogStartChange(partition=p, previous=old, log_start=new, files_removed=len(removed.get(p, [])),
-                               version=version) for p, (old, new) in sorted(changes.items())]
+        return [LogStartChange(partition=p, previous=old, log_start=new,
+                               files_removed=sum(f.path in gone for f in files.get(p, [])), version=version)
+                for p, (old, new) in sorted(changes.items())]
 
     return retry_on_conflict(attempt)
 

@@ -75,3 +75,49 @@ def test_topic_configs_are_checked_and_versioned():
             {"location": "b", "config_version": 3, "config": {"retention.ms": "1"}}]
     assert latest_config(rows, "a") == (2, {"retention.ms": "9"})
     assert TopicConfig.of({"retention.ms": "9"}).retention_ms == 9 and TopicConfig().retention_ms == -1
+
+
+def arrival_add(path: str, ranges: dict[int, tuple[int, int, int]], size: int = 1_000) -> dict:
+    from log_store.log_files import RANGES_TAG, encode_ranges
+
+    return {"path": path, "size": size, "partitionValues": {}, "tags": {RANGES_TAG: encode_ranges(ranges)},
+            "stats": '{"numRecords": %d, "minValues": {"offset": 0}, "maxValues": {"offset": 99}}'
+                     % sum(n for _a, _b, n in ranges.values())}
+
+
+def by_partition(*adds: dict) -> dict[int, list[DataFile]]:
+    from log_store.log_files import data_files
+
+    out: dict[int, list[DataFile]] = {}
+    for add in adds:
+        for f in data_files(add):
+            out.setdefault(f.partition, []).append(f)
+    return {p: sorted(fs, key=lambda f: f.first) for p, fs in out.items()}
+
+
+def test_an_arrival_file_is_a_part_per_partition_sharing_its_size_by_rows():
+    parts = by_partition(arrival_add("a", {0: (0, 29, 30), 3: (10, 19, 10)}, size=800))
+    assert [(f.partition, f.first, f.last, f.records, f.size, f.shared) for fs in parts.values() for f in fs] == [
+        (0, 0, 29, 30, 600, True), (3, 10, 19, 10, 200, True)]
+    assert parts[0][0].action()["size"] == 800, "a removal names the whole file"
+
+
+def test_a_shared_file_is_removed_only_when_every_partition_in_it_is_below_its_log_start():
+    from log_store.log_files import removable_files
+
+    parts = by_partition(arrival_add("a", {0: (0, 9, 10), 1: (0, 4, 5)}), arrival_add("b", {0: (10, 19, 10), 1: (5, 9, 5)}))
+    assert removable_files(parts, {0: 20, 1: 0}) == [], "partition 1 still reads both"
+    assert [f.path for f in removable_files(parts, {0: 20, 1: 5})] == ["a"]
+    assert [f.path for f in removable_files(parts, {0: 20, 1: 10})] == ["a", "b"]
+    assert removable_files(parts, {0: 20}) == [], "a partition without a known log start keeps its files"
+
+
+def test_a_compaction_taking_part_of_a_shared_file_takes_all_of_it():
+    from log_store.log_files import whole_files
+
+    parts = by_partition(arrival_add("a", {0: (0, 9, 10), 1: (0, 4, 5)}), arrival_add("b", {0: (10, 19, 10), 2: (0, 2, 3)}))
+    runs = whole_files({0: [parts[0]]}, parts)
+    assert {p: [[f.path for f in run] for run in found] for p, found in runs.items()} == {
+        0: [["a", "b"]], 1: [["a"]], 2: [["b"]]}
+    single = files((0, 9), (10, 19))
+    assert whole_files({0: [single]}, {0: single}) == {0: [single]}, "files of one partition: unchanged"
