@@ -81,6 +81,8 @@ class WrittenFile:
     num_records: int | None  # None when Delta collected no statistics
     min_values: dict
     max_values: dict
+    path: str = ""  # relative to the table, as the add action names it
+    add: dict | None = None  # the add action, where the caller adds it (``write(..., hold=True)``)
 
 
 class DeltaTransaction:
@@ -165,10 +167,11 @@ class DeltaTransaction:
         getattr(self.jtxn.readTxn(), "$plus$eq")(app_id)
         return known.get(app_id, -1)
 
-    def write(self, data: DataFrame, data_change: bool = True) -> list[WrittenFile]:
+    def write(self, data: DataFrame, data_change: bool = True, hold: bool = False) -> list[WrittenFile]:
         """Write ``data`` as files of this transaction (not yet visible); return their stats.
         ``data_change=False``: the files rearrange rows already in the table (compaction), so the
-        change feed and streaming readers skip the commit."""
+        change feed and streaming readers skip the commit. ``hold``: the files are not part of the
+        commit until ``add`` adds them (with tags)."""
         out: list[WrittenFile] = []
         try:
             written = self.jtxn.writeFiles(data._jdf).iterator()
@@ -180,8 +183,9 @@ class DeltaTransaction:
             if not data_change and "add" in doc:
                 doc["add"]["dataChange"] = False
                 action = self._action(doc)
-            self._actions.add(action)
             add = doc.get("add")
+            if not (hold and add is not None):
+                self._actions.add(action)
             if add is None:
                 continue
             stats = json.loads(add.get("stats") or "{}")
@@ -190,10 +194,23 @@ class DeltaTransaction:
                 num_records=int(stats["numRecords"]) if "numRecords" in stats else None,
                 min_values=stats.get("minValues", {}),
                 max_values=stats.get("maxValues", {}),
+                path=add["path"], add=add if hold else None,
             ))
         return out
 
-    def write_rows(self, rows: pa.Table, partition_by: str | None = None) -> list[WrittenFile]:
+    def add(self, files: Iterable[WrittenFile], tags: Mapping[str, Mapping[str, str]]) -> None:
+        """Add files written with ``hold=True`` to this commit, each with ``tags[path]`` (Delta keeps
+        an add action's tags in the log and its checkpoints; delta-rs reads them)."""
+        for f in files:
+            doc = dict(f.add or {})
+            doc["tags"] = {**(doc.get("tags") or {}), **tags.get(f.path, {})}
+            self._actions.add(self._action({"add": doc}))
+
+    def data_path(self) -> str:
+        return self.jtxn.deltaLog().dataPath().toString()
+
+    def write_rows(self, rows: pa.Table, partition_by: str | None = None,
+                   tags: Mapping[str, str] | None = None) -> list[WrittenFile]:
         """Write ``rows`` as Parquet files of this transaction, made by pyarrow and put in place
         through the table's Hadoop file system: no Spark job. A control-plane write is a few rows,
         for which the Spark job cost more than the rows (BENCHMARKS.md, 2026-11-26), and so is a
@@ -245,6 +262,8 @@ class DeltaTransaction:
             stats = file_stats(part, stats_columns)
             add = {"path": name, "partitionValues": partition_values, "size": len(data),
                    "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": json.dumps(stats)}
+            if tags:
+                add["tags"] = dict(tags)
             self._actions.add(self._action({"add": add}))
             written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
                                        min_values=stats["minValues"], max_values=stats["maxValues"]))

@@ -30,13 +30,15 @@ def map_lookup(mapping: dict[int, int], column: str) -> Column:
 
 
 
-def offsets_column(spark: SparkSession, data: DataFrame, bases: dict[int, int], rows: int | None) -> Column:
+def offsets_column(spark: SparkSession, data: DataFrame, bases: dict[int, int], rows: int | None,
+                   mixed_files: bool = False) -> Column:
     """Each row's offset: its partition's log end plus its rank there by sequence; without a
     shuffle when the rows already come in sequence order (log_store/dense_offsets.py) and
     the batch is large enough for the counting pass to pay and for each task's files to be
     of a useful size (``use_task_counts``)."""
     tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
-    if use_task_counts(rows, tasks, len(bases)):
+    # A task writes a file per partition it holds, unless the log's files mix partitions.
+    if use_task_counts(rows, tasks, 1 if mixed_files else len(bases)):
         counted = counted_offsets(spark, data, bases)
         if counted is not None:
             return counted

@@ -10,6 +10,9 @@ the fenced append reads both inside its own transaction; its offsets are numbere
 
 from __future__ import annotations
 
+import os
+
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
@@ -33,11 +36,13 @@ from log_store.errors import (
     ConcurrentCommitError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
+    OffsetCheckError,
     StaleProducerSequenceError,
     TableConfigError,
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
+from log_store.log_files import RANGES_TAG, encode_ranges
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP,
     LogSnapshot,
@@ -69,6 +74,9 @@ RECORD_SCHEMA = StructType(
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
 # write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
+LAYOUT_PROP = "lakelog.layout"  # "arrival": one file per write task, every partition mixed (docs/design.md)
+ARRIVAL = "arrival"
+DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a trial switch while the arrival layout is built
 CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
@@ -90,6 +98,14 @@ class AppendResult(BaseModel):
 _CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
 
 
+def _arrow_ranges(table: pa.Table) -> dict[int, tuple[int, int, int]]:
+    """(first, last, rows) of each partition in ``table``."""
+    grouped = table.group_by("partition").aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")])
+    return {int(p): (int(a), int(b), int(n)) for p, a, b, n in zip(
+        grouped["partition"].to_pylist(), grouped["offset_min"].to_pylist(), grouped["offset_max"].to_pylist(),
+        grouped["offset_count"].to_pylist())}
+
+
 class TopicLog:
     """One topic's log table. Build with ``for_path`` or ``create``."""
 
@@ -108,15 +124,18 @@ class TopicLog:
     def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1) -> "TopicLog":
         """Create the log table with its initial metadata in one commit (no-op if it exists).
         ``topic_version``: the creating record's (above 1 for a topic created again after a deletion)."""
+        arrival = DEFAULT_LAYOUT == ARRIVAL
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(RECORD_SCHEMA)
+        if arrival:
+            builder = builder.property(LAYOUT_PROP, ARRIVAL)
+        else:
+            builder = builder.partitionedBy("partition")
         builder = (
-            DeltaTable.createIfNotExists(spark)
-            .location(path)
-            .addColumns(RECORD_SCHEMA)
-            .partitionedBy("partition")
+            builder
             # The change feed keeps every record ever appended readable (``table_changes``)
             # after a retired partition's rows are deleted, for the ordering audit.
             .property("delta.enableChangeDataFeed", "true")
-            .property("delta.dataSkippingStatsColumns", STATS_COLUMNS)
+            .property("delta.dataSkippingStatsColumns", f"partition,{STATS_COLUMNS}" if arrival else STATS_COLUMNS)
             # Each checkpoint lists every file removed in the last week (compaction removes one
             # per produce and partition): one every 10 commits, Delta's default, made the log
             # folder of a soaked topic almost all checkpoints (BENCHMARKS.md, soak).
@@ -266,7 +285,7 @@ class TopicLog:
             data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
         out = data.select(
             "partition",
-            offsets_column(self.spark, data, bases, rows).alias("offset"),
+            offsets_column(self.spark, data, bases, rows, mixed_files=conf.get(LAYOUT_PROP) == ARRIVAL).alias("offset"),
             F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
@@ -274,6 +293,8 @@ class TopicLog:
         )
         counts: dict[int, int] = {}
         max_seq = mark
+        if conf.get(LAYOUT_PROP) == ARRIVAL:
+            return self._append_arrival(txn, meta, out, rows, bases, known, writable, producer_id, mark, expected_count)
         if use_one_task(rows):
             # A small batch is numbered in one Spark job that brings its rows to the driver, and
             # written from there by pyarrow, a file per partition: a Spark write job of its own
@@ -327,6 +348,75 @@ class TopicLog:
             ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges, producer_mark=max_seq)
+
+    def _append_arrival(self, txn: DeltaTransaction, meta: TopicLogMetadata, out: DataFrame, rows: int | None,
+                        bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,
+                        mark: int, expected_count: int) -> AppendResult:
+        """The append of an arrival-layout log: one file per write task holding every partition it
+        got; each file's rows, first and last offset per partition read back from the written files
+        (a proof of the dense offsets, as the statistics are for a file of one partition) and kept
+        in the file's ``lakelog.ranges`` tag for retention and compaction."""
+        if use_one_task(rows):
+            try:
+                table = out.toArrow()
+            except Exception as exc:
+                raise translate(exc) from exc
+            table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+            parts = _arrow_ranges(table)
+            written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(parts)} if parts else None)
+            per_file = {f.path: parts for f in written}
+        else:
+            written = txn.write(out, hold=True)
+            per_file = self._written_ranges(txn, written)
+            txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
+        counts: dict[int, int] = {}
+        max_seq = mark
+        for f in written:
+            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
+                raise TableConfigError(f"Delta wrote files without statistics to {self.path}; nothing was committed. "
+                                       "Turn statistics collection back on.")
+            if f.num_records != sum(n for _a, _b, n in per_file.get(f.path, {}).values()):
+                raise OffsetCheckError(f"a written file of {self.path} holds {f.num_records} records, but "
+                                       f"{per_file.get(f.path)} were read back; nothing was committed. This is a bug in lakelog")
+            for p, (_a, _b, n) in per_file.get(f.path, {}).items():
+                counts[p] = counts.get(p, 0) + n
+            if producer_id:
+                max_seq = max(max_seq, int(f.max_values["sequence"]))
+        not_writable = sorted(set(counts) - set(writable))
+        if not_writable:
+            p = not_writable[0]
+            state = "does not exist" if p not in meta.partitions else f"is {meta.partitions[p].mode.value}"
+            raise InvalidPartitionMetadataError(f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition")
+        if not counts:
+            return AppendResult(version=None, ranges={}, producer_mark=mark)
+        check_dense(((p, n, a, b) for r in per_file.values() for p, (a, b, n) in r.items()), bases)
+        crash_point("produce:after_write")
+        for p in counts:
+            txn.app_version(log_end_app_id(p))
+        versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
+        if producer_id:
+            txn.app_version(producer_app_id(producer_id))
+            versions[producer_app_id(producer_id)] = max_seq
+        ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
+        version = txn.commit(versions, commit_metadata(
+            "append", producer_id=producer_id, undeleted_partition_count=expected_count,
+            ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
+        crash_point("produce:after_commit")
+        return AppendResult(version=version, ranges=ranges, producer_mark=max_seq)
+
+    def _written_ranges(self, txn: DeltaTransaction, written: list) -> dict[str, dict[int, tuple[int, int, int]]]:
+        """Each written file's (first, last, rows) per partition, read back from the files."""
+        if not written:
+            return {}
+        base = txn.data_path().rstrip("/")
+        by_name = {f.path.rsplit("/", 1)[-1]: f.path for f in written}
+        found = (self.spark.read.parquet(*(f"{base}/{f.path}" for f in written))
+                 .groupBy(F.col("_metadata.file_name").alias("name"), "partition")
+                 .agg(F.min("offset").alias("a"), F.max("offset").alias("b"), F.count("*").alias("n")).collect())
+        out: dict[str, dict[int, tuple[int, int, int]]] = {}
+        for r in found:
+            out.setdefault(by_name[r["name"]], {})[int(r["partition"])] = (int(r["a"]), int(r["b"]), int(r["n"]))
+        return out
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:
