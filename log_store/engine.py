@@ -210,7 +210,7 @@ class DeltaTransaction:
         return self.jtxn.deltaLog().dataPath().toString()
 
     def write_rows(self, rows: pa.Table, partition_by: str | None = None,
-                   tags: Mapping[str, str] | None = None) -> list[WrittenFile]:
+                   tags: Mapping[str, str] | None = None, data_change: bool = True) -> list[WrittenFile]:
         """Write ``rows`` as Parquet files of this transaction, made by pyarrow and put in place
         through the table's Hadoop file system: no Spark job. A control-plane write is a few rows,
         for which the Spark job cost more than the rows (BENCHMARKS.md, 2026-11-26), and so is a
@@ -261,12 +261,12 @@ class DeltaTransaction:
             write_file(self.spark, f"{data_path}/{name}", data)
             stats = file_stats(part, stats_columns)
             add = {"path": name, "partitionValues": partition_values, "size": len(data),
-                   "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": json.dumps(stats)}
+                   "modificationTime": int(time.time() * 1000), "dataChange": data_change, "stats": json.dumps(stats)}
             if tags:
                 add["tags"] = dict(tags)
             self._actions.add(self._action({"add": add}))
             written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
-                                       min_values=stats["minValues"], max_values=stats["maxValues"]))
+                                       min_values=stats["minValues"], max_values=stats["maxValues"], path=name))
         return written
 
     def _action(self, doc: dict) -> Any:

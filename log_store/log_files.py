@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction, retry_on_conflict, translate
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
 from log_store.log_metadata import Mode, TopicLogMetadata, check_set_transactions_kept, log_end
 from log_store.names import log_start_app_id
@@ -34,6 +35,8 @@ from log_store.names import log_start_app_id
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's segment.bytes, smaller)
 
 
+LAYOUT_PROP = "lakelog.layout"  # "arrival": one file per write task, every partition mixed (docs/design.md)
+ARRIVAL = "arrival"
 RANGES_TAG = "lakelog.ranges"  # an arrival file's rows per partition, in its add action's tags
 
 
@@ -280,6 +283,27 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
     return retry_on_conflict(attempt)
 
 
+def meta_layout(txn: DeltaTransaction) -> str:
+    return txn.configuration().get(LAYOUT_PROP, "partitioned")
+
+
+def _segments(txn: DeltaTransaction, rows, ranges: dict[int, tuple[int, int]]) -> dict[int, list]:
+    """An arrival log's compacted segments: each partition's rows of ``ranges`` in one file of its
+    own, sorted by offset, written from the driver (a commit's rows are at most COMMIT_BYTES) with
+    the file's range in its tags, so retention and reads treat it as a one-partition file."""
+    try:
+        table = rows.toArrow()
+    except Exception as exc:
+        raise translate(exc) from exc
+    out: dict[int, list] = {}
+    for p, (a, b) in sorted(ranges.items()):
+        part = table.filter(pc.equal(table.column("partition"), p)).sort_by("offset")
+        if part.num_rows:
+            tags = {RANGES_TAG: encode_ranges({p: (a, a + part.num_rows - 1, part.num_rows)})}
+            out[p] = txn.write_rows(part, tags=tags, data_change=False)
+    return out
+
+
 class Compaction(BaseModel):
     partition: int
     files_before: int
@@ -344,21 +368,30 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
     runs = {p: candidates[p] for p in compaction_batch(candidates, max(target_bytes, COMMIT_BYTES))}
     if not runs:
         return []
+    arrival = meta_layout(txn) == ARRIVAL
+    if arrival:
+        runs = whole_files(runs, files)
     log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
     merged = {p: 0 for p in runs}
+    removed: dict[str, DataFile] = {}
     for k in range(max(len(found) for found in runs.values())):
         ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
         where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
-        written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
-                            data_change=False)
+        if arrival:
+            written_by = _segments(txn, log.where(where), ranges)
+        else:
+            written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
+                                data_change=False)
+            written_by = {p: [f for f in written if f.partition_values.get("partition") == str(p)] for p in ranges}
         for p, (a, b) in ranges.items():
-            mine = [f for f in written if f.partition_values.get("partition") == str(p)]
+            mine = written_by.get(p, [])
             count = sum(f.num_records or 0 for f in mine)
             if count != b - a:
                 raise OffsetCheckError(f"compaction of partition {p} offsets {a}..{b - 1} read {count} records, "
                                        f"not {b - a}; nothing was committed")
-            txn.remove((f.action() for f in runs[p][k]), data_change=False)
+            removed.update({f.path: f for f in runs[p][k]})
             merged[p] += len(runs[p][k]) - len(mine)
+    txn.remove((f.action() for f in removed.values()), data_change=False)
     crash_point("compact:before_commit")
     version = txn.commit_as("OPTIMIZE", {})
     # Kept only if no other commit landed between this transaction's read and its commit.

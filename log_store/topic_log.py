@@ -42,7 +42,7 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.log_files import RANGES_TAG, encode_ranges
+from log_store.log_files import ARRIVAL, LAYOUT_PROP, RANGES_TAG, encode_ranges
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP,
     LogSnapshot,
@@ -74,8 +74,6 @@ RECORD_SCHEMA = StructType(
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
 # write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
-LAYOUT_PROP = "lakelog.layout"  # "arrival": one file per write task, every partition mixed (docs/design.md)
-ARRIVAL = "arrival"
 DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a trial switch while the arrival layout is built
 CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 # What a producer hands to ``append``: the record schema less what the append assigns.
