@@ -153,8 +153,9 @@ class TopicAdmin:
         return describe_topic(record, snap, log.table_id(), ControlTables(self.spark, self.layout).rows("topic_configs"))
 
     # -- create ------------------------------------------------------------------------------
-    def create(self, topic: str, partitions: int) -> TopicRecord:
-        """Create ``topic`` with ``partitions`` partitions; fails clearly if it exists."""
+    def create(self, topic: str, partitions: int, layout: str | None = None) -> TopicRecord:
+        """Create ``topic`` with ``partitions`` partitions (its log's ``layout``: ``TopicLog.create``);
+        fails clearly if it exists."""
         check_topic_name(topic)
         if not isinstance(partitions, int) or partitions < 1 or partitions > MAX_PARTITIONS:
             raise InvalidConfigurationError(
@@ -172,7 +173,7 @@ class TopicAdmin:
         version = before.topic_version + 1 if before else 1
         location = self.layout.topic(topic) + (f"~{version}" if before else "")
         wanted = TopicLogMetadata.initial(topic, partitions)
-        log = TopicLog.create(self.spark, location, wanted, version)
+        log = TopicLog.create(self.spark, location, wanted, version, layout)
         crash_point("create:after_log_table")
         found = log.metadata()
         if found.undeleted_partition_count != partitions or len(found.partitions) != partitions:

@@ -37,6 +37,8 @@ DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's seg
 
 LAYOUT_PROP = "lakelog.layout"  # "arrival": one file per write task, every partition mixed (docs/design.md)
 ARRIVAL = "arrival"
+PARTITIONED = "partitioned"
+LAYOUTS = (PARTITIONED, ARRIVAL)
 RANGES_TAG = "lakelog.ranges"  # an arrival file's rows per partition, in its add action's tags
 
 

@@ -34,6 +34,7 @@ from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict, t
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
+    InvalidConfigurationError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
     OffsetCheckError,
@@ -42,7 +43,7 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.log_files import ARRIVAL, LAYOUT_PROP, RANGES_TAG, encode_ranges
+from log_store.log_files import ARRIVAL, LAYOUT_PROP, LAYOUTS, RANGES_TAG, encode_ranges
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP,
     LogSnapshot,
@@ -119,10 +120,16 @@ class TopicLog:
         return cls(spark, path)
 
     @classmethod
-    def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1) -> "TopicLog":
+    def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1,
+               layout: str | None = None) -> "TopicLog":
         """Create the log table with its initial metadata in one commit (no-op if it exists).
-        ``topic_version``: the creating record's (above 1 for a topic created again after a deletion)."""
-        arrival = DEFAULT_LAYOUT == ARRIVAL
+        ``topic_version``: the creating record's (above 1 for a topic created again after a deletion).
+        ``layout``: ``partitioned`` (a Delta partition per log partition) or ``arrival`` (a file per
+        write holding every partition it got, compacted into files per partition; docs/design.md)."""
+        layout = layout or DEFAULT_LAYOUT
+        if layout not in LAYOUTS:
+            raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
+        arrival = layout == ARRIVAL
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(RECORD_SCHEMA)
         if arrival:
             builder = builder.property(LAYOUT_PROP, ARRIVAL)
@@ -182,6 +189,10 @@ class TopicLog:
         retry_on_conflict(attempt)
 
     # -- metadata --------------------------------------------------------------------------
+    def layout(self) -> str:
+        """How the log's files are laid out (``TopicLog.create``)."""
+        return DeltaTransaction.start(self.spark, self.path).configuration().get(LAYOUT_PROP, "partitioned")
+
     def metadata(self) -> TopicLogMetadata:
         return TopicLogMetadata.from_properties(DeltaTransaction.start(self.spark, self.path).configuration())
 

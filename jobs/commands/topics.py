@@ -24,15 +24,18 @@ def _print_description(d, topic: str) -> None:
 @click.option("--partitions", required=True, type=int)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
+@click.option("--layout", type=click.Choice(["partitioned", "arrival"]), default=None,
+              help="The log's files: a Delta partition per log partition (partitioned), or a file per "
+                   "write holding every partition, compacted into files per partition (arrival).")
 @json_option
 @pass_ctx
-def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], as_json: bool) -> None:
+def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], layout: str | None, as_json: bool) -> None:
     """Create TOPIC with N partitions (and --config KEY=VALUE topic configs)."""
     from control_plane.topic_config import parse_pairs
 
     parse_pairs(list(configs))  # bad configs fail before the topic is made
     c.config  # validate configuration before touching Spark
-    record = c.topic_admin().create(topic, partitions)
+    record = c.topic_admin().create(topic, partitions, layout)
     if configs:
         c.controller().alter_config(topic, list(configs))
     emit({"topic": record.topic, "partitions": record.partition_count, "location": record.location}, as_json, "created")

@@ -59,3 +59,21 @@ def test_an_arrival_topics_life_keeps_every_record_once_and_frees_files_only_whe
     (change,) = ctl.delete_records(T, {1: max(b for f in after for p, (a, b, n) in f["ranges"].items() if p == 1) + 1})
     assert change.files_removed == 1, "a one-partition segment wholly below goes"
     assert {p for f in adds(spark, location) for p in f["ranges"]} == {0, 2}
+
+
+def test_the_layout_is_chosen_per_topic_and_an_unknown_one_is_refused_with_nothing_made(spark, root):
+    from click.testing import CliRunner
+
+    from jobs.cli import cli
+
+    out = CliRunner().invoke(cli, ["--root", root, "topics", "create", "--topic", "a", "--partitions", "2",
+                                   "--layout", "arrival"])
+    assert out.exit_code == 0, out.output
+    admin = TopicAdmin(spark, root)
+    assert admin.log("a").layout() == "arrival"
+    admin.create("p", 2)
+    assert admin.log("p").layout() == "partitioned", "the default"
+    bad = CliRunner().invoke(cli, ["--root", root, "topics", "create", "--topic", "b", "--partitions", "2",
+                                   "--layout", "mixed"])
+    assert bad.exit_code == 2 and "mixed" in bad.output
+    assert "b" not in {r.topic for r in admin.list()}
