@@ -54,6 +54,7 @@ class TopicDescription(BaseModel):
     topic_version: int
     partitions: list[PartitionDescription]
     config: dict[str, str] = {}  # every topic config (control_plane.topic_config), defaults included
+    layout: str = "partitioned"  # the log's files: a folder per partition, or arrival files (docs/design.md)
 
 
 def live_record(found: TopicRecord | None, topic: str, root: str) -> TopicRecord:
@@ -84,11 +85,13 @@ def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str, config
         partition_count=sum(pm.mode is not Mode.NONE for pm in meta.partitions.values()),
         undeleted_partition_count=meta.undeleted_partition_count,
         topic_version=record.topic_version,
+        layout=snap.layout,
         config=TopicConfig.of(latest_config(config_rows, record.location)[1]).as_kafka(),
         partitions=[
             PartitionDescription(
                 partition=p,
-                location=f"{record.location}/partition={p}",
+                # an arrival log's partitions share its files: no folder of their own
+                location=f"{record.location}/partition={p}" if snap.layout == "partitioned" else record.location,
                 leader_epoch=pm.leader_epoch,
                 mode=pm.mode,
                 earliest_offset=earliest.get(p, 0),

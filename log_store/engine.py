@@ -156,6 +156,28 @@ class DeltaTransaction:
             meta.partitionColumns(), conf, meta.createdTime(),
         ))
 
+    def repartition_table(self, partition_columns: list[str], properties: Mapping[str, str],
+                          drop: Iterable[str] = ()) -> None:
+        """Change the table's partition columns and properties in this transaction, before its
+        files are written (``write`` then lays them out by the new columns); every file must be
+        rewritten in the same commit. As any metadata update, every concurrent commit conflicts."""
+        meta = self.jtxn.metadata()
+        conf = meta.configuration()
+        for key in drop:
+            conf = getattr(conf, "$minus")(key)
+        for key, value in properties.items():
+            conf = conf.updated(key, value)
+        jvm = self.spark._jvm
+        columns = jvm.java.util.ArrayList()
+        for c in partition_columns:
+            columns.add(c)
+        seq = jvm.scala.collection.JavaConverters.asScalaBuffer(columns).toSeq()
+        try:
+            self.jtxn.updateMetadata(meta.copy(meta.id(), meta.name(), meta.description(), meta.format(),
+                                               meta.schemaString(), seq, conf, meta.createdTime()), False)
+        except Exception as exc:
+            raise translate(exc) from exc
+
     def app_version(self, app_id: str) -> int:
         """Latest version committed for ``app_id`` (-1 if none); the commit will conflict if it moves.
 

@@ -25,20 +25,26 @@ from datetime import datetime
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, translate
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
-from log_store.log_metadata import Mode, TopicLogMetadata, check_set_transactions_kept, log_end
+from log_store.log_metadata import (
+    ARRIVAL,
+    LAYOUT_PROP,
+    LAYOUTS,
+    Mode,
+    TopicLogMetadata,
+    check_set_transactions_kept,
+    layout_of,
+    log_end,
+)
 from log_store.names import log_start_app_id
 
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's segment.bytes, smaller)
 
 
-LAYOUT_PROP = "lakelog.layout"  # "arrival": one file per write task, every partition mixed (docs/design.md)
-ARRIVAL = "arrival"
-PARTITIONED = "partitioned"
-LAYOUTS = (PARTITIONED, ARRIVAL)
 RANGES_TAG = "lakelog.ranges"  # an arrival file's rows per partition, in its add action's tags
 
 
@@ -286,24 +292,189 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
 
 
 def meta_layout(txn: DeltaTransaction) -> str:
-    return txn.configuration().get(LAYOUT_PROP, "partitioned")
+    return layout_of(txn.configuration())
 
 
-def _segments(txn: DeltaTransaction, rows, ranges: dict[int, tuple[int, int]]) -> dict[int, list]:
-    """An arrival log's compacted segments: each partition's rows of ``ranges`` in one file of its
-    own, sorted by offset, written from the driver (a commit's rows are at most COMMIT_BYTES) with
-    the file's range in its tags, so retention and reads treat it as a one-partition file."""
+def _arrow(rows) -> "pa.Table":
     try:
-        table = rows.toArrow()
+        return rows.toArrow()
     except Exception as exc:
         raise translate(exc) from exc
+
+
+def _segments(txn: DeltaTransaction, table, ranges: list[tuple[int, int, int]], data_change: bool = False) -> dict[int, list]:
+    """An arrival log's segments: the rows of each (partition, first, end) of ``ranges`` in
+    ``table`` in one file of its own, sorted by offset, written from the driver (a commit's rows
+    are at most COMMIT_BYTES) with the file's range in its tags, so retention and reads treat it as
+    a one-partition file. ``data_change``: see ``DeltaTransaction.write``."""
     out: dict[int, list] = {}
-    for p, (a, b) in sorted(ranges.items()):
-        part = table.filter(pc.equal(table.column("partition"), p)).sort_by("offset")
+    for p, a, b in sorted(ranges):
+        part = table.filter(pc.and_(pc.equal(table.column("partition"), p),
+                                    pc.and_(pc.greater_equal(table.column("offset"), a),
+                                            pc.less(table.column("offset"), b)))).sort_by("offset")
         if part.num_rows:
             tags = {RANGES_TAG: encode_ranges({p: (a, a + part.num_rows - 1, part.num_rows)})}
-            out[p] = txn.write_rows(part, tags=tags, data_change=False)
+            out.setdefault(p, []).extend(txn.write_rows(part, tags=tags, data_change=data_change))
     return out
+
+
+def written_ranges(spark: SparkSession, txn: DeltaTransaction, written: list) -> dict[str, dict[int, tuple[int, int, int]]]:
+    """Each file of ``written`` (not yet committed): (first, last, rows) per partition, read back
+    from the files themselves in one Spark job (what an arrival file's tags then say)."""
+    if not written:
+        return {}
+    base = txn.data_path().rstrip("/")
+    by_name = {f.path.rsplit("/", 1)[-1]: f.path for f in written}
+    try:
+        found = (spark.read.parquet(*(f"{base}/{f.path}" for f in written))
+                 .groupBy(F.col("_metadata.file_name").alias("name"), "partition")
+                 .agg(F.min("offset").alias("a"), F.max("offset").alias("b"), F.count("*").alias("n")).collect())
+    except Exception as exc:
+        raise translate(exc) from exc
+    out: dict[str, dict[int, tuple[int, int, int]]] = {}
+    for r in found:
+        out.setdefault(by_name[r["name"]], {})[int(r["partition"])] = (int(r["a"]), int(r["b"]), int(r["n"]))
+    return out
+
+
+def partitions_with_rows(txn: DeltaTransaction) -> set[int]:
+    """Partitions that have any data file in the transaction's snapshot (from the add actions:
+    an arrival file's tags, else its partition value or statistics; no data is read)."""
+    out: set[int] = set()
+    for add in txn.files():
+        ranges = (add.get("tags") or {}).get(RANGES_TAG)
+        values = add.get("partitionValues") or {}
+        if ranges:
+            out.update(decode_ranges(ranges))
+        elif "partition" in values:
+            out.add(int(values["partition"]))
+        else:
+            stats = json.loads(add.get("stats") or "{}")
+            lo, hi = stats.get("minValues", {}).get("partition"), stats.get("maxValues", {}).get("partition")
+            if lo is None or hi is None:
+                raise OffsetCheckError(f"a data file of {txn.data_path()} ({add['path']}) says neither which "
+                                       "partitions it holds nor has statistics; it was not written by lakelog")
+            out.update(range(int(lo), int(hi) + 1))
+    return out
+
+
+def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[int]:
+    """Delete each partition's rows below ``ends[p]`` (a retired partition's, rule 7) in a
+    commit recorded as Delta's DELETE; return the partitions it deleted rows of (call again until
+    none: an arrival log's commit takes at most COMMIT_BYTES of files). A partitioned log runs
+    Delta's DELETE. An arrival log's files shared with other partitions are rewritten without the
+    deleted rows, the others' rows as segments of one partition each (tagged, like compaction's);
+    the deleted rows go to the change feed as deletes, as Delta's DELETE writes them, so the feed
+    shows no row inserted twice. Raises ConcurrentCommitError when another commit removed a file
+    first (the caller retries)."""
+    txn = DeltaTransaction.start(spark, path)
+    files = partition_files(txn)
+
+    def doomed(f: DataFile) -> bool:
+        return f.partition in ends and f.first < ends[f.partition]
+
+    holding = sorted({f.partition for p in ends for f in files.get(p, []) if doomed(f)})
+    if not holding:
+        return []
+    if meta_layout(txn) != ARRIVAL:
+        cond = " OR ".join(f"(partition = {p} AND offset < {ends[p]})" for p in holding)
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE {cond}")
+        return holding
+    views: dict[str, list[DataFile]] = {}
+    for fs in files.values():
+        for f in fs:
+            views.setdefault(f.path, []).append(f)
+    hit = [vs for _path, vs in sorted(views.items()) if any(doomed(f) for f in vs)]
+    batch, size = [], 0
+    for vs in hit:  # at most COMMIT_BYTES of files a commit; the rest in the next
+        if batch and size + (vs[0].file_size or vs[0].size) > COMMIT_BYTES:
+            break
+        batch.append(vs)
+        size += vs[0].file_size or vs[0].size
+    kept = [(f.partition, f.first, f.last + 1) for vs in batch for f in vs if not doomed(f)]
+    for vs in batch:
+        for f in vs:
+            if not f.contiguous or (doomed(f) and f.last >= ends[f.partition]):
+                raise OffsetCheckError(f"{f.path} of {path} holds partition {f.partition}'s offsets {f.first}..{f.last} "
+                                       f"in {f.records} rows, across the end {ends.get(f.partition)} to delete below "
+                                       "or not dense; nothing was deleted. This is a bug in lakelog")
+    log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+    gone = [(f.partition, f.first, f.last + 1) for vs in batch for f in vs if doomed(f)]
+    if kept:
+        where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, a, b in kept)
+        written = _segments(txn, _arrow(log.where(where)), kept, data_change=True)
+        for p, a, b in kept:
+            count = sum(w.num_records or 0 for w in written.get(p, []) if a <= w.min_values.get("offset", -1) < b)
+            if count != b - a:
+                raise OffsetCheckError(f"rewriting partition {p} offsets {a}..{b - 1} of {path} read {count} records, "
+                                       f"not {b - a}; nothing was deleted")
+    where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, a, b in gone)
+    txn.write(log.where(where).withColumn("_change_type", F.lit("delete")).coalesce(1))
+    txn.remove((vs[0].action() for vs in batch), data_change=True)
+    txn.commit_as("DELETE", {})
+    return sorted({f.partition for vs in batch for f in vs if doomed(f)})
+
+
+class LayoutChange(BaseModel):
+    previous: str
+    layout: str
+    files_before: int
+    files_after: int
+    records: int
+    version: int | None = None  # None: the log had the layout already
+
+
+def _stats_columns(text: str | None, with_partition: bool) -> dict[str, str]:
+    """The statistics property for a layout: an arrival file needs ``partition``'s (reads skip
+    files by it); a partitioned log cannot have it (a partition column has no statistics)."""
+    if text is None:
+        return {}
+    columns = [c for c in text.split(",") if c.strip() and c.strip() != "partition"]
+    return {"delta.dataSkippingStatsColumns": ",".join((["partition"] if with_partition else []) + columns)}
+
+
+def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
+    """Rewrite every file of the log in ``layout`` in one commit recorded as Delta's OPTIMIZE (no
+    record changes: offsets, epochs, producer ids and the log's set transactions stay; time travel
+    reads the old files). Partitioned: a file per partition. Arrival: each write task takes whole
+    partitions sorted by offset, and each file's partition ranges are read back into its tags.
+    Every commit racing it conflicts (a metadata change); appends retry in the new layout."""
+    if layout not in LAYOUTS:
+        raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
+
+    def attempt() -> LayoutChange:
+        txn = DeltaTransaction.start(spark, path)
+        previous, files = meta_layout(txn), txn.files()
+        if previous == layout:
+            return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(files),
+                                records=sum(f.records for fs in partition_files(txn).values() for f in fs))
+        log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+        records = log.count()
+        stats = txn.configuration().get("delta.dataSkippingStatsColumns")
+        by_partition = log.repartition(max(1, spark.sparkContext.defaultParallelism), "partition") \
+            .sortWithinPartitions("partition", "offset")
+        if layout == ARRIVAL:
+            txn.repartition_table([], {LAYOUT_PROP: ARRIVAL, **_stats_columns(stats, True)})
+            written = txn.write(by_partition, data_change=False, hold=True)
+            per_file = written_ranges(spark, txn, written)
+            for name, found in per_file.items():
+                if any(n != b - a + 1 for a, b, n in found.values()):
+                    raise OffsetCheckError(f"{name} of {path} would hold a partition's offsets with gaps: {found}; "
+                                           "nothing was committed. This is a bug in lakelog")
+            txn.add(written, {name: {RANGES_TAG: encode_ranges(found)} for name, found in per_file.items()})
+        else:
+            txn.repartition_table(["partition"], _stats_columns(stats, False), drop=[LAYOUT_PROP])
+            written = txn.write(by_partition, data_change=False)
+        count = sum(f.num_records or 0 for f in written)
+        if count != records:
+            raise OffsetCheckError(f"rewriting {path} in the {layout} layout wrote {count} records, not {records}; "
+                                   "nothing was committed")
+        txn.remove(files, data_change=False)
+        version = txn.commit_as("OPTIMIZE", {})
+        return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(written),
+                            records=records, version=version)
+
+    return retry_on_conflict(attempt)
 
 
 class Compaction(BaseModel):
@@ -380,7 +551,7 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
         ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
         where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
         if arrival:
-            written_by = _segments(txn, log.where(where), ranges)
+            written_by = _segments(txn, _arrow(log.where(where)), [(p, a, b) for p, (a, b) in ranges.items()])
         else:
             written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
                                 data_change=False)

@@ -11,7 +11,7 @@ Each partition's log end offset is a Delta application transaction version
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
@@ -116,6 +116,17 @@ def end_offset_prop(partition: int) -> str:
     return f"lakelog.partition.{partition}.end_offset"
 
 
+LAYOUT_PROP = "lakelog.layout"  # how the log's files are laid out (docs/design.md); absent: partitioned
+PARTITIONED = "partitioned"  # a Delta partition (folder) per log partition
+ARRIVAL = "arrival"  # a file per write task holding every partition it got, compacted into files per partition
+LAYOUTS = (PARTITIONED, ARRIVAL)
+
+
+def layout_of(properties: Mapping[str, str]) -> str:
+    """The layout a log's table properties record."""
+    return properties.get(LAYOUT_PROP, PARTITIONED)
+
+
 class LogSnapshot(BaseModel):
     """One consistent view of a log: its Delta version, metadata and every partition's log end.
 
@@ -131,6 +142,7 @@ class LogSnapshot(BaseModel):
     log_ends: dict[int, int]
     # Log start offsets raised by retention or delete-records (absent: the incarnation's start).
     log_starts: dict[int, int] = {}
+    layout: str = PARTITIONED
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""

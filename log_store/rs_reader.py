@@ -25,7 +25,7 @@ from deltalake.exceptions import TableNotFoundError
 from log_store.errors import StorageError
 from log_store.files import is_remote
 from log_store.names import log_end_app_id, log_start_app_id
-from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, log_end, log_starts
+from log_store.log_metadata import TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, layout_of, log_end, log_starts
 
 
 Storage = Mapping[str, str] | None
@@ -181,7 +181,7 @@ def log_snapshot(path: str, version: int | None = None, storage: Storage = None)
     snap = LogSnapshot(
         version=table.version(), topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=metadata,
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
-        log_starts=log_starts(known, metadata.partitions),
+        log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
     )
     return snap, meta.id
 

@@ -43,13 +43,17 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.log_files import ARRIVAL, LAYOUT_PROP, LAYOUTS, RANGES_TAG, encode_ranges
+from log_store.log_files import RANGES_TAG, encode_ranges, written_ranges
 from log_store.log_metadata import (
+    ARRIVAL,
+    LAYOUT_PROP,
+    LAYOUTS,
     TOPIC_VERSION_PROP,
     LogSnapshot,
     Mode,
     TopicLogMetadata,
     check_set_transactions_kept,
+    layout_of,
     log_end,
     log_starts,
 )
@@ -191,7 +195,7 @@ class TopicLog:
     # -- metadata --------------------------------------------------------------------------
     def layout(self) -> str:
         """How the log's files are laid out (``TopicLog.create``)."""
-        return DeltaTransaction.start(self.spark, self.path).configuration().get(LAYOUT_PROP, "partitioned")
+        return layout_of(DeltaTransaction.start(self.spark, self.path).configuration())
 
     def metadata(self) -> TopicLogMetadata:
         return TopicLogMetadata.from_properties(DeltaTransaction.start(self.spark, self.path).configuration())
@@ -376,7 +380,7 @@ class TopicLog:
             per_file = {f.path: parts for f in written}
         else:
             written = txn.write(out, hold=True)
-            per_file = self._written_ranges(txn, written)
+            per_file = written_ranges(self.spark, txn, written)
             txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
         counts: dict[int, int] = {}
         max_seq = mark
@@ -412,20 +416,6 @@ class TopicLog:
             ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
         crash_point("produce:after_commit")
         return AppendResult(version=version, ranges=ranges, producer_mark=max_seq)
-
-    def _written_ranges(self, txn: DeltaTransaction, written: list) -> dict[str, dict[int, tuple[int, int, int]]]:
-        """Each written file's (first, last, rows) per partition, read back from the files."""
-        if not written:
-            return {}
-        base = txn.data_path().rstrip("/")
-        by_name = {f.path.rsplit("/", 1)[-1]: f.path for f in written}
-        found = (self.spark.read.parquet(*(f"{base}/{f.path}" for f in written))
-                 .groupBy(F.col("_metadata.file_name").alias("name"), "partition")
-                 .agg(F.min("offset").alias("a"), F.max("offset").alias("b"), F.count("*").alias("n")).collect())
-        out: dict[str, dict[int, tuple[int, int, int]]] = {}
-        for r in found:
-            out.setdefault(by_name[r["name"]], {})[int(r["partition"])] = (int(r["a"]), int(r["b"]), int(r["n"]))
-        return out
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:
@@ -469,7 +459,7 @@ class TopicLog:
         return LogSnapshot(
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
             log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
-            log_starts=log_starts(known, meta.partitions),
+            log_starts=log_starts(known, meta.partitions), layout=layout_of(conf),
         )
 
     def log_end_offsets(self) -> dict[int, int]:

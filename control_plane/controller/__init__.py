@@ -43,7 +43,7 @@ from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
-from log_store.log_files import Compaction, LogStartChange
+from log_store.log_files import Compaction, LayoutChange, LogStartChange, change_layout
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 
@@ -100,6 +100,11 @@ class TopicController:
         """Merge small files of ``topic``'s partitions into files of its ``segment.bytes``."""
         record = self.resume(topic)
         return self.logs.compact(record, self.logs.config(record), partitions)
+
+    def change_layout(self, topic: str, layout: str) -> LayoutChange:
+        """Move ``topic``'s log to ``layout`` (``log_files.change_layout``): one commit rewriting
+        every file, no record changed; the same layout is a no-op."""
+        return change_layout(self.spark, self.resume(topic).location, layout)
 
     def alter(self, topic: str, partitions: int) -> AlterResult:
         """Move ``topic`` to ``partitions`` undeleted partitions: grow (rule 4) or, if enabled, shrink (rule 5).

@@ -21,13 +21,13 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
-from control_plane.controller.retirement import partitions_with_rows
 from control_plane.controller.rules import plan_delete
 from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from log_store.crash import crash_point
-from log_store.engine import retry_on_conflict
+from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentTopicChangeError, UnknownTopicError
+from log_store.log_files import partitions_with_rows
 
 
 def latest_record(changes: TopicChanges, topic: str) -> TopicRecord:
@@ -74,7 +74,7 @@ def finish_deletion(spark: SparkSession, root: str, changes: TopicChanges, delet
 def empty_log(spark: SparkSession, location: str) -> None:
     """Delete every row of a fenced log and remove its files at once (VACUUM without retention:
     nothing may read a deleted topic, and a consumer that tries is told so)."""
-    if partitions_with_rows(spark, location):
+    if partitions_with_rows(DeltaTransaction.start(spark, location)):
         retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{location}`"), ATTEMPTS)
     conf = "spark.databricks.delta.retentionDurationCheck.enabled"
     before = spark.conf.get(conf, "true")

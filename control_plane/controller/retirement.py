@@ -6,8 +6,6 @@ interested groups' committed positions) and purges a retired partition's rows.
 
 from __future__ import annotations
 
-import re
-
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS
@@ -15,10 +13,9 @@ from control_plane.controller.rules import drained
 from control_plane.group.offsets import GroupOffsets
 from log_store.crash import crash_point
 from log_store.engine import retry_on_conflict
+from log_store.log_files import delete_below
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
-
-_PARTITION_DIR = re.compile(r"/partition=(-?\d+)/")
 
 
 def drained_partitions(spark: SparkSession, root: str, topic: str, spans: dict[int, tuple[int, int]]) -> set[int]:
@@ -27,12 +24,6 @@ def drained_partitions(spark: SparkSession, root: str, topic: str, spans: dict[i
     the topic or it committed a position on it, whether it has read the marked partition or not."""
     offsets = GroupOffsets(spark, root)
     return drained(spans, [offsets.committed(group, topic) for group in offsets.interested_groups(topic)])
-
-
-def partitions_with_rows(spark: SparkSession, location: str) -> set[int]:
-    """Partitions that still have data files (from the Delta snapshot: no data is read)."""
-    files = spark.read.format("delta").load(location).inputFiles()
-    return {int(m.group(1)) for f in files if (m := _PARTITION_DIR.search(f))}
 
 
 def purge(spark: SparkSession, location: str) -> list[int]:
@@ -44,11 +35,12 @@ def purge(spark: SparkSession, location: str) -> list[int]:
     meta = TopicLog(spark, location).metadata()
     ends = {p: pm.end_offset for p, pm in meta.partitions.items()
             if pm.mode is Mode.NONE and pm.end_offset is not None}
-    holding = sorted(set(ends) & partitions_with_rows(spark, location)) if ends else []
-    if not holding:
-        return []
-    ends = {p: ends[p] for p in holding}
-    cond = " OR ".join(f"(partition = {p} AND offset < {end})" for p, end in ends.items())
-    retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{location}` WHERE {cond}"), ATTEMPTS)
-    crash_point("retire:after_purge")
-    return holding
+    purged: set[int] = set()
+    while ends:
+        done = retry_on_conflict(lambda: delete_below(spark, location, ends), ATTEMPTS)
+        if not done:
+            break
+        purged.update(done)
+    if purged:
+        crash_point("retire:after_purge")
+    return sorted(purged)

@@ -90,32 +90,43 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
               help="Remove a topic config (back to its default); repeat for several.")
 @click.option("--delete-partition-enable/--no-delete-partition-enable", default=None,
               help="Allow shrinking (default: controller.delete_partition_enable or $LAKELOG_DELETE_PARTITION_ENABLE).")
+@click.option("--layout", type=click.Choice(["partitioned", "arrival"]), default=None,
+              help="Move the log to this layout: one commit rewriting every file, no record changed.")
 @json_option
 @pass_ctx
 def alter(c: Context, topic: str, partitions: int | None, configs: tuple[str, ...], delete_configs: tuple[str, ...],
-          delete_partition_enable: bool | None, as_json: bool) -> None:
+          delete_partition_enable: bool | None, layout: str | None, as_json: bool) -> None:
     """Grow TOPIC to N partitions, or shrink it (marks partitions >= N for deletion; needs the switch),
-    and/or change its configuration (--config retention.ms=604800000).
+    and/or change its configuration (--config retention.ms=604800000), and/or move its log to
+    another layout (--layout arrival).
 
     Re-running a killed alter finishes it.
     """
     from control_plane.topic_config import parse_pairs
     from log_store.errors import InvalidConfigurationError
 
-    if partitions is None and not configs and not delete_configs:
-        raise InvalidConfigurationError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+    if partitions is None and not configs and not delete_configs and layout is None:
+        raise InvalidConfigurationError("nothing to alter: give --partitions N, --config KEY=VALUE, --delete-config KEY "
+                                        "or --layout LAYOUT")
     parse_pairs(list(configs))  # bad configs fail before anything changes
     c.config  # validate configuration before touching Spark
     controller = c.controller(delete_partition_enable)
     result = controller.alter(topic, partitions) if partitions is not None else None
     config = controller.alter_config(topic, list(configs), list(delete_configs)) if configs or delete_configs else None
+    moved = controller.change_layout(topic, layout) if layout is not None else None
     d = c.topic_admin().describe(topic)
     if as_json:
         emit({"result": result.model_dump(mode="json") if result else None,
-              "config": config.model_dump(mode="json") if config else None, "topic": d.model_dump(mode="json")}, True)
+              "config": config.model_dump(mode="json") if config else None,
+              "layout": moved.model_dump(mode="json") if moved else None, "topic": d.model_dump(mode="json")}, True)
         return
     if result is not None and result.note:
         stderr.print(result.note, highlight=False, markup=False)
+    if moved is not None:
+        stderr.print(f"layout: {moved.previous} -> {moved.layout}" + (
+            f", {moved.files_before} files rewritten as {moved.files_after}, {moved.records} records, log version "
+            f"{moved.version}" if moved.version is not None else " (already; nothing to change)"),
+            highlight=False, markup=False)
     _print_description(d, topic)
 
 

@@ -30,7 +30,9 @@ T = "ret"
 
 
 def produce_batches(spark, root, batches: int, size: int = 40, partitions: int = 2) -> Producer:
-    TopicAdmin(spark, root).create(T, partitions)
+    """A topic of the partitioned layout (``files_of`` reads its partition folders; the arrival
+    layout's retention: tests/log_store/test_arrival_layout.py)."""
+    TopicAdmin(spark, root).create(T, partitions, layout="partitioned")
     producer = Producer(spark, root, T, "p")
     for i in range(batches):
         producer.send(make_records(spark, size, keys=7, start=i * size))

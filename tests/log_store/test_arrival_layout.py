@@ -77,3 +77,91 @@ def test_the_layout_is_chosen_per_topic_and_an_unknown_one_is_refused_with_nothi
                                    "--layout", "mixed"])
     assert bad.exit_code == 2 and "mixed" in bad.output
     assert "b" not in {r.topic for r in admin.list()}
+
+
+def test_a_retired_partitions_rows_leave_shared_files_and_the_feed_shows_them_deleted_once(spark, root, arrival):
+    from log_store.log_files import delete_below, partitions_with_rows
+
+    TopicAdmin(spark, root).create(T, 3)
+    location = TopicAdmin(spark, root).get(T).location
+    producer = Producer(spark, root, T, "p")
+    for i in range(3):
+        producer.send(make_records(spark, 45, keys=9, start=i * 45))
+    before = {(r["partition"], r["offset"]): r["value"] for r in log_rows(root, T)}
+    end = 1 + max(o for p, o in before if p == 1)
+
+    assert delete_below(spark, location, {1: end}) == [1]
+    assert delete_below(spark, location, {1: end}) == [], "nothing left to delete"
+    after = {(r["partition"], r["offset"]): r["value"] for r in log_rows(root, T)}  # delta-rs
+    assert after == {k: v for k, v in before.items() if k[0] != 1}, "the others' rows kept, unchanged"
+    assert partitions_with_rows(DeltaTransaction.start(spark, location)) == {0, 2}
+    assert all(set(f["ranges"]) <= {0, 2} for f in adds(spark, location))
+
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(location)
+    changes = [(r["partition"], r["offset"], r["_change_type"]) for r in feed.collect()]
+    inserted = [(p, o) for p, o, t in changes if t == "insert"]
+    assert sorted(inserted) == sorted(before), "every record inserted once: the rewrite is not an insert"
+    assert sorted((p, o) for p, o, t in changes if t == "delete") == sorted(k for k in before if k[0] == 1)
+
+    (change,) = TopicController(spark, root).delete_records(T, {0: 1 + max(o for p, o in after if p == 0)})
+    assert change.files_removed >= 1, "the rewritten segments are files of one partition"
+
+
+def test_a_deleted_arrival_topic_is_emptied_and_created_again(spark, root, arrival):
+    admin = TopicAdmin(spark, root)
+    admin.create(T, 2)
+    Producer(spark, root, T, "p").send(make_records(spark, 20, keys=4))
+    location = admin.get(T).location
+    TopicController(spark, root).delete(T)
+    assert DeltaTable(location).file_uris() == []
+    admin.create(T, 2)
+    Producer(spark, root, T, "p").send(make_records(spark, 10, keys=4))
+    assert len(log_rows(root, T)) == 10
+
+
+def test_an_old_topic_moves_to_the_arrival_layout_and_back_with_every_record_kept(spark, root):
+    import json
+
+    from click.testing import CliRunner
+
+    from jobs.cli import cli
+
+    admin = TopicAdmin(spark, root)
+    admin.create(T, 3, layout="partitioned")
+    location = admin.get(T).location
+    producer = Producer(spark, root, T, "p")
+    for i in range(2):
+        producer.send(make_records(spark, 30, keys=7, start=i * 30))
+    fields = ("partition", "offset", "leader_epoch", "value", "producer_id", "sequence")
+    before = sorted(tuple(r[f] for f in fields) for r in log_rows(root, T))
+    old_version = DeltaTable(location).version()
+
+    def alter(layout: str) -> dict:
+        out = CliRunner().invoke(cli, ["--root", root, "topics", "alter", "--topic", T, "--layout", layout, "--json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    moved = alter("arrival")
+    assert (moved["layout"]["previous"], moved["topic"]["layout"]) == ("partitioned", "arrival")
+    assert moved["layout"]["records"] == 60 and moved["layout"]["version"] is not None
+    assert sorted(tuple(r[f] for f in fields) for r in log_rows(root, T)) == before, "no record changed (delta-rs)"
+    assert DeltaTable(location).metadata().partition_columns == []
+    for f in adds(spark, location):
+        assert all(n == b - a + 1 for a, b, n in f["ranges"].values()), "each file's partitions dense"
+    old = spark.read.format("delta").option("versionAsOf", old_version).load(location)
+    assert old.count() == 60, "time travel reads the files of before"
+    assert alter("arrival")["layout"]["version"] is None, "the same layout again changes nothing"
+
+    producer.send(make_records(spark, 30, keys=7, start=60))  # numbered on from the kept log ends
+    after = sorted((r["partition"], r["offset"]) for r in log_rows(root, T))
+    assert all(after.count(x) == 1 for x in after) and len(after) == 90
+    for p in range(3):
+        offsets = [o for q, o in after if q == p]
+        assert offsets == list(range(len(offsets))), f"partition {p} dense"
+
+    back = alter("partitioned")
+    assert back["topic"]["layout"] == "partitioned" and back["layout"]["records"] == 90
+    assert DeltaTable(location).metadata().partition_columns == ["partition"]
+    assert sorted((r["partition"], r["offset"]) for r in log_rows(root, T)) == after
+    bad = CliRunner().invoke(cli, ["--root", root, "topics", "alter", "--topic", T, "--layout", "mixed"])
+    assert bad.exit_code == 2 and "mixed" in bad.output

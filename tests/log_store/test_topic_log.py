@@ -38,8 +38,12 @@ def records_of(ids):
 
 
 @pytest.fixture()
-def log(spark, tmp_path):
-    return TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3))
+def log(spark, tmp_path, request):
+    """A log of the default layout, or of the one a test's ``partitioned_only`` mark names: for
+    what only the partitioned layout promises (a folder and a file per partition, offsets counted
+    from statistics), whatever ``LAKELOG_LAYOUT`` makes the default."""
+    layout = "partitioned" if request.node.get_closest_marker("partitioned_only") else None
+    return TopicLog.create(spark, str(tmp_path / "t"), TopicLogMetadata.initial("t", 3), layout=layout)
 
 
 def log_adds(path):
@@ -161,6 +165,7 @@ def test_the_log_checkpoints_every_hundred_commits(spark, log):
     assert metadata["configuration"].get("delta.checkpointInterval") == "100"
 
 
+@pytest.mark.partitioned_only
 def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
     """Offsets, sequences, epochs and timestamps have statistics (the append counts and checks
     from them, reads skip by them); keys, values, headers and producer ids none (cost, no use)."""
@@ -187,6 +192,7 @@ def test_a_topic_made_before_the_statistics_change_takes_it_from_the_readme_alte
     assert log.log_end_offsets() == {0: 6, 1: 6, 2: 6}
 
 
+@pytest.mark.partitioned_only
 def test_statistics_without_offsets_are_refused_and_nothing_written(spark, log):
     log.append(batch(spark, 0, 9), 3, "p1")
     spark.sql(f"ALTER TABLE delta.`{log.path}` SET TBLPROPERTIES ('delta.dataSkippingStatsColumns' = 'sequence')")
@@ -239,6 +245,7 @@ def test_offsets_follow_sequences_over_many_tasks_with_or_without_a_shuffle(spar
     assert fast == (order == "in order")
 
 
+@pytest.mark.partitioned_only
 def test_read_returns_exactly_the_ranges_and_skips_files_outside_them(spark, log):
     """A batch's read keeps only its ranges, and Delta skips the files outside them by their
     statistics: outside the union of the ranges' offsets (as with one disjunct per partition,
@@ -307,6 +314,7 @@ def test_a_small_batch_is_numbered_and_written_in_one_stage(spark, log):
         assert [s for _, s in got] == sorted(s for _, s in got)
 
 
+@pytest.mark.partitioned_only
 def test_a_small_append_written_from_the_driver_reads_back_exactly_with_deltas_statistics(spark, log):
     """A small batch is written by pyarrow from the driver, a file per partition: any Delta
     reader finds the same records (headers in order with a repeated key, timestamps to the

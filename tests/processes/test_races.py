@@ -219,3 +219,30 @@ def test_compaction_racing_producers_and_a_group_loses_moves_reorders_and_duplic
     import pyarrow as pa
 
     assert pa.table(feed).num_rows == 240, "compaction added nothing to the change feed"
+
+
+def test_a_producer_racing_a_layout_change_lands_its_batch_once_in_the_new_layout(spark, root, tmp_path):
+    """The producer's third batch is written as partitioned files, not committed, when another
+    process moves the log to the arrival layout: its commit conflicts with the move and is made
+    again in the new layout, so no file of the old layout lands after it and nothing twice."""
+    from log_store.engine import DeltaTransaction
+    from log_store.log_files import RANGES_TAG
+
+    admin = TopicAdmin(spark, root)
+    admin.create("move", 3, layout="partitioned")
+    point = "produce:after_write@3"
+    producer = spawn_worker("append", root, "move", "pm", "0", "100", "20", env=pausing_at(tmp_path, point))
+    assert while_paused(producer, tmp_path, point), producer.stderr.read()[-3000:]
+    moved = TopicController(spark, root).change_layout("move", "arrival")
+    assert moved.records == 40 and moved.version is not None
+    resume(tmp_path, point)
+    out, err = producer.communicate(timeout=400)
+    assert producer.returncode == 0, err[-3000:]
+    rows = _log_rows(spark, admin, "move")
+    assert sorted(r["sequence"] for r in rows) == list(range(100)), "every record once"
+    for p in range(3):
+        offsets = sorted(r["offset"] for r in rows if r["partition"] == p)
+        assert offsets == list(range(len(offsets)))
+    files = DeltaTransaction.start(spark, admin.get("move").location).files()
+    assert all(RANGES_TAG in (f.get("tags") or {}) and not f.get("partitionValues") for f in files), \
+        "every file committed after the move is an arrival file"
