@@ -79,7 +79,7 @@ RECORD_SCHEMA = StructType(
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
 # write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
-DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a trial switch while the arrival layout is built
+DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a new topic's, without a layout given
 CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 # What a producer hands to ``append``: the record schema less what the append assigns.
 PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
@@ -130,9 +130,10 @@ class TopicLog:
         ``topic_version``: the creating record's (above 1 for a topic created again after a deletion).
         ``layout``: ``partitioned`` (a Delta partition per log partition) or ``arrival`` (a file per
         write holding every partition it got, compacted into files per partition; docs/design.md)."""
-        layout = layout or DEFAULT_LAYOUT
+        given, layout = layout, layout or DEFAULT_LAYOUT
         if layout not in LAYOUTS:
-            raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
+            where = "" if given else " (from LAKELOG_LAYOUT)"
+            raise InvalidConfigurationError(f"unknown layout {layout!r}{where}: give one of {', '.join(LAYOUTS)}")
         arrival = layout == ARRIVAL
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(RECORD_SCHEMA)
         if arrival:

@@ -5,6 +5,8 @@ Read back with delta-rs."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -72,7 +74,7 @@ def test_the_layout_is_chosen_per_topic_and_an_unknown_one_is_refused_with_nothi
     admin = TopicAdmin(spark, root)
     assert admin.log("a").layout() == "arrival"
     admin.create("p", 2)
-    assert admin.log("p").layout() == "partitioned", "the default"
+    assert admin.log("p").layout() == os.environ.get("LAKELOG_LAYOUT", "partitioned"), "the default"
     bad = CliRunner().invoke(cli, ["--root", root, "topics", "create", "--topic", "b", "--partitions", "2",
                                    "--layout", "mixed"])
     assert bad.exit_code == 2 and "mixed" in bad.output
@@ -165,3 +167,31 @@ def test_an_old_topic_moves_to_the_arrival_layout_and_back_with_every_record_kep
     assert sorted((r["partition"], r["offset"]) for r in log_rows(root, T)) == after
     bad = CliRunner().invoke(cli, ["--root", root, "topics", "alter", "--topic", T, "--layout", "mixed"])
     assert bad.exit_code == 2 and "mixed" in bad.output
+
+
+def test_an_arrival_files_ranges_survive_a_checkpoint_spark_writes(spark, root, arrival):
+    """The tags are the only record of a shared file's partitions: a Delta checkpoint written by
+    Spark keeps them, and a snapshot read from it (its commit files gone) still plans by them."""
+    from pathlib import Path
+
+    from log_store.engine import delta
+
+    TopicAdmin(spark, root).create(T, 3)
+    location = TopicAdmin(spark, root).get(T).location
+    producer = Producer(spark, root, T, "p")
+    for i in range(3):
+        producer.send(make_records(spark, 30, keys=7, start=i * 30))
+    before = sorted((f["path"], tuple(sorted(f["ranges"].items()))) for f in adds(spark, location))
+    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, location)
+    log.checkpoint()
+    folder = Path(location, "_delta_log")
+    checkpoints = list(folder.glob("*.checkpoint.parquet"))
+    assert checkpoints, "Spark wrote a checkpoint"
+    version = int(checkpoints[0].name.split(".")[0])
+    for f in folder.glob("*.json"):
+        if int(f.name.split(".")[0]) < version:
+            f.unlink()  # the snapshot can only come from the checkpoint now
+    delta(spark).DeltaLog.clearCache()
+    assert sorted((f["path"], tuple(sorted(f["ranges"].items()))) for f in adds(spark, location)) == before
+    (change,) = TopicController(spark, root).compact(T)[:1]
+    assert all(len(f["ranges"]) == 1 for f in adds(spark, location)), "compaction planned from the checkpoint's tags"
