@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
@@ -334,27 +335,6 @@ def written_ranges(spark: SparkSession, txn: DeltaTransaction, written: list) ->
     out: dict[str, dict[int, tuple[int, int, int]]] = {}
     for r in found:
         out.setdefault(by_name[r["name"]], {})[int(r["partition"])] = (int(r["a"]), int(r["b"]), int(r["n"]))
-    return out
-
-
-def partitions_with_rows(txn: DeltaTransaction) -> set[int]:
-    """Partitions that have any data file in the transaction's snapshot (from the add actions:
-    an arrival file's tags, else its partition value or statistics; no data is read)."""
-    out: set[int] = set()
-    for add in txn.files():
-        ranges = (add.get("tags") or {}).get(RANGES_TAG)
-        values = add.get("partitionValues") or {}
-        if ranges:
-            out.update(decode_ranges(ranges))
-        elif "partition" in values:
-            out.add(int(values["partition"]))
-        else:
-            stats = json.loads(add.get("stats") or "{}")
-            lo, hi = stats.get("minValues", {}).get("partition"), stats.get("maxValues", {}).get("partition")
-            if lo is None or hi is None:
-                raise OffsetCheckError(f"a data file of {txn.data_path()} ({add['path']}) says neither which "
-                                       "partitions it holds nor has statistics; it was not written by lakelog")
-            out.update(range(int(lo), int(hi) + 1))
     return out
 
 

@@ -82,7 +82,7 @@ def test_the_layout_is_chosen_per_topic_and_an_unknown_one_is_refused_with_nothi
 
 
 def test_a_retired_partitions_rows_leave_shared_files_and_the_feed_shows_them_deleted_once(spark, root, arrival):
-    from log_store.log_files import delete_below, partitions_with_rows
+    from log_store.log_files import delete_below
 
     TopicAdmin(spark, root).create(T, 3)
     location = TopicAdmin(spark, root).get(T).location
@@ -96,8 +96,7 @@ def test_a_retired_partitions_rows_leave_shared_files_and_the_feed_shows_them_de
     assert delete_below(spark, location, {1: end}) == [], "nothing left to delete"
     after = {(r["partition"], r["offset"]): r["value"] for r in log_rows(root, T)}  # delta-rs
     assert after == {k: v for k, v in before.items() if k[0] != 1}, "the others' rows kept, unchanged"
-    assert partitions_with_rows(DeltaTransaction.start(spark, location)) == {0, 2}
-    assert all(set(f["ranges"]) <= {0, 2} for f in adds(spark, location))
+    assert set().union(*(f["ranges"] for f in adds(spark, location))) == {0, 2}
 
     feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(location)
     changes = [(r["partition"], r["offset"], r["_change_type"]) for r in feed.collect()]
