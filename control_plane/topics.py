@@ -29,7 +29,7 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import check_topic_name, commit_metadata, topic_version_property
-from log_store.log_metadata import LogSnapshot, Mode, TopicLogMetadata
+from log_store.log_metadata import PARTITIONED, LogSnapshot, Mode, TopicLogMetadata
 from log_store.topic_log import TopicLog
 
 
@@ -54,7 +54,7 @@ class TopicDescription(BaseModel):
     topic_version: int
     partitions: list[PartitionDescription]
     config: dict[str, str] = {}  # every topic config (control_plane.topic_config), defaults included
-    layout: str = "partitioned"  # the log's files: a folder per partition, or arrival files (docs/design.md)
+    layout: str = PARTITIONED  # the log's files: a folder per partition, or arrival files (docs/design.md)
 
 
 def live_record(found: TopicRecord | None, topic: str, root: str) -> TopicRecord:
@@ -91,7 +91,7 @@ def describe_topic(record: TopicRecord, snap: LogSnapshot, topic_id: str, config
             PartitionDescription(
                 partition=p,
                 # an arrival log's partitions share its files: no folder of their own
-                location=f"{record.location}/partition={p}" if snap.layout == "partitioned" else record.location,
+                location=f"{record.location}/partition={p}" if snap.layout == PARTITIONED else record.location,
                 leader_epoch=pm.leader_epoch,
                 mode=pm.mode,
                 earliest_offset=earliest.get(p, 0),

@@ -305,10 +305,17 @@ class TopicLog:
             "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
             "timestamp", "producer_id", "sequence",
         )
-        counts: dict[int, int] = {}
-        max_seq = mark
         if conf.get(LAYOUT_PROP) == ARRIVAL:
-            return self._append_arrival(txn, meta, out, rows, bases, known, writable, producer_id, mark, expected_count)
+            parts, max_seq = self._write_arrival(txn, out, rows, producer_id, mark)
+        else:
+            parts, max_seq = self._write_partitioned(txn, out, rows, producer_id, mark)
+        return self._commit_parts(txn, meta, parts, bases, known, writable, producer_id, max_seq, mark, expected_count)
+
+    def _write_partitioned(self, txn: DeltaTransaction, out: DataFrame, rows: int | None, producer_id: str | None,
+                           mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
+        """A partitioned log's files of ``out`` (a file per partition and task); returns each
+        file's (partition, rows, first, last offset), from Delta's statistics, and the highest
+        sequence."""
         if use_one_task(rows):
             # A small batch is numbered in one Spark job that brings its rows to the driver, and
             # written from there by pyarrow, a file per partition: a Spark write job of its own
@@ -320,6 +327,8 @@ class TopicLog:
             written = txn.write_rows(table, partition_by="partition")
         else:
             written = txn.write(out)
+        parts: list[tuple[int, int, int, int]] = []
+        max_seq = mark
         for f in written:
             if f.num_records is None or "offset" not in f.min_values or (producer_id and "sequence" not in f.max_values):
                 raise TableConfigError(
@@ -327,10 +336,57 @@ class TopicLog:
                     "false, or delta.dataSkippingStatsColumns without offset and sequence?); lakelog counts appended records from them, so "
                     "nothing was committed. Turn statistics collection back on."
                 )
-            p = int(f.partition_values["partition"])
-            counts[p] = counts.get(p, 0) + f.num_records
+            if f.num_records:
+                parts.append((int(f.partition_values["partition"]), f.num_records, int(f.min_values["offset"]),
+                              int(f.max_values["offset"])))
             if producer_id:
                 max_seq = max(max_seq, int(f.max_values["sequence"]))
+        return parts, max_seq
+
+    def _write_arrival(self, txn: DeltaTransaction, out: DataFrame, rows: int | None, producer_id: str | None,
+                       mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
+        """An arrival log's files of ``out``: one file per write task holding every partition it
+        got; each file's rows, first and last offset per partition read back from the written files
+        (a proof of the dense offsets, as the statistics are for a file of one partition) and kept
+        in the file's ``lakelog.ranges`` tag for retention and compaction. Returns them as
+        ``_write_partitioned`` does."""
+        if use_one_task(rows):
+            try:
+                table = out.toArrow()
+            except Exception as exc:
+                raise translate(exc) from exc
+            table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+            found = _arrow_ranges(table)
+            written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(found)} if found else None)
+            per_file = {f.path: found for f in written}
+        else:
+            written = txn.write(out, hold=True)
+            per_file = written_ranges(self.spark, txn, written)
+            txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
+        parts: list[tuple[int, int, int, int]] = []
+        max_seq = mark
+        for f in written:
+            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
+                raise TableConfigError(f"Delta wrote files without statistics to {self.path}; nothing was committed. "
+                                       "Turn statistics collection back on.")
+            mine = per_file.get(f.path, {})
+            if f.num_records != sum(n for _a, _b, n in mine.values()):
+                raise OffsetCheckError(f"a written file of {self.path} holds {f.num_records} records, but "
+                                       f"{mine} were read back; nothing was committed. This is a bug in lakelog")
+            parts.extend((p, n, a, b) for p, (a, b, n) in mine.items())
+            if producer_id:
+                max_seq = max(max_seq, int(f.max_values["sequence"]))
+        return parts, max_seq
+
+    def _commit_parts(self, txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
+                      bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,
+                      max_seq: int, mark: int, expected_count: int) -> AppendResult:
+        """Commit the written files whose (partition, rows, first, last offset) are ``parts``: every
+        partition writable, its offsets dense from its log end, and the log ends and the producer's
+        mark moved in the same commit, which fails if another writer moved them first."""
+        counts: dict[int, int] = {}
+        for p, n, _a, _b in parts:
+            counts[p] = counts.get(p, 0) + n
         not_writable = sorted(set(counts) - set(writable))
         if not_writable:  # the written files are never committed; VACUUM removes them
             p = not_writable[0]
@@ -347,69 +403,13 @@ class TopicLog:
                 "set transaction?); appending would reuse offsets, so nothing was written. Restore the table's "
                 "set transactions (docs/storage-format.md) before producing again"
             )
-        check_dense(((int(f.partition_values["partition"]), f.num_records, int(f.min_values["offset"]),
-                      int(f.max_values["offset"])) for f in written if f.num_records), bases)
+        check_dense(parts, bases)
         crash_point("produce:after_write")
         for p in counts:  # the commit now fails if another writer moved these partitions
             txn.app_version(log_end_app_id(p))
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
         if producer_id:
             txn.app_version(producer_app_id(producer_id))  # and if the same producer committed meanwhile
-            versions[producer_app_id(producer_id)] = max_seq
-        ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
-        version = txn.commit(versions, commit_metadata(
-            "append", producer_id=producer_id, undeleted_partition_count=expected_count,
-            ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
-        crash_point("produce:after_commit")
-        return AppendResult(version=version, ranges=ranges, producer_mark=max_seq)
-
-    def _append_arrival(self, txn: DeltaTransaction, meta: TopicLogMetadata, out: DataFrame, rows: int | None,
-                        bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,
-                        mark: int, expected_count: int) -> AppendResult:
-        """The append of an arrival-layout log: one file per write task holding every partition it
-        got; each file's rows, first and last offset per partition read back from the written files
-        (a proof of the dense offsets, as the statistics are for a file of one partition) and kept
-        in the file's ``lakelog.ranges`` tag for retention and compaction."""
-        if use_one_task(rows):
-            try:
-                table = out.toArrow()
-            except Exception as exc:
-                raise translate(exc) from exc
-            table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-            parts = _arrow_ranges(table)
-            written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(parts)} if parts else None)
-            per_file = {f.path: parts for f in written}
-        else:
-            written = txn.write(out, hold=True)
-            per_file = written_ranges(self.spark, txn, written)
-            txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
-        counts: dict[int, int] = {}
-        max_seq = mark
-        for f in written:
-            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
-                raise TableConfigError(f"Delta wrote files without statistics to {self.path}; nothing was committed. "
-                                       "Turn statistics collection back on.")
-            if f.num_records != sum(n for _a, _b, n in per_file.get(f.path, {}).values()):
-                raise OffsetCheckError(f"a written file of {self.path} holds {f.num_records} records, but "
-                                       f"{per_file.get(f.path)} were read back; nothing was committed. This is a bug in lakelog")
-            for p, (_a, _b, n) in per_file.get(f.path, {}).items():
-                counts[p] = counts.get(p, 0) + n
-            if producer_id:
-                max_seq = max(max_seq, int(f.max_values["sequence"]))
-        not_writable = sorted(set(counts) - set(writable))
-        if not_writable:
-            p = not_writable[0]
-            state = "does not exist" if p not in meta.partitions else f"is {meta.partitions[p].mode.value}"
-            raise InvalidPartitionMetadataError(f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition")
-        if not counts:
-            return AppendResult(version=None, ranges={}, producer_mark=mark)
-        check_dense(((p, n, a, b) for r in per_file.values() for p, (a, b, n) in r.items()), bases)
-        crash_point("produce:after_write")
-        for p in counts:
-            txn.app_version(log_end_app_id(p))
-        versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
-        if producer_id:
-            txn.app_version(producer_app_id(producer_id))
             versions[producer_app_id(producer_id)] = max_seq
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
         version = txn.commit(versions, commit_metadata(

@@ -6,6 +6,7 @@ import click
 
 from jobs.context import Context, json_option, pass_ctx
 from jobs.output import emit, stderr, stdout
+from log_store.log_metadata import LAYOUTS
 
 
 @click.group()
@@ -24,7 +25,7 @@ def _print_description(d, topic: str) -> None:
 @click.option("--partitions", required=True, type=int)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
-@click.option("--layout", type=click.Choice(["partitioned", "arrival"]), default=None,
+@click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
               help="The log's files: a Delta partition per log partition (partitioned), or a file per "
                    "write holding every partition, compacted into files per partition (arrival).")
 @json_option
@@ -90,7 +91,7 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
               help="Remove a topic config (back to its default); repeat for several.")
 @click.option("--delete-partition-enable/--no-delete-partition-enable", default=None,
               help="Allow shrinking (default: controller.delete_partition_enable or $LAKELOG_DELETE_PARTITION_ENABLE).")
-@click.option("--layout", type=click.Choice(["partitioned", "arrival"]), default=None,
+@click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
               help="Move the log to this layout: one commit rewriting every file, no record changed.")
 @json_option
 @pass_ctx
