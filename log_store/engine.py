@@ -142,39 +142,36 @@ class DeltaTransaction:
         read of every row in this transaction would."""
         self.jtxn.readWholeTable()
 
-    def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
-        """Change (and remove) table properties in this transaction's commit (a metadata update:
-        every concurrent commit to the table then conflicts, so it acts as a fence)."""
+    def _metadata(self, properties: Mapping[str, str], drop: Iterable[str], partition_columns: Any = None) -> Any:
+        """The snapshot's metadata with ``properties`` set, ``drop`` removed (and new partition
+        columns, a Scala sequence), as a new Delta ``Metadata``."""
         meta = self.jtxn.metadata()
         conf = meta.configuration()
         for key in drop:
             conf = getattr(conf, "$minus")(key)
         for key, value in properties.items():
             conf = conf.updated(key, value)
-        self._actions.add(meta.copy(
-            meta.id(), meta.name(), meta.description(), meta.format(), meta.schemaString(),
-            meta.partitionColumns(), conf, meta.createdTime(),
-        ))
+        return meta.copy(meta.id(), meta.name(), meta.description(), meta.format(), meta.schemaString(),
+                         partition_columns if partition_columns is not None else meta.partitionColumns(), conf,
+                         meta.createdTime())
+
+    def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
+        """Change (and remove) table properties in this transaction's commit (a metadata update:
+        every concurrent commit to the table then conflicts, so it acts as a fence)."""
+        self._actions.add(self._metadata(properties, drop))
 
     def repartition_table(self, partition_columns: list[str], properties: Mapping[str, str],
                           drop: Iterable[str] = ()) -> None:
         """Change the table's partition columns and properties in this transaction, before its
         files are written (``write`` then lays them out by the new columns); every file must be
         rewritten in the same commit. As any metadata update, every concurrent commit conflicts."""
-        meta = self.jtxn.metadata()
-        conf = meta.configuration()
-        for key in drop:
-            conf = getattr(conf, "$minus")(key)
-        for key, value in properties.items():
-            conf = conf.updated(key, value)
         jvm = self.spark._jvm
         columns = jvm.java.util.ArrayList()
         for c in partition_columns:
             columns.add(c)
         seq = jvm.scala.collection.JavaConverters.asScalaBuffer(columns).toSeq()
         try:
-            self.jtxn.updateMetadata(meta.copy(meta.id(), meta.name(), meta.description(), meta.format(),
-                                               meta.schemaString(), seq, conf, meta.createdTime()), False)
+            self.jtxn.updateMetadata(self._metadata(properties, drop, seq), False)
         except Exception as exc:
             raise translate(exc) from exc
 

@@ -33,8 +33,6 @@ from log_store.engine import DeltaTransaction, retry_on_conflict, translate
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
 from log_store.log_metadata import (
     ARRIVAL,
-    LAYOUT_PROP,
-    LAYOUTS,
     Mode,
     TopicLogMetadata,
     check_set_transactions_kept,
@@ -296,14 +294,14 @@ def meta_layout(txn: DeltaTransaction) -> str:
     return layout_of(txn.configuration())
 
 
-def _arrow(rows) -> "pa.Table":
+def to_arrow(rows) -> "pa.Table":
     try:
         return rows.toArrow()
     except Exception as exc:
         raise translate(exc) from exc
 
 
-def _segments(txn: DeltaTransaction, table, ranges: list[tuple[int, int, int]], data_change: bool = False) -> dict[int, list]:
+def write_segments(txn: DeltaTransaction, table, ranges: list[tuple[int, int, int]], data_change: bool = False) -> dict[int, list]:
     """An arrival log's segments: the rows of each (partition, first, end) of ``ranges`` in
     ``table`` in one file of its own, sorted by offset, written from the driver (a commit's rows
     are at most COMMIT_BYTES) with the file's range in its tags, so retention and reads treat it as
@@ -336,125 +334,6 @@ def written_ranges(spark: SparkSession, txn: DeltaTransaction, written: list) ->
     for r in found:
         out.setdefault(by_name[r["name"]], {})[int(r["partition"])] = (int(r["a"]), int(r["b"]), int(r["n"]))
     return out
-
-
-def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[int]:
-    """Delete each partition's rows below ``ends[p]`` (a retired partition's, rule 7) in a
-    commit recorded as Delta's DELETE; return the partitions it deleted rows of (call again until
-    none: an arrival log's commit takes at most COMMIT_BYTES of files). A partitioned log runs
-    Delta's DELETE. An arrival log's files shared with other partitions are rewritten without the
-    deleted rows, the others' rows as segments of one partition each (tagged, like compaction's);
-    the deleted rows go to the change feed as deletes, as Delta's DELETE writes them, so the feed
-    shows no row inserted twice. Raises ConcurrentCommitError when another commit removed a file
-    first (the caller retries)."""
-    txn = DeltaTransaction.start(spark, path)
-    files = partition_files(txn)
-
-    def doomed(f: DataFile) -> bool:
-        return f.partition in ends and f.first < ends[f.partition]
-
-    holding = sorted({f.partition for p in ends for f in files.get(p, []) if doomed(f)})
-    if not holding:
-        return []
-    if meta_layout(txn) != ARRIVAL:
-        cond = " OR ".join(f"(partition = {p} AND offset < {ends[p]})" for p in holding)
-        spark.sql(f"DELETE FROM delta.`{path}` WHERE {cond}")
-        return holding
-    views: dict[str, list[DataFile]] = {}
-    for fs in files.values():
-        for f in fs:
-            views.setdefault(f.path, []).append(f)
-    hit = [vs for _path, vs in sorted(views.items()) if any(doomed(f) for f in vs)]
-    batch, size = [], 0
-    for vs in hit:  # at most COMMIT_BYTES of files a commit; the rest in the next
-        if batch and size + (vs[0].file_size or vs[0].size) > COMMIT_BYTES:
-            break
-        batch.append(vs)
-        size += vs[0].file_size or vs[0].size
-    kept = [(f.partition, f.first, f.last + 1) for vs in batch for f in vs if not doomed(f)]
-    for vs in batch:
-        for f in vs:
-            if not f.contiguous or (doomed(f) and f.last >= ends[f.partition]):
-                raise OffsetCheckError(f"{f.path} of {path} holds partition {f.partition}'s offsets {f.first}..{f.last} "
-                                       f"in {f.records} rows, across the end {ends.get(f.partition)} to delete below "
-                                       "or not dense; nothing was deleted. This is a bug in lakelog")
-    log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
-    gone = [(f.partition, f.first, f.last + 1) for vs in batch for f in vs if doomed(f)]
-    if kept:
-        where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, a, b in kept)
-        written = _segments(txn, _arrow(log.where(where)), kept, data_change=True)
-        for p, a, b in kept:
-            count = sum(w.num_records or 0 for w in written.get(p, []) if a <= w.min_values.get("offset", -1) < b)
-            if count != b - a:
-                raise OffsetCheckError(f"rewriting partition {p} offsets {a}..{b - 1} of {path} read {count} records, "
-                                       f"not {b - a}; nothing was deleted")
-    where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, a, b in gone)
-    txn.write(log.where(where).withColumn("_change_type", F.lit("delete")).coalesce(1))
-    txn.remove((vs[0].action() for vs in batch), data_change=True)
-    txn.commit_as("DELETE", {})
-    return sorted({f.partition for vs in batch for f in vs if doomed(f)})
-
-
-class LayoutChange(BaseModel):
-    previous: str
-    layout: str
-    files_before: int
-    files_after: int
-    records: int
-    version: int | None = None  # None: the log had the layout already
-
-
-def _stats_columns(text: str | None, with_partition: bool) -> dict[str, str]:
-    """The statistics property for a layout: an arrival file needs ``partition``'s (reads skip
-    files by it); a partitioned log cannot have it (a partition column has no statistics)."""
-    if text is None:
-        return {}
-    columns = [c for c in text.split(",") if c.strip() and c.strip() != "partition"]
-    return {"delta.dataSkippingStatsColumns": ",".join((["partition"] if with_partition else []) + columns)}
-
-
-def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
-    """Rewrite every file of the log in ``layout`` in one commit recorded as Delta's OPTIMIZE (no
-    record changes: offsets, epochs, producer ids and the log's set transactions stay; time travel
-    reads the old files). Partitioned: a file per partition. Arrival: each write task takes whole
-    partitions sorted by offset, and each file's partition ranges are read back into its tags.
-    Every commit racing it conflicts (a metadata change); appends retry in the new layout."""
-    if layout not in LAYOUTS:
-        raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
-
-    def attempt() -> LayoutChange:
-        txn = DeltaTransaction.start(spark, path)
-        previous, files = meta_layout(txn), txn.files()
-        if previous == layout:
-            return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(files),
-                                records=sum(f.records for fs in partition_files(txn).values() for f in fs))
-        log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
-        records = log.count()
-        stats = txn.configuration().get("delta.dataSkippingStatsColumns")
-        by_partition = log.repartition(max(1, spark.sparkContext.defaultParallelism), "partition") \
-            .sortWithinPartitions("partition", "offset")
-        if layout == ARRIVAL:
-            txn.repartition_table([], {LAYOUT_PROP: ARRIVAL, **_stats_columns(stats, True)})
-            written = txn.write(by_partition, data_change=False, hold=True)
-            per_file = written_ranges(spark, txn, written)
-            for name, found in per_file.items():
-                if any(n != b - a + 1 for a, b, n in found.values()):
-                    raise OffsetCheckError(f"{name} of {path} would hold a partition's offsets with gaps: {found}; "
-                                           "nothing was committed. This is a bug in lakelog")
-            txn.add(written, {name: {RANGES_TAG: encode_ranges(found)} for name, found in per_file.items()})
-        else:
-            txn.repartition_table(["partition"], _stats_columns(stats, False), drop=[LAYOUT_PROP])
-            written = txn.write(by_partition, data_change=False)
-        count = sum(f.num_records or 0 for f in written)
-        if count != records:
-            raise OffsetCheckError(f"rewriting {path} in the {layout} layout wrote {count} records, not {records}; "
-                                   "nothing was committed")
-        txn.remove(files, data_change=False)
-        version = txn.commit_as("OPTIMIZE", {})
-        return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(written),
-                            records=records, version=version)
-
-    return retry_on_conflict(attempt)
 
 
 class Compaction(BaseModel):
@@ -531,7 +410,7 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
         ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
         where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
         if arrival:
-            written_by = _segments(txn, _arrow(log.where(where)), [(p, a, b) for p, (a, b) in ranges.items()])
+            written_by = write_segments(txn, to_arrow(log.where(where)), [(p, a, b) for p, (a, b) in ranges.items()])
         else:
             written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
                                 data_change=False)

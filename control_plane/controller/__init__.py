@@ -43,7 +43,8 @@ from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
-from log_store.log_files import Compaction, LayoutChange, LogStartChange, change_layout
+from log_store.log_files import Compaction, LogStartChange
+from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 

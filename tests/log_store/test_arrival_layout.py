@@ -82,7 +82,7 @@ def test_the_layout_is_chosen_per_topic_and_an_unknown_one_is_refused_with_nothi
 
 
 def test_a_retired_partitions_rows_leave_shared_files_and_the_feed_shows_them_deleted_once(spark, root, arrival):
-    from log_store.log_files import delete_below
+    from log_store.rewrites import delete_below
 
     TopicAdmin(spark, root).create(T, 3)
     location = TopicAdmin(spark, root).get(T).location
