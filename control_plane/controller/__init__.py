@@ -103,7 +103,7 @@ class TopicController:
         return self.logs.compact(record, self.logs.config(record), partitions)
 
     def change_layout(self, topic: str, layout: str) -> LayoutChange:
-        """Move ``topic``'s log to ``layout`` (``log_files.change_layout``): one commit rewriting
+        """Move ``topic``'s log to ``layout`` (``rewrites.change_layout``): one commit rewriting
         every file, no record changed; the same layout is a no-op."""
         return change_layout(self.spark, self.resume(topic).location, layout)
 
