@@ -7,7 +7,9 @@ Builds its own Spark session with Delta's commit files written by STORE (a log s
 testPauseMs``), waits for GO_FILE so that every worker starts together, then makes COMMITS blind
 appends of one row ``(WRITER, i)`` through lakelog's engine (Delta's optimistic transaction; a
 lost race for a version is retried at the next by Delta). Prints one JSON line per commit Delta
-reported as successful: ``{"writer", "i", "version"}``.
+reported as successful: ``{"writer", "i", "version"}``, and one ``{"writer", "i", "error"}`` for a
+commit Delta refused with an error other than a lost race (a store that replaces commit files can
+leave the log in a state Delta's own checks refuse; the test decides whether that is allowed).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main(table: str, writer: str, commits: str, go_file: str, store: str, pause_
     import pyarrow as pa
 
     from log_store.config import SparkSettings
+    from log_store.errors import LakelogError
     from log_store.engine import DeltaTransaction
     from log_store.session import build_session
 
@@ -43,10 +46,21 @@ def main(table: str, writer: str, commits: str, go_file: str, store: str, pause_
     while not os.path.exists(go_file):
         time.sleep(0.01)
     for i in range(int(commits)):
-        txn = DeltaTransaction.start(spark, table)
-        txn.write_rows(pa.table({"writer": [writer], "i": [i]}))
-        version = txn.commit({})
+        try:
+            txn = DeltaTransaction.start(spark, table)
+            txn.write_rows(pa.table({"writer": [writer], "i": [i]}))
+            version = txn.commit({})
+        except LakelogError as exc:
+            print(json.dumps({"writer": writer, "i": i, "error": root_cause(exc)}), flush=True)
+            continue
         print(json.dumps({"writer": writer, "i": i, "version": version}), flush=True)
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost JVM exception's line, or the error's own first line."""
+    text = "\n".join(str(e) for e in (exc, exc.__cause__) if e)
+    causes = [line.strip() for line in text.splitlines() if line.strip().startswith("Caused by:")]
+    return causes[-1] if causes else text.splitlines()[0]
 
 
 if __name__ == "__main__":
