@@ -30,8 +30,22 @@ def say(event: str, **fields) -> None:
 def create(spark, a: dict) -> None:
     from control_plane.topics import TopicAdmin
 
-    record = TopicAdmin(spark, a["root"]).create(a["topic"], a["partitions"])
+    record = TopicAdmin(spark, a["root"]).create(a["topic"], a["partitions"], replicas=a.get("replicas"))
     say("created", partitions=record.partition_count)
+
+
+def replicate(spark, a: dict) -> None:
+    from control_plane.replication import Replication
+
+    report = Replication(spark, a["root"]).replicate(a["topic"])
+    say("replicated", copied={f.root: f.copied for f in report.followers}, in_sync=report.in_sync)
+
+
+def elect(spark, a: dict) -> None:
+    from control_plane.replication import Replication
+
+    state = Replication(spark, a["root"]).elect(a["topic"], a["leader"], unclean=a.get("unclean", False))
+    say("elected", leader=state.leader, leader_epoch=state.leader_epoch)
 
 
 def produce(spark, a: dict) -> None:
@@ -175,7 +189,7 @@ def stream_write(spark, a: dict) -> None:
     say("streamed", batches=len(query.recentProgress))
 
 
-ACTORS = {"create": create, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
+ACTORS = {"create": create, "replicate": replicate, "elect": elect, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
           "stream_write": stream_write, "delete_records": delete_records, "compact": compact, "retention": retention}
 
 

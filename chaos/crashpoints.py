@@ -64,8 +64,8 @@ class Scene:
             self.problems.append(what)
 
     # -- building blocks ---------------------------------------------------------------------
-    def create(self, partitions: int = 3, crash: str | None = None) -> int:
-        return self.actor("create", "create", {"partitions": partitions}, crash)
+    def create(self, partitions: int = 3, crash: str | None = None, replicas: list[str] | None = None) -> int:
+        return self.actor("create", "create", {"partitions": partitions, "replicas": replicas}, crash)
 
     def produce(self, pid: str, n: int = 200, batch: int = 50, crash: str | None = None) -> int:
         path = self.dir / f"{pid}.jsonl"
@@ -251,10 +251,29 @@ def scenario_compact(scene: Scene) -> None:
     scene.expect("a group reads it all", scene.member("g", "g-a") == 0)
 
 
+def scenario_elect(scene: Scene) -> None:
+    """A failover killed at the point is finished by the next command on the topic (here the
+    election run again); the producer and the group follow the topic to the new leader, and both
+    roots hold the same records once replicated."""
+    us = str(scene.dir / "us")
+    scene.create(partitions=3, replicas=[scene.root, us])
+    scene.produce("p0")
+    scene.controller("replicate")
+    crashed(scene, scene.controller("elect", crash=scene.point, leader=us))
+    scene.expect("re-running the election must finish it", scene.controller("elect", leader=us) == 0)
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("replicating after it", scene.controller("replicate") == 0)
+    scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
+    logs = [DeltaTable(str(Path(r) / "topics" / TOPIC)).to_pyarrow_table(columns=["partition", "offset", "sequence"])
+            for r in (scene.root, us)]
+    rows = [sorted(tuple(d.values()) for d in t.to_pylist()) for t in logs]
+    scene.expect(f"both roots hold the same records ({len(rows[0])} and {len(rows[1])})", rows[0] == rows[1])
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
-    "retention": scenario_retention, "compact": scenario_compact,
+    "retention": scenario_retention, "compact": scenario_compact, "elect": scenario_elect,
 }
 
 

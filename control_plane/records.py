@@ -31,6 +31,7 @@ class TopicEvent(str, Enum):
     RETIRE = "retire"
     DELETING = "deleting"  # topics delete began: the log is fenced next, then emptied
     DELETED = "deleted"  # the topic is gone; a topic created again with the name is a new incarnation
+    ELECT_LEADER = "elect_leader"  # a replicated topic's leader moved: its location is the new leader's log
 
     @property
     def removes_topic(self) -> bool:
@@ -79,6 +80,71 @@ TOPIC_SCHEMA = (
     "start_offset: BIGINT, end_offset: BIGINT, "
     "epoch_after_creation: MAP<INT, INT>, epoch_before_deletion: MAP<INT, INT>, "
     "marked_for_deletion_at: TIMESTAMP_NTZ, retired_at: TIMESTAMP_NTZ>>, changed_at TIMESTAMP_NTZ, changed_by STRING"
+)
+
+
+class EpochStart(BaseModel):
+    """Where a leader epoch began: its leader root and the first offset of each partition written
+    under it (Kafka's leader-epoch cache). A follower holding records of an older epoch truncates
+    to the start of the epoch after it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    epoch: int
+    leader: str
+    starts: dict[int, int] = Field(default_factory=dict)
+
+    @field_validator("starts", mode="before")
+    @classmethod
+    def _pairs(cls, value):
+        return dict(value) if isinstance(value, list) else (value or {})
+
+
+class ReplicaEvent(str, Enum):
+    """What changed a replicated topic's replica state: one ``topic_replicas`` row each."""
+
+    CREATE = "create"
+    ELECT = "elect"  # a new leader and leader epoch
+    SHRINK_ISR = "shrink_isr"  # a follower fell behind (or could not be reached)
+    EXPAND_ISR = "expand_isr"  # a follower caught up again
+    REASSIGN = "reassign"  # the assigned roots changed
+
+
+class ReplicaState(BaseModel):
+    """A replicated topic's replicas after one change (numbered ``replica_version`` within the
+    topic's incarnation, the version of its create record): assigned roots (the first is the
+    preferred leader), the leader root and leader epoch, the in-sync set, and where each epoch
+    began. The topic's record names the leader's log as its location."""
+
+    model_config = ConfigDict(frozen=True)
+
+    topic: str
+    incarnation: int
+    replica_version: int
+    event: ReplicaEvent
+    replicas: list[str]
+    leader: str
+    leader_epoch: int
+    in_sync: list[str]
+    epoch_starts: list[EpochStart]
+    changed_at: datetime = Field(default_factory=utcnow)
+    changed_by: str = "lakelog"
+
+    @property
+    def followers(self) -> list[str]:
+        return [r for r in self.replicas if r != self.leader]
+
+    def row(self) -> dict:
+        data = self.model_dump()
+        data["event"] = self.event.value
+        return data
+
+
+REPLICA_SCHEMA = (
+    "topic STRING NOT NULL, incarnation INT NOT NULL, replica_version INT NOT NULL, event STRING NOT NULL, "
+    "replicas ARRAY<STRING>, leader STRING, leader_epoch INT, in_sync ARRAY<STRING>, "
+    "epoch_starts ARRAY<STRUCT<epoch: INT, leader: STRING, starts: MAP<INT, BIGINT>>>, "
+    "changed_at TIMESTAMP_NTZ, changed_by STRING"
 )
 
 

@@ -47,3 +47,11 @@ class ControllerSettings(Strict):
     delete_delay_seconds: float = Field(default=86_400.0, ge=0)
     # A tick merges a partition's small files once they are this many (``topics compact``: two).
     compaction_min_files: int = Field(default=10, ge=2)
+
+
+class ReplicationSettings(Strict):
+    """The ``replication`` section: how far an in-sync follower may fall behind (Kafka's
+    replica.lag.max.messages, in records over all partitions), and a following replicator's pause."""
+
+    max_lag_records: int = Field(default=100_000, ge=0)
+    interval_seconds: float = Field(default=5.0, gt=0)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from control_plane.layout import RootLayout
 from control_plane.topic_config import CONFIG_SCHEMA, LOG_START_SCHEMA
 from control_plane.records import (
-    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
+    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
 )
 from log_store import rs_reader
 from log_store.engine import DeltaTransaction, retry_on_conflict
@@ -45,7 +45,10 @@ TABLES = {
     "group_heartbeats": "`group` STRING",
     "topic_configs": CONFIG_SCHEMA,  # control_plane.topic_config
     "record_deletions": LOG_START_SCHEMA,
+    "topic_replicas": REPLICA_SCHEMA,  # control_plane.replicas
 }
+# Made when first written (``ensure_table``), not with every root: only replicated topics use them.
+ON_DEMAND = ("topic_replicas",)
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 # The tables whose current state is "the latest row in commit order" (never a writer's clock):
@@ -214,21 +217,26 @@ class ControlTables:
         if getattr(self, "_ensured", False):
             return
         self.check_format()
-        for name, schema in TABLES.items():
-            path = self.path(name)
-            if DeltaTable.isDeltaTable(self.spark, path):
-                if name in ORDERED_TABLES:
-                    self._add_order_column(name)
-                continue
-            try:
-                builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, schema))
-                for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
-                    builder = builder.property(key, value)
-                builder.execute()
-            except Exception:  # a racing process created it first: fine if the table is there
-                if not DeltaTable.isDeltaTable(self.spark, path):
-                    raise
+        for name in TABLES:
+            if name not in ON_DEMAND:
+                self.ensure_table(name)
         self._ensured = True
+
+    def ensure_table(self, name: str) -> None:
+        """Create the control table ``name`` if missing (safe to race)."""
+        path = self.path(name)
+        if DeltaTable.isDeltaTable(self.spark, path):
+            if name in ORDERED_TABLES:
+                self._add_order_column(name)
+            return
+        try:
+            builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
+            for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
+                builder = builder.property(key, value)
+            builder.execute()
+        except Exception:  # a racing process created it first: fine if the table is there
+            if not DeltaTable.isDeltaTable(self.spark, path):
+                raise
 
     def _add_order_column(self, name: str) -> None:
         """Give a table made before ``commit_order`` the column (its rows stay ordered by row
@@ -337,13 +345,32 @@ class ControlTables:
 
         retry_on_conflict(attempt, attempts=50, backoff_ms=10)
 
+    def insert_versioned(self, name: str, prop: str, version: int, row: dict, metadata: str) -> bool:
+        """Insert ``row`` as version ``version`` of what the table property ``prop`` counts: True if
+        it became that version, False if the property already reached it. The property is read and
+        raised in the row's own commit, a metadata change that conflicts with every concurrent
+        commit, so of two writers of one version one wins (retried on conflicts with others)."""
+        self.ensure_table(name)
+
+        def attempt() -> bool:
+            txn = DeltaTransaction.start(self.spark, self.path(name))
+            if int(txn.configuration().get(prop, 0)) >= version:
+                return False
+            txn.set_properties({prop: str(version)})
+            txn.write_rows(arrow_rows(self.spark, [row], TABLES[name]))
+            txn.commit({}, metadata)
+            return True
+
+        return retry_on_conflict(attempt, attempts=20, backoff_ms=10)
+
     def write_labelled(self, txn: DeltaTransaction, name: str, rows: list[dict]) -> None:
         """Write ``rows`` into ``txn`` with their ``commit_order``: one more than the version ``txn`` read."""
         label = txn.read_version + 1
         txn.write_rows(arrow_rows(self.spark, [{**r, COMMIT_ORDER_COLUMN: label} for r in rows], TABLES[name]))
 
     # -- SQL ---------------------------------------------------------------------------------
-    CONTROL_VIEWS = ("topic_history", "topics", "partitions", "offset_commits", "group_offsets", "expired_records",
+    CONTROL_VIEWS = ("topic_history", "replica_history", "topics", "partitions", "offset_commits", "group_offsets",
+                     "expired_records",
                      "group_generations", "groups", "group_members", "topic_configs", "record_deletions")
 
     def register_views(self, wanted: set[str] | None = None) -> list[str]:
@@ -386,8 +413,8 @@ class ControlTables:
     def _view(self, name: str, view) -> DataFrame:
         """One control-plane view; ``view`` gives the others it is built from."""
         if name in ("topic_history", "offset_commits", "group_generations", "group_members", "topic_configs",
-                    "record_deletions"):
-            return self.read("topics" if name == "topic_history" else name)
+                    "record_deletions", "replica_history"):
+            return self.read({"topic_history": "topics", "replica_history": "topic_replicas"}.get(name, name))
         if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):
                 return rows_frame(self.spark, [], GROUP_OFFSETS_SCHEMA)

@@ -7,20 +7,26 @@ records version 1 of the topic in the ``topics`` control table with a compare-an
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
+from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
-from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
+from control_plane.records import MAX_PARTITIONS, PartitionState, ReplicaState, TopicEvent, TopicRecord
+from control_plane.replica_rules import check_roots, initial_state
+from control_plane.replicas import ReplicaStore
 from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables
 from control_plane.topic_config import TopicConfig, latest_config
 from log_store.errors import (
     ConcurrentCommitError,
     ConcurrentTopicChangeError,
     InvalidConfigurationError,
+    ReplicationError,
+    StorageError,
     TopicDeletedError,
     TopicExistsError,
     UnknownTopicError,
@@ -29,8 +35,11 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import check_topic_name, commit_metadata, topic_version_property
-from log_store.log_metadata import PARTITIONED, LogSnapshot, Mode, TopicLogMetadata
-from log_store.topic_log import TopicLog
+from log_store.log_metadata import (
+    FOLLOWER, LEADER, PARTITIONED, REPLICA_EPOCH_PROP, REPLICA_ROLE_PROP, TOPIC_ID_PROP, LogSnapshot, Mode,
+    TopicLogMetadata,
+)
+from log_store.topic_log import DEFAULT_LAYOUT, TopicLog
 
 
 
@@ -156,15 +165,26 @@ class TopicAdmin:
         return describe_topic(record, snap, log.table_id(), ControlTables(self.spark, self.layout).rows("topic_configs"))
 
     # -- create ------------------------------------------------------------------------------
-    def create(self, topic: str, partitions: int, layout: str | None = None) -> TopicRecord:
+    def create(self, topic: str, partitions: int, layout: str | None = None,
+               replicas: list[str] | None = None) -> TopicRecord:
         """Create ``topic`` with ``partitions`` partitions (its log's ``layout``: ``TopicLog.create``);
-        fails clearly if it exists."""
+        fails clearly if it exists. ``replicas``: roots that each keep a copy of the log, the first
+        leading (docs/replication.md); the control plane stays under this root."""
         check_topic_name(topic)
         if not isinstance(partitions, int) or partitions < 1 or partitions > MAX_PARTITIONS:
             raise InvalidConfigurationError(
                 f"invalid partition count {partitions}: a topic needs between 1 and {MAX_PARTITIONS} partitions"
             )
+        roots = check_roots(replicas) if replicas is not None else None
+        if roots and (layout or DEFAULT_LAYOUT) != PARTITIONED:
+            raise ReplicationError("a replicated topic has the partitioned layout (replication does not copy the "
+                                   "arrival layout yet); create it without --layout arrival")
         self.layout.check_writable()
+        for root in roots or []:
+            try:
+                RootLayout(root).check_writable()
+            except StorageError as exc:
+                raise ReplicationError(f"replica root {root} cannot be used: {exc}; nothing was created") from None
         before = self.current().get(topic)
         if before is not None and before.event is TopicEvent.DELETING:
             raise TopicExistsError(f"topic '{topic}' is being deleted; finish with `lakelog topics delete --topic {topic}`, "
@@ -176,6 +196,8 @@ class TopicAdmin:
         version = before.topic_version + 1 if before else 1
         location = self.layout.topic(topic) + (f"~{version}" if before else "")
         wanted = TopicLogMetadata.initial(topic, partitions)
+        if roots:
+            location = self._create_replicas(topic, version, roots, wanted, bool(before))
         log = TopicLog.create(self.spark, location, wanted, version, layout)
         crash_point("create:after_log_table")
         found = log.metadata()
@@ -196,6 +218,36 @@ class TopicAdmin:
         if not self.record(record):
             raise TopicExistsError(f"topic '{topic}' was created concurrently by another process")
         return record
+
+    def _create_replicas(self, topic: str, version: int, roots: list[str], wanted: TopicLogMetadata,
+                         again: bool) -> str:
+        """Make the log at every replica root (the first leads), then record the replica state,
+        before the topic's record names the leader's log: a crash before the record is completed
+        by creating again. Returns the leader's log location."""
+        paths = [RootLayout(r).topic(topic) + (f"~{version}" if again else "") for r in roots]
+        # one topic id for every root's log: the first root's, if a crashed attempt made it already
+        topic_id = TopicLog(self.spark, paths[0]).table_id() if DeltaTable.isDeltaTable(self.spark, paths[0]) \
+            else str(uuid.uuid4())
+        for i, path in enumerate(paths):
+            TopicLog.create(self.spark, path, wanted, version, PARTITIONED,
+                            {REPLICA_ROLE_PROP: LEADER if i == 0 else FOLLOWER, REPLICA_EPOCH_PROP: "0",
+                             TOPIC_ID_PROP: topic_id})
+        store = ReplicaStore(self.tables)
+        if not store.record(initial_state(topic, version, roots, list(wanted.partitions))):
+            found = store.latest(topic, version)
+            if found is None or found.replicas != roots:
+                raise TopicExistsError(f"topic '{topic}' was being created with replicas "
+                                       f"{', '.join(found.replicas) if found else '?'}; create it with those")
+        return paths[0]
+
+    def incarnation(self, topic: str) -> int:
+        """The version of the record that created ``topic``'s current incarnation (0: none)."""
+        records = self.image(topic).records
+        return records[0].topic_version if records else 0
+
+    def replica_state(self, topic: str) -> ReplicaState | None:
+        """A replicated topic's latest replica state (None: not replicated)."""
+        return ReplicaStore(self.tables).latest(topic, self.incarnation(topic))
 
     # -- the compare-and-set -----------------------------------------------------------------
     def record(self, target: TopicRecord, attempts: int = 10) -> bool:

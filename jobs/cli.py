@@ -16,6 +16,7 @@ from jobs.commands.controller import controller
 from jobs.commands.demo import demo
 from jobs.commands.groups import groups
 from jobs.commands.produce import produce
+from jobs.commands.replicate import replicate
 from jobs.commands.sql import sql
 from jobs.commands.stream import stream
 from jobs.commands.topics import topics
@@ -44,7 +45,7 @@ def cli(ctx: click.Context, root: str | None, conf: str | None, as_json: bool, v
         obj.verbose = obj.verbose or verbose
 
 
-for command in (topics, produce, consume, stream, groups, controller, audit, sql, demo):
+for command in (topics, produce, consume, stream, groups, controller, audit, sql, demo, replicate):
     cli.add_command(command)
 add_global_options(cli)
 

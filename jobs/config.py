@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from control_plane.settings import ControllerSettings, GroupSettings
+from control_plane.settings import ControllerSettings, GroupSettings, ReplicationSettings
 from log_store.config import PROJECT_ROOT, SparkSettings, Strict
 from log_store.errors import InvalidConfigurationError
 from pipelines.settings import ConsumerSettings, ProducerSettings
@@ -31,6 +31,7 @@ class LakelogConfig(Strict):
     consumer: ConsumerSettings = ConsumerSettings()
     controller: ControllerSettings = ControllerSettings()
     group: GroupSettings = GroupSettings()
+    replication: ReplicationSettings = ReplicationSettings()
 
 
 def load_config(path: str | os.PathLike | None = None, root: str | None = None) -> LakelogConfig:

@@ -3,6 +3,8 @@ the ``--json`` option, progress bars, and the way errors end a command (one line
 
 from __future__ import annotations
 
+import os
+
 from functools import cached_property
 
 import click
@@ -72,6 +74,25 @@ class Context:
             except FastReadUnavailable:
                 pass
         return answer(GroupTables(self.spark, self.root))
+
+    def replication(self):
+        from control_plane.replication import Replication
+
+        return Replication(self.spark, self.root, self.config.replication.max_lag_records)
+
+    def replica_report(self, topic: str):
+        """A replicated topic's replicas as they are now; None for an unreplicated topic (on a local
+        root known without starting Spark: no replicated topic was ever created there)."""
+        from control_plane.layout import RootLayout
+        from control_plane.replicas import TABLE
+
+        layout = RootLayout(self.root)
+        if layout.is_local and not os.path.isdir(os.path.join(layout.control(TABLE), "_delta_log")):
+            return None
+        replication = self.replication()
+        if replication.admin.replica_state(topic) is None:
+            return None
+        return replication.describe(topic)
 
     def controller(self, delete_partition_enable: bool | None = None):
         from control_plane.controller import TopicController

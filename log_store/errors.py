@@ -24,6 +24,22 @@ class InvalidPartitionMetadataError(RetriableError):
     """
 
 
+class FencedLeaderEpochError(InvalidPartitionMetadataError):
+    """An append (or a state change) reached a replica root that no longer leads the topic: an
+    election since recorded a newer leader epoch. The producer refreshes the topic, whose location
+    is now the new leader's log, and retries there; nothing was written at the fenced root."""
+
+
+class NotEnoughReplicasError(RetriableError):
+    """An ``acks: all`` produce could not be acknowledged: fewer in-sync replicas than
+    ``min.insync.replicas``, or an in-sync follower could not take the records."""
+
+
+class ReplicationError(LakelogError):
+    """A replica operation was refused: an unknown, repeated or unreachable root, an election
+    outside the in-sync set without ``--unclean``, or a copy onto a root that leads."""
+
+
 class StaleProducerSequenceError(RetriableError):
     """A producer continuing its stream from the sequence it last committed found the log's
     mark for its id elsewhere: another process produced under the same id since. The producer

@@ -4,6 +4,7 @@ properties (read inside every append's transaction), and one consistent view of 
 - ``lakelog.undeleted_partition_count``, ``lakelog.topic``, ``lakelog.topic.deleted``
 - ``lakelog.partition.<p>.leader_epoch``, ``.mode``, ``.start_offset``, ``.end_offset``
 - ``lakelog.topic_version``: the control-plane record the metadata was last set from
+- ``lakelog.replica.role``, ``lakelog.replica.epoch``: a replicated topic's copy (leader or follower)
 
 Each partition's log end offset is a Delta application transaction version
 (``log_store.names.log_end_app_id``), read with ``log_end``.
@@ -16,7 +17,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
-from log_store.errors import TableConfigError, TopicDeletedError
+from log_store.errors import FencedLeaderEpochError, TableConfigError, TopicDeletedError
 from log_store.names import log_end_app_id, log_start_app_id
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
@@ -125,6 +126,33 @@ LAYOUTS = (PARTITIONED, ARRIVAL)
 def layout_of(properties: Mapping[str, str]) -> str:
     """The layout a log's table properties record."""
     return properties.get(LAYOUT_PROP, PARTITIONED)
+
+
+# A replicated topic's copy at one root (docs/replication.md): which role the root's log plays and
+# the leader epoch it holds records of (a leader's own epoch; a follower's: the epoch of the leader
+# it last copied from). Absent on an unreplicated topic's log, which is never fenced by them.
+REPLICA_ROLE_PROP = "lakelog.replica.role"
+REPLICA_EPOCH_PROP = "lakelog.replica.epoch"
+LEADER = "leader"
+FOLLOWER = "follower"
+# A replicated topic's id, the same in every root's log (each log's Delta table id differs): what
+# a stream's position names, so a failover is not taken for a topic created again.
+TOPIC_ID_PROP = "lakelog.topic_id"
+
+
+def topic_id_of(properties: Mapping[str, str], table_id: str) -> str:
+    """The topic id a log's properties record, else its Delta table id (an unreplicated log's)."""
+    return properties.get(TOPIC_ID_PROP) or table_id
+
+
+def check_leader(properties: Mapping[str, str], path: str) -> None:
+    """Refuse a write to a replica root's log that does not lead (FencedLeaderEpochError). Read in
+    the append's own transaction: the election's fence is a metadata commit, which conflicts with
+    every append in flight, so no record lands at the fenced root after it."""
+    if properties.get(REPLICA_ROLE_PROP, LEADER) != LEADER:
+        raise FencedLeaderEpochError(
+            f"the log at {path} is a follower (leader epoch {properties.get(REPLICA_EPOCH_PROP, '?')}): another root "
+            "leads the topic now; nothing was written. Refresh the topic's metadata and produce to its leader")
 
 
 class LogSnapshot(BaseModel):

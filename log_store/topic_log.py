@@ -52,9 +52,11 @@ from log_store.log_metadata import (
     LogSnapshot,
     Mode,
     TopicLogMetadata,
+    check_leader,
     check_set_transactions_kept,
     layout_of,
     log_end,
+    topic_id_of,
     log_starts,
 )
 from log_store.names import commit_metadata, log_end_app_id, producer_app_id
@@ -125,11 +127,12 @@ class TopicLog:
 
     @classmethod
     def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1,
-               layout: str | None = None) -> "TopicLog":
+               layout: str | None = None, properties: dict[str, str] | None = None) -> "TopicLog":
         """Create the log table with its initial metadata in one commit (no-op if it exists).
         ``topic_version``: the creating record's (above 1 for a topic created again after a deletion).
         ``layout``: ``partitioned`` (a Delta partition per log partition) or ``arrival`` (a file per
-        write holding every partition it got, compacted into files per partition; docs/design.md)."""
+        write holding every partition it got, compacted into files per partition; docs/design.md).
+        ``properties``: more table properties (a replica root's role and epoch)."""
         given, layout = layout, layout or DEFAULT_LAYOUT
         if layout not in LAYOUTS:
             where = "" if given else " (from LAKELOG_LAYOUT)"
@@ -155,6 +158,8 @@ class TopicLog:
             builder = builder.property(key, value)
         if topic_version != 1:
             builder = builder.property(TOPIC_VERSION_PROP, str(topic_version))
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
 
         def execute() -> None:
             try:
@@ -203,7 +208,8 @@ class TopicLog:
 
     def table_id(self) -> str:
         """The log table's Delta id (the topic id: new for a topic created again with the name)."""
-        return DeltaTransaction.start(self.spark, self.path).table_id()
+        txn = DeltaTransaction.start(self.spark, self.path)
+        return topic_id_of(txn.configuration(), txn.table_id())
 
     def set_metadata(self, metadata: TopicLogMetadata) -> None:
         """Replace the partition metadata in one commit; conflicts with every concurrent append.
@@ -268,6 +274,7 @@ class TopicLog:
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)
         meta.check_not_deleted()  # read in the transaction: a deletion's fence commit conflicts with it
+        check_leader(conf, self.path)  # and so does an election's fence of a replica root
         if meta.undeleted_partition_count != expected_count:
             raise InvalidPartitionMetadataError(
                 f"stale partition count: producer has {expected_count}, topic {meta.topic} has "

@@ -24,7 +24,7 @@ from log_store.partitioner import partition_column
 from log_store.engine import app_versions
 from log_store.frames import cached_rows, observed, row_bound
 from log_store.names import producer_app_id
-from log_store.topic_log import PRODUCER_COLUMNS
+from log_store.topic_log import PRODUCER_COLUMNS, TopicLog
 
 ProgressFn = Callable[[int, int], None]
 
@@ -82,6 +82,7 @@ class Producer:
         # read lists the Delta log folder: BENCHMARKS.md, soak). The append checks it in its
         # transaction; another process producing under the same id makes it read again.
         self._mark: int | None = None
+        self._replicas = None  # the topic's Replication under acks: all (False: not replicated)
 
     def next_sequence(self) -> int:
         """One past the highest sequence this producer id has committed."""
@@ -207,22 +208,50 @@ class Producer:
         return result.model_copy(update={"records": total, "duplicates": total - result.appended,
                                          "batches": 1 if total else 0})
 
+    def _follow_topic(self) -> bool:
+        """Re-read where the topic's log is (its record's location; a replicated topic's moves to
+        the new leader's log on an election): True if it moved."""
+        location = self.admin.get(self.topic).location
+        if location == self.log.path:
+            return False
+        self.log = TopicLog.for_path(self.spark, location)
+        self._mark = None
+        return True
+
+    def _replication(self):
+        """The topic's replication when this producer waits for ``acks: all`` (None otherwise)."""
+        if self.settings.acks != "all":
+            return None
+        if self._replicas is None:
+            from control_plane.replication import Replication
+
+            replication = Replication(self.spark, self.admin.layout.root)
+            self._replicas = replication if self.admin.replica_state(self.topic) is not None else False
+        return self._replicas or None
+
     def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None,
                     expected_mark: int | None = None) -> ProduceResult:
         """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
+        replication = self._replication()
+        if replication is not None:  # acks: all refuses up front, as Kafka's leader does
+            replication.check_in_sync(self.topic, self.settings.min_insync_replicas)
         for refresh in range(self.settings.max_retries + 1):
-            if self._partition_count is None or refresh:
-                self._partition_count = self.log.metadata().undeleted_partition_count
-            count = self._partition_count
-            columns = {"partition": partition_column(self.spark, "key", "sequence", count),
-                       "producer_id": F.lit(self.producer_id)}
-            parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
             try:
+                if refresh and self._follow_topic():  # a failover moved the topic to another root's log
+                    expected_mark = None
+                if self._partition_count is None or refresh:
+                    self._partition_count = self.log.metadata().undeleted_partition_count
+                count = self._partition_count
+                columns = {"partition": partition_column(self.spark, "key", "sequence", count),
+                           "producer_id": F.lit(self.producer_id)}
+                parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
                 appended = self.log.append(
                     parted, count, self.producer_id,
                     max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
                     expected_mark=expected_mark,
                 )
+                if replication is not None:  # acknowledged once every in-sync root holds the records
+                    replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas)
             except InvalidPartitionMetadataError:
                 if refresh == self.settings.max_retries:
                     raise

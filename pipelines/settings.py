@@ -13,6 +13,11 @@ class ProducerSettings(Strict):
     batch_size: int = Field(default=500_000, ge=1)
     max_retries: int = Field(default=20, ge=0)
     retry_backoff_ms: int = Field(default=50, ge=0)
+    # A replicated topic's acknowledgement (docs/replication.md): "1" once the leader root committed
+    # the records, "all" once every in-sync root holds them too, with at least min_insync_replicas
+    # roots in the in-sync set. Unreplicated topics ignore both.
+    acks: Literal["1", "all"] = "1"
+    min_insync_replicas: int = Field(default=1, ge=1)
 
 
 class ConsumerSettings(Strict):

@@ -18,12 +18,14 @@ anywhere is finished by running ``topics delete`` again or ``controller tick``. 
 
 from __future__ import annotations
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
 from control_plane.controller.rules import plan_delete
 from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent, TopicRecord, utcnow
+from control_plane.replicas import log_path
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import ConcurrentTopicChangeError, UnknownTopicError
@@ -58,6 +60,11 @@ def finish_deletion(spark: SparkSession, root: str, changes: TopicChanges, delet
     changes.apply(deleting.topic, deleting)  # the fence: conditional on the log's topic version
     crash_point("delete:after_fence")
     empty_log(spark, deleting.location)
+    state = changes.admin.replica_state(deleting.topic)
+    for root in state.replicas if state else []:  # a replicated topic's followers go too
+        path = log_path(state, root)
+        if path != deleting.location and DeltaTable.isDeltaTable(spark, path):
+            empty_log(spark, path)
     crash_point("delete:after_purge")
     GroupOffsets(spark, root).topic_deleted(deleting.topic, deleting.topic_version)
     done = plan_delete(deleting, TopicEvent.DELETED, utcnow())

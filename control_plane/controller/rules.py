@@ -60,6 +60,15 @@ def log_metadata(record: TopicRecord) -> TopicLogMetadata:
     )
 
 
+def plan_elect(record: TopicRecord, location: str, now: datetime) -> TopicRecord:
+    """A replicated topic's leader moved to the log at ``location``: every live partition's epoch
+    is bumped (records the new leader writes carry it, as Kafka's do), nothing else changes."""
+    parts = {p.partition: p if p.mode is Mode.NONE else p.model_copy(update={"leader_epoch": p.leader_epoch + 1})
+             for p in record.partitions}
+    nxt = successor(record, TopicEvent.ELECT_LEADER, parts, record.undeleted_partition_count, now)
+    return nxt.model_copy(update={"location": location})
+
+
 def plan_delete(record: TopicRecord, event: TopicEvent, now: datetime) -> TopicRecord:
     """The next step of a topic deletion (DELETING, then DELETED): partitions kept as they were,
     so the history shows what the topic held when it went."""

@@ -28,15 +28,20 @@ def _print_description(d, topic: str) -> None:
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
               help="The log's files: a Delta partition per log partition (partitioned), or a file per "
                    "write holding every partition, compacted into files per partition (arrival).")
+@click.option("--replicas", default=None, metavar="ROOT,ROOT,...",
+              help="Keep a copy of the log at each root (the first leads; docs/replication.md).")
 @json_option
 @pass_ctx
-def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], layout: str | None, as_json: bool) -> None:
+def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], layout: str | None,
+           replicas: str | None, as_json: bool) -> None:
     """Create TOPIC with N partitions (and --config KEY=VALUE topic configs)."""
+    from control_plane.replica_rules import check_roots
     from control_plane.topic_config import parse_pairs
 
     parse_pairs(list(configs))  # bad configs fail before the topic is made
+    roots = check_roots(replicas.split(",")) if replicas is not None else None
     c.config  # validate configuration before touching Spark
-    record = c.topic_admin().create(topic, partitions, layout)
+    record = c.topic_admin().create(topic, partitions, layout, roots)
     if configs:
         c.controller().alter_config(topic, list(configs))
     emit({"topic": record.topic, "partitions": record.partition_count, "location": record.location}, as_json, "created")
@@ -63,10 +68,71 @@ def list_(c: Context, as_json: bool) -> None:
 def describe(c: Context, topic: str, as_json: bool) -> None:
     """Partitions of TOPIC: location, leader epoch, mode, earliest and latest offset."""
     d = c.topic_reader().describe(topic)
+    report = c.replica_report(topic)
     if as_json:
-        emit(d.model_dump(mode="json"), True)
-    else:
-        _print_description(d, topic)
+        emit({**d.model_dump(mode="json"), "replication": report.model_dump(mode="json") if report else None}, True)
+        return
+    _print_description(d, topic)
+    if report is not None:
+        emit(replica_rows(report, {p.partition: p.leader_epoch for p in d.partitions}), False,
+             f"replicas (leader epoch {report.leader_epoch}, state version {report.replica_version})")
+
+
+def replica_rows(report, epochs: dict[int, int]) -> list[dict]:
+    """Per partition: leader root, leader epoch, replicas, in-sync set, high watermark, follower lag."""
+    rows = []
+    for p, end in sorted(report.leader_log_ends.items()):
+        lags = [f"{f.root}: {'?' if f.log_ends is None else end - f.log_ends.get(p, 0)}" for f in report.followers]
+        rows.append({"partition": p, "leader": report.leader, "leader_epoch": epochs.get(p, ""),
+                     "replicas": ", ".join(report.replicas), "in_sync": ", ".join(report.in_sync),
+                     "log_end": end, "high_watermark": report.high_watermark.get(p, 0),
+                     "follower_lag": "; ".join(lags)})
+    return rows
+
+
+@topics.command("elect-leader")
+@click.option("--topic", required=True)
+@click.option("--leader", "leader", default=None, metavar="ROOT",
+              help="The replica root to lead (--root stays the metadata root, as for every command).")
+@click.option("--preferred", is_flag=True, help="Elect the preferred (first assigned) root.")
+@click.option("--unclean", is_flag=True, help="Allow a root outside the in-sync set (it may lack acknowledged records).")
+@click.option("--partition", "partitions", multiple=True, type=int,
+              help="Accepted for Kafka's shape; a topic's partitions share one leader root here.")
+@json_option
+@pass_ctx
+def elect_leader(c: Context, topic: str, leader: str | None, preferred: bool, unclean: bool,
+                 partitions: tuple[int, ...], as_json: bool) -> None:
+    """Move TOPIC's leadership to another replica root (failover), raising its leader epoch: the old
+    leader's log is fenced first (if it can be reached), the new one catches up from it, then
+    producers and consumers follow the topic's record to the new leader."""
+    from log_store.errors import ReplicationError
+
+    if bool(leader) == preferred:
+        raise ReplicationError("give one of --leader ROOT or --preferred")
+    c.config
+    replication = c.replication()
+    before = replication.state(topic)
+    state = replication.elect(topic, leader, unclean, preferred)
+    emit({"topic": topic, "leader": state.leader, "previous_leader": before.leader, "leader_epoch": state.leader_epoch,
+          "in_sync": state.in_sync, "elected": state.replica_version != before.replica_version}, as_json, "leader")
+
+
+@topics.command("reassign")
+@click.option("--topic", required=True)
+@click.option("--replicas", required=True, metavar="ROOT,ROOT,...", help="The roots to keep the topic at (the first preferred).")
+@json_option
+@pass_ctx
+def reassign(c: Context, topic: str, replicas: str, as_json: bool) -> None:
+    """Move TOPIC to other replica roots while producers and consumers run: added roots are copied
+    until in sync, leadership moves off a removed leader, then removed roots leave the assignment.
+    Running it again finishes an interrupted reassignment."""
+    from control_plane.replica_rules import check_roots
+
+    roots = check_roots(replicas.split(","))
+    c.config
+    state = c.replication().reassign(topic, roots)
+    emit({"topic": topic, "replicas": state.replicas, "leader": state.leader, "leader_epoch": state.leader_epoch,
+          "in_sync": state.in_sync}, as_json, "reassigned")
 
 
 @topics.command("delete")

@@ -1,0 +1,241 @@
+"""Replicas, leaders and failover (docs/replication.md) on real Delta tables at several roots.
+
+Every root's log is read back with delta-rs, not with lakelog: after copies, elections, a fenced
+producer and a returning old leader, the roots hold the same records at the same offsets.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from control_plane.replication import Replication
+from control_plane.topics import TopicAdmin
+from log_store.errors import FencedLeaderEpochError, NotEnoughReplicasError, ReplicationError
+from log_store.replica_copy import copy_log
+from log_store.topic_log import TopicLog
+from pipelines.producer import Producer
+from pipelines.settings import ProducerSettings
+from tests.support import make_records
+
+COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers", "timestamp", "producer_id", "sequence"]
+
+
+def records_at(path: str) -> list[tuple]:
+    """Every record of the log at ``path``, as delta-rs reads it, in (partition, offset) order."""
+    rows = DeltaTable(path).to_pyarrow_table(columns=COLUMNS).to_pylist()
+    return sorted(tuple(str(r[c]) for c in COLUMNS) for r in rows)
+
+
+def keyed(rows: list[tuple]) -> dict[tuple[str, str], tuple]:
+    return {(r[0], r[1]): r for r in rows}
+
+
+@pytest.fixture()
+def roots(tmp_path) -> tuple[str, list[str]]:
+    """The metadata root and three replica roots (one of them the metadata root itself)."""
+    meta = str(tmp_path / "eu")
+    return meta, [meta, str(tmp_path / "us"), str(tmp_path / "ap")]
+
+
+def test_followers_hold_the_leaders_records_exactly_and_a_second_copy_copies_nothing(spark, roots):
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 3, replicas=replicas)
+    Producer(spark, meta, "orders", "p1").send(make_records(spark, 60))
+    replication = Replication(spark, meta)
+    state = replication.state("orders")
+    paths = [replication.path(state, r) for r in replicas]
+    first = replication.replicate("orders")
+    assert [f.copied for f in first.followers] == [60, 60]
+    assert first.high_watermark == first.leader_log_ends and sum(first.high_watermark.values()) == 60
+    leader = records_at(paths[0])
+    assert len(leader) == 60 and records_at(paths[1]) == leader and records_at(paths[2]) == leader
+    again = replication.replicate("orders")
+    assert [f.copied for f in again.followers] == [0, 0]
+    assert TopicLog(spark, paths[1]).log_end_offsets() == TopicLog(spark, paths[0]).log_end_offsets()
+    # the follower's producer mark is the leader's: a retry there would be deduplicated
+    assert TopicLog(spark, paths[2]).snapshot().version >= 1
+
+
+def test_a_failover_fences_the_old_leader_and_the_producer_follows_to_the_new_one(spark, roots):
+    meta, replicas = roots
+    admin = TopicAdmin(spark, meta)
+    admin.create("orders", 2, replicas=replicas)
+    stale = Producer(spark, meta, "orders", "p1")
+    stale.send(make_records(spark, 20))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    old_log = admin.log("orders")
+    topic_id = admin.describe("orders").topic_id
+    state = replication.elect("orders", replicas[1])
+    assert (state.leader, state.leader_epoch) == (replicas[1], 1)
+    assert admin.describe("orders").topic_id == topic_id  # one topic, whichever root leads (streams keep their place)
+    new_path = replication.path(state, replicas[1])
+    assert admin.get("orders").location == new_path
+    # an append straight at the old root is refused: its log is fenced
+    with pytest.raises(FencedLeaderEpochError):
+        old_log.append(stale.normalize(make_records(spark, 1, start=100)).selectExpr(
+            "0 AS partition", "key", "value", "headers", "timestamp", "'x' AS producer_id", "sequence"), 2)
+    # the producer built before the election is fenced, refreshes, and lands its batch at the new leader
+    result = stale.send(make_records(spark, 10, start=20))
+    assert result.appended == 10 and result.metadata_refreshes >= 1
+    assert stale.log.path == new_path
+    new_rows = records_at(new_path)
+    assert len(new_rows) == 30
+    # the new records carry the new epochs (every partition's epoch bumped at the election)
+    assert {r[2] for r in new_rows if int(r[-1]) >= 20} == {"1"}
+    # a retry of the first batch at the new leader lands nothing: the producer marks were copied
+    assert stale.send(make_records(spark, 20)).appended == 0
+
+
+def test_a_returning_old_leader_truncates_what_it_wrote_after_the_election_and_copies_the_new_history(spark, roots):
+    meta, replicas = roots
+    admin = TopicAdmin(spark, meta)
+    admin.create("orders", 2, replicas=replicas[:2])
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 20))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    state = replication.state("orders")
+    old_path = replication.path(state, replicas[0])
+    # the old leader keeps taking records nobody copied, then its root is lost (its fence cannot
+    # be written): it still thinks it leads
+    TopicLog(spark, old_path).append(producer.normalize(make_records(spark, 6, start=500, key_prefix="lost")).selectExpr(
+        "CAST(sequence % 2 AS INT) AS partition", "key", "value", "headers", "timestamp", "'zombie' AS producer_id",
+        "sequence"), 2, "zombie")
+    hidden = old_path + ".lost"
+    os.rename(old_path, hidden)
+    state = replication.elect("orders", replicas[1])
+    assert state.in_sync == [replicas[1]]  # the lost leader left the in-sync set
+    producer.send(make_records(spark, 8, start=20))
+    os.rename(hidden, old_path)  # the old root returns
+    report = replication.replicate("orders")
+    back = report.followers[0]
+    assert back.truncated and back.error is None
+    new_path = replication.path(state, replicas[1])
+    assert records_at(old_path) == records_at(new_path)
+    assert not any(r[7] == "zombie" for r in records_at(old_path))
+    assert replicas[0] in report.in_sync  # caught up: back in the set
+    # and the preferred root leads again once in sync
+    state = replication.elect("orders", preferred=True)
+    assert state.leader == replicas[0] and state.leader_epoch == 2
+    producer.send(make_records(spark, 4, start=28))
+    replication.replicate("orders")
+    assert records_at(old_path) == records_at(new_path)
+    assert len(records_at(old_path)) == 32
+
+
+def test_a_stale_copy_stamped_with_an_older_epoch_is_ignored(spark, roots):
+    """The seed's stateChangeListener: a request queued by a former leader (a replicator that read
+    epoch 0) reaches a follower that holds epoch 1 already, and is ignored."""
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=replicas)
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 5))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    state0 = replication.state("orders")
+    a, b, c = (replication.path(state0, r) for r in replicas)
+    # the old leader takes records nobody copies, and is cut off during the election
+    TopicLog(spark, a).append(producer.normalize(make_records(spark, 9, start=100)).selectExpr(
+        "0 AS partition", "key", "value", "headers", "timestamp", "'zombie' AS producer_id", "sequence"), 1, "zombie")
+    os.rename(a, a + ".away")
+    state1 = replication.elect("orders", replicas[1])
+    producer.send(make_records(spark, 2, start=5))
+    os.rename(a + ".away", a)  # back, still holding its epoch-0 records
+    copy_log(spark, b, c, state1.leader_epoch)  # the current epoch's copy reaches c first
+    before = records_at(c)
+    with pytest.raises(FencedLeaderEpochError, match="stale request"):
+        copy_log(spark, a, c, state0.leader_epoch)  # then the stale one, from the old leader
+    assert records_at(c) == before and len(before) == 7
+
+
+def test_acks_all_waits_for_the_in_sync_set_and_refuses_below_min_insync(spark, roots):
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=replicas[:2])
+    replication = Replication(spark, meta)
+    state = replication.state("orders")
+    follower = replication.path(state, replicas[1])
+    acks_all = ProducerSettings(acks="all", min_insync_replicas=2)
+    Producer(spark, meta, "orders", "p1", acks_all).send(make_records(spark, 12))
+    assert len(records_at(follower)) == 12  # acknowledged: the follower holds them already
+    assert len(records_at(replication.path(state, replicas[0]))) == 12
+    with pytest.raises(NotEnoughReplicasError, match="min.insync.replicas 3"):
+        Producer(spark, meta, "orders", "p2", ProducerSettings(acks="all", min_insync_replicas=3)).send(
+            make_records(spark, 3))
+    assert len(records_at(follower)) == 12
+    # a failover while the old leader's root is cut off; it returns still thinking it leads, and a
+    # producer that never heard of the election writes there: not acknowledged, so it follows the
+    # topic to the new leader, where its batch lands once; the returning root then truncates it
+    zombie = Producer(spark, meta, "orders", "p3", ProducerSettings(acks="all", min_insync_replicas=1))
+    old = replication.path(state, replicas[0])
+    os.rename(old, old + ".away")
+    replication.elect("orders", replicas[1])
+    os.rename(old + ".away", old)
+    result = zombie.send(make_records(spark, 4, start=50))
+    assert result.metadata_refreshes >= 1 and zombie.log.path == follower
+    assert len(records_at(old)) == 16  # it landed at the old root too, unacknowledged
+    replication.replicate("orders")
+    assert records_at(old) == records_at(follower) and len(records_at(follower)) == 16
+
+
+def test_bad_replica_input_is_refused_with_nothing_written(spark, roots, tmp_path):
+    meta, replicas = roots
+    admin = TopicAdmin(spark, meta)
+    with pytest.raises(ReplicationError, match="appears twice"):
+        admin.create("orders", 1, replicas=[replicas[0], replicas[1], replicas[1] + "/"])
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    with pytest.raises(ReplicationError, match="cannot be used"):
+        admin.create("orders", 1, replicas=[replicas[0], str(blocked / "root")])
+    assert "orders" not in admin.current()
+    admin.create("orders", 1, replicas=replicas[:2])
+    replication = Replication(spark, meta)
+    with pytest.raises(ReplicationError, match="holds no replica"):
+        replication.elect("orders", replicas[2])
+    follower = replication.path(replication.state("orders"), replicas[1])
+    os.rename(follower, follower + ".away")  # the follower's root cannot be reached
+    Path(follower).write_text("")
+    Producer(spark, meta, "orders", "p1").send(make_records(spark, 5))
+    report = replication.replicate("orders")
+    assert report.followers[0].error and report.in_sync == [replicas[0]]
+    os.remove(follower)
+    os.rename(follower + ".away", follower)
+    with pytest.raises(ReplicationError, match="not in the in-sync set"):
+        replication.elect("orders", replicas[1])
+    assert replication.state("orders").leader == replicas[0] and TopicAdmin(spark, meta).get("orders").topic_version == 1
+    assert replication.replicate("orders").in_sync == replicas[:2]  # caught up: back in the set
+
+
+def test_a_reassignment_moves_the_topic_to_new_roots_and_resizes_keep_every_root_agreeing(spark, roots):
+    meta, (eu, us, ap) = roots
+    admin = TopicAdmin(spark, meta)
+    admin.create("orders", 2, replicas=[eu, us])
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 20))
+    replication = Replication(spark, meta)
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+
+    TopicController(spark, meta, ControllerSettings(delete_partition_enable=True)).alter("orders", 3)  # grown at the leader
+    producer.send(make_records(spark, 10, start=20))
+    state = replication.reassign("orders", [us, ap])  # eu leads and is removed: leadership moves first
+    assert (state.leader, state.replicas, state.in_sync) == (us, [us, ap], [us, ap])
+    assert admin.get("orders").location == replication.path(state, us)
+    TopicController(spark, meta, ControllerSettings(delete_partition_enable=True)).alter("orders", 2)  # a shrink at us
+    producer.send(make_records(spark, 6, start=30))
+    replication.replicate("orders")
+    logs = {r: TopicLog(spark, replication.path(state, r)) for r in (us, ap)}
+    assert logs[us].metadata() == logs[ap].metadata()  # counts, epochs and modes agree
+    assert logs[ap].metadata().undeleted_partition_count == 2
+    assert records_at(logs[us].path) == records_at(logs[ap].path) and len(records_at(logs[ap].path)) == 36
+    assert replication.reassign("orders", [us, ap]) == replication.state("orders")  # again: nothing to do
+    # deleting the topic empties every root's log; created again, it is a new topic at each root
+    TopicController(spark, meta, ControllerSettings()).delete("orders")
+    assert records_at(logs[us].path) == [] and records_at(logs[ap].path) == []
+    admin.create("orders", 1, replicas=[ap, us])
+    again = replication.state("orders")
+    assert again.incarnation > 1 and again.leader == ap and admin.get("orders").location == replication.path(again, ap)

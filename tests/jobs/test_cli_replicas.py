@@ -1,0 +1,68 @@
+"""``lakelog`` for a replicated topic, as a user types it: create with --replicas, produce,
+replicate, describe (leader, epoch, replicas, in-sync set, high watermark, lag), elect-leader,
+SQL over the replica history; bad input refused with exit code 1 and nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from jobs.cli import cli
+
+
+@pytest.fixture()
+def run(spark, root):
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(cli, ["--root", root, *args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_a_replicated_topic_through_replicate_describe_and_failover(run, tmp_path, root):
+    eu, us = root, str(tmp_path / "us")
+    assert run("topics", "create", "--topic", "orders", "--partitions", "2", "--replicas", f"{eu},{us}").exit_code == 0
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(json.dumps({"key": f"k{i % 5}", "value": {"n": i}}) + "\n" for i in range(30)))
+    assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    rep = desc["replication"]
+    assert rep["leader"] == eu and rep["leader_epoch"] == 0 and rep["replicas"] == [eu, us]
+    assert sum(rep["high_watermark"].values()) == 0 or rep["followers"][0]["lag"] == 30
+    res = run("replicate", "--topic", "orders", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["followers"][0]["copied"] == 30
+    shown = run("topics", "describe", "--topic", "orders")
+    assert "replicas (leader epoch 0" in shown.output and "partition" in shown.output
+    res = run("topics", "elect-leader", "--topic", "orders", "--leader", us, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["leader"] == us and json.loads(res.stdout)["leader_epoch"] == 1
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    assert desc["location"].startswith(us) and all(p["leader_epoch"] == 1 for p in desc["partitions"])
+    assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0
+    assert json.loads(run("replicate", "--topic", "orders", "--json").stdout)["followers"][0]["copied"] == 30
+    q = run("sql", "SELECT replica_version, event, leader, leader_epoch FROM replica_history ORDER BY 1", "--json")
+    assert [(r["event"], r["leader_epoch"]) for r in json.loads(q.stdout)] == [("create", 0), ("elect", 1)]
+    q = run("sql", "SELECT event FROM topic_history WHERE topic = 'orders' ORDER BY topic_version", "--json")
+    assert [r["event"] for r in json.loads(q.stdout)] == ["create", "elect_leader"]
+
+
+def test_bad_replica_input_exits_1_with_nothing_written(run, tmp_path, root):
+    us = str(tmp_path / "us")
+    res = run("topics", "create", "--topic", "orders", "--partitions", "2", "--replicas", f"{root},{us},{us}/")
+    assert res.exit_code == 1 and "appears twice" in res.output
+    assert run("topics", "list", "--json").stdout.strip() in ("[]", "")
+    assert not (tmp_path / "us").exists()
+    assert run("topics", "create", "--topic", "plain", "--partitions", "1").exit_code == 0
+    res = run("topics", "elect-leader", "--topic", "plain", "--leader", us)
+    assert res.exit_code == 1 and "not replicated" in res.output
+    res = run("replicate", "--topic", "plain")
+    assert res.exit_code == 1 and "not replicated" in res.output
+    assert run("topics", "create", "--topic", "orders", "--partitions", "1", "--replicas", f"{root},{us}").exit_code == 0
+    res = run("topics", "elect-leader", "--topic", "orders", "--leader", str(tmp_path / "ap"))
+    assert res.exit_code == 1 and "holds no replica" in res.output
+    res = run("topics", "elect-leader", "--topic", "orders")
+    assert res.exit_code == 1 and "--preferred" in res.output
