@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-all clean check-tools
+.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-replication bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -80,6 +80,9 @@ bench-control: setup
 
 bench-commit: setup
 	$(BIN)/python benchmarks/commit_store.py $(BENCH_ARGS)
+
+bench-replication: setup
+	$(BIN)/python benchmarks/replication.py $(BENCH_ARGS)
 
 # Every throughput aim in one run beside a local Kafka broker (Kafka's jars from Maven Central
 # into .jars-kafka/ on first use, 55 MB; about 40 minutes on 2 cores).

@@ -41,6 +41,22 @@ def replicate(spark, a: dict) -> None:
     say("replicated", copied={f.root: f.copied for f in report.followers}, in_sync=report.in_sync)
 
 
+def diverge(spark, a: dict) -> None:
+    """Append records straight to the topic's log at ``at`` (a leader that is about to be cut off):
+    records no follower has, under a producer id no check counts."""
+    from pyspark.sql import functions as F
+
+    from log_store.topic_log import TopicLog
+
+    log = TopicLog(spark, f"{a['at']}/topics/{a['topic']}")
+    count = log.metadata().undeleted_partition_count
+    rows = spark.range(a["records"]).select(
+        (F.col("id") % count).cast("int").alias("partition"), F.col("id").cast("string").cast("binary").alias("key"),
+        F.lit(b"diverged").alias("value"), F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"),
+        F.current_timestamp().alias("timestamp"), F.lit("zombie").alias("producer_id"), F.col("id").alias("sequence"))
+    say("diverged", appended=log.append(rows, count, "zombie").appended)
+
+
 def elect(spark, a: dict) -> None:
     from control_plane.replication import Replication
 
@@ -189,7 +205,7 @@ def stream_write(spark, a: dict) -> None:
     say("streamed", batches=len(query.recentProgress))
 
 
-ACTORS = {"create": create, "replicate": replicate, "elect": elect, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
+ACTORS = {"create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
           "stream_write": stream_write, "delete_records": delete_records, "compact": compact, "retention": retention}
 
 

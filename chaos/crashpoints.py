@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from deltalake import DeltaTable
+
 from chaos import checker
 from chaos.host import GATEWAY_ENV
 from chaos.runner import PROJECT, drain_gap
@@ -251,6 +253,15 @@ def scenario_compact(scene: Scene) -> None:
     scene.expect("a group reads it all", scene.member("g", "g-a") == 0)
 
 
+def roots_agree(scene: Scene, other: str) -> list[tuple]:
+    """Expect the topic's log at the scene's root and at ``other`` to hold the same records (read
+    with delta-rs); return them."""
+    rows = [sorted(tuple(d.values()) for d in DeltaTable(str(Path(r) / "topics" / TOPIC)).to_pyarrow_table(
+        columns=["partition", "offset", "sequence"]).to_pylist()) for r in (scene.root, other)]
+    scene.expect(f"both roots hold the same records ({len(rows[0])} and {len(rows[1])})", rows[0] == rows[1])
+    return rows[0]
+
+
 def scenario_elect(scene: Scene) -> None:
     """A failover killed at the point is finished by the next command on the topic (here the
     election run again); the producer and the group follow the topic to the new leader, and both
@@ -264,16 +275,35 @@ def scenario_elect(scene: Scene) -> None:
     scene.expect("producing after it", scene.produce("p1") == 0)
     scene.expect("replicating after it", scene.controller("replicate") == 0)
     scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
-    logs = [DeltaTable(str(Path(r) / "topics" / TOPIC)).to_pyarrow_table(columns=["partition", "offset", "sequence"])
-            for r in (scene.root, us)]
-    rows = [sorted(tuple(d.values()) for d in t.to_pylist()) for t in logs]
-    scene.expect(f"both roots hold the same records ({len(rows[0])} and {len(rows[1])})", rows[0] == rows[1])
+    roots_agree(scene, us)
+
+
+def scenario_replicate(scene: Scene) -> None:
+    """A replicator killed at the point (copying, or truncating a returning leader that took
+    records nobody copied before it was cut off) and run again copies nothing twice and skips
+    nothing: both roots end with the same records."""
+    us = str(scene.dir / "us")
+    scene.create(partitions=3, replicas=[scene.root, us])
+    scene.produce("p0")
+    scene.controller("replicate")
+    log = Path(scene.root) / "topics" / TOPIC
+    if scene.point == "replicate:after_truncate":
+        scene.controller("diverge", at=scene.root, records=30)
+        log.rename(log.with_name(TOPIC + ".away"))  # cut off during the election
+        scene.expect("the election without the old leader", scene.controller("elect", leader=us) == 0)
+        log.with_name(TOPIC + ".away").rename(log)
+    scene.expect("producing", scene.produce("p1") == 0)
+    crashed(scene, scene.controller("replicate", crash=scene.point))
+    scene.expect("re-running replicate must finish it", scene.controller("replicate") == 0)
+    scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
+    scene.expect("every produced record is there once", len(roots_agree(scene, us)) == 400)
 
 
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
     "retention": scenario_retention, "compact": scenario_compact, "elect": scenario_elect,
+    "replicate": scenario_replicate,
 }
 
 

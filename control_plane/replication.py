@@ -117,6 +117,19 @@ class Replication:
             leader_log_ends=leader_ends, high_watermark=high_watermark(state, leader_ends, ends),
             followers=[f.model_copy(update={"in_sync": f.root in state.in_sync}) for f in followers])
 
+    def high_watermark(self, topic: str, leader_ends: dict[int, int]) -> dict[int, int]:
+        """Per partition, what every in-sync root holds (the leader's ``leader_ends`` capped by the
+        in-sync followers' log ends, read now)."""
+        state = self.state(topic)
+        ends = {}
+        for root in state.in_sync:
+            if root != state.leader:
+                try:
+                    ends[root] = log_ends_of(self.spark, self.path(state, root))
+                except Exception:  # an in-sync root that cannot be read holds nothing we can count on
+                    ends[root] = {}
+        return high_watermark(state, leader_ends, ends)
+
     # -- followers ---------------------------------------------------------------------------
     def replicate(self, topic: str) -> ReplicaReport:
         """One round: copy the leader to every follower, then move the in-sync set if it changed."""

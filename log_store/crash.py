@@ -50,6 +50,8 @@ POINTS: dict[str, str] = {
     "retention:before_commit": "retention or delete-records: files chosen, the log start not raised",
     "retention:after_commit": "retention or delete-records: the log start raised, the control plane not told",
     "compact:before_commit": "compaction: merged files written, not committed",
+    "replicate:after_write": "replicate: a follower's copied files written, not committed",
+    "replicate:after_truncate": "replicate: a returning leader's diverged rows deleted, its log ends not lowered",
     "elect:after_fence": "leader election: the old leader's log fenced, the new epoch not recorded",
     "elect:after_record": "leader election: the new epoch recorded, the new leader's log and the topic's record not moved",
 }

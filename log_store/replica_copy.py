@@ -23,6 +23,7 @@ from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
+from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, retry_on_conflict
 from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
 from log_store.log_metadata import (
@@ -107,6 +108,7 @@ def truncate(spark: SparkSession, path: str, points: Mapping[int, int]) -> dict[
     if doomed:
         cond = " OR ".join(f"(`partition` = {int(p)} AND `offset` >= {int(o)})" for p, o in sorted(doomed.items()))
         DeltaTable.forPath(spark, path).delete(cond)
+        crash_point("replicate:after_truncate")
 
         def lower() -> None:
             txn = _open(spark, path)
@@ -183,6 +185,7 @@ def copy_log(spark: SparkSession, source: str, target: str, epoch: int,
         if copied != wanted:
             raise OffsetCheckError(f"copying {source} to {target} read {copied} records per partition where the "
                                    f"leader's log ends say {wanted}; nothing was committed")
+        crash_point("replicate:after_write")
         if changed or drop:
             txn.set_properties(changed, drop)
         version = txn.commit(apps, commit_metadata(

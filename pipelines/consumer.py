@@ -22,6 +22,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange
+from control_plane.replication import Replication
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
@@ -30,7 +31,7 @@ from log_store.engine import DeltaTransaction
 from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
 from log_store.names import check_group_name, legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
-from log_store.topic_log import RECORD_SCHEMA
+from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
@@ -174,6 +175,8 @@ class Consumer:
         self.member_id = member_id or f"consumer-{uuid.uuid4()}"
         self.admin = TopicAdmin(spark, root)
         self.log = self.admin.log(topic)
+        # A replicated topic's log moves to the new leader's root on an election: followed batch by batch.
+        self._replication = Replication(spark, root) if self.admin.replica_state(topic) is not None else None
         self.offsets = GroupOffsets(spark, root)
         self.gate = OffsetGate(self.admin, self.log, topic, group,
                                group_positions or CommittedPositions(self.offsets, group, topic))
@@ -205,7 +208,7 @@ class Consumer:
         incarnation, and the member reports the retired records expired before moving up rather
         than skipping them unreported (campaign seed 41).
         """
-        snap = snap or self.log.snapshot()
+        snap = snap or self.snapshot()
         if committed is None:
             if sink_path:
                 self._incarnations = None  # read again: an operator may have reset positions since
@@ -267,7 +270,7 @@ class Consumer:
         ``end`` is the log end in ``snap``, or lower where the resize gates (rules 8, 9) hold a
         partition back. Retired partitions are never read.
         """
-        return plan_ranges(self.gate, snap or self.log.snapshot(), positions, limit)
+        return plan_ranges(self.gate, snap or self.snapshot(), positions, limit)
 
     # -- at-least-once -----------------------------------------------------------------------
     def run(self, handler: Handler, max_records: int | None = None, on_progress: ProgressFn | None = None) -> ConsumeResult:
@@ -300,13 +303,29 @@ class Consumer:
                     raise
                 time.sleep(0.5)
 
+    def snapshot(self) -> LogSnapshot:
+        """The log snapshot a batch is planned and read on. A replicated topic's log is first
+        looked up again (an election moves it to the new leader's root; records below the
+        election are the same at both), and with ``isolation: replicated`` each partition's log
+        end is capped at the high watermark."""
+        if self._replication is None:
+            return self.log.snapshot()
+        location = self.admin.get(self.topic).location
+        if location != self.log.path:
+            self.log = self.gate.log = TopicLog.for_path(self.spark, location)
+        snap = self.log.snapshot()
+        if self.settings.isolation == "replicated":
+            hw = self._replication.high_watermark(self.topic, snap.log_ends)
+            snap = snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
+        return snap
+
     def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None,
                 snap: LogSnapshot | None = None) -> Ranges:
         """Deliver the next batch after ``positions`` to the sink or handler; return its ranges.
 
         The batch is planned on one log snapshot and read at that snapshot's version.
         """
-        snap = snap or self.log.snapshot()
+        snap = snap or self.snapshot()
         snap.metadata.check_not_deleted()
         ranges = self.plan(positions, limit, snap)
         if not ranges:
@@ -360,7 +379,7 @@ class Consumer:
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
-        snap = self.log.snapshot()
+        snap = self.snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
         committed = self.resume(sink_path).committed  # one read of the control plane serves all three
@@ -374,7 +393,7 @@ class Consumer:
             limit = self.settings.max_records_per_batch
             if max_records is not None:
                 limit = min(limit, max_records - delivered)
-            snap = snap if batches == 0 else self.log.snapshot()
+            snap = snap if batches == 0 else self.snapshot()
             below = snap.below_incarnations(positions)
             if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
                 expired += self.report_expired(snap, below)

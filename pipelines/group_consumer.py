@@ -155,7 +155,7 @@ class GroupConsumer:
         """Publish positions others wait on, under the source's conditions (rule 10): the first
         time; when the position grew and reached the log end; when the largest epoch before the
         position grew. Fires keys-maybe-revoked for them, as the source does."""
-        snap = self.consumer.log.snapshot()
+        snap = self.consumer.snapshot()
         meta = snap.metadata
         epochs = {p: part.leader_epoch for p, part in meta.partitions.items()}
         due = self.held.due_publications(self.consumer.gate.watched(snap), snap.log_ends, epochs,
@@ -173,7 +173,7 @@ class GroupConsumer:
         m = self.member
         if m.generation <= 0 or m.pending or m.followup or m.joining is not None:
             return False
-        snap = self.consumer.log.snapshot()
+        snap = self.consumer.snapshot()
         if self.consumer.admin.latest_version(self.topic) != snap.topic_version:
             return False  # the controller recorded a change it has not applied yet
         gen = m.last_generation
@@ -218,7 +218,7 @@ class GroupConsumer:
                 ranges = {}
                 self._drop_unowned()
                 if self.positions and limit > 0:
-                    snap = self.consumer.log.snapshot()
+                    snap = self.consumer.snapshot()
                     below = snap.below_incarnations(self.positions)
                     if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
                         expired = {self._tp(p): o for p, o in below.items()}

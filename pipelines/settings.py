@@ -27,3 +27,7 @@ class ConsumerSettings(Strict):
     # versions): the group's offsets row follows at most this often, and at the end of a run
     # (Kafka's auto.commit.interval.ms). 0: after every batch. Without a sink: after every batch.
     offsets_commit_interval_ms: int = Field(default=5000, ge=0)
+    # A replicated topic's reads (docs/replication.md): "leader" reads up to the leader's log end;
+    # "replicated" only below the high watermark, what every in-sync root holds. Unreplicated
+    # topics read up to the log end either way.
+    isolation: Literal["leader", "replicated"] = "leader"

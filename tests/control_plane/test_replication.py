@@ -239,3 +239,33 @@ def test_a_reassignment_moves_the_topic_to_new_roots_and_resizes_keep_every_root
     admin.create("orders", 1, replicas=[ap, us])
     again = replication.state("orders")
     assert again.incarnation > 1 and again.leader == ap and admin.get("orders").location == replication.path(again, ap)
+
+
+def test_a_consumer_follows_the_leader_and_reads_below_the_high_watermark_when_asked(spark, roots):
+    from pipelines.consumer import Consumer
+    from pipelines.settings import ConsumerSettings
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 20))
+    replication = Replication(spark, meta)
+    careful = Consumer(spark, meta, "orders", "careful", ConsumerSettings(isolation="replicated"))
+    eager = Consumer(spark, meta, "orders", "eager")
+    seen: dict[str, list[int]] = {"careful": [], "eager": []}
+
+    def keep(name):
+        return lambda df, _r: seen[name].extend(r["sequence"] for r in df.select("sequence").collect())
+
+    assert careful.run(keep("careful")).records == 0  # nothing is at the follower yet
+    assert eager.run(keep("eager")).records == 20
+    replication.replicate("orders")
+    assert careful.run(keep("careful")).records == 20
+    replication.elect("orders", us)
+    producer.send(make_records(spark, 10, start=20))
+    # the same consumers, built before the election, read the new leader's records
+    assert eager.run(keep("eager")).records == 10 and eager.log.path == replication.path(replication.state("orders"), us)
+    assert careful.run(keep("careful")).records == 0  # the new follower (eu) lacks them
+    replication.replicate("orders")
+    assert careful.run(keep("careful")).records == 10
+    assert sorted(seen["careful"]) == sorted(seen["eager"]) == list(range(30))
