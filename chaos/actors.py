@@ -71,7 +71,8 @@ def produce(spark, a: dict) -> None:
     from pyspark.sql import functions as F
 
     batch = a["batch"]
-    producer = Producer(spark, a["root"], a["topic"], a["producer_id"], ProducerSettings(batch_size=batch, max_retries=200))
+    settings = ProducerSettings(batch_size=batch, max_retries=200, acks=a.get("acks", "1"))
+    producer = Producer(spark, a["root"], a["topic"], a["producer_id"], settings)
     records = read_input(spark, a["input"])
 
     def acked(done: int, total: int) -> None:

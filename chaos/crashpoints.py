@@ -69,13 +69,14 @@ class Scene:
     def create(self, partitions: int = 3, crash: str | None = None, replicas: list[str] | None = None) -> int:
         return self.actor("create", "create", {"partitions": partitions, "replicas": replicas}, crash)
 
-    def produce(self, pid: str, n: int = 200, batch: int = 50, crash: str | None = None) -> int:
+    def produce(self, pid: str, n: int = 200, batch: int = 50, crash: str | None = None, wait: bool = True,
+                acks: str = "1"):
         path = self.dir / f"{pid}.jsonl"
         if not path.exists():
             path.write_text("".join(json.dumps({"key": f"k{i % 13}", "value": f"{pid}:{i}"}) + "\n" for i in range(n)))
         self.producers[pid] = str(path)
         return self.actor(pid, "produce", {"producer_id": pid, "input": str(path), "records": n, "batch": batch,
-                                           "ack_file": str(self.dir / f"{pid}.acks")}, crash)
+                                           "ack_file": str(self.dir / f"{pid}.acks"), "acks": acks}, crash, wait)
 
     def member(self, group: str, name: str, protocol: str = "eager", crash: str | None = None, wait: bool = True,
                idle_s: float = 4.0, batch: int = 40):

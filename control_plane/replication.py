@@ -33,7 +33,8 @@ from control_plane.replicas import ReplicaStore, log_path
 from control_plane.topics import TopicAdmin
 from log_store.crash import crash_point
 from log_store.errors import (
-    ConcurrentTopicChangeError, FencedLeaderEpochError, NotEnoughReplicasError, ReplicationError,
+    ConcurrentTopicChangeError, FencedLeaderEpochError, LeaderNotAvailableError, NotEnoughReplicasError,
+    ReplicationError,
 )
 from log_store.log_metadata import FOLLOWER, LEADER, REPLICA_EPOCH_PROP, REPLICA_ROLE_PROP
 from log_store.replica_copy import copy_log, log_ends_of, replica_role, set_replica_role, truncate
@@ -255,6 +256,10 @@ class Replication:
     def check_in_sync(self, topic: str, minimum: int) -> ReplicaState:
         """Refuse an ``acks: all`` produce up front when the in-sync set is below ``minimum``."""
         state = self.state(topic)
+        if len(state.replicas) < minimum:
+            raise NotEnoughReplicasError(
+                f"'{topic}' has {len(state.replicas)} replicas, fewer than min.insync.replicas {minimum}: no produce "
+                "can be acknowledged; lower producer.min_insync_replicas or add roots with `lakelog topics reassign`")
         if len(state.in_sync) < minimum:
             raise NotEnoughReplicasError(
                 f"'{topic}' has {len(state.in_sync)} in-sync replicas ({', '.join(state.in_sync)}), fewer than "
@@ -268,7 +273,11 @@ class Replication:
         if self.path(state, state.leader) != log_path:
             raise FencedLeaderEpochError(f"'{topic}' is led from {state.leader} since epoch {state.leader_epoch}: "
                                          "the append went to a former leader and is not acknowledged; produce again")
-        leader_ends = log_ends_of(self.spark, log_path)
+        try:
+            leader_ends = log_ends_of(self.spark, log_path)
+        except Exception as exc:
+            raise LeaderNotAvailableError(f"the leader log of '{topic}' cannot be read ({_short(exc)}): the records "
+                                          "are not acknowledged; produce again once it or an elected root leads") from exc
         for root in state.in_sync:
             if root == state.leader:
                 continue

@@ -30,6 +30,11 @@ class FencedLeaderEpochError(InvalidPartitionMetadataError):
     is now the new leader's log, and retries there; nothing was written at the fenced root."""
 
 
+class LeaderNotAvailableError(RetriableError):
+    """A replicated topic's leader log could not be read (its root is lost, or an election is
+    moving it): the consumer waits and looks the topic up again, as Kafka's consumer does."""
+
+
 class NotEnoughReplicasError(RetriableError):
     """An ``acks: all`` produce could not be acknowledged: fewer in-sync replicas than
     ``min.insync.replicas``, or an in-sync follower could not take the records."""

@@ -39,6 +39,7 @@ from log_store.errors import (
     InvalidRecordError,
     OffsetCheckError,
     StaleProducerSequenceError,
+    StorageError,
     TableConfigError,
     UnknownTopicError,
 )
@@ -204,7 +205,17 @@ class TopicLog:
         return layout_of(DeltaTransaction.start(self.spark, self.path).configuration())
 
     def metadata(self) -> TopicLogMetadata:
-        return TopicLogMetadata.from_properties(DeltaTransaction.start(self.spark, self.path).configuration())
+        return TopicLogMetadata.from_properties(self._start().configuration())
+
+    def _start(self) -> DeltaTransaction:
+        """A transaction on the log; StorageError if the table is gone (its root lost or unmounted)."""
+        try:
+            txn = DeltaTransaction.start(self.spark, self.path)
+        except Exception as exc:  # Delta cannot read the log's own files
+            raise StorageError(f"the topic log at {self.path} cannot be read: {str(exc).strip().splitlines()[0][:300]}") from exc
+        if txn.read_version < 0:
+            raise StorageError(f"no topic log at {self.path}: its root is lost or not mounted")
+        return txn
 
     def table_id(self) -> str:
         """The log table's Delta id (the topic id: new for a topic created again with the name)."""
@@ -269,7 +280,7 @@ class TopicLog:
         Offsets come from the log ends read inside the transaction; counts and sequence bounds
         per partition come back from the written files' Delta stats, so no extra pass is needed.
         """
-        txn = DeltaTransaction.start(self.spark, self.path)
+        txn = self._start()
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)

@@ -28,7 +28,9 @@ from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
-from log_store.errors import AppVersionConflictError, InvalidConfigurationError, SinkConflictError
+from log_store.errors import (
+    AppVersionConflictError, InvalidConfigurationError, LeaderNotAvailableError, SinkConflictError,
+)
 from log_store.names import check_group_name, legacy_sink_id, parse_sink_app_id, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
@@ -150,6 +152,9 @@ class ResumePoint:
     incarnations: dict[int, int]  # GroupOffsets.incarnations: what its sink ids are keyed by
     sink_ahead: dict[int, int] = field(default_factory=dict)  # positions only the sink holds
     sink_legacy: dict[str, int] = field(default_factory=dict)  # earlier releases' ids the next sink commit writes again
+
+
+LEADER_WAITS = 60  # seconds a consumer outside a group waits for a lost leader (or an election)
 
 
 class Consumer:
@@ -311,13 +316,25 @@ class Consumer:
         if self._replication is None:
             return self.log.snapshot()
         location = self.admin.get(self.topic).location
-        if location != self.log.path:
-            self.log = self.gate.log = TopicLog.for_path(self.spark, location)
-        snap = self.log.snapshot()
+        try:
+            if location != self.log.path:
+                self.log = self.gate.log = TopicLog.for_path(self.spark, location)
+            snap = self.log.snapshot()
+        except Exception as exc:
+            raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
+                                          f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
         if self.settings.isolation == "replicated":
             hw = self._replication.high_watermark(self.topic, snap.log_ends)
             snap = snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
         return snap
+
+    def _leader_readable(self) -> bool:
+        """The log this consumer reads is still the topic's leader and can be opened."""
+        try:
+            return (self.admin.get(self.topic).location == self.log.path
+                    and DeltaTransaction.start(self.spark, self.log.path).read_version >= 0)
+        except Exception:
+            return False
 
     def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None,
                 snap: LogSnapshot | None = None) -> Ranges:
@@ -327,16 +344,19 @@ class Consumer:
         """
         snap = snap or self.snapshot()
         snap.metadata.check_not_deleted()
-        ranges = self.plan(positions, limit, snap)
-        if not ranges:
-            return ranges
-        data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
         try:
+            ranges = self.plan(positions, limit, snap)
+            if not ranges:
+                return ranges
+            data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
             if sink_path:
                 self._write_sink(sink_path, data, ranges)
             else:
                 handler(data, ranges)
-        except Exception:
+        except Exception as exc:
+            if self._replication is not None and not self._leader_readable():
+                raise LeaderNotAvailableError(f"the leader log of '{self.topic}' went away while a batch was read "
+                                              f"({str(exc).splitlines()[0][:200]}); the batch is read again") from exc
             self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so
             raise
         return ranges
@@ -385,7 +405,7 @@ class Consumer:
         committed = self.resume(sink_path).committed  # one read of the control plane serves all three
         positions = self.positions(sink_path, snap, committed)
         expired = self.report_expired(snap, committed, self._reported)
-        delivered = batches = 0
+        delivered = batches = waits = 0
         interval = self.settings.offsets_commit_interval_ms / 1000
         # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)
         last_commit, pending = time.monotonic(), bool(self.sink_ahead)
@@ -393,13 +413,20 @@ class Consumer:
             limit = self.settings.max_records_per_batch
             if max_records is not None:
                 limit = min(limit, max_records - delivered)
-            snap = snap if batches == 0 else self.snapshot()
-            below = snap.below_incarnations(positions)
-            if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
-                expired += self.report_expired(snap, below)
-                positions.update(snap.incarnation_starts(below))
-                pending = True
-            ranges = self.deliver(positions, limit, sink_path, handler, snap)
+            try:
+                snap = snap if batches == 0 and not waits else self.snapshot()
+                below = snap.below_incarnations(positions)
+                if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
+                    expired += self.report_expired(snap, below)
+                    positions.update(snap.incarnation_starts(below))
+                    pending = True
+                ranges = self.deliver(positions, limit, sink_path, handler, snap)
+            except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election
+                waits += 1
+                if waits > LEADER_WAITS:
+                    raise
+                time.sleep(1)
+                continue
             if not ranges:
                 break
             positions.update({p: end for p, (_s, end) in ranges.items()})

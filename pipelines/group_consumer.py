@@ -23,7 +23,7 @@ from control_plane.records import TopicPartition
 from control_plane.settings import GroupSettings
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
-from log_store.errors import IllegalGenerationError, SinkConflictError
+from log_store.errors import IllegalGenerationError, LeaderNotAvailableError, SinkConflictError
 from pipelines.consumer import Consumer, Handler
 from pipelines.member_positions import MemberPositions
 
@@ -155,7 +155,10 @@ class GroupConsumer:
         """Publish positions others wait on, under the source's conditions (rule 10): the first
         time; when the position grew and reached the log end; when the largest epoch before the
         position grew. Fires keys-maybe-revoked for them, as the source does."""
-        snap = self.consumer.snapshot()
+        try:
+            snap = self.consumer.snapshot()
+        except LeaderNotAvailableError:
+            return  # published on a later batch
         meta = snap.metadata
         epochs = {p: part.leader_epoch for p, part in meta.partitions.items()}
         due = self.held.due_publications(self.consumer.gate.watched(snap), snap.log_ends, epochs,
@@ -173,7 +176,10 @@ class GroupConsumer:
         m = self.member
         if m.generation <= 0 or m.pending or m.followup or m.joining is not None:
             return False
-        snap = self.consumer.snapshot()
+        try:
+            snap = self.consumer.snapshot()
+        except LeaderNotAvailableError:
+            return False
         if self.consumer.admin.latest_version(self.topic) != snap.topic_version:
             return False  # the controller recorded a change it has not applied yet
         gen = m.last_generation
@@ -218,7 +224,11 @@ class GroupConsumer:
                 ranges = {}
                 self._drop_unowned()
                 if self.positions and limit > 0:
-                    snap = self.consumer.snapshot()
+                    try:
+                        snap = self.consumer.snapshot()
+                    except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election
+                        time.sleep(pause)
+                        continue
                     below = snap.below_incarnations(self.positions)
                     if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
                         expired = {self._tp(p): o for p, o in below.items()}
@@ -232,6 +242,9 @@ class GroupConsumer:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it
                         self.held.move(self.consumer.positions(sink_path))
+                        continue
+                    except LeaderNotAvailableError:  # nothing was committed: the batch is read again
+                        time.sleep(pause)
                         continue
                 if ranges:
                     self.held.advance(ranges)

@@ -19,7 +19,10 @@ from pyspark.sql.types import BinaryType, DataType, StringType
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
-from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, StaleProducerSequenceError
+from log_store.errors import (
+    InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError, NotEnoughReplicasError,
+    StaleProducerSequenceError, StorageError,
+)
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
 from log_store.frames import cached_rows, observed, row_bound
@@ -83,6 +86,7 @@ class Producer:
         # transaction; another process producing under the same id makes it read again.
         self._mark: int | None = None
         self._replicas = None  # the topic's Replication under acks: all (False: not replicated)
+        self._is_replicated: bool | None = None
 
     def next_sequence(self) -> int:
         """One past the highest sequence this producer id has committed."""
@@ -218,6 +222,11 @@ class Producer:
         self._mark = None
         return True
 
+    def _replicated(self) -> bool:
+        if self._is_replicated is None:
+            self._is_replicated = self.admin.replica_state(self.topic) is not None
+        return self._is_replicated
+
     def _replication(self):
         """The topic's replication when this producer waits for ``acks: all`` (None otherwise)."""
         if self.settings.acks != "all":
@@ -226,7 +235,7 @@ class Producer:
             from control_plane.replication import Replication
 
             replication = Replication(self.spark, self.admin.layout.root)
-            self._replicas = replication if self.admin.replica_state(self.topic) is not None else False
+            self._replicas = replication if self._replicated() else False
         return self._replicas or None
 
     def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None,
@@ -252,9 +261,11 @@ class Producer:
                 )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas)
-            except InvalidPartitionMetadataError:
-                if refresh == self.settings.max_retries:
+            except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
+                if refresh == self.settings.max_retries or (isinstance(exc, StorageError) and not self._replicated()):
                     raise
+                if not isinstance(exc, InvalidPartitionMetadataError):  # a replicated topic's root lost: back off
+                    time.sleep(min(2.0, self.settings.retry_backoff_ms / 1000 * 2 ** min(refresh, 6)))
                 result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
                 continue
             self._mark = appended.producer_mark
