@@ -83,6 +83,42 @@ def read_changes(path: str) -> list[dict]:
     return [r for r in rows if r["_change_type"] == "insert"]
 
 
+def read_log_changes(path: str) -> list[dict]:
+    """Every record ever appended to the topic log at ``path`` (change feed inserts), less those a
+    replica's truncation took out (a returning old leader's records past where the next leader
+    epoch began: the DELETE commits whose metadata says ``truncate``; a retirement's purge or a
+    retention's deletes keep their records, which were appended)."""
+    if not _exists(path):
+        return []
+    table = DeltaTable(path)
+    truncations = {h["version"] for h in table.history()
+                   if '"lakelog":"truncate"' in (h.get("userMetadata") or "")}
+    rows = _rows(pa.table(table.load_cdf(starting_version=0).read_all()))
+    gone: dict[tuple[int, int], int] = {}  # offset -> the last truncation that deleted it
+    for r in rows:
+        if r["_change_type"] == "delete" and r["_commit_version"] in truncations:
+            key = (r["partition"], r["offset"])
+            gone[key] = max(gone.get(key, -1), r["_commit_version"])
+    return [r for r in rows if r["_change_type"] == "insert"
+            and r["_commit_version"] >= gone.get((r["partition"], r["offset"]), -1)]
+
+
+def replica_divergence(locations: list[str]) -> list[str]:
+    """Offsets at which two roots' copies of a log hold different records, below both log ends:
+    what replication must never leave (each root's rows as they are now, read with delta-rs)."""
+    copies = []
+    for path in locations:
+        rows = read_current(path)
+        copies.append({(r["partition"], r["offset"]): (r["producer_id"], r["sequence"], r["leader_epoch"]) for r in rows})
+    out = []
+    first = copies[0]
+    for path, other in zip(locations[1:], copies[1:]):
+        for key in sorted(set(first) & set(other)):
+            if first[key] != other[key]:
+                out.append(f"{path}: partition {key[0]} offset {key[1]} holds {other[key]}, the leader {first[key]}")
+    return out
+
+
 def read_current(path: str) -> list[dict]:
     if not _exists(path):
         return []
@@ -402,7 +438,7 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     producer had acknowledged, and each group's sink (group -> sink path; groups may share one).
     ``commit_order``: also the control plane's commit-order labels (once per root)."""
     out = Findings()
-    log = read_changes(log_location(root, topic))
+    log = read_log_changes(log_location(root, topic))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out)

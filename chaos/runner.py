@@ -543,7 +543,7 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
     raised = checker.log_starts(checker.log_location(root, topic), starts)  # retention, delete-records
     starts = {p: max(o, raised.get(p, 0)) for p, o in starts.items()}
     ends: dict[int, int] = defaultdict(int)
-    for r in checker.read_changes(checker.log_location(root, topic)):
+    for r in checker.read_log_changes(checker.log_location(root, topic)):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     positions: dict[int, int] = {}
     commits = [c for c in checker.read_changes(f"{root}/control/offset_commits")

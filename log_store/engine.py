@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, TypeVar
 
@@ -378,6 +379,22 @@ class DeltaTransaction:
             return int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             raise translate(exc) from exc
+
+
+@contextmanager
+def commit_user_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
+    """Commits Delta's own commands make meanwhile (a ``DELETE``) carry ``metadata`` as their
+    commit info's ``userMetadata``."""
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, metadata)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def translate(exc: Exception) -> LakelogError:

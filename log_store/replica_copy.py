@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from log_store import rs_reader
 from log_store.crash import crash_point
 from log_store.dense_offsets import use_one_task
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction, commit_user_metadata, retry_on_conflict
 from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import (
@@ -45,6 +45,7 @@ from log_store.topic_log import RECORD_SCHEMA
 
 # What a follower takes from its leader's properties and application versions: the log's own
 # state, not the root's role in it or how its files are laid out.
+TRUNCATE = "truncate"  # the commit metadata's kind of a truncation's DELETE (docs/storage-format.md)
 _OWN_PROPS = (REPLICA_ROLE_PROP, REPLICA_EPOCH_PROP, LAYOUT_PROP)
 _COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX)
 
@@ -111,7 +112,10 @@ def truncate(spark: SparkSession, path: str, points: Mapping[int, int]) -> dict[
     doomed = {p: o for p, o in points.items() if ends.get(p, 0) > o}
     if doomed:
         cond = " OR ".join(f"(`partition` = {int(p)} AND `offset` >= {int(o)})" for p, o in sorted(doomed.items()))
-        DeltaTable.forPath(spark, path).delete(cond)
+        # The DELETE's commit says it is a truncation: readers of the change feed (the audit, the
+        # campaign's checker) take its deleted rows out of what the log holds, unlike a purge's.
+        with commit_user_metadata(spark, commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(doomed.items())})):
+            DeltaTable.forPath(spark, path).delete(cond)
         crash_point("replicate:after_truncate")
 
         def lower() -> None:
@@ -119,7 +123,7 @@ def truncate(spark: SparkSession, path: str, points: Mapping[int, int]) -> dict[
             for p in doomed:
                 txn.app_version(log_end_app_id(p))
             txn.commit({log_end_app_id(p): o for p, o in doomed.items()},
-                       commit_metadata("truncate", points={str(p): o for p, o in sorted(doomed.items())}))
+                       commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(doomed.items())}))
 
         retry_on_conflict(lower, attempts=20)
     return doomed

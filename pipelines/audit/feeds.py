@@ -42,13 +42,13 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
     says that it was not judged."""
     if not _has_change_feed(spark, path):
         _cdf(spark, path)  # raises the error that says what the audit needs
-    rows, reason = _read_now(lambda: _feed_from(spark, path, 0).where(F.col("_change_type") == "insert")
+    rows, reason = _read_now(lambda: _without_truncated(spark, path, _feed_from(spark, path, 0))
                              .select(*PRODUCED_COLUMNS, "_change_type"))
     if rows is not None:
         return rows, []
     earliest = _earliest_version(spark, path)
     with _skipping_missing_files(spark):
-        feed = _feed_from(spark, path, earliest).where(F.col("_change_type") == "insert").select(*PRODUCED_COLUMNS)
+        feed = _without_truncated(spark, path, _feed_from(spark, path, earliest)).select(*PRODUCED_COLUMNS)
         live = spark.read.format("delta").load(path).select(*PRODUCED_COLUMNS)
         rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
                 .withColumn("_change_type", F.lit("insert")).persist())
@@ -58,6 +58,22 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
             "the log holds now. Records appended before that version and no longer in the log (below a log "
             "start, or in a retired partition) were not judged.")
     return rows, [note]
+
+
+def _without_truncated(spark: SparkSession, path: str, feed: DataFrame) -> DataFrame:
+    """The feed's inserts, less the records a replica's truncation deleted (a returning old
+    leader's records past where the next leader epoch began: never part of the topic's history).
+    Its DELETE commits say ``truncate`` in their metadata; a purge's or retention's do not."""
+    inserts = feed.where(F.col("_change_type") == "insert")
+    versions = [r["version"] for r in DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect()
+                if '"lakelog":"truncate"' in (r["userMetadata"] or "")]
+    if not versions:
+        return inserts
+    gone = (feed.where((F.col("_change_type") == "delete") & F.col("_commit_version").isin(versions))
+            .select(F.col("partition").alias("_p"), F.col("offset").alias("_o"), F.col("_commit_version").alias("_gone_at")))
+    # an insert is gone if a truncation after it deleted its offset
+    return inserts.join(gone, (F.col("partition") == F.col("_p")) & (F.col("offset") == F.col("_o"))
+                        & (F.col("_commit_version") < F.col("_gone_at")), "left_anti")
 
 
 # What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
