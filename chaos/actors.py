@@ -60,7 +60,13 @@ def diverge(spark, a: dict) -> None:
 def elect(spark, a: dict) -> None:
     from control_plane.replication import Replication
 
-    state = Replication(spark, a["root"]).elect(a["topic"], a["leader"], unclean=a.get("unclean", False))
+    replication = Replication(spark, a["root"])
+    leader = a["leader"]
+    if leader == "next":  # the first in-sync root after the leader (none: the election is refused)
+        state = replication.finish(a["topic"])
+        order = state.replicas[state.replicas.index(state.leader) + 1:] + state.replicas
+        leader = next((r for r in order if r in state.in_sync and r != state.leader), order[0])
+    state = replication.elect(a["topic"], leader, unclean=a.get("unclean", False))
     say("elected", leader=state.leader, leader_epoch=state.leader_epoch)
 
 

@@ -38,7 +38,7 @@ ANOMALIES = (
     "lost_acknowledged", "log_duplicate", "log_phantom", "offset_reuse", "offset_gap", "epoch_decrease",
     "log_key_reorder", "sink_duplicate", "sink_phantom", "delivery_reorder", "undelivered",
     "expired_unreported", "two_owners", "position_backwards", "position_beyond_end", "duplicate_generation",
-    "order_label_disagrees",
+    "order_label_disagrees", "replica_divergence",
 )
 SAMPLES = 5
 

@@ -28,6 +28,7 @@ from chaos import checker
 from chaos.host import GATEWAY_ENV
 from chaos.schedule import (
     MAX_PARTITIONS,
+    REPLICA_STEPS,
     ControllerStep,
     GroupPlan,
     MemberPlan,
@@ -114,6 +115,11 @@ class Runner:
         self.incarnation = Counter()
         self.stopping = False
         self.rng = random.Random(f"{schedule.seed}/runner")
+        # A replicated schedule: the topic's root leads first, the follower roots beside it. Each
+        # root's log is reached through a symlink the runner can point nowhere (a root lost).
+        self.replica_roots = [self.root] + [str(workdir / name) for name in schedule.replicas]
+        self.cut: set[int] = set()
+        self.cuts: list[list[float | None]] = []  # [lost at, back at] of every root lost, runner time
 
     # -- plumbing --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -183,6 +189,8 @@ class Runner:
                     self.start_create(False, decoy=True)
                     return
                 self.created = True
+                if self.s.replicas:
+                    self.link_logs()
                 self.schedule_work()
             elif rc == CRASH_EXIT:
                 self.result.faults["crash create:after_log_table"] += 1
@@ -192,7 +200,7 @@ class Runner:
                 self.at(self.now() + 1, lambda: self.start_create(False, decoy))
 
         args = ({"partitions": self.s.decoy.partitions, "topic": self.s.decoy.topic} if decoy
-                else {"partitions": self.s.partitions})
+                else {"partitions": self.s.partitions, "replicas": self.replica_roots if self.s.replicas else None})
         self.spawn(name, "create", args, done, crash_at="create:after_log_table" if crash else None)
 
     def write_inputs(self) -> None:
@@ -210,7 +218,9 @@ class Runner:
         crash = plan.crash_at if run == 0 else None
         args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
                 "records": plan.records, "batch": plan.batch, "ack_file": str(self.dir / "acks" / f"{plan.producer_id}.jsonl"),
-                "own_jvm": plan.own_jvm and run == 0, "topic": self.topic_of[plan.producer_id]}
+                "own_jvm": plan.own_jvm and run == 0, "topic": self.topic_of[plan.producer_id],
+                # a replicated topic's producers wait for the in-sync set: a lost leader loses none of their acks
+                "acks": "all" if self.s.replicas and self.topic_of[plan.producer_id] == self.s.topic else "1"}
 
         def done(rc: int) -> None:
             if rc == 0 and not plan.bad_input:
@@ -245,7 +255,107 @@ class Runner:
         marked = [p["partition"] for p in record["partitions"] if p["mode"] == "ReadOnly"]
         return adapt_step(step, record["undeleted_partition_count"], marked)
 
+    # -- replicas ------------------------------------------------------------------------------
+    def log_link(self, index: int) -> Path:
+        return Path(self.replica_roots[index]) / "topics" / self.s.topic
+
+    def link_logs(self) -> None:
+        """Move each root's log aside and reach it through a symlink (before anyone writes to it)."""
+        for index in range(len(self.replica_roots)):
+            link, real = self.log_link(index), self.dir / "real-logs" / str(index)
+            real.parent.mkdir(parents=True, exist_ok=True)
+            link.rename(real)
+            link.symlink_to(real)
+
+    def cut_root(self, index: int, seconds: float) -> None:
+        """The root's log is lost for ``seconds`` (reads and writes fail), then returns."""
+        if index in self.cut:
+            return
+        self.cut.add(index)
+        self.cuts.append([self.now(), None])
+        link = self.log_link(index)
+        link.unlink()
+        link.symlink_to(self.dir / "nowhere")
+        self.result.faults["root lost"] += 1
+        self.log(f"root {index} lost for {seconds:.1f}s")
+        self.at(self.now() + seconds, lambda: self.restore_root(index))
+
+    def restore_root(self, index: int) -> None:
+        if index not in self.cut:
+            return
+        self.cut.discard(index)
+        for span in self.cuts:
+            if span[1] is None:
+                span[1] = self.now()
+                break
+        link = self.log_link(index)
+        link.unlink()
+        link.symlink_to(self.dir / "real-logs" / str(index))
+        self.log(f"root {index} back")
+
+    def root_lost_since(self, started: float) -> bool:
+        """Whether a root was lost at some moment since ``started`` (runner time): a step that failed
+        meanwhile met the documented limit (the log cannot be changed while its root is lost) and
+        is run again, as an operator would."""
+        return any(end is None or end >= started for _lost, end in self.cuts)
+
+    def leader_index(self) -> int:
+        state = current_replica_state(self.root, self.s.topic)
+        return self.replica_roots.index(state["leader"]) if state else 0
+
+    def start_replica_step(self, i: int, step: ControllerStep, attempt: int) -> None:
+        """A copy round, an election (the leader's root lost first, for some), or a follower lost."""
+        if step.kind == "lag":
+            leader = self.leader_index()
+            followers = [k for k in range(len(self.replica_roots)) if k != leader]
+            self.cut_root(followers[step.pick % len(followers)], step.cut_for)
+            self.pending_steps -= 1
+            return
+        if step.kind == "elect" and step.cut_for and attempt == 0:
+            self.cut_root(self.leader_index(), step.cut_for)
+        name = f"ctl{i}.{attempt}.0"
+        crash = step.crash_at if attempt == 0 else None
+
+        def done(rc: int) -> None:
+            event = self.last_event(name)
+            if rc == CRASH_EXIT:
+                self.result.faults[f"crash {crash}"] += 1
+                self.at(self.now() + 0.5, lambda: self.start_replica_step(i, step, attempt + 1))
+                return
+            if rc == 0:
+                self.result.operations[f"{step.kind} done"] += 1
+            elif rc == 1 and (event.get("error") in (
+                    "ReplicationError", "ConcurrentTopicChangeError", "FencedLeaderEpochError", "StorageError")
+                    or self.root_lost_since(started)):
+                # no in-sync root to elect, a racing election, or a root lost meanwhile
+                self.result.operations[f"{step.kind} refused ({event.get('error') or 'a root lost'})"] += 1
+            else:
+                self.unexpected(name, rc)
+            self.pending_steps -= 1
+
+        started = self.now()
+        if step.kind == "elect":
+            self.log(f"ctl{i}: elect the next in-sync root")
+        self.spawn(name, step.kind, {"leader": "next"} if step.kind == "elect" else {}, done, crash)
+
+    def settle_replicas(self) -> None:
+        """Every lost root back, then two copy rounds: the followers catch up before the checks."""
+        for index in list(self.cut):
+            self.restore_root(index)
+        for n in range(2):
+            finished: list[int] = []
+            self.spawn(f"settle.{n}", "replicate", {}, finished.append)
+            end = time.monotonic() + ACTOR_TIMEOUT_S
+            while not finished and time.monotonic() < end:
+                self.step()
+                time.sleep(0.1)
+            if finished and finished[0] != 0:
+                self.unexpected(f"settle.{n}", finished[0])
+
     def start_step(self, i: int, step: ControllerStep, attempt: int, retired: bool = False) -> None:
+        if step.kind in REPLICA_STEPS:
+            self.start_replica_step(i, step, attempt)
+            return
         if step.kind == "alter" and step.change:
             planned = step
             step, retire_first = self.adapted(step)
@@ -253,7 +363,8 @@ class Runner:
                 self.result.operations["grow after a retirement"] += 1
 
                 def then(rc: int) -> None:
-                    if rc not in (0, CRASH_EXIT):
+                    lost_root = self.s.replicas and self.last_event(f"ctl{i}.retire").get("error") == "StorageError"
+                    if rc not in (0, CRASH_EXIT) and not lost_root:  # a lost leader root: the grow is tried anyway
                         self.unexpected(f"ctl{i}.retire", rc)
                     self.start_step(i, planned, attempt, retired=True)
                 self.spawn(f"ctl{i}.retire", "tick", {"delay": 0.0}, then)
@@ -278,6 +389,13 @@ class Runner:
                     self.result.operations[f"{step.kind} re-run after a lost race"] += 1
                     self.at(self.now() + 0.5, lambda: self.start_step(i, step, attempt + 1))
                     return
+                elif rc == 1 and self.s.replicas and attempt < 10 and (
+                        event.get("error") == "StorageError" or self.root_lost_since(started)):
+                    # the leader's root is lost: the log cannot be changed until it returns or a
+                    # root is elected; an operator runs the step again
+                    self.result.operations[f"{step.kind} re-run after a lost root"] += 1
+                    self.at(self.now() + 2, lambda: self.start_step(i, step, attempt + 1))
+                    return
                 elif rc == 1 and event.get("event") == "error" and (event["error"] in (
                         "InvalidPartitionsError", "ConcurrentTopicChangeError") or (
                         step.kind == "delete_records" and event["error"] == "InvalidConfigurationError")):
@@ -292,6 +410,7 @@ class Runner:
 
         if racers > 1:
             self.result.faults["racing controllers"] += 1
+        started = self.now()
         for r in range(racers):
             name = f"ctl{i}.{attempt}.{r}"
             crash = step.crash_at if attempt == 0 and r == 0 else None
@@ -401,6 +520,8 @@ class Runner:
                 time.sleep(0.1)
             if self.busy():
                 self.result.problems.append("the schedule's work did not finish in time")
+            if self.s.replicas:
+                self.settle_replicas()
             self.drain()
         finally:
             for name in list(self.actors):
@@ -475,6 +596,13 @@ class Runner:
                 found.counts[kind] += n
                 found.samples[kind] += [f"[{topic}] {x}" for x in one.samples.get(kind, [])][:checker.SAMPLES]
             found.stats.update({f"{k}[{topic}]": v for k, v in one.stats.items()})
+        if self.s.replicas:  # every root holds the leader's records at the same offsets
+            leader = checker.log_location(self.root, self.s.topic)
+            others = [str(self.log_link(k)) for k in range(len(self.replica_roots))]
+            others = [p for p in others if os.path.realpath(p) != os.path.realpath(leader)]
+            for what in checker.replica_divergence([leader, *others]):
+                found.add("replica_divergence", what)
+            found.stats["replica_roots"] = len(self.replica_roots)
         self.result.anomalies = {k: v for k, v in found.counts.items() if v}
         self.result.samples = {k: v for k, v in found.samples.items() if v}
         stray = [f"{err.stem}: {line.strip()[:300]}" for err in sorted((self.dir / "logs").glob("*.err"))
@@ -489,6 +617,15 @@ class Runner:
         for plan in self.s.producers:
             if plan.bad_input:
                 self.result.operations["bad input producers"] += 1
+
+
+def current_replica_state(root: str, topic: str) -> dict | None:
+    """A replicated topic's latest replica state (read with delta-rs; None if it has none)."""
+    path = f"{root}/control/topic_replicas"
+    if not os.path.isdir(f"{path}/_delta_log"):
+        return None
+    rows = [r for r in checker.read_current(path) if r["topic"] == topic]
+    return max(rows, key=lambda r: (r["incarnation"], r["replica_version"])) if rows else None
 
 
 def drain_stuck(started: float, moved: float, now: float) -> str | None:

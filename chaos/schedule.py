@@ -18,7 +18,11 @@ CONTROLLER_CRASHES = {
     "delete_records": ("retention:before_commit", "retention:after_commit"),
     "retention": ("retention:before_commit", "retention:after_commit"),
     "compact": ("compact:before_commit",),
+    "replicate": ("replicate:after_write",),
+    "elect": ("elect:after_fence", "elect:after_record"),
 }
+# A replicated schedule's steps (the topic at its root and the follower roots ``Schedule.replicas``).
+REPLICA_STEPS = ("replicate", "elect", "lag")
 # Steps that keep the log bounded: how many of each a schedule draws at most.
 UPKEEP = ("delete_records", "compact", "retention")
 MEMBER_CRASHES = ("group:after_revoke", "group:after_propose", "group:after_acquire",
@@ -52,6 +56,8 @@ class ControllerStep:
     bytes: int = 0  # retention: retention.bytes for one tick
     racers: int = 1  # controllers running the same step at once
     crash_at: str | None = None  # the first racer dies here; the runner re-runs the step
+    # elect: the leader's log is cut off this long first (lost, then returning); lag: a follower's
+    cut_for: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ class Schedule:
     notes: list[str] = field(default_factory=list)
     topic: str = "chaos"
     decoy: DecoyPlan | None = None
+    replicas: tuple[str, ...] = ()  # follower roots (names under the schedule's folder): a replicated topic
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,7 +125,7 @@ class Schedule:
                       "controller": tuple(ControllerStep(**c) for c in d["controller"]),
                       "groups": tuple(GroupPlan(**{**g, "members": tuple(MemberPlan(**m) for m in g["members"])})
                                       for g in d["groups"]),
-                      "notes": list(d.get("notes", [])),
+                      "notes": list(d.get("notes", [])), "replicas": tuple(d.get("replicas", ())),
                       "decoy": DecoyPlan(**d["decoy"]) if d.get("decoy") else None})
 
     @property
@@ -233,7 +240,34 @@ def draw(seed: int, short: bool = False) -> Schedule:
         notes=[f"late group: {late}", f"lagging group: {lagging}"],
     )
     schedule = _named(schedule, random.Random(f"{seed}/names"))
+    schedule = _replicated(schedule, random.Random(f"{seed}/replicas"))
     return shorten(schedule) if short else schedule
+
+
+def _replicated(s: Schedule, rng: random.Random) -> Schedule:
+    """Half the schedules keep the topic at one or two more roots: copies every few seconds (some
+    killed mid-copy), one or two elections (some with the leader's root lost first and returning
+    later, some killed mid-way), and a follower cut off for a while (it leaves the in-sync set and
+    rejoins). Drawn from a generator of their own, so the rest of a seed's schedule is as before."""
+    if rng.random() < 0.5:
+        return s
+    end = s.last_event + 5
+    steps = []
+    t = rng.uniform(1, 3)
+    while t < end:
+        crash = rng.choice(CONTROLLER_CRASHES["replicate"]) if rng.random() < 0.15 else None
+        steps.append(ControllerStep(at=round(t, 1), kind="replicate", crash_at=crash))
+        t += rng.uniform(2, 4)
+    for _ in range(rng.randint(1, 2)):
+        crash = rng.choice(CONTROLLER_CRASHES["elect"]) if rng.random() < 0.3 else None
+        cut = round(rng.uniform(3, 8), 1) if rng.random() < 0.5 else 0.0
+        steps.append(ControllerStep(at=round(rng.uniform(5, end), 1), kind="elect", cut_for=cut, crash_at=crash))
+    if rng.random() < 0.5:
+        steps.append(ControllerStep(at=round(rng.uniform(3, end), 1), kind="lag", cut_for=round(rng.uniform(3, 8), 1),
+                                    pick=rng.randint(0, 7)))
+    replicas = ("us",) if rng.random() < 0.6 else ("us", "ap")
+    return replace(s, replicas=replicas, controller=tuple(sorted(s.controller + tuple(steps), key=lambda c: c.at)),
+                   notes=s.notes + [f"replicated at {1 + len(replicas)} roots"])
 
 
 TOPIC_NAMES = ("orders.v1", "billing.events", "pay.eu.v2", "chaos")

@@ -31,7 +31,9 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from log_store.arrow_files import arrow_schema, file_stats
 from log_store.files import write_file
-from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError
+from log_store.errors import (
+    AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError, StorageError,
+)
 
 # Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
 DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
@@ -404,6 +406,9 @@ def translate(exc: Exception) -> LakelogError:
         kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
         return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
+    if "DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text:
+        return StorageError(f"the table's Delta log cannot be read or written ({text.splitlines()[0][:300]}): is its "
+                            "root lost, unmounted or not writable?")
     if "DUPLICATED_MAP_KEY" in text:
         return InvalidRecordError(
             "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "

@@ -179,7 +179,7 @@ class Consumer:
         self.settings = settings or ConsumerSettings()
         self.member_id = member_id or f"consumer-{uuid.uuid4()}"
         self.admin = TopicAdmin(spark, root)
-        self.log = self.admin.log(topic)
+        self.log = TopicLog(spark, self.admin.get(topic).location)  # opened by each batch's snapshot
         # A replicated topic's log moves to the new leader's root on an election: followed batch by batch.
         self._replication = Replication(spark, root) if self.admin.replica_state(topic) is not None else None
         self.offsets = GroupOffsets(spark, root)

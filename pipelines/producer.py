@@ -20,8 +20,8 @@ from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
-    InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError, NotEnoughReplicasError,
-    StaleProducerSequenceError, StorageError,
+    FencedLeaderEpochError, InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError,
+    NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
 )
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
@@ -73,7 +73,9 @@ class Producer:
         self.spark = spark
         self.admin = TopicAdmin(spark, root)
         self.topic = topic
-        self.log = self.admin.log(topic)  # raises UnknownTopicError before anything is read
+        # UnknownTopicError before anything is read; the log itself is opened by each append (a
+        # replicated topic's leader root may be lost for a while: the append backs off and follows)
+        self.log = TopicLog(spark, self.admin.get(topic).location)
         self.producer_id = producer_id or f"producer-{uuid.uuid4()}"
         self.settings = settings or ProducerSettings()
         # The partition count batches are partitioned for, kept between sends as Kafka's producer
@@ -264,7 +266,8 @@ class Producer:
             except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
                 if refresh == self.settings.max_retries or (isinstance(exc, StorageError) and not self._replicated()):
                     raise
-                if not isinstance(exc, InvalidPartitionMetadataError):  # a replicated topic's root lost: back off
+                if not isinstance(exc, InvalidPartitionMetadataError) or isinstance(exc, FencedLeaderEpochError):
+                    # a replicated topic's root lost, or an election under way: back off
                     time.sleep(min(2.0, self.settings.retry_backoff_ms / 1000 * 2 ** min(refresh, 6)))
                 result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
                 continue

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
-from control_plane.records import PartitionState, TopicRecord
+from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from control_plane.topics import TopicAdmin
 from log_store.errors import UnknownTopicError
 from log_store.files import write_file
@@ -40,6 +40,7 @@ class TimelineEvent(BaseModel):
     marked: list[int] = Field(default_factory=list)
     retired: list[int] = Field(default_factory=list)
     epochs: dict[int, int] = Field(default_factory=dict)  # partitions whose epoch changed: new epoch
+    leader: str | None = None  # a replicated topic's election: the root whose log leads from here
 
 
 def topic_history(spark: SparkSession, root: str, topic: str) -> list[TopicRecord]:
@@ -61,6 +62,7 @@ def timeline_events(history: list[TopicRecord]) -> list[TimelineEvent]:
             topic_version=c.version, event=c.record.event.value, changed_at=c.record.changed_at,
             partition_count=c.record.partition_count, undeleted_partition_count=c.record.undeleted_partition_count,
             added=c.added, marked=c.marked, retired=[p.partition for p in c.retired], epochs=c.epochs,
+            leader=c.record.location.rsplit("/topics/", 1)[0] if c.record.event is TopicEvent.ELECT_LEADER else None,
         )
         for c in TopicImage(history[0].topic if history else "", history).changes()
     ]
@@ -87,7 +89,8 @@ def draw_timeline(topic: str, history: list[TopicRecord]) -> bytes:
             ax.annotate(f"e{epoch}", (i + 0.5, q), ha="center", va="center", fontsize=8, color="white", weight="bold")
     ax.set_xlim(0, n)
     ax.set_xticks([i + 0.5 for i in range(n)])
-    ax.set_xticklabels([f"v{e.topic_version} {e.event}\n{e.changed_at:%Y-%m-%d %H:%M:%S}" for e in events], fontsize=8)
+    ax.set_xticklabels([f"v{e.topic_version} {e.event}" + (f" -> {e.leader.rstrip('/').rsplit('/', 1)[-1]}" if e.leader else "")
+                        + f"\n{e.changed_at:%Y-%m-%d %H:%M:%S}" for e in events], fontsize=8)
     ax.set_ylim(max(parts, default=0) + 0.7, -0.7)
     ax.set_yticks(parts)
     ax.set_yticklabels([f"p{p}" for p in parts])

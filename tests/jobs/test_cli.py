@@ -165,6 +165,7 @@ def test_console_script_exit_code_and_message(tmp_path):
     assert "producer.batchsize" in proc.stderr
 
 
+@pytest.mark.slow  # 20 s, four cold CLI processes
 def test_spark_and_jvm_log_lines_stay_off_the_terminal(tmp_path):
     """Without --verbose a read command prints its answer, and stderr carries none of Spark's or
     log4j's own lines (the start-up banner, the default log level, warnings)."""

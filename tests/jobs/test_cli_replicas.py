@@ -48,6 +48,8 @@ def test_a_replicated_topic_through_replicate_describe_and_failover(run, tmp_pat
     assert [(r["event"], r["leader_epoch"]) for r in json.loads(q.stdout)] == [("create", 0), ("elect", 1)]
     q = run("sql", "SELECT event FROM topic_history WHERE topic = 'orders' ORDER BY topic_version", "--json")
     assert [r["event"] for r in json.loads(q.stdout)] == ["create", "elect_leader"]
+    drawn = json.loads(run("topics", "timeline", "--topic", "orders", "--json").stdout)
+    assert drawn["events"][-1]["leader"] == us and drawn["events"][-1]["epochs"] == {"0": 1, "1": 1}
 
 
 def test_bad_replica_input_exits_1_with_nothing_written(run, tmp_path, root):

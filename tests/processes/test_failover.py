@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from chaos.crashpoints import TOPIC, Scene
@@ -35,6 +36,7 @@ def acked_batches(scene: Scene, pid: str) -> int:
     return len(acks.read_text().splitlines()) if acks.exists() else 0
 
 
+@pytest.mark.slow  # 75 s; the election racing a producer in another process stays in test_replica_races.py
 def test_a_failover_mid_produce_loses_no_acknowledged_record_and_every_root_agrees(spark, tmp_path):
     scene = Scene(point="failover", dir=tmp_path, gateway=os.environ[GATEWAY_ENV])
     eu, us = str(tmp_path / "eu"), str(tmp_path / "us")

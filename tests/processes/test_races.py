@@ -165,6 +165,7 @@ def test_an_append_written_before_the_shrink_and_committed_after_it_is_rejected(
 
 
 
+@pytest.mark.slow  # 40 s; compaction against other writers' commits stays in tests/control_plane/test_retention.py
 def test_compaction_racing_producers_and_a_group_loses_moves_reorders_and_duplicates_nothing(spark, root, tmp_path):
     """Two producer processes append small batches while a third process compacts the topic over
     and over and this one consumes it as a group: every append lands (retried at most), and the

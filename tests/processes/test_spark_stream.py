@@ -51,6 +51,7 @@ def wait_for_batches(proc: subprocess.Popen, n: int, timeout: float = 240) -> No
         assert time.monotonic() < deadline, "the stream made no progress"
 
 
+@pytest.mark.slow  # 55 s; a stream restarted from its checkpoint stays in tests/pipelines/spark/test_stream_life.py
 def test_a_killed_stream_restarts_from_its_checkpoint_through_resizes(spark, root, tmp_path):
     TopicAdmin(spark, root).create(T, 2)
     producer = Producer(spark, root, T, "p")

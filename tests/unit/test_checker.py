@@ -273,3 +273,22 @@ def test_records_below_a_raised_log_start_are_owed_only_by_a_group_that_stood_be
     assert anomalies(clean.check()) == {"expired_unreported": 2}
     clean.commit("g", "m2", 1, "expired", {1: 0}, end=2)
     assert anomalies(clean.check()) == {}
+
+
+def test_replica_divergence_and_a_truncation_left_out_of_what_was_appended(clean, tmp_path):
+    from deltalake import DeltaTable
+
+    from chaos.checker import read_log_changes, replica_divergence
+
+    copy = Root(tmp_path / "us")
+    copy.append((0, 0, 0, "a", 0), (1, 0, 0, "b", 1))
+    copy.append((0, 1, 0, "a", 9), (1, 1, 0, "b", 3))  # a different record at partition 0, offset 1
+    leader, follower = str(clean.path / "topics" / "t"), str(copy.path / "topics" / "t")
+    assert len(replica_divergence([leader, follower])) == 1
+    assert replica_divergence([leader, leader]) == []
+    # a truncation (a DELETE whose metadata says so) takes its records out; another DELETE does not
+    DeltaTable(follower).delete("partition = 0 AND \"offset\" >= 1",
+                                commit_properties=CommitProperties(custom_metadata={"userMetadata": '{"lakelog":"truncate"}'}))
+    assert sorted((r["partition"], r["offset"]) for r in read_log_changes(follower)) == [(0, 0), (1, 0), (1, 1)]
+    DeltaTable(leader).delete("partition = 1")
+    assert len(read_log_changes(leader)) == 4
