@@ -470,7 +470,7 @@ class TopicLog:
 
         ``ends=False`` skips the log ends (reading them costs a Spark job; the metadata does not).
         """
-        txn = txn or DeltaTransaction.start(self.spark, self.path)
+        txn = txn or self._start()
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)

@@ -18,7 +18,7 @@ from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
-from log_store.errors import ConcurrentCommitError
+from log_store.errors import ConcurrentCommitError, StorageError
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 
@@ -53,6 +53,7 @@ class GroupTables:
         self._cache: dict[tuple, tuple[int, object]] = {}
         self._ticks: dict[str, tuple[int, int | None]] = {}
         self._ticks_version: int | None = None
+        self._last_snaps: dict[tuple[str, bool], LogSnapshot] = {}  # (topic, ends) -> the last read
 
     def _cached(self, table: str, key: tuple, load: Callable[[], object], at_version: bool = False) -> object:
         """``load()`` (``load(version)`` with ``at_version``), once per version of ``table``."""
@@ -148,7 +149,18 @@ class GroupTables:
         """Each existing subscribed topic's log snapshot (metadata and topic version; with ``ends``,
         log ends and log starts too)."""
         current = self._cached("topics", (), self.topics.current)
-        return {t: TopicLog(self.spark, current[t].location).snapshot(ends=ends) for t in sorted(set(topics)) if t in current}
+        out = {}
+        for t in sorted(set(topics)):
+            if t not in current:
+                continue
+            try:
+                out[t] = TopicLog(self.spark, current[t].location).snapshot(ends=ends)
+            except StorageError:  # a replicated topic's leader root lost: the last view holds until it
+                if (t, ends) not in self._last_snaps:  # is back or another root is elected
+                    raise
+                out[t] = self._last_snaps[(t, ends)]
+            self._last_snaps[(t, ends)] = out[t]
+        return out
 
     def partition_lists(self, topics: Iterable[str], snaps: dict[str, LogSnapshot] | None = None
                         ) -> tuple[list[TopicPartition], list[TopicPartition]]:
