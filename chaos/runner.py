@@ -362,8 +362,10 @@ class Runner:
             if retire_first and not retired:  # as an operator would: retire the marked numbers, then grow
                 self.result.operations["grow after a retirement"] += 1
 
+                began = self.now()
+
                 def then(rc: int) -> None:
-                    lost_root = self.s.replicas and self.last_event(f"ctl{i}.retire").get("error") == "StorageError"
+                    lost_root = self.s.replicas and self.root_lost_since(began)
                     if rc not in (0, CRASH_EXIT) and not lost_root:  # a lost leader root: the grow is tried anyway
                         self.unexpected(f"ctl{i}.retire", rc)
                     self.start_step(i, planned, attempt, retired=True)
