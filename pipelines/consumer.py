@@ -328,7 +328,11 @@ class Consumer:
             snap = snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
         return snap
 
-    def _leader_readable(self) -> bool:
+    @property
+    def replicated(self) -> bool:
+        return self._replication is not None
+
+    def leader_readable(self) -> bool:
         """The log this consumer reads is still the topic's leader and can be opened."""
         try:
             return (self.admin.get(self.topic).location == self.log.path
@@ -354,7 +358,7 @@ class Consumer:
             else:
                 handler(data, ranges)
         except Exception as exc:
-            if self._replication is not None and not self._leader_readable():
+            if self._replication is not None and not self.leader_readable():
                 raise LeaderNotAvailableError(f"the leader log of '{self.topic}' went away while a batch was read "
                                               f"({str(exc).splitlines()[0][:200]}); the batch is read again") from exc
             self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so

@@ -168,6 +168,20 @@ class GroupConsumer:
             self.listener.on_partition_keys_maybe_revoked(sorted(tps, key=str))
             self.member.publish(tps)
 
+    def _riding_out_a_lost_leader(self, step, pause: float, patience_s: float = 300.0):
+        """``step()``, tried again while a replicated topic's leader log cannot be read (its root
+        lost, an election under way), as Kafka's consumer waits for a partition's new leader;
+        any other failure, or one that lasts past ``patience_s``, is raised."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                return step()
+            except Exception:
+                if (not self.consumer.replicated or time.monotonic() > deadline
+                        or self.consumer.leader_readable()):
+                    raise
+                time.sleep(pause)
+
     def _idle(self) -> bool:
         """Caught up with nothing to deliver because the log has nothing more, not because a gate
         holds it: the member is settled in a generation that covers the topic's current
@@ -212,8 +226,8 @@ class GroupConsumer:
         pause = max(self.member.settings.heartbeat_interval_ms / 2000, 0.05)
         try:
             while True:
-                change = self.member.poll(self._tp_positions)
-                self._apply(change, sink_path)
+                change = self._riding_out_a_lost_leader(lambda: self.member.poll(self._tp_positions), pause)
+                self._riding_out_a_lost_leader(lambda: self._apply(change, sink_path), pause)
                 if self._commit_due:
                     self._commit_due = False
                     if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):

@@ -18,7 +18,7 @@ from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
-from log_store.errors import ConcurrentCommitError, StorageError
+from log_store.errors import ConcurrentCommitError, LeaderNotAvailableError, StorageError
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 
@@ -155,9 +155,10 @@ class GroupTables:
                 continue
             try:
                 out[t] = TopicLog(self.spark, current[t].location).snapshot(ends=ends)
-            except StorageError:  # a replicated topic's leader root lost: the last view holds until it
-                if (t, ends) not in self._last_snaps:  # is back or another root is elected
-                    raise
+            except StorageError as exc:  # a replicated topic's leader root lost: the last view holds
+                if (t, ends) not in self._last_snaps:  # until it is back or another root is elected
+                    raise LeaderNotAvailableError(f"the log of '{t}' cannot be read ({exc}); waiting for its root "
+                                                  "or an election") from exc
                 out[t] = self._last_snaps[(t, ends)]
             self._last_snaps[(t, ends)] = out[t]
         return out
