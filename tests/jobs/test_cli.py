@@ -12,16 +12,6 @@ from click.testing import CliRunner
 from jobs.cli import cli
 
 
-@pytest.fixture()
-def run(spark, root):
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli, ["--root", root, *args], catch_exceptions=False)
-
-    return invoke
-
-
 def jsonl(tmp_path, lines, name="in.jsonl"):
     f = tmp_path / name
     f.write_text("\n".join(lines) + "\n")

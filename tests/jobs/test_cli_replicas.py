@@ -6,21 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from click.testing import CliRunner
-
-from jobs.cli import cli
-
-
-@pytest.fixture()
-def run(spark, root):
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli, ["--root", root, *args], catch_exceptions=False)
-
-    return invoke
-
 
 def test_a_replicated_topic_through_replicate_describe_and_failover(run, tmp_path, root):
     eu, us = root, str(tmp_path / "us")
