@@ -22,7 +22,8 @@ from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
 )
 from log_store import rs_reader
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError

@@ -32,7 +32,8 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict, table_version
+from log_store.engine import DeltaTransaction, table_version
+from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.names import check_topic_name, commit_metadata, topic_version_property
 from log_store.log_metadata import (

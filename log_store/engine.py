@@ -6,9 +6,7 @@ table's DeltaLog, read the metadata and the application transaction ids (``SetTr
 *inside* it, write files and commit them together with new ``SetTransaction`` versions. Delta
 then rejects the commit if a concurrent commit changed the metadata or the same application ids.
 
-Also here, in one place each: Delta's conflicts mapped to lakelog's errors (``translate``), the
-one retry policy for them (``retry_on_conflict``, tenacity), and which internal package Delta's
-classes live in: ``org.apache.spark.sql.delta`` in open-source Delta, another on Databricks
+Also here: which internal package Delta's classes live in: ``org.apache.spark.sql.delta`` in open-source Delta, another on Databricks
 (``spark.delta_internals`` in the configuration; docs/engine.md says what was verified where).
 """
 
@@ -17,29 +15,25 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.arrow_files import arrow_schema, file_stats
 from log_store.files import write_file
-from log_store.errors import (
-    AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError, StorageError,
-)
+from log_store.delta_errors import translate
+from log_store.errors import InvalidRecordError, LakelogError
 
 # Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
 DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
 INTERNALS_CONF = "spark.lakelog.deltaInternals"
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
-T = TypeVar("T")
 
 
 def delta(spark: SparkSession) -> Any:
@@ -53,27 +47,6 @@ def jvm_json(spark: SparkSession, obj: Any) -> Any:
     mapper: one call across py4j. Iterating a JVM map through py4j ends each loop with a Java
     exception that pyspark converts, about 25 ms a map."""
     return json.loads(delta(spark).util.JsonUtils.mapper().writeValueAsString(obj))
-
-
-# Delta's optimistic-concurrency failures: all mean "someone committed first; read again".
-_CONFLICTS = (
-    "ConcurrentTransactionException",
-    "MetadataChangedException",
-    "ConcurrentAppendException",
-    "ConcurrentWriteException",
-    "ConcurrentDeleteReadException",
-    "ConcurrentDeleteDeleteException",
-    "ProtocolChangedException",
-)
-
-
-def conflict_name(exc: BaseException) -> str | None:
-    """The name of the Delta conflict behind ``exc``, or None if it is not a conflict."""
-    text = f"{type(exc).__name__} {exc.java_exception if isinstance(exc, Py4JJavaError) else exc}"
-    for name in _CONFLICTS:
-        if name in text:
-            return name
-    return None
 
 
 @dataclass(frozen=True)
@@ -397,49 +370,6 @@ def commit_user_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
-
-
-def translate(exc: Exception) -> LakelogError:
-    """Map Delta's errors to lakelog's, in one place."""
-    name = conflict_name(exc)
-    if name:
-        kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
-        return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
-    text = str(exc)
-    if "DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text:
-        return StorageError(f"the table's Delta log cannot be read or written ({text.splitlines()[0][:300]}): is its "
-                            "root lost, unmounted or not writable?")
-    if "DUPLICATED_MAP_KEY" in text:
-        return InvalidRecordError(
-            "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "
-            "release of lakelog), which holds one value per key. Nothing was written. Give each header key once, "
-            "or write to a topic (or sink) made by this release, which keeps Kafka's list of headers")
-    if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
-        column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
-        return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")
-    return LakelogError(f"Delta write failed: {text.splitlines()[0] if text else type(exc).__name__}")
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """A commit that lost to a concurrent one: lakelog's error, or Delta's raised through pyspark."""
-    return isinstance(exc, ConcurrentCommitError) or conflict_name(exc) is not None
-
-
-def retry_on_conflict(fn: Callable[[], T], attempts: int = 10, backoff_ms: float = 50) -> T:
-    """Run ``fn`` until it does not lose to a concurrent commit, at most ``attempts`` times, with
-    randomized exponential backoff: the one retry policy for optimistic-concurrency conflicts.
-    The last conflict is raised as ConcurrentCommitError."""
-    try:
-        for attempt in Retrying(stop=stop_after_attempt(attempts), reraise=True,
-                                wait=wait_random_exponential(multiplier=backoff_ms / 1000, max=2.0),
-                                retry=retry_if_exception(is_conflict)):
-            with attempt:
-                return fn()
-    except Exception as exc:
-        if is_conflict(exc) and not isinstance(exc, LakelogError):
-            raise translate(exc) from exc
-        raise
-    raise AssertionError("unreachable")
 
 
 def table_version(spark: SparkSession, path: str) -> int:

@@ -29,7 +29,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict, translate
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict, translate
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
 from log_store.log_metadata import (
     ARRIVAL,

@@ -26,7 +26,8 @@ from pyspark.sql import SparkSession
 from log_store import rs_reader
 from log_store.crash import crash_point
 from log_store.dense_offsets import use_one_task
-from log_store.engine import DeltaTransaction, commit_user_metadata, retry_on_conflict
+from log_store.engine import DeltaTransaction, commit_user_metadata
+from log_store.delta_errors import retry_on_conflict
 from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import (

@@ -9,7 +9,8 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
 from log_store.log_files import (
     COMMIT_BYTES,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
 from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
@@ -30,21 +29,21 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.crash import crash_point
 from log_store.dense_offsets import check_dense, use_one_task
-from log_store.engine import DeltaTransaction, is_conflict, retry_on_conflict, translate
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import is_conflict, retry_on_conflict
 from log_store.errors import (
     ConcurrentAppendError,
     ConcurrentCommitError,
     InvalidConfigurationError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
-    OffsetCheckError,
     StaleProducerSequenceError,
     StorageError,
     TableConfigError,
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.log_files import RANGES_TAG, encode_ranges, written_ranges
+from log_store.log_writers import write_arrival, write_partitioned
 from log_store.log_metadata import (
     ARRIVAL,
     LAYOUT_PROP,
@@ -102,14 +101,6 @@ class AppendResult(BaseModel):
 
 # What Delta's create-if-not-exists says when another process is creating the same table.
 _CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
-
-
-def _arrow_ranges(table: pa.Table) -> dict[int, tuple[int, int, int]]:
-    """(first, last, rows) of each partition in ``table``."""
-    grouped = table.group_by("partition").aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")])
-    return {int(p): (int(a), int(b), int(n)) for p, a, b, n in zip(
-        grouped["partition"].to_pylist(), grouped["offset_min"].to_pylist(), grouped["offset_max"].to_pylist(),
-        grouped["offset_count"].to_pylist())}
 
 
 class TopicLog:
@@ -324,77 +315,10 @@ class TopicLog:
             "timestamp", "producer_id", "sequence",
         )
         if conf.get(LAYOUT_PROP) == ARRIVAL:
-            parts, max_seq = self._write_arrival(txn, out, rows, producer_id, mark)
+            parts, max_seq = write_arrival(self.spark, self.path, txn, out, rows, producer_id, mark)
         else:
-            parts, max_seq = self._write_partitioned(txn, out, rows, producer_id, mark)
+            parts, max_seq = write_partitioned(self.path, txn, out, rows, producer_id, mark)
         return self._commit_parts(txn, meta, parts, bases, known, writable, producer_id, max_seq, mark, expected_count)
-
-    def _write_partitioned(self, txn: DeltaTransaction, out: DataFrame, rows: int | None, producer_id: str | None,
-                           mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
-        """A partitioned log's files of ``out`` (a file per partition and task); returns each
-        file's (partition, rows, first, last offset), from Delta's statistics, and the highest
-        sequence."""
-        if use_one_task(rows):
-            # A small batch is numbered in one Spark job that brings its rows to the driver, and
-            # written from there by pyarrow, a file per partition: a Spark write job of its own
-            # cost more than the rows (one task writing a file per partition).
-            try:
-                table = out.toArrow()
-            except Exception as exc:
-                raise translate(exc) from exc
-            written = txn.write_rows(table, partition_by="partition")
-        else:
-            written = txn.write(out)
-        parts: list[tuple[int, int, int, int]] = []
-        max_seq = mark
-        for f in written:
-            if f.num_records is None or "offset" not in f.min_values or (producer_id and "sequence" not in f.max_values):
-                raise TableConfigError(
-                    f"Delta wrote files without statistics to {self.path} (is spark.databricks.delta.stats.collect "
-                    "false, or delta.dataSkippingStatsColumns without offset and sequence?); lakelog counts appended records from them, so "
-                    "nothing was committed. Turn statistics collection back on."
-                )
-            if f.num_records:
-                parts.append((int(f.partition_values["partition"]), f.num_records, int(f.min_values["offset"]),
-                              int(f.max_values["offset"])))
-            if producer_id:
-                max_seq = max(max_seq, int(f.max_values["sequence"]))
-        return parts, max_seq
-
-    def _write_arrival(self, txn: DeltaTransaction, out: DataFrame, rows: int | None, producer_id: str | None,
-                       mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
-        """An arrival log's files of ``out``: one file per write task holding every partition it
-        got; each file's rows, first and last offset per partition read back from the written files
-        (a proof of the dense offsets, as the statistics are for a file of one partition) and kept
-        in the file's ``lakelog.ranges`` tag for retention and compaction. Returns them as
-        ``_write_partitioned`` does."""
-        if use_one_task(rows):
-            try:
-                table = out.toArrow()
-            except Exception as exc:
-                raise translate(exc) from exc
-            table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-            found = _arrow_ranges(table)
-            written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(found)} if found else None)
-            per_file = {f.path: found for f in written}
-        else:
-            written = txn.write(out, hold=True)
-            per_file = written_ranges(self.spark, txn, written)
-            txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
-        parts: list[tuple[int, int, int, int]] = []
-        max_seq = mark
-        for f in written:
-            if f.num_records is None or (producer_id and "sequence" not in f.max_values):
-                raise TableConfigError(f"Delta wrote files without statistics to {self.path}; nothing was committed. "
-                                       "Turn statistics collection back on.")
-            mine = per_file.get(f.path, {})
-            if f.num_records != sum(n for _a, _b, n in mine.values()):
-                raise OffsetCheckError(f"a written file of {self.path} holds {f.num_records} records, but "
-                                       f"{mine} were read back; nothing was committed. This is a bug in lakelog")
-            parts.extend((p, n, a, b) for p, (a, b, n) in mine.items())
-            if producer_id:
-                max_seq = max(max_seq, int(f.max_values["sequence"]))
-        return parts, max_seq
 
     def _commit_parts(self, txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
                       bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,

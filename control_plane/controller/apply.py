@@ -14,7 +14,8 @@ from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.names import log_end_app_id
 from log_store.log_metadata import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end

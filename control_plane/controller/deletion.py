@@ -27,7 +27,8 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.replicas import log_path
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentTopicChangeError, UnknownTopicError
 
 

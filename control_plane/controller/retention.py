@@ -20,7 +20,8 @@ from control_plane.topic_config import (
     TopicConfig, changed, latest_config, parse_pairs, recorded_log_starts,
 )
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.log_files import (
     Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,

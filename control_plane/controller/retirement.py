@@ -12,7 +12,7 @@ from control_plane.controller.apply import ATTEMPTS
 from control_plane.controller.rules import drained
 from control_plane.group.offsets import GroupOffsets
 from log_store.crash import crash_point
-from log_store.engine import retry_on_conflict
+from log_store.delta_errors import retry_on_conflict
 from log_store.rewrites import delete_below
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog

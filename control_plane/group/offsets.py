@@ -22,7 +22,8 @@ from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
 from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, latest_position_rows, reduced_commits
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction, retry_on_conflict
+from log_store.engine import DeltaTransaction
+from log_store.delta_errors import retry_on_conflict
 from log_store.errors import IllegalGenerationError, UnknownGroupError
 from log_store.names import check_group_name, commit_metadata, fence_property
 from log_store.log_metadata import LogSnapshot, Mode

@@ -15,7 +15,8 @@ from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicPartition
 from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction, app_version_changes, retry_on_conflict, table_version
+from log_store.engine import DeltaTransaction, app_version_changes, table_version
+from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
 from log_store.errors import ConcurrentCommitError, LeaderNotAvailableError, StorageError

@@ -1,0 +1,79 @@
+"""Delta's errors mapped to lakelog's, in one place (``translate``), and the one retry policy
+for optimistic-concurrency conflicts (``retry_on_conflict``, tenacity)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from py4j.protocol import Py4JJavaError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from log_store.errors import (
+    AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError, StorageError,
+)
+
+T = TypeVar("T")
+
+# Delta's optimistic-concurrency failures: all mean "someone committed first; read again".
+_CONFLICTS = (
+    "ConcurrentTransactionException",
+    "MetadataChangedException",
+    "ConcurrentAppendException",
+    "ConcurrentWriteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ProtocolChangedException",
+)
+
+
+def conflict_name(exc: BaseException) -> str | None:
+    """The name of the Delta conflict behind ``exc``, or None if it is not a conflict."""
+    text = f"{type(exc).__name__} {exc.java_exception if isinstance(exc, Py4JJavaError) else exc}"
+    for name in _CONFLICTS:
+        if name in text:
+            return name
+    return None
+
+
+def translate(exc: Exception) -> LakelogError:
+    """Map Delta's errors to lakelog's, in one place."""
+    name = conflict_name(exc)
+    if name:
+        kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
+        return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
+    text = str(exc)
+    if "DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text:
+        return StorageError(f"the table's Delta log cannot be read or written ({text.splitlines()[0][:300]}): is its "
+                            "root lost, unmounted or not writable?")
+    if "DUPLICATED_MAP_KEY" in text:
+        return InvalidRecordError(
+            "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "
+            "release of lakelog), which holds one value per key. Nothing was written. Give each header key once, "
+            "or write to a topic (or sink) made by this release, which keeps Kafka's list of headers")
+    if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
+        column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
+        return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")
+    return LakelogError(f"Delta write failed: {text.splitlines()[0] if text else type(exc).__name__}")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A commit that lost to a concurrent one: lakelog's error, or Delta's raised through pyspark."""
+    return isinstance(exc, ConcurrentCommitError) or conflict_name(exc) is not None
+
+
+def retry_on_conflict(fn: Callable[[], T], attempts: int = 10, backoff_ms: float = 50) -> T:
+    """Run ``fn`` until it does not lose to a concurrent commit, at most ``attempts`` times, with
+    randomized exponential backoff: the one retry policy for optimistic-concurrency conflicts.
+    The last conflict is raised as ConcurrentCommitError."""
+    try:
+        for attempt in Retrying(stop=stop_after_attempt(attempts), reraise=True,
+                                wait=wait_random_exponential(multiplier=backoff_ms / 1000, max=2.0),
+                                retry=retry_if_exception(is_conflict)):
+            with attempt:
+                return fn()
+    except Exception as exc:
+        if is_conflict(exc) and not isinstance(exc, LakelogError):
+            raise translate(exc) from exc
+        raise
+    raise AssertionError("unreachable")
