@@ -1,0 +1,66 @@
+"""``format("lakelog")`` through a failover: a stream stopped, the leader's root lost and a follower
+elected, the stream started again on its checkpoint. Its offsets are per partition and the
+follower holds the same records at the same offsets, so it goes on from the new leader with
+nothing skipped or repeated; a stream writer follows the topic's record to the new leader.
+Results are read back with delta-rs and from the sink's files, not through lakelog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from control_plane.replication import Replication
+from control_plane.topics import TopicAdmin
+from pipelines.producer import Producer
+from tests.pipelines.spark.test_source import sink_batches, stream_to
+from tests.support import make_records
+
+T = "orders.v1"
+
+
+def test_a_stream_started_again_after_a_failover_reads_on_from_the_new_leader(lakelog, root, tmp_path):
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 300, keys=20))
+    replication = Replication(lakelog, root)
+    replication.replicate(T)
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="earliest")
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=20, start=300))
+    replication.replicate(T)  # the follower holds all 400: a clean failover
+    state = replication.state(T)
+    leader_log = Path(replication.path(state, root))
+    leader_log.rename(leader_log.with_name(leader_log.name + ".lost"))  # the leader's root is lost
+    replication.elect(T, follower)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=20, start=400))
+    stream_to(lakelog, sink, ck, subscribe=T)
+    rows = [r for _v, batch in sink_batches(sink) for r in batch]
+    values = sorted(int(bytes(r["value"])) for r in rows)
+    assert values == list(range(500)), "every record once, across the failover"
+    for p in (0, 1):  # each partition's offsets in order, without a gap, across the two leaders
+        offsets = [r["offset"] for _v, batch in sink_batches(sink) for r in batch if r["partition"] == p]
+        assert offsets == list(range(len(offsets)))
+    assert {r["leader_epoch"] for r in rows if int(bytes(r["value"])) >= 400} == {1}
+
+
+def test_a_stream_writer_follows_the_topic_to_the_new_leader(lakelog, root, tmp_path):
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
+    source, ck = str(tmp_path / "source"), str(tmp_path / "ck")
+    replication = Replication(lakelog, root)
+
+    def run(first: int, n: int) -> None:
+        make_records(lakelog, n, keys=20, start=first).select("key", "value").write.format("delta") \
+            .mode("append").save(source)
+        (lakelog.readStream.format("delta").load(source).writeStream.format("lakelog").option("topic", T)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start().awaitTermination(300))
+
+    run(0, 200)
+    replication.replicate(T)
+    replication.elect(T, follower)  # a clean failover, the old leader fenced
+    run(200, 200)
+    new_leader = replication.path(replication.state(T), follower)
+    values = sorted(int(bytes(v)) for v in DeltaTable(new_leader).to_pyarrow_table(columns=["value"])["value"]
+                    .to_pylist())
+    assert values == list(range(400)), "the batch after the failover lands once, at the new leader"
