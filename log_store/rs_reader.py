@@ -68,12 +68,12 @@ def _open(path: str, version: int | None = None, storage: Storage = None) -> Del
 
 
 def _table(path: str, version: int | None = None, storage: Storage = None) -> DeltaTable:
-    """The table at ``path``, which must exist."""
-    if not is_remote(path):
-        return DeltaTable(path, version=version)
+    """The table at ``path``, which must exist (``StorageError`` if it does not: a lost or
+    unmounted root, a path that was never a table)."""
     table = _open(path, version, storage)
     if table is None:
-        raise StorageError(f"no Delta table at {path}{'' if version is None else f' (version {version})'}")
+        raise StorageError(f"no Delta table at {path}{'' if version is None else f' (version {version})'}: is its "
+                           "root lost or not mounted?")
     return table
 
 

@@ -42,7 +42,7 @@ from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
-from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError
+from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError, StorageError
 from log_store.log_files import Compaction, LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import Mode
@@ -75,6 +75,7 @@ class TickResult(BaseModel):
     deleted: bool = False  # this tick finished an interrupted topic deletion
     log_starts: list[LogStartChange] = []  # log starts retention raised (records deleted in whole files)
     compacted: list[Compaction] = []  # partitions whose small files this tick merged
+    error: str | None = None  # the topic's log could not be read (its root lost): skipped, the others ticked
 
 
 class TopicController:
@@ -173,9 +174,14 @@ class TopicController:
                 done = finish_deletion(self.spark, self.layout.root, self.changes, latest)
                 out.append(TickResult(topic=name, topic_version=done.topic_version, resumed=True, deleted=True))
                 continue
-            result = self._tick(name, float(delay))
-            if latest is not None and latest.event is not TopicEvent.DELETED:
-                result = result.model_copy(update=self._maintain(name))
+            try:
+                result = self._tick(name, float(delay))
+                if latest is not None and latest.event is not TopicEvent.DELETED:
+                    result = result.model_copy(update=self._maintain(name))
+            except StorageError as exc:  # one topic's lost root does not stop the others' upkeep
+                if topic is not None:
+                    raise
+                result = TickResult(topic=name, topic_version=latest.topic_version if latest else 0, error=str(exc))
             out.append(result)
         return out
 

@@ -25,9 +25,16 @@ def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: boo
     """Finish interrupted changes, retire drained or expired marked partitions, delete their rows,
     apply each topic's retention (retention.ms, retention.bytes) and merge small files."""
     c.config
+    from log_store.errors import StorageError
+
     results = c.controller().tick(topic, delete_delay)
     rows = [r.model_dump(mode="json") for r in results]
     emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
+    failed = [r for r in results if r.error]
+    if failed:  # the others were ticked; the job still fails, so a lost root is noticed
+        raise StorageError(f"{len(failed)} topic(s) could not be ticked, the others were: " + "; ".join(
+            f"'{r.topic}': {r.error}" for r in failed) + ". `lakelog topics describe --topic T` says what to do "
+            "(for a replicated topic, the election to run)")
 
 
 def _readable(row: dict) -> dict:

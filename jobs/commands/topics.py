@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
 from jobs.context import Context, json_option, pass_ctx
@@ -18,6 +21,54 @@ def _print_description(d, topic: str) -> None:
     emit({k: v for k, v in d.model_dump(mode="json").items() if k not in ("partitions", "config")}, False, f"topic {topic}")
     emit(d.config, False, "config")
     emit([p.model_dump(mode="json") for p in d.partitions], False, "partitions")
+
+
+def _election_hint(c: Context, topic: str, report=None) -> str | None:
+    """What to do when ``topic``'s leader log cannot be read: None unless it is replicated and its
+    leader is what is lost."""
+    report = report or c.replica_report(topic)
+    if report is None or report.leader_error is None:
+        return None
+    ready = [f.root for f in report.followers if f.in_sync and f.error is None]
+    how = (f"elect an in-sync root (lakelog topics elect-leader --topic {topic} --leader {ready[0]})" if ready else
+           f"no in-sync root can be read: bring {report.leader} back, or elect another root with --unclean (it may "
+           "lack acknowledged records)")
+    return f"The leader root {report.leader} of '{topic}' cannot be read: {how}."
+
+
+@contextmanager
+def _leader_lost(c: Context, topic: str) -> Iterator[None]:
+    """A replicated topic's lost leader root said as such, with the election that ends it."""
+    from log_store.errors import LeaderNotAvailableError, StorageError
+
+    try:
+        yield
+    except StorageError as exc:
+        hint = _election_hint(c, topic)
+        if hint is None:
+            raise
+        raise LeaderNotAvailableError(f"{exc}. {hint}") from exc
+
+
+def _describe_lost_leader(c: Context, topic: str, error: Exception, as_json: bool) -> bool:
+    """``describe`` of a replicated topic whose leader log cannot be read: the replicas as they are
+    (each follower's log ends) and the election to run. False if that is not the case."""
+    report = c.replica_report(topic)
+    hint = _election_hint(c, topic, report)
+    if hint is None:
+        return False
+    if as_json:
+        emit({"topic": topic, "leader_available": False, "error": str(error), "hint": hint,
+              "replication": report.model_dump(mode="json")}, True)
+        return True
+    stderr.print(f"{error}. {hint}", highlight=False, markup=False)
+    partitions = sorted({p for f in report.followers for p in (f.log_ends or {})})
+    emit([{"partition": p, "leader": f"{report.leader} (lost)", "leader_epoch": report.leader_epoch,
+           "replicas": ", ".join(report.replicas), "in_sync": ", ".join(report.in_sync),
+           "follower_log_ends": "; ".join(f"{f.root}: {'?' if f.log_ends is None else f.log_ends.get(p, 0)}"
+                                          for f in report.followers)} for p in partitions], False,
+         f"replicas (leader epoch {report.leader_epoch}, state version {report.replica_version})")
+    return True
 
 
 @topics.command("create")
@@ -67,7 +118,14 @@ def list_(c: Context, as_json: bool) -> None:
 @pass_ctx
 def describe(c: Context, topic: str, as_json: bool) -> None:
     """Partitions of TOPIC: location, leader epoch, mode, earliest and latest offset."""
-    d = c.topic_reader().describe(topic)
+    from log_store.errors import StorageError
+
+    try:
+        d = c.topic_reader().describe(topic)
+    except StorageError as exc:
+        if _describe_lost_leader(c, topic, exc, as_json):
+            return
+        raise
     report = c.replica_report(topic)
     if as_json:
         emit({**d.model_dump(mode="json"), "replication": report.model_dump(mode="json") if report else None}, True)
@@ -97,7 +155,7 @@ def replica_rows(report, epochs: dict[int, int]) -> list[dict]:
 @click.option("--preferred", is_flag=True, help="Elect the preferred (first assigned) root.")
 @click.option("--unclean", is_flag=True, help="Allow a root outside the in-sync set (it may lack acknowledged records).")
 @click.option("--partition", "partitions", multiple=True, type=int,
-              help="Accepted for Kafka's shape; a topic's partitions share one leader root here.")
+              help="Accepted for Kafka's shape: a topic's partitions share one leader root here, so all move.")
 @json_option
 @pass_ctx
 def elect_leader(c: Context, topic: str, leader: str | None, preferred: bool, unclean: bool,
@@ -113,8 +171,14 @@ def elect_leader(c: Context, topic: str, leader: str | None, preferred: bool, un
     replication = c.replication()
     before = replication.state(topic)
     state = replication.elect(topic, leader, unclean, preferred)
+    note = (f"--partition {','.join(map(str, partitions))}: a topic's partitions share one leader root in lakelog "
+            f"(a produce is one commit across them), so every partition of '{topic}' is led by {state.leader} now "
+            "(docs/replication.md)") if partitions else None
+    if note and not as_json:
+        stderr.print(note, highlight=False, markup=False)
     emit({"topic": topic, "leader": state.leader, "previous_leader": before.leader, "leader_epoch": state.leader_epoch,
-          "in_sync": state.in_sync, "elected": state.replica_version != before.replica_version}, as_json, "leader")
+          "in_sync": state.in_sync, "elected": state.replica_version != before.replica_version,
+          **({"note": note} if note else {})}, as_json, "leader")
 
 
 @topics.command("reassign")
@@ -178,10 +242,11 @@ def alter(c: Context, topic: str, partitions: int | None, configs: tuple[str, ..
     parse_pairs(list(configs))  # bad configs fail before anything changes
     c.config  # validate configuration before touching Spark
     controller = c.controller(delete_partition_enable)
-    result = controller.alter(topic, partitions) if partitions is not None else None
-    config = controller.alter_config(topic, list(configs), list(delete_configs)) if configs or delete_configs else None
-    moved = controller.change_layout(topic, layout) if layout is not None else None
-    d = c.topic_admin().describe(topic)
+    with _leader_lost(c, topic):
+        result = controller.alter(topic, partitions) if partitions is not None else None
+        config = controller.alter_config(topic, list(configs), list(delete_configs)) if configs or delete_configs else None
+        moved = controller.change_layout(topic, layout) if layout is not None else None
+        d = c.topic_admin().describe(topic)
     if as_json:
         emit({"result": result.model_dump(mode="json") if result else None,
               "config": config.model_dump(mode="json") if config else None,
@@ -214,7 +279,8 @@ def delete_records(c: Context, topic: str, partitions: tuple[int, ...], before_o
     if before_offset < 0:
         raise InvalidConfigurationError(f"--before-offset {before_offset}: give an offset >= 0")
     c.config
-    changes = c.controller().delete_records(topic, {p: before_offset for p in partitions})
+    with _leader_lost(c, topic):
+        changes = c.controller().delete_records(topic, {p: before_offset for p in partitions})
     rows = [{"partition": ch.partition, "previous_log_start": ch.previous, "log_start": ch.log_start,
              "files_removed": ch.files_removed, "log_version": ch.version} for ch in changes]
     if not rows and not as_json:
@@ -232,7 +298,8 @@ def compact(c: Context, topic: str, partitions: tuple[int, ...], as_json: bool) 
     run; partitions share a commit up to segment.bytes or 64 MiB of merged data, whichever is
     larger. No record changes: each commit is Delta's OPTIMIZE."""
     c.config
-    results = c.controller().compact(topic, list(partitions) or None)
+    with _leader_lost(c, topic):
+        results = c.controller().compact(topic, list(partitions) or None)
     emit([r.model_dump(mode="json") for r in results], as_json, "compacted")
 
 

@@ -53,3 +53,34 @@ def test_bad_replica_input_exits_1_with_nothing_written(run, tmp_path, root):
     assert res.exit_code == 1 and "holds no replica" in res.output
     res = run("topics", "elect-leader", "--topic", "orders")
     assert res.exit_code == 1 and "--preferred" in res.output
+
+
+def test_a_lost_leader_root_is_said_with_the_election_to_run_and_alter_writes_nothing(run, tmp_path, root):
+    eu, us = root, str(tmp_path / "us")
+    assert run("topics", "create", "--topic", "orders", "--partitions", "2", "--replicas", f"{eu},{us}").exit_code == 0
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(json.dumps({"key": f"k{i % 5}", "value": {"n": i}}) + "\n" for i in range(30)))
+    assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0
+    assert run("replicate", "--topic", "orders").exit_code == 0
+    log = tmp_path / "root" / "topics" / "orders"
+    assert log.is_dir()
+    log.rename(log.with_name("orders.lost"))  # the leader's root is lost
+    shown = run("topics", "describe", "--topic", "orders")
+    assert shown.exit_code == 0, shown.output
+    assert "(lost)" in shown.output and f"--leader {us}" in " ".join(shown.output.split())
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    assert desc["leader_available"] is False and sum(desc["replication"]["followers"][0]["log_ends"].values()) == 30
+    res = run("topics", "alter", "--topic", "orders", "--partitions", "3")
+    assert res.exit_code == 1 and "LeaderNotAvailableError" in res.output and f"--leader {us}" in " ".join(res.output.split())
+    assert run("topics", "create", "--topic", "plain", "--partitions", "1").exit_code == 0
+    res = run("controller", "tick")  # a scheduled tick over every topic: the lost one skipped and said, the job fails
+    assert res.exit_code == 1 and "1 topic(s) could not be ticked" in res.output and "'orders'" in res.output
+    assert "plain" in res.output.split("could not be ticked")[0], "the other topic was ticked"
+    history = run("sql", "SELECT event FROM topic_history WHERE topic = 'orders'", "--json")
+    assert [r["event"] for r in json.loads(history.stdout)] == ["create"], "the refused alter wrote nothing"
+    res = run("topics", "elect-leader", "--topic", "orders", "--partition", "1", "--leader", us, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["leader"] == us and "every partition" in json.loads(res.stdout)["note"]
+    assert run("topics", "alter", "--topic", "orders", "--partitions", "3").exit_code == 0
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    assert desc["location"].startswith(us) and len(desc["partitions"]) == 3
