@@ -4,7 +4,7 @@ high watermark, where a follower truncates, and which elections are allowed (doc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from control_plane.records import EpochStart, ReplicaEvent, ReplicaState
 from log_store.errors import ReplicationError
@@ -38,14 +38,15 @@ def lag(leader_ends: Mapping[int, int], follower_ends: Mapping[int, int] | None)
 
 
 def next_in_sync(state: ReplicaState, leader_ends: Mapping[int, int], ends: Mapping[str, Mapping[int, int] | None],
-                 epochs: Mapping[str, int], max_lag: int) -> list[str]:
+                 epochs: Mapping[str, int], max_lag: int, tolerated: Collection[str] = ()) -> list[str]:
     """The in-sync set after a look at each follower's log ends (``ends``, None: unreachable) and the
     leader epoch it holds (``epochs``). The leader is always in. A follower in the set stays while it
-    holds the current epoch and misses at most ``max_lag`` records; one outside rejoins only when it
-    holds everything the leader had when looked at (Kafka: caught up to the leader's log end)."""
+    holds the current epoch and misses at most ``max_lag`` records, or while it is ``tolerated``
+    (unreachable for less than the time lag allowed); one outside rejoins only when it holds
+    everything the leader had when looked at (Kafka: caught up to the leader's log end)."""
     out = []
     for root in state.replicas:
-        if root == state.leader:
+        if root == state.leader or (root in state.in_sync and root in tolerated):
             out.append(root)
             continue
         missed = lag(leader_ends, ends.get(root))

@@ -19,6 +19,8 @@ commit there, so no append lands at a fenced root after it.
 
 from __future__ import annotations
 
+import time
+
 from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -30,6 +32,7 @@ from control_plane.replica_rules import (
     check_election, check_roots, elected, high_watermark, lag, next_in_sync, truncation_points, with_in_sync,
 )
 from control_plane.replicas import ReplicaStore, log_path
+from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from log_store.crash import crash_point
 from log_store.errors import (
@@ -40,7 +43,6 @@ from log_store.log_metadata import FOLLOWER, LEADER, REPLICA_EPOCH_PROP, REPLICA
 from log_store.replica_copy import copy_log, log_ends_of, replica_role, set_replica_role, truncate
 from log_store.topic_log import TopicLog
 
-DEFAULT_MAX_LAG = 100_000  # records an in-sync follower may miss over all partitions (replica.lag.max.records)
 
 
 class FollowerStatus(BaseModel):
@@ -72,11 +74,22 @@ class ReplicaReport(BaseModel):
 class Replication:
     """Replica operations on the topics of one metadata root."""
 
-    def __init__(self, spark: SparkSession, root: str, max_lag: int = DEFAULT_MAX_LAG) -> None:
+    def __init__(self, spark: SparkSession, root: str, settings: ReplicationSettings | None = None) -> None:
         self.spark = spark
         self.admin = TopicAdmin(spark, root)
         self.store = ReplicaStore(self.admin.tables)
-        self.max_lag = max_lag
+        self.settings = settings or ReplicationSettings()
+        # (topic, root) -> when, by this process's monotonic clock, copies to that follower began failing
+        self._failing: dict[tuple[str, str], float] = {}
+
+    def _failing_for(self, topic: str, root: str, failed: bool) -> float:
+        """Seconds this process has seen copies to ``root`` fail without a success between (0: it did
+        not fail, or failed for the first time now)."""
+        now = time.monotonic()
+        if not failed:
+            self._failing.pop((topic, root), None)
+            return 0.0
+        return now - self._failing.setdefault((topic, root), now)
 
     # -- reads -------------------------------------------------------------------------------
     def state(self, topic: str) -> ReplicaState:
@@ -132,14 +145,23 @@ class Replication:
         return high_watermark(state, leader_ends, ends)
 
     # -- followers ---------------------------------------------------------------------------
-    def replicate(self, topic: str) -> ReplicaReport:
-        """One round: copy the leader to every follower, then move the in-sync set if it changed."""
+    def replicate(self, topic: str, following: bool = False) -> ReplicaReport:
+        """One round: copy the leader to every follower, then move the in-sync set if it changed.
+        ``following``: one of a following replicator's rounds, which keeps a follower whose copies
+        fail in the in-sync set until they have failed for ``max_lag_seconds`` (a single round has
+        one look and drops it at once)."""
         state = self.finish(topic)
         leader_path = self.path(state, state.leader)
         leader_ends = log_ends_of(self.spark, leader_path)
         followers = [self._copy_to(state, root, leader_path, leader_ends) for root in state.followers]
+        tolerated = {f.root for f in followers if following and f.error is not None
+                     and self._failing_for(topic, f.root, True) < self.settings.max_lag_seconds}
+        for f in followers:
+            if f.error is None:
+                self._failing_for(topic, f.root, False)
         in_sync = next_in_sync(state, leader_ends, {f.root: f.log_ends for f in followers},
-                               {f.root: f.leader_epoch for f in followers if f.leader_epoch is not None}, self.max_lag)
+                               {f.root: f.leader_epoch for f in followers if f.leader_epoch is not None},
+                               self.settings.max_lag_records, tolerated)
         changed = with_in_sync(state, in_sync)
         if changed is not None and self.store.record(changed.model_copy(update={"changed_at": utcnow()})):
             state = changed
@@ -278,18 +300,43 @@ class Replication:
         except Exception as exc:
             raise LeaderNotAvailableError(f"the leader log of '{topic}' cannot be read ({_short(exc)}): the records "
                                           "are not acknowledged; produce again once it or an elected root leads") from exc
+        lost = []
         for root in state.in_sync:
             if root == state.leader:
                 continue
             status = self._copy_to(state, root, log_path, leader_ends)
+            failing = self._failing_for(topic, root, status.error is not None)
+            if status.error and failing < self.settings.max_lag_seconds:
+                raise NotEnoughReplicasError(
+                    f"in-sync replica {root} of '{topic}' could not take the records ({status.error}); they are not "
+                    f"acknowledged. It leaves the in-sync set once its copies have failed for "
+                    f"replication.max_lag_seconds ({self.settings.max_lag_seconds:g} s; {failing:.1f} s so far)")
             if status.error:
-                raise NotEnoughReplicasError(f"in-sync replica {root} of '{topic}' could not take the records "
-                                             f"({status.error}); they are not acknowledged")
+                lost.append(root)
+        if lost:  # Kafka's leader shrinking the in-sync set: the records are at every root left in it
+            state = self._shrink(state, lost, minimum)
         after = self.state(topic)
         if after.leader_epoch != state.leader_epoch:
             raise FencedLeaderEpochError(f"'{topic}' elected {after.leader} (epoch {after.leader_epoch}) while the "
                                          "records were copied: not acknowledged; produce again")
         return state
+
+
+    def _shrink(self, state: ReplicaState, lost: list[str], minimum: int) -> ReplicaState:
+        """Record ``state``'s in-sync set without ``lost`` (a compare-and-set: an election or round
+        that moved the state first makes this produce's acknowledgement fail, to be retried)."""
+        shrunk = with_in_sync(state, [r for r in state.in_sync if r not in lost])
+        if shrunk is None:
+            return state
+        if len(shrunk.in_sync) < minimum:
+            raise NotEnoughReplicasError(
+                f"in-sync replicas {', '.join(lost)} of '{state.topic}' could not take the records for "
+                f"{self.settings.max_lag_seconds:g} s; without them {len(shrunk.in_sync)} are left, fewer than "
+                f"min.insync.replicas {minimum}: not acknowledged")
+        if not self.store.record(shrunk.model_copy(update={"changed_at": utcnow()})):
+            raise NotEnoughReplicasError(f"the replicas of '{state.topic}' changed while the records were copied: "
+                                         "not acknowledged; produce again")
+        return shrunk
 
 
 def _short(exc: Exception) -> str:

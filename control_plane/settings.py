@@ -51,7 +51,11 @@ class ControllerSettings(Strict):
 
 class ReplicationSettings(Strict):
     """The ``replication`` section: how far an in-sync follower may fall behind (Kafka's
-    replica.lag.max.messages, in records over all partitions), and a following replicator's pause."""
+    replica.lag.max.messages, in records over all partitions), how long one whose copies fail stays
+    in the in-sync set (Kafka's replica.lag.time.max.ms, measured by the monotonic clock of the
+    process that copies: a following replicator, an ``acks: all`` producer), and a following
+    replicator's pause."""
 
     max_lag_records: int = Field(default=100_000, ge=0)
+    max_lag_seconds: float = Field(default=30.0, ge=0)
     interval_seconds: float = Field(default=5.0, gt=0)

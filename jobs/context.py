@@ -78,7 +78,7 @@ class Context:
     def replication(self):
         from control_plane.replication import Replication
 
-        return Replication(self.spark, self.root, self.config.replication.max_lag_records)
+        return Replication(self.spark, self.root, self.config.replication)
 
     def replica_report(self, topic: str):
         """A replicated topic's replicas as they are now; None for an unreplicated topic (on a local

@@ -71,7 +71,7 @@ def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: boo
 
     admin.create(topic, 4)
     step("created topic", topic=topic, partitions=4)
-    producer = Producer(spark, root, topic, "demo-feed", config.producer)
+    producer = Producer(spark, root, topic, "demo-feed", config.producer, config.replication)
     step("produced 2,000 keyed orders (50 customers)", records=producer.send(_orders(spark, 0, 2000)).appended)
     step("a group member consumed 1,000 of them exactly once into the sink", records=consume(1000), sink=sink)
     grown = controller.alter(topic, 6)

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, StringType
 
+from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
@@ -69,8 +70,12 @@ class Producer:
         topic: str,
         producer_id: str | None = None,
         settings: ProducerSettings | None = None,
+        replication: ReplicationSettings | None = None,
     ) -> None:
+        """``replication``: how an ``acks: all`` producer treats an in-sync follower whose copies
+        fail (``max_lag_seconds``; the configuration's ``replication`` section)."""
         self.spark = spark
+        self.replication_settings = replication
         self.admin = TopicAdmin(spark, root)
         self.topic = topic
         # UnknownTopicError before anything is read; the log itself is opened by each append (a
@@ -236,7 +241,7 @@ class Producer:
         if self._replicas is None:
             from control_plane.replication import Replication
 
-            replication = Replication(self.spark, self.admin.layout.root)
+            replication = Replication(self.spark, self.admin.layout.root, self.replication_settings)
             self._replicas = replication if self._replicated() else False
         return self._replicas or None
 

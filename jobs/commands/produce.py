@@ -21,7 +21,7 @@ def produce(c: Context, topic: str, input_path: str, producer_id: str | None, se
     from pipelines.producer import Producer
 
     c.config
-    producer = Producer(c.spark, c.root, topic, producer_id, c.config.producer)
+    producer = Producer(c.spark, c.root, topic, producer_id, c.config.producer, c.config.replication)
     records = read_input(c.spark, input_path)
     with progress_bar("producing batches") as bar:
         task = bar.add_task("produce", total=None)

@@ -25,7 +25,7 @@ def replicate(c: Context, topic: str, follow: bool, rounds: int | None, as_json:
     done = 0
     while True:
         started = time.monotonic()
-        report = replication.replicate(topic)
+        report = replication.replicate(topic, following=follow)
         done += 1
         rows = [{"root": f.root, "copied": f.copied, "lag": f.lag, "in_sync": f.in_sync,
                  "truncated": f.truncated or "", "error": f.error or ""} for f in report.followers]

@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from control_plane.replication import Replication
+from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from log_store.errors import FencedLeaderEpochError, NotEnoughReplicasError, ReplicationError
 from log_store.replica_copy import copy_log
@@ -188,6 +189,60 @@ def test_acks_all_waits_for_the_in_sync_set_and_refuses_below_min_insync(spark, 
     assert len(records_at(old)) == 16  # it landed at the old root too, unacknowledged
     replication.replicate("orders")
     assert records_at(old) == records_at(follower) and len(records_at(follower)) == 16
+
+
+def cut(path: str) -> None:
+    """The root of the log at ``path`` cut off: its folder behind a link pointing nowhere (reads and
+    writes fail; a missing folder would be made again, as for a root added)."""
+    os.rename(path, path + ".real")
+    os.symlink(path + ".gone", path)
+
+
+def restore(path: str) -> None:
+    os.unlink(path)
+    os.rename(path + ".real", path)
+
+
+def test_a_follower_whose_copies_fail_leaves_the_in_sync_set_after_the_time_lag(spark, roots):
+    """Kafka's replica.lag.time.max.ms, on the copying process's own monotonic clock: an ``acks: all``
+    producer is refused while a cut-off in-sync follower is within ``max_lag_seconds``, then shrinks
+    the set and is acknowledged; a following replicator keeps such a follower in the set for that
+    long too, a single round drops it at once."""
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=replicas)
+    replication = Replication(spark, meta)
+    state = replication.state("orders")
+    us, ap = replication.path(state, replicas[1]), replication.path(state, replicas[2])
+    cut(us)  # /us is cut off
+    patient = Producer(spark, meta, "orders", "p1", ProducerSettings(acks="all", min_insync_replicas=2, max_retries=2),
+                       ReplicationSettings(max_lag_seconds=3600))
+    with pytest.raises(NotEnoughReplicasError, match="could not take the records"):
+        patient.send(make_records(spark, 5))
+    assert replication.state("orders").in_sync == replicas, "still in the set: within the time lag"
+    quick = Producer(spark, meta, "orders", "p2", ProducerSettings(acks="all", min_insync_replicas=2),
+                     ReplicationSettings(max_lag_seconds=0.5))
+    sent = quick.send(make_records(spark, 5, start=10))  # retried past 0.5 s, then the set shrank
+    assert sent.appended + sent.duplicates == 5 and sent.metadata_refreshes >= 1  # its retries deduplicated
+    after = replication.state("orders")
+    assert after.in_sync == [replicas[0], replicas[2]] and after.event.value == "shrink_isr"
+    assert len(records_at(ap)) == 10, "acknowledged records are at every root left in the set"
+    restore(us)
+    replication.replicate("orders")
+    assert replication.state("orders").in_sync == replicas  # caught up: back in
+    following = Replication(spark, meta, ReplicationSettings(max_lag_seconds=1.5))
+    cut(ap)
+    following.replicate("orders", following=True)
+    assert replication.state("orders").in_sync == replicas, "a following round keeps it within the time lag"
+    import time
+    time.sleep(1.6)
+    following.replicate("orders", following=True)
+    assert replication.state("orders").in_sync == replicas[:2], "past the time lag it leaves"
+    restore(ap)
+    following.replicate("orders", following=True)
+    assert replication.state("orders").in_sync == replicas
+    cut(ap)
+    Replication(spark, meta).replicate("orders")  # a single round has one look: out at once
+    assert replication.state("orders").in_sync == replicas[:2]
 
 
 def test_bad_replica_input_is_refused_with_nothing_written(spark, roots, tmp_path):

@@ -37,6 +37,9 @@ def test_a_follower_stays_in_sync_within_the_lag_leaves_beyond_it_and_rejoins_on
     # an unreachable follower, or one holding an older epoch, is out
     assert next_in_sync(state, leader, {"/us": None, "/ap": dict(leader)}, {"/ap": 0}, 10) == ["/eu", "/ap"]
     assert with_in_sync(state, list(reversed(ROOTS))) is None
+    # ... unless tolerated: unreachable for less than the time lag, it stays in the set (not outside it)
+    assert next_in_sync(state, leader, {"/us": None, "/ap": dict(leader)}, {"/ap": 0}, 10, {"/us"}) == ROOTS
+    assert next_in_sync(shrunk, leader, {"/us": dict(leader), "/ap": None}, {"/us": 0}, 10, {"/ap"}) == ["/eu", "/us"]
 
 
 def test_the_high_watermark_is_the_smallest_log_end_over_the_in_sync_set():
