@@ -71,6 +71,9 @@ class ReplicaReport(BaseModel):
     leader_error: str | None = None  # the leader's log could not be read (its root is lost)
 
 
+ACK_ROUNDS = 5  # looks at the in-sync set an acknowledgement takes before giving up (it kept growing)
+
+
 class Replication:
     """Replica operations on the topics of one metadata root."""
 
@@ -290,37 +293,46 @@ class Replication:
 
     def acknowledge(self, topic: str, log_path: str, minimum: int) -> ReplicaState:
         """After an append to ``log_path`` committed: copy it to every in-sync follower; the records
-        are acknowledged only if every one took them and the leader epoch did not move meanwhile."""
+        are acknowledged only if every one took them and the leader epoch did not move meanwhile.
+        A root that joined the set while this ran (a round that caught it up to where the leader
+        was when the round began, maybe short of this append) is copied to as well."""
         state = self.check_in_sync(topic, minimum)
-        if self.path(state, state.leader) != log_path:
-            raise FencedLeaderEpochError(f"'{topic}' is led from {state.leader} since epoch {state.leader_epoch}: "
-                                         "the append went to a former leader and is not acknowledged; produce again")
-        try:
-            leader_ends = log_ends_of(self.spark, log_path)
-        except Exception as exc:
-            raise LeaderNotAvailableError(f"the leader log of '{topic}' cannot be read ({_short(exc)}): the records "
-                                          "are not acknowledged; produce again once it or an elected root leads") from exc
-        lost = []
-        for root in state.in_sync:
-            if root == state.leader:
-                continue
-            status = self._copy_to(state, root, log_path, leader_ends)
-            failing = self._failing_for(topic, root, status.error is not None)
-            if status.error and failing < self.settings.max_lag_seconds:
-                raise NotEnoughReplicasError(
-                    f"in-sync replica {root} of '{topic}' could not take the records ({status.error}); they are not "
-                    f"acknowledged. It leaves the in-sync set once its copies have failed for "
-                    f"replication.max_lag_seconds ({self.settings.max_lag_seconds:g} s; {failing:.1f} s so far)")
-            if status.error:
-                lost.append(root)
-        if lost:  # Kafka's leader shrinking the in-sync set: the records are at every root left in it
-            state = self._shrink(state, lost, minimum)
-        after = self.state(topic)
-        if after.leader_epoch != state.leader_epoch:
-            raise FencedLeaderEpochError(f"'{topic}' elected {after.leader} (epoch {after.leader_epoch}) while the "
-                                         "records were copied: not acknowledged; produce again")
-        return state
-
+        covered = {state.leader}
+        for _ in range(ACK_ROUNDS):
+            if self.path(state, state.leader) != log_path:
+                raise FencedLeaderEpochError(f"'{topic}' is led from {state.leader} since epoch {state.leader_epoch}: "
+                                             "the append went to a former leader and is not acknowledged; produce again")
+            try:
+                leader_ends = log_ends_of(self.spark, log_path)
+            except Exception as exc:
+                raise LeaderNotAvailableError(f"the leader log of '{topic}' cannot be read ({_short(exc)}): the records "
+                                              "are not acknowledged; produce again once it or an elected root leads") from exc
+            lost = []
+            for root in state.in_sync:
+                if root in covered:
+                    continue
+                status = self._copy_to(state, root, log_path, leader_ends)
+                failing = self._failing_for(topic, root, status.error is not None)
+                if status.error and failing < self.settings.max_lag_seconds:
+                    raise NotEnoughReplicasError(
+                        f"in-sync replica {root} of '{topic}' could not take the records ({status.error}); they are "
+                        f"not acknowledged. It leaves the in-sync set once its copies have failed for "
+                        f"replication.max_lag_seconds ({self.settings.max_lag_seconds:g} s; {failing:.1f} s so far)")
+                if status.error:
+                    lost.append(root)
+                else:
+                    covered.add(root)
+            if lost:  # Kafka's leader shrinking the in-sync set: the records are at every root left in it
+                state = self._shrink(state, lost, minimum)
+            after = self.state(topic)
+            if after.leader_epoch != state.leader_epoch:
+                raise FencedLeaderEpochError(f"'{topic}' elected {after.leader} (epoch {after.leader_epoch}) while "
+                                             "the records were copied: not acknowledged; produce again")
+            if set(after.in_sync) <= covered:
+                return after
+            state = after  # the set grew meanwhile: copy to the roots that joined
+        raise NotEnoughReplicasError(f"the in-sync set of '{topic}' kept changing while the records were copied: "
+                                     "not acknowledged; produce again")
 
     def _shrink(self, state: ReplicaState, lost: list[str], minimum: int) -> ReplicaState:
         """Record ``state``'s in-sync set without ``lost`` (a compare-and-set: an election or round

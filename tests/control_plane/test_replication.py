@@ -13,6 +13,8 @@ import pytest
 from deltalake import DeltaTable
 
 from control_plane.replication import Replication
+from control_plane.records import utcnow
+from control_plane.replica_rules import with_in_sync
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from log_store.errors import FencedLeaderEpochError, NotEnoughReplicasError, ReplicationError
@@ -243,6 +245,35 @@ def test_a_follower_whose_copies_fail_leaves_the_in_sync_set_after_the_time_lag(
     cut(ap)
     Replication(spark, meta).replicate("orders")  # a single round has one look: out at once
     assert replication.state("orders").in_sync == replicas[:2]
+
+
+def test_an_acknowledgement_covers_a_root_that_joined_the_in_sync_set_while_it_copied(spark, roots, monkeypatch):
+    """A round lets a follower rejoin once it holds what the leader had when the round began, which
+    may be short of an append committed meanwhile: the ``acks: all`` producer copies there too
+    before acknowledging, or an election of that root would lose an acknowledged record."""
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=replicas[:2])
+    replication = Replication(spark, meta)
+    us = replication.path(replication.state("orders"), replicas[1])
+    cut(us)
+    replication.replicate("orders")
+    restore(us)
+    assert replication.state("orders").in_sync == replicas[:1]
+    real_check, calls = Replication.check_in_sync, []
+
+    def check_then_a_round_lets_us_rejoin(self, topic, minimum):
+        state = real_check(self, topic, minimum)
+        calls.append(1)
+        if len(calls) == 2:  # the acknowledgement's look, after the append: the round records /us in sync
+            self.store.record(with_in_sync(state, replicas[:2]).model_copy(update={"changed_at": utcnow()}))
+        return state
+
+    monkeypatch.setattr(Replication, "check_in_sync", check_then_a_round_lets_us_rejoin)
+    sent = Producer(spark, meta, "orders", "p", ProducerSettings(acks="all", min_insync_replicas=1)).send(
+        make_records(spark, 6))
+    assert sent.appended == 6 and len(calls) >= 2
+    assert replication.state("orders").in_sync == replicas[:2]
+    assert len(records_at(us)) == 6, "acknowledged only once every in-sync root holds the records"
 
 
 def test_bad_replica_input_is_refused_with_nothing_written(spark, roots, tmp_path):
