@@ -154,7 +154,7 @@ class ResumePoint:
     sink_legacy: dict[str, int] = field(default_factory=dict)  # earlier releases' ids the next sink commit writes again
 
 
-LEADER_WAITS = 60  # seconds a consumer outside a group waits for a lost leader (or an election)
+LEADER_WAIT_SECONDS = 60.0  # how long a consumer outside a group waits for a lost leader (or an election)
 
 
 class Consumer:
@@ -410,6 +410,7 @@ class Consumer:
         positions = self.positions(sink_path, snap, committed)
         expired = self.report_expired(snap, committed, self._reported)
         delivered = batches = waits = 0
+        waiting_since: float | None = None  # when this wait for a lost leader began (the monotonic clock)
         interval = self.settings.offsets_commit_interval_ms / 1000
         # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)
         last_commit, pending = time.monotonic(), bool(self.sink_ahead)
@@ -427,10 +428,12 @@ class Consumer:
                 ranges = self.deliver(positions, limit, sink_path, handler, snap)
             except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election
                 waits += 1
-                if waits > LEADER_WAITS:
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > LEADER_WAIT_SECONDS:
                     raise
                 time.sleep(1)
                 continue
+            waiting_since = None
             if not ranges:
                 break
             positions.update({p: end for p, (_s, end) in ranges.items()})
