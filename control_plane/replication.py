@@ -352,6 +352,10 @@ class Replication:
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
+    """``exc`` in one line: for an error raised in the JVM, its Java exception's line, not py4j's
+    "An error occurred while calling oNNN.execute"."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if len(text) > 1 and text[0].startswith("An error occurred while calling"):
+        text = [text[1].lstrip(": ")]
     return (text[0] if text else type(exc).__name__)[:300]
 

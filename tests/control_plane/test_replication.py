@@ -233,8 +233,10 @@ def test_a_follower_whose_copies_fail_leaves_the_in_sync_set_after_the_time_lag(
     assert replication.state("orders").in_sync == replicas  # caught up: back in
     following = Replication(spark, meta, ReplicationSettings(max_lag_seconds=1.5))
     cut(ap)
-    following.replicate("orders", following=True)
+    report = following.replicate("orders", following=True)
     assert replication.state("orders").in_sync == replicas, "a following round keeps it within the time lag"
+    error = next(f.error for f in report.followers if f.root == replicas[2])
+    assert error and "An error occurred while calling" not in error, error  # the Java exception's line
     import time
     time.sleep(1.6)
     following.replicate("orders", following=True)
