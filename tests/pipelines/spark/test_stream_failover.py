@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from control_plane.replication import Replication
@@ -44,6 +45,7 @@ def test_a_stream_started_again_after_a_failover_reads_on_from_the_new_leader(la
     assert {r["leader_epoch"] for r in rows if int(bytes(r["value"])) >= 400} == {1}
 
 
+@pytest.mark.slow  # 25 s; a producer following the topic to a new leader stays in test_replication.py
 def test_a_stream_writer_follows_the_topic_to_the_new_leader(lakelog, root, tmp_path):
     follower = str(tmp_path / "us")
     TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
