@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 
 
-def test_a_replicated_topic_through_replicate_describe_and_failover(run, tmp_path, root):
-    eu, us = root, str(tmp_path / "us")
+def replicated_orders(run, tmp_path, eu: str, us: str):
+    """Topic ``orders`` at roots ``eu`` (leading) and ``us``, 30 keyed records produced; returns the
+    input file (to produce again)."""
     assert run("topics", "create", "--topic", "orders", "--partitions", "2", "--replicas", f"{eu},{us}").exit_code == 0
     lines = tmp_path / "in.jsonl"
     lines.write_text("".join(json.dumps({"key": f"k{i % 5}", "value": {"n": i}}) + "\n" for i in range(30)))
     assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0
+    return lines
+
+
+def test_a_replicated_topic_through_replicate_describe_and_failover(run, tmp_path, root):
+    eu, us = root, str(tmp_path / "us")
+    lines = replicated_orders(run, tmp_path, eu, us)
     desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
     rep = desc["replication"]
     assert rep["leader"] == eu and rep["leader_epoch"] == 0 and rep["replicas"] == [eu, us]
@@ -57,10 +64,7 @@ def test_bad_replica_input_exits_1_with_nothing_written(run, tmp_path, root):
 
 def test_a_lost_leader_root_is_said_with_the_election_to_run_and_alter_writes_nothing(run, tmp_path, root):
     eu, us = root, str(tmp_path / "us")
-    assert run("topics", "create", "--topic", "orders", "--partitions", "2", "--replicas", f"{eu},{us}").exit_code == 0
-    lines = tmp_path / "in.jsonl"
-    lines.write_text("".join(json.dumps({"key": f"k{i % 5}", "value": {"n": i}}) + "\n" for i in range(30)))
-    assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0
+    replicated_orders(run, tmp_path, eu, us)
     assert run("replicate", "--topic", "orders").exit_code == 0
     log = tmp_path / "root" / "topics" / "orders"
     assert log.is_dir()
