@@ -44,7 +44,6 @@ from log_store.replica_copy import copy_log, log_ends_of, replica_role, set_repl
 from log_store.topic_log import TopicLog
 
 
-
 class FollowerStatus(BaseModel):
     root: str
     log_ends: dict[int, int] | None = None  # None: could not be read
