@@ -166,7 +166,8 @@ def elect_leader(c: Context, topic: str, leader: str | None, preferred: bool, un
     from log_store.errors import ReplicationError
 
     if bool(leader) == preferred:
-        raise ReplicationError("give one of --leader ROOT or --preferred")
+        raise ReplicationError("give the root to elect with --leader ROOT, or --preferred (--root names the metadata "
+                               "root, where the topic was created, as for every command)")
     c.config
     replication = c.replication()
     before = replication.state(topic)

@@ -59,7 +59,7 @@ def test_bad_replica_input_exits_1_with_nothing_written(run, tmp_path, root):
     res = run("topics", "elect-leader", "--topic", "orders", "--leader", str(tmp_path / "ap"))
     assert res.exit_code == 1 and "holds no replica" in res.output
     res = run("topics", "elect-leader", "--topic", "orders")
-    assert res.exit_code == 1 and "--preferred" in res.output
+    assert res.exit_code == 1 and "--preferred" in res.output and "--leader ROOT" in res.output
 
 
 def test_a_lost_leader_root_is_said_with_the_election_to_run_and_alter_writes_nothing(run, tmp_path, root):
