@@ -24,6 +24,7 @@ HEARTBEAT_PREFIX = "lakelog.heartbeat:"
 LEGACY_SINK_PREFIX = "lakelog.sink."
 LEGACY_HEARTBEAT_PREFIX = "lakelog.heartbeat."
 PRODUCER_PREFIX = "lakelog.producer."
+STREAM_BATCH_PREFIX = "lakelog.stream_batch."
 LOG_END_PREFIX = "lakelog.log_end."
 LOG_START_PREFIX = "lakelog.log_start."
 FENCE_PREFIX = "lakelog.fence."
@@ -152,6 +153,11 @@ def heartbeat_member(app_id: str, group: str) -> str | None:
 # -- one name each: a fixed prefix and the name ----------------------------------------------------
 def producer_app_id(producer_id: str) -> str:
     return PRODUCER_PREFIX + producer_id
+
+
+def stream_batch_app_id(producer_id: str) -> str:
+    """Which micro-batch a stream sink's producer landed last (``pipelines.spark.sink``)."""
+    return STREAM_BATCH_PREFIX + producer_id
 
 
 def log_end_app_id(partition: int) -> str:

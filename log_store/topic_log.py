@@ -234,6 +234,7 @@ class TopicLog:
         backoff_ms: int = 50,
         rows: int | None = None,
         expected_mark: int | None = None,
+        stamps: dict[str, int] | None = None,
     ) -> AppendResult:
         """Append ``records`` (columns ``PRODUCER_COLUMNS``) with dense offsets, fenced.
 
@@ -245,6 +246,8 @@ class TopicLog:
         it again. ``rows`` (how many records, if known) lets large batches in sequence order take
         offsets without a shuffle. ``expected_mark``: the producer's highest committed sequence as
         the caller last saw it; if the log's differs, nothing is written (StaleProducerSequenceError).
+        ``stamps``: more application versions to set in the same commit (a stream sink's record of
+        which micro-batch landed), which make it fail if another writer moved them first.
         """
         missing = [c for c in PRODUCER_COLUMNS if c not in records.columns]
         if missing:
@@ -255,7 +258,7 @@ class TopicLog:
 
         def attempt() -> AppendResult:
             attempts[0] += 1
-            return self._append_once(records, expected_count, producer_id, rows, expected_mark)
+            return self._append_once(records, expected_count, producer_id, rows, expected_mark, stamps)
 
         try:
             result = retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
@@ -265,7 +268,8 @@ class TopicLog:
         return result.model_copy(update={"attempts": attempts[0]})
 
     def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None,
-                     rows: int | None = None, expected_mark: int | None = None) -> AppendResult:
+                     rows: int | None = None, expected_mark: int | None = None,
+                     stamps: dict[str, int] | None = None) -> AppendResult:
         """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
 
         Offsets come from the log ends read inside the transaction; counts and sequence bounds
@@ -318,11 +322,13 @@ class TopicLog:
             parts, max_seq = write_arrival(self.spark, self.path, txn, out, rows, producer_id, mark)
         else:
             parts, max_seq = write_partitioned(self.path, txn, out, rows, producer_id, mark)
-        return self._commit_parts(txn, meta, parts, bases, known, writable, producer_id, max_seq, mark, expected_count)
+        return self._commit_parts(txn, meta, parts, bases, known, writable, producer_id, max_seq, mark, expected_count,
+                                  stamps)
 
     def _commit_parts(self, txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
                       bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,
-                      max_seq: int, mark: int, expected_count: int) -> AppendResult:
+                      max_seq: int, mark: int, expected_count: int,
+                      stamps: dict[str, int] | None = None) -> AppendResult:
         """Commit the written files whose (partition, rows, first, last offset) are ``parts``: every
         partition writable, its offsets dense from its log end, and the log ends and the producer's
         mark moved in the same commit, which fails if another writer moved them first."""
@@ -353,6 +359,9 @@ class TopicLog:
         if producer_id:
             txn.app_version(producer_app_id(producer_id))  # and if the same producer committed meanwhile
             versions[producer_app_id(producer_id)] = max_seq
+        for app_id, value in (stamps or {}).items():
+            txn.app_version(app_id)
+            versions[app_id] = value
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
         version = txn.commit(versions, commit_metadata(
             "append", producer_id=producer_id, undeleted_partition_count=expected_count,

@@ -123,37 +123,46 @@ class Producer:
         sequence_start: int | None = None,
         on_progress: ProgressFn | None = None,
         rows: int | None = None,
+        after_mark: bool = False,
+        stamps: dict[str, int] | None = None,
     ) -> ProduceResult:
         """Produce every record of ``records``; returns counts, retries and timing.
 
         Records with a ``sequence`` column keep it (plus ``sequence_start``): re-sending them
-        under the same producer id lands nothing twice. Records without one continue this
-        producer's stream after its last committed sequence. ``rows``: how many records there
-        are, where the caller knows (a write's tasks counted them), so they are not counted
-        again; ``records`` must then read the same rows each time (files, not a live source).
+        under the same producer id lands nothing twice. Records without one (and no
+        ``sequence_start``), or any with ``after_mark``, are numbered after this producer id's
+        committed mark (from ``sequence_start`` at least; with ``after_mark`` the ``sequence``
+        column is each record's place in this send): the commit checks the mark it was numbered
+        after, and when another process committed under the id meanwhile, the records are
+        numbered again after its records rather than dropped as their duplicates. ``rows``: how
+        many records there are, where the caller knows (a write's tasks counted them), so they
+        are not counted again; ``records`` must then read the same rows each time (files, not a
+        live source). ``stamps``: application versions committed with the records.
         """
         started = time.perf_counter()
-        expected_mark = None
-        if sequence_start is None and "sequence" not in records.columns and self._mark is not None:
-            expected_mark = self._mark
-            sequence_start = self._mark + 1
-        try:
-            result = self._send(records, sequence_start, expected_mark, on_progress, rows)
-        except StaleProducerSequenceError:
-            self._mark = None  # another process produced under this id: continue after its records
-            result = self._send(records, None, None, on_progress, rows)
+        if not after_mark and ("sequence" in records.columns or sequence_start is not None):
+            result = self._send(records, sequence_start or 0, None, on_progress, rows, stamps)
+            return result.model_copy(update={"seconds": time.perf_counter() - started})
+        for attempt in range(self.settings.max_retries + 1):
+            mark = self._mark if self._mark is not None else self.next_sequence() - 1
+            try:
+                result = self._send(records, max(sequence_start or 0, mark + 1), mark, on_progress, rows, stamps)
+                break
+            except StaleProducerSequenceError:
+                self._mark = None  # another process produced under this id: number after its records
+                if attempt == self.settings.max_retries:
+                    raise
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
-    def _send(self, records: DataFrame, sequence_start: int | None, expected_mark: int | None,
-              on_progress: ProgressFn | None, rows: int | None = None) -> ProduceResult:
-        if sequence_start is None:
-            sequence_start = 0 if "sequence" in records.columns else self.next_sequence()
+    def _send(self, records: DataFrame, sequence_start: int, expected_mark: int | None,
+              on_progress: ProgressFn | None, rows: int | None = None,
+              stamps: dict[str, int] | None = None) -> ProduceResult:
         df = self.normalize(records, sequence_start)
         bound = rows if rows is not None else row_bound(df)
         if bound is None:
             bound = cached_rows(records)  # a filled cache: Spark counted its rows as it filled it
         if bound is not None and bound <= self.settings.batch_size:
-            result = self._send_one(df, bound, expected_mark)
+            result = self._send_one(df, bound, expected_mark, stamps)
             if on_progress:
                 on_progress(1, 1)
         else:
@@ -163,7 +172,7 @@ class Producer:
             if not reuse:
                 df = df.persist()
             try:
-                result = self._send_batches(df, on_progress, expected_mark)
+                result = self._send_batches(df, on_progress, expected_mark, stamps)
             finally:
                 if not reuse:
                     df.unpersist()
@@ -177,11 +186,13 @@ class Producer:
         )
 
     def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None,
-                      expected_mark: int | None = None) -> ProduceResult:
+                      expected_mark: int | None = None, stamps: dict[str, int] | None = None) -> ProduceResult:
         """Rows of unknown count: counted in one pass of their own (which also fills the cache)
         before any batch is committed, so a record without a value fails the whole produce, not
-        the batch it is in; then sent in batches of ``batch_size`` by sequence. ``expected_mark``
-        is checked by the first batch, before anything is committed."""
+        the batch it is in; then sent in batches of ``batch_size`` by sequence. With
+        ``expected_mark`` (records numbered after the mark) every batch checks the mark the
+        previous one left; a batch that finds another process's records after it shifts its own
+        and the later batches' sequences past them (a first batch's is the caller's to renumber)."""
         metrics = [F.count(F.lit(1)).alias("n"), F.min("sequence").alias("lo"),
                    F.sum(F.col("value").isNull().cast("int")).alias("null_values")]
         counted = Observation()
@@ -196,15 +207,28 @@ class Producer:
         result = self._nothing_sent(total, n_batches)
         if n_batches > 1:
             df = df.withColumn("_batch", F.floor((F.col("sequence") - F.lit(stats["lo"])) / size))
+        shift = 0
         for b in range(n_batches):
             batch = df.where(F.col("_batch") == b).drop("_batch") if n_batches > 1 else df
-            result = self._send_batch(batch, result, rows=min(size, total - b * size),
-                                      expected_mark=expected_mark if b == 0 else None)
+            for attempt in range(self.settings.max_retries + 1):
+                moved = batch.withColumn("sequence", F.col("sequence") + F.lit(shift)) if shift else batch
+                try:
+                    result = self._send_batch(moved, result, rows=min(size, total - b * size),
+                                              expected_mark=expected_mark, stamps=stamps)
+                    break
+                except StaleProducerSequenceError:
+                    if b == 0 or attempt == self.settings.max_retries:
+                        raise
+                    mark = self.next_sequence() - 1
+                    shift, expected_mark = shift + mark - expected_mark, mark
+            if expected_mark is not None:
+                expected_mark = self._mark
             if on_progress:
                 on_progress(b + 1, n_batches)
         return result.model_copy(update={"duplicates": total - result.appended})
 
-    def _send_one(self, df: DataFrame, bound: int, expected_mark: int | None = None) -> ProduceResult:
+    def _send_one(self, df: DataFrame, bound: int, expected_mark: int | None = None,
+                  stamps: dict[str, int] | None = None) -> ProduceResult:
         """Rows known to fit one batch (at most ``bound``, from the plan or a filled cache):
         counted as they are written, with no pass of their own. A record without a value fails
         the write (the log's NOT NULL column), so nothing is committed. Not cached (a cached
@@ -213,7 +237,8 @@ class Producer:
         attempt's rows land, and sequences dedupe them."""
         counted = Observation()
         rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
-        result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound, expected_mark=expected_mark)
+        result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound, expected_mark=expected_mark,
+                                  stamps=stamps)
         # The write ran (a failed one raised), so the count is in; counted again if it got lost.
         total = int(observed(counted, lambda: {"n": df.count()})["n"])
         return result.model_copy(update={"records": total, "duplicates": total - result.appended,
@@ -246,7 +271,7 @@ class Producer:
         return self._replicas or None
 
     def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None,
-                    expected_mark: int | None = None) -> ProduceResult:
+                    expected_mark: int | None = None, stamps: dict[str, int] | None = None) -> ProduceResult:
         """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
         replication = self._replication()
         if replication is not None:  # acks: all refuses up front, as Kafka's leader does
@@ -264,7 +289,7 @@ class Producer:
                 appended = self.log.append(
                     parted, count, self.producer_id,
                     max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
-                    expected_mark=expected_mark,
+                    expected_mark=expected_mark, stamps=stamps,
                 )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas)

@@ -216,20 +216,32 @@ class Planner:
         """A new stream's first offset: where the read starts, each topic's incarnation and view."""
         topics = self.topics()
         start = self.starting(topics)
+        bounds = self.bounds(topics)
+        for topic, per_partition in start.items():
+            beyond = {p: s for p, s in per_partition.items() if s > bounds[topic][p][1]}
+            if beyond:  # records written later below the start would never be read
+                named = ", ".join(f"partition {p} at {s}, past its log end {bounds[topic][p][1]}"
+                                  for p, s in sorted(beyond.items()))
+                self.report_loss(topic, f"startingOffsets starts {named}: the records written there later, below the "
+                                        "start, would be skipped", [],
+                                 "give offsets at or below the log end (-1 for latest), or set failOnDataLoss to "
+                                 "false to start at the log end with a warning")
+                start[topic] = {**per_partition, **{p: bounds[topic][p][1] for p in beyond}}
         return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}))
                              for t, now in topics.items()})
 
     # -- what a stream skipped: decided here, reported or failed on (Kafka's reportDataLoss) ------
-    def report_loss(self, topic: str, why: str, lost: list[ExpiredRange]) -> None:
-        """Records the stream was to deliver are gone (``why``; ``lost``: the ranges, where known).
-        Under ``failOnDataLoss`` (the default) an error; else a warning, and with a ``group`` the
-        ranges are reported expired in the group's tables at once, before any offset past them is
-        returned: a driver that dies next restarts with the report made."""
+    def report_loss(self, topic: str, why: str, lost: list[ExpiredRange], advice: str | None = None) -> None:
+        """Records the stream was to deliver are gone (``why``; ``lost``: the ranges, where known;
+        ``advice``: what to do, where it is not to restart later). Under ``failOnDataLoss`` (the
+        default) an error; else a warning, and with a ``group`` the ranges are reported expired in
+        the group's tables at once, before any offset past them is returned: a driver that dies
+        next restarts with the report made."""
         named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
         what = f"topic '{topic}': {why}" + (f" ({named})" if named else "")
         if self.opts.fail_on_data_loss:
-            raise DataLossError(f"{what}; restart from later offsets (or with a new checkpoint), or set "
-                                "failOnDataLoss to false to skip them with a warning")
+            raise DataLossError(f"{what}; " + (advice or "restart from later offsets (or with a new checkpoint), or "
+                                               "set failOnDataLoss to false to skip them with a warning"))
         _log.warning("%s (failOnDataLoss=false: skipped)", what)
         if lost and self.opts.group:
             from control_plane.group.offsets import GroupOffsets

@@ -10,14 +10,18 @@ append as every produce, or not at all (an aborted write leaves nothing in the l
 sequence is its place in the write (its task's place, then its row in the task's file), so a
 key's rows land in the DataFrame's order without a pass to number them.
 
-A stream's micro-batch is one append per topic under the query's producer id, its sequences
-starting at ``batch id << 32``: a micro-batch replayed after a crash (same query, same batch id)
-finds its sequences committed and lands nothing twice.
+A stream's micro-batch is one append per topic under the query's producer id, numbered after the
+producer's mark (from ``batch id << 32`` where that is above it), and its commit stamps which
+batch it was: the batch id with the checkpoint's offsets for it. The replay of the batch that
+landed last (a crash between the append and Spark's record of it) carries the same stamp and
+lands nothing twice; a batch id planned again on a restored older checkpoint carries another and
+lands (what landed before lands again: duplicates at worst, never loss, as with Kafka's sink).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ from pyspark.sql.types import StructType
 from log_store.crash import crash_point
 from log_store.headers import is_headers_type
 from log_store.errors import InvalidConfigurationError, InvalidRecordError, LakelogError
+from log_store.names import producer_app_id, stream_batch_app_id
 from log_store.object_store import arrow_filesystem
 from pipelines.spark.options import CHECKPOINT_LOCATION, SinkOptions
 
@@ -117,18 +122,51 @@ def query_id(checkpoint: str, storage: dict[str, str] | None = None) -> str:
             "sink names its producer by the query, so give a checkpointLocation on a local or S3 path") from exc
 
 
+def checkpoint_of(options: dict) -> str | None:
+    """The query's ``checkpointLocation``, as Spark hands it to the sink among its options."""
+    found = next((v for k, v in options.items() if k.lower() == CHECKPOINT_LOCATION.lower()), None)
+    return str(found) if found else None
+
+
 def stream_producer_id(opts: SinkOptions, options: dict, storage: dict[str, str] | None = None) -> tuple[str, str]:
     """A stream's producer id, and its query id: the query's (``query_id``), after the
     ``producerId`` option where given. A restarted query is the same producer, so a replayed
     micro-batch lands once; a query with a new or deleted checkpoint is a new producer, whose
     batch 0 is not taken for the old query's."""
-    checkpoint = next((v for k, v in options.items() if k.lower() == CHECKPOINT_LOCATION.lower()), None)
+    checkpoint = checkpoint_of(options)
     if not checkpoint:
         raise InvalidConfigurationError(
             "a lakelog stream sink needs the query's checkpoint to land a replayed micro-batch once: give "
             ".option('checkpointLocation', PATH) on the writer")
-    query = query_id(str(checkpoint), storage)
+    query = query_id(checkpoint, storage)
     return f"{opts.producer_id or 'stream'}:{query}", query
+
+
+def batch_stamp(checkpoint: str, batch_id: int, storage: dict[str, str] | None = None) -> int:
+    """What identifies micro-batch ``batch_id`` of the query at ``checkpoint``: a 63-bit digest of
+    the id and of Spark's offsets file for it (``offsets/<id>``, written before the batch runs and
+    read again, unchanged, by its replay after a crash; a batch planned again on a restored older
+    checkpoint gets a new one, with the planning time in it)."""
+    try:
+        fs, folder = arrow_filesystem(checkpoint, storage)
+        with fs.open_input_stream(f"{folder.rstrip('/')}/offsets/{int(batch_id)}") as f:
+            planned = f.read()
+    except (OSError, InvalidConfigurationError):
+        planned = b""  # no offsets file (asynchronous progress tracking): the id alone
+    digest = hashlib.blake2b(str(int(batch_id)).encode() + b"\n" + planned, digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def landed_before(batch_id: int, stamp: int, versions: dict[str, int], producer_id: str) -> bool:
+    """Whether micro-batch ``batch_id`` (``stamp``: ``batch_stamp``) is the one the stream's
+    producer landed last, by the log's application ``versions``: then it is a replay after a
+    crash and lands nothing. A log whose last stream batch carries no stamp (an earlier release
+    wrote it) judges by the mark: the batch whose sequences it lies in."""
+    recorded = versions.get(stream_batch_app_id(producer_id))
+    if recorded is not None:
+        return recorded == stamp
+    mark = versions.get(producer_app_id(producer_id), -1)
+    return mark >= 0 and mark >> BATCH_SHIFT == batch_id
 
 
 class Committer:
@@ -142,13 +180,17 @@ class Committer:
                 "register the source from the driver with pipelines.spark.register(spark)")
         self.gateway, self.root, self.opts, self.staging, self.storage = gateway, root, opts, staging, storage
 
-    def produce(self, messages, producer_id: str | None, batch_id: int | None = None) -> None:
+    def produce(self, messages, producer_id: str | None, batch_id: int | None = None,
+                checkpoint: str | None = None) -> None:
         """Produce what the tasks staged: one append per topic (a topic's share lands whole or not
-        at all). A stream's micro-batch ``batch_id`` numbers its records from ``batch_id << 32``
-        and lands nothing that landed before a crash. A write to several topics that fails after
-        some landed says which."""
+        at all), numbered after the producer's mark. A stream's micro-batch ``batch_id`` (of the
+        query at ``checkpoint``) numbers its records from ``batch_id << 32`` where that is above
+        the mark, stamps the commit with the batch, and lands nothing when it is the batch that
+        landed last (a replay after a crash). A write to several topics that fails after some
+        landed says which."""
         from pyspark.sql import functions as F
 
+        from log_store.engine import app_versions
         from log_store.session import attach
         from pipelines.producer import Producer
         from pipelines.settings import ProducerSettings
@@ -176,12 +218,13 @@ class Committer:
                     if "sequence" in rows.columns:  # the writer's own: a repeated write lands once
                         producer.send(rows, rows=count)
                     else:
-                        producer.send(rows.withColumn("sequence", position), producer.next_sequence(), rows=count)
+                        producer.send(rows.withColumn("sequence", position), rows=count, after_mark=True)
                 else:
-                    first = batch_id << BATCH_SHIFT
-                    if producer.next_sequence() > first:
+                    stamp = batch_stamp(checkpoint, batch_id, self.storage)
+                    if landed_before(batch_id, stamp, app_versions(spark, producer.log.path), producer_id):
                         continue  # this micro-batch landed before a crash: its replay lands nothing
-                    producer.send(rows.withColumn("sequence", position), sequence_start=first, rows=count)
+                    producer.send(rows.withColumn("sequence", position), batch_id << BATCH_SHIFT, rows=count,
+                                  after_mark=True, stamps={stream_batch_app_id(producer_id): stamp})
                 landed.append(topic)
                 crash_point("spark_sink:after_topic")
             crash_point("spark_sink:after_produce")
@@ -222,8 +265,8 @@ class BatchWriter(DataSourceArrowWriter):
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, committer: Committer, producer_id: str) -> None:
-        self.committer, self.producer_id = committer, producer_id
+    def __init__(self, committer: Committer, producer_id: str, checkpoint: str) -> None:
+        self.committer, self.producer_id, self.checkpoint = committer, producer_id, checkpoint
 
     def __getstate__(self) -> dict:
         """What Spark sends to the tasks that stage rows: no py4j secret (a stream's commits run in
@@ -237,7 +280,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return stage(self.committer.staging, iterator, self.committer.storage)
 
     def commit(self, messages, batchId: int) -> None:
-        self.committer.produce(messages, self.producer_id, batchId)
+        self.committer.produce(messages, self.producer_id, batchId, self.checkpoint)
 
     def abort(self, messages, batchId: int) -> None:
         self.committer.discard()

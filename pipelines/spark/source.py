@@ -42,7 +42,9 @@ from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.options import SinkOptions, parse_sink_options, parse_source_options
 from pipelines.spark.planner import UNLIMITED, DataLossError, Planner, Positions, RangePartition, resolve_root
 from pipelines.spark.positions import ending_positions
-from pipelines.spark.sink import BatchWriter, Committer, StreamWriter, check_sink_schema, staging_dir, stream_producer_id
+from pipelines.spark.sink import (
+    BatchWriter, Committer, StreamWriter, check_sink_schema, checkpoint_of, staging_dir, stream_producer_id,
+)
 
 FORMAT = "lakelog"
 # Spark's Kafka source's columns, then the record's leader epoch.
@@ -226,7 +228,7 @@ class LakelogDataSource(DataSource):
         committer, opts = self._committer(schema, overwrite)
         producer_id, query = stream_producer_id(opts, dict(self.options), committer.storage)
         committer.staging = staging_dir(committer.root, query)
-        return StreamWriter(committer, producer_id)
+        return StreamWriter(committer, producer_id, checkpoint_of(dict(self.options)))
 
 
 def _include_headers(options) -> bool:

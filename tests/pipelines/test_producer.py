@@ -54,6 +54,35 @@ def test_a_producer_continuing_its_stream_sees_records_another_process_produced_
     assert seqs == list(range(40))
 
 
+@pytest.mark.parametrize("batch_size", [500_000, 4])  # one batch; several, the race in a later one
+def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_its_records(
+        spark, root, monkeypatch, batch_size):
+    """A send without sequences reads the mark, numbers after it and commits: another process
+    committing under the same id in between makes it number its records again after those,
+    never drop them as their duplicates (first batch or a later one)."""
+    from log_store import topic_log
+
+    TopicAdmin(spark, root).create("s", 2)
+    df = spark.range(10).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
+    other = Producer(spark, root, "s", "same")
+    original, calls = topic_log.TopicLog._append_once, []
+
+    def append_once(self, *args, **kwargs):
+        if self is mine.log:
+            calls.append(1)
+            if len(calls) in (1, 3):  # inside the first batch, and the second (after the first's retry)
+                other.send(df)
+        return original(self, *args, **kwargs)
+
+    mine = Producer(spark, root, "s", "same", ProducerSettings(batch_size=batch_size))
+    monkeypatch.setattr(topic_log.TopicLog, "_append_once", append_once)
+    result = mine.send(df.where("id >= 0"))  # rows of unknown number: counted, then batched
+    monkeypatch.undo()
+    assert result.appended == 10 and result.duplicates == 0
+    seqs = sorted(r[0] for r in TopicAdmin(spark, root).log("s").table().select("sequence").collect())
+    assert len(seqs) == len(set(seqs)) == 10 + 10 * (2 if batch_size == 4 else 1)
+
+
 def test_records_without_value_are_rejected_and_nothing_written(spark, root):
     TopicAdmin(spark, root).create("v", 2)
     df = spark.range(5).select(F.col("id").cast("string").alias("key"),

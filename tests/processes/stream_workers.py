@@ -6,6 +6,8 @@ Usage: stream_workers.py read ROOT TOPIC SINK CHECKPOINT MAX_OFFSETS GROUP TRIGG
            or a processing interval such as "0.5 seconds" (run until killed)
        stream_workers.py write ROOT TOPIC SOURCE CHECKPOINT
            a stream from a Delta table (one file per micro-batch) into the topic, availableNow
+       stream_workers.py batch_write ROOT TOPIC PRODUCER_ID START N
+           df.write of records START..START+N-1 (key, value; no sequence column) under PRODUCER_ID
 Prints one JSON line per micro-batch Spark reports. A JVM of its own, or with
 ``LAKELOG_WORKER_ATTACH=1`` the test run's (workers.py): only for queries that are not killed,
 since a killed process attached to a shared JVM leaves its query running there.
@@ -56,5 +58,15 @@ def write(root: str, topic: str, source: str, checkpoint: str) -> None:
     _watch(query)
 
 
+def batch_write(root: str, topic: str, producer_id: str, start: str, n: str) -> None:
+    from tests.support import make_records
+
+    spark = _session()
+    register(spark, root)
+    make_records(spark, int(n), keys=20, start=int(start)).select("key", "value").write.format("lakelog") \
+        .option("topic", topic).option("producerId", producer_id).mode("append").save()
+    print(json.dumps({"written": int(n)}), flush=True)
+
+
 if __name__ == "__main__":
-    {"read": read, "write": write}[sys.argv[1]](*sys.argv[2:])
+    {"read": read, "write": write, "batch_write": batch_write}[sys.argv[1]](*sys.argv[2:])

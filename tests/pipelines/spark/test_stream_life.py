@@ -289,7 +289,8 @@ def test_a_reader_and_a_stream_writer_sent_to_tasks_carry_no_py4j_secret(lakelog
     assert planner.gateway, "the driver side keeps it"
     from pipelines.spark.options import parse_sink_options
 
-    writer = StreamWriter(Committer(gateway_of(lakelog), root, parse_sink_options({"topic": T}), str(tmp_path)), "p")
+    writer = StreamWriter(Committer(gateway_of(lakelog), root, parse_sink_options({"topic": T}), str(tmp_path)), "p",
+                          str(tmp_path))
     assert secret.encode() not in pickle.dumps(writer) and writer.committer.gateway
 
 
@@ -327,3 +328,27 @@ def test_a_topic_deleted_under_a_pattern_follows_fail_on_data_loss(lakelog, root
     assert "topic 'shop.b': the topic was deleted" in str(err.value)
     stream_to(lakelog, sink, ck, **options, failOnDataLoss="false")
     assert len(delivered(sink)) == 30
+
+
+def test_a_stream_starting_past_a_partitions_log_end_is_data_loss(lakelog, root, tmp_path):
+    """startingOffsets past a partition's log end would skip the records written later below it:
+    failOnDataLoss (the default) stops the query naming the partition, as Spark's Kafka source
+    does; false starts at the log end with a warning, so nothing written later is skipped."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    producer = Producer(lakelog, root, T, "p")
+    producer.send(make_records(lakelog, 40, keys=10))
+    ends = {p: sum(1 for r in log_rows(root, T) if r["partition"] == p) for p in (0, 1)}
+    beyond = json.dumps({T: {"0": ends[0] + 25, "1": -2}})
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    with pytest.raises(Exception) as err:
+        stream_to(lakelog, sink, ck, subscribe=T, startingOffsets=beyond)
+    assert f"partition 0" in str(err.value) and f"log end {ends[0]}" in str(err.value)
+    assert "failOnDataLoss" in str(err.value)
+    shutil.rmtree(ck, ignore_errors=True)
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets=beyond, failOnDataLoss="false")
+    producer.send(make_records(lakelog, 40, keys=10, start=40))
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets=beyond, failOnDataLoss="false")
+    got = {(r["partition"], r["offset"]) for r in delivered(sink)}
+    later = {(r["partition"], r["offset"]) for r in log_rows(root, T) if int(r["value"]) >= 40}
+    assert later <= got, "nothing written after the start is skipped"
+    assert {o for p, o in got if p == 1} == set(range(ends[1] + sum(1 for p, _o in later if p == 1)))
