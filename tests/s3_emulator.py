@@ -6,7 +6,12 @@ two steps that concurrent requests can interleave; S3 does both as one. So reque
 ``If-None-Match`` are served one at a time here, and racing writers meet the put-if-absent that
 S3 gives them. Everything else is served concurrently, as moto does.
 
-``python -m tests.s3_emulator PORT`` serves until killed; ``S3Emulator`` starts and stops one.
+``S3Emulator(conditional_writes=False)`` serves a store that ignores ``If-None-Match`` (the header
+is dropped before moto sees it), as some S3-compatible stores do: a second create of a key
+replaces the first.
+
+``python -m tests.s3_emulator PORT [--ignore-conditional-writes]`` serves until killed;
+``S3Emulator`` starts and stops one.
 """
 
 from __future__ import annotations
@@ -29,36 +34,41 @@ def free_port() -> int:
 
 
 class _ConditionalWritesOneAtATime:
-    """WSGI middleware: a request with ``If-None-Match`` holds one lock from start to answer."""
+    """WSGI middleware: a request with ``If-None-Match`` holds one lock from start to answer (or,
+    not ``honoured``, loses the header)."""
 
-    def __init__(self, app) -> None:
-        self.app, self.lock = app, threading.Lock()
+    def __init__(self, app, honoured: bool = True) -> None:
+        self.app, self.lock, self.honoured = app, threading.Lock(), honoured
 
     def __call__(self, environ, start_response):
+        if not self.honoured:
+            environ.pop("HTTP_IF_NONE_MATCH", None)
         if "HTTP_IF_NONE_MATCH" not in environ:
             return self.app(environ, start_response)
         with self.lock:
             return list(self.app(environ, start_response))
 
 
-def serve(port: int) -> None:
+def serve(port: int, conditional_writes: bool = True) -> None:
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
-    app = _ConditionalWritesOneAtATime(DomainDispatcherApplication(create_backend_app))
+    app = _ConditionalWritesOneAtATime(DomainDispatcherApplication(create_backend_app), conditional_writes)
     make_server("127.0.0.1", port, app, threaded=True).serve_forever()
 
 
 class S3Emulator:
     """One emulator process; its endpoint, and its settings for S3A, delta-rs and boto3."""
 
-    def __init__(self) -> None:
+    def __init__(self, conditional_writes: bool = True) -> None:
+        self.conditional_writes = conditional_writes
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "S3Emulator":
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.s3_emulator", str(self.port)], cwd=PROJECT,
+        flags = [] if self.conditional_writes else ["--ignore-conditional-writes"]
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.s3_emulator", str(self.port), *flags], cwd=PROJECT,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while True:
@@ -110,4 +120,4 @@ class S3Emulator:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), "--ignore-conditional-writes" not in sys.argv[2:])

@@ -73,3 +73,34 @@ def test_commits_go_through_lakelogs_log_store_which_refuses_a_version_that_exis
                           False, log.newDeltaHadoopConf())
     assert (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").read_bytes() == before
     assert not [p.name for p in (tmp_path / "t" / "_delta_log").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_s3s_lost_race_is_recognised_by_its_status_not_by_412_anywhere_in_a_message(spark):
+    """S3A reports S3's 412 as RemoteFileChangedException over the SDK's S3Exception; a message
+    that merely holds 412 (a commit file's name) is not a lost race."""
+    jvm = spark._jvm
+    publisher = jvm.lakelog.storage.S3Publisher
+    io = jvm.java.io.IOException
+    assert not publisher.isExistsFailure(io("s3a://b/t/_delta_log/00000000000000000412.json: Connection reset"))
+    assert not publisher.isExistsFailure(io("uploaded 412 bytes to 00000000000000004120.json"))
+    s3 = jvm.software.amazon.awssdk.services.s3.model.S3Exception.builder().statusCode(412).message("x").build()
+    assert publisher.isExistsFailure(io("put failed", s3)), "the SDK's status code"
+    assert publisher.isExistsFailure(io("At least one of the pre-conditions you specified did not hold "
+                                        "(Service: S3, Status Code: 412, Request ID: 1)"))
+    assert publisher.isExistsFailure(jvm.org.apache.hadoop.fs.FileAlreadyExistsException("s3a://b/k"))
+
+
+def test_a_commit_without_a_txn_id_is_refused_on_s3_before_it_is_written(spark):
+    """A 412 for an object holding the same bytes counts as this write (its answer was lost); that
+    needs every commit's bytes to be its own, which Delta's commitInfo txnId makes them."""
+    import pytest
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    publisher = jvm.lakelog.storage.S3Publisher
+    commit = jvm.org.apache.hadoop.fs.Path(f"s3a://b/t/_delta_log/{7:020d}.json")
+    mine = b'{"commitInfo":{"operation":"WRITE","txnId":"a79b3f28-ee65-4435-b9c0-38dbbe11417d"}}\n{"add":{}}\n'
+    publisher.checkUnique(commit, mine)
+    with pytest.raises(Py4JJavaError, match="carries no Delta commitInfo with a txnId"):
+        publisher.checkUnique(commit, b'{"commitInfo":{"operation":"WRITE"}}\n{"add":{}}\n')
+    publisher.checkUnique(jvm.org.apache.hadoop.fs.Path(f"s3a://b/t/_delta_log/{7:020d}.crc"), b'{"numFiles":1}')

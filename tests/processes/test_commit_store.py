@@ -29,10 +29,11 @@ SCHEMA = pa.schema([("writer", pa.string()), ("i", pa.int32())])
 
 
 def race(table: str, store: str, go: Path, workers: int = 3, commits: int = 6, pause_ms: int = 150,
-         s3: str = "", storage: dict | None = None) -> tuple[list[dict], list[dict], list[dict]]:
-    """Run the race; return what the workers were told (acknowledged commits), the commits Delta
-    refused with an error, and the table's rows."""
-    write_deltalake(table, pa.table({"writer": [], "i": []}, SCHEMA), storage_options=storage)
+         s3: str = "", storage: dict | None = None, create: bool = True) -> tuple[list[dict], list[dict], list[dict]]:
+    """Run the race (on a new table, unless not ``create``); return what the workers were told
+    (acknowledged commits), the commits Delta refused with an error, and the table's rows."""
+    if create:
+        write_deltalake(table, pa.table({"writer": [], "i": []}, SCHEMA), storage_options=storage)
     procs = [subprocess.Popen([sys.executable, str(WORKERS / "commit_workers.py"), table, f"w{n}", str(commits),
                                str(go), store, str(pause_ms), s3],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
@@ -87,3 +88,56 @@ def test_on_s3_racing_processes_lose_commits_through_a_check_then_put_store_and_
     assert not errors, errors
     assert len(acked) == 18 and not lost and not doubled, f"lost {sorted(lost)}, doubled {sorted(doubled)}"
     assert sorted(a["version"] for a in acked) == list(range(1, 19))
+
+
+@pytest.mark.s3
+def test_a_store_that_ignores_conditional_writes_is_refused_before_any_commit(tmp_path):
+    """An S3-compatible store that ignores If-None-Match would let a racing writer replace a
+    commit: the first commit to it probes (a scratch key created conditionally twice) and is
+    refused, naming the setting, with nothing committed; the probe leaves no object behind."""
+    from tests.s3_emulator import S3Emulator
+
+    with S3Emulator(conditional_writes=False) as ignorant:
+        storage = ignorant.environment()
+        bucket = ignorant.create_bucket("ignorant")
+        acked, errors, rows = race(f"s3a://{bucket}/t", LAKELOG, tmp_path / "go", workers=1, commits=2,
+                                   pause_ms=0, s3=ignorant.endpoint, storage=storage)
+        keys = [o["Key"] for o in ignorant.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert not acked and not rows and len(errors) == 2
+    assert all("ignores conditional writes" in e["error"] and "spark.delta.logStore.s3a.impl" in e["error"]
+               for e in errors), errors
+    assert not [k for k in keys if "lakelog-probe" in k], keys
+
+
+def test_a_commit_killed_between_writing_and_publishing_leaves_no_file_behind_for_long(tmp_path):
+    """A writer killed after writing its commit's bytes, before publishing them, leaves its
+    temporary file: outside the folder Delta lists, and removed by the next commit of a version
+    at or past it (its writer lost the race or is gone)."""
+    import signal
+    import time
+
+    table = str(tmp_path / "t")
+    write_deltalake(table, pa.table({"writer": [], "i": []}, SCHEMA))
+    go = tmp_path / "go"
+    killed = subprocess.Popen([sys.executable, str(WORKERS / "commit_workers.py"), table, "killed", "1", str(go),
+                               LAKELOG, "600000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=PROJECT)
+    try:
+        assert "ready" in json.loads(killed.stdout.readline())
+        go.touch()
+        temps = Path(table, "_delta_log", ".lakelog-tmp")
+        deadline = time.monotonic() + 120
+        while not (temps.is_dir() and any(temps.iterdir())):
+            assert time.monotonic() < deadline and killed.poll() is None, killed.stderr.read()[-3000:]
+            time.sleep(0.1)
+        killed.send_signal(signal.SIGKILL)  # inside the store's pause: bytes written, not published
+        killed.wait(60)
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+    left = [p.name for p in temps.iterdir()]
+    assert left and all(name.startswith(f"{1:020d}.json.") for name in left), left
+    assert not [p.name for p in Path(table, "_delta_log").iterdir() if p.name.endswith(".tmp")]
+    acked, errors, rows = race(table, LAKELOG, tmp_path / "go-next", workers=1, commits=1, pause_ms=0, create=False)
+    assert acked == [{"writer": "w0", "i": 0, "version": 1}] and not errors
+    assert not any(temps.iterdir()), "the next commit removed the dead writer's file"
