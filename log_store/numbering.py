@@ -67,3 +67,18 @@ def counted_offsets(spark: SparkSession, data: DataFrame, bases: dict[int, int])
     # One SQL literal, one call across py4j (``F.lit`` of a list costs a few calls an element).
     starts_literal = F.expr(f"array({', '.join(f'{int(v)}L' for v in flat)})")
     return (F.element_at(starts_literal, slot.cast("int")) + index).cast("long")
+
+
+def place_rows(df: DataFrame, column: str = "sequence") -> tuple[DataFrame, DataFrame]:
+    """``df`` with each row's place in it in ``column`` (from 0: the rows of its first Spark task in
+    their order, then the second task's, ...), and the cache holding the rows, which the caller
+    unpersists. One job counts each task's rows; the rows are not shuffled (a window over all of
+    them runs in one task)."""
+    tagged = df.withColumn("_place", F.monotonically_increasing_id()).persist()
+    counts = {int(t): int(n) for t, n in tagged.groupBy(F.shiftright("_place", 33)).count().collect()}
+    starts, total = {}, 0
+    for task in sorted(counts):
+        starts[task], total = total, total + counts[task]
+    pairs = ", ".join(f"{t}L, {s}L" for t, s in starts.items())
+    start = F.expr(f"try_element_at(map({pairs}), shiftright(_place, 33))") if starts else F.lit(0)
+    return tagged.withColumn(column, (start + F.expr("_place & 8589934591")).cast("long")).drop("_place"), tagged

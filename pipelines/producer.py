@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
+
+import pyarrow as pa
 from typing import Callable
 
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, DataType, StringType
+from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
 
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
@@ -24,8 +26,11 @@ from log_store.errors import (
     FencedLeaderEpochError, InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError,
     NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
 )
+from log_store.log_metadata import Mode
+from log_store.numbering import place_rows
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
+from log_store.dense_offsets import ONE_TASK_ROWS
 from log_store.frames import cached_rows, observed, row_bound
 from log_store.names import producer_app_id
 from log_store.topic_log import PRODUCER_COLUMNS, TopicLog
@@ -100,7 +105,8 @@ class Producer:
         return app_versions(self.spark, self.log.path).get(producer_app_id(self.producer_id), -1) + 1
 
     def normalize(self, records: DataFrame, sequence_start: int = 0) -> DataFrame:
-        """Columns key/value as binary, headers, timestamp, sequence; value must be present."""
+        """Columns key/value as binary, headers, timestamp, sequence, and an explicit ``partition``
+        where given (null: the key's); value must be present."""
         types = {f.name: f.dataType for f in records.schema.fields}  # one schema fetch, one projection
         if "value" not in types:
             raise InvalidRecordError(f"records need a 'value' column; found {list(types)}")
@@ -115,6 +121,7 @@ class Producer:
             headers_as("headers", types.get("headers"), HEADERS_TYPE),
             timestamp.cast("timestamp").alias("timestamp"),
             (sequence + F.lit(sequence_start)).cast("long").alias("sequence"),
+            *([F.col("partition").cast("int").alias("partition")] if "partition" in types else []),
         )
 
     def send(
@@ -140,7 +147,9 @@ class Producer:
         live source). ``stamps``: application versions committed with the records.
         """
         started = time.perf_counter()
-        if not after_mark and ("sequence" in records.columns or sequence_start is not None):
+        after_mark = after_mark or ("sequence" not in records.columns and sequence_start is None)
+        records = self._local_if_small(records, rows)
+        if not after_mark:
             result = self._send(records, sequence_start or 0, None, on_progress, rows, stamps)
             return result.model_copy(update={"seconds": time.perf_counter() - started})
         for attempt in range(self.settings.max_retries + 1):
@@ -154,6 +163,27 @@ class Producer:
                     raise
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
+    def _local_if_small(self, records: DataFrame, rows: int | None) -> DataFrame:
+        """``records`` as local rows when they turn out to be few, whatever their origin (a filter
+        of a cached frame, a file): one job brings at most ``ONE_TASK_ROWS`` + 1 of them to the
+        driver, and up to ``ONE_TASK_ROWS`` the produce goes on from those, taking the small
+        batch's path (numbered in one task, written from the driver). More, and the rows are
+        read again by the bulk path. Rows of known number (the caller's count, local rows, a
+        range, a limit, a filled cache) skip the look."""
+        if rows is not None or row_bound(records) is not None or cached_rows(records) is not None:
+            return records
+        try:
+            found = records.limit(ONE_TASK_ROWS + 1).toArrow()
+        except Exception:  # a type Arrow does not carry: the bulk path reads them as they are
+            return records
+        if found.num_rows > ONE_TASK_ROWS:
+            return records
+        fields = list(records.schema.fields)
+        if "sequence" not in found.column_names:  # each row's place, as the rows came
+            found = found.append_column("sequence", pa.array(range(found.num_rows), pa.int64()))
+            fields.append(StructField("sequence", LongType(), True))
+        return self.spark.createDataFrame(found, StructType(fields))
+
     def _send(self, records: DataFrame, sequence_start: int, expected_mark: int | None,
               on_progress: ProgressFn | None, rows: int | None = None,
               stamps: dict[str, int] | None = None) -> ProduceResult:
@@ -166,9 +196,13 @@ class Producer:
             if on_progress:
                 on_progress(1, 1)
         else:
+            placed = None
+            if "sequence" not in records.columns:  # each row's place, counted per Spark task
+                records, placed = place_rows(records)
+                df = self.normalize(records, sequence_start)
             # Cache the normalized rows (counted, then written, maybe retried) unless they are only
-            # a projection of rows the caller already cached: then caching them again is a full copy.
-            reuse = records.is_cached and "sequence" in records.columns
+            # a projection of rows already cached: then caching them again is a full copy.
+            reuse = placed is not None or (records.is_cached and "sequence" in records.columns)
             if not reuse:
                 df = df.persist()
             try:
@@ -176,6 +210,8 @@ class Producer:
             finally:
                 if not reuse:
                     df.unpersist()
+                if placed is not None:
+                    placed.unpersist()
         return result
 
     def _nothing_sent(self, records: int, batches: int) -> ProduceResult:
@@ -244,6 +280,22 @@ class Producer:
         return result.model_copy(update={"records": total, "duplicates": total - result.appended,
                                          "batches": 1 if total else 0})
 
+    def _check_explicit_partitions(self, batch: DataFrame) -> None:
+        """After an append refused on the partition metadata: the partitions rows name themselves
+        must be writable under the topic's count now (they are not re-partitioned), or the produce
+        fails naming them, nothing written; else the append is tried again with the new count."""
+        meta = self.log.metadata()
+        named = sorted(r[0] for r in batch.where(F.col("partition").isNotNull()).select("partition").distinct().collect())
+        bad = {p: ("does not exist" if p not in meta.partitions else f"is {meta.partitions[p].mode.value}")
+               for p in named if p not in meta.partitions or meta.partitions[p].mode is not Mode.READ_WRITE
+               or p >= meta.undeleted_partition_count}
+        if bad:
+            raise InvalidRecordError(
+                f"records name partition(s) of '{self.topic}' that cannot be written: "
+                + "; ".join(f"{p} {why}" for p, why in bad.items())
+                + f". Write to partitions 0-{meta.undeleted_partition_count - 1}, or leave 'partition' null to take the "
+                "key's partition; nothing was written")
+
     def _follow_topic(self) -> bool:
         """Re-read where the topic's log is (its record's location; a replicated topic's moves to
         the new leader's log on an election): True if it moved."""
@@ -283,8 +335,10 @@ class Producer:
                 if self._partition_count is None or refresh:
                     self._partition_count = self.log.metadata().undeleted_partition_count
                 count = self._partition_count
-                columns = {"partition": partition_column(self.spark, "key", "sequence", count),
-                           "producer_id": F.lit(self.producer_id)}
+                chosen = partition_column(self.spark, "key", "sequence", count)
+                if "partition" in batch.columns:  # the row's own, as Kafka's producer takes one; else the key's
+                    chosen = F.coalesce(F.col("partition"), chosen)
+                columns = {"partition": chosen, "producer_id": F.lit(self.producer_id)}
                 parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
                 appended = self.log.append(
                     parted, count, self.producer_id,
@@ -294,6 +348,8 @@ class Producer:
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas)
             except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
+                if isinstance(exc, InvalidPartitionMetadataError) and "partition" in batch.columns:
+                    self._check_explicit_partitions(batch)
                 if refresh == self.settings.max_retries or (isinstance(exc, StorageError) and not self._replicated()):
                     raise
                 if not isinstance(exc, InvalidPartitionMetadataError) or isinstance(exc, FencedLeaderEpochError):

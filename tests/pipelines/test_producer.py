@@ -147,14 +147,30 @@ def test_rows_the_plan_bounds_are_produced_in_one_spark_job(spark, root):
     assert (result.records, result.appended) == (100, 100)
 
 
+class Jobs(int):
+    """How many Spark jobs a call ran, with the names of their stages (for a failure's message)."""
+
+    names: list[list[str]] = []
+
+    def __repr__(self) -> str:
+        return f"{int(self)} {self.names}"
+
+
 def jobs_of(spark, fn):
-    """``fn()``'s result and how many Spark jobs it ran."""
-    spark.sparkContext.setJobGroup("counted", "jobs of one call")
+    """``fn()``'s result and how many Spark jobs it ran (``Jobs``)."""
+    import uuid
+
+    sc, group = spark.sparkContext, f"counted-{uuid.uuid4().hex}"  # Spark remembers a group's past jobs
+    sc.setJobGroup(group, "jobs of one call")
     try:
         result = fn()
     finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(spark.sparkContext.statusTracker().getJobIdsForGroup("counted"))
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    ids = sc.statusTracker().getJobIdsForGroup(group)
+    found = Jobs(len(ids))
+    found.names = [[sc.statusTracker().getStageInfo(s).name for s in sc.statusTracker().getJobInfo(j).stageIds]
+                   for j in ids if sc.statusTracker().getJobInfo(j)]
+    return result, found
 
 
 def test_a_filled_cache_is_produced_without_a_counting_pass(spark, root, tmp_path):
@@ -175,6 +191,32 @@ def test_a_filled_cache_is_produced_without_a_counting_pass(spark, root, tmp_pat
     unfilled = spark.read.parquet(path).persist()
     result, jobs = jobs_of(spark, lambda: producer.send(unfilled))
     assert jobs > 1 and (result.records, result.appended, result.duplicates) == (100, 0, 100)
+
+
+@pytest.mark.parametrize("origin", ["a filter of a cached frame", "a file"])
+def test_a_few_records_of_any_origin_take_the_small_batch_path(spark, root, tmp_path, origin):
+    """Whether a produce is small is decided by what the rows turn out to be, not by what the plan
+    can promise: one job brings at most 20,001 of them to the driver, and up to 20,000 they are
+    produced as local rows (the write numbers them in one task): two Spark jobs in all. More go
+    the bulk path, counted first."""
+    TopicAdmin(spark, root).create("f", 8)
+    producer = Producer(spark, root, "f", "P")
+    producer.send(spark.range(10).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
+    big = spark.range(500_000).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string")
+                                      .alias("value")).persist()
+    big.count()
+    if origin == "a file":
+        path = str(tmp_path / "in.parquet")
+        big.where("cast(value as long) % 5000 = 0").write.parquet(path)
+        few = spark.read.parquet(path)
+    else:
+        few = big.where("cast(value as long) % 5000 = 0")
+    result, jobs = jobs_of(spark, lambda: producer.send(few))
+    assert (result.records, result.appended) == (100, 100)
+    assert jobs == 2, f"the produce of 100 rows ran {jobs!r} Spark jobs"
+    many = big.where("cast(value as long) < 25000")
+    assert producer.send(many).appended == 25_000, "more than the small batch's rows: the bulk path"
+    big.unpersist()
 
 
 def test_a_record_without_value_in_a_filled_cache_fails_with_nothing_written(spark, root, tmp_path):
@@ -286,3 +328,26 @@ def test_rerun_after_resizes_lands_nothing_twice(spark, root):
     controller.alter("r", 3)
     assert Producer(spark, root, "r", "P").send(df).appended == 0
     assert _distinct(spark, root, "r") == (300, 300)
+
+
+def test_an_explicit_partition_is_fenced_by_the_count_the_append_commits_with(spark, root):
+    """Rows naming their partition are not re-partitioned, but the append still checks the
+    producer's partition count: a resize meanwhile makes it read the count again and retry, and
+    a named partition the topic can no longer take (marked by a shrink) fails the produce naming
+    it, nothing written."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+
+    TopicAdmin(spark, root).create("s", 2)
+    producer = Producer(spark, root, "s", "p")
+    rows = spark.range(10).selectExpr("cast(id as string) as key", "cast(id as string) as value")
+    producer.send(rows.selectExpr("*", "1 as partition"))  # the producer now holds count 2
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    controller.alter("s", 3)
+    grown = producer.send(rows.selectExpr("*", "1 as partition"))
+    assert grown.appended == 10 and grown.metadata_refreshes == 1 and grown.per_partition == {1: 10}
+    assert producer.send(rows.selectExpr("*", "2 as partition")).per_partition == {2: 10}
+    controller.alter("s", 2)  # partition 2 is marked for deletion
+    with pytest.raises(InvalidRecordError, match="2 is ReadOnly"):
+        producer.send(rows.selectExpr("*", "2 as partition"))
+    assert TopicAdmin(spark, root).log("s").table().count() == 30
