@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from log_store.errors import InvalidConfigurationError
 from log_store.log_files import DEFAULT_TARGET_BYTES
+from log_store.timestamp_types import CREATE_TIME, check_kind
 
 CONFIG_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, config MAP<STRING, STRING>, "
                  "config_version INT NOT NULL, changed_at TIMESTAMP_NTZ, changed_by STRING")
@@ -36,6 +37,9 @@ class TopicConfig(BaseModel):
     retention_bytes: int = Field(default=-1, alias="retention.bytes")
     segment_bytes: int = Field(default=DEFAULT_TARGET_BYTES, alias="segment.bytes")  # compaction's target file size
     cleanup_policy: str = Field(default="delete", alias="cleanup.policy")
+    # CreateTime: the producer's time; LogAppendTime: the append's (the log's property decides appends
+    # and reads: log_store.timestamp_types)
+    message_timestamp_type: str = Field(default=CREATE_TIME, alias="message.timestamp.type")
 
     def as_kafka(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
@@ -47,6 +51,8 @@ class TopicConfig(BaseModel):
 
 KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, 2**31 - 1)}
 POLICIES = ("delete",)
+TIMESTAMP_TYPE = "message.timestamp.type"
+WORDS = ("cleanup.policy", TIMESTAMP_TYPE)  # the keys whose values are words, not numbers
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -69,9 +75,12 @@ def check(key: str, value: str) -> None:
                 f"cleanup.policy={value}: this release supports cleanup.policy=delete only (retention by time and size); "
                 "log-compacted topics (compact) are not supported")
         return
+    if key == TIMESTAMP_TYPE:
+        check_kind(value)
+        return
     if key not in KEYS:
         raise InvalidConfigurationError(
-            f"unknown topic config {key!r}; known: {', '.join(sorted([*KEYS, 'cleanup.policy']))}")
+            f"unknown topic config {key!r}; known: {', '.join(sorted([*KEYS, *WORDS]))}")
     lo, hi = KEYS[key]
     try:
         number = int(value)
@@ -85,7 +94,7 @@ def check(key: str, value: str) -> None:
 def changed(current: dict[str, str], set_: dict[str, str], delete: list[str]) -> dict[str, str]:
     """The configuration after setting ``set_`` and removing ``delete`` (back to the default)."""
     for key in delete:
-        if key not in KEYS and key != "cleanup.policy":
+        if key not in KEYS and key not in WORDS:
             raise InvalidConfigurationError(f"--delete-config {key!r}: unknown topic config")
         if key in set_:
             raise InvalidConfigurationError(f"{key} is both set and deleted; give one")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from log_store.errors import FencedLeaderEpochError, TableConfigError, TopicDeletedError
 from log_store.names import log_end_app_id, log_start_app_id
+from log_store.timestamp_types import TimestampTypes
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
 TOPIC_PROP = "lakelog.topic"
@@ -171,6 +172,7 @@ class LogSnapshot(BaseModel):
     # Log start offsets raised by retention or delete-records (absent: the incarnation's start).
     log_starts: dict[int, int] = {}
     layout: str = PARTITIONED
+    timestamp_types: TimestampTypes = TimestampTypes()  # what each record's timestamp is (message.timestamp.type)
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""

@@ -25,6 +25,7 @@ from deltalake.exceptions import TableNotFoundError
 from log_store.errors import StorageError
 from log_store.files import is_remote
 from log_store.names import log_end_app_id, log_start_app_id
+from log_store.timestamp_types import TimestampTypes
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, layout_of, log_end, log_starts,
     topic_id_of,
@@ -197,6 +198,7 @@ def log_snapshot(path: str, version: int | None = None, storage: Storage = None)
         version=table.version(), topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=metadata,
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
         log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
+        timestamp_types=TimestampTypes.of(conf),
     )
     return snap, topic_id_of(conf, meta.id)
 

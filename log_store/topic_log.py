@@ -61,6 +61,7 @@ from log_store.log_metadata import (
 )
 from log_store.names import commit_metadata, log_end_app_id, producer_app_id
 from log_store.numbering import map_lookup, offsets_column
+from log_store.timestamp_types import LOG_APPEND_TIME, TimestampTypes
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 
 RECORD_SCHEMA = StructType(
@@ -316,7 +317,9 @@ class TopicLog:
             F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
-            "timestamp", "producer_id", "sequence",
+            # LogAppendTime: the append's time, whatever the producer gave (as Kafka's broker stamps it)
+            F.current_timestamp().alias("timestamp") if TimestampTypes.of(conf).current == LOG_APPEND_TIME
+            else "timestamp", "producer_id", "sequence",
         )
         if conf.get(LAYOUT_PROP) == ARRIVAL:
             parts, max_seq = write_arrival(self.spark, self.path, txn, out, rows, producer_id, mark)
@@ -412,6 +415,7 @@ class TopicLog:
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
             log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
             log_starts=log_starts(known, meta.partitions), layout=layout_of(conf),
+            timestamp_types=TimestampTypes.of(conf),
         )
 
     def log_end_offsets(self) -> dict[int, int]:

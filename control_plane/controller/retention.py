@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from control_plane.records import TopicRecord, utcnow
 from control_plane.tables import TABLES, ControlTables
 from control_plane.topic_config import (
+    TIMESTAMP_TYPE,
     TopicConfig, changed, latest_config, parse_pairs, recorded_log_starts,
 )
 from log_store.crash import crash_point
@@ -26,6 +27,7 @@ from log_store.frames import arrow_rows
 from log_store.log_files import (
     Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,
 )
+from log_store.timestamp_types import CREATE_TIME, switch_timestamp_type
 from log_store.topic_log import TopicLog
 
 
@@ -63,6 +65,10 @@ class LogMaintenance:
             txn.commit({})
             return ConfigChange(topic=record.topic, config_version=version + 1, config=TopicConfig.of(config).as_kafka())
 
+        if TIMESTAMP_TYPE in set_ or TIMESTAMP_TYPE in delete:
+            # The log's own property decides appends and reads: switched first, so a change recorded
+            # here is in force (running the command again after a crash in between records it).
+            switch_timestamp_type(self.spark, record.location, set_.get(TIMESTAMP_TYPE, CREATE_TIME))
         return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
 
     # -- log starts ------------------------------------------------------------------------------
