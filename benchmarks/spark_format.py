@@ -9,7 +9,10 @@ so 1.0 is parity and higher is better for lakelog):
 - batch read: spark.read.format("lakelog") of the topic against spark.read.format("delta") of the
   same rows (both written to the noop sink, so every row is read);
 - write: df.write.format("lakelog") against df.write.format("delta") of the same rows;
-- latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95.
+- latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95;
+- small produces: a 100-record produce (``Producer.send``) from local rows, from a filter of a
+  cached 500k-row DataFrame and from a file read, against a raw 100-row Delta append, alternated,
+  p50 each (ratio = lakelog / raw here: 1.5 is the aim).
 Prints a table and writes the figures as JSON to benchmarks/out/.
 """
 
@@ -126,11 +129,48 @@ def latency(spark, root: str, work: Path, runs: int) -> dict:
             "p95_s": q[18], "produce_p50_s": statistics.median(produce_s), "runs": runs}
 
 
+def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
+    """A 100-record produce from three origins against a raw 100-row Delta append of local rows,
+    alternated run by run after a warm-up: p50 of each (16 partitions)."""
+    topic = "bench-small"
+    TopicAdmin(spark, root).create(topic, 16)
+    producer = Producer(spark, root, topic, "small", ProducerSettings())
+    big = spark.range(500_000).select("id", F.concat(F.lit("key-"), (F.col("id") % 10_000).cast("string")).alias("key"),
+                                      F.rpad(F.col("id").cast("string"), 100, "x").alias("value")).persist()
+    big.count()
+    path = str(work / "small.parquet")
+    rows(spark, 100).write.parquet(path)
+    local = rows(spark, 100).toPandas()
+    raw = str(work / "raw-small")
+    origins = {
+        "local rows": lambda i: spark.createDataFrame(local),
+        "a filter of a cached 500k-row frame": lambda i: big.where((F.col("id") >= i * 100) & (F.col("id") < i * 100 + 100))
+                                                             .select("key", "value"),
+        "a file read": lambda i: spark.read.parquet(path),
+    }
+    times: dict[str, list[float]] = {name: [] for name in [*origins, "raw"]}
+    for i in range(runs + 5):  # the first five warm up
+        for name, make in origins.items():
+            df = make(i)
+            elapsed = timed(lambda: producer.send(df))
+            if i >= 5:
+                times[name].append(elapsed)
+        raw_df = spark.createDataFrame(local)
+        elapsed = timed(lambda: raw_df.write.format("delta").mode("append").save(raw))
+        if i >= 5:
+            times["raw"].append(elapsed)
+    big.unpersist()
+    raw_p50 = statistics.median(times["raw"])
+    return [{"case": f"100-record produce from {name}", "lakelog_p50_s": statistics.median(times[name]),
+             "raw_p50_s": raw_p50, "runs": runs} for name in origins]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", default="8,64")
     parser.add_argument("--latency-runs", type=int, default=20)
+    parser.add_argument("--small-runs", type=int, default=20)
     parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
@@ -146,6 +186,7 @@ def main() -> None:
             results += bulk_cases(spark, root, work, args.records, p)
             console.print(results[-3:])
         lat = latency(spark, root, work, args.latency_runs)
+        small = small_produces(spark, root, work, args.small_runs)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -156,13 +197,16 @@ def main() -> None:
         table.add_row(r["case"], f"{r['lakelog_s']:.2f}", f"{r['delta_s']:.2f}", f"{r['ratio']:.2f}")
     table.add_row(lat["case"], f"p50 {lat['p50_s']:.2f} / p95 {lat['p95_s']:.2f}",
                   f"(produce p50 {lat['produce_p50_s']:.2f})", "")
+    for r in small:
+        table.add_row(r["case"], f"p50 {r['lakelog_p50_s']:.3f}", f"raw append p50 {r['raw_p50_s']:.3f}",
+                      f"{r['lakelog_p50_s'] / r['raw_p50_s']:.2f}x raw")
     Console().print(table)
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     Path(args.json_out or out / f"spark_format-{stamp}.json").write_text(json.dumps(
         {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records,
-         "results": results, "latency": lat}, indent=2))
+         "results": results, "latency": lat, "small_produces": small}, indent=2))
 
 
 if __name__ == "__main__":

@@ -45,3 +45,33 @@ def write_file(spark: SparkSession, path: str, data: bytes) -> None:
         out.write(data)
     finally:
         out.close()
+
+
+def read_file(spark: SparkSession, path: str) -> bytes | None:
+    """A local file's bytes, or through Hadoop's FileSystem for a URI; None if there is none."""
+    if not is_remote(path):
+        target = local_path(path)
+        return target.read_bytes() if target.is_file() else None
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        return None
+    stream = fs.open(hpath)
+    try:
+        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()
+
+
+def list_names(spark: SparkSession, folder: str) -> list[str]:
+    """The names in a local folder, or through Hadoop's FileSystem for a URI; none if it is absent."""
+    if not is_remote(folder):
+        target = local_path(folder)
+        return sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        return []
+    return sorted(str(status.getPath().getName()) for status in fs.listStatus(hpath))

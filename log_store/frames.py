@@ -86,3 +86,11 @@ def observed(observation: Observation, fallback: Callable[[], dict], wait_s: flo
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
     return observation.get
+
+
+def frame_of(spark: SparkSession, jdf) -> DataFrame:
+    """A DataFrame of ``spark``'s for a JVM Dataset py4j handed over (as ``foreachBatch`` wraps its
+    micro-batches)."""
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+
+    return ClassicFrame(jdf, spark)

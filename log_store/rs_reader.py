@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
@@ -236,3 +238,43 @@ def first_offset_at(path: str, version: int, partition: int, start: int, timesta
                                 f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})", storage)
     value = out.column("o")[0].as_py() if out.num_rows else None
     return None if value is None else int(value)
+
+
+class RangeFiles(NamedTuple):
+    """The data files of a log that hold some offset ranges, for Spark's Parquet reader: their
+    paths, the folder partition values are read from (``base``), and the table's schema as
+    Spark's JSON."""
+
+    base: str
+    paths: list[str]
+    schema: dict
+
+
+_NEEDS_DELTA = ("delta.enableDeletionVectors", "delta.columnMapping.mode")
+
+
+def range_files(path: str, version: int, spans: list[tuple[int, int, int]], storage: Storage = None) -> RangeFiles | None:
+    """The files of the log at ``path`` (as of ``version``) that may hold records of ``spans``
+    (partition, start, end): by partition value (or, in a file of several partitions, the
+    partition statistics) and offset statistics. None when plain Parquet reads would not give
+    the table's rows (deletion vectors, column mapping): read those with a Delta reader."""
+    table = _table(path, version, storage)
+    conf = dict(table.metadata().configuration)
+    if conf.get(_NEEDS_DELTA[0], "false").lower() == "true" or conf.get(_NEEDS_DELTA[1], "none").lower() != "none":
+        return None
+    with _remote_errors(path):
+        adds = pa.table(table.get_add_actions(flatten=True))
+    names = set(adds.column_names)
+    rows = adds.to_pydict()
+    paths = []
+    for i, rel in enumerate(rows["path"]):
+        lo_off, hi_off = rows["min.offset"][i], rows["max.offset"][i]
+        if "partition.partition" in names:
+            lo_p = hi_p = rows["partition.partition"][i]
+        else:
+            lo_p, hi_p = rows.get("min.partition", [None] * len(rows["path"]))[i], rows.get("max.partition", [None] * len(rows["path"]))[i]
+        for p, s, e in spans:
+            if (lo_p is None or lo_p <= p <= hi_p) and (lo_off is None or (lo_off < e and hi_off >= s)):
+                paths.append(f"{path.rstrip('/')}/{unquote(rel)}")
+                break
+    return RangeFiles(base=path, paths=paths, schema=json.loads(table.schema().to_json()))

@@ -196,6 +196,32 @@ def hadoop_settings(spark: SparkSession, prefix: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in jvm_json(spark, props).items()}
 
 
+ROOT_CONF = "lakelog.root"  # lakelog.spark.Bridge.ROOT_CONF: the session's default root for format("lakelog")
+
+
+def install_format_side(spark: SparkSession, side, root: str | None) -> bool:
+    """Make ``side`` (a py4j callback object implementing ``lakelog.spark.PythonSide``) serve
+    ``format("lakelog")`` in ``spark``'s JVM, and ``root`` the session's default root. py4j calls
+    back one Python process per JVM: a side another live process installed is kept (a process
+    attached to a JVM another one drives uses it); else this process's callback server starts and
+    py4j is pointed at it. True if ``side`` serves now."""
+    from py4j.java_gateway import JavaObject
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    if root:
+        spark.conf.set(ROOT_CONF, root)
+    else:
+        spark.conf.unset(ROOT_CONF)
+    bridge = spark._jvm.lakelog.spark.Bridge
+    if bridge.serving():
+        return False
+    gateway = spark.sparkContext._gateway
+    ensure_callback_server_started(gateway)
+    server = JavaObject("GATEWAY_SERVER", gateway._gateway_client)
+    server.resetCallbackClient(server.getCallbackClient().getAddress(), gateway._python_proxy_port)
+    return bool(bridge.install(side))
+
+
 _ATTACHED: dict[str, SparkSession] = {}
 
 

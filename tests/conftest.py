@@ -19,6 +19,11 @@ def spark():
     # (chaos.host.session): 0.4 s to start instead of 15 s.
     params = session.sparkContext._gateway.gateway_parameters
     os.environ[GATEWAY_ENV] = f"{params.port}:{params.auth_token}"
+    # This process serves format("lakelog") for its JVM, for processes attached to it too (py4j
+    # calls back one Python process per JVM).
+    from pipelines.spark import register
+
+    register(session)
     yield session
     os.environ.pop(GATEWAY_ENV, None)
     session.stop()

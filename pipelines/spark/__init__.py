@@ -1,15 +1,17 @@
 """``format("lakelog")``: lakelog's topics as a Spark data source, for ``spark.read``,
 ``spark.readStream``, ``df.write`` and ``df.writeStream``, with Spark's Kafka source's options
-and columns.
+and columns. Spark calls lakelog's JVM source and sink (``log_store/jvm``, ``lakelog.spark``),
+which call back into the driver's Python process:
 
-- ``source``: the data source (``register``), the executors' reads;
-- ``planner``: what a read covers and where a micro-batch ends (the resize gates), on the driver;
+- ``bridge``: ``register``, and the Python side the JVM calls;
+- ``planner``: what a read covers and where a micro-batch ends (the resize gates);
+- ``reading``: a planned read's rows (Spark's Parquet reader over the planned files);
 - ``offsets``: a stream's offset, typed, with its one JSON form;
-- ``options``, ``specs``, ``positions``: the options and their offset JSON parsed, and the
-  positions they name (pure);
+- ``options``, ``specs``, ``positions``, ``tasks``: the options and their offset JSON parsed,
+  the positions they name, the tasks a read is cut into (pure);
 - ``sink``: writes, through the fenced, idempotent producer.
 """
 
-from pipelines.spark.source import FORMAT, register
+from pipelines.spark.bridge import FORMAT, register
 
 __all__ = ["FORMAT", "register"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import Field
 
@@ -27,6 +28,8 @@ from log_store.names import check_group_name
 from pipelines.spark.specs import (
     ASSIGN,
     ENDING_OFFSETS,
+    ENDING_OFFSETS_BY_TIMESTAMP,
+    ENDING_TIMESTAMP,
     STARTING_OFFSETS,
     STARTING_OFFSETS_BY_TIMESTAMP,
     STARTING_TIMESTAMP,
@@ -35,6 +38,7 @@ from pipelines.spark.specs import (
     _Frozen,
     check_start_before_end,
     parse_assign,
+    parse_duration_ms,
     parse_ending_offsets,
     parse_long,
     parse_starting_offsets,
@@ -44,8 +48,13 @@ from pipelines.spark.specs import (
 
 # Option names, in Spark's spelling.
 ROOT, GROUP, TOPIC, PRODUCER_ID = "root", "group", "topic", "producerId"
+ACKS, MIN_INSYNC_REPLICAS = "acks", "minInsyncReplicas"
 SUBSCRIBE, SUBSCRIBE_PATTERN = "subscribe", "subscribePattern"
 FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER, INCLUDE_HEADERS = "failOnDataLoss", "maxOffsetsPerTrigger", "includeHeaders"
+MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY = "minOffsetsPerTrigger", "maxTriggerDelay"
+MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION = "minPartitions", "maxRecordsPerPartition"
+TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source's default, 15m
 # storage.<key>: a delta-rs storage option (credentials, endpoint) for a root in an object store.
 STORAGE_PREFIX = "storage."
 # Spark may hand a streaming query's checkpoint to the data source with the other options; it is
@@ -53,18 +62,28 @@ STORAGE_PREFIX = "storage."
 CHECKPOINT_LOCATION = "checkpointLocation"
 
 SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, ENDING_OFFSETS,
-                  STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, FAIL_ON_DATA_LOSS,
-                  MAX_OFFSETS_PER_TRIGGER, INCLUDE_HEADERS, GROUP)
-SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID)
+                  STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, TIMESTAMP_STRATEGY, ENDING_TIMESTAMP,
+                  ENDING_OFFSETS_BY_TIMESTAMP, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
+                  MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, INCLUDE_HEADERS, GROUP)
+SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID, ACKS, MIN_INSYNC_REPLICAS)
 _STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
 _IGNORED = {CHECKPOINT_LOCATION.lower()}
+# Spark's Kafka source options that cannot mean here what they mean there, and why.
+_NO_BROKER = ("lakelog reads the log's files, with no Kafka consumer to tune")
+NOT_APPLICABLE = {
+    "groupIdPrefix": "lakelog's reads join no Kafka consumer group (their positions live in the query's "
+                     "checkpoint); give group to commit a stream's positions to a lakelog group",
+    "kafkaConsumer.pollTimeoutMs": _NO_BROKER,
+    "fetchOffset.numRetries": _NO_BROKER,
+    "fetchOffset.retryIntervalMs": _NO_BROKER,
+}
 
 
 
 class SourceOptions(_Frozen):
     """A read's options, checked. Exactly one of ``subscribe``, ``subscribe_pattern`` and
-    ``assign`` is set; ``starting`` is the start that applies after Spark's precedence;
-    ``ending`` is set for batch reads only; ``max_offsets_per_trigger`` for streams only."""
+    ``assign`` is set; ``starting`` and ``ending`` are the start and end that apply after Spark's
+    precedence; ``ending`` is set for batch reads only, the trigger limits for streams only."""
 
     streaming: bool
     root: str | None = None
@@ -72,9 +91,14 @@ class SourceOptions(_Frozen):
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
     starting: OffsetSpec | TimestampSpec
-    ending: OffsetSpec | None = None
+    ending: OffsetSpec | TimestampSpec | None = None
+    timestamp_strategy: Literal["error", "latest"] = "error"  # no record at or after a starting time
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     include_headers: bool = False
     group: str | None = None
     storage: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets: kept out of repr
@@ -94,6 +118,8 @@ class SinkOptions(_Frozen):
     root: str | None = None
     topic: str | None = None
     producer_id: str | None = None
+    acks: Literal["1", "all"] = "1"  # a replicated topic's acknowledgement (docs/replication.md)
+    min_insync_replicas: int = 1
     storage: dict[str, str] = Field(default_factory=dict, repr=False)
 
 
@@ -109,12 +135,19 @@ def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, p
         if lower == "path":
             raise InvalidConfigurationError(
                 f"option 'path' ({value!r}): the lakelog {what} takes no path; {path_hint}")
+        if lower == "kafka.acks" and what == "sink":
+            raise InvalidConfigurationError(
+                f"option '{key}': lakelog is not a Kafka broker; give .option('acks', '1' or 'all') for a replicated "
+                "topic's acknowledgement")
         if lower.startswith("kafka."):
             raise InvalidConfigurationError(
                 f"option '{key}': lakelog is not a Kafka broker, so kafka.* options do not apply: "
                 "use root (.option('root', PATH_OR_URI)) to say which lakelog to use")
         if lower in _IGNORED or lower.startswith(STORAGE_PREFIX):
             continue
+        refused = next((why for name, why in NOT_APPLICABLE.items() if name.lower() == lower), None)
+        if refused and what != "sink":
+            raise InvalidConfigurationError(f"option '{key}' does not apply to lakelog: {refused}; drop it")
         if lower not in canonical:
             unknown.append(str(key))
             continue
@@ -188,6 +221,24 @@ def _subscribe_pattern(text: str) -> str:
     return pattern
 
 
+def _epoch_ms(name: str, given: dict[str, str]) -> int | None:
+    if name not in given:
+        return None
+    value = parse_long(name, given[name], "milliseconds since the epoch (a whole number >= 0)")
+    if value < 0:
+        raise InvalidConfigurationError(f"{name} must be milliseconds since the epoch (>= 0), not {value}")
+    return value
+
+
+def _positive(name: str, given: dict[str, str], meaning: str) -> int | None:
+    if name not in given:
+        return None
+    value = parse_long(name, given[name], meaning)
+    if value <= 0:
+        raise InvalidConfigurationError(f"{name} must be {meaning}, not {value}")
+    return value
+
+
 def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     """Check a read's options (Spark's Kafka source options, with ``root`` for the brokers) and
     return them as a model; ``streaming`` is True for ``spark.readStream``."""
@@ -203,19 +254,14 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
             f"give exactly one of {SUBSCRIBE} (comma-separated topics), {SUBSCRIBE_PATTERN} (a regular "
             f"expression) or {ASSIGN} (JSON {{\"topic\": [partitions]}}) to say what to read ({got})")
 
-    if ENDING_OFFSETS in given and streaming:
+    endings = [name for name in (ENDING_OFFSETS, ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP) if name in given]
+    if endings and streaming:
         raise InvalidConfigurationError(
-            f"{ENDING_OFFSETS} is for batch queries: a stream reads on as records arrive; drop the option "
+            f"{endings[0]} is for batch queries: a stream reads on as records arrive; drop the option "
             "or read with spark.read")
 
     # Every given start is checked; the first of Spark's order is the one that applies.
-    timestamp = None
-    if STARTING_TIMESTAMP in given:
-        timestamp = parse_long(STARTING_TIMESTAMP, given[STARTING_TIMESTAMP],
-                          "milliseconds since the epoch (a whole number >= 0)")
-        if timestamp < 0:
-            raise InvalidConfigurationError(
-                f"{STARTING_TIMESTAMP} must be milliseconds since the epoch (>= 0), not {timestamp}")
+    timestamp = _epoch_ms(STARTING_TIMESTAMP, given)
     timestamps = parse_timestamps(given[STARTING_OFFSETS_BY_TIMESTAMP]) if STARTING_OFFSETS_BY_TIMESTAMP in given else None
     overridden = timestamp is not None or timestamps is not None
     if STARTING_OFFSETS in given:
@@ -230,22 +276,36 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         starting = TimestampSpec(timestamps=timestamps)
     else:
         starting = offsets
+    strategy = given.get(TIMESTAMP_STRATEGY, "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidConfigurationError(
+            f"{TIMESTAMP_STRATEGY} must be error (fail when a partition has no record at or after the starting "
+            f"time) or latest (start such a partition at its latest offset), not {given[TIMESTAMP_STRATEGY]!r}")
 
     ending = None
     if not streaming:
+        # Spark's precedence for the end: endingTimestamp, endingOffsetsByTimestamp, endingOffsets.
+        end_time = _epoch_ms(ENDING_TIMESTAMP, given)
+        end_times = (parse_timestamps(given[ENDING_OFFSETS_BY_TIMESTAMP], ENDING_OFFSETS_BY_TIMESTAMP)
+                     if ENDING_OFFSETS_BY_TIMESTAMP in given else None)
         ending = parse_ending_offsets(given[ENDING_OFFSETS]) if ENDING_OFFSETS in given else OffsetSpec(kind="latest")
-        if isinstance(starting, OffsetSpec) and starting.kind == "json" and ending.kind == "json":
+        if end_time is not None:
+            ending = TimestampSpec(timestamp=end_time, ending=True)
+        elif end_times is not None:
+            ending = TimestampSpec(timestamps=end_times, ending=True)
+        elif isinstance(starting, OffsetSpec) and starting.kind == "json" and ending.kind == "json":
             check_start_before_end(starting.offsets, ending.offsets)
 
-    max_offsets = None
-    if MAX_OFFSETS_PER_TRIGGER in given:
-        max_offsets = parse_long(MAX_OFFSETS_PER_TRIGGER, given[MAX_OFFSETS_PER_TRIGGER],
-                            "a positive number of records")
-        if max_offsets <= 0:
-            raise InvalidConfigurationError(
-                f"{MAX_OFFSETS_PER_TRIGGER} must be a positive number of records, not {max_offsets}")
-        if not streaming:
-            max_offsets = None  # as in Spark, a batch read takes its whole range at once
+    max_offsets = _positive(MAX_OFFSETS_PER_TRIGGER, given, "a positive number of records")
+    min_offsets = _positive(MIN_OFFSETS_PER_TRIGGER, given, "a positive number of records")
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise InvalidConfigurationError(
+            f"{MIN_OFFSETS_PER_TRIGGER} ({min_offsets}) is above {MAX_OFFSETS_PER_TRIGGER} ({max_offsets}): a "
+            "micro-batch could never hold enough records; give a minimum at or below the maximum")
+    delay = (parse_duration_ms(MAX_TRIGGER_DELAY, given[MAX_TRIGGER_DELAY]) if MAX_TRIGGER_DELAY in given
+             else DEFAULT_MAX_TRIGGER_DELAY_MS)
+    if not streaming:
+        max_offsets = min_offsets = None  # as in Spark, a batch read takes its whole range at once
 
     return SourceOptions(
         streaming=streaming,
@@ -255,20 +315,43 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         assign=parse_assign(given[ASSIGN]) if ASSIGN in given else None,
         starting=starting,
         ending=ending,
+        timestamp_strategy=strategy,
         fail_on_data_loss=_boolean(FAIL_ON_DATA_LOSS, given[FAIL_ON_DATA_LOSS]) if FAIL_ON_DATA_LOSS in given else True,
         max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=delay,
+        min_partitions=_positive(MIN_PARTITIONS, given, "a positive number of Spark tasks"),
+        max_records_per_partition=_positive(MAX_RECORDS_PER_PARTITION, given, "a positive number of records"),
         include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,
         group=check_group_name(given[GROUP]) if GROUP in given else None,
         storage=_storage(options),
     )
 
 
+def _acks(given: dict[str, str]) -> str:
+    """Kafka's ``acks``: 1 (the leader root committed) or all (and every in-sync root holds it; -1
+    as in Kafka). 0 cannot mean here what it means there: an append returns once committed."""
+    value = given.get(ACKS, "1").strip().lower()
+    if value in ("all", "-1"):
+        return "all"
+    if value == "1":
+        return "1"
+    if value == "0":
+        raise InvalidConfigurationError(
+            f"{ACKS}=0: a lakelog write always returns once its append is committed at the leader root (acks=1); "
+            "give 1, or all to wait for every in-sync root of a replicated topic")
+    raise InvalidConfigurationError(f"{ACKS} must be 1 or all (-1), not {given[ACKS]!r}")
+
+
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Check a write's options (``root``, ``topic``, ``producerId``) and return them as a model."""
+    """Check a write's options (``root``, ``topic``, ``producerId``, ``acks``,
+    ``minInsyncReplicas``) and return them as a model."""
     given = _collect(options, SINK_OPTIONS, "sink",
                      "pass the root with .option('root', ...) and the topic with .option('topic', ...) "
                      "or a topic column")
     return SinkOptions(
+        acks=_acks(given),
+        min_insync_replicas=_positive(MIN_INSYNC_REPLICAS, given, "a positive number of in-sync roots") or 1,
         root=_nonempty(ROOT, given[ROOT], "a lakelog root path or URI") if ROOT in given else None,
         topic=_nonempty(TOPIC, given[TOPIC], "a topic name (or a topic column in the DataFrame)")
         if TOPIC in given else None,

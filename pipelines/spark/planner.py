@@ -1,19 +1,22 @@
-"""Planning a ``format("lakelog")`` read (``pipelines.spark.source``) on the driver side: which
-topics and partitions a read covers, where it starts, and where each micro-batch of a stream
-ends under the resize gates. Reads the root with delta-rs only: it runs in a Python worker that
-has no Spark session (a session is attached only to commit a group's positions).
+"""Planning a ``format("lakelog")`` read on the driver (``pipelines.spark.bridge``): which topics
+and partitions a read covers, where it starts, where each micro-batch of a stream ends under the
+resize gates, and what each batch reads (``reads``: offset ranges of a log at one version, which
+``pipelines.spark.reading`` turns into rows). Reads the root with delta-rs; the driver's Spark
+session commits a group's positions.
 
 A root may be local or in an object store delta-rs reads (``rs_reader.SCHEMES``). The read's
-``storage.*`` options travel in the planner and in every task's ``RangePartition``, so the
-driver's plans and the executors' reads open the store alike.
+``storage.*`` options travel in the planner and in every ``TopicRead``, so the driver's plans and
+the tasks' reads open the store alike.
+
+Where a snapshot's log ends are decided for a read: ``Planner.topics`` (each topic's
+``TopicNow.snap``, read by ``rs_reader.log_snapshot``); every plan takes its ends from there.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import NamedTuple
-
-from pyspark.sql.datasource import InputPartition
 
 from control_plane.fast_reads import FastTopicReader
 from control_plane.group.offsets import unreported_expiry
@@ -28,19 +31,20 @@ from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.options import ROOT, SourceOptions
+from pipelines.spark.reading import DataLossError, TopicRead
 from pipelines.spark.specs import OffsetSpec, TimestampSpec
-from pipelines.spark.positions import bounds_to_read, resolve_topics, starting_positions, timestamp_targets
+from pipelines.spark.tasks import share_by_lag
+from pipelines.spark.positions import (
+    behind_latest, bounds_to_read, ending_positions, resolve_topics, starting_positions, timestamp_targets,
+)
 
 _log = logging.getLogger("lakelog.spark")
 UNLIMITED = 2**62
-TASK_RECORDS = 200_000  # about this many records per Spark task of a read
 
 Positions = dict[int, int]
 
 
-class DataLossError(LakelogError):
-    """Records a read was to deliver are gone (retired, deleted below its position, or the topic
-    deleted) and failOnDataLoss is on."""
+__all__ = ["DataLossError", "Planner", "TopicRead", "UNLIMITED", "resolve_root"]
 
 
 def resolve_root(given: str | None, default: str | None, writing: bool = False) -> str:
@@ -124,22 +128,21 @@ class TopicNow(NamedTuple):
 class Planner:
     """What a read covers, and where each batch of a stream ends. Reads the root with delta-rs."""
 
-    def __init__(self, root: str, opts: SourceOptions, gateway: str | None = None,
-                 storage: rs_reader.Storage = None) -> None:
-        """``storage``: delta-rs storage options for a remote root (the read's ``storage.*``
-        options over what the session's S3A settings say, ``LakelogDataSource.storage_for``)."""
-        self.root, self.opts, self.gateway = root, opts, gateway
+    def __init__(self, root: str, opts: SourceOptions, spark=None, storage: rs_reader.Storage = None,
+                 spark_reads: bool = True) -> None:
+        """``spark``: the driver's session, for a group's positions; ``storage``: delta-rs storage
+        options for a remote root (the read's ``storage.*`` options over what the session's S3A
+        settings say); ``spark_reads``: whether Spark's Parquet reader reaches the log's files
+        (``pipelines.spark.reading``)."""
+        self.root, self.opts, self.spark, self.spark_reads = root, opts, spark, spark_reads
         self.storage = dict(storage) if storage else (opts.storage or None)
         self.reader = FastTopicReader(root, self.storage)
         self._gates: dict[str, tuple[OffsetGate, _OwnPositions]] = {}
         self._published: StreamOffset | None = None  # the positions last committed to the group
         self._locations: dict[str, str] = {}
         self._planned: dict[tuple[str, tuple], int] = {}  # (topic, its end positions) -> log version planned at
-
-    def __getstate__(self) -> dict:
-        """What Spark sends to the tasks that read (``read(partition)``): no py4j secret (the
-        driver-side runner builds its own planner from the data source), no gate caches."""
-        return {**self.__dict__, "gateway": None, "_gates": {}}
+        self._last_trigger: float | None = None  # when a micro-batch was last let go (minOffsetsPerTrigger)
+        self._latest: dict[str, Positions] = {}  # each topic's log ends as the last plan read them
 
     def topics(self) -> dict[str, TopicNow]:
         """Each topic the read covers now. The log's snapshot is read before the history the gates
@@ -190,11 +193,26 @@ class Planner:
         return bounds_to_read(self.opts, every)
 
     def starting(self, topics: dict[str, TopicNow]) -> dict[str, Positions]:
-        """Where the read starts on every covered partition (``startingOffsets`` or a timestamp)."""
+        """Where the read starts on every covered partition (``startingOffsets`` or a time)."""
         bounds = self.bounds(topics)
         spec = self.opts.starting
         if isinstance(spec, OffsetSpec):
             return starting_positions(spec, bounds)
+        return self._at_times(spec, topics, bounds)
+
+    def ending(self, topics: dict[str, TopicNow]) -> dict[str, Positions]:
+        """Where a batch read ends on every covered partition (``endingOffsets`` or a time)."""
+        bounds = self.bounds(topics)
+        spec = self.opts.ending
+        if isinstance(spec, OffsetSpec):
+            return ending_positions(spec, bounds)
+        return self._at_times(spec, topics, bounds)
+
+    def _at_times(self, spec: TimestampSpec, topics: dict[str, TopicNow],
+                  bounds: dict[str, dict[int, tuple[int, int]]]) -> dict[str, Positions]:
+        """Each covered partition's first offset whose record's time is at or after ``spec``'s, as
+        Spark's Kafka source asks Kafka's ListOffsets. None there: an end is the latest offset; a
+        start fails, or with ``startingOffsetsByTimestampStrategy=latest`` is the latest offset."""
         targets = timestamp_targets(spec, {t: list(ps) for t, ps in bounds.items()})
         out: dict[str, Positions] = {}
         for topic, per_partition in targets.items():
@@ -205,11 +223,12 @@ class Planner:
                 lo, hi = bounds[topic][p]
                 found = (rs_reader.first_offset_at(location, snap.version, p, lo, ts, storage=self.storage)
                          if hi > lo else None)
-                if found is None:
+                if found is None and not spec.ending and self.opts.timestamp_strategy == "error":
                     raise InvalidConfigurationError(
-                        f"{_timestamp_option(spec)}: topic '{topic}' partition {p} has no record at or after "
-                        f"{ts} ms (its records end at offset {hi}); give an earlier time, or startingOffsets")
-                out[topic][p] = found
+                        f"{spec.option}: topic '{topic}' partition {p} has no record at or after {ts} ms (its records "
+                        f"end at offset {hi}); give an earlier time, or startingOffsets, or set "
+                        "startingOffsetsByTimestampStrategy to latest to start such a partition at its latest offset")
+                out[topic][p] = hi if found is None else found
         return out
 
     def initial(self) -> StreamOffset:
@@ -285,7 +304,8 @@ class Planner:
         topic, shared by lag (as Spark's Kafka source shares ``maxOffsetsPerTrigger``), none the
         resize gates hold back, none past ``caps`` (Trigger.AvailableNow's ends). New partitions
         start at their first offset; retired ones are dropped. Equal to ``start`` when no position
-        moves, whatever else was committed to the logs."""
+        moves, whatever else was committed to the logs, and while ``minOffsetsPerTrigger`` holds
+        the batch back (``_held_back``; not under AvailableNow, whose run must end)."""
         topics = self.topics()
         for topic in sorted(set(start.topics) - set(topics)):
             self.report_loss(topic, "the topic was deleted (or no longer matches subscribePattern) while this "
@@ -304,6 +324,9 @@ class Planner:
             for p, (s, e) in plan_ranges(gate, _capped(snap, cap), positions, UNLIMITED).items():
                 gated[(topic, p)] = (s, e)
             accounted[topic] = offset.moved(positions)
+            self._latest[topic] = {p: snap.log_ends[p] for p in covered}
+        if caps is None and self._held_back(sum(e - s for s, e in gated.values())):
+            return start
         shares = share_by_lag({k: e - s for k, (s, e) in gated.items()}, limit)
         out: dict[str, TopicOffset] = {}
         for topic, offset in accounted.items():
@@ -313,6 +336,20 @@ class Planner:
         end = StreamOffset(out)
         self.pin(end, topics)  # only the latest end's: Spark runs a batch before it asks for the next
         return end
+
+    def _held_back(self, available: int) -> bool:
+        """``minOffsetsPerTrigger``: whether to wait for more than the ``available`` records, as
+        Spark's Kafka source's ``delayBatch`` decides: not once ``maxTriggerDelay`` has passed since
+        the last batch was let go (the first call lets one go), on this process's monotonic clock."""
+        if self.opts.min_offsets_per_trigger is None:
+            return False
+        now = time.monotonic()
+        waited_ms = None if self._last_trigger is None else (now - self._last_trigger) * 1000
+        if waited_ms is not None and waited_ms < self.opts.max_trigger_delay_ms \
+                and available < self.opts.min_offsets_per_trigger:
+            return True
+        self._last_trigger = now
+        return False
 
     def publish(self, offset: StreamOffset) -> None:
         """With a ``group`` option: commit the stream's positions to the group's tables, so
@@ -330,13 +367,12 @@ class Planner:
         self._published = offset
 
     def _session(self):
-        """A Spark session on the driver's JVM, attached once per process (group commits and reads)."""
-        from log_store.session import attach
-
-        if not self.gateway:
+        """The driver's Spark session (group commits and reads)."""
+        if self.spark is None:
             raise InvalidConfigurationError(
-                "the group option needs a PySpark driver with a py4j gateway (not Spark Connect) to commit positions")
-        return attach(self.gateway)
+                "the group option needs the driver's Spark session (a PySpark driver, not Spark Connect) to commit "
+                "positions")
+        return self.spark
 
     def _gate(self, topic: str, image: TopicImage) -> tuple[OffsetGate, _OwnPositions]:
         """One gate per topic for the stream's life (thresholds, once fixed, are cached); its
@@ -353,12 +389,10 @@ class Planner:
         """Read ``end``'s batch at the log versions of ``topics`` (a batch read's plan)."""
         self._planned = {(t, tuple(sorted(o.positions.items()))): topics[t].snap.version for t, o in end.topics.items()}
 
-    def ranges(self, start: StreamOffset, end: StreamOffset) -> list["RangePartition"]:
-        """The input partitions (Spark tasks) reading what lies between ``start`` and ``end``, at
-        the log version ``end`` was planned on (the latest, for a batch replayed after a restart).
-        A range is split into tasks of about ``TASK_RECORDS`` and the pieces packed, so a batch
-        of a few records is one task and a large one is spread, one partition's range too. A
-        range whose start the log no longer holds is lost (``report_loss``)."""
+    def reads(self, start: StreamOffset, end: StreamOffset) -> list[TopicRead]:
+        """What lies between ``start`` and ``end``, per topic, at the log version ``end`` was
+        planned on (the latest, for a batch replayed after a restart). A range whose start the
+        log no longer holds is lost (``report_loss``)."""
         out = []
         for topic, to in end.topics.items():
             location = self.location(topic)
@@ -381,55 +415,38 @@ class Planner:
                 lost = [r for r in lost if (r.partition, r.end) not in reported]
                 if lost:
                     self.report_loss(topic, "records of this batch were removed from the log before it read them", lost)
-            out += [RangePartition(topic, location, snap.version, group, self.storage)
-                    for group in pack(split(spans))]
+            out.append(TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage))
         return out
+
+    def batch_range(self) -> tuple[StreamOffset, StreamOffset]:
+        """A batch read's start and end (``startingOffsets`` and ``endingOffsets`` or their times),
+        pinned to the log versions read now. A start outside a partition's log is data loss under
+        ``failOnDataLoss``; else the nearest offset in it."""
+        topics = self.topics()
+        starts, ends, bounds = self.starting(topics), self.ending(topics), self.bounds(topics)
+        for topic, per_partition in starts.items():
+            for p, s in per_partition.items():
+                lo, hi = bounds[topic][p]
+                if not lo <= s <= hi and self.opts.fail_on_data_loss:
+                    raise DataLossError(
+                        f"topic '{topic}' partition {p}: starting offset {s} is outside the log ({lo}-{hi}); "
+                        "give an offset in range, or set failOnDataLoss to false to start at the nearest")
+        start = StreamOffset({t: TopicOffset(topics[t].topic_id, None, {p: max(s, bounds[t][p][0]) for p, s in ps.items()})
+                              for t, ps in starts.items()})
+        end = StreamOffset({t: TopicOffset(topics[t].topic_id, None, {p: min(max(e, 0), bounds[t][p][1]) for p, e in ps.items()})
+                            for t, ps in ends.items()})
+        self.pin(end, topics)
+        return start, end
+
+    def metrics(self, consumed: StreamOffset) -> dict[str, str]:
+        """The source metrics of Spark's Kafka source at ``consumed``: how far each partition's
+        position is behind its log end as the last plan read it (``behind_latest``)."""
+        return behind_latest({t: dict(self._latest.get(t, {})) for t in consumed.topics},
+                             {t: dict(o.positions) for t, o in consumed.topics.items()})
 
 
 def _member_id(group: str) -> str:
     return f"stream:{group}"
-
-
-def share_by_lag(lags: dict, limit: int) -> dict:
-    """``limit`` records shared over the keys of ``lags`` (records each could take) in proportion
-    to their lag, as Spark's Kafka source shares ``maxOffsetsPerTrigger``: the shares are whole,
-    sum to ``min(limit, total lag)`` exactly (largest remainders first), and none passes its lag."""
-    lags = {k: n for k, n in lags.items() if n > 0}
-    total = sum(lags.values())
-    if total <= limit:
-        return lags
-    exact = {k: limit * n / total for k, n in lags.items()}
-    shares = {k: int(x) for k, x in exact.items()}
-    for k in sorted(lags, key=lambda k: (shares[k] - exact[k], str(k)))[:limit - sum(shares.values())]:
-        shares[k] += 1
-    return {k: n for k, n in shares.items() if n > 0}
-
-
-def split(spans: list[tuple[int, int, int]], task_records: int | None = None) -> list[tuple[int, int, int]]:
-    """Partition ranges cut into pieces of at most ``task_records`` records (Kafka's source's
-    range calculator): one partition's backlog spreads over several tasks, never one worker's
-    memory."""
-    task_records = task_records or TASK_RECORDS
-    out = []
-    for p, s, e in spans:
-        out += [(p, lo, min(lo + task_records, e)) for lo in range(s, e, task_records)]
-    return out
-
-
-def pack(spans: list[tuple[int, int, int]], task_records: int | None = None) -> list[list[tuple[int, int, int]]]:
-    """Partition ranges (partition, start, end) packed into about one task per ``task_records``
-    records (at least one, at most one per range), the largest first into the emptiest task."""
-    task_records = task_records or TASK_RECORDS
-    if not spans:
-        return []
-    total = sum(e - s for _p, s, e in spans)
-    tasks: list[list[tuple[int, int, int]]] = [[] for _ in range(min(len(spans), total // task_records + 1))]
-    loads = [0] * len(tasks)
-    for span in sorted(spans, key=lambda x: x[1] - x[2]):
-        i = loads.index(min(loads))
-        tasks[i].append(span)
-        loads[i] += span[2] - span[1]
-    return [sorted(t) for t in tasks]
 
 
 def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:
@@ -437,19 +454,3 @@ def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:
     if caps is None:
         return snap
     return snap.model_copy(update={"log_ends": {p: min(e, caps.get(p, 0)) for p, e in snap.log_ends.items()}})
-
-
-def _timestamp_option(spec: TimestampSpec) -> str:
-    return "startingTimestamp" if spec.timestamp is not None else "startingOffsetsByTimestamp"
-
-
-class RangePartition(InputPartition):
-    """One task's reading: records [start, end) of some partitions of one topic, at one log version.
-    ``storage``: the read's delta-rs storage options, which the executor needs to open the log
-    (they are not part of the partition's value, which Spark may show)."""
-
-    def __init__(self, topic: str, location: str, version: int, spans: list[tuple[int, int, int]],
-                 storage: rs_reader.Storage = None) -> None:
-        super().__init__((topic, spans))
-        self.topic, self.location, self.version, self.spans = topic, location, version, spans
-        self.storage = storage

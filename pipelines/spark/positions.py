@@ -15,7 +15,6 @@ from pipelines.spark.specs import (
     ENDING_OFFSETS,
     LATEST,
     STARTING_OFFSETS,
-    STARTING_OFFSETS_BY_TIMESTAMP,
     Bounds,
     OffsetSpec,
     PartitionMap,
@@ -127,8 +126,20 @@ def ending_positions(spec: OffsetSpec, bounds: Bounds) -> dict[str, dict[int, in
 def timestamp_targets(spec: TimestampSpec, partitions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, int]]:
     """The time (epoch ms) each covered partition starts at: ``startingTimestamp`` for all of them,
     or ``startingOffsetsByTimestamp``'s, which must name exactly the covered partitions (Spark's
-    rule). The caller turns each into the first offset at or after it."""
+    rule). The caller turns each into the first offset at or after it. The same for the ending
+    times of ``endingTimestamp`` and ``endingOffsetsByTimestamp``."""
     if spec.timestamp is not None:
         return {t: {p: spec.timestamp for p in sorted(ps)} for t, ps in sorted(partitions.items())}
-    _check_names_every_partition(STARTING_OFFSETS_BY_TIMESTAMP, spec.timestamps, partitions)
+    _check_names_every_partition(spec.option, spec.timestamps, partitions)
     return {t: dict(sorted(ps.items())) for t, ps in sorted(spec.timestamps.items())}
+
+
+def behind_latest(latest: Mapping[str, Mapping[int, int]], consumed: Mapping[str, Mapping[int, int]]) -> dict[str, str]:
+    """Spark's Kafka source's metrics in a query's progress: per partition, how many records its
+    consumed position is behind the latest log end (``latest``), as the smallest, the largest
+    and the mean over partitions (strings, as Kafka's source gives them); none without partitions."""
+    behind = [max(latest[t][p] - o, 0) for t, ps in consumed.items() for p, o in ps.items() if p in latest.get(t, {})]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": str(min(behind)), "maxOffsetsBehindLatest": str(max(behind)),
+            "avgOffsetsBehindLatest": str(sum(behind) / len(behind))}

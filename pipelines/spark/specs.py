@@ -19,6 +19,7 @@ LATEST = -1
 _MAX_LONG = 2**63 - 1  # offsets and timestamps are Java longs in Spark
 ASSIGN, STARTING_OFFSETS, ENDING_OFFSETS = "assign", "startingOffsets", "endingOffsets"
 STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP = "startingTimestamp", "startingOffsetsByTimestamp"
+ENDING_TIMESTAMP, ENDING_OFFSETS_BY_TIMESTAMP = "endingTimestamp", "endingOffsetsByTimestamp"
 
 PartitionMap = dict[str, dict[int, int]]
 Bounds = Mapping[str, Mapping[int, tuple[int, int]]]
@@ -47,12 +48,21 @@ class OffsetSpec(_Frozen):
 
 
 class TimestampSpec(_Frozen):
-    """Start at each partition's first record at or after a time (epoch milliseconds): one time
-    for every partition (``startingTimestamp``) or one per partition
-    (``startingOffsetsByTimestamp``). Finding those offsets needs the data: the caller's job."""
+    """Start (or, ``ending``, end) at each partition's first record at or after a time (epoch
+    milliseconds): one time for every partition (``startingTimestamp``, ``endingTimestamp``) or
+    one per partition (``startingOffsetsByTimestamp``, ``endingOffsetsByTimestamp``). Finding
+    those offsets needs the data: the caller's job."""
 
     timestamp: int | None = None
     timestamps: PartitionMap | None = None
+    ending: bool = False
+
+    @property
+    def option(self) -> str:
+        """The option it came from, in Spark's spelling."""
+        if self.ending:
+            return ENDING_TIMESTAMP if self.timestamp is not None else ENDING_OFFSETS_BY_TIMESTAMP
+        return STARTING_TIMESTAMP if self.timestamp is not None else STARTING_OFFSETS_BY_TIMESTAMP
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TimestampSpec:
@@ -67,6 +77,19 @@ def parse_long(name: str, text: str, meaning: str) -> int:
     if not re.fullmatch(r"[+-]?\d+", value) or abs(int(value)) > _MAX_LONG:
         raise InvalidConfigurationError(f"{name} must be {meaning}, not {text!r}")
     return int(value)
+
+
+_TIME_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(name: str, text: str) -> int:
+    """A time as Spark writes one (``JavaUtils.timeStringAsMs``): a whole number and a unit (us, ms,
+    s, m or min, h, d; none is ms), as milliseconds."""
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if not found or found.group(2) not in ("", *_TIME_UNITS) or int(found.group(1)) > _MAX_LONG // 86_400_000:
+        raise InvalidConfigurationError(
+            f"{name} must be a time such as '15m', '30s' or '500ms' (units us, ms, s, m, min, h, d), not {text!r}")
+    return int(int(found.group(1)) * _TIME_UNITS[found.group(2) or "ms"])
 
 
 def _json_object(name: str, text: str, expected: str):
@@ -181,8 +204,7 @@ def parse_ending_offsets(text: str) -> OffsetSpec:
     return OffsetSpec(kind="json", offsets=_partition_map(name, value, expected, check))
 
 
-def parse_timestamps(text: str) -> PartitionMap:
-    name = STARTING_OFFSETS_BY_TIMESTAMP
+def parse_timestamps(text: str, name: str = STARTING_OFFSETS_BY_TIMESTAMP) -> PartitionMap:
     expected = f'JSON {{"topic": {{"partition": epoch_milliseconds}}}}, e.g. {_TIMESTAMPS_EXAMPLE}'
 
     def check(topic: str, partition: int, timestamp: int) -> None:

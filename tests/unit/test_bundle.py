@@ -67,7 +67,10 @@ def test_each_job_fits_the_bundle_schema_and_runs_a_lakelog_command(key):
         wheel = task.python_wheel_task
         assert wheel.package_name == "lakelog" and wheel.entry_point in scripts
         assert parse_command(list(wheel.parameters))
-        assert [lib.whl for lib in task.libraries] == ["./dist/*.whl"]
+        assert [lib.whl for lib in task.libraries if lib.whl] == ["./dist/*.whl"]
+        jars = [lib.jar for lib in task.libraries if lib.jar]
+        uses_format = parse_command(list(wheel.parameters))[0] == "stream"
+        assert jars == (["./log_store/jvm/target/lakelog-jvm.jar"] if uses_format else []), "format('lakelog') is a JVM source"
     for cluster in job.job_clusters:
         conf = cluster.new_cluster.spark_env_vars["LAKELOG_CONF"]
         assert conf.endswith("/conf/databricks.yaml") and (PROJECT / "conf" / "databricks.yaml").is_file()

@@ -279,8 +279,8 @@ def test_none_as_a_value():
 
 # -- keys lakelog does not take ---------------------------------------------------------------------
 def test_unknown_options_are_listed_with_the_known_ones():
-    message = source_error({"subscribe": "orders", "startingOfsets": "earliest", "minPartitions": "4"})
-    assert message.startswith("unknown option(s) 'minPartitions', 'startingOfsets' for the lakelog source")
+    message = source_error({"subscribe": "orders", "startingOfsets": "earliest", "maxFilesPerTrigger": "4"})
+    assert message.startswith("unknown option(s) 'maxFilesPerTrigger', 'startingOfsets' for the lakelog source")
     assert "startingOffsets" in message and "maxOffsetsPerTrigger" in message and "subscribePattern" in message
     assert "for the lakelog stream source" in source_error({"subscribe": "o", "x": "1"}, streaming=True)
 
@@ -479,7 +479,7 @@ def test_timestamp_targets():
 
 
 def test_ranges_are_packed_into_about_one_task_per_share_of_records():
-    from pipelines.spark.planner import pack
+    from pipelines.spark.tasks import pack
 
     assert pack([]) == []
     small = [(p, 0, 10) for p in range(64)]
@@ -488,3 +488,63 @@ def test_ranges_are_packed_into_about_one_task_per_share_of_records():
     tasks = pack(big, task_records=200)
     assert len(tasks) == 5 and sorted(s for t in tasks for s in t) == big, "every range once"
     assert len(pack([(0, 0, 10**6)], task_records=10)) == 1, "never more tasks than ranges"
+
+
+# -- Spark's Kafka options with their meanings here ---------------------------------------------------
+def test_trigger_limits_and_the_delay_follow_spark():
+    s = stream(minOffsetsPerTrigger="100", maxOffsetsPerTrigger="500", maxTriggerDelay="30s")
+    assert (s.min_offsets_per_trigger, s.max_offsets_per_trigger, s.max_trigger_delay_ms) == (100, 500, 30_000)
+    assert stream().max_trigger_delay_ms == 15 * 60 * 1000, "Spark's default, 15m"
+    assert [stream(maxTriggerDelay=t).max_trigger_delay_ms for t in ("250", "250ms", "2m", "1h", "1d")] == [
+        250, 250, 120_000, 3_600_000, 86_400_000]
+    assert batch(minOffsetsPerTrigger="100").min_offsets_per_trigger is None, "a batch read takes its range at once"
+    assert "minOffsetsPerTrigger (600) is above maxOffsetsPerTrigger (500)" in source_error(
+        {"subscribe": "o", "minOffsetsPerTrigger": "600", "maxOffsetsPerTrigger": "500"}, streaming=True)
+    assert "maxTriggerDelay must be a time such as '15m'" in source_error(
+        {"subscribe": "o", "maxTriggerDelay": "soon"}, streaming=True)
+    assert "minOffsetsPerTrigger must be a positive number" in source_error(
+        {"subscribe": "o", "minOffsetsPerTrigger": "0"}, streaming=True)
+
+
+def test_task_splitting_options():
+    b = batch(minPartitions="8", maxRecordsPerPartition="1000")
+    assert (b.min_partitions, b.max_records_per_partition) == (8, 1000)
+    assert "minPartitions must be a positive number of Spark tasks" in source_error(
+        {"subscribe": "o", "minPartitions": "-1"})
+    assert "maxRecordsPerPartition must be a positive number" in source_error(
+        {"subscribe": "o", "maxRecordsPerPartition": "x"})
+
+
+def test_ending_timestamps_take_sparks_precedence():
+    assert batch(endingTimestamp="1000", endingOffsetsByTimestamp='{"orders":{"0":5}}', endingOffsets="latest"
+                 ).ending == TimestampSpec(timestamp=1000, ending=True)
+    b = batch(endingOffsetsByTimestamp='{"orders":{"0":5}}', endingOffsets="latest")
+    assert b.ending == TimestampSpec(timestamps={"orders": {0: 5}}, ending=True)
+    assert b.ending.option == "endingOffsetsByTimestamp"
+    assert source_error({"subscribe": "o", "endingTimestamp": "1"}, streaming=True).startswith(
+        "endingTimestamp is for batch queries")
+    assert "endingOffsetsByTimestamp: timestamp -3" in source_error(
+        {"subscribe": "o", "endingOffsetsByTimestamp": '{"o":{"0":-3}}'})
+
+
+def test_the_starting_timestamp_strategy():
+    assert batch().timestamp_strategy == "error"
+    assert batch(startingOffsetsByTimestampStrategy="LATEST").timestamp_strategy == "latest"
+    assert "startingOffsetsByTimestampStrategy must be error" in source_error(
+        {"subscribe": "o", "startingOffsetsByTimestampStrategy": "earliest"})
+
+
+@pytest.mark.parametrize("name", ["groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+                                  "fetchOffset.retryIntervalMs"])
+def test_kafka_source_options_that_cannot_mean_the_same_here_say_why(name):
+    message = source_error({"subscribe": "o", name: "1"})
+    assert message.startswith(f"option '{name}' does not apply to lakelog:") and message.endswith("drop it")
+
+
+def test_the_sinks_acks_follow_kafka():
+    assert parse_sink_options({}).acks == "1" and parse_sink_options({}).min_insync_replicas == 1
+    assert parse_sink_options({"acks": "all"}).acks == parse_sink_options({"acks": "-1"}).acks == "all"
+    assert parse_sink_options({"acks": "1", "minInsyncReplicas": "2"}).min_insync_replicas == 2
+    assert sink_error({"acks": "2"}).startswith("acks must be 1 or all (-1)")
+    assert "acks=0: a lakelog write always returns once its append is committed" in sink_error({"acks": "0"})
+    assert "minInsyncReplicas must be a positive number" in sink_error({"minInsyncReplicas": "0"})

@@ -137,29 +137,27 @@ def test_an_available_now_stream_from_an_s3a_root_lands_every_record_in_a_local_
     assert order_violations(batches) == [] and cross_partition_batches(batches) == []
 
 
-def test_credentials_in_the_python_workers_environment(registered, remote):
-    """Without storage options delta-rs takes the credentials from the environment of Spark's
-    Python workers (on a cluster: spark.executorEnv.* or the machines' own); the environment
-    Spark gives them comes from the context's when the source is registered."""
-    from pipelines.spark import register
-
+def test_credentials_in_the_environment_of_the_driver_and_the_python_workers(registered, remote, monkeypatch):
+    """Without storage options delta-rs takes the credentials from the environment: the driver's
+    Python process (which plans) and Spark's Python workers (which read; on a cluster:
+    spark.executorEnv.* or the machines' own)."""
     environment = registered.sparkContext.environment
     saved = dict(environment)
+    for k, v in remote.credentials.items():
+        monkeypatch.setenv(k, v)
     try:
         environment.update(remote.credentials)
-        register(registered)
         assert load(registered, {"root": remote.uri(), "subscribe": T}).count() == 360
     finally:
         environment.clear()
         environment.update(saved)
-        register(registered)
 
 
 def test_the_planner_and_a_task_read_with_credentials_from_the_environment(remote, monkeypatch):
     """The same, without Spark: nothing but the process's environment names the store."""
     from pipelines.spark.options import parse_source_options
     from pipelines.spark.planner import Planner
-    from pipelines.spark.source import read_range
+    from pipelines.spark.reading import RangeTask, read_range
 
     for k, v in remote.credentials.items():
         monkeypatch.setenv(k, v)
@@ -169,8 +167,8 @@ def test_the_planner_and_a_task_read_with_credentials_from_the_environment(remot
     assert snap.log_ends == ends
     from pipelines.spark.offsets import StreamOffset, TopicOffset
 
-    tasks = planner.ranges(StreamOffset(), StreamOffset({T: TopicOffset(topic_id, None, ends)}))
-    got = [r for part in tasks for b in read_range(part, False) for r in b.to_pylist()]
+    reads = planner.reads(StreamOffset(), StreamOffset({T: TopicOffset(topic_id, None, ends)}))
+    got = [r for read in reads for b in read_range(RangeTask(read, read.spans), False) for r in b.to_pylist()]
     assert sorted(as_records(got)) == sorted(as_records(remote.expected))
 
 

@@ -77,8 +77,14 @@ def test_a_retried_batch_write_with_sequences_lands_once(lakelog, root):
 
 @pytest.mark.parametrize("build, option, mode, message", [
     (lambda s: s.range(3).selectExpr("cast(id as string) as key"), {"topic": T}, "append", "needs a 'value' column"),
-    (lambda s: s.range(3).selectExpr("cast(id as string) as value", "0 as partition"), {"topic": T}, "append",
-     "lakelog chooses the partition from the key"),
+    (lambda s: s.range(3).selectExpr("cast(id as string) as value", "'0' as partition"), {"topic": T}, "append",
+     "column 'partition' is string: give an integer partition number"),
+    (lambda s: s.range(3).selectExpr("cast(id as string) as value", "5 as partition"), {"topic": T}, "append",
+     "records name partition(s) of 'orders' that cannot be written: 5 does not exist"),
+    (lambda s: s.range(3).selectExpr("cast(id as string) as value"), {"topic": T, "acks": "0"}, "append",
+     "acks=0: a lakelog write always returns once its append is committed"),
+    (lambda s: s.range(3).selectExpr("cast(id as string) as value"), {"topic": T, "kafka.acks": "all"}, "append",
+     "give .option('acks', '1' or 'all')"),
     (lambda s: s.range(3).selectExpr("cast(id as string) as value"), {}, "append", "no topic"),
     (lambda s: s.range(3).selectExpr("cast(id as string) as value", "id"), {"topic": T}, "append",
      "are not record fields"),
@@ -167,3 +173,44 @@ def test_two_batch_writes_sharing_a_producer_id_without_sequences_both_land(lake
     rows = log_rows(root, T)
     assert sorted(int(r["value"]) for r in rows) == list(range(350)), "both writes' rows land"
     assert sorted(r["sequence"] for r in rows) == list(range(350)) and dense(rows)
+
+
+def test_an_explicit_partition_column_sends_rows_there_and_null_to_the_keys_partition(lakelog, root):
+    TopicAdmin(lakelog, root).create(T, 4)
+    df = make_records(lakelog, 100, keys=10).selectExpr(
+        "key", "value", "if(sequence % 2 = 0, cast(sequence % 3 as int), null) as partition")
+    df.write.format("lakelog").option("topic", T).mode("append").save()
+    rows = log_rows(root, T)
+    assert sorted(int(r["value"]) for r in rows) == list(range(100)) and dense(rows)
+    for r in rows:
+        v = int(r["value"])
+        assert r["partition"] == (v % 3 if v % 2 == 0 else partition_for(r["key"], 4)), v
+
+
+def test_acks_all_lands_in_every_in_sync_root_before_the_write_returns(lakelog, root, tmp_path):
+    from deltalake import DeltaTable
+
+    from control_plane.replication import Replication
+
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
+    replication = Replication(lakelog, root)
+
+    def followers_values() -> list[int]:
+        path = replication.path(replication.state(T), follower)
+        return sorted(int(v) for v in DeltaTable(path).to_pyarrow_table(columns=["value"])["value"].to_pylist())
+
+    def write(first: int, **options) -> None:
+        writer = make_records(lakelog, 50, keys=10, start=first).select("key", "value").write.format("lakelog") \
+            .option("topic", T).mode("append")
+        for k, v in options.items():
+            writer = writer.option(k, v)
+        writer.save()
+
+    write(0)  # acks=1 (the default): the leader root only
+    assert followers_values() == []
+    write(50, acks="all")
+    assert followers_values() == list(range(100)), "acknowledged once the in-sync follower holds it (and before)"
+    with pytest.raises(Exception, match="fewer than min.insync.replicas 3"):
+        write(100, acks="-1", minInsyncReplicas="3")
+    assert len(log_rows(root, T)) == 100, "refused up front: nothing written"

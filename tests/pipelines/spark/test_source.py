@@ -268,3 +268,105 @@ def test_records_deleted_below_a_stream_follow_fail_on_data_loss_and_earliest_st
     assert GroupOffsets(lakelog, root).expired("lenient", T) == {(0, end - 3)}
     fresh = lakelog.read.format("lakelog").option("subscribe", T).load()
     assert fresh.where("partition = 0").agg({"offset": "min"}).first()[0] == end - 3
+
+
+def test_ending_times_and_the_starting_time_strategy(lakelog, root):
+    """endingTimestamp / endingOffsetsByTimestamp end each partition at its first record at or
+    after the time (none: its latest offset); startingOffsetsByTimestampStrategy=latest starts a
+    partition without such a record at its latest offset instead of failing."""
+    import time as clock
+
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 40, keys=5))
+    clock.sleep(1.1)
+    middle = int(clock.time() * 1000)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 30, keys=5, start=40))
+
+    def values(**options) -> list[int]:
+        reader = lakelog.read.format("lakelog").option("subscribe", T)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return sorted(int(bytes(r["value"])) for r in reader.load().select("value").collect())
+
+    assert values(endingTimestamp=str(middle)) == list(range(40))
+    assert values(endingTimestamp=str(middle), endingOffsets="latest") == list(range(40)), "the time wins"
+    late = middle + 3_600_000
+    assert values(endingOffsetsByTimestamp=json.dumps({T: {"0": middle, "1": late}})) == sorted(
+        [int(r["value"]) for r in log_rows(root, T) if r["partition"] == 1]
+        + [int(r["value"]) for r in log_rows(root, T) if r["partition"] == 0 and int(r["value"]) < 40])
+    assert values(startingTimestamp=str(late), startingOffsetsByTimestampStrategy="latest") == []
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy to latest"):
+        values(startingTimestamp=str(late))
+
+
+def test_min_partitions_and_max_records_per_partition_set_the_tasks(lakelog, root):
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=10))
+    ends = {p: sum(1 for r in log_rows(root, T) if r["partition"] == p) for p in (0, 1)}
+
+    def read(**options):
+        reader = lakelog.read.format("lakelog").option("subscribe", T)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    assert read(minPartitions="5").rdd.getNumPartitions() >= 5
+    capped = read(maxRecordsPerPartition="20")
+    assert capped.rdd.getNumPartitions() == sum(-(-n // 20) for n in ends.values())
+    assert max(capped.rdd.glom().map(len).collect()) <= 20
+    assert sorted(int(bytes(r["value"])) for r in read(minPartitions="5").select("value").collect()) == list(range(100))
+
+
+def test_min_offsets_per_trigger_waits_for_records_until_the_delay_has_passed(lakelog, root, monkeypatch):
+    """As Spark's Kafka source: the first micro-batch goes; then a batch waits while fewer than
+    minOffsetsPerTrigger records are there, until maxTriggerDelay passed since the last one went."""
+    from pipelines.spark import planner as planner_module
+    from pipelines.spark.options import parse_source_options
+    from pipelines.spark.planner import UNLIMITED, Planner
+
+    now = [1000.0]
+    monkeypatch.setattr(planner_module.time, "monotonic", lambda: now[0])
+    TopicAdmin(lakelog, root).create(T, 2)
+    producer = Producer(lakelog, root, T, "p")
+    producer.send(make_records(lakelog, 10, keys=5))
+    planner = Planner(root, parse_source_options({"subscribe": T, "startingOffsets": "earliest",
+                                                  "minOffsetsPerTrigger": "50", "maxTriggerDelay": "30s"},
+                                                 streaming=True))
+    first = planner.next_end(planner.initial(), UNLIMITED)
+    assert sum(first.positions(T).values()) == 10, "the first batch goes"
+    producer.send(make_records(lakelog, 20, keys=5, start=10))
+    now[0] += 10
+    assert planner.next_end(first, UNLIMITED) == first, "20 < 50 records, 10 s < 30 s: wait"
+    producer.send(make_records(lakelog, 30, keys=5, start=30))
+    second = planner.next_end(first, UNLIMITED)
+    assert sum(second.positions(T).values()) == 60, "50 records: go"
+    producer.send(make_records(lakelog, 5, keys=5, start=60))
+    now[0] += 29
+    assert planner.next_end(second, UNLIMITED) == second
+    now[0] += 2
+    assert sum(planner.next_end(second, UNLIMITED).positions(T).values()) == 65, "the delay passed: go"
+
+
+def test_a_log_append_time_topic_stamps_appends_and_reads_say_which_time_each_record_has(lakelog, root):
+    """message.timestamp.type=LogAppendTime: an append overwrites the producer's timestamps with
+    its own time, and reads give timestampType 1 for those records; the records written before
+    the switch keep their time and timestampType 0, as Kafka's record batches keep their type."""
+    import time as clock
+
+    TopicAdmin(lakelog, root).create(T, 2)
+    old = "timestamp'2001-02-03 04:05:06'"
+    producer = Producer(lakelog, root, T, "p")
+    producer.send(make_records(lakelog, 10, keys=5).selectExpr("*", f"{old} as timestamp"))
+    change = TopicController(lakelog, root).alter_config(T, ["message.timestamp.type=LogAppendTime"])
+    assert change.config["message.timestamp.type"] == "LogAppendTime"
+    before = clock.time()
+    producer.send(make_records(lakelog, 10, keys=5, start=10).selectExpr("*", f"{old} as timestamp"))
+    make_records(lakelog, 5, keys=5, start=20).selectExpr("key", "value", f"{old} as timestamp") \
+        .write.format("lakelog").option("topic", T).mode("append").save()
+    rows = lakelog.read.format("lakelog").option("subscribe", T).load().collect()
+    by_value = {int(bytes(r["value"])): r for r in rows}
+    assert {by_value[v]["timestampType"] for v in range(10)} == {0}
+    assert {by_value[v]["timestamp"].year for v in range(10)} == {2001}, "written before: the producer's time"
+    assert {by_value[v]["timestampType"] for v in range(10, 25)} == {1}
+    # Spark hands a TIMESTAMP to Python as a naive local time, which timestamp() reads as such
+    assert all(by_value[v]["timestamp"].timestamp() >= before - 1 for v in range(10, 25)), "the append's time"

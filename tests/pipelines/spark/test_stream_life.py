@@ -194,9 +194,7 @@ def test_a_skip_is_reported_to_the_group_before_the_offset_past_it_is_returned(l
     controller = TopicController(lakelog, root, ControllerSettings(delete_partition_enable=True))
     controller.alter(T, 2)
     controller.tick(T, delete_delay=0)
-    from log_store.session import gateway_of
-
-    planner = Planner(root, parse_source_options(options, streaming=True), gateway_of(lakelog))
+    planner = Planner(root, parse_source_options(options, streaming=True), lakelog)
     start = StreamOffset({T: TopicOffset(planner.topics()[T].topic_id, None, {0: 0, 1: 0, 2: 0})})
     end = planner.next_end(start, 1000)  # then the driver dies: nothing else is called
     assert 2 not in end.topics[T].positions
@@ -239,59 +237,17 @@ def test_an_offset_is_the_same_json_while_no_position_moves(lakelog, root):
 
 
 def test_a_large_range_is_read_by_several_tasks(lakelog, root):
-    from pipelines.spark import planner as planner_module
-
+    """Spark's Parquet reader cuts a partition's files into tasks as it cuts any file read's (here
+    files of 64 kB at most); the records come back once each."""
     TopicAdmin(lakelog, root).create(T, 1)
-    Producer(lakelog, root, T, "p").send(make_records(lakelog, 1000, keys=10))
-    planner = Planner(root, parse_source_options({"subscribe": T, "startingOffsets": "earliest"}, streaming=True))
-    end = planner.next_end(planner.initial(), 10**6)
-    tasks = planner.ranges(StreamOffset({T: end.topics[T].moved({0: 0})}), end)
-    assert len(tasks) == 1
-    original = planner_module.TASK_RECORDS
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 20_000, keys=10))
+    lakelog.conf.set("spark.sql.files.maxPartitionBytes", "65536")
     try:
-        planner_module.TASK_RECORDS = 300
-        tasks = planner.ranges(StreamOffset({T: end.topics[T].moved({0: 0})}), end)
+        df = lakelog.read.format("lakelog").option("subscribe", T).load()
+        assert df.rdd.getNumPartitions() > 1
+        assert sorted(int(bytes(r["value"])) for r in df.select("value").collect()) == list(range(20_000))
     finally:
-        planner_module.TASK_RECORDS = original
-    assert sorted(s for t in tasks for s in t.spans) == [(0, 0, 300), (0, 300, 600), (0, 600, 900), (0, 900, 1000)]
-
-
-def test_a_stream_writer_clears_what_failed_attempts_staged(lakelog, root, tmp_path):
-    from pipelines.spark.sink import STAGING, query_id
-
-    TopicAdmin(lakelog, root).create(T, 2)
-    source, ck = str(tmp_path / "source"), str(tmp_path / "ck")
-    make_records(lakelog, 10, keys=5).select("key", "value").write.format("delta").save(source)
-
-    def run():
-        (lakelog.readStream.format("delta").load(source).writeStream.format("lakelog").option("topic", T)
-         .option("checkpointLocation", ck).trigger(availableNow=True).start().awaitTermination(300))
-
-    run()
-    staging = Path(root, STAGING, f"stream-{query_id(ck)}")
-    staging.mkdir(parents=True, exist_ok=True)
-    (staging / "part-of-a-failed-attempt.parquet").write_bytes(b"left behind")
-    make_records(lakelog, 10, keys=5, start=10).select("key", "value").write.format("delta").mode("append").save(source)
-    run()
-    assert not staging.exists() or not any(staging.iterdir()), "the next batch's commit cleared the folder"
-    assert len(log_rows(root, T)) == 20
-
-
-def test_a_reader_and_a_stream_writer_sent_to_tasks_carry_no_py4j_secret(lakelog, root, tmp_path):
-    import pickle
-
-    from log_store.session import gateway_of
-    from pipelines.spark.sink import Committer, StreamWriter
-
-    secret = gateway_of(lakelog).split(":", 1)[1]
-    planner = Planner(root, parse_source_options({"subscribe": T}, streaming=True), gateway_of(lakelog))
-    assert secret.encode() not in pickle.dumps(planner)
-    assert planner.gateway, "the driver side keeps it"
-    from pipelines.spark.options import parse_sink_options
-
-    writer = StreamWriter(Committer(gateway_of(lakelog), root, parse_sink_options({"topic": T}), str(tmp_path)), "p",
-                          str(tmp_path))
-    assert secret.encode() not in pickle.dumps(writer) and writer.committer.gateway
+        lakelog.conf.unset("spark.sql.files.maxPartitionBytes")
 
 
 def test_one_session_is_attached_per_process(lakelog):
@@ -352,3 +308,18 @@ def test_a_stream_starting_past_a_partitions_log_end_is_data_loss(lakelog, root,
     later = {(r["partition"], r["offset"]) for r in log_rows(root, T) if int(r["value"]) >= 40}
     assert later <= got, "nothing written after the start is skipped"
     assert {o for p, o in got if p == 1} == set(range(ends[1] + sum(1 for p, _o in later if p == 1)))
+
+
+def test_a_stream_started_at_latest_that_read_nothing_yet_reads_what_came_since_it_first_started(
+        lakelog, root, tmp_path):
+    """The first offset is kept in the checkpoint when first planned: a run that found nothing to
+    read, started again, starts where the first run would have, not at the log's new end."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    producer = Producer(lakelog, root, T, "p")
+    producer.send(make_records(lakelog, 30, keys=10))
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="latest")  # nothing new: no micro-batch
+    assert delivered(sink) == []
+    producer.send(make_records(lakelog, 20, keys=10, start=30))
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="latest")
+    assert sorted(int(r["value"]) for r in delivered(sink)) == list(range(30, 50))

@@ -1,0 +1,167 @@
+"""The rows of a planned ``format("lakelog")`` read (``planner.TopicRead``: offset ranges of a
+topic's partitions at one log version) as a DataFrame of Spark's Kafka source's columns.
+
+Two ways, by where the log is (``Planner.spark_reads``):
+
+- **Spark's Parquet reader** (local roots, and S3 roots the session's S3A reaches): the log's files
+  that hold the ranges, listed from the log's Delta snapshot with delta-rs, read by Spark with an
+  offset filter; rows never pass through Python, as with Delta's own source. A log whose files
+  need Delta's reader (deletion vectors, column mapping) goes the second way.
+- **delta-rs in Spark's Python workers** (Google Cloud Storage, Azure, S3 credentials given to
+  delta-rs only; ``minPartitions`` and ``maxRecordsPerPartition``, which cut ranges by offset):
+  each task reads its ranges with delta-rs and yields Arrow batches.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from log_store import rs_reader
+from log_store.errors import LakelogError
+from log_store.headers import HEADERS_TYPE, headers_as
+from log_store.read_ranges import range_filter
+from log_store.timestamp_types import CODES, TimestampTypes
+from pipelines.spark.tasks import Span, plan_tasks
+
+# Spark's Kafka source's columns, then the record's leader epoch.
+KAFKA_COLUMNS = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                 "timestampType INT")
+HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+EPOCH_COLUMN = "leader_epoch INT"
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def source_schema(include_headers: bool) -> str:
+    return ", ".join([KAFKA_COLUMNS, *([HEADERS_COLUMN] if include_headers else []), EPOCH_COLUMN])
+
+
+class DataLossError(LakelogError):
+    """Records a read was to deliver are gone (retired, deleted below its position, or the topic
+    deleted) and failOnDataLoss is on."""
+
+
+@dataclass(frozen=True)
+class TopicRead:
+    """What a read takes of one topic: ``spans`` (partition, start, end) of the log at
+    ``location`` as of its Delta ``version``; ``storage``: delta-rs storage options."""
+
+    topic: str
+    location: str
+    version: int
+    spans: tuple[Span, ...]
+    timestamp_types: TimestampTypes = TimestampTypes()
+    storage: dict[str, str] | None = None
+
+
+def frame(spark: SparkSession, reads: list[TopicRead], include_headers: bool, spark_reads: bool,
+          min_partitions: int | None = None, max_records: int | None = None) -> DataFrame:
+    """The records of ``reads`` in the source's columns (no order across tasks)."""
+    schema = spark.createDataFrame([], source_schema(include_headers)).schema
+    reads = [r for r in reads if r.spans]
+    if not reads:
+        return spark.createDataFrame([], schema)
+    by_tasks = min_partitions is not None or max_records is not None
+    frames = []
+    for r in reads if spark_reads and not by_tasks else []:
+        files = rs_reader.range_files(r.location, r.version, r.spans, r.storage)
+        frames.append(_files_frame(spark, r, files, include_headers) if files is not None else None)
+    if len(frames) == len(reads) and all(f is not None for f in frames):
+        return functools.reduce(DataFrame.unionByName, frames)
+    return _tasks_frame(spark, reads, schema, include_headers, min_partitions, max_records)
+
+
+def _files_frame(spark: SparkSession, read: TopicRead, files: rs_reader.RangeFiles,
+                 include_headers: bool) -> DataFrame:
+    """Spark's Parquet reader over ``files`` (partition values from the folder names of a
+    partitioned log), the ranges' rows only, in the source's columns."""
+    if not files.paths:
+        return spark.createDataFrame([], source_schema(include_headers))
+    table_schema = StructType.fromJson(files.schema)
+    hadoop = _hadoop_uri  # Spark's S3 file system is S3A's: s3:// is read as s3a://
+    rows = (spark.read.schema(table_schema).option("basePath", hadoop(files.base)).parquet(*map(hadoop, files.paths))
+            .where(F.expr(range_filter({p: (s, e) for p, s, e in read.spans}))))
+    columns: list[Column] = [
+        F.col("key"), F.col("value"), F.lit(read.topic).alias("topic"), F.col("partition").cast("int").alias("partition"),
+        F.col("offset"), F.col("timestamp").cast("timestamp").alias("timestamp"),
+        F.expr(read.timestamp_types.sql()).cast("int").alias("timestampType"),
+    ]
+    if include_headers:
+        columns.append(headers_as("headers", table_schema["headers"].dataType, HEADERS_TYPE))
+    columns.append(F.col("leader_epoch").cast("int").alias("leader_epoch"))
+    return rows.select(*columns)
+
+
+def _hadoop_uri(path: str) -> str:
+    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    """One Python task's reading: records of some spans of one topic, at one log version."""
+
+    read: TopicRead
+    spans: tuple[Span, ...]
+
+
+def _tasks_frame(spark: SparkSession, reads: list[TopicRead], schema: StructType, include_headers: bool,
+                 min_partitions: int | None, max_records: int | None) -> DataFrame:
+    """Tasks reading the spans with delta-rs, cut as ``tasks.plan_tasks`` cuts them."""
+    planned = plan_tasks({r.topic: list(r.spans) for r in reads}, min_partitions, max_records)
+    tasks = [RangeTask(r, tuple(group)) for r in reads for group in planned[r.topic]]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from read_range(tasks[i], include_headers)
+
+    return spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, schema)
+
+
+def read_range(task: RangeTask, include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """The records of ``task`` as Arrow batches in the source's columns, by partition and offset;
+    fewer than its ranges hold is data loss (files removed under a planned read)."""
+    read = task.read
+    columns = ["key", "value", "partition", "offset", "timestamp", "leader_epoch", *(["headers"] if include_headers else [])]
+    table = rs_reader.offset_ranges(read.location, read.version, list(task.spans), columns, read.storage)
+    expected = sum(e - s for _p, s, e in task.spans)
+    if table.num_rows != expected:
+        named = ", ".join(f"partition {p} offsets {s}-{e - 1}" for p, s, e in task.spans)
+        raise DataLossError(f"topic '{read.topic}': {named} should hold {expected} records at log version "
+                          f"{read.version}, found {table.num_rows}")
+    n = table.num_rows
+    arrays = [
+        table.column("key").cast(pa.binary()), table.column("value").cast(pa.binary()),
+        pa.array([read.topic] * n, pa.string()), table.column("partition").cast(pa.int32()),
+        table.column("offset").cast(pa.int64()), table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+        _timestamp_types(read.timestamp_types, table),
+    ]
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    if include_headers:
+        arrays.append(table.column("headers").cast(_HEADER_TYPE))  # an earlier release's map is a list of entries
+        names.append("headers")
+    arrays.append(table.column("leader_epoch").cast(pa.int32()))
+    names.append("leader_epoch")
+    yield from pa.Table.from_arrays(arrays, names=names).to_batches()
+
+
+def _timestamp_types(types: TimestampTypes, table: pa.Table) -> pa.Array:
+    """Each record's timestampType (0 CreateTime, 1 LogAppendTime), by the log's switches
+    (``log_store.timestamp_types``): one vectorized step per switch."""
+    codes = np.zeros(table.num_rows, dtype=np.int32)
+    if types.switches:
+        partitions = table.column("partition").to_numpy()
+        offsets = table.column("offset").to_numpy()
+        for switch in types.switches:
+            since = np.zeros(table.num_rows, dtype=np.int64)
+            for p, first in switch.since.items():
+                since[partitions == p] = first
+            codes = np.where(offsets >= since, CODES[switch.kind], codes).astype(np.int32)
+    return pa.array(codes, pa.int32())
