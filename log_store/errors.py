@@ -127,3 +127,9 @@ class InvalidPartitionsError(InvalidConfigurationError):
 
 class ConcurrentTopicChangeError(RetriableError):
     """Another controller changed the topic first with a different change; re-run against its result."""
+
+
+class LogTruncatedError(LakelogError):
+    """A reader's position lies past where the leader's records of the epoch it read under end:
+    an unclean election truncated the log under records the reader delivered (Kafka's
+    LogTruncationException, KIP-320). Nothing was skipped; the message says where to go back to."""

@@ -182,6 +182,13 @@ def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[i
 def log_snapshot(path: str, version: int | None = None, storage: Storage = None) -> tuple[LogSnapshot, str]:
     """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its
     table id, as of ``version`` (default: the latest)."""
+    snap, topic_id, _conf = log_view(path, version, storage)
+    return snap, topic_id
+
+
+def log_view(path: str, version: int | None = None, storage: Storage = None
+             ) -> tuple[LogSnapshot, str, dict[str, str]]:
+    """``log_snapshot`` with the log's table properties (a replica's role and epochs among them)."""
     table = _table(path, version, storage)
     meta = table.metadata()
     conf = dict(meta.configuration)
@@ -198,7 +205,7 @@ def log_snapshot(path: str, version: int | None = None, storage: Storage = None)
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
         log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
     )
-    return snap, topic_id_of(conf, meta.id)
+    return snap, topic_id_of(conf, meta.id), conf
 
 
 def _query(path: str, version: int | None, sql: str, storage: Storage = None) -> pa.Table:
