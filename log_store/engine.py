@@ -253,7 +253,7 @@ class DeltaTransaction:
             data = out.getvalue().to_pybytes()
             folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
             name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
-            write_file(self.spark, f"{data_path}/{name}", data)
+            write_file(self.spark, f"{data_path}/{name}", data, in_table=True)
             stats = file_stats(part, stats_columns)
             add = {"path": name, "partitionValues": partition_values, "size": len(data),
                    "modificationTime": int(time.time() * 1000), "dataChange": data_change, "stats": json.dumps(stats)}
