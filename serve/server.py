@@ -1,0 +1,195 @@
+"""The listener: one asyncio loop owns every connection (docs/serve.md).
+
+A connection's requests are read as they arrive and answered in the order they came: each is a
+task, and one writer per connection awaits them in order. A frame larger than
+``serve.max_request_bytes`` or one that is not a request closes the connection (Kafka's broker
+does the same); the server keeps serving every other connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from control_plane.settings import ControllerSettings
+from serve.cluster import Broker
+from serve.context import ServeContext
+from serve.settings import ServeSettings, split_address
+from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
+
+log = logging.getLogger("lakelog.serve")
+_SIZE = struct.Struct(">i")
+Handler = Callable[["Server", "Connection", Request], Awaitable[dict | None]]
+
+
+@dataclass
+class Connection:
+    """One client connection: who it is (after SASL, its principal) and where it comes from."""
+
+    peer: str
+    principal: str = "User:ANONYMOUS"
+    authenticated: bool = True
+    state: dict = field(default_factory=dict)
+
+
+class Server:
+    """A Kafka-protocol server over one root. ``start`` in a running loop, or ``run_in_thread``."""
+
+    def __init__(self, spark: SparkSession, root: str, settings: ServeSettings | None = None,
+                 controller: ControllerSettings | None = None) -> None:
+        """``controller``: the settings topic changes run with (``delete_partition_enable``)."""
+        from serve.apis import handlers
+        from serve.batcher import Batcher
+        from serve.waits import Waits
+
+        self.settings = settings or ServeSettings()
+        self.controller_settings = controller or ControllerSettings()
+        self.ctx = ServeContext(spark, root, self.settings)
+        self.handlers: dict[int, tuple[int, int, Handler]] = handlers()
+        self.versions = {k: (lo, hi) for k, (lo, hi, _h) in self.handlers.items()}
+        self.batcher = Batcher(self.ctx)
+        self.waits = Waits(self.ctx)
+        self.batcher.on_commit = self.waits.notify
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[asyncio.Task] = set()
+        self.host, self.port = split_address(self.settings.listen)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.ctx.loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.batcher.start()
+        self.waits.start()
+        log.info("lakelog serve listening on %s:%s", self.host, self.port)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        if self.settings.advertised:
+            return split_address(self.settings.advertised)
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return host, self.port
+
+    def brokers(self) -> list[Broker]:
+        """The live servers over this root, as Metadata lists them."""
+        host, port = self.advertised
+        return [Broker(self.ctx.node_id, host, port)]
+
+    def allowed(self, conn: Connection, operation: str, resource: str, name: str) -> bool:
+        """Whether ``conn``'s principal may do ``operation`` on the ``resource`` named ``name``."""
+        return True
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.batcher.stop()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        self.waits.stop()
+        self.ctx.close()
+
+    def run_in_thread(self) -> "Server":
+        """Serve from a background thread (tests, benchmarks); returns once listening."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def main() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self.start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=main, name="lakelog-serve-loop", daemon=True)
+        self._thread.start()
+        if not ready.wait(60):
+            raise RuntimeError("the server did not start listening within 60 s")
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._thread = None
+
+    # -- connections -------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        answers: asyncio.Queue = asyncio.Queue(maxsize=self.settings.max_in_flight)
+        sender = asyncio.create_task(self._send(answers, writer))
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = _SIZE.unpack(head)[0]
+                if size < 8 or size > self.settings.max_request_bytes:
+                    log.warning("closing %s: a request frame of %d bytes (limit %d)", conn.peer, size,
+                                self.settings.max_request_bytes)
+                    break
+                frame = await reader.readexactly(size)
+                await answers.put(asyncio.create_task(self._answer(conn, frame)))
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            sender.cancel()
+            for pending in answers._queue:  # noqa: SLF001 - the answers nobody will write
+                if pending is not None:
+                    pending.cancel()
+            writer.close()
+            self._connections.discard(task)
+
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        """Write each answer in request order; a request that failed closes the connection."""
+        while True:
+            task = await answers.get()
+            if task is None:
+                return
+            try:
+                frame = await task
+            except Exception:
+                log.exception("a request failed; closing the connection")
+                writer.close()
+                return
+            if frame is _CLOSE:
+                writer.close()
+                return
+            if frame:
+                writer.write(frame)
+                await writer.drain()
+
+    async def _answer(self, conn: Connection, frame: bytes) -> bytes | None | object:
+        try:
+            request = parse_request(frame, self.versions)
+        except UnsupportedVersion as exc:
+            if exc.api_key == API_VERSIONS_KEY:  # KIP-511: answer v0 with the versions served
+                from serve.apis.meta import api_versions_body
+
+                return response_frame(API_VERSIONS_KEY, 0, exc.correlation_id,
+                                      api_versions_body(self, error="UNSUPPORTED_VERSION"))
+            log.warning("closing %s: %s", conn.peer, exc)
+            return _CLOSE
+        except MalformedRequest as exc:
+            log.warning("closing %s: %s", conn.peer, exc)
+            return _CLOSE
+        _lo, _hi, handler = self.handlers[request.api_key]
+        values = await handler(self, conn, request)
+        if values is None:  # acks=0: no answer
+            return None
+        if values is _CLOSE:
+            return _CLOSE
+        return response_frame(request.api_key, request.version, request.correlation_id, values)
+
+
+_CLOSE = object()
+CLOSE = _CLOSE  # what a handler returns to close the connection without an answer
