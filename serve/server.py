@@ -20,6 +20,8 @@ from pyspark.sql import SparkSession
 from control_plane.settings import ControllerSettings
 from serve.cluster import Broker
 from serve.context import ServeContext
+from serve.group_tables import GroupRecords
+from serve.groups import Coordinator
 from serve.settings import ServeSettings, split_address
 from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
 
@@ -56,6 +58,8 @@ class Server:
         self.batcher = Batcher(self.ctx)
         self.waits = Waits(self.ctx)
         self.batcher.on_commit = self.waits.notify
+        self.records = GroupRecords(self.ctx)
+        self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.Task] = set()
@@ -68,6 +72,7 @@ class Server:
         self.port = self._server.sockets[0].getsockname()[1]
         self.batcher.start()
         self.waits.start()
+        self.coordinator.start()
         log.info("lakelog serve listening on %s:%s", self.host, self.port)
 
     @property
@@ -82,6 +87,14 @@ class Server:
         host, port = self.advertised
         return [Broker(self.ctx.node_id, host, port)]
 
+    async def coordinator_of(self, group: str) -> Broker | None:
+        """The server that coordinates ``group`` (FindCoordinator)."""
+        return self.brokers()[0]
+
+    async def coordinates(self, group: str) -> bool:
+        """Whether this server coordinates ``group`` now."""
+        return True
+
     def allowed(self, conn: Connection, operation: str, resource: str, name: str) -> bool:
         """Whether ``conn``'s principal may do ``operation`` on the ``resource`` named ``name``."""
         return True
@@ -90,11 +103,30 @@ class Server:
         if self._server is not None:
             self._server.close()
         await self.batcher.stop()
+        self.coordinator.stop()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         self.waits.stop()
         self.ctx.close()
+
+    def run_forever(self, on_listening=None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop: no new request is read, queued batches are
+        committed and answered. ``on_listening(server)`` is called once the port is open."""
+        import signal
+
+        async def main() -> None:
+            await self.start()
+            if on_listening is not None:
+                on_listening(self)
+            done = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, done.set)
+            await done.wait()
+            await self.stop()
+
+        asyncio.run(main())
 
     def run_in_thread(self) -> "Server":
         """Serve from a background thread (tests, benchmarks); returns once listening."""

@@ -84,7 +84,8 @@ async def describe_cluster(server: "Server", conn: "Connection", request: "Reque
     brokers = server.brokers()
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": cluster_id(server.ctx.root), "controller_id": min(b.node_id for b in brokers),
-            "brokers": [b.__dict__ for b in brokers], "cluster_authorized_operations": -2147483648}
+            "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers],
+            "cluster_authorized_operations": -2147483648}
 
 
 HANDLERS = {

@@ -58,15 +58,18 @@ def _create_one(server: "Server", topic, validate_only: bool) -> dict:
                 from log_store.errors import TopicExistsError
 
                 raise TopicExistsError(f"topic '{name}' already exists")
-            return _result(name, num_partitions=count, replication_factor=1, topic_id=None, configs=None)
+            return _result(name, num_partitions=count, replication_factor=1, topic_id=None, configs=[])
         record = server.ctx.admin.create(name, count)
         if pairs:
             controller(server).alter_config(name, pairs)
         view = server.ctx.view(name)
+        config = server.ctx.admin.describe(name).config
         return _result(name, num_partitions=record.undeleted_partition_count, replication_factor=1,
-                       topic_id=view.topic_id, configs=None)
+                       topic_id=view.topic_id, configs=[
+                           {"name": k, "value": v, "read_only": False, "config_source": 5 if v == DEFAULTS.get(k) else 1,
+                            "is_sensitive": False} for k, v in sorted(config.items())])
     except LakelogError as exc:
-        return _result(name, exc, topic_id=None, configs=None)
+        return _result(name, exc, topic_id=None, configs=[])
 
 
 async def create_topics(server: "Server", conn: "Connection", request: "Request") -> dict:
@@ -74,7 +77,7 @@ async def create_topics(server: "Server", conn: "Connection", request: "Request"
     for t in request.body.topics:
         if not server.allowed(conn, "CREATE", "TOPIC", t.name):
             out.append({"name": t.name, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "error_message": None,
-                        "topic_id": None, "configs": None})
+                        "topic_id": None, "configs": []})
             continue
         out.append(await server.ctx.run(_create_one, server, t, request.body.validate_only))
     return {"throttle_time": 0, "topics": out}
