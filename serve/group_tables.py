@@ -21,6 +21,7 @@ from control_plane.records import (
 )
 from log_store.engine import table_version
 from log_store.errors import IllegalGenerationError
+from log_store.files import reads_with_delta_rs
 
 
 class LostGroupError(Exception):
@@ -132,5 +133,16 @@ class GroupRecords:
         return {(t, p): int(r["offset"]) for (g, t, p), r in hit[1].items() if g == group and int(r["offset"]) >= 0}
 
     def known_groups(self) -> list[str]:
-        """Groups lakelog's tables know (with a position or a generation, not deleted)."""
-        return sorted(self.tables.group_names() - self.tables.deleted_groups())
+        """Groups lakelog's tables know (with a position or a generation, not deleted): read with
+        delta-rs on a local root (a Spark job costs seconds here), else with Spark."""
+        reader = self.tables
+        if reads_with_delta_rs(self.ctx.root):
+            from control_plane.fast_reads import FastGroupReader
+            from log_store.rs_reader import FastReadUnavailable
+
+            try:
+                fast = FastGroupReader(self.ctx.root)
+                return sorted(fast.group_names() - fast.deleted_groups())
+            except FastReadUnavailable:
+                pass
+        return sorted(reader.group_names() - reader.deleted_groups())

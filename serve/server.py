@@ -12,6 +12,7 @@ import asyncio
 import logging
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -215,7 +216,11 @@ class Server:
             log.warning("closing %s: %s", conn.peer, exc)
             return _CLOSE
         _lo, _hi, handler = self.handlers[request.api_key]
+        started = time.monotonic()
         values = await handler(self, conn, request)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: API %d v%d answered in %.0f ms", conn.peer, request.api_key, request.version,
+                      (time.monotonic() - started) * 1000)
         if values is None:  # acks=0: no answer
             return None
         if values is _CLOSE:

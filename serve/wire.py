@@ -21,7 +21,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
@@ -119,9 +119,16 @@ def _fields(schema: type) -> tuple:
     return tuple(fields(schema))
 
 
+_EMPTY = {"string": "", "bytes": b"", "records": b""}
+
+
 def _value(f: Any, value: Any) -> Any:
-    if value is None:
-        return None
+    if value is None:  # a version where the field is not nullable takes its empty value (Kafka's own answers do)
+        if is_optional(f):
+            return None
+        if f.default is not MISSING:
+            return f.default
+        return _EMPTY.get(f.metadata.get("kafka_type"), None)
     kind = classify_field(f)
     if isinstance(kind, EntityTupleField):
         return tuple(v if is_dataclass(v) else build(kind.type_, v) for v in value)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from tests.serve.conftest import bootstrap
 from tests.support import log_rows
+
+pytestmark = pytest.mark.kafka_clients
 
 
 def test_records_produced_by_kafka_python_are_the_logs_rows_and_come_back_in_order(served, root):
