@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from control_plane.settings import ControllerSettings
-from serve.cluster import Broker
+from serve.cluster import Broker, Cluster
 from serve.context import ServeContext
 from serve.group_tables import GroupRecords
 from serve.groups import Coordinator
@@ -59,6 +59,7 @@ class Server:
         self.batcher = Batcher(self.ctx)
         self.waits = Waits(self.ctx)
         self.batcher.on_commit = self.waits.notify
+        self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
         self.records = GroupRecords(self.ctx)
         self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
         self._server: asyncio.base_events.Server | None = None
@@ -71,9 +72,12 @@ class Server:
         self.ctx.loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        host, port = self.advertised
+        self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id)
         self.batcher.start()
         self.waits.start()
         self.coordinator.start()
+        self._beating = asyncio.get_running_loop().create_task(self._beat())
         log.info("lakelog serve listening on %s:%s", self.host, self.port)
 
     @property
@@ -85,16 +89,29 @@ class Server:
 
     def brokers(self) -> list[Broker]:
         """The live servers over this root, as Metadata lists them."""
-        host, port = self.advertised
-        return [Broker(self.ctx.node_id, host, port)]
+        return self.cluster.brokers()
+
+    async def _beat(self) -> None:
+        """Tick into the root and look at the other servers, every ``serve.heartbeat_interval_ms``;
+        drop the groups whose lease another server took."""
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
+            try:
+                await self.ctx.run(self.cluster.beat)
+                for name in list(self.coordinator.groups):
+                    if not await self.ctx.run(self.cluster.holds, name):
+                        self.coordinator.drop(name)
+            except Exception:  # noqa: BLE001 - a tick that failed is tried again next time
+                log.exception("a heartbeat into the root failed")
 
     async def coordinator_of(self, group: str) -> Broker | None:
-        """The server that coordinates ``group`` (FindCoordinator)."""
-        return self.brokers()[0]
+        """The server that coordinates ``group`` (FindCoordinator): the lease's live holder, or this one."""
+        node = await self.ctx.run(self.cluster.coordinator, group)
+        return self.cluster.broker(node)
 
     async def coordinates(self, group: str) -> bool:
-        """Whether this server coordinates ``group`` now."""
-        return True
+        """Whether this server holds ``group``'s lease now."""
+        return await self.ctx.run(self.cluster.holds, group)
 
     def allowed(self, conn: Connection, operation: str, resource: str, name: str) -> bool:
         """Whether ``conn``'s principal may do ``operation`` on the ``resource`` named ``name``."""
@@ -105,6 +122,9 @@ class Server:
             self._server.close()
         await self.batcher.stop()
         self.coordinator.stop()
+        if getattr(self, "_beating", None):
+            self._beating.cancel()
+            await self.ctx.run(self.cluster.stopped)
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)

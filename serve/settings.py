@@ -22,6 +22,7 @@ class ServeSettings(Strict):
 
     listen: str = "127.0.0.1:9092"  # HOST:PORT; port 0 picks a free one
     advertised: str | None = None  # HOST:PORT clients are told to connect to (default: the listener's)
+    rack: str | None = None  # Kafka's broker.rack, as Metadata lists it
     node_id: int | None = Field(default=None, ge=0)  # Kafka's node.id (default: allocated through the root)
     linger_ms: int = Field(default=20, ge=0)  # a topic's batches gathered this long into one commit
     batch_bytes: int = Field(default=16 * MIB, ge=1024)  # ... or until they hold this many bytes

@@ -18,3 +18,34 @@ def served(spark, root):
 
 def bootstrap(server) -> str:
     return f"127.0.0.1:{server.port}"
+
+
+class ServerProcess:
+    """A server in a process of its own (tests/serve/server_worker.py), to be killed."""
+
+    def __init__(self, root: str, node_id: int, **settings) -> None:
+        import json
+        import subprocess
+        import sys
+
+        from tests.support import PROJECT
+
+        args = [f"{k}={v}" for k, v in settings.items()]
+        self.proc = subprocess.Popen([sys.executable, str(PROJECT / "tests" / "serve" / "server_worker.py"), root,
+                                      str(node_id), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     cwd=PROJECT)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the server process did not start: {self.proc.stderr.read()[-3000:]}")
+        self.port = json.loads(line)["port"]
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
