@@ -23,8 +23,9 @@ def bootstrap(server) -> str:
 class ServerProcess:
     """A server in a process of its own (tests/serve/server_worker.py), to be killed."""
 
-    def __init__(self, root: str, node_id: int, **settings) -> None:
+    def __init__(self, root: str, node_id: int, env: dict[str, str] | None = None, **settings) -> None:
         import json
+        import os
         import subprocess
         import sys
 
@@ -33,11 +34,14 @@ class ServerProcess:
         args = [f"{k}={v}" for k, v in settings.items()]
         self.proc = subprocess.Popen([sys.executable, str(PROJECT / "tests" / "serve" / "server_worker.py"), root,
                                       str(node_id), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=PROJECT)
+                                     cwd=PROJECT, env={**os.environ, **(env or {})})
         line = self.proc.stdout.readline()
         if not line:
             raise AssertionError(f"the server process did not start: {self.proc.stderr.read()[-3000:]}")
         self.port = json.loads(line)["port"]
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.proc.wait(timeout)
 
     def kill(self) -> None:
         import signal
