@@ -90,3 +90,52 @@ def test_topic_configs_partitions_and_delete_records_through_kafkas_admin_tools(
     kafka("delete-records", "--bootstrap-server", boot, "--offset-json-file", path)
     described = lakelog(root, "topics", "describe", "--topic", "t")
     assert next(p for p in described["partitions"] if p["partition"] == 0)["earliest_offset"] == 5
+
+    kafka("topics", "--bootstrap-server", boot, "--delete", "--topic", "t")
+    assert "t" not in {t["topic"] for t in lakelog(root, "topics", "list")}
+    assert "t" not in kafka("topics", "--bootstrap-server", boot, "--list").split()
+
+
+def test_a_java_producer_cut_off_by_a_server_killed_mid_commit_lands_every_record_once(spark, root, tmp_path):
+    """Kafka's idempotent Java producer keeps sending while its server is SIGKILLed after a commit it
+    never answered; the producer retries to the restarted server: every line once, in order."""
+    import socket
+    import time
+
+    from benchmarks.kafka_broker import jars
+    from control_plane.topics import TopicAdmin
+    from log_store.crash import CRASH_ENV
+    from tests.serve.conftest import ServerProcess
+    from tests.serve.kafka_tools import TOOLS
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listen = f"127.0.0.1:{port}"
+    TopicAdmin(spark, root).create("jobs", 1)
+    dying = ServerProcess(root, 1, env={CRASH_ENV: "produce:after_commit@3"}, listen=listen, linger_ms=5)
+    producer = subprocess.Popen(
+        ["java", "-Xmx256m", "-cp", jars(), TOOLS["console-producer"], "--bootstrap-server", listen, "--topic", "jobs",
+         "--producer-property", "enable.idempotence=true", "--producer-property", "acks=all",
+         "--producer-property", "linger.ms=0", "--producer-property", "retry.backoff.ms=200",
+         "--producer-property", "delivery.timeout.ms=120000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sent = 0
+    while dying.proc.poll() is None and sent < 500:  # one line at a time until the server dies
+        producer.stdin.write(f"line-{sent}\n")
+        producer.stdin.flush()
+        sent += 1
+        time.sleep(0.05)
+    assert dying.wait() != 0, "the server never reached its third commit"
+    again = ServerProcess(root, 1, listen=listen, linger_ms=5)
+    try:
+        for i in range(sent, sent + 20):
+            producer.stdin.write(f"line-{i}\n")
+        producer.stdin.close()
+        assert producer.wait(180) == 0, producer.stderr.read()[-3000:]
+    finally:
+        again.stop()
+    values = [r["value"].decode() for r in sorted(log_rows(root, "jobs"), key=lambda r: r["offset"])]
+    assert values == [f"line-{i}" for i in range(sent + 20)]
+    sequences = [r["sequence"] for r in sorted(log_rows(root, "jobs"), key=lambda r: r["offset"])]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
