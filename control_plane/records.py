@@ -361,10 +361,12 @@ class ServerRecord(BaseModel):
     host: str
     port: int
     rack: str | None = None
+    listener: str = "PLAINTEXT"  # its security protocol: a client is told of the servers it can speak to
     state: str = "up"
     changed_at: datetime = Field(default_factory=utcnow)  # the writer's clock: shown, never compared
     commit_order: int | None = None
 
 
-SERVER_SCHEMA = ("node_id INT NOT NULL, host STRING NOT NULL, port INT NOT NULL, rack STRING, state STRING NOT NULL, "
+SERVER_SCHEMA = ("node_id INT NOT NULL, host STRING NOT NULL, port INT NOT NULL, rack STRING, listener STRING, "
+                 "state STRING NOT NULL, "
                  "changed_at TIMESTAMP_NTZ, commit_order BIGINT")

@@ -57,7 +57,8 @@ class ServerRegistry:
                 latest[r["node_id"]] = r
         return {n: ServerRecord.model_validate(r) for n, r in latest.items()}
 
-    def register(self, host: str, port: int, rack: str | None = None, node_id: int | None = None) -> int:
+    def register(self, host: str, port: int, rack: str | None = None, node_id: int | None = None,
+                 listener: str = "PLAINTEXT") -> int:
         """This server's node id (``node_id``, the one its address had before, or a new one), with an
         ``up`` row."""
         self.tables.ensure_table(TABLE)
@@ -65,7 +66,7 @@ class ServerRegistry:
             node_id = next((n for n, r in self.servers().items() if (r.host, r.port) == (host, port)), None)
         if node_id is None:
             node_id = self._allocate()
-        self._write(ServerRecord(node_id=node_id, host=host, port=port, rack=rack, state="up"))
+        self._write(ServerRecord(node_id=node_id, host=host, port=port, rack=rack, listener=listener, state="up"))
         return node_id
 
     def _allocate(self) -> int:

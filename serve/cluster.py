@@ -51,8 +51,9 @@ class Cluster:
         self._leases: dict[str, tuple[tuple[int, int] | None, float]] = {}
         self._lock = threading.Lock()
 
-    def register(self, host: str, port: int, rack: str | None, node_id: int | None) -> int:
-        self.node_id = self.registry.register(host, port, rack, node_id)
+    def register(self, host: str, port: int, rack: str | None, node_id: int | None, listener: str = "PLAINTEXT") -> int:
+        self.listener = listener
+        self.node_id = self.registry.register(host, port, rack, node_id, listener)
         self.me = Broker(self.node_id, host, port, rack)
         self.beat()
         return self.node_id
@@ -77,7 +78,8 @@ class Cluster:
             return True
         with self._lock:
             record = self._records.get(node)
-        return record is not None and record.state == "up" and self.liveness.alive(str(node), self.session_timeout_ms)
+        return (record is not None and record.state == "up" and record.listener == self.listener
+                and self.liveness.alive(str(node), self.session_timeout_ms))
 
     def brokers(self) -> list[Broker]:
         """The live servers (this one always), as Metadata lists them."""

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from control_plane.settings import ControllerSettings
 from serve.cluster import Broker, Cluster
 from serve.context import ServeContext
+from serve.security import allowed, scram_credentials, tls_context, tls_principal
 from serve.group_tables import GroupRecords
 from serve.groups import Coordinator
 from serve.settings import ServeSettings, split_address
@@ -37,7 +38,8 @@ class Connection:
 
     peer: str
     principal: str = "User:ANONYMOUS"
-    authenticated: bool = True
+    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+    closing: bool = False  # close once the answer being written is out (a failed authentication)
     state: dict = field(default_factory=dict)
 
 
@@ -56,6 +58,7 @@ class Server:
         self.ctx = ServeContext(spark, root, self.settings)
         self.handlers: dict[int, tuple[int, int, Handler]] = handlers()
         self.versions = {k: (lo, hi) for k, (lo, hi, _h) in self.handlers.items()}
+        self.scram = scram_credentials(self.settings.users) if self.settings.security_protocol.startswith("SASL") else {}
         self.batcher = Batcher(self.ctx)
         self.waits = Waits(self.ctx)
         self.batcher.on_commit = self.waits.notify
@@ -70,10 +73,15 @@ class Server:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self.ctx.loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024)
+        tls = None
+        if self.settings.security_protocol.endswith("SSL"):
+            tls = tls_context(self.settings.ssl_certfile, self.settings.ssl_keyfile, self.settings.ssl_cafile,
+                              self.settings.ssl_client_auth)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls)
         self.port = self._server.sockets[0].getsockname()[1]
         host, port = self.advertised
-        self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id)
+        self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id,
+                                              self.settings.security_protocol)
         self.batcher.start()
         self.waits.start()
         self.coordinator.start()
@@ -115,7 +123,7 @@ class Server:
 
     def allowed(self, conn: Connection, operation: str, resource: str, name: str) -> bool:
         """Whether ``conn``'s principal may do ``operation`` on the ``resource`` named ``name``."""
-        return True
+        return allowed(self.settings.acls, self.settings.super_users, conn.principal, operation, resource, name)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -179,9 +187,11 @@ class Server:
         task = asyncio.current_task()
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
+                          authenticated=not self.settings.security_protocol.startswith("SASL"))
+        conn.principal = tls_principal(writer.get_extra_info("peercert")) or conn.principal
         answers: asyncio.Queue = asyncio.Queue(maxsize=self.settings.max_in_flight)
-        sender = asyncio.create_task(self._send(answers, writer))
+        sender = asyncio.create_task(self._send(answers, writer, conn))
         try:
             while True:
                 head = await reader.readexactly(4)
@@ -202,7 +212,7 @@ class Server:
             writer.close()
             self._connections.discard(task)
 
-    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, conn: Connection) -> None:
         """Write each answer in request order; a request that failed closes the connection."""
         while True:
             task = await answers.get()
@@ -220,6 +230,9 @@ class Server:
             if frame:
                 writer.write(frame)
                 await writer.drain()
+            if conn.closing:
+                writer.close()
+                return
 
     async def _answer(self, conn: Connection, frame: bytes) -> bytes | None | object:
         try:
@@ -235,6 +248,9 @@ class Server:
         except MalformedRequest as exc:
             log.warning("closing %s: %s", conn.peer, exc)
             return _CLOSE
+        if not conn.authenticated and request.api_key not in PRE_AUTHENTICATION:
+            log.warning("closing %s: API %d before SASL authentication", conn.peer, request.api_key)
+            return _CLOSE
         _lo, _hi, handler = self.handlers[request.api_key]
         started = time.monotonic()
         values = await handler(self, conn, request)
@@ -249,4 +265,5 @@ class Server:
 
 
 _CLOSE = object()
+PRE_AUTHENTICATION = {18, 17, 36}  # ApiVersions, SaslHandshake, SaslAuthenticate
 CLOSE = _CLOSE  # what a handler returns to close the connection without an answer

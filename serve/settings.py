@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from log_store.config import Strict
+from serve.security import MECHANISMS, Acl
 
 MIB = 1024 * 1024
 
@@ -36,6 +39,26 @@ class ServeSettings(Strict):
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
+
+    # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
+    # (principal name -> password), and permissions (none: everyone may do everything).
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_cafile: str | None = None
+    ssl_client_auth: bool = False  # TLS client certificates required; their CN is the principal
+    sasl_mechanisms: list[Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]] = list(MECHANISMS)
+    users: dict[str, str] = Field(default_factory=dict)
+    super_users: list[str] = Field(default_factory=list)  # principals allowed everything (User:admin)
+    acls: list[Acl] | None = None
+
+    @model_validator(mode="after")
+    def _security(self) -> "ServeSettings":
+        if self.security_protocol.endswith("SSL") and not self.ssl_certfile:
+            raise ValueError(f"security_protocol {self.security_protocol} needs ssl_certfile (and ssl_keyfile)")
+        if self.security_protocol.startswith("SASL") and not self.users:
+            raise ValueError(f"security_protocol {self.security_protocol} needs users (principal name: password)")
+        return self
 
     @field_validator("listen", "advertised")
     @classmethod

@@ -25,6 +25,8 @@ class Waits:
     def stop(self) -> None:
         if self._task:
             self._task.cancel()
+        for event in self._events.values():  # waiting fetches answer now
+            event.set()
 
     def notify(self, topic: str) -> None:
         """``topic``'s log moved: wake whoever waits on it (called on the loop thread)."""
