@@ -386,11 +386,10 @@ class TopicLog:
             )
         check_dense(parts, bases)
         crash_point("produce:after_write")
-        for p in counts:  # the commit now fails if another writer moved these partitions
-            txn.app_version(log_end_app_id(p))
+        # the commit now fails if another writer moved these partitions, or these producers' marks
+        txn.depend_on([log_end_app_id(p) for p in counts] + [producer_app_id(pid) for pid in marks])
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
         for pid, mark in marks.items():
-            txn.app_version(producer_app_id(pid))  # and if the same producer committed meanwhile
             versions[producer_app_id(pid)] = mark
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
         extra = {"producer_id": producer_id} if producer_id or not marks else {"producers": len(marks)}

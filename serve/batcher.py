@@ -32,6 +32,7 @@ from serve.records import ProducedBatch, rows_of
 
 log = logging.getLogger("lakelog.serve")
 ATTEMPTS = 20  # commits of one flush refused by a resize, an election or another server's marks
+VIEW_AGE = 1.0  # seconds a commit may plan on a topic's view: the append checks its metadata itself
 RECENT = 100_000  # batches remembered for answering duplicates without reading the log
 
 
@@ -77,6 +78,7 @@ class Batcher:
         self._marks: dict[tuple[str, str], int] = {}  # (log path, producer id) -> its mark as last seen
         self._recent: OrderedDict[tuple[str, str, int], int] = OrderedDict()  # (path, producer, first) -> offset
         self._tasks: set[asyncio.Task] = set()
+        self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read), used by commits
         self.committed = 0  # Delta commits made (for the benchmark's commits a second)
         self.on_commit = None  # called with the topic after each commit (fetches waiting on it)
 
@@ -143,7 +145,7 @@ class Batcher:
         outcomes: dict[int, Outcome] = {}
         for attempt in range(ATTEMPTS):
             try:
-                view = self.ctx.view(topic)
+                view = self._view(topic, fresh=attempt > 0)
             except (UnknownTopicError, TopicDeletedError, StorageError) as exc:
                 return [Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc))] * len(entries)
             path = view.record.location
@@ -172,10 +174,21 @@ class Batcher:
             except LakelogError as exc:
                 return self._fill(entries, outcomes, Outcome(error=name_of(exc), message=message_of(exc)))
             self.committed += 1
+            self.ctx.forget(path)
             self._answer(view, path, accepted, result.ranges, outcomes)
             self._acknowledge(view, accepted, outcomes)
             break
         return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
+
+    def _view(self, topic: str, fresh: bool) -> TopicView:
+        """The topic as the last commit planned on it, read again after ``VIEW_AGE`` seconds or when
+        ``fresh`` (the append checks count, modes and epochs in its own transaction; a refusal makes
+        the next attempt fresh). Fetches read their own, moved by each commit."""
+        hit = self._views.get(topic)
+        if fresh or hit is None or time.monotonic() - hit[1] > VIEW_AGE:
+            hit = (self.ctx.view(topic), time.monotonic())
+            self._views[topic] = hit
+        return hit[0]
 
     @staticmethod
     def _fill(entries: list[Entry], outcomes: dict[int, Outcome], rest: Outcome) -> list[Outcome]:

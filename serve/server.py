@@ -23,6 +23,7 @@ from serve.cluster import Broker, Cluster
 from serve.context import ServeContext
 from serve.security import allowed, scram_credentials, tls_context, tls_principal
 from serve.group_tables import GroupRecords
+from serve.log_reads import LogReads
 from serve.groups import Coordinator
 from serve.settings import ServeSettings, split_address
 from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
@@ -61,6 +62,8 @@ class Server:
         self.scram = scram_credentials(self.settings.users) if self.settings.security_protocol.startswith("SASL") else {}
         self.batcher = Batcher(self.ctx)
         self.waits = Waits(self.ctx)
+        self.reads = LogReads()
+        self.record_bytes: dict[str, float] = {}  # topic -> bytes a record took in the last large fetch
         self.batcher.on_commit = self.waits.notify
         self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
         self.records = GroupRecords(self.ctx)

@@ -71,5 +71,7 @@ class Waits:
             version = table_version(self.ctx.spark, record.location) if record else -1
             if self._versions.get(t) != version:
                 self._versions[t] = version
+                if record:
+                    self.ctx.forget(record.location)
                 out.append(t)
         return out

@@ -26,7 +26,7 @@ READ_COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers"
 READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
                          ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
                          ("timestamp", TIMESTAMP_ARROW)])
-MIN_RECORD_BYTES = 16  # no record is smaller: bounds how many rows a byte budget can hold
+FIRST_GUESS_BYTES = 64  # a record's size on the wire before a topic's fetches have measured it
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -62,7 +62,7 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
     """The records of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version."""
     path = view.record.location
     if reads_with_delta_rs(path):
-        found = rs_reader.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS)
+        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS)
     else:
         ranges = {p: (s, e) for p, s, e in spans}
         found = TopicLog(server.ctx.spark, path).read(ranges, version=view.snapshot.version).select(*READ_COLUMNS).toArrow()
@@ -72,7 +72,7 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
 def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool). ``budget``: bytes the response may still take."""
     try:
-        view = server.ctx.view(topic)
+        view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
     except (UnknownTopicError, StorageError):
         return [_Part(p.partition, "UNKNOWN_TOPIC_OR_PARTITION") for p in wanted]
     marks = server.ctx.high_watermarks(view)
@@ -90,7 +90,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
             part.error = "OFFSET_OUT_OF_RANGE"
             continue
         if p.fetch_offset < part.high_watermark and budget[0] > 0:
-            rows = max(min(p.partition_max_bytes, budget[0]) // MIN_RECORD_BYTES, 1)
+            size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
+            rows = max(int(min(p.partition_max_bytes, budget[0]) / size * 1.25), 1)
             spans.append((p.partition, p.fetch_offset, min(part.high_watermark, p.fetch_offset + rows)))
             limits[p.partition] = p.partition_max_bytes
     if not spans:
@@ -105,9 +106,12 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
         mine = found.slice(firsts.get(p, 0), counts.get(p, 0))
         if budget[0] <= 0 or not mine.num_rows:
             continue
-        data, _next = encode_records(mine, min(limits[p], budget[0]))
+        data, after = encode_records(mine, min(limits[p], budget[0]))
         by_part[p].records = data
         budget[0] -= len(data)
+        sent = after - mine.column("offset")[0].as_py()
+        if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
+            server.record_bytes[topic] = max(len(data) / sent, 8)
     return parts
 
 
