@@ -134,7 +134,7 @@ def _decode(batch: DefaultRecordBatch) -> ProducedBatch:
     )
 
 
-def encode_records(rows: pa.Table, max_bytes: int | None = None, log_append_time: bool = False) -> tuple[bytes, int]:
+def encode_records(rows: pa.Table, max_bytes: int | None = None) -> tuple[bytes, int]:
     """Record batches of ``rows`` (columns ``offset``, ``leader_epoch``, ``key``, ``value``, ``headers``,
     ``timestamp``, in offset order): a batch per run of consecutive offsets with one epoch. Stops
     before ``max_bytes`` would be passed, after at least one record (a fetch returns at least one,
@@ -168,7 +168,7 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None, log_append_time
         batch = builder.build()
         _BASE_OFFSET.pack_into(batch, 0, first)  # outside the CRC, as is the leader epoch
         _LEADER_EPOCH.pack_into(batch, 12, epoch)
-        out += _as_log_append_time(batch) if log_append_time else batch
+        out += batch
     return bytes(out), offsets[n - 1] + 1
 
 
@@ -188,16 +188,6 @@ def _header_pairs(column: pa.ChunkedArray) -> list[list[tuple[str, bytes | None]
         valid = _listed(chunk.is_valid())
         out.extend(pairs[offsets[j]:offsets[j + 1]] if valid[j] else [] for j in range(len(chunk)))
     return out
-
-
-def _as_log_append_time(batch: bytearray) -> bytearray:
-    """The batch marked as carrying the log's append time (attribute bit 3), its CRC recomputed."""
-    import crc32c
-
-    attributes = struct.unpack_from(">h", batch, 21)[0] | 0x08
-    struct.pack_into(">h", batch, 21, attributes)
-    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
-    return batch
 
 
 def rows_of(batches: list[ProducedBatch]) -> pa.Table:
