@@ -153,6 +153,11 @@ def retention(spark, a: dict) -> None:
         ctl.alter_config(a["topic"], [], ["retention.bytes"])
 
 
+def layout(spark, a: dict) -> None:
+    moved = _controller(spark, a).change_layout(a["topic"], a["layout"])
+    say("layout", result=moved.model_dump())
+
+
 def delete(spark, a: dict) -> None:
     result = _controller(spark, a).delete(a["topic"])
     say("deleted", topic_version=result.topic_version)
@@ -212,7 +217,7 @@ def stream_write(spark, a: dict) -> None:
     say("streamed", batches=len(query.recentProgress))
 
 
-ACTORS = {"create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
+ACTORS = {"layout": layout, "create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
           "stream_write": stream_write, "delete_records": delete_records, "compact": compact, "retention": retention}
 
 

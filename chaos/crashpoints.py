@@ -300,7 +300,19 @@ def scenario_replicate(scene: Scene) -> None:
     scene.expect("every produced record is there once", len(roots_agree(scene, us)) == 400)
 
 
+def scenario_layout(scene: Scene) -> None:
+    """A move to the arrival layout killed before its commit changed nothing: producing goes on,
+    the move run again moves every record, and a group reads them all once."""
+    scene.create(partitions=3)
+    scene.produce("p0")
+    crashed(scene, scene.controller("layout", crash=scene.point, layout="arrival"))
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("re-running the move must finish it", scene.controller("layout", layout="arrival") == 0)
+    scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
+    "layout": scenario_layout,
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
     "retention": scenario_retention, "compact": scenario_compact, "elect": scenario_elect,

@@ -14,7 +14,10 @@ from control_plane.group.offsets import PartitionLag, partition_lags
 from control_plane.group.store import HEARTBEAT_PREFIX, TICK_WINDOW, ticks_of
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
-from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicEvent, TopicRecord
+from control_plane.records import (
+    CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, ReplicaState, TopicEvent, TopicRecord,
+)
+from control_plane.replication.state import TABLE as REPLICAS, latest_states, located, states_of
 from control_plane.tables import latest_position_rows, latest_rows, member_states_of
 from control_plane.topics import TopicDescription, describe_topic, live_record
 from log_store import rs_reader
@@ -36,6 +39,22 @@ class FastTopicReader:
             records.setdefault(record.topic, []).append(record)
         return {t: TopicImage(t, rs) for t, rs in records.items()}
 
+    def replica_states(self) -> dict[tuple[str, int], ReplicaState]:
+        """Each replicated topic's latest replica state (none on a root without replicated topics)."""
+        path = self.layout.control(REPLICAS)
+        if not rs_reader.exists(path, self.storage):
+            return {}
+        return latest_states(states_of(rs_reader.rows(path, storage=self.storage)))
+
+    def latest(self, topic: str, images: dict[str, TopicImage] | None = None,
+               states: dict[tuple[str, int], ReplicaState] | None = None) -> TopicRecord:
+        """``topic``'s latest record if it is live (else the error that says why not), located at
+        the log its replica state names leader (``replication.state.located``)."""
+        image = (images if images is not None else self.images()).get(topic)
+        record = live_record(image.latest if image else None, topic, self.layout.root)
+        states = self.replica_states() if states is None else states
+        return located(record, image.records[0].topic_version, states)
+
     def list(self) -> list[TopicRecord]:
         """As ``TopicAdmin.list``: live topics and those being deleted."""
         latest = [img.latest for img in self.images().values()]
@@ -49,8 +68,7 @@ class FastTopicReader:
         return self._log_snapshot(topic)[1][0]
 
     def _log_snapshot(self, topic: str) -> tuple[TopicRecord, tuple[LogSnapshot, str]]:
-        image = self.images().get(topic)
-        record = live_record(image.latest if image else None, topic, self.layout.root)
+        record = self.latest(topic)
         return record, rs_reader.log_snapshot(record.location, storage=self.storage)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -106,7 +107,8 @@ class ReplicaEvent(str, Enum):
     CREATE = "create"
     ELECT = "elect"  # a new leader and leader epoch
     SHRINK_ISR = "shrink_isr"  # a follower fell behind (or could not be reached)
-    EXPAND_ISR = "expand_isr"  # a follower caught up again
+    JOIN = "join"  # a caught-up follower starts joining: acknowledgements and the high watermark wait for it
+    EXPAND_ISR = "expand_isr"  # a joining follower holds what the leader had since: it is in sync
     REASSIGN = "reassign"  # the assigned roots changed
 
 
@@ -128,6 +130,12 @@ class ReplicaState(BaseModel):
     in_sync: list[str]
     epoch_starts: list[EpochStart]
     changed_at: datetime = Field(default_factory=utcnow)
+    joining: list[str] = Field(default_factory=list)  # caught up, joining the in-sync set (docs/replication.md)
+
+    @field_validator("joining", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value  # a row written before the column
     changed_by: str = "lakelog"
 
     @property
@@ -144,7 +152,7 @@ REPLICA_SCHEMA = (
     "topic STRING NOT NULL, incarnation INT NOT NULL, replica_version INT NOT NULL, event STRING NOT NULL, "
     "replicas ARRAY<STRING>, leader STRING, leader_epoch INT, in_sync ARRAY<STRING>, "
     "epoch_starts ARRAY<STRUCT<epoch: INT, leader: STRING, starts: MAP<INT, BIGINT>>>, "
-    "changed_at TIMESTAMP_NTZ, changed_by STRING"
+    "changed_at TIMESTAMP_NTZ, changed_by STRING, joining ARRAY<STRING>"
 )
 
 
@@ -183,12 +191,15 @@ class OffsetCommit(BaseModel):
     kind: str = "commit"
     end_offset: int | None = None  # kind "expired": the records [offset, end_offset) can no longer be delivered
     commit_order: int | None = None  # set when written: see control_plane.tables.COMMIT_ORDER_COLUMN
+    # the partition's leader epoch the position was read under (Kafka's committed leader epoch):
+    # after an unclean election, where the position's history was cut (docs/replication.md)
+    leader_epoch: int | None = None
 
 
 OFFSET_SCHEMA = (
     "`group` STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL, "
     "generation INT, member_id STRING, committed_at TIMESTAMP_NTZ, metadata STRING, kind STRING, end_offset BIGINT, "
-    "commit_order BIGINT"
+    "commit_order BIGINT, leader_epoch INT"
 )
 
 
@@ -259,6 +270,9 @@ class MemberHeartbeat(BaseModel):
     host: str = ""
     beat: int = 0  # the member's heartbeat counter: liveness is a counter observed to move
     commit_order: int | None = None  # set when written: see control_plane.tables.COMMIT_ORDER_COLUMN
+    # the partition's leader epoch the position was read under (Kafka's committed leader epoch):
+    # after an unclean election, where the position's history was cut (docs/replication.md)
+    leader_epoch: int | None = None
 
 
 class MemberAssignment(BaseModel):
@@ -336,7 +350,7 @@ MEMBER_SCHEMA = (
     f"previous ARRAY<{TP_DDL}>, warm_ready ARRAY<{TP_DDL}>, warmup BOOLEAN, "
     "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, session_timeout_ms INT, "
     "rebalance_timeout_ms INT, unassigned_ms BIGINT, rebalances INT, heartbeat_at TIMESTAMP_NTZ, host STRING, beat BIGINT, "
-    "commit_order BIGINT"
+    "commit_order BIGINT, leader_epoch INT"
 )
 
 GENERATION_SCHEMA = (
@@ -348,3 +362,25 @@ GENERATION_SCHEMA = (
     "revoked INT, rebalance_ms BIGINT, reason STRING, created_at TIMESTAMP_NTZ, topic_versions MAP<STRING, INT>, "
     "expired ARRAY<STRUCT<topic: STRING, partition: INT, first: BIGINT, end: BIGINT>>"
 )
+
+
+# -- servers (lakelog serve) ---------------------------------------------------------------------
+class ServerRecord(BaseModel):
+    """A Kafka-protocol server over the root, one row per change of its state (``up`` when it
+    starts listening, ``down`` when it stops); ``commit_order`` orders them (never a clock)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    listener: str = "PLAINTEXT"  # its security protocol: a client is told of the servers it can speak to
+    state: str = "up"
+    changed_at: datetime = Field(default_factory=utcnow)  # the writer's clock: shown, never compared
+    commit_order: int | None = None
+
+
+SERVER_SCHEMA = ("node_id INT NOT NULL, host STRING NOT NULL, port INT NOT NULL, rack STRING, listener STRING, "
+                 "state STRING NOT NULL, "
+                 "changed_at TIMESTAMP_NTZ, commit_order BIGINT")

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from control_plane.layout import RootLayout
 from control_plane.topic_config import CONFIG_SCHEMA, LOG_START_SCHEMA
 from control_plane.records import (
-    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
+    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
+    MemberHeartbeat,
 )
 from log_store import rs_reader
 from log_store.engine import DeltaTransaction
@@ -30,6 +31,7 @@ from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
 
 _CHECKED: set[str] = set()
+_COMPLETE: set[str] = set()  # control table paths known to exist with every column
 _ROW_TRACKED: dict[str, bool] = {}  # ordered table path -> ordered by row tracking (fixed at creation)
 
 # The layout of the tables under a root; a root written by another layout is refused, not misread.
@@ -46,10 +48,11 @@ TABLES = {
     "group_heartbeats": "`group` STRING",
     "topic_configs": CONFIG_SCHEMA,  # control_plane.topic_config
     "record_deletions": LOG_START_SCHEMA,
-    "topic_replicas": REPLICA_SCHEMA,  # control_plane.replicas
+    "topic_replicas": REPLICA_SCHEMA,  # control_plane.replication.state
+    "servers": SERVER_SCHEMA,  # control_plane.servers (lakelog serve)
 }
 # Made when first written (``ensure_table``), not with every root: only replicated topics use them.
-ON_DEMAND = ("topic_replicas",)
+ON_DEMAND = ("topic_replicas", "servers")
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 # The tables whose current state is "the latest row in commit order" (never a writer's clock):
@@ -68,6 +71,11 @@ ROW_COMMIT_VERSION = "_metadata.row_commit_version"
 ORDER_TIEBREAK = {"offset_commits": ("offset", "member_id"), "group_members": ("beat",)}
 # offset_commits rows that move a position (claims, fences and expiry reports do not).
 POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.RESET.value)
+
+
+# Columns added to a table after its first release: an older table gets them when first written.
+ADDED_COLUMNS = {"offset_commits": {COMMIT_ORDER_COLUMN: "BIGINT", "leader_epoch": "INT"}, "group_members": {COMMIT_ORDER_COLUMN: "BIGINT"},
+                 "topic_replicas": {"joining": "ARRAY<STRING>"}}
 
 
 # The group_offsets view: each position with when and under which generation it was committed.
@@ -224,11 +232,14 @@ class ControlTables:
         self._ensured = True
 
     def ensure_table(self, name: str) -> None:
-        """Create the control table ``name`` if missing (safe to race)."""
+        """Create the control table ``name`` if missing (safe to race); give one made by an earlier
+        release the columns added since (``ADDED_COLUMNS``)."""
         path = self.path(name)
+        if path in _COMPLETE:
+            return
         if DeltaTable.isDeltaTable(self.spark, path):
-            if name in ORDERED_TABLES:
-                self._add_order_column(name)
+            self._add_columns(name)
+            _COMPLETE.add(path)
             return
         try:
             builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
@@ -238,18 +249,26 @@ class ControlTables:
         except Exception:  # a racing process created it first: fine if the table is there
             if not DeltaTable.isDeltaTable(self.spark, path):
                 raise
+            self._add_columns(name)
+        _COMPLETE.add(path)
 
-    def _add_order_column(self, name: str) -> None:
-        """Give a table made before ``commit_order`` the column (its rows stay ordered by row
-        tracking; new rows carry a label too). Safe to race: a lost race finds the column there."""
+    def _add_columns(self, name: str) -> None:
+        """Give a table made before some of its columns those columns (``commit_order``: its rows
+        stay ordered by row tracking, new rows carry a label too). Safe to race: a lost race finds
+        the column there."""
         path = self.path(name)
-        if COMMIT_ORDER_COLUMN in self.spark.read.format("delta").load(path).columns:
+        wanted = ADDED_COLUMNS.get(name, {})
+        if not wanted:
             return
-        try:
-            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({COMMIT_ORDER_COLUMN} BIGINT)")
-        except Exception:
-            if COMMIT_ORDER_COLUMN not in self.spark.read.format("delta").load(path).columns:
-                raise
+        have = set(self.spark.read.format("delta").load(path).columns)
+        for column, kind in wanted.items():
+            if column in have:
+                continue
+            try:
+                self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {kind})")
+            except Exception:
+                if column not in self.spark.read.format("delta").load(path).columns:
+                    raise
 
     def exists(self, name: str) -> bool:
         return DeltaTable.isDeltaTable(self.spark, self.path(name))

@@ -4,7 +4,9 @@ offset raised (``record_deletions``).
 
 ``topic_configs`` holds one row per change: the topic's whole configuration after it, numbered by
 ``config_version`` per topic log (``location``: a topic created again with the name is a new log
-and starts from the defaults, as a Kafka topic's configuration goes with it). The latest version
+and starts from the defaults, as a Kafka topic's configuration goes with it). A log is known by
+its place under its root (``log_key``), so a replicated topic keeps its configuration whichever
+root leads it. The latest version
 is the configuration. ``record_deletions`` holds one row per raised log start: the history that
 ``lakelog sql`` reads; the log's own commit (``log_store.log_files``) is what readers obey.
 
@@ -103,9 +105,17 @@ def changed(current: dict[str, str], set_: dict[str, str], delete: list[str]) ->
     return out
 
 
+def log_key(location: str) -> str:
+    """A topic log's name under its root (``topics/<name>`` or ``topics/<name>~<incarnation>``):
+    one incarnation of a topic, at whichever replica root. The key of its configuration and log
+    starts: an election moves the location to another root, not to another log."""
+    return "/".join(location.rstrip("/").rsplit("/", 2)[-2:])
+
+
 def latest_config(rows: list[dict], location: str) -> tuple[int, dict[str, str]]:
     """(version, configuration) of the topic log at ``location`` among ``topic_configs`` rows."""
-    mine = [r for r in rows if r["location"] == location]
+    key = log_key(location)
+    mine = [r for r in rows if log_key(r["location"]) == key]
     if not mine:
         return 0, {}
     row = max(mine, key=lambda r: r["config_version"])
@@ -116,7 +126,8 @@ def latest_config(rows: list[dict], location: str) -> tuple[int, dict[str, str]]
 def recorded_log_starts(rows: list[dict], location: str) -> dict[int, int]:
     """The highest log start recorded per partition of the log at ``location``."""
     out: dict[int, int] = {}
+    key = log_key(location)
     for r in rows:
-        if r["location"] == location:
+        if log_key(r["location"]) == key:
             out[r["partition"]] = max(out.get(r["partition"], 0), r["log_start_offset"])
     return out

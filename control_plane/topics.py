@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from control_plane.image import TopicImage
 from control_plane.layout import RootLayout
 from control_plane.records import MAX_PARTITIONS, PartitionState, ReplicaState, TopicEvent, TopicRecord
-from control_plane.replica_rules import check_roots, initial_state
-from control_plane.replicas import ReplicaStore
+from control_plane.replication.rules import check_roots, initial_state
+from control_plane.replication.state import ReplicaStore, latest_states, located
 from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables
 from control_plane.topic_config import TopicConfig, latest_config
 from log_store.errors import (
@@ -141,8 +141,12 @@ class TopicAdmin:
         return self.images().get(topic) or TopicImage(topic, [])
 
     def current(self) -> dict[str, TopicRecord]:
-        """The latest record of every topic."""
-        return {t: img.latest for t, img in self.images().items()}
+        """The latest record of every topic; a replicated topic's located at the log its replica
+        state names leader (``replication.state.located``)."""
+        images = self.images()
+        states = latest_states(ReplicaStore(self.tables).states())
+        return {t: located(img.latest, img.records[0].topic_version, states) if states else img.latest
+                for t, img in images.items()}
 
     def latest_version(self, topic: str) -> int:
         """The version of ``topic``'s latest record (0 if it has none)."""
@@ -249,6 +253,10 @@ class TopicAdmin:
     def replica_state(self, topic: str) -> ReplicaState | None:
         """A replicated topic's latest replica state (None: not replicated)."""
         return ReplicaStore(self.tables).latest(topic, self.incarnation(topic))
+
+    def replica_history(self, topic: str) -> list[ReplicaState]:
+        """Every replica state of ``topic``'s current incarnation, oldest first."""
+        return ReplicaStore(self.tables).history(topic, self.incarnation(topic))
 
     # -- the compare-and-set -----------------------------------------------------------------
     def record(self, target: TopicRecord, attempts: int = 10) -> bool:

@@ -84,7 +84,7 @@ class Context:
         """A replicated topic's replicas as they are now; None for an unreplicated topic (on a local
         root known without starting Spark: no replicated topic was ever created there)."""
         from control_plane.layout import RootLayout
-        from control_plane.replicas import TABLE
+        from control_plane.replication.state import TABLE
 
         layout = RootLayout(self.root)
         if layout.is_local and not os.path.isdir(os.path.join(layout.control(TABLE), "_delta_log")):

@@ -51,9 +51,10 @@ POINTS: dict[str, str] = {
     "retention:after_commit": "retention or delete-records: the log start raised, the control plane not told",
     "compact:before_commit": "compaction: merged files written, not committed",
     "replicate:after_write": "replicate: a follower's copied files written, not committed",
-    "replicate:after_truncate": "replicate: a returning leader's diverged rows deleted, its log ends not lowered",
+    "replicate:after_truncate": "replicate or elect: a truncation's kept records rewritten, not committed",
+    "layout:before_commit": "topics alter --layout: the log's files rewritten in the new layout, not committed",
     "elect:after_fence": "leader election: the old leader's log fenced, the new epoch not recorded",
-    "elect:after_record": "leader election: the new epoch recorded, the new leader's log and the topic's record not moved",
+    "elect:after_record": "leader election: the new epoch recorded, not finished (the topic's record, the new leader's commit)",
 }
 
 _hits: dict[str, int] = {}

@@ -21,7 +21,12 @@ class InvalidPartitionMetadataError(RetriableError):
 
     Raised by the fenced append when the producer's ``undeleted_partition_count`` is stale or a
     target partition is not writable. The producer refreshes metadata, re-partitions and retries.
+    ``partitions``: the partitions found not writable, where the append knows them.
     """
+
+    def __init__(self, message: str, partitions: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.partitions = partitions or []
 
 
 class FencedLeaderEpochError(InvalidPartitionMetadataError):
@@ -48,7 +53,12 @@ class ReplicationError(LakelogError):
 class StaleProducerSequenceError(RetriableError):
     """A producer continuing its stream from the sequence it last committed found the log's
     mark for its id elsewhere: another process produced under the same id since. The producer
-    reads the mark again and numbers the records after it; nothing was written."""
+    reads the mark again and numbers the records after it; nothing was written. ``marks``: the
+    log's marks of the producers that differ, where the append read them."""
+
+    def __init__(self, message: str, marks: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.marks = marks or {}
 
 
 class ConcurrentCommitError(RetriableError):
@@ -127,3 +137,9 @@ class InvalidPartitionsError(InvalidConfigurationError):
 
 class ConcurrentTopicChangeError(RetriableError):
     """Another controller changed the topic first with a different change; re-run against its result."""
+
+
+class LogTruncatedError(LakelogError):
+    """A reader's position lies past where the leader's records of the epoch it read under end:
+    an unclean election truncated the log under records the reader delivered (Kafka's
+    LogTruncationException, KIP-320). Nothing was skipped; the message says where to go back to."""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from log_store.errors import StorageError
+
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:/")
 
 
@@ -31,12 +33,21 @@ def local_path(path: str) -> Path:
     return Path(path[len("file:"):] if path.startswith("file:/") else path).expanduser().resolve()
 
 
-def write_file(spark: SparkSession, path: str, data: bytes) -> None:
-    """Write a local file, or through Hadoop's FileSystem for a URI."""
+def write_file(spark: SparkSession, path: str, data: bytes, in_table: bool = False) -> None:
+    """Write a local file, or through Hadoop's FileSystem for a URI. ``in_table``: a data file of
+    a table, whose folder must exist (only a partition's folder in it is made): a root that is lost
+    or not mounted is a StorageError, never a folder made again where it was."""
     if not is_remote(path):
         target = local_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        try:
+            if in_table:
+                target.parent.mkdir(exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc} (the root is lost, not mounted or "
+                               "not writable); nothing was committed") from exc
         return
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)

@@ -129,11 +129,14 @@ def layout_of(properties: Mapping[str, str]) -> str:
     return properties.get(LAYOUT_PROP, PARTITIONED)
 
 
-# A replicated topic's copy at one root (docs/replication.md): which role the root's log plays and
-# the leader epoch it holds records of (a leader's own epoch; a follower's: the epoch of the leader
-# it last copied from). Absent on an unreplicated topic's log, which is never fenced by them.
+# A replicated topic's copy at one root (docs/replication.md): which role the root's log plays, the
+# latest leader epoch it was told of (its fence: requests stamped with an older one are refused),
+# and the leader epoch whose history it holds (a leader's own; a follower's: that of the leader it
+# last copied from; absent on a log written before it was kept apart: the fence epoch). Absent on
+# an unreplicated topic's log, which is never fenced by them.
 REPLICA_ROLE_PROP = "lakelog.replica.role"
 REPLICA_EPOCH_PROP = "lakelog.replica.epoch"
+REPLICA_DATA_EPOCH_PROP = "lakelog.replica.dataEpoch"
 LEADER = "leader"
 FOLLOWER = "follower"
 # A replicated topic's id, the same in every root's log (each log's Delta table id differs): what

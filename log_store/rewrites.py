@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import InvalidConfigurationError, OffsetCheckError
@@ -106,12 +107,16 @@ def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
     record changes: offsets, epochs, producer ids and the log's set transactions stay; time travel
     reads the old files). Partitioned: a file per partition. Arrival: each write task takes whole
     partitions sorted by offset, and each file's partition ranges are read back into its tags.
-    Every commit racing it conflicts (a metadata change); appends retry in the new layout."""
+    An append committing before it makes it start again (it reads the whole table); one
+    committing after it conflicts on its metadata change and is made again in the new layout."""
     if layout not in LAYOUTS:
         raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
 
     def attempt() -> LayoutChange:
         txn = DeltaTransaction.start(spark, path)
+        # It reads every file: an append committing before it makes it conflict and start again
+        # (otherwise its files, written for the old layout, would stay inside the new one).
+        txn.read_whole_table()
         previous, files = meta_layout(txn), txn.files()
         if previous == layout:
             return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(files),
@@ -138,6 +143,7 @@ def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
             raise OffsetCheckError(f"rewriting {path} in the {layout} layout wrote {count} records, not {records}; "
                                    "nothing was committed")
         txn.remove(files, data_change=False)
+        crash_point("layout:before_commit")
         version = txn.commit_as("OPTIMIZE", {})
         return LayoutChange(previous=previous, layout=layout, files_before=len(files), files_after=len(written),
                             records=records, version=version)

@@ -185,6 +185,13 @@ def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[i
 def log_snapshot(path: str, version: int | None = None, storage: Storage = None) -> tuple[LogSnapshot, str]:
     """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its
     table id, as of ``version`` (default: the latest)."""
+    snap, topic_id, _conf = log_view(path, version, storage)
+    return snap, topic_id
+
+
+def log_view(path: str, version: int | None = None, storage: Storage = None
+             ) -> tuple[LogSnapshot, str, dict[str, str]]:
+    """``log_snapshot`` with the log's table properties (a replica's role and epochs among them)."""
     table = _table(path, version, storage)
     meta = table.metadata()
     conf = dict(meta.configuration)
@@ -202,7 +209,7 @@ def log_snapshot(path: str, version: int | None = None, storage: Storage = None)
         log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
         timestamp_types=TimestampTypes.of(conf),
     )
-    return snap, topic_id_of(conf, meta.id)
+    return snap, topic_id_of(conf, meta.id), conf
 
 
 def _query(path: str, version: int | None, sql: str, storage: Storage = None) -> pa.Table:
@@ -238,6 +245,17 @@ def first_offset_at(path: str, version: int, partition: int, start: int, timesta
                                 f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})", storage)
     value = out.column("o")[0].as_py() if out.num_rows else None
     return None if value is None else int(value)
+
+
+def record_of(path: str, producer_id: str, sequence: int, storage: Storage = None) -> tuple[int, int] | None:
+    """(partition, offset) of producer ``producer_id``'s record numbered ``sequence`` in the log at
+    ``path`` (files skipped by their ``sequence`` statistics); None if the log holds none."""
+    quoted = producer_id.replace("'", "''")
+    out = _query(path, None, f'SELECT "partition", "offset" FROM t WHERE producer_id = \'{quoted}\' '
+                             f'AND "sequence" = {int(sequence)} ORDER BY "offset" LIMIT 1', storage)
+    if not out.num_rows:
+        return None
+    return int(out.column("partition")[0].as_py()), int(out.column("offset")[0].as_py())
 
 
 class RangeFiles(NamedTuple):

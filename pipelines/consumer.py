@@ -22,7 +22,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange
-from control_plane.replication import Replication
+from control_plane.replication import Replication, rules
+from control_plane.replication.reads import check_position
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
@@ -127,6 +128,8 @@ class Consumer:
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
         self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
+        self.read_under: dict[int, int] = {}  # partition -> the leader epoch of the batch this process last delivered
+        self._read_epoch = 0  # the leader epoch of the latest snapshot (a replicated topic's)
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -248,9 +251,9 @@ class Consumer:
 
     def snapshot(self) -> LogSnapshot:
         """The log snapshot a batch is planned and read on. A replicated topic's log is first
-        looked up again (an election moves it to the new leader's root; records below the
-        election are the same at both), and with ``isolation: replicated`` each partition's log
-        end is capped at the high watermark."""
+        looked up again (an election moves it to the new leader's root), and each partition's log
+        end is capped at the high watermark: the leader's log read first, then the replica state,
+        then the other acknowledging roots (``replication.reads``)."""
         if self._replication is None:
             return self.log.snapshot()
         location = self.admin.get(self.topic).location
@@ -261,10 +264,36 @@ class Consumer:
         except Exception as exc:
             raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
                                           f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
-        if self.settings.isolation == "replicated":
-            hw = self._replication.high_watermark(self.topic, snap.log_ends)
-            snap = snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
-        return snap
+        state = self._replication.state(self.topic)
+        if self._replication.path(state, state.leader) != self.log.path:
+            raise LeaderNotAvailableError(f"'{self.topic}' elected {state.leader} while its log was read: read again")
+        hw = self._replication.high_watermark(self.topic, snap.log_ends, state)
+        self._read_epoch = state.leader_epoch
+        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
+
+    def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
+        """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an unclean
+        election, a position past where the election cut the history it was read from raises
+        ``LogTruncatedError`` (records it delivered are not the topic's any more); never a silent
+        skip. The epoch a position was read under is this process's (a batch it delivered) or the
+        one committed with it; a position of unknown epoch is checked against the log end."""
+        if self._replication is None:
+            return
+        history = self.admin.replica_history(self.topic)
+        if not rules.unclean(history):
+            return
+        stored: tuple[dict[int, int], dict[int, int]] | None = None
+        records = self.admin.image(self.topic).records
+        for p, pos in sorted(positions.items()):
+            epoch = self.read_under.get(p)
+            if epoch is None:
+                if stored is None:
+                    state = self.offsets.state(self.group, self.topic)
+                    stored = (state.committed, state.epochs)
+                if stored[0].get(p) == pos and p in stored[1]:
+                    epoch = rules.replica_epoch_at(rules.elect_epochs(records, p), stored[1][p])
+            cut = snap.log_ends.get(p, pos) if epoch is None else rules.cut_below(history, epoch, p)
+            check_position(self.topic, p, pos, cut, f"group '{self.group}'")
 
     @property
     def replicated(self) -> bool:
@@ -286,6 +315,7 @@ class Consumer:
         """
         snap = snap or self.snapshot()
         snap.metadata.check_not_deleted()
+        self.check_positions(positions, snap)
         try:
             ranges = self.plan(positions, limit, snap)
             if not ranges:
@@ -301,6 +331,9 @@ class Consumer:
                                               f"({str(exc).splitlines()[0][:200]}); the batch is read again") from exc
             self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so
             raise
+        if self._replication is not None:  # what these positions were read under, committed with them
+            self.read_under.update({p: self._read_epoch for p in ranges})
+            self.offsets.read_under(self.topic, {p: snap.metadata.partitions[p].leader_epoch for p in ranges})
         return ranges
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:

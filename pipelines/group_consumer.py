@@ -67,6 +67,8 @@ class GroupConsumer:
         self.sink_path: str | None = None
         self.member = GroupMember(spark, root, group, [topic], group_settings, self.consumer.member_id, self.listener,
                                   group_positions=lambda _topic: self.committed())
+        # the member commits the positions its consumer delivers, with the leader epochs read under
+        self.member.tables.offsets.epochs = self.consumer.offsets.epochs
         self.warmup_handler = warmup_handler
         self.held = MemberPositions()
         self._commit_due = False  # positions moved without a batch (recovered from the sink)

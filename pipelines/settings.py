@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from log_store.config import Strict
 
@@ -27,7 +27,16 @@ class ConsumerSettings(Strict):
     # versions): the group's offsets row follows at most this often, and at the end of a run
     # (Kafka's auto.commit.interval.ms). 0: after every batch. Without a sink: after every batch.
     offsets_commit_interval_ms: int = Field(default=5000, ge=0)
-    # A replicated topic's reads (docs/replication.md): "leader" reads up to the leader's log end;
-    # "replicated" only below the high watermark, what every in-sync root holds. Unreplicated
-    # topics read up to the log end either way.
-    isolation: Literal["leader", "replicated"] = "leader"
+    # A replicated topic's reads (docs/replication.md): only below the high watermark, what every
+    # root that may be elected cleanly holds, as Kafka's consumers read. Unreplicated topics read
+    # up to the log end.
+    isolation: Literal["replicated"] = "replicated"
+
+    @field_validator("isolation", mode="before")
+    @classmethod
+    def _no_reads_above_the_high_watermark(cls, value: Any) -> Any:
+        if value == "leader":
+            raise ValueError("'leader' (reads up to the leader's log end) is gone: records above the high watermark "
+                             "can be taken back by a failover, and a consumer would have delivered them. Consumers "
+                             "read below the high watermark; remove the setting (docs/replication.md)")
+        return value

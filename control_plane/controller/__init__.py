@@ -42,10 +42,10 @@ from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
-from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError, StorageError
+from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError, StorageError
 from log_store.log_files import Compaction, LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
-from log_store.log_metadata import Mode
+from log_store.log_metadata import PARTITIONED, Mode
 from log_store.topic_log import TopicLog
 
 __all__ = ["AlterResult", "TickResult", "TopicController", "essence", "log_metadata"]
@@ -103,9 +103,18 @@ class TopicController:
         record = self.resume(topic)
         return self.logs.compact(record, self.logs.config(record), partitions)
 
+    def check_layout(self, topic: str, layout: str) -> None:
+        """Refuse a layout ``topic`` cannot have before anything changes: replication copies the
+        partitioned layout only (an arrival log at the leader would fail every copy, its followers
+        would leave the in-sync set, and no clean election could follow)."""
+        if layout != PARTITIONED and self.admin.replica_state(topic) is not None:
+            raise ReplicationError(f"'{topic}' is replicated, and replicated topics keep the {PARTITIONED} layout "
+                                   f"(replication copies a folder per partition); nothing was changed")
+
     def change_layout(self, topic: str, layout: str) -> LayoutChange:
         """Move ``topic``'s log to ``layout`` (``rewrites.change_layout``): one commit rewriting
         every file, no record changed; the same layout is a no-op."""
+        self.check_layout(topic, layout)
         return change_layout(self.spark, self.resume(topic).location, layout)
 
     def alter(self, topic: str, partitions: int) -> AlterResult:

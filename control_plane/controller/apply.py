@@ -50,32 +50,43 @@ class TopicChanges:
         no append can land after it. New partition numbers get their log end 0.
         """
         record = record or self.latest(topic)
-        wanted = log_metadata(record)
+
         def attempt() -> bool:
             txn = DeltaTransaction.start(self.spark, record.location)
-            conf = txn.configuration()
-            # A log never touched by the controller is as ``topics create`` made it: version 1.
-            if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
+            change = metadata_change(txn, txn.configuration(), record)
+            if change is None:
                 return False
-            known = txn.snapshot_app_versions()
-            props = {**wanted.to_properties(), TOPIC_VERSION_PROP: str(record.topic_version)}
-            drop = []
-            for p, pm in wanted.partitions.items():
-                key = end_offset_prop(p)
-                if pm.mode is Mode.READ_WRITE:
-                    drop += [key] if key in conf else []
-                elif key in conf:
-                    props[key] = conf[key]
-                else:
-                    txn.app_version(log_end_app_id(p))
-                    props[key] = str(log_end(known, p, pm.start_offset))
-            new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
-                        if log_end_app_id(p) not in known}
             crash_point("alter:before_apply_commit")  # an append landing here must make this commit retry
-            txn.commit_properties(props, drop, new_ends)
+            txn.commit_properties(*change)
             return True
 
         try:
             return record, retry_on_conflict(attempt, ATTEMPTS)
         except ConcurrentCommitError:
             raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again") from None
+
+
+def metadata_change(txn: DeltaTransaction, conf: dict[str, str], record: TopicRecord
+                    ) -> tuple[dict[str, str], list[str], dict[str, int]] | None:
+    """What applying ``record`` to the log of ``txn`` (properties ``conf``) sets, drops and
+    starts (new partitions' log ends), or None if the log holds it or a newer one already. Each
+    newly marked partition's final log end is read in ``txn`` and depended on (see ``apply``)."""
+    # A log never touched by the controller is as ``topics create`` made it: version 1.
+    if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
+        return None
+    wanted = log_metadata(record)
+    known = txn.snapshot_app_versions()
+    props = {**wanted.to_properties(), TOPIC_VERSION_PROP: str(record.topic_version)}
+    drop = []
+    for p, pm in wanted.partitions.items():
+        key = end_offset_prop(p)
+        if pm.mode is Mode.READ_WRITE:
+            drop += [key] if key in conf else []
+        elif key in conf:
+            props[key] = conf[key]
+        else:
+            txn.app_version(log_end_app_id(p))
+            props[key] = str(log_end(known, p, pm.start_offset))
+    new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
+                if log_end_app_id(p) not in known}
+    return props, drop, new_ends

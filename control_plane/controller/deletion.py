@@ -25,7 +25,7 @@ from control_plane.controller.apply import ATTEMPTS, TopicChanges
 from control_plane.controller.rules import plan_delete
 from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent, TopicRecord, utcnow
-from control_plane.replicas import log_path
+from control_plane.replication.state import log_path
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict

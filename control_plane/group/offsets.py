@@ -113,6 +113,7 @@ class GroupTopicState:
     committed: dict[int, int] = field(default_factory=dict)
     expired: set[tuple[int, int]] = field(default_factory=set)
     incarnations: dict[int, int] = field(default_factory=dict)
+    epochs: dict[int, int] = field(default_factory=dict)  # the leader epoch each position was read under, if known
 
     @classmethod
     def of(cls, group: str, topic: str, rows: list[dict]) -> "GroupTopicState":
@@ -130,7 +131,9 @@ class GroupTopicState:
             if r["kind"] == CommitKind.RESET.value:
                 resets[r["partition"]] = resets.get(r["partition"], 0) + r.get("n", 1)
         out = {p: n + deletions for p, n in resets.items()}
-        return cls(committed, expired, {-1: deletions, **out} if deletions or out else {})
+        epochs = {p: int(r["leader_epoch"]) for (g, t, p), r in positions.items()
+                  if g == group and t == topic and r.get("leader_epoch") is not None}
+        return cls(committed, expired, {-1: deletions, **out} if deletions or out else {}, epochs)
 
 
 def state_row(group: str, topic: str, r: dict) -> bool:
@@ -148,6 +151,13 @@ class GroupOffsets:
         self.spark = spark
         self.layout = RootLayout(root)
         self.tables = ControlTables(spark, self.layout)
+        # (topic, partition) -> the leader epoch of the snapshot this process last delivered a
+        # partition's records from: written with the positions it commits (``read_under``)
+        self.epochs: dict[tuple[str, int], int] = {}
+
+    def read_under(self, topic: str, epochs: dict[int, int]) -> None:
+        """The leader epochs this process's positions on ``topic`` were read under from now on."""
+        self.epochs.update({(topic, p): e for p, e in epochs.items()})
 
     def commit(self, group: str, topic: str, offsets: dict[int, int], generation: int = 0, member_id: str = "") -> None:
         """Record the next offset to deliver for each partition, in one commit."""
@@ -215,12 +225,12 @@ class GroupOffsets:
                            member_id=leader, kind=CommitKind.GENERATION.value).model_dump()
         return [row] + [self._expired_row(group, r, generation, leader) for r in expired]
 
-    @staticmethod
-    def _position_rows(group: str, positions: dict[TopicPartition, int], generation: int, member_id: str,
+    def _position_rows(self, group: str, positions: dict[TopicPartition, int], generation: int, member_id: str,
                        kind: CommitKind) -> list[dict]:
         """One row per partition (a claim's offset is -1: unknown), in (topic, partition) order."""
         return [OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
-                             member_id=member_id, kind=kind.value).model_dump()
+                             member_id=member_id, kind=kind.value,
+                             leader_epoch=self.epochs.get((tp.topic, tp.partition)) if o >= 0 else None).model_dump()
                 for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))]
 
     @staticmethod
@@ -307,7 +317,9 @@ class GroupOffsets:
         if self.tables.reads_without_spark("offset_commits"):
             return GroupTopicState.of(group, topic, self.tables.ordered_rows("offset_commits"))
         near = (F.col("group") == group) | (F.col("topic") == topic)  # a superset of ``state_row``
-        return GroupTopicState.of(group, topic, reduced_commits(self.tables.ordered("offset_commits").where(near)))
+        frame = self.tables.ordered("offset_commits")
+        extra = ("leader_epoch",) if "leader_epoch" in frame.columns else ()  # a table of an earlier release lacks it
+        return GroupTopicState.of(group, topic, reduced_commits(frame.where(near), *extra))
 
     def reset(self, group: str, topic: str, positions: dict[int, int], member_id: str = "lakelog-admin") -> None:
         """Move positions by hand (one commit of ``reset`` rows; the caller checked the group is empty)."""

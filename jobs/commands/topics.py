@@ -86,7 +86,7 @@ def _describe_lost_leader(c: Context, topic: str, error: Exception, as_json: boo
 def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], layout: str | None,
            replicas: str | None, as_json: bool) -> None:
     """Create TOPIC with N partitions (and --config KEY=VALUE topic configs)."""
-    from control_plane.replica_rules import check_roots
+    from control_plane.replication.rules import check_roots
     from control_plane.topic_config import parse_pairs
 
     parse_pairs(list(configs))  # bad configs fail before the topic is made
@@ -134,6 +134,9 @@ def describe(c: Context, topic: str, as_json: bool) -> None:
     if report is not None:
         emit(replica_rows(report, {p.partition: p.leader_epoch for p in d.partitions}), False,
              f"replicas (leader epoch {report.leader_epoch}, state version {report.replica_version})")
+        if report.leader_fenced:
+            stderr.print(f"the leader {report.leader} was fenced by an election that recorded nothing: no produce "
+                         f"lands until an election; run `{report.hint}`", highlight=False, markup=False)
 
 
 def replica_rows(report, epochs: dict[int, int]) -> list[dict]:
@@ -143,6 +146,7 @@ def replica_rows(report, epochs: dict[int, int]) -> list[dict]:
         lags = [f"{f.root}: {'?' if f.log_ends is None else end - f.log_ends.get(p, 0)}" for f in report.followers]
         rows.append({"partition": p, "leader": report.leader, "leader_epoch": epochs.get(p, ""),
                      "replicas": ", ".join(report.replicas), "in_sync": ", ".join(report.in_sync),
+                     "joining": ", ".join(report.joining),
                      "log_end": end, "high_watermark": report.high_watermark.get(p, 0),
                      "follower_lag": "; ".join(lags)})
     return rows
@@ -191,7 +195,7 @@ def reassign(c: Context, topic: str, replicas: str, as_json: bool) -> None:
     """Move TOPIC to other replica roots while producers and consumers run: added roots are copied
     until in sync, leadership moves off a removed leader, then removed roots leave the assignment.
     Running it again finishes an interrupted reassignment."""
-    from control_plane.replica_rules import check_roots
+    from control_plane.replication.rules import check_roots
 
     roots = check_roots(replicas.split(","))
     c.config
@@ -244,6 +248,8 @@ def alter(c: Context, topic: str, partitions: int | None, configs: tuple[str, ..
     c.config  # validate configuration before touching Spark
     controller = c.controller(delete_partition_enable)
     with _leader_lost(c, topic):
+        if layout is not None:
+            controller.check_layout(topic, layout)  # before anything else changes
         result = controller.alter(topic, partitions) if partitions is not None else None
         config = controller.alter_config(topic, list(configs), list(delete_configs)) if configs or delete_configs else None
         moved = controller.change_layout(topic, layout) if layout is not None else None

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from control_plane.group.describe import DeliveryView
 from log_store.errors import LakelogError
-from pipelines.audit.rows import log_rows, missing_rows
+from pipelines.audit.rows import foreign_rows, log_rows, missing_rows
 
 
 class OffsetRange(BaseModel):
@@ -132,7 +132,13 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
         ("sink.per_key_order", "per (producer_id, key), sequence strictly increases in delivery order",
          E.ExpectColumnValuesToBeBetween(column="sequence_step", min_value=1)),
     ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
-    missing = missing_rows(produced, delivered.where(F.col("copy") == 1), retired, views).persist()
+    first = delivered.where(F.col("copy") == 1)
+    [foreign] = _validate(source, f"{asset}_records", foreign_rows(produced, first), [
+        ("sink.records_match_log", "every delivered record is the record the log appended at its offset (key, "
+         "producer id and sequence), not one of a history an unclean election took back",
+         E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["in the log"])),
+    ], ["partition", "offset", "key", "producer_id", "sequence", "_commit_version"], samples)
+    missing = missing_rows(produced, first, retired, views).persist()
     try:
         [lost] = _validate(source, f"{asset}_missing", missing, [
             ("sink.nothing_missing", "every record the group owes is in the sink, or its group reported it expired "
@@ -146,6 +152,6 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
             lost = lost.model_copy(update={"groups": {**lost.groups, "expired (reported)": expired}})
     finally:
         missing.unpersist()
-    return delivery + [lost]
+    return delivery + [foreign, lost]
 
 

@@ -73,7 +73,8 @@ def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[
     """Every record the sink's groups owe (every record ever appended, less the partitions
     retired before a group started), with the sink version that delivered it (null: never) and
     its ``outcome``: delivered, expired (its group reported it), or missing."""
-    got = first_deliveries.select("partition", "offset", F.col("_commit_version").alias("delivered_in_version"))
+    got = first_deliveries.select("partition", "offset", *_IDENTITY_AS("_d"),
+                                  F.col("_commit_version").alias("delivered_in_version"))
     rows = produced.where(F.col("_change_type") == "insert")
     before = {p: end for v in views for p, end in v.before_view.items()}
     for p, end in before.items():
@@ -81,12 +82,48 @@ def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[
     expired = F.lit(False)
     for r in (r for v in views for r in v.expired):
         expired = expired | ((F.col("partition") == r.partition) & (F.col("offset") >= r.first) & (F.col("offset") < r.end))
-    return rows.select(
+    owed = rows.select(
         "partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
         F.col("partition").isin(sorted(retired)).alias("retired") if retired else F.lit(False).alias("retired"),
         expired.alias("expired"),
-    ).join(got, ["partition", "offset"], "left").withColumn(
+    )
+    # delivered means this record at this offset: a row of another history there (a log truncated
+    # under the group by an unclean election) does not count
+    same = (owed["partition"] == got["partition"]) & (owed["offset"] == got["offset"]) & _same_record(owed, got, "_d")
+    return owed.join(got, same, "left").select(owed["*"], "delivered_in_version").withColumn(
         "outcome", F.when(F.col("delivered_in_version").isNotNull(), "delivered")
         .when(F.col("expired"), "expired").otherwise("missing"))
+
+
+_IDENTITY = ("key", "producer_id", "sequence")
+
+
+def _IDENTITY_AS(suffix: str) -> list:
+    return [F.col("key").cast("string").alias(f"key{suffix}"), F.col("producer_id").alias(f"producer_id{suffix}"),
+            F.col("sequence").alias(f"sequence{suffix}")]
+
+
+def _same_record(owed: DataFrame, got: DataFrame, suffix: str):
+    """Null-safe equality of a record's key, producer id and sequence on both sides."""
+    out = F.lit(True)
+    for c in _IDENTITY:
+        out = out & owed[c].eqNullSafe(got[f"{c}{suffix}"])
+    return out
+
+
+def foreign_rows(produced: DataFrame, first_deliveries: DataFrame) -> DataFrame:
+    """Each first delivery with its ``outcome``: ``in the log`` when the log appended that record
+    at that offset (its key, producer id and sequence), else ``not in the log``: a record of a
+    history the log no longer holds (truncated by an unclean election after the group read it)."""
+    log = (produced.where(F.col("_change_type") == "insert")
+           .select("partition", "offset", *_IDENTITY_AS("_l")).withColumn("_in_log", F.lit(True)))
+    same = ((first_deliveries["partition"] == log["partition"]) & (first_deliveries["offset"] == log["offset"])
+            & F.lit(True))
+    for c in _IDENTITY:
+        left = first_deliveries[c].cast("string") if c == "key" else first_deliveries[c]
+        same = same & left.eqNullSafe(log[f"{c}_l"])
+    return (first_deliveries.join(log, same, "left")
+            .select(first_deliveries["*"], F.col("_in_log"))
+            .withColumn("outcome", F.when(F.col("_in_log"), "in the log").otherwise("not in the log")))
 
 

@@ -7,7 +7,8 @@ the log that moves no position (another producer's append past the end of a capp
 compaction, retention) makes no new offset and no empty micro-batch. Per topic it names the
 incarnation read (the log table's id: a topic deleted and created again has a new one) and the
 topic version the stream first planned it at (its view: partitions retired after it, read or
-not, are the stream's to account for). ``v`` is the format's version.
+not, are the stream's to account for), and for a replicated topic the leader epoch its positions
+were planned under (the divergence check after an unclean election). ``v`` is the format's version.
 
 Offsets written by the earlier release (``{"topics": ..., "versions": ...}``) are read, with the
 incarnation and view unknown (``None``): the current incarnation is taken as the one read.
@@ -32,9 +33,11 @@ class TopicOffset:
     topic_id: str | None
     since: int | None
     positions: Mapping[int, int] = field(default_factory=dict)
+    epoch: int | None = None  # a replicated topic's leader epoch the positions were planned under
 
-    def moved(self, positions: Mapping[int, int]) -> "TopicOffset":
-        return TopicOffset(self.topic_id, self.since, dict(sorted(positions.items())))
+    def moved(self, positions: Mapping[int, int], epoch: int | None = None) -> "TopicOffset":
+        return TopicOffset(self.topic_id, self.since, dict(sorted(positions.items())),
+                           self.epoch if epoch is None else epoch)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class StreamOffset:
     def to_json(self) -> dict:
         """The canonical JSON (as Spark stores and compares it): keys sorted, partitions as strings."""
         return {"v": FORMAT_VERSION, "topics": {
-            t: {"id": o.topic_id, "since": o.since, "positions": {str(p): int(n) for p, n in sorted(o.positions.items())}}
+            t: {"id": o.topic_id, "since": o.since, "positions": {str(p): int(n) for p, n in sorted(o.positions.items())},
+                **({"epoch": o.epoch} if o.epoch is not None else {})}
             for t, o in sorted(self.topics.items())}}
 
     @classmethod
@@ -64,5 +68,6 @@ class StreamOffset:
                 f"this query's checkpoint holds a lakelog offset of format version {version!r}, which this release "
                 f"does not read (it reads {FORMAT_VERSION}): run the query with the release that wrote it, or start "
                 "it with a new checkpoint location")
-        return cls({t: TopicOffset(o.get("id"), o.get("since"), {int(p): int(n) for p, n in o["positions"].items()})
+        return cls({t: TopicOffset(o.get("id"), o.get("since"), {int(p): int(n) for p, n in o["positions"].items()},
+                                   o.get("epoch"))
                     for t, o in data["topics"].items()})

@@ -123,6 +123,8 @@ class TopicNow(NamedTuple):
     image: TopicImage
     snap: LogSnapshot
     topic_id: str
+    epoch: int | None = None  # a replicated topic's leader epoch when read (its log ends: the high watermark)
+    history: tuple = ()  # ... and its replica states, oldest first (the divergence check reads them)
 
 
 class Planner:
@@ -147,25 +149,58 @@ class Planner:
     def topics(self) -> dict[str, TopicNow]:
         """Each topic the read covers now. The log's snapshot is read before the history the gates
         use: the controller records a resize in the history before it commits the log's metadata,
-        so the history read after a snapshot holds every resize the snapshot's records follow."""
-        images = self.reader.images()
-        live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
-        out: dict[str, TopicNow] = {}
-        for topic in resolve_topics(self.opts, live):
-            self._locations[topic] = self._log_location(live_record(images[topic].latest, topic, self.root))
-            snap, topic_id = rs_reader.log_snapshot(self._locations[topic], storage=self.storage)
-            out[topic] = TopicNow(images[topic], snap, topic_id)
-        if any(now.snap.topic_version > now.image.version for now in out.values()):
+        so the history read after a snapshot holds every resize the snapshot's records follow. A
+        replicated topic is read at its leader, below its high watermark (``replication.reads``)."""
+        for attempt in range(5):
             images = self.reader.images()
-            out = {t: now._replace(image=images[t]) for t, now in out.items()}
+            states = self.reader.replica_states()
+            live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
+            out: dict[str, TopicNow] = {}
+            for topic in resolve_topics(self.opts, live):
+                self._locations[topic] = self._log_location(self.reader.latest(topic, images, states))
+                snap, topic_id = rs_reader.log_snapshot(self._locations[topic], storage=self.storage)
+                out[topic] = TopicNow(images[topic], snap, topic_id)
+            if states:
+                out = self._below_high_watermark(out, images)
+                if out is None:  # an election moved a topic while it was read: read again
+                    continue
+            if any(now.snap.topic_version > now.image.version for now in out.values()):
+                images = self.reader.images()
+                out = {t: now._replace(image=images[t]) for t, now in out.items()}
+            return out
+        raise LakelogError("the replicated topics this read covers kept changing leaders while it was planned; "
+                           "the next trigger plans again")
+
+    def _below_high_watermark(self, topics: dict[str, TopicNow], images: dict[str, TopicImage]
+                              ) -> dict[str, TopicNow] | None:
+        """``topics`` with each replicated one's log ends capped at its high watermark: the replica
+        state read after its leader's snapshot (None if an election moved a leader meanwhile)."""
+        from control_plane.replication.reads import high_watermark_by_delta_rs
+        from control_plane.replication.state import log_path, states_of
+
+        states = self.reader.replica_states()
+        rows = None
+        out = dict(topics)
+        for topic, now in topics.items():
+            state = states.get((topic, images[topic].records[0].topic_version))
+            if state is None:
+                continue
+            if log_path(state, state.leader) != self._locations[topic]:
+                return None
+            hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage)
+            snap = now.snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in now.snap.log_ends.items()}})
+            if rows is None:
+                rows = states_of(rs_reader.rows(self.reader.layout.control("topic_replicas"), storage=self.storage))
+            history = tuple(sorted((s for s in rows if s.topic == topic and s.incarnation == state.incarnation),
+                                   key=lambda s: s.replica_version))
+            out[topic] = now._replace(snap=snap, epoch=state.leader_epoch, history=history)
         return out
 
     def location(self, topic: str) -> str:
         """Where ``topic``'s log is (as the last ``topics()`` read it: a topic deleted and created
         again gets a new log, which the next plan reads)."""
         if topic not in self._locations:
-            self._locations[topic] = self._log_location(
-                live_record(self.reader.images().get(topic, TopicImage(topic, [])).latest, topic, self.root))
+            self._locations[topic] = self._log_location(self.reader.latest(topic))
         return self._locations[topic]
 
     def _log_location(self, record: TopicRecord) -> str:
@@ -246,7 +281,7 @@ class Planner:
                                  "give offsets at or below the log end (-1 for latest), or set failOnDataLoss to "
                                  "false to start at the log end with a warning")
                 start[topic] = {**per_partition, **{p: bounds[topic][p][1] for p in beyond}}
-        return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}))
+        return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}), now.epoch)
                              for t, now in topics.items()})
 
     # -- what a stream skipped: decided here, reported or failed on (Kafka's reportDataLoss) ------
@@ -289,6 +324,8 @@ class Planner:
             had = None
         since = had.since if had is not None and had.since is not None else now.snap.topic_version
         positions = dict(had.positions) if had is not None else {}
+        if had is not None and now.history:
+            positions = self._diverged(topic, now, had, positions)
         snap = now.snap
         lost = unreported_expiry(topic, snap, sorted(positions), positions,
                                  lambda: now.image.retired_between(-1, snap.topic_version),
@@ -297,7 +334,45 @@ class Planner:
         if lost:
             self.report_loss(topic, "records were retired or deleted (retention, delete-records) before this read "
                                     "delivered them", lost)
-        return TopicOffset(now.topic_id, since, positions)
+        # the epoch positions were planned under stays until they move (a position that stood still
+        # through an unclean election was read before it)
+        kept = had is not None and had.epoch is not None and positions == dict(had.positions)
+        return TopicOffset(now.topic_id, since, positions, had.epoch if kept else now.epoch)
+
+    def _diverged(self, topic: str, now: TopicNow, had: TopicOffset, positions: Positions) -> Positions:
+        """Kafka's divergence check of a replicated topic's positions: after an unclean election, a
+        position past where it cut the history the stream read (``had.epoch``; unknown: the log
+        end) is data loss (``report_loss``); without failOnDataLoss the stream goes back there."""
+        from control_plane.replication import rules
+
+        if not rules.unclean(list(now.history)):
+            return positions
+        out = dict(positions)
+        for p, pos in sorted(positions.items()):
+            cut = (now.snap.log_ends.get(p, pos) if had.epoch is None
+                   else rules.cut_below(list(now.history), had.epoch, p))
+            back = rules.divergence(pos, cut)
+            if back is not None:
+                self.report_loss(topic, f"an unclean election cut partition {p} at offset {back}, below this query's "
+                                        f"offset {pos}: the records it delivered from {back} on are not the topic's "
+                                        f"any more, and those at those offsets now are new; the query goes back to {back}",
+                                 [])
+                out[p] = back
+        return out
+
+    def _cut(self, topic: str, had: TopicOffset | None, partition: int, stop: int) -> int:
+        """Where an unclean election cut ``partition``'s history after the epoch ``had`` was read
+        under: a batch that went back there (``_diverged``) reads from it (``stop`` if none)."""
+        from control_plane.replication import rules
+        from control_plane.replication.state import states_of
+
+        rows = rs_reader.rows(self.reader.layout.control("topic_replicas"), storage=self.storage)
+        image = self.reader.images().get(topic)
+        incarnation = image.records[0].topic_version if image and image.records else 0
+        history = sorted((st for st in states_of(rows) if st.topic == topic and st.incarnation == incarnation),
+                         key=lambda st: st.replica_version)
+        cut = rules.cut_below(history, had.epoch, partition) if had is not None and had.epoch is not None else None
+        return stop if cut is None else min(cut, stop)
 
     def next_end(self, start: StreamOffset, limit: int, caps: dict[str, Positions] | None = None) -> StreamOffset:
         """Where the next micro-batch from ``start`` ends: at most ``limit`` records over every
@@ -332,7 +407,7 @@ class Planner:
         for topic, offset in accounted.items():
             ends = dict(offset.positions)
             ends.update({p: gated[(t, p)][0] + n for (t, p), n in shares.items() if t == topic})
-            out[topic] = offset.moved(ends)
+            out[topic] = offset.moved(ends, topics[topic].epoch if ends != dict(offset.positions) else None)
         end = StreamOffset(out)
         self.pin(end, topics)  # only the latest end's: Spark runs a batch before it asks for the next
         return end
@@ -405,6 +480,8 @@ class Planner:
             for p, stop in to.positions.items():
                 first = snap.first_offset(p) if p in snap.metadata.partitions else stop
                 s = begun.get(p, first)
+                if s > stop:  # moved back to where an unclean election cut the log (failOnDataLoss off)
+                    s = self._cut(topic, had, p, stop)
                 if s < min(first, stop):
                     lost.append(ExpiredRange(topic=topic, partition=p, first=s, end=min(first, stop)))
                 s = max(s, first)

@@ -88,3 +88,13 @@ def test_a_lost_leader_root_is_said_with_the_election_to_run_and_alter_writes_no
     assert run("topics", "alter", "--topic", "orders", "--partitions", "3").exit_code == 0
     desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
     assert desc["location"].startswith(us) and len(desc["partitions"]) == 3
+
+
+def test_a_replicated_topic_refuses_the_arrival_layout_before_anything_changes(run, tmp_path, root):
+    eu, us = root, str(tmp_path / "us")
+    replicated_orders(run, tmp_path, eu, us)
+    res = run("topics", "alter", "--topic", "orders", "--partitions", "3", "--layout", "arrival")
+    assert res.exit_code == 1 and "replicated" in res.output and "partitioned layout" in res.output
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    assert desc["layout"] == "partitioned" and len(desc["partitions"]) == 2, "nothing changed, the grow included"
+    assert json.loads(run("replicate", "--topic", "orders", "--json").stdout)["followers"][0]["error"] is None

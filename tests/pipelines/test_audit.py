@@ -23,7 +23,7 @@ from pipelines.settings import ConsumerSettings
 from tests.support import forget_commits_before, make_records
 
 CHECKS = ["log.offsets_unique", "log.offsets_dense", "log.epochs_non_decreasing",
-          "sink.no_duplicates", "sink.per_key_order", "sink.nothing_missing"]
+          "sink.no_duplicates", "sink.per_key_order", "sink.records_match_log", "sink.nothing_missing"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,28 @@ def test_sink_with_duplicate(spark, shared, tmp_path):
     assert [(s["partition"], s["offset"], s["copy"]) for s in dup.samples] == [(1, 4, 2), (1, 5, 2)]
     assert all(s["key"].startswith("k") for s in dup.samples)
     assert "sink.no_duplicates: 2 violations" in (tmp_path / "dup.md").read_text()
+
+
+def test_a_sink_holding_records_of_another_history_at_the_logs_offsets_fails(spark, shared, tmp_path):
+    """A sink whose rows at some offsets are not the records the log holds there (a group that read
+    a history an unclean election took back: the positions match, the records do not) fails twice:
+    those rows are not the log's, and the log's records at those offsets were never delivered."""
+    loc = TopicAdmin(spark, shared).get("t").location
+    log = spark.read.format("delta").load(loc).select(F.lit("t").alias("topic"), *RECORD_SCHEMA.fieldNames())
+    sink = str(tmp_path / "sink")
+    DeltaTable.createIfNotExists(spark).location(sink).addColumns(SINK_SCHEMA).property(
+        "delta.enableChangeDataFeed", "true").execute()
+    other = F.col("partition") == 2
+    lost = log.where(other).withColumn("producer_id", F.lit("lost-history")).withColumn(
+        "key", F.concat(F.lit("gone-").cast("binary"), F.col("key")))
+    log.where(~other).unionByName(lost).write.format("delta").mode("append").save(sink)
+    held = log.where(other).count()
+    report = run_audit(spark, shared, "t", sink, str(tmp_path / "history.md"))
+    assert sorted(c.name for c in report.checks if not c.passed) == ["sink.nothing_missing", "sink.records_match_log"]
+    found = {c.name: c for c in report.checks}
+    assert found["sink.records_match_log"].violations == held
+    assert all(s["partition"] == 2 and s["producer_id"] == "lost-history" for s in found["sink.records_match_log"].samples)
+    assert found["sink.nothing_missing"].violations == held
 
 
 def test_sink_with_per_key_order_violated(spark, shared, tmp_path):

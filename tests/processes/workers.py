@@ -6,6 +6,8 @@ kill: a killed process attached to a shared JVM would leave its JVM-side call ru
 Usage: workers.py append ROOT TOPIC PRODUCER_ID START N BATCH_SIZE [KEYS] [KEY_PREFIX]
        workers.py alter_count ROOT TOPIC NEW_COUNT
        workers.py compact ROOT TOPIC STOP_FILE SEGMENT_BYTES
+       workers.py replicate ROOT TOPIC
+       workers.py change_layout ROOT TOPIC LAYOUT
 Prints one JSON line per committed batch so a test can watch progress.
 """
 
@@ -96,5 +98,22 @@ def compact(root: str, topic: str, stop_file: str, segment_bytes: str) -> None:
         time.sleep(0.5)
 
 
+def replicate(root: str, topic: str) -> None:
+    """One replication round of ``topic`` (a copier another process races)."""
+    from control_plane.replication import Replication
+
+    report = Replication(_session(), root).replicate(topic)
+    print(json.dumps({"copied": [f.copied for f in report.followers], "errors": [f.error for f in report.followers]}),
+          flush=True)
+
+
+def change_layout(root: str, topic: str, layout: str) -> None:
+    """Move ``topic``'s log to ``layout`` (racing appends of other processes)."""
+    from control_plane.controller import TopicController
+
+    print(json.dumps(TopicController(_session(), root).change_layout(topic, layout).model_dump()), flush=True)
+
+
 if __name__ == "__main__":
-    {"append": append, "alter_count": alter_count, "compact": compact}[sys.argv[1]](*sys.argv[2:])
+    {"append": append, "alter_count": alter_count, "compact": compact, "replicate": replicate,
+     "change_layout": change_layout}[sys.argv[1]](*sys.argv[2:])

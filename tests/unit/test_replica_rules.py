@@ -1,13 +1,13 @@
-"""The replication rules without Spark: roots, the in-sync set, the high watermark, truncation
-points and elections."""
+"""The replication rules without Spark: roots, who stays in sync, who joins and how, the high
+watermark, truncation points, elections and the divergence check."""
 
 from __future__ import annotations
 
 import pytest
 
-from control_plane.replica_rules import (
-    check_election, check_roots, elected, high_watermark, initial_state, next_in_sync, truncation_points,
-    with_in_sync,
+from control_plane.replication.rules import (
+    acknowledgers, check_election, check_roots, divergence, elected, elections_recorded, held, high_watermark,
+    initial_state, may_join, may_start_joining, stays_in_sync, truncation_points, with_sets,
 )
 from log_store.errors import ReplicationError
 
@@ -22,48 +22,71 @@ def test_roots_are_refused_when_empty_or_repeated():
         check_roots(["/eu", ""])
 
 
-def test_a_follower_stays_in_sync_within_the_lag_leaves_beyond_it_and_rejoins_only_caught_up():
+def test_a_follower_stays_within_the_lag_and_a_caught_up_one_joins_in_two_steps():
     state = initial_state("t", 1, ROOTS, [0, 1])
     leader = {0: 100, 1: 100}
-    ends = {"/us": {0: 95, 1: 100}, "/ap": {0: 80, 1: 90}}
-    epochs = {"/us": 0, "/ap": 0}
-    in_sync = next_in_sync(state, leader, ends, epochs, max_lag=10)
-    assert in_sync == ["/eu", "/us"]
-    shrunk = with_in_sync(state, in_sync)
+    assert stays_in_sync(state, "/us", leader, {0: 95, 1: 100}, 0, max_lag=10)
+    assert not stays_in_sync(state, "/ap", leader, {0: 80, 1: 90}, 0, max_lag=10)
+    assert not stays_in_sync(state, "/us", leader, {0: 100, 1: 100}, 1, max_lag=10)  # another epoch's history
+    assert not stays_in_sync(state, "/us", leader, None, None, max_lag=10)  # unreachable: out ...
+    assert stays_in_sync(state, "/us", leader, None, None, max_lag=10, tolerated=True)  # ... unless within the time lag
+    shrunk = with_sets(state, ["/eu", "/us"], [])
     assert shrunk.event.value == "shrink_isr" and shrunk.replica_version == 2
-    # /ap within the lag again, but not caught up: stays out; caught up: back in
-    assert next_in_sync(shrunk, leader, {**ends, "/ap": {0: 99, 1: 100}}, epochs, 10) == ["/eu", "/us"]
-    assert next_in_sync(shrunk, leader, {**ends, "/ap": dict(leader)}, epochs, 10) == ROOTS
-    # an unreachable follower, or one holding an older epoch, is out
-    assert next_in_sync(state, leader, {"/us": None, "/ap": dict(leader)}, {"/ap": 0}, 10) == ["/eu", "/ap"]
-    assert with_in_sync(state, list(reversed(ROOTS))) is None
-    # ... unless tolerated: unreachable for less than the time lag, it stays in the set (not outside it)
-    assert next_in_sync(state, leader, {"/us": None, "/ap": dict(leader)}, {"/ap": 0}, 10, {"/us"}) == ROOTS
-    assert next_in_sync(shrunk, leader, {"/us": dict(leader), "/ap": None}, {"/us": 0}, 10, {"/ap"}) == ["/eu", "/us"]
+    # /ap within the lag again but not caught up: it does not start joining; caught up: it does
+    assert not may_start_joining(shrunk, "/ap", leader, {0: 99, 1: 100}, 0)
+    assert may_start_joining(shrunk, "/ap", leader, dict(leader), 0)
+    assert not may_start_joining(shrunk, "/us", leader, dict(leader), 0)  # in the set already
+    joining = with_sets(shrunk, shrunk.in_sync, ["/ap"])
+    assert joining.event.value == "join" and joining.joining == ["/ap"]
+    assert acknowledgers(joining) == set(ROOTS), "acknowledgements wait for a joining root"
+    # it joins once it holds what the leader had after its joining was recorded
+    later = {0: 104, 1: 100}
+    assert not may_join(joining, "/ap", later, dict(leader), 0)
+    assert may_join(joining, "/ap", later, later, 0)
+    joined = with_sets(joining, ROOTS, [])
+    assert joined.event.value == "expand_isr" and joined.in_sync == ROOTS and joined.joining == []
+    assert with_sets(joined, list(reversed(ROOTS)), []) is None
 
 
-def test_the_high_watermark_is_the_smallest_log_end_over_the_in_sync_set():
+def test_the_high_watermark_is_what_every_acknowledger_holds_of_the_current_history():
     state = initial_state("t", 1, ROOTS, [0, 1]).model_copy(update={"in_sync": ["/eu", "/us"]})
     hw = high_watermark(state, {0: 10, 1: 7}, {"/us": {0: 8, 1: 7}, "/ap": {0: 0, 1: 0}})
     assert hw == {0: 8, 1: 7}  # /ap is out of the set: it does not hold the watermark down
+    joining = state.model_copy(update={"joining": ["/ap"]})
+    assert high_watermark(joining, {0: 10, 1: 7}, {"/us": {0: 8, 1: 7}, "/ap": {0: 5, 1: 7}}) == {0: 5, 1: 7}
+    assert high_watermark(state, {0: 10, 1: 7}, {"/us": None}) == {0: 0, 1: 0}  # unreadable: nothing counted on
+    # after an election, an in-sync follower still holding the old epoch counts only up to where the new began
+    two = elected(state, "/us", {0: 6, 1: 7}, leader_fenced=True, unclean=False)
+    assert held(two, {0: 10, 1: 7}, 0) == {0: 6, 1: 7}
+    assert high_watermark(two, {0: 9, 1: 7}, {"/eu": {0: 10, 1: 7}}, {"/eu": 0}) == {0: 6, 1: 7}
+    assert held(state, {0: 10}, 1) == {}, "a root holding a later epoch than the state: the state is stale"
 
 
 def test_a_replica_truncates_to_where_the_epoch_after_its_own_began():
     state = initial_state("t", 1, ROOTS, [0, 1])
     assert truncation_points(state, 0) is None
-    one = elected(state, "/us", {0: 40, 1: 12}, leader_reachable=False, unclean=False)
-    assert one.leader_epoch == 1 and one.in_sync == ["/us", "/ap"]
-    two = elected(one, "/ap", {0: 55, 1: 20}, leader_reachable=True, unclean=False)
+    one = elected(state, "/us", {0: 40, 1: 12}, leader_fenced=False, unclean=False)
+    assert one.leader_epoch == 1 and one.in_sync == ["/us", "/ap"] and one.joining == []
+    two = elected(one, "/ap", {0: 55, 1: 20}, leader_fenced=True, unclean=False)
     assert truncation_points(two, 0) == {0: 40, 1: 12}  # held epoch 0: truncate where epoch 1 began
     assert truncation_points(two, 1) == {0: 55, 1: 20}
     assert truncation_points(two, 2) is None
+    assert elections_recorded([state, one, two], one.replica_version) == 1
+    assert elections_recorded([state, one, two], two.replica_version) == 2
 
 
 def test_elections_outside_the_replicas_or_the_in_sync_set_are_refused_unless_unclean():
-    state = initial_state("t", 1, ROOTS, [0]).model_copy(update={"in_sync": ["/eu", "/us"]})
+    state = initial_state("t", 1, ROOTS, [0]).model_copy(update={"in_sync": ["/eu", "/us"], "joining": ["/ap"]})
     with pytest.raises(ReplicationError, match="holds no replica"):
-        check_election(state, "/elsewhere", unclean=True)
+        check_election(state, "/elsewhere", unclean=False)
     with pytest.raises(ReplicationError, match="not in the in-sync set"):
-        check_election(state, "/ap", unclean=False)
+        check_election(state, "/ap", unclean=False)  # joining is not in sync
     check_election(state, "/ap", unclean=True)
-    assert elected(state, "/ap", {0: 3}, leader_reachable=True, unclean=True).in_sync == ["/ap"]
+    unclean = elected(state, "/ap", {0: 3}, leader_fenced=False, unclean=True)
+    assert unclean.in_sync == ["/ap"]
+    assert elected(state, "/eu", {0: 3}, leader_fenced=True, unclean=False).in_sync == ["/eu", "/us"]
+
+
+def test_a_position_past_where_its_epoch_ends_at_the_leader_is_a_divergence():
+    assert divergence(10, 12) is None and divergence(10, 10) is None
+    assert divergence(10, 7) == 7

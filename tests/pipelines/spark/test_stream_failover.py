@@ -45,6 +45,35 @@ def test_a_stream_started_again_after_a_failover_reads_on_from_the_new_leader(la
     assert {r["leader_epoch"] for r in rows if int(bytes(r["value"])) >= 400} == {1}
 
 
+def test_a_stream_whose_records_an_unclean_election_took_back_fails_or_goes_back(lakelog, root, tmp_path):
+    """Only the leader holds what the stream reads (its follower was out of the in-sync set); the
+    leader is lost and the follower elected unclean, taking new records at the same offsets. Started
+    again on its checkpoint, the stream fails under failOnDataLoss, naming where the election cut
+    the log; without it, it goes back there and reads the new records. Nothing is skipped silently."""
+    from tests.control_plane.test_replication import cut, restore
+
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 1, replicas=[root, follower])
+    replication = Replication(lakelog, root)
+    state = replication.state(T)
+    cut(replication.path(state, follower))
+    replication.replicate(T)
+    restore(replication.path(state, follower))
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 50, keys=5))
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="earliest")
+    assert sum(len(b) for _v, b in sink_batches(sink)) == 50
+    cut(replication.path(state, root))
+    replication.elect(T, follower, unclean=True)
+    Producer(lakelog, root, T, "q").send(make_records(lakelog, 20, keys=5, start=1000))
+    with pytest.raises(Exception, match="unclean election cut partition 0 at offset 0"):
+        stream_to(lakelog, sink, ck, subscribe=T)
+    stream_to(lakelog, sink, ck, subscribe=T, failOnDataLoss="false")
+    later = [r for _v, batch in sink_batches(sink)[1:] for r in batch]
+    assert sorted(int(bytes(r["value"])) for r in later) == list(range(1000, 1020))
+    assert [r["offset"] for r in later] == list(range(20))
+
+
 @pytest.mark.slow  # 25 s; a producer following the topic to a new leader stays in test_replication.py
 def test_a_stream_writer_follows_the_topic_to_the_new_leader(lakelog, root, tmp_path):
     follower = str(tmp_path / "us")

@@ -1,0 +1,344 @@
+"""A root's log as a replica: its role and epochs, and copying the leader's records to it,
+truncation included, in one commit (replication's data step).
+
+A follower's log is a prefix of its leader's: the same records at the same offsets, with the same
+leader epoch, key, value, headers, timestamp, producer id and sequence. Each log records in its
+table properties its **role**, its **fence epoch** (the latest leader epoch it was told of: a copy
+or a finishing step stamped with an older one is a stale request and refused) and its **data
+epoch** (the leader epoch whose history it holds: where it must truncate is read from it).
+
+One copy reads the leader at one Delta version and commits to the follower, in one commit: the
+follower's records past where its history diverges removed (Kafka's leader-epoch rule, the
+points from the replica state's epoch starts; a file holding records on both sides rewritten
+with those below), every record past the follower's log end up to the leader's, the leader's
+metadata (counts, epochs, modes), log ends, log starts and producer marks as of that version, and
+its epochs. The commit depends on the follower's log ends and metadata: two copies racing make
+one retry, which finds nothing left; a copy killed before its commit left only unreferenced
+files. A leader commit is atomic across partitions, so a follower always equals its leader at
+some version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from control_plane.replication.rules import truncation_points
+from log_store import rs_reader
+from log_store.crash import crash_point
+from log_store.delta_errors import retry_on_conflict
+from log_store.dense_offsets import use_one_task
+from log_store.engine import DeltaTransaction
+from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
+from log_store.files import reads_with_delta_rs
+from log_store.log_metadata import (
+    ARRIVAL,
+    FOLLOWER,
+    LAYOUT_PROP,
+    LEADER,
+    REPLICA_DATA_EPOCH_PROP,
+    REPLICA_EPOCH_PROP,
+    REPLICA_ROLE_PROP,
+    TopicLogMetadata,
+    log_end,
+)
+from log_store.names import LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, commit_metadata, log_end_app_id
+from log_store.read_ranges import range_filter
+from log_store.topic_log import RECORD_SCHEMA
+
+TRUNCATE = "truncate"  # the commit metadata's kind of a commit that truncates (docs/storage-format.md)
+REPLICATE = "replicate"
+# What a follower takes from its leader's properties and application versions: the log's own
+# state, not the root's role in it or how its files are laid out.
+_OWN_PROPS = (REPLICA_ROLE_PROP, REPLICA_EPOCH_PROP, REPLICA_DATA_EPOCH_PROP, LAYOUT_PROP)
+_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX)
+Points = Mapping[int, int]
+
+
+class Role(NamedTuple):
+    """A log's part in its topic's replication (an unreplicated log leads at epoch 0)."""
+
+    role: str
+    fence: int  # the latest leader epoch it was told of
+    data: int  # the leader epoch whose history it holds
+
+    @classmethod
+    def of(cls, conf: Mapping[str, str]) -> "Role":
+        fence = int(conf.get(REPLICA_EPOCH_PROP, "0"))
+        # a log written before the data epoch was kept apart held the fence epoch's history
+        return cls(conf.get(REPLICA_ROLE_PROP, LEADER), fence, int(conf.get(REPLICA_DATA_EPOCH_PROP, str(fence))))
+
+    def leads_at(self, epoch: int) -> bool:
+        return self.role == LEADER and self.fence == epoch and self.data == epoch
+
+
+class LogView(BaseModel):
+    """A log as one snapshot shows it: its version, log ends and role."""
+
+    version: int
+    log_ends: dict[int, int]
+    role: str
+    fence: int
+    data: int
+
+
+class CopyResult(BaseModel):
+    """One copy: the leader version read, the follower's commit (None: it was up to date), what
+    was copied and truncated per partition, and the follower's log ends and data epoch after it."""
+
+    source_version: int
+    version: int | None
+    copied: dict[int, int]
+    truncated: dict[int, int] = {}
+    log_ends: dict[int, int]
+    data_epoch: int
+
+    @property
+    def records(self) -> int:
+        return sum(self.copied.values())
+
+
+def open_log(spark: SparkSession, path: str) -> DeltaTransaction:
+    """A transaction on the log at ``path``; StorageError if there is none (a root lost or not
+    mounted): Delta would otherwise start a new table there."""
+    try:
+        txn = DeltaTransaction.start(spark, path)
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"the log at {path} cannot be read ({_first_line(exc)})") from exc
+    if txn.read_version < 0:
+        raise StorageError(f"no topic log at {path}: the root is lost, not mounted, or was never a replica")
+    return txn
+
+
+def has_log(spark: SparkSession, path: str) -> bool:
+    """Whether a log is at ``path`` (its Delta log read now, not a cached view of it)."""
+    return DeltaTransaction.start(spark, path).read_version >= 0
+
+
+def _ends(txn: DeltaTransaction, conf: Mapping[str, str]) -> dict[int, int]:
+    meta = TopicLogMetadata.from_properties(conf)
+    known = txn.snapshot_app_versions()
+    return {p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()}
+
+
+def view(spark: SparkSession, path: str) -> LogView:
+    """The log's ends and role at one version (one snapshot: a reader's high watermark takes a
+    follower's ends only with the epoch whose history they are)."""
+    txn = open_log(spark, path)
+    conf = txn.configuration()
+    role = Role.of(conf)
+    return LogView(version=txn.read_version, log_ends=_ends(txn, conf), role=role.role, fence=role.fence, data=role.data)
+
+
+def log_ends_of(spark: SparkSession, path: str) -> dict[int, int]:
+    return view(spark, path).log_ends
+
+
+def replica_role(spark: SparkSession, path: str) -> Role:
+    return Role.of(open_log(spark, path).configuration())
+
+
+def fence(spark: SparkSession, path: str, epoch: int) -> bool:
+    """Tell the log at ``path`` of leader epoch ``epoch`` and make it a follower, in one metadata
+    commit that conflicts with every append and copy in flight there (the fence): no record lands
+    there after it but a copy stamped with ``epoch`` or later. False if it was told of ``epoch``
+    or a later one already (it is left as it is)."""
+
+    def attempt() -> bool:
+        txn = open_log(spark, path)
+        conf = txn.configuration()
+        role = Role.of(conf)
+        if role.fence > epoch or (role.fence == epoch and role.role == FOLLOWER):
+            return False
+        txn.commit_properties({REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(epoch),
+                               REPLICA_DATA_EPOCH_PROP: str(role.data)})
+        return True
+
+    return retry_on_conflict(attempt, attempts=20)
+
+
+def _files_from(txn: DeltaTransaction, points: Points) -> dict[int, list[dict]]:
+    """The log's files holding records of a partition at or above its point, per partition."""
+    out: dict[int, list[dict]] = {}
+    for add in txn.files():
+        p = int((add.get("partitionValues") or {}).get("partition", -1))
+        if p not in points:
+            continue
+        stats = json.loads(add.get("stats") or "{}")
+        top = stats.get("maxValues", {}).get("offset")
+        if top is None:
+            raise OffsetCheckError(f"{add['path']} has no offset statistics: a truncation cannot tell what it holds; "
+                                   "nothing was changed")
+        if int(top) >= points[p]:
+            out.setdefault(p, []).append({**add, "_first": int(stats["minValues"]["offset"])})
+    return out
+
+
+def _truncate_in(spark: SparkSession, txn: DeltaTransaction, path: str, points: Points) -> None:
+    """Take the records at and above ``points`` out of ``txn``'s log: files wholly above removed,
+    a file across a point rewritten with the records below it (same rows, same offsets)."""
+    files = _files_from(txn, points)
+    keep = {p: (min(f["_first"] for f in fs), points[p]) for p, fs in files.items()
+            if min(f["_first"] for f in fs) < points[p]}
+    if keep:
+        written = _write_ranges(spark, txn, path, txn.read_version, keep)
+        counts = _counted(written)
+        wanted = {p: b - a for p, (a, b) in keep.items()}
+        if counts != wanted:
+            raise OffsetCheckError(f"truncating {path} kept {counts} records per partition below its points where "
+                                   f"{wanted} were expected; nothing was committed")
+    txn.remove([{k: v for k, v in f.items() if k != "_first"} for fs in files.values() for f in fs], data_change=True)
+    crash_point("replicate:after_truncate")
+
+
+def _write_ranges(spark: SparkSession, txn: DeltaTransaction, source: str, version: int,
+                  ranges: dict[int, tuple[int, int]]) -> list:
+    """Write the records of ``source`` in ``ranges`` (as of ``version``) into ``txn``'s table. A
+    small copy (an ``acks: all`` produce's) is read with delta-rs where it can be and written by
+    pyarrow from the driver, as a small produce is: Spark's read at a version and its write job cost
+    about 1.2 s for 100 records."""
+    columns = [f.name for f in RECORD_SCHEMA.fields]
+    if use_one_task(sum(b - a for a, b in ranges.values())):
+        if reads_with_delta_rs(source):
+            rows = rs_reader.log_ranges(source, version, ranges, columns)
+        else:
+            rows = (spark.read.format("delta").option("versionAsOf", version).load(source)
+                    .where(range_filter(ranges)).select(*columns).toArrow())
+        return txn.write_rows(rows, partition_by="partition")
+    rows = (spark.read.format("delta").option("versionAsOf", version).load(source)
+            .where(range_filter(ranges)).select(*columns))
+    return txn.write(rows)
+
+
+def _counted(written: list) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for f in written:
+        if f.num_records:
+            p = int(f.partition_values["partition"])
+            counts[p] = counts.get(p, 0) + f.num_records
+    return counts
+
+
+def _diverged(state: Any, role: Role, ends: Mapping[int, int]) -> dict[int, int]:
+    """Where a log holding ``role.data``'s history diverges from the current one: its points below
+    its log ends (empty when it holds the current epoch's history, or nothing past the points)."""
+    points = truncation_points(state, role.data) or {}
+    return {p: o for p, o in points.items() if ends.get(p, 0) > o}
+
+
+def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: Any) -> CopyResult:
+    """Bring the follower log at ``target`` up to the log at ``source`` (see the module), as a
+    request stamped with leader epoch ``stamp``: the source must have been told of exactly that
+    epoch (the leader of ``stamp``, or a leader an election of ``stamp`` fenced), the follower of no
+    later one. ``state``: the replica state whose epoch starts say where the follower truncates."""
+    src = open_log(spark, source)
+    sconf = src.configuration()
+    srole = Role.of(sconf)
+    if srole.fence != stamp:
+        raise FencedLeaderEpochError(f"a copy stamped with leader epoch {stamp} read {source} told of epoch "
+                                     f"{srole.fence}: a stale request, ignored")
+    if sconf.get(LAYOUT_PROP) == ARRIVAL:
+        raise ReplicationError(f"the log at {source} has the arrival layout, which replication does not copy; "
+                               "move it with `lakelog topics alter --layout partitioned`")
+    smeta = TopicLogMetadata.from_properties(sconf)
+    sknown = src.snapshot_app_versions()
+    s_ends = {p: log_end(sknown, p, pm.start_offset) for p, pm in smeta.partitions.items()}
+
+    def attempt() -> CopyResult:
+        txn = open_log(spark, target)
+        tconf = txn.configuration()
+        trole = Role.of(tconf)
+        if trole.fence > stamp:  # the seed's stateChangeListener
+            raise FencedLeaderEpochError(f"the log at {target} was told of leader epoch {trole.fence}: a copy "
+                                         f"stamped with epoch {stamp} is a stale request, ignored")
+        if trole.role == LEADER:
+            raise ReplicationError(f"the log at {target} leads its topic (or is not a replica): a copy never "
+                                   "overwrites a leader; elect another root first")
+        tknown = txn.snapshot_app_versions()
+        tmeta = TopicLogMetadata.from_properties(tconf)
+        t_ends = {p: log_end(tknown, p, tmeta.partitions[p].start_offset if p in tmeta.partitions
+                             else smeta.partitions[p].start_offset) for p in smeta.partitions}
+        for p in s_ends:  # a racing copy or truncation of the same follower makes this commit retry
+            txn.app_version(log_end_app_id(p))
+        truncated = _diverged(state, trole, t_ends)
+        if truncated:
+            _truncate_in(spark, txn, target, truncated)
+            t_ends.update(truncated)
+        ahead = {p: (t_ends[p], s_ends[p]) for p in s_ends if t_ends[p] > s_ends[p]}
+        if ahead:
+            raise ReplicationError(
+                f"the log at {target} holds records past its leader's log end {ahead} (partition: "
+                "(follower, leader)) that no truncation point covers; nothing was copied")
+        # Records below the leader's log start are gone there: the follower starts at it instead.
+        firsts = {p: max(t_ends[p], sknown.get(f"{LOG_START_PREFIX}{p}", 0)) for p in s_ends}
+        ranges = {p: (firsts[p], s_ends[p]) for p in s_ends if s_ends[p] > firsts[p]}
+        apps = {k: v for k, v in sknown.items() if k.startswith(_COPIED_APPS)}
+        # A producer mark the leader's history does not have (written by a truncated leader) goes.
+        apps |= {k: -1 for k in tknown if k.startswith(PRODUCER_PREFIX) and k not in sknown and tknown[k] != -1}
+        apps = {k: v for k, v in apps.items() if tknown.get(k) != v}
+        props = {k: v for k, v in sconf.items() if k.startswith("lakelog.") and k not in _OWN_PROPS}
+        props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),
+                  REPLICA_DATA_EPOCH_PROP: str(srole.data)}
+        drop = [k for k in tconf if k.startswith("lakelog.") and k not in props and k not in _OWN_PROPS]
+        changed = {k: v for k, v in props.items() if tconf.get(k) != v}
+        if not ranges and not apps and not changed and not drop and not truncated:
+            return CopyResult(source_version=src.read_version, version=None, copied={}, log_ends=t_ends,
+                              data_epoch=trole.data)
+        copied: dict[int, int] = {}
+        if ranges:
+            copied = _counted(_write_ranges(spark, txn, source, src.read_version, ranges))
+        wanted = {p: b - a for p, (a, b) in ranges.items()}
+        if copied != wanted:
+            raise OffsetCheckError(f"copying {source} to {target} read {copied} records per partition where the "
+                                   f"leader's log ends say {wanted}; nothing was committed")
+        crash_point("replicate:after_write")
+        if changed or drop:
+            txn.set_properties(changed, drop)
+        meta = dict(source=source, source_version=src.read_version, leader_epoch=stamp,
+                    ranges={str(p): list(r) for p, r in sorted(ranges.items())})
+        if truncated:  # readers of the change feed take these deletes out of what the log appended
+            meta["points"] = {str(p): o for p, o in sorted(truncated.items())}
+        version = txn.commit(apps, commit_metadata(TRUNCATE if truncated else REPLICATE, **meta))
+        return CopyResult(source_version=src.read_version, version=version, copied=copied, truncated=truncated,
+                          log_ends={p: max(t_ends[p], s_ends[p]) for p in s_ends}, data_epoch=srole.data)
+
+    return retry_on_conflict(attempt, attempts=20)
+
+
+def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict[int, int]:
+    """Truncate the log at ``path`` where ``state`` says its history diverges, in one commit that
+    depends on its log ends and is refused if the log was told of an epoch after ``stamp`` (an
+    election whose old leader cannot be reached to copy from). Returns what it truncated."""
+
+    def attempt() -> dict[int, int]:
+        txn = open_log(spark, path)
+        conf = txn.configuration()
+        role = Role.of(conf)
+        if role.fence > stamp:
+            raise FencedLeaderEpochError(f"the log at {path} was told of leader epoch {role.fence}: a truncation "
+                                         f"stamped with epoch {stamp} is a stale request, ignored")
+        ends = _ends(txn, conf)
+        points = _diverged(state, role, ends)
+        if not points:
+            return {}
+        for p in points:
+            txn.app_version(log_end_app_id(p))
+        _truncate_in(spark, txn, path, points)
+        txn.commit({log_end_app_id(p): o for p, o in points.items()},
+                   commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(points.items())}, leader_epoch=stamp))
+        return points
+
+    return retry_on_conflict(attempt, attempts=20)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if len(text) > 1 and text[0].startswith("An error occurred while calling"):
+        text = [text[1].lstrip(": ")]
+    return (text[0] if text else type(exc).__name__)[:300]

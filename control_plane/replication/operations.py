@@ -1,0 +1,131 @@
+"""``Replication``: the replica operations of one metadata root, as the commands, producers and
+readers call them. Each operation's steps live in its own module (``rounds``, ``election``,
+``acks``, ``reads``); this is where they meet the root's tables and settings."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from control_plane.records import ReplicaEvent, ReplicaState, utcnow
+from control_plane.replication import acks, election, reads, rounds
+from control_plane.replication.copy import Role, view
+from control_plane.replication.reads import FollowerStatus, ReplicaReport  # noqa: F401 (re-exported)
+from control_plane.replication.rules import check_roots, changed
+from control_plane.replication.state import ReplicaStore, log_path
+from control_plane.settings import ReplicationSettings
+from control_plane.topics import TopicAdmin
+from log_store.errors import ConcurrentTopicChangeError, ReplicationError
+
+
+class Replication:
+    """Replica operations on the topics of one metadata root."""
+
+    def __init__(self, spark: SparkSession, root: str, settings: ReplicationSettings | None = None) -> None:
+        self.spark = spark
+        self.admin = TopicAdmin(spark, root)
+        self.store = ReplicaStore(self.admin.tables)
+        self.settings = settings or ReplicationSettings()
+        self.clock = rounds.FailureClock()
+
+    # -- the state ---------------------------------------------------------------------------
+    def state(self, topic: str) -> ReplicaState:
+        self.admin.get(topic)  # UnknownTopicError / TopicDeletedError first
+        state = self.admin.replica_state(topic)
+        if state is None:
+            raise ReplicationError(f"topic '{topic}' is not replicated: create it with "
+                                   "`lakelog topics create --replicas ROOT,ROOT,...`")
+        return state
+
+    def path(self, state: ReplicaState, root: str) -> str:
+        return log_path(state, root)
+
+    def record(self, target: ReplicaState) -> bool:
+        return self.store.record(target.model_copy(update={"changed_at": utcnow()}))
+
+    def record_if_changed(self, state: ReplicaState, target: ReplicaState | None) -> ReplicaState:
+        """``target`` if it was recorded, else ``state`` (unchanged, or another change won)."""
+        return target if target is not None and self.record(target) else state
+
+    # -- readers -----------------------------------------------------------------------------
+    def describe(self, topic: str) -> ReplicaReport:
+        """Each root's log ends and epoch as they are now (nothing copied or recorded)."""
+        state = self.finish(topic)
+        path = log_path(state, state.leader)
+        try:
+            seen = view(self.spark, path)
+            leader_ends, error = seen.log_ends, None
+            fenced = not Role(seen.role, seen.fence, seen.data).leads_at(state.leader_epoch)
+        except Exception as exc:  # the leader's root is lost: what the followers hold still shows
+            leader_ends, error, fenced = {}, reads.short(exc), False
+        out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
+        hint = None
+        if error:
+            hint = (f"lakelog topics elect-leader --topic {topic} --leader "
+                    f"{next((r for r in state.in_sync if r != state.leader), '<an in-sync root>')}")
+        elif fenced:
+            hint = f"lakelog topics elect-leader --topic {topic} --leader {state.leader}"
+        return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "hint": hint})
+
+    def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
+                       ) -> dict[int, int]:
+        """Per partition, what every acknowledging root holds: ``leader_ends`` (read first) capped by
+        the others' ends, read after ``state`` (default: read now)."""
+        return reads.high_watermark(self.spark, state or self.state(topic), leader_ends)
+
+    # -- followers, elections, acknowledgements ----------------------------------------------
+    def replicate(self, topic: str, following: bool = False, recreate: list[str] | None = None) -> ReplicaReport:
+        """One round (``rounds``). ``recreate``: roots whose lost log is made again, empty, and copied."""
+        create = frozenset(check_roots(recreate)) if recreate else frozenset()
+        state = self.state(topic)
+        unknown = sorted(create - set(state.followers))
+        if unknown:
+            raise ReplicationError(f"--recreate {', '.join(unknown)}: not a follower of '{topic}' "
+                                   f"(followers: {', '.join(state.followers) or 'none'})")
+        return rounds.replicate(self, topic, following, create)
+
+    def elect(self, topic: str, root: str | None = None, unclean: bool = False, preferred: bool = False) -> ReplicaState:
+        return election.elect(self, topic, root, unclean, preferred)
+
+    def finish(self, topic: str) -> ReplicaState:
+        return election.finish(self, topic)
+
+    def check_in_sync(self, topic: str, minimum: int) -> ReplicaState:
+        return acks.check_in_sync(self, topic, minimum)
+
+    def acknowledge(self, topic: str, log_path_: str, minimum: int) -> ReplicaState:
+        return acks.acknowledge(self, topic, log_path_, minimum)
+
+    # -- reassignment ------------------------------------------------------------------------
+    def reassign(self, topic: str, roots: list[str], rounds_: int = 20) -> ReplicaState:
+        """Move the topic to the replica roots ``roots`` (the first preferred): added roots join as
+        followers and are copied until in sync; if the leader is not among ``roots``, leadership
+        moves to an in-sync one first; then the removed roots are dropped from the assignment (their
+        logs are fenced and left in place). Killed anywhere, running it again finishes it."""
+        roots = check_roots(roots)
+        state = self.finish(topic)
+        added = [r for r in roots if r not in state.replicas]
+        if added:
+            state = self._record(changed(state, ReplicaEvent.REASSIGN, replicas=[*state.replicas, *added]))
+        # a root that never held a copy gets its log made; one that did and lost it is reported
+        held = {r for s in self.store.history(topic, state.incarnation) for r in [s.leader, *s.in_sync, *s.joining]}
+        for _ in range(rounds_):  # copy until every wanted root is in sync
+            if all(r in state.in_sync for r in roots):
+                break
+            rounds.replicate(self, topic, create=frozenset(r for r in roots if r not in held))
+            state = self.state(topic)
+        missing = [r for r in roots if r not in state.in_sync]
+        if missing:
+            raise ReplicationError(f"{', '.join(missing)} did not catch up with the leader of '{topic}' in {rounds_} "
+                                   "rounds (producers outpace the copy, or the root cannot be written); run it again")
+        if state.leader not in roots:
+            state = self.elect(topic, roots[0])
+        if state.replicas != roots:
+            state = self._record(changed(state, ReplicaEvent.REASSIGN, replicas=roots,
+                                         in_sync=[r for r in roots if r in state.in_sync],
+                                         joining=[r for r in roots if r in state.joining]))
+        return state
+
+    def _record(self, target: ReplicaState) -> ReplicaState:
+        if not self.record(target):
+            raise ConcurrentTopicChangeError(f"the replicas of '{target.topic}' changed meanwhile; run it again")
+        return self.state(target.topic)

@@ -1,0 +1,133 @@
+"""What readers of a replicated topic see: the high watermark they read below, the divergence
+check of their positions, and the replica report of ``describe`` and ``replicate``.
+
+A reader (a group member, a consumer, a ``format("lakelog")`` stream, ``read_partition``, the
+Kafka front door) reads the leader's log first, then the replica state, then the log ends of the
+other roots that acknowledge (the in-sync set and those joining it): the high watermark is what
+all of them hold of the current history (``rules.high_watermark``). Nothing above it is ever
+delivered, so a clean election never takes back a delivered record. An unclean election can;
+a reader then finds its position past where that election cut the history it read (its
+position's leader epoch against the elections since, ``rules.cut_below``: Kafka's divergence
+check) and says so (``LogTruncatedError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from control_plane.records import ReplicaState
+from control_plane.replication import rules
+from control_plane.replication.copy import Role, view
+from log_store import rs_reader
+from control_plane.replication.state import log_path
+from log_store.errors import LogTruncatedError
+
+
+class FollowerStatus(BaseModel):
+    root: str
+    log_ends: dict[int, int] | None = None  # None: could not be read
+    leader_epoch: int | None = None  # the epoch whose history it holds
+    copied: int = 0
+    truncated: dict[int, int] = {}
+    lag: int | None = None
+    in_sync: bool = False
+    joining: bool = False
+    error: str | None = None
+
+
+class ReplicaReport(BaseModel):
+    """A replicated topic's replicas as seen now (``describe``) or after a round (``replicate``)."""
+
+    topic: str
+    replica_version: int
+    leader: str
+    leader_epoch: int
+    replicas: list[str]
+    in_sync: list[str]
+    joining: list[str] = []
+    leader_log_ends: dict[int, int]
+    high_watermark: dict[int, int]
+    followers: list[FollowerStatus]
+    leader_error: str | None = None  # the leader's log could not be read (its root is lost)
+    leader_fenced: bool = False  # the leader's log was fenced by an election that did not finish
+    hint: str | None = None  # what to run, when something must be run
+
+
+def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus]) -> ReplicaReport:
+    ends = {f.root: f.log_ends for f in followers}
+    epochs = {f.root: f.leader_epoch for f in followers if f.leader_epoch is not None}
+    return ReplicaReport(
+        topic=state.topic, replica_version=state.replica_version, leader=state.leader,
+        leader_epoch=state.leader_epoch, replicas=state.replicas, in_sync=state.in_sync, joining=state.joining,
+        leader_log_ends=leader_ends, high_watermark=rules.high_watermark(state, leader_ends, ends, epochs),
+        followers=[f.model_copy(update={"in_sync": f.root in state.in_sync, "joining": f.root in state.joining})
+                   for f in followers])
+
+
+def look(spark: SparkSession, state: ReplicaState, root: str, leader_ends: dict[int, int]) -> FollowerStatus:
+    """A follower's log as it is now (an unreachable or missing one reported, not fatal)."""
+    try:
+        seen = view(spark, log_path(state, root))
+    except Exception as exc:
+        return FollowerStatus(root=root, error=short(exc))
+    return FollowerStatus(root=root, log_ends=seen.log_ends, leader_epoch=seen.data,
+                          lag=rules.lag(leader_ends, seen.log_ends))
+
+
+def high_watermark(spark: SparkSession, state: ReplicaState, leader_ends: dict[int, int]) -> dict[int, int]:
+    """Per partition, what every acknowledging root holds of the current history: ``leader_ends``
+    (read before ``state``) capped by the others' log ends, read now. A root that cannot be read
+    holds nothing a reader can count on."""
+    def read(path: str) -> tuple[dict[int, int], int]:
+        seen = view(spark, path)
+        return seen.log_ends, seen.data
+
+    return high_watermark_with(state, leader_ends, read)
+
+
+def high_watermark_by_delta_rs(state: ReplicaState, leader_ends: dict[int, int], storage: rs_reader.Storage = None
+                               ) -> dict[int, int]:
+    """``high_watermark``, each root's log read by delta-rs (``format("lakelog")``'s planner)."""
+    def read(path: str) -> tuple[dict[int, int], int]:
+        snap, _id, conf = rs_reader.log_view(path, storage=storage)
+        return snap.log_ends, Role.of(conf).data
+
+    return high_watermark_with(state, leader_ends, read)
+
+
+def high_watermark_with(state: ReplicaState, leader_ends: dict[int, int],
+                        read: Callable[[str], tuple[dict[int, int], int]]) -> dict[int, int]:
+    ends: dict[str, dict[int, int] | None] = {}
+    epochs: dict[str, int] = {}
+    for root in rules.acknowledgers(state) - {state.leader}:
+        try:
+            ends[root], epochs[root] = read(log_path(state, root))
+        except Exception:
+            ends[root] = None
+    return rules.high_watermark(state, leader_ends, ends, epochs)
+
+
+def check_position(topic: str, partition: int, position: int, cut: int | None, reader: str) -> None:
+    """Raise ``LogTruncatedError`` when ``reader``'s next offset ``position`` on ``partition`` lies
+    past ``cut``, where the history it read was cut (``rules.cut_below``: an unclean election took
+    back records it delivered), or past the log end when the epoch it read under is unknown."""
+    back = rules.divergence(position, cut)
+    if back is None:
+        return
+    raise LogTruncatedError(
+        f"{reader} delivered '{topic}' partition {partition} up to offset {position - 1}, but an unclean election "
+        f"cut the log at {back}: offsets {back}..{position - 1} now hold other records or none. Nothing was skipped. "
+        f"Decide what the records delivered from the lost history mean, then move the position back to {back} "
+        f"(`lakelog groups reset-offsets --to-offset {back}`, or a stream's failOnDataLoss=false) to go on")
+
+
+def short(exc: BaseException) -> str:
+    """``exc`` in one line: for an error raised in the JVM, its Java exception's line, not py4j's
+    "An error occurred while calling oNNN.execute"."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if len(text) > 1 and text[0].startswith("An error occurred while calling"):
+        text = [text[1].lstrip(": ")]
+    return (text[0] if text else type(exc).__name__)[:300]

@@ -1,0 +1,222 @@
+"""The replication rules, pure (no Spark): which roots a topic may have, who must hold a record
+before it is acknowledged, the high watermark, who joins or leaves the in-sync set, where a replica
+truncates, which elections are allowed, and when a reader's position lies in a truncated range.
+
+The code's steps (``rounds``, ``election``, ``acks``) and the protocol's model (``model``) both
+call these, so the model checks the rules the code runs. A state is anything with a replica
+state's fields (``records.ReplicaState``, or the model's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from control_plane.records import EpochStart, ReplicaEvent, ReplicaState, TopicEvent
+from log_store.errors import ReplicationError
+
+Ends = Mapping[int, int]
+
+
+def check_roots(roots: list[str]) -> list[str]:
+    """``roots`` as given, refused if empty or if one appears twice (after normalising slashes)."""
+    cleaned = [r.strip().rstrip("/") for r in roots]
+    if not cleaned or any(not r for r in cleaned):
+        raise ReplicationError("--replicas needs one or more roots, separated by commas (the first is the preferred leader)")
+    seen: set[str] = set()
+    for r in cleaned:
+        if r in seen:
+            raise ReplicationError(f"root {r} appears twice in --replicas: a root holds one copy of a topic; give each once")
+        seen.add(r)
+    return cleaned
+
+
+def initial_state(topic: str, incarnation: int, roots: list[str], partitions: list[int]) -> ReplicaState:
+    """A new replicated topic: the first root leads at epoch 0, every root in sync (all empty)."""
+    return ReplicaState(topic=topic, incarnation=incarnation, replica_version=1, event=ReplicaEvent.CREATE,
+                        replicas=roots, leader=roots[0], leader_epoch=0, in_sync=list(roots),
+                        epoch_starts=[EpochStart(epoch=0, leader=roots[0], starts={p: 0 for p in partitions})])
+
+
+def lag(leader_ends: Ends, follower_ends: Ends | None) -> int | None:
+    """Records the follower misses over all partitions (None: it could not be read)."""
+    if follower_ends is None:
+        return None
+    return sum(max(end - follower_ends.get(p, 0), 0) for p, end in leader_ends.items())
+
+
+def holds(ends: Ends | None, wanted: Ends) -> bool:
+    """Whether log ends ``ends`` reach ``wanted`` in every partition."""
+    return ends is not None and all(ends.get(p, 0) >= e for p, e in wanted.items())
+
+
+def acknowledgers(state: Any) -> set[str]:
+    """The roots an ``acks: all`` record must be at before it is acknowledged: the leader, the
+    in-sync set and the roots joining it (Kafka's "maximal ISR": a root that is joining may be in
+    the set before the writer looks again, so it must already hold what is acknowledged)."""
+    return {state.leader, *state.in_sync, *getattr(state, "joining", ())}
+
+
+def held(state: Any, ends: Ends | None, epoch: int | None) -> dict[int, int]:
+    """How far a replica holding ``epoch``'s history with log ends ``ends`` holds the current
+    history: its ends, capped where that history diverges (``truncation_points``); nothing if it
+    cannot be read or holds an epoch after ``state``'s (the state was read before an election)."""
+    if ends is None or (epoch is not None and epoch > state.leader_epoch):
+        return {}
+    points = truncation_points(state, epoch) if epoch is not None else None
+    return {p: min(e, points.get(p, e)) if points else e for p, e in ends.items()}
+
+
+def high_watermark(state: Any, leader_ends: Ends, ends: Mapping[str, Ends | None],
+                   epochs: Mapping[str, int] | None = None) -> dict[int, int]:
+    """Per partition, the smallest log end over the leader, the in-sync roots and the roots joining
+    them (``acknowledgers``), each as far as it holds the current history (``held``, with the data
+    epoch of each in ``epochs``): what every root that may be elected cleanly holds, now or once it
+    has joined. ``leader_ends`` must be read *before* ``state``, and ``ends`` after it: a root that
+    starts joining after the state was read then copies from a later leader read, which holds all
+    of ``leader_ends`` (docs/replication.md, "Reads")."""
+    out = dict(leader_ends)
+    epochs = epochs or {}
+    for root in acknowledgers(state):
+        if root == state.leader:
+            continue
+        theirs = held(state, ends.get(root), epochs.get(root))
+        out = {p: min(e, theirs.get(p, 0)) for p, e in out.items()}
+    return out
+
+
+def stays_in_sync(state: Any, root: str, leader_ends: Ends, ends: Ends | None, epoch: int | None, max_lag: int,
+                  tolerated: bool = False) -> bool:
+    """Whether an in-sync follower stays: it holds the current epoch's history and misses at most
+    ``max_lag`` records, or it could not be reached for less than the time lag (``tolerated``)."""
+    if ends is None:
+        return tolerated
+    missed = lag(leader_ends, ends)
+    return epoch == state.leader_epoch and missed is not None and missed <= max_lag
+
+
+def may_start_joining(state: Any, root: str, leader_ends: Ends, ends: Ends | None, epoch: int | None) -> bool:
+    """Whether a follower outside the in-sync set may start joining it: it holds the current
+    epoch's history and everything the leader had when read (Kafka: caught up to the leader's log
+    end). It then joins (``may_join``) once it holds what the leader has after the start was
+    recorded: between the two, acknowledgements and the high watermark wait for it."""
+    return (root != state.leader and root not in state.in_sync and root not in getattr(state, "joining", ())
+            and epoch == state.leader_epoch and holds(ends, leader_ends))
+
+
+def may_join(state: Any, root: str, leader_ends_since: Ends, ends: Ends | None, epoch: int | None) -> bool:
+    """Whether a joining follower joins the in-sync set: it holds everything the leader had when
+    read *after* its joining was recorded. Every record appended before that read is then at it;
+    every record appended after is copied to it by its own writer (``acknowledgers``) or lies above
+    the high watermark, which it holds down."""
+    return root in getattr(state, "joining", ()) and epoch == state.leader_epoch and holds(ends, leader_ends_since)
+
+
+def truncation_points(state: Any, held_epoch: int) -> dict[int, int] | None:
+    """Where a replica holding records of leader epoch ``held_epoch`` must truncate before copying
+    from the current leader: the start offsets of the first epoch after it, as its leader recorded
+    them (Kafka's leader-epoch rule: truncating to the high watermark alone can lose or diverge
+    records). None when it holds the current epoch."""
+    later = sorted((s for s in state.epoch_starts if s.epoch > held_epoch), key=lambda s: s.epoch)
+    if not later:
+        return None
+    points: dict[int, int] = {}
+    for start in later:  # a partition created after that epoch began takes its first mention
+        for p, o in start.starts.items():
+            points.setdefault(p, o)
+    return points
+
+
+def check_election(state: Any, root: str, unclean: bool) -> None:
+    """Refuse an election of a root outside the assigned roots, or outside the in-sync set without
+    ``unclean`` (which may lose records the in-sync set acknowledged)."""
+    if root not in state.replicas:
+        raise ReplicationError(f"{root} holds no replica of '{state.topic}' (replicas: {', '.join(state.replicas)}); "
+                               "add it with `lakelog topics reassign` first")
+    if root not in state.in_sync and not unclean:
+        raise ReplicationError(
+            f"{root} is not in the in-sync set of '{state.topic}' ({', '.join(state.in_sync)}): it may miss "
+            "acknowledged records. Elect an in-sync root, let `lakelog replicate` catch it up, or pass --unclean "
+            "to accept losing what it misses")
+
+
+def elected_in_sync(state: Any, root: str, leader_fenced: bool, unclean: bool) -> list[str]:
+    """The in-sync set after electing ``root``: the old one, less the old leader if it could not be
+    fenced (and copied from); an unclean election leaves the new leader alone in it."""
+    if unclean:
+        return [root]
+    return [r for r in state.replicas if r in state.in_sync and (r != state.leader or leader_fenced or r == root)]
+
+
+def elections_recorded(states: list[Any], upto_version: int) -> int:
+    """How many elections the replica states up to ``upto_version`` hold: the topic's record must
+    show as many ``elect_leader`` changes once they are finished (so a process finishing an old
+    election again never records one more)."""
+    return sum(1 for s in states if s.event == ReplicaEvent.ELECT and s.replica_version <= upto_version)
+
+
+def unclean(history: list[Any]) -> list[Any]:
+    """The elections of ``history`` (oldest first) whose new leader was outside the in-sync set
+    before: the only ones that may take back a record below the high watermark."""
+    return [s for prev, s in zip(history, history[1:]) if s.event == ReplicaEvent.ELECT and s.leader not in prev.in_sync]
+
+
+def cut_below(history: list[Any], read_epoch: int, partition: int) -> int | None:
+    """Where the unclean elections after leader epoch ``read_epoch`` cut ``partition``'s history:
+    the smallest start offset of their epochs (None: no such election). A reader that delivered
+    records read under ``read_epoch`` holds them only below it."""
+    cuts = [start.starts[partition] for s in unclean(history) if s.leader_epoch > read_epoch
+            for start in s.epoch_starts if start.epoch == s.leader_epoch and partition in start.starts]
+    return min(cuts) if cuts else None
+
+
+def divergence(position: int, cut: int | None) -> int | None:
+    """Where a reader whose next offset is ``position`` finds the log diverged under it (Kafka's
+    divergence check, KIP-320): ``cut`` (``cut_below``) when it lies below ``position``, else
+    None. The offsets from there up to ``position`` hold other records now, or none."""
+    return cut if cut is not None and cut < position else None
+
+
+def elect_epochs(records: list[Any], partition: int) -> list[int]:
+    """``partition``'s epoch in each ``elect_leader`` record of a topic's ``records``, oldest first."""
+    return [p.leader_epoch for r in records if r.event == TopicEvent.ELECT_LEADER
+            for p in r.partitions if p.partition == partition]
+
+
+def replica_epoch_at(elect_epochs: list[int], partition_epoch: int) -> int:
+    """The leader epoch (elections so far) a reader was under when it read a partition at
+    ``partition_epoch``: how many elections had bumped the partition to it or below.
+    ``elect_epochs``: the partition's epoch in each ``elect_leader`` record, oldest first (each
+    election bumps every live partition's epoch, so a partition epoch names one leader epoch)."""
+    return sum(1 for e in elect_epochs if e <= partition_epoch)
+
+
+# -- the records' changes (a ``ReplicaState`` each) ------------------------------------------
+def changed(state: ReplicaState, event: ReplicaEvent, **fields: Any) -> ReplicaState:
+    """The next state: ``fields`` changed by ``event``, one version later."""
+    return state.model_copy(update={"replica_version": state.replica_version + 1, "event": event, **fields})
+
+
+def with_sets(state: ReplicaState, in_sync: Collection[str], joining: Collection[str]) -> ReplicaState | None:
+    """The next state if the in-sync or joining set changed (None if neither did); sets keep the
+    assignment's order."""
+    in_sync = [r for r in state.replicas if r in set(in_sync)]
+    joining = [r for r in state.replicas if r in set(joining) and r not in in_sync]
+    if set(in_sync) == set(state.in_sync) and set(joining) == set(state.joining):
+        return None
+    if len(in_sync) > len(state.in_sync):
+        event = ReplicaEvent.EXPAND_ISR
+    elif len(in_sync) < len(state.in_sync) or len(joining) < len(state.joining):
+        event = ReplicaEvent.SHRINK_ISR
+    else:
+        event = ReplicaEvent.JOIN
+    return changed(state, event, in_sync=in_sync, joining=joining)
+
+
+def elected(state: ReplicaState, root: str, starts: Ends, leader_fenced: bool, unclean: bool) -> ReplicaState:
+    """The state after electing ``root``, whose log ends are ``starts`` (where the new epoch begins).
+    Roots that were joining start again under the new leader."""
+    epoch = state.leader_epoch + 1
+    return changed(state, ReplicaEvent.ELECT, leader=root, leader_epoch=epoch, joining=[],
+                   in_sync=elected_in_sync(state, root, leader_fenced, unclean),
+                   epoch_starts=[*state.epoch_starts, EpochStart(epoch=epoch, leader=root, starts=dict(starts))])
