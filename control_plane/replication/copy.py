@@ -46,7 +46,9 @@ from log_store.log_metadata import (
     TopicLogMetadata,
     log_end,
 )
-from log_store.names import LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, commit_metadata, log_end_app_id
+from log_store.names import (
+    LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, commit_metadata, log_end_app_id,
+)
 from log_store.read_ranges import range_filter
 from log_store.topic_log import RECORD_SCHEMA
 
@@ -55,7 +57,9 @@ REPLICATE = "replicate"
 # What a follower takes from its leader's properties and application versions: the log's own
 # state, not the root's role in it or how its files are laid out.
 _OWN_PROPS = (REPLICA_ROLE_PROP, REPLICA_EPOCH_PROP, REPLICA_DATA_EPOCH_PROP, LAYOUT_PROP)
-_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX)
+# (a stream sink's micro-batch mark too: a replay after a failover must find it at the new leader)
+_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX)
+_MARKS = (PRODUCER_PREFIX, STREAM_BATCH_PREFIX)
 Points = Mapping[int, int]
 
 
@@ -279,8 +283,9 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         firsts = {p: max(t_ends[p], sknown.get(f"{LOG_START_PREFIX}{p}", 0)) for p in s_ends}
         ranges = {p: (firsts[p], s_ends[p]) for p in s_ends if s_ends[p] > firsts[p]}
         apps = {k: v for k, v in sknown.items() if k.startswith(_COPIED_APPS)}
-        # A producer mark the leader's history does not have (written by a truncated leader) goes.
-        apps |= {k: -1 for k in tknown if k.startswith(PRODUCER_PREFIX) and k not in sknown and tknown[k] != -1}
+        # A producer's or a stream batch's mark the leader's history does not have (written by a
+        # truncated leader) goes.
+        apps |= {k: -1 for k in tknown if k.startswith(_MARKS) and k not in sknown and tknown[k] != -1}
         apps = {k: v for k, v in apps.items() if tknown.get(k) != v}
         props = {k: v for k, v in sconf.items() if k.startswith("lakelog.") and k not in _OWN_PROPS}
         props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),

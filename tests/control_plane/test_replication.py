@@ -373,3 +373,24 @@ def test_a_consumer_follows_the_leader_and_reads_only_below_the_high_watermark(s
     assert sorted(seen) == list(range(30))
     with pytest.raises(ValidationError, match="above the high watermark"):
         ConsumerSettings(isolation="leader")
+
+
+def test_a_stream_sinks_micro_batch_mark_reaches_the_followers_so_a_replay_at_a_new_leader_lands_nothing(spark, roots):
+    """A stream sink records which micro-batch it landed last in the log; a follower holds it too,
+    so the batch replayed after a crash and an election finds it at the new leader, and a batch of
+    the same id planned again on a restored older checkpoint (another stamp) still lands there."""
+    from log_store.engine import app_versions
+    from log_store.names import stream_batch_app_id
+    from pipelines.spark.sink import BATCH_SHIFT, landed_before
+
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=replicas[:2])
+    producer = Producer(spark, meta, "orders", "stream:q")
+    producer.send(make_records(spark, 10), 3 << BATCH_SHIFT, after_mark=True,
+                  stamps={stream_batch_app_id("stream:q"): 77})
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    state = replication.elect("orders", replicas[1])
+    at_new_leader = app_versions(spark, replication.path(state, replicas[1]))
+    assert landed_before(3, 77, at_new_leader, "stream:q")
+    assert not landed_before(3, 78, at_new_leader, "stream:q"), "planned again: not the batch that landed"
