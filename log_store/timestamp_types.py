@@ -82,6 +82,22 @@ class TimestampTypes(BaseModel):
         return expr
 
 
+def stamp_log_append_time(rows, conf: Mapping[str, str]):
+    """Arrow ``rows`` appended from the driver, their ``timestamp`` the append's time when the log
+    is LogAppendTime now (as a Spark append stamps its rows); else as they are."""
+    import datetime
+
+    import pyarrow as pa
+
+    if TimestampTypes.of(conf).current != LOG_APPEND_TIME or rows.num_rows == 0:
+        return rows
+    i = rows.schema.get_field_index("timestamp")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    kind = rows.schema.field(i).type
+    stamped = pa.array([now] * rows.num_rows, pa.timestamp("us", tz="UTC")).cast(kind)
+    return rows.set_column(i, rows.schema.field(i), stamped)
+
+
 def check_kind(kind: str) -> str:
     if kind not in CODES:
         raise InvalidConfigurationError(

@@ -64,7 +64,7 @@ from log_store.log_metadata import (
 )
 from log_store.names import commit_metadata, log_end_app_id, producer_app_id
 from log_store.numbering import map_lookup, offsets_column
-from log_store.timestamp_types import LOG_APPEND_TIME, TimestampTypes
+from log_store.timestamp_types import LOG_APPEND_TIME, TimestampTypes, stamp_log_append_time
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 
 RECORD_SCHEMA = StructType(
@@ -285,7 +285,7 @@ class TopicLog:
             txn, conf, meta, writable, known, bases = self._open_append(expected_count)
             check_marks(known, expected, meta.topic)
             new_marks = producer_marks(rows, expected)
-            table = number_rows(rows.select(list(ROW_COLUMNS)), bases,
+            table = number_rows(stamp_log_append_time(rows.select(list(ROW_COLUMNS)), conf), bases,
                                 {p: meta.partitions[p].leader_epoch for p in writable}, meta.topic)
             writer = write_arrival_rows if conf.get(LAYOUT_PROP) == ARRIVAL else write_partitioned_rows
             parts = writer(self.path, txn, table) if table.num_rows else []

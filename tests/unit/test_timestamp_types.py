@@ -40,3 +40,20 @@ def test_a_switch_to_the_current_type_is_none_and_unknown_types_are_refused():
     assert TimestampTypes().switched(CREATE_TIME, {0: 1}) is None
     with pytest.raises(InvalidConfigurationError, match="give CreateTime"):
         TimestampTypes().switched("BrokerTime", {0: 1})
+
+
+def test_rows_appended_from_the_driver_take_the_appends_time_on_a_log_append_time_log():
+    import datetime
+
+    import pyarrow as pa
+
+    from log_store.timestamp_types import stamp_log_append_time
+
+    old = datetime.datetime(2001, 2, 3)
+    rows = pa.table({"value": [b"a", b"b"], "timestamp": pa.array([old, None], pa.timestamp("us"))})
+    assert stamp_log_append_time(rows, {}) is rows, "CreateTime: the producer's time"
+    conf = {TIMESTAMP_TYPES_PROP: TimestampTypes().switched(LOG_APPEND_TIME, {0: 0}).to_property()}
+    before = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    stamped = stamp_log_append_time(rows, conf)
+    assert stamped.schema == rows.schema
+    assert all(t >= before - datetime.timedelta(seconds=1) for t in stamped.column("timestamp").to_pylist())
