@@ -548,3 +548,13 @@ def test_the_sinks_acks_follow_kafka():
     assert sink_error({"acks": "2"}).startswith("acks must be 1 or all (-1)")
     assert "acks=0: a lakelog write always returns once its append is committed" in sink_error({"acks": "0"})
     assert "minInsyncReplicas must be a positive number" in sink_error({"minInsyncReplicas": "0"})
+
+
+def test_offsets_behind_latest_are_sparks_kafka_source_metrics():
+    from pipelines.spark.positions import behind_latest
+
+    latest = {"a": {0: 100, 1: 50}, "b": {0: 10}}
+    got = behind_latest(latest, {"a": {0: 40, 1: 50}, "b": {0: 4}})
+    assert got == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "60", "avgOffsetsBehindLatest": "22.0"}
+    assert behind_latest(latest, {"a": {0: 120}})["maxOffsetsBehindLatest"] == "0", "never negative"
+    assert behind_latest(latest, {}) == {} and behind_latest({}, {"a": {0: 1}}) == {}
