@@ -323,3 +323,17 @@ def test_a_stream_started_at_latest_that_read_nothing_yet_reads_what_came_since_
     producer.send(make_records(lakelog, 20, keys=10, start=30))
     stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="latest")
     assert sorted(int(r["value"]) for r in delivered(sink)) == list(range(30, 50))
+
+
+def test_a_streams_progress_reports_how_far_it_is_behind_the_latest_offsets(lakelog, root, tmp_path):
+    """Spark's Kafka source's metrics: after a capped micro-batch, the offsets each partition's
+    position is behind its log end, as the smallest, largest and mean."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=10))
+    query = stream_to(lakelog, str(tmp_path / "sink"), str(tmp_path / "ck"), subscribe=T,
+                      startingOffsets="earliest", maxOffsetsPerTrigger=30)
+    first = next(p for p in query.recentProgress if p["numInputRows"] == 30)
+    metrics = first["sources"][0]["metrics"]
+    assert float(metrics["avgOffsetsBehindLatest"]) == 35.0, metrics  # 70 records left over two partitions
+    assert int(metrics["minOffsetsBehindLatest"]) + int(metrics["maxOffsetsBehindLatest"]) == 70
+    assert query.lastProgress["sources"][0]["metrics"]["maxOffsetsBehindLatest"] == "0"
