@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow test-s3 chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-replication bench-all clean check-tools
+.PHONY: setup demo test test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-replication bench-serve bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -44,6 +44,12 @@ test-slow: setup
 # Roots on S3 against a local S3 emulator the tests start (S3A's jars come with make setup).
 test-s3: setup
 	$(BIN)/pytest -q -m s3
+
+# Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/ on
+# first use; docs/testing.md).
+test-kafka-clients: setup
+	$(BIN)/python -c "from benchmarks.kafka_broker import jars; jars()"
+	$(BIN)/pytest -q -m kafka_clients
 
 # The fault campaign: SCHEDULES seeds from SEED (or SEEDS=3,7,10-12); see RELIABILITY.md.
 SCHEDULES ?= 100
@@ -83,6 +89,10 @@ bench-commit: setup
 
 bench-replication: setup
 	$(BIN)/python benchmarks/replication.py $(BENCH_ARGS)
+
+# lakelog serve beside a Kafka 4.4 broker, with Kafka's own performance tools (about 15 minutes).
+bench-serve: setup
+	$(BIN)/python benchmarks/serve.py $(BENCH_ARGS)
 
 # Every throughput aim in one run beside a local Kafka broker (Kafka's jars from Maven Central
 # into .jars-kafka/ on first use, 55 MB; about 40 minutes on 2 cores).

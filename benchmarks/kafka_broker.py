@@ -94,25 +94,36 @@ class Broker:
 
     def measure(self, records: int, record_bytes: int, partitions: int) -> dict[str, float]:
         """Produce then consume ``records`` on a new topic of ``partitions``: records per second each way."""
-        topic = f"bench-{uuid.uuid4().hex[:8]}"
-        created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--create",
-                        "--topic", topic, "--partitions", str(partitions), "--replication-factor", "1")
-        if created.returncode:
-            raise RuntimeError(created.stderr)
-        produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
-                         "--record-size", str(record_bytes), "--throughput", "-1",
-                         "--producer-props", f"bootstrap.servers={self.bootstrap}", "acks=1", heap="1g")
-        found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec", produced.stdout)
-        if not found:
-            raise RuntimeError(f"ProducerPerformance: {produced.stdout[-2000:]}{produced.stderr[-2000:]}")
-        consumed = _java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", self.bootstrap,
-                         "--topic", topic, "--messages", str(records), "--timeout", "60000", heap="1g")
-        lines = [line for line in consumed.stdout.splitlines() if line and line[0].isdigit()]
-        if not lines:
-            raise RuntimeError(f"ConsumerPerformance: {consumed.stdout[-2000:]}{consumed.stderr[-2000:]}")
-        header = next(line for line in consumed.stdout.splitlines() if "nMsg.sec" in line)
-        row = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in lines[-1].split(",")]))
-        return {"produce_rec_s": float(found[-1][1]), "consume_rec_s": float(row["nMsg.sec"])}
+        return measure(self.bootstrap, records, record_bytes, partitions)
+
+
+def measure(bootstrap: str, records: int, record_bytes: int, partitions: int, acks: str = "1",
+            throughput: int = -1, topic: str | None = None) -> dict[str, float]:
+    """Kafka's ProducerPerformance then ConsumerPerformance against ``bootstrap`` (a broker, or
+    ``lakelog serve``) on a new topic of ``partitions``: records per second each way, and the
+    producer's latency (average, p50, p99, ms; at ``throughput`` records a second, -1: unlimited)."""
+    topic = topic or f"bench-{uuid.uuid4().hex[:8]}"
+    created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
+                    "--topic", topic, "--partitions", str(partitions), "--replication-factor", "1")
+    if created.returncode:
+        raise RuntimeError(created.stderr)
+    produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+                     "--record-size", str(record_bytes), "--throughput", str(throughput),
+                     "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", heap="1g")
+    found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), ([\d.]+) ms avg latency, "
+                       r"[\d.]+ ms max latency, (\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
+    if not found:
+        raise RuntimeError(f"ProducerPerformance: {produced.stdout[-2000:]}{produced.stderr[-2000:]}")
+    consumed = _java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+                     "--topic", topic, "--messages", str(records), "--timeout", "60000", heap="1g")
+    lines = [line for line in consumed.stdout.splitlines() if line and line[0].isdigit()]
+    if not lines:
+        raise RuntimeError(f"ConsumerPerformance: {consumed.stdout[-2000:]}{consumed.stderr[-2000:]}")
+    header = next(line for line in consumed.stdout.splitlines() if "nMsg.sec" in line)
+    row = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in lines[-1].split(",")]))
+    _n, rate, avg, p50, p99 = found[-1]
+    return {"produce_rec_s": float(rate), "consume_rec_s": float(row["nMsg.sec"]), "produce_avg_ms": float(avg),
+            "produce_p50_ms": float(p50), "produce_p99_ms": float(p99)}
 
 
 if __name__ == "__main__":

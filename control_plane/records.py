@@ -362,3 +362,25 @@ GENERATION_SCHEMA = (
     "revoked INT, rebalance_ms BIGINT, reason STRING, created_at TIMESTAMP_NTZ, topic_versions MAP<STRING, INT>, "
     "expired ARRAY<STRUCT<topic: STRING, partition: INT, first: BIGINT, end: BIGINT>>"
 )
+
+
+# -- servers (lakelog serve) ---------------------------------------------------------------------
+class ServerRecord(BaseModel):
+    """A Kafka-protocol server over the root, one row per change of its state (``up`` when it
+    starts listening, ``down`` when it stops); ``commit_order`` orders them (never a clock)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    listener: str = "PLAINTEXT"  # its security protocol: a client is told of the servers it can speak to
+    state: str = "up"
+    changed_at: datetime = Field(default_factory=utcnow)  # the writer's clock: shown, never compared
+    commit_order: int | None = None
+
+
+SERVER_SCHEMA = ("node_id INT NOT NULL, host STRING NOT NULL, port INT NOT NULL, rack STRING, listener STRING, "
+                 "state STRING NOT NULL, "
+                 "changed_at TIMESTAMP_NTZ, commit_order BIGINT")

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from control_plane.layout import RootLayout
 from control_plane.topic_config import CONFIG_SCHEMA, LOG_START_SCHEMA
 from control_plane.records import (
-    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, TOPIC_SCHEMA, CommitKind, MemberHeartbeat,
+    GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
+    MemberHeartbeat,
 )
 from log_store import rs_reader
 from log_store.engine import DeltaTransaction
@@ -48,9 +49,10 @@ TABLES = {
     "topic_configs": CONFIG_SCHEMA,  # control_plane.topic_config
     "record_deletions": LOG_START_SCHEMA,
     "topic_replicas": REPLICA_SCHEMA,  # control_plane.replication.state
+    "servers": SERVER_SCHEMA,  # control_plane.servers (lakelog serve)
 }
 # Made when first written (``ensure_table``), not with every root: only replicated topics use them.
-ON_DEMAND = ("topic_replicas",)
+ON_DEMAND = ("topic_replicas", "servers")
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 # The tables whose current state is "the latest row in commit order" (never a writer's clock):

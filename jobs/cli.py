@@ -17,6 +17,7 @@ from jobs.commands.demo import demo
 from jobs.commands.groups import groups
 from jobs.commands.produce import produce
 from jobs.commands.replicate import replicate
+from jobs.commands.serve import serve
 from jobs.commands.sql import sql
 from jobs.commands.stream import stream
 from jobs.commands.topics import topics
@@ -45,7 +46,7 @@ def cli(ctx: click.Context, root: str | None, conf: str | None, as_json: bool, v
         obj.verbose = obj.verbose or verbose
 
 
-for command in (topics, produce, consume, stream, groups, controller, audit, sql, demo, replicate):
+for command in (topics, produce, consume, stream, groups, controller, audit, sql, demo, replicate, serve):
     cli.add_command(command)
 add_global_options(cli)
 

@@ -15,6 +15,7 @@ from control_plane.settings import ControllerSettings, GroupSettings, Replicatio
 from log_store.config import PROJECT_ROOT, SparkSettings, Strict
 from log_store.errors import InvalidConfigurationError
 from pipelines.settings import ConsumerSettings, ProducerSettings
+from serve.settings import ServeSettings
 
 CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_ROOT = "./lakelog-data"
@@ -32,6 +33,7 @@ class LakelogConfig(Strict):
     controller: ControllerSettings = ControllerSettings()
     group: GroupSettings = GroupSettings()
     replication: ReplicationSettings = ReplicationSettings()
+    serve: ServeSettings = ServeSettings()
 
 
 def load_config(path: str | os.PathLike | None = None, root: str | None = None) -> LakelogConfig:

@@ -21,7 +21,12 @@ class InvalidPartitionMetadataError(RetriableError):
 
     Raised by the fenced append when the producer's ``undeleted_partition_count`` is stale or a
     target partition is not writable. The producer refreshes metadata, re-partitions and retries.
+    ``partitions``: the partitions found not writable, where the append knows them.
     """
+
+    def __init__(self, message: str, partitions: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.partitions = partitions or []
 
 
 class FencedLeaderEpochError(InvalidPartitionMetadataError):
@@ -48,7 +53,12 @@ class ReplicationError(LakelogError):
 class StaleProducerSequenceError(RetriableError):
     """A producer continuing its stream from the sequence it last committed found the log's
     mark for its id elsewhere: another process produced under the same id since. The producer
-    reads the mark again and numbers the records after it; nothing was written."""
+    reads the mark again and numbers the records after it; nothing was written. ``marks``: the
+    log's marks of the producers that differ, where the append read them."""
+
+    def __init__(self, message: str, marks: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.marks = marks or {}
 
 
 class ConcurrentCommitError(RetriableError):

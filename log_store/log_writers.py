@@ -38,6 +38,17 @@ def write_partitioned(path: str, txn: DeltaTransaction, out: DataFrame, rows: in
         written = txn.write_rows(table, partition_by="partition")
     else:
         written = txn.write(out)
+    return _partitioned_parts(path, written, producer_id, mark)
+
+
+def write_partitioned_rows(path: str, txn: DeltaTransaction, table: pa.Table) -> list[tuple[int, int, int, int]]:
+    """A partitioned log's files of numbered rows already in the driver (a file per partition);
+    returns each file's (partition, rows, first, last offset), as ``write_partitioned`` does."""
+    return _partitioned_parts(path, txn.write_rows(table, partition_by="partition"), None, -1)[0]
+
+
+def _partitioned_parts(path: str, written: list, producer_id: str | None,
+                       mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
     parts: list[tuple[int, int, int, int]] = []
     max_seq = mark
     for f in written:
@@ -67,14 +78,31 @@ def write_arrival(spark: SparkSession, path: str, txn: DeltaTransaction, out: Da
             table = out.toArrow()
         except Exception as exc:
             raise translate(exc) from exc
-        table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-        found = _arrow_ranges(table)
-        written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(found)} if found else None)
-        per_file = {f.path: found for f in written}
+        written, per_file = _arrival_file(txn, table)
     else:
         written = txn.write(out, hold=True)
         per_file = written_ranges(spark, txn, written)
         txn.add(written, {path: {RANGES_TAG: encode_ranges(r)} for path, r in per_file.items()})
+    return _arrival_parts(path, written, per_file, producer_id, mark)
+
+
+def write_arrival_rows(path: str, txn: DeltaTransaction, table: pa.Table) -> list[tuple[int, int, int, int]]:
+    """An arrival log's file of numbered rows already in the driver; returns its (partition, rows,
+    first, last offset) per partition, as ``write_arrival`` does."""
+    written, per_file = _arrival_file(txn, table)
+    return _arrival_parts(path, written, per_file, None, -1)[0]
+
+
+def _arrival_file(txn: DeltaTransaction, table: pa.Table) -> tuple[list, dict[str, dict[int, tuple[int, int, int]]]]:
+    """One file of ``table``'s rows in (partition, offset) order, tagged with its ranges."""
+    table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    found = _arrow_ranges(table)
+    written = txn.write_rows(table, tags={RANGES_TAG: encode_ranges(found)} if found else None)
+    return written, {f.path: found for f in written}
+
+
+def _arrival_parts(path: str, written: list, per_file: dict, producer_id: str | None,
+                   mark: int) -> tuple[list[tuple[int, int, int, int]], int]:
     parts: list[tuple[int, int, int, int]] = []
     max_seq = mark
     for f in written:

@@ -241,3 +241,14 @@ def first_offset_at(path: str, version: int, partition: int, start: int, timesta
                                 f"AND timestamp >= to_timestamp_millis({int(timestamp_ms)})", storage)
     value = out.column("o")[0].as_py() if out.num_rows else None
     return None if value is None else int(value)
+
+
+def record_of(path: str, producer_id: str, sequence: int, storage: Storage = None) -> tuple[int, int] | None:
+    """(partition, offset) of producer ``producer_id``'s record numbered ``sequence`` in the log at
+    ``path`` (files skipped by their ``sequence`` statistics); None if the log holds none."""
+    quoted = producer_id.replace("'", "''")
+    out = _query(path, None, f'SELECT "partition", "offset" FROM t WHERE producer_id = \'{quoted}\' '
+                             f'AND "sequence" = {int(sequence)} ORDER BY "offset" LIMIT 1', storage)
+    if not out.num_rows:
+        return None
+    return int(out.column("partition")[0].as_py()), int(out.column("offset")[0].as_py())

@@ -11,7 +11,9 @@ the fenced append reads both inside its own transaction; its offsets are numbere
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +45,8 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.log_writers import write_arrival, write_partitioned
+from log_store.driver_rows import ROW_COLUMNS, check_marks, number_rows, producer_marks
+from log_store.log_writers import write_arrival, write_arrival_rows, write_partitioned, write_partitioned_rows
 from log_store.log_metadata import (
     ARRIVAL,
     LAYOUT_PROP,
@@ -264,13 +267,37 @@ class TopicLog:
                                         f"raise producer.max_retries or produce again") from exc
         return result.model_copy(update={"attempts": attempts[0]})
 
-    def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None,
-                     rows: int | None = None, expected_mark: int | None = None) -> AppendResult:
-        """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
+    def append_rows(self, rows: pa.Table, expected_count: int, marks: Mapping[str, int] | None = None,
+                    max_retries: int = 20, backoff_ms: int = 50) -> AppendResult:
+        """Append rows already in the driver (Arrow, ``driver_rows.ROW_COLUMNS``), fenced as ``append``
+        is, with no Spark job: each partition's rows numbered in their order in ``rows``, written by
+        pyarrow. Several producers may share the commit: ``marks`` holds, for every producer id in
+        the rows, the mark its rows were numbered after; if the log holds another, nothing is
+        written (StaleProducerSequenceError, with the log's marks). A row of a partition that is not
+        writable makes the append refuse with InvalidPartitionMetadataError naming it."""
+        expected = dict(marks or {})
 
-        Offsets come from the log ends read inside the transaction; counts and sequence bounds
-        per partition come back from the written files' Delta stats, so no extra pass is needed.
-        """
+        def attempt() -> AppendResult:
+            txn, conf, meta, writable, known, bases = self._open_append(expected_count)
+            check_marks(known, expected, meta.topic)
+            new_marks = producer_marks(rows, expected)
+            table = number_rows(rows.select(list(ROW_COLUMNS)), bases,
+                                {p: meta.partitions[p].leader_epoch for p in writable}, meta.topic)
+            writer = write_arrival_rows if conf.get(LAYOUT_PROP) == ARRIVAL else write_partitioned_rows
+            parts = writer(self.path, txn, table) if table.num_rows else []
+            return self._commit_parts(txn, meta, parts, bases, known, writable, new_marks, expected_count)
+
+        try:
+            return retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
+        except ConcurrentCommitError as exc:
+            raise ConcurrentAppendError(f"the append lost to concurrent commits {max_retries + 1} times ({exc}); "
+                                        "produce again") from exc
+
+    def _open_append(self, expected_count: int) -> tuple[DeltaTransaction, dict[str, str], TopicLogMetadata,
+                                                         list[int], dict[str, int], dict[int, int]]:
+        """An append's transaction and what it reads inside it: the table's properties, the partition
+        metadata (refused if deleted, fenced as a follower, or counting other than ``expected_count``),
+        the writable partitions, the application versions and each writable partition's log end."""
         txn = self._start()
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
@@ -287,6 +314,16 @@ class TopicLog:
         # the write, depend only on what the commit moves, so appends to other partitions never conflict.
         known = txn.snapshot_app_versions()
         bases = {p: log_end(known, p, meta.partitions[p].start_offset) for p in writable}
+        return txn, conf, meta, writable, known, bases
+
+    def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None,
+                     rows: int | None = None, expected_mark: int | None = None) -> AppendResult:
+        """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
+
+        Offsets come from the log ends read inside the transaction; counts and sequence bounds
+        per partition come back from the written files' Delta stats, so no extra pass is needed.
+        """
+        txn, conf, meta, writable, known, bases = self._open_append(expected_count)
         data = records
         mark = -1
         if producer_id:
@@ -318,14 +355,17 @@ class TopicLog:
             parts, max_seq = write_arrival(self.spark, self.path, txn, out, rows, producer_id, mark)
         else:
             parts, max_seq = write_partitioned(self.path, txn, out, rows, producer_id, mark)
-        return self._commit_parts(txn, meta, parts, bases, known, writable, producer_id, max_seq, mark, expected_count)
+        result = self._commit_parts(txn, meta, parts, bases, known, writable, {producer_id: max_seq} if producer_id else {},
+                                    expected_count, producer_id)
+        return result.model_copy(update={"producer_mark": max_seq})
 
     def _commit_parts(self, txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
-                      bases: dict[int, int], known: dict[str, int], writable: list[int], producer_id: str | None,
-                      max_seq: int, mark: int, expected_count: int) -> AppendResult:
+                      bases: dict[int, int], known: dict[str, int], writable: list[int], marks: dict[str, int],
+                      expected_count: int, producer_id: str | None = None) -> AppendResult:
         """Commit the written files whose (partition, rows, first, last offset) are ``parts``: every
-        partition writable, its offsets dense from its log end, and the log ends and the producer's
-        mark moved in the same commit, which fails if another writer moved them first."""
+        partition writable, its offsets dense from its log end, and the log ends and the producers'
+        new ``marks`` (producer id -> highest sequence) moved in the same commit, which fails if
+        another writer moved them first. ``producer_id`` names the one producer in the commit's metadata."""
         counts: dict[int, int] = {}
         for p, n, _a, _b in parts:
             counts[p] = counts.get(p, 0) + n
@@ -334,10 +374,9 @@ class TopicLog:
             p = not_writable[0]
             state = "does not exist" if p not in meta.partitions else f"is {meta.partitions[p].mode.value}"
             raise InvalidPartitionMetadataError(
-                f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition"
-            )
+                f"partition {p} of {meta.topic} {state}; refresh metadata and re-partition", partitions=not_writable)
         if not counts:
-            return AppendResult(version=None, ranges={}, producer_mark=mark)
+            return AppendResult(version=None, ranges={})
         lost = sorted(p for p in counts if log_end_app_id(p) not in known)
         if lost:
             raise TableConfigError(
@@ -347,18 +386,18 @@ class TopicLog:
             )
         check_dense(parts, bases)
         crash_point("produce:after_write")
-        for p in counts:  # the commit now fails if another writer moved these partitions
-            txn.app_version(log_end_app_id(p))
+        # the commit now fails if another writer moved these partitions, or these producers' marks
+        txn.depend_on([log_end_app_id(p) for p in counts] + [producer_app_id(pid) for pid in marks])
         versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
-        if producer_id:
-            txn.app_version(producer_app_id(producer_id))  # and if the same producer committed meanwhile
-            versions[producer_app_id(producer_id)] = max_seq
+        for pid, mark in marks.items():
+            versions[producer_app_id(pid)] = mark
         ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
+        extra = {"producer_id": producer_id} if producer_id or not marks else {"producers": len(marks)}
         version = txn.commit(versions, commit_metadata(
-            "append", producer_id=producer_id, undeleted_partition_count=expected_count,
+            "append", **extra, undeleted_partition_count=expected_count,
             ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
         crash_point("produce:after_commit")
-        return AppendResult(version=version, ranges=ranges, producer_mark=max_seq)
+        return AppendResult(version=version, ranges=ranges)
 
     # -- reads and offset queries ------------------------------------------------------------
     def table(self) -> DataFrame:

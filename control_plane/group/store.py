@@ -76,6 +76,15 @@ class GroupTables:
         txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
         txn.commit({heartbeat_app_id(group, member_id): beat})
 
+    def tick_members(self, group: str, beats: dict[str, int]) -> None:
+        """Several members are alive: one commit setting each one's heartbeat counter (a group
+        coordinator's ticks for its members, ``lakelog serve``)."""
+        if not beats:
+            return
+        self.tables.ensure()
+        txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
+        txn.commit({heartbeat_app_id(group, m): beat for m, beat in beats.items()})
+
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),
         read from new commits only."""

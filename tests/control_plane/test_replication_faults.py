@@ -219,3 +219,58 @@ def test_failure_clocks_start_again_for_a_root_that_left_and_came_back():
 def test_role_of_a_log_written_before_the_data_epoch_was_kept_apart():
     assert Role.of({"lakelog.replica.role": "follower", "lakelog.replica.epoch": "3"}) == Role("follower", 3, 3)
     assert Role.of({}) == Role("leader", 0, 0)
+
+
+def test_a_producer_whose_leader_root_is_lost_mid_write_retries_and_lands_at_the_elected_root(spark, roots, monkeypatch):
+    """The leader's root goes away between the producer's transaction and its file write (the mount
+    gone: its folder is a file now): the write is a StorageError, the producer backs off and
+    retries, follows the topic to the root elected meanwhile, and lands its batch there once."""
+    import os
+    import threading
+
+    from log_store import engine
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    state = replication.state("orders")
+    leader = replication.path(state, eu)
+    real_write, lost = engine.write_file, threading.Event()
+
+    def the_mount_goes_away(spark_, path, data, in_table=False):
+        if not lost.is_set():
+            lost.set()
+            os.rename(leader, leader + ".gone")
+            open(leader, "w").close()
+        return real_write(spark_, path, data, in_table)
+
+    monkeypatch.setattr(engine, "write_file", the_mount_goes_away)
+    electing = threading.Thread(target=lambda: (lost.wait(60), replication.elect("orders", us)))
+    electing.start()
+    sent = Producer(spark, meta, "orders", "p", ProducerSettings(retry_backoff_ms=200)).send(make_records(spark, 10))
+    electing.join(120)
+    assert sent.appended == 10 and sent.metadata_refreshes >= 1
+    assert sorted(r[8] for r in records_at(replication.path(state, us))) == sorted(str(i) for i in range(10))
+    assert os.path.isfile(leader), "nothing was made where the lost root's folder was"
+
+
+def test_replica_states_are_read_once_per_change_of_the_table(spark, roots, monkeypatch):
+    """Every producer batch, consumer poll and command looks the replica state up: a listing of the
+    table's log when nothing changed, its rows read again only after a change."""
+    from control_plane.tables import ControlTables
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[eu, us])
+    replication = Replication(spark, meta)
+    replication.state("orders")
+    reads = []
+    real = ControlTables.rows_at
+    monkeypatch.setattr(ControlTables, "rows_at", lambda self, name, version: reads.append(name) or real(self, name, version))
+    for _ in range(5):
+        replication.state("orders")
+        TopicAdmin(spark, meta).get("orders")
+    assert "topic_replicas" not in reads
+    replication.elect("orders", us)
+    replication.state("orders")
+    assert 1 <= reads.count("topic_replicas") <= 3, reads

@@ -1,4 +1,4 @@
-"""Dependencies point one way: jobs -> pipelines -> control_plane -> log_store (never back up),
+"""Dependencies point one way: jobs -> serve -> pipelines -> control_plane -> log_store (never back up),
 read from the import statements, so a new upward import fails here rather than in review."""
 
 import ast
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
-LAYERS = ["log_store", "control_plane", "pipelines", "jobs"]  # bottom first
+LAYERS = ["log_store", "control_plane", "pipelines", "serve", "jobs"]  # bottom first
 
 
 def imports(path: Path) -> set[str]:

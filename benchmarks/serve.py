@@ -1,0 +1,194 @@
+"""``lakelog serve`` beside a Kafka 4.4 broker on the same machine, with Kafka's own tools.
+
+    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--json-out FILE]
+
+One after another (only one of them uses the machine at a time):
+
+1. Kafka's ProducerPerformance then ConsumerPerformance, 500k records of 120 bytes into 16
+   partitions, acks 1 and acks all, against the broker and against ``lakelog serve`` (its own
+   process and JVM, a fresh root); against the server also with producer settings made for a
+   broker whose answers take a commit (batch.size 1 MiB, linger.ms 50), as object-store Kafkas
+   advise;
+2. produce latency at a steady rate (ProducerPerformance --throughput), p50 and p99;
+3. end-to-end latency (Kafka's EndToEndLatency: a record produced, then consumed), p50 and p99;
+4. 1, 8 and 32 concurrent producers (librdkafka, one process): aggregate records a second and the
+   topic's Delta commits a second.
+
+Prints one table and writes the figures, machine and load to ``--json-out``; BENCHMARKS.md keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.kafka_broker import Broker, _java, measure  # noqa: E402
+
+OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=268435456", "max.request.size=16777216"]
+
+
+class LakelogServer:
+    """``lakelog serve`` in a process of its own over a fresh root."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.root = tempfile.mkdtemp(prefix="lakelog-serve-bench-") + "/root"
+        self.process = subprocess.Popen([str(HERE.parent / ".venv" / "bin" / "lakelog"), "--root", self.root, "serve",
+                                         "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("lakelog serve did not start")
+
+    def commits(self, topic: str) -> int:
+        """The topic log's Delta version: its commits so far."""
+        from log_store import rs_reader
+
+        return rs_reader.version(f"{self.root}/topics/{topic}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(120)
+
+
+def perf(bootstrap: str, records: int, partitions: int, acks: str, extra: list[str] = ()) -> dict:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic",
+                    topic, "--partitions", str(partitions), "--replication-factor", "1")
+    if created.returncode:
+        raise RuntimeError(created.stderr)
+    if not extra:
+        return measure(bootstrap, records, 120, partitions, acks=acks, topic=topic) | {"topic": topic}
+    produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+                     "--record-size", "120", "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+                     f"acks={acks}", *extra, heap="1g")
+    found = re.findall(r"records sent, ([\d.]+) records/sec .* ([\d.]+) ms avg latency, [\d.]+ ms max latency, "
+                       r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
+    rate, avg, p50, p99 = found[-1]
+    return {"produce_rec_s": float(rate), "produce_avg_ms": float(avg), "produce_p50_ms": float(p50),
+            "produce_p99_ms": float(p99), "topic": topic}
+
+
+def steady(bootstrap: str, partitions: int, rate: int, seconds: int) -> dict:
+    """Produce latency at ``rate`` records a second (acks 1)."""
+    topic = f"steady-{uuid.uuid4().hex[:8]}"
+    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+          "--partitions", str(partitions), "--replication-factor", "1")
+    out = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(rate * seconds),
+                "--record-size", "120", "--throughput", str(rate), "--producer-props", f"bootstrap.servers={bootstrap}",
+                "acks=1", heap="512m").stdout
+    p50, p99 = re.findall(r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", out)[-1]
+    return {"rate": rate, "p50_ms": float(p50), "p99_ms": float(p99)}
+
+
+def end_to_end(bootstrap: str, messages: int) -> dict:
+    topic = f"e2e-{uuid.uuid4().hex[:8]}"
+    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+          "--partitions", "1", "--replication-factor", "1")
+    out = _java("org.apache.kafka.tools.EndToEndLatency", bootstrap, topic, str(messages), "1", "120", heap="512m")
+    text = out.stdout + out.stderr
+    found = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+)", text)
+    if not found:
+        raise RuntimeError(f"EndToEndLatency: {text[-2000:]}")
+    return {"messages": messages, "p50_ms": float(found.group(1)), "p99_ms": float(found.group(2))}
+
+
+def concurrent(server: LakelogServer, producers: int, records: int, partitions: int) -> dict:
+    """``producers`` librdkafka producers sharing ``records``: aggregate records a second and commits a second."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"conc-{producers}-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(120)
+    clients = [Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                         "queue.buffering.max.messages": 2_000_000}) for _ in range(producers)]
+    value = b"v" * 112
+    before = server.commits(topic)
+
+    def feed(client, count: int) -> None:
+        for i in range(count):
+            while True:
+                try:
+                    client.produce(topic, key=b"key-%04d" % (i % 1000), value=value)
+                    break
+                except BufferError:
+                    client.poll(0.01)
+            if i % 2000 == 0:
+                client.poll(0)
+        client.flush(600)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=feed, args=(c, records // producers)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - started
+    commits = server.commits(topic) - before
+    return {"producers": producers, "records": records, "rec_s": records / seconds, "commits_s": commits / seconds,
+            "records_per_commit": records / max(commits, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--json-out", default=None)
+    args = parser.parse_args()
+    n, parts = args.records, args.partitions
+    figures: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with Broker() as broker:
+        figures["kafka"] = {"acks1": perf(broker.bootstrap, n, parts, "1"), "acks_all": perf(broker.bootstrap, n, parts, "all"),
+                            "steady": steady(broker.bootstrap, parts, 5000, 10), "e2e": end_to_end(broker.bootstrap, 500)}
+    server = LakelogServer()
+    try:
+        figures["lakelog"] = {
+            "acks1": perf(server.bootstrap, n, parts, "1"), "acks_all": perf(server.bootstrap, n, parts, "all"),
+            "acks1_object_store_settings": perf(server.bootstrap, n, parts, "1", OBJECT_STORE_PRODUCER),
+            "steady": steady(server.bootstrap, parts, 5000, 10), "e2e": end_to_end(server.bootstrap, 100),
+            "concurrent": [concurrent(server, k, n, parts) for k in (1, 8, 32)],
+        }
+    finally:
+        server.stop()
+    figures["load_after"] = os.getloadavg()
+    k, ll = figures["kafka"], figures["lakelog"]
+    rows = [("produce acks=1, rec/s", ll["acks1"]["produce_rec_s"], k["acks1"]["produce_rec_s"]),
+            ("produce acks=all, rec/s", ll["acks_all"]["produce_rec_s"], k["acks_all"]["produce_rec_s"]),
+            ("produce acks=1, object-store producer settings, rec/s", ll["acks1_object_store_settings"]["produce_rec_s"],
+             k["acks1"]["produce_rec_s"]),
+            ("consume, rec/s", ll["acks1"]["consume_rec_s"], k["acks1"]["consume_rec_s"]),
+            ("produce p99 at 5,000 rec/s, ms", ll["steady"]["p99_ms"], k["steady"]["p99_ms"]),
+            ("end-to-end p50, ms", ll["e2e"]["p50_ms"], k["e2e"]["p50_ms"]),
+            ("end-to-end p99, ms", ll["e2e"]["p99_ms"], k["e2e"]["p99_ms"])]
+    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12}")
+    for what, mine, theirs in rows:
+        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f}")
+    for c in ll["concurrent"]:
+        print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
+              f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
+    out = args.json_out or str(HERE / "out" / f"serve-{int(time.time())}.json")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(figures, indent=2))
+    print(f"figures: {out}")
+
+
+if __name__ == "__main__":
+    main()

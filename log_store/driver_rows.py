@@ -1,0 +1,80 @@
+"""An append of rows already in the driver (Arrow), for a caller that gathered records from
+several producers into one commit (``lakelog serve``'s group commit): the rows numbered in
+their given order within each partition, and the producers' marks checked and moved. Pure
+functions of Arrow tables; ``TopicLog.append_rows`` runs them inside its transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, StaleProducerSequenceError
+from log_store.names import producer_app_id
+
+# What a caller hands to ``TopicLog.append_rows`` (as ``PRODUCER_COLUMNS``; the append adds
+# ``offset`` and ``leader_epoch``).
+ROW_COLUMNS = ("partition", "key", "value", "headers", "timestamp", "producer_id", "sequence")
+
+
+def check_marks(known: Mapping[str, int], expected: Mapping[str, int], topic: str) -> None:
+    """Refuse (nothing written) when a producer's mark in the log is not the one the caller numbered
+    its rows after: another writer committed for that producer meanwhile. The error's ``marks``
+    holds the log's marks of the producers that differ."""
+    moved = {pid: known.get(producer_app_id(pid), -1) for pid, mark in expected.items()
+             if known.get(producer_app_id(pid), -1) != mark}
+    if moved:
+        raise StaleProducerSequenceError(
+            f"the log of {topic} holds other marks for {len(moved)} producers than the append was numbered after "
+            f"(e.g. {next(iter(moved))}: {next(iter(moved.values()))}); nothing was written", marks=moved)
+
+
+def producer_marks(rows: pa.Table, expected: Mapping[str, int]) -> dict[str, int]:
+    """The highest sequence of each producer in ``rows``: its mark after the append. Every producer
+    in the rows must be in ``expected`` and every one of its sequences above the expected mark, or
+    nothing is written (the caller numbered them wrong)."""
+    if rows.num_rows == 0 or rows.column("producer_id").null_count == rows.num_rows:
+        return {}
+    grouped = (rows.select(["producer_id", "sequence"]).filter(pc.is_valid(rows.column("producer_id")))
+               .group_by("producer_id").aggregate([("sequence", "min"), ("sequence", "max")]))
+    out = {}
+    for pid, low, high in zip(grouped["producer_id"].to_pylist(), grouped["sequence_min"].to_pylist(),
+                              grouped["sequence_max"].to_pylist()):
+        if pid not in expected:
+            raise InvalidRecordError(f"rows of producer {pid!r} came without the mark they were numbered after; "
+                                     "nothing was written")
+        if low is None or low <= expected[pid]:
+            raise InvalidRecordError(f"producer {pid!r} has a row at sequence {low}, at or below its mark "
+                                     f"{expected[pid]}; nothing was written")
+        out[pid] = int(high)
+    return out
+
+
+def number_rows(rows: pa.Table, bases: Mapping[int, int], epochs: Mapping[int, int], topic: str) -> pa.Table:
+    """``rows`` with ``offset`` (each partition's rows numbered from its log end ``bases[p]``, in
+    their order in ``rows``) and ``leader_epoch`` (``epochs[p]``). A row of a partition outside
+    ``bases`` (the writable partitions) is refused with ``InvalidPartitionMetadataError``."""
+    parts = rows.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(parts) == 0:
+        return rows.append_column("offset", pa.array([], pa.int64())).append_column("leader_epoch", pa.array([], pa.int32()))
+    ids = np.unique(parts)
+    outside = [int(p) for p in ids if int(p) not in bases]
+    if outside:
+        raise InvalidPartitionMetadataError(
+            f"partition {outside[0]} of {topic} is not writable (marked, retired or beyond the count); refresh "
+            "metadata and re-partition", partitions=outside)
+    order = np.argsort(parts, kind="stable")
+    ordered = parts[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # where each partition's run begins
+    run_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(ordered)]))
+    index = np.arange(len(ordered)) - starts[run_of]
+    base = np.array([bases[int(p)] for p in ordered[starts]], dtype=np.int64)[run_of]
+    offsets = np.empty(len(parts), dtype=np.int64)
+    offsets[order] = base + index
+    epoch_of = {int(p): epochs[int(p)] for p in ids}
+    leader_epochs = np.array([epoch_of[int(p)] for p in ordered[starts]], dtype=np.int32)[run_of]
+    epochs_out = np.empty(len(parts), dtype=np.int32)
+    epochs_out[order] = leader_epochs
+    return rows.append_column("offset", pa.array(offsets)).append_column("leader_epoch", pa.array(epochs_out))

@@ -1,0 +1,1 @@
+"""``lakelog serve``: Kafka's wire protocol in front of a lakelog root (docs/serve.md)."""

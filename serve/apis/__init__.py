@@ -1,0 +1,13 @@
+"""The Kafka APIs a server answers, one module per family: what each answers and which versions."""
+
+from __future__ import annotations
+
+
+def handlers() -> dict:
+    """API key -> (lowest version, highest version, handler), for every API served."""
+    from serve.apis import fetch, groups, meta, produce, sasl, topics
+
+    out: dict = {}
+    for module in (meta, produce, fetch, topics, groups, sasl):
+        out.update(module.HANDLERS)
+    return out

@@ -1,0 +1,262 @@
+"""Fetch (long polling by max wait and min bytes), ListOffsets and OffsetForLeaderEpoch: reads of a
+topic's log at one snapshot, with lakelog's leader epochs as Kafka's (docs/serve.md)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from log_store import rs_reader
+from log_store.errors import LakelogError, StorageError, UnknownTopicError
+from log_store.files import reads_with_delta_rs
+from log_store.log_metadata import Mode
+from log_store.topic_log import TopicLog
+from serve.context import TopicView
+from serve.errors import code_of, name_of
+from serve.records import HEADERS_ARROW, TIMESTAMP_ARROW, encode_records
+
+if TYPE_CHECKING:
+    from serve.server import Connection, Server
+    from serve.wire import Request
+
+READ_COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers", "timestamp"]
+READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
+                         ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
+                         ("timestamp", TIMESTAMP_ARROW)])
+FIRST_GUESS_BYTES = 64  # a record's size on the wire before a topic's fetches have measured it
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+@dataclass
+class _Part:
+    index: int
+    error: str = "NONE"
+    high_watermark: int = -1
+    log_start: int = -1
+    records: bytes = b""
+
+
+def _epoch_error(view: TopicView, partition: int, given: int) -> str | None:
+    """Kafka's check of a request's ``current_leader_epoch`` (-1: none given) against the partition's."""
+    if given < 0:
+        return None
+    current = view.snapshot.metadata.partitions[partition].leader_epoch
+    if given > current:
+        return "UNKNOWN_LEADER_EPOCH"
+    if given < current:
+        return "FENCED_LEADER_EPOCH"
+    return None
+
+
+def _partition_error(view: TopicView, partition: int) -> str | None:
+    pm = view.snapshot.metadata.partitions.get(partition)
+    if pm is None or pm.mode is Mode.NONE:
+        return "UNKNOWN_TOPIC_OR_PARTITION"
+    return None
+
+
+def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int]]) -> pa.Table:
+    """The records of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version."""
+    path = view.record.location
+    if reads_with_delta_rs(path):
+        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS)
+    else:
+        ranges = {p: (s, e) for p, s, e in spans}
+        found = TopicLog(server.ctx.spark, path).read(ranges, version=view.snapshot.version).select(*READ_COLUMNS).toArrow()
+    return found.cast(READ_SCHEMA)  # delta-rs gives views (binary_view, string_view); the codec reads plain
+
+
+def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -> list[_Part]:
+    """One topic's partitions of a fetch (on the pool). ``budget``: bytes the response may still take."""
+    try:
+        view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
+    except (UnknownTopicError, StorageError):
+        return [_Part(p.partition, "UNKNOWN_TOPIC_OR_PARTITION") for p in wanted]
+    marks = server.ctx.high_watermarks(view)
+    parts, spans, limits = [], [], {}
+    for p in wanted:
+        part = _Part(p.partition)
+        parts.append(part)
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        if error:
+            part.error = error
+            continue
+        part.high_watermark = marks[p.partition]
+        part.log_start = view.snapshot.first_offset(p.partition)
+        if not part.log_start <= p.fetch_offset <= part.high_watermark:
+            part.error = "OFFSET_OUT_OF_RANGE"
+            continue
+        if p.fetch_offset < part.high_watermark and budget[0] > 0:
+            size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
+            rows = max(int(min(p.partition_max_bytes, budget[0]) / size * 1.25), 1)
+            spans.append((p.partition, p.fetch_offset, min(part.high_watermark, p.fetch_offset + rows)))
+            limits[p.partition] = p.partition_max_bytes
+    if not spans:
+        return parts
+    found = read_rows(server, view, spans)
+    by_part = {part.index: part for part in parts}
+    counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
+    firsts, at = {}, 0
+    for p in sorted(counts):  # the rows come by partition, then offset
+        firsts[p], at = at, at + counts[p]
+    for p, _start, _end in spans:
+        mine = found.slice(firsts.get(p, 0), counts.get(p, 0))
+        if budget[0] <= 0 or not mine.num_rows:
+            continue
+        data, after = encode_records(mine, min(limits[p], budget[0]))
+        by_part[p].records = data
+        budget[0] -= len(data)
+        sent = after - mine.column("offset")[0].as_py()
+        if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
+            server.record_bytes[topic] = max(len(data) / sent, 8)
+    return parts
+
+
+def _read_all(server: "Server", topics: list, max_bytes: int) -> tuple[dict[str, list[_Part]], int]:
+    budget = [max_bytes]
+    out = {t.topic: _read_topic(server, t.topic, list(t.partitions), budget) for t in topics}
+    return out, max_bytes - budget[0]
+
+
+async def fetch(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    deadline = time.monotonic() + body.max_wait.total_seconds()
+    allowed = [t for t in body.topics if server.allowed(conn, "READ", "TOPIC", t.topic)]
+    denied = [t for t in body.topics if t not in allowed]
+    while True:
+        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes)
+        errors = any(p.error != "NONE" for parts in found.values() for p in parts)
+        left = deadline - time.monotonic()
+        if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:
+            break
+        await server.waits.wait([t.topic for t in allowed], left)
+    responses = [{"topic": t, "partitions": [_partition_data(p) for p in parts]} for t, parts in found.items()]
+    responses += [{"topic": t.topic, "partitions": [_partition_data(_Part(p.partition, "TOPIC_AUTHORIZATION_FAILED"))
+                                                    for p in t.partitions]} for t in denied]
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+def _partition_data(part: _Part) -> dict:
+    return {"partition_index": part.index, "error_code": code_of(part.error), "high_watermark": part.high_watermark,
+            "last_stable_offset": part.high_watermark, "log_start_offset": part.log_start,
+            "aborted_transactions": None, "preferred_read_replica": -1, "records": part.records}
+
+
+# -- ListOffsets ---------------------------------------------------------------------------------
+def _list_topic(server: "Server", topic, version: int) -> dict:
+    try:
+        view = server.ctx.view(topic.name)
+    except (UnknownTopicError, StorageError):
+        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "UNKNOWN_TOPIC_OR_PARTITION")
+                                                   for p in topic.partitions]}
+    marks = server.ctx.high_watermarks(view)
+    out = []
+    for p in topic.partitions:
+        i = p.partition_index
+        error = _partition_error(view, i) or _epoch_error(view, i, getattr(p, "current_leader_epoch", -1))
+        if error:
+            out.append(_offset_answer(i, error))
+            continue
+        epoch = view.snapshot.metadata.partitions[i].leader_epoch
+        try:
+            offset, stamp = _offset_for(server, view, i, p.timestamp, marks[i])
+        except LakelogError as exc:
+            out.append(_offset_answer(i, name_of(exc)))
+            continue
+        answer = {"partition_index": i, "error_code": 0, "timestamp": stamp, "offset": offset, "leader_epoch": epoch}
+        if version == 0:
+            answer["old_style_offsets"] = [offset]
+        out.append(answer)
+    return {"name": topic.name, "partitions": out}
+
+
+def _offset_for(server: "Server", view: TopicView, partition: int, timestamp: int, high: int) -> tuple[int, int]:
+    """(offset, timestamp) ListOffsets answers for ``timestamp`` (or earliest, latest)."""
+    if timestamp == EARLIEST:
+        return view.snapshot.first_offset(partition), -1
+    if timestamp in (LATEST, MAX_TIMESTAMP):
+        return high, -1
+    path = view.record.location
+    start = view.snapshot.first_offset(partition)
+    if reads_with_delta_rs(path):
+        found = rs_reader.first_offset_at(path, view.snapshot.version, partition, start, timestamp)
+    else:
+        found = TopicLog(server.ctx.spark, path).offset_for_timestamp(partition, timestamp)
+    if found is None or found >= high:
+        return -1, -1  # no record at or after it: Kafka answers -1
+    row = read_rows(server, view, [(partition, found, found + 1)])
+    stamp = row.column("timestamp").cast(pa.int64())[0].as_py()
+    return found, -1 if stamp is None else stamp // 1000
+
+
+def _offset_answer(index: int, error: str) -> dict:
+    return {"partition_index": index, "error_code": code_of(error), "timestamp": -1, "offset": -1, "leader_epoch": -1,
+            "old_style_offsets": []}
+
+
+async def list_offsets(server: "Server", conn: "Connection", request: "Request") -> dict:
+    topics = []
+    for t in request.body.topics:
+        if not server.allowed(conn, "DESCRIBE", "TOPIC", t.name):
+            topics.append({"name": t.name, "partitions": [_offset_answer(p.partition_index, "TOPIC_AUTHORIZATION_FAILED")
+                                                          for p in t.partitions]})
+            continue
+        topics.append(await server.ctx.run(_list_topic, server, t, request.version))
+    return {"throttle_time": 0, "topics": topics}
+
+
+# -- OffsetForLeaderEpoch -------------------------------------------------------------------------
+def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int, high: int) -> tuple[int, int]:
+    """(epoch, end offset) for a consumer that last read records of ``epoch``: where the first
+    record of a later epoch lies, or the high watermark if none does (Kafka's answer, from which
+    a client detects records it read that are no longer in the log)."""
+    current = view.snapshot.metadata.partitions[partition].leader_epoch
+    if epoch >= current:
+        return current, high
+    path = view.record.location
+    if reads_with_delta_rs(path):
+        last = rs_reader.last_offset_of_epoch(path, partition, epoch, view.snapshot.version)
+    else:
+        last = TopicLog(server.ctx.spark, path).last_offset_of_epoch(partition, epoch)
+    # epochs never fall as offsets rise: the first record of a later epoch follows the last of this one
+    end = last + 1 if last >= 0 else view.snapshot.first_offset(partition)
+    return epoch, min(end, high)
+
+
+def _epochs_topic(server: "Server", topic) -> dict:
+    try:
+        view = server.ctx.view(topic.topic)
+    except (UnknownTopicError, StorageError):
+        return {"topic": topic.topic, "partitions": [
+            {"error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION"), "partition": p.partition} for p in topic.partitions]}
+    marks = server.ctx.high_watermarks(view)
+    out = []
+    for p in topic.partitions:
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        if error:
+            out.append({"error_code": code_of(error), "partition": p.partition})
+            continue
+        epoch, end = epoch_end(server, view, p.partition, p.leader_epoch, marks[p.partition])
+        out.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
+    return {"topic": topic.topic, "partitions": out}
+
+
+async def offset_for_leader_epoch(server: "Server", conn: "Connection", request: "Request") -> dict:
+    topics = []
+    for t in request.body.topics:
+        if not server.allowed(conn, "DESCRIBE", "TOPIC", t.topic):
+            topics.append({"topic": t.topic, "partitions": [
+                {"error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "partition": p.partition} for p in t.partitions]})
+            continue
+        topics.append(await server.ctx.run(_epochs_topic, server, t))
+    return {"throttle_time": 0, "topics": topics}
+
+
+HANDLERS = {
+    1: (4, 12, fetch),
+    2: (1, 6, list_offsets),
+    23: (2, 4, offset_for_leader_epoch),
+}

@@ -1,0 +1,252 @@
+"""The classic group protocol's requests (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), answered by
+``serve.groups.Coordinator`` with offsets in lakelog's group tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from log_store.errors import InvalidConfigurationError, LakelogError
+from log_store.names import check_group_name
+from serve.errors import code_of
+from serve.group_tables import LostGroupError
+from serve.groups import STABLE, GroupError
+
+if TYPE_CHECKING:
+    from serve.server import Connection, Server
+    from serve.wire import Request
+
+GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+async def _guard(server: "Server", conn: "Connection", group: str, operation: str = "READ") -> str | None:
+    """The error code name a group request is refused with before anything else, or None."""
+    try:
+        check_group_name(group)
+    except InvalidConfigurationError:
+        return "INVALID_GROUP_ID"
+    if not server.allowed(conn, operation, "GROUP", group):
+        return "GROUP_AUTHORIZATION_FAILED"
+    if not await server.coordinates(group):
+        return "NOT_COORDINATOR"
+    return None
+
+
+async def find_coordinator(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    keys = list(body.coordinator_keys) if hasattr(body, "coordinator_keys") else [body.key]
+    key_type = getattr(body, "key_type", GROUP)
+    found = []
+    for key in keys:
+        if key_type == GROUP and not server.allowed(conn, "DESCRIBE", "GROUP", key):
+            found.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                          "error_code": code_of("GROUP_AUTHORIZATION_FAILED"), "error_message": None})
+            continue
+        broker = await server.coordinator_of(key) if key_type == GROUP else server.brokers()[0]
+        if broker is None:
+            found.append({"key": key, "node_id": -1, "host": "", "port": -1,
+                          "error_code": code_of("COORDINATOR_NOT_AVAILABLE"), "error_message": None})
+        else:
+            found.append({"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
+                          "error_code": 0, "error_message": None})
+    if hasattr(body, "coordinator_keys"):
+        return {"throttle_time": 0, "coordinators": found}
+    return {"throttle_time": 0, **found[0]}
+
+
+async def join_group(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    base = {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
+            "member_id": body.member_id, "members": []}
+    refused = await _guard(server, conn, body.group_id)
+    if refused:
+        return {**base, "error_code": code_of(refused)}
+    rebalance = _ms(getattr(body, "rebalance_timeout", body.session_timeout))
+    try:
+        answer = await server.coordinator.join(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
+            conn.peer.rsplit(":", 1)[0], _ms(body.session_timeout), rebalance, body.protocol_type,
+            [(p.name, p.metadata) for p in body.protocols], require_known_id=request.version >= 4)
+    except GroupError as exc:
+        return {**base, "error_code": code_of(exc.code), "member_id": exc.member_id or body.member_id}
+    return {**base, "error_code": 0, **answer}
+
+
+async def sync_group(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    base = {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b""}
+    refused = await _guard(server, conn, body.group_id)
+    if refused:
+        return {**base, "error_code": code_of(refused)}
+    try:
+        protocol, assignment = await server.coordinator.sync(
+            body.group_id, body.member_id, body.generation_id, {a.member_id: a.assignment for a in body.assignments})
+    except GroupError as exc:
+        return {**base, "error_code": code_of(exc.code)}
+    group = server.coordinator.groups.get(body.group_id)
+    return {**base, "error_code": 0, "protocol_type": group.protocol_type if group else None,
+            "protocol_name": protocol, "assignment": assignment}
+
+
+async def heartbeat(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    refused = await _guard(server, conn, body.group_id)
+    if refused:
+        return {"throttle_time": 0, "error_code": code_of(refused)}
+    try:
+        server.coordinator.heartbeat(body.group_id, body.member_id, body.generation_id)
+    except GroupError as exc:
+        return {"throttle_time": 0, "error_code": code_of(exc.code)}
+    return {"throttle_time": 0, "error_code": 0}
+
+
+async def leave_group(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    ids = [m.member_id for m in body.members] if hasattr(body, "members") else [body.member_id]
+    refused = await _guard(server, conn, body.group_id)
+    if refused:
+        return {"throttle_time": 0, "error_code": code_of(refused), "members": []}
+    left = server.coordinator.leave(body.group_id, ids)
+    top = "NONE" if hasattr(body, "members") else left[ids[0]]
+    return {"throttle_time": 0, "error_code": code_of(top), "members": [
+        {"member_id": m, "group_instance_id": None, "error_code": code_of(code)} for m, code in left.items()]}
+
+
+async def offset_commit(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+
+    def answer(codes: dict[tuple[str, int], str] | str) -> dict:
+        return {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": code_of(codes if isinstance(codes, str) else codes.get((t.name, p.partition_index), "NONE"))}
+                for p in t.partitions]} for t in body.topics]}
+
+    refused = await _guard(server, conn, body.group_id)
+    if refused:
+        return answer(refused)
+    try:
+        under = server.coordinator.check_commit(body.group_id, body.member_id, generation)
+    except GroupError as exc:
+        return answer(exc.code)
+    codes: dict[tuple[str, int], str] = {}
+    offsets = {}
+    for t in body.topics:
+        if not server.allowed(conn, "READ", "TOPIC", t.name):
+            codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
+            continue
+        offsets.update({(t.name, p.partition_index): p.committed_offset for p in t.partitions})
+    try:
+        await server.records.run(server.records.commit, body.group_id, under, body.member_id, offsets)
+    except LostGroupError:
+        server.coordinator.drop(body.group_id)
+        return answer("NOT_COORDINATOR")
+    except LakelogError as exc:
+        return answer({k: _name(exc) for k in offsets} | codes)
+    return answer(codes)
+
+
+def _name(exc: Exception) -> str:
+    from serve.errors import name_of
+
+    return name_of(exc)
+
+
+async def offset_fetch(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    refused = await _guard(server, conn, body.group_id, "DESCRIBE")
+    if refused:
+        return {"throttle_time": 0, "error_code": code_of(refused), "topics": []}
+    committed = await server.records.run(server.records.committed, body.group_id)
+    if body.topics is None:
+        wanted = {}
+        for t, p in committed:
+            wanted.setdefault(t, []).append(p)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in body.topics}
+    topics = [{"name": t, "partitions": [
+        {"partition_index": p, "committed_offset": committed.get((t, p), -1), "committed_leader_epoch": -1,
+         "metadata": "", "error_code": 0} for p in sorted(ps)]}
+        for t, ps in sorted(wanted.items()) if server.allowed(conn, "DESCRIBE", "TOPIC", t)]
+    return {"throttle_time": 0, "error_code": 0, "topics": topics}
+
+
+async def list_groups(server: "Server", conn: "Connection", request: "Request") -> dict:
+    known = await server.records.run(server.records.known_groups)
+    states = {name: g.state for name, g in server.coordinator.groups.items()}
+    wanted = set(getattr(request.body, "states_filter", ()) or ())
+    groups = []
+    for name in sorted(set(known) | set(states)):
+        state = states.get(name, "Empty")
+        if (wanted and state not in wanted) or not server.allowed(conn, "DESCRIBE", "GROUP", name):
+            continue
+        groups.append({"group_id": name, "protocol_type": "consumer", "group_state": state})
+    return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+
+async def describe_groups(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for name in request.body.groups:
+        base = {"group_id": name, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": -2147483648}
+        refused = await _guard(server, conn, name, "DESCRIBE")
+        if refused:
+            out.append({**base, "error_code": code_of(refused)})
+            continue
+        group = server.coordinator.groups.get(name)
+        if group is None or not group.members:
+            known = name in await server.records.run(server.records.known_groups)
+            out.append({**base, "error_code": 0, "group_state": "Empty" if known else "Dead",
+                        "protocol_type": "consumer" if known else ""})
+            continue
+        out.append({**base, "error_code": 0, "group_state": group.state, "protocol_type": group.protocol_type or "",
+                    "protocol_data": group.protocol or "", "members": [
+                        {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                         "client_host": "/" + m.client_host, "member_metadata": m.metadata(group.protocol or ""),
+                         "member_assignment": m.assignment if group.state == STABLE else b""}
+                        for m in group.members.values()]})
+    return {"throttle_time": 0, "groups": out}
+
+
+def _delete_group(server: "Server", name: str) -> str:
+    from control_plane.group.admin import GroupAdmin
+
+    try:
+        GroupAdmin(server.ctx.spark, server.ctx.root).delete(name)
+        return "NONE"
+    except LakelogError as exc:
+        return "NON_EMPTY_GROUP" if "live" in str(exc) or "member" in str(exc) else _name(exc)
+
+
+async def delete_groups(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for name in request.body.groups_names:
+        refused = await _guard(server, conn, name, "DELETE")
+        group = server.coordinator.groups.get(name)
+        if refused:
+            code = refused
+        elif group is not None and group.members:
+            code = "NON_EMPTY_GROUP"
+        else:
+            code = await server.ctx.run(_delete_group, server, name)
+        out.append({"group_id": name, "error_code": code_of(code)})
+    return {"throttle_time": 0, "results": out}
+
+
+HANDLERS = {
+    10: (0, 4, find_coordinator),
+    11: (0, 7, join_group),
+    14: (0, 5, sync_group),
+    12: (0, 4, heartbeat),
+    13: (0, 4, leave_group),
+    8: (2, 8, offset_commit),
+    9: (1, 7, offset_fetch),
+    16: (0, 4, list_groups),
+    15: (0, 5, describe_groups),
+    42: (0, 2, delete_groups),
+}

@@ -1,0 +1,232 @@
+"""Topic administration as Kafka's admin clients ask for it (``kafka-topics.sh``,
+``kafka-configs.sh``, ``kafka-delete-records.sh``): each request is lakelog's own operation
+(``TopicAdmin.create``, ``TopicController.alter``, ``delete``, ``alter_config``,
+``delete_records``), so the same rules and records hold as for ``lakelog topics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from control_plane.controller import TopicController
+from control_plane.topic_config import KEYS, TopicConfig, check
+from log_store.errors import InvalidConfigurationError, LakelogError, OffsetCheckError, UnknownTopicError
+from log_store.names import check_topic_name
+from serve.errors import code_of, message_of
+
+if TYPE_CHECKING:
+    from serve.server import Connection, Server
+    from serve.wire import Request
+
+TOPIC, BROKER = 2, 4  # Kafka's config resource types
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+DEFAULTS = TopicConfig().as_kafka()
+
+
+def controller(server: "Server") -> TopicController:
+    return TopicController(server.ctx.spark, server.ctx.root, server.controller_settings)
+
+
+def _result(name: str, exc: Exception | None = None, **more) -> dict:
+    return {"name": name, "error_code": code_of(exc) if exc else 0, "error_message": message_of(exc) if exc else None,
+            **more}
+
+
+def _check_configs(configs) -> list[str]:
+    pairs = []
+    for c in configs:
+        if c.value is None:
+            continue
+        if c.name == "cleanup.policy" and c.value != "delete":
+            raise InvalidConfigurationError(f"cleanup.policy={c.value} is not supported: lakelog keeps every record "
+                                            "of a key (delete is the only policy)")
+        if c.name in KEYS:
+            check(c.name, c.value)
+            pairs.append(f"{c.name}={c.value}")
+    return pairs
+
+
+def _create_one(server: "Server", topic, validate_only: bool) -> dict:
+    name = topic.name
+    try:
+        check_topic_name(name)
+        count = topic.num_partitions if topic.num_partitions > 0 else server.settings.default_partitions
+        if topic.assignments:
+            count = len(topic.assignments)
+        pairs = _check_configs(topic.configs)
+        if validate_only:
+            if name in server.ctx.topics():
+                from log_store.errors import TopicExistsError
+
+                raise TopicExistsError(f"topic '{name}' already exists")
+            return _result(name, num_partitions=count, replication_factor=1, topic_id=None, configs=[])
+        record = server.ctx.admin.create(name, count)
+        if pairs:
+            controller(server).alter_config(name, pairs)
+        view = server.ctx.view(name)
+        config = server.ctx.admin.describe(name).config
+        return _result(name, num_partitions=record.undeleted_partition_count, replication_factor=1,
+                       topic_id=view.topic_id, configs=[
+                           {"name": k, "value": v, "read_only": False, "config_source": 5 if v == DEFAULTS.get(k) else 1,
+                            "is_sensitive": False} for k, v in sorted(config.items())])
+    except LakelogError as exc:
+        return _result(name, exc, topic_id=None, configs=[])
+
+
+async def create_topics(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for t in request.body.topics:
+        if not server.allowed(conn, "CREATE", "TOPIC", t.name):
+            out.append({"name": t.name, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "error_message": None,
+                        "topic_id": None, "configs": []})
+            continue
+        out.append(await server.ctx.run(_create_one, server, t, request.body.validate_only))
+    return {"throttle_time": 0, "topics": out}
+
+
+def _delete_one(server: "Server", name: str) -> dict:
+    try:
+        server.ctx.admin.get(name)
+        controller(server).delete(name)
+        return _result(name)
+    except LakelogError as exc:
+        return _result(name, exc)
+
+
+async def delete_topics(server: "Server", conn: "Connection", request: "Request") -> dict:
+    body = request.body
+    names = list(body.topic_names) if getattr(body, "topic_names", None) else [t.name for t in getattr(body, "topics", ())]
+    out = []
+    for name in names:
+        if not server.allowed(conn, "DELETE", "TOPIC", name):
+            out.append({"name": name, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED")})
+            continue
+        out.append(await server.ctx.run(_delete_one, server, name))
+    return {"throttle_time": 0, "responses": out}
+
+
+def _grow_one(server: "Server", topic, validate_only: bool) -> dict:
+    from log_store.errors import InvalidPartitionsError
+
+    try:
+        current = server.ctx.admin.get(topic.name).undeleted_partition_count
+        if topic.count <= current:  # Kafka's CreatePartitions only adds partitions; shrinking is lakelog's own
+            raise InvalidPartitionsError(f"topic '{topic.name}' has {current} partitions; CreatePartitions only "
+                                         f"grows (to shrink: lakelog topics alter --partitions {topic.count})")
+        if not validate_only:
+            controller(server).alter(topic.name, topic.count)
+        return _result(topic.name)
+    except LakelogError as exc:
+        return _result(topic.name, exc)
+
+
+async def create_partitions(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for t in request.body.topics:
+        if not server.allowed(conn, "ALTER", "TOPIC", t.name):
+            out.append({"name": t.name, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED")})
+            continue
+        out.append(await server.ctx.run(_grow_one, server, t, request.body.validate_only))
+    return {"throttle_time": 0, "results": out}
+
+
+def _describe_one(server: "Server", resource) -> dict:
+    base = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+    if resource.resource_type == BROKER:
+        return {**base, "error_code": 0, "error_message": None, "configs": []}
+    if resource.resource_type != TOPIC:
+        return {**base, "error_code": code_of("INVALID_REQUEST"), "error_message": "only topics and brokers",
+                "configs": []}
+    try:
+        config = server.ctx.admin.describe(resource.resource_name).config
+    except LakelogError as exc:
+        return {**base, "error_code": code_of(exc), "error_message": str(exc), "configs": []}
+    keys = resource.configuration_keys
+    configs = [{"name": k, "value": v, "read_only": False, "is_default": v == DEFAULTS.get(k),
+                "config_source": 5 if v == DEFAULTS.get(k) else 1, "is_sensitive": False, "synonyms": [],
+                "config_type": 0, "documentation": None}
+               for k, v in sorted(config.items()) if keys is None or k in keys]
+    return {**base, "error_code": 0, "error_message": None, "configs": configs}
+
+
+async def describe_configs(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for r in request.body.resources:
+        if r.resource_type == TOPIC and not server.allowed(conn, "DESCRIBE_CONFIGS", "TOPIC", r.resource_name):
+            out.append({"resource_type": r.resource_type, "resource_name": r.resource_name, "configs": [],
+                        "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "error_message": None})
+            continue
+        out.append(await server.ctx.run(_describe_one, server, r))
+    return {"throttle_time": 0, "results": out}
+
+
+def _alter_one(server: "Server", resource, validate_only: bool) -> dict:
+    base = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+    try:
+        if resource.resource_type != TOPIC:
+            raise InvalidConfigurationError("only topic configs can be altered through lakelog serve")
+        sets = [c for c in resource.configs if c.config_operation == SET]
+        deletes = [c.name for c in resource.configs if c.config_operation == DELETE]
+        if len(sets) + len(deletes) != len(resource.configs):
+            raise InvalidConfigurationError("only SET and DELETE are supported (not APPEND or SUBTRACT)")
+        unknown = [c.name for c in resource.configs if c.name not in KEYS and c.name != "cleanup.policy"]
+        if unknown:
+            raise InvalidConfigurationError(f"unknown or unsupported topic config {unknown[0]}; lakelog keeps "
+                                            f"{', '.join(sorted(KEYS))}")
+        pairs = _check_configs(sets)
+        if not validate_only:
+            controller(server).alter_config(resource.resource_name, pairs, deletes)
+        return {**base, "error_code": 0, "error_message": None}
+    except LakelogError as exc:
+        return {**base, "error_code": code_of(exc), "error_message": str(exc)}
+
+
+async def incremental_alter_configs(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for r in request.body.resources:
+        if not server.allowed(conn, "ALTER_CONFIGS", "TOPIC", r.resource_name):
+            out.append({"resource_type": r.resource_type, "resource_name": r.resource_name,
+                        "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "error_message": None})
+            continue
+        out.append(await server.ctx.run(_alter_one, server, r, request.body.validate_only))
+    return {"throttle_time": 0, "responses": out}
+
+
+def _delete_records_one(server: "Server", topic) -> dict:
+    try:
+        view = server.ctx.view(topic.name)
+        ends = server.ctx.high_watermarks(view)
+        wanted = {p.partition_index: ends.get(p.partition_index, 0) if p.offset == -1 else p.offset for p in topic.partitions}
+        unknown = [p for p in wanted if p not in view.snapshot.metadata.partitions]
+        changes = {c.partition: c.log_start for c in controller(server).delete_records(
+            topic.name, {p: o for p, o in wanted.items() if p not in unknown})}
+        view = server.ctx.view(topic.name)
+        return {"name": topic.name, "partitions": [
+            {"partition_index": p, "error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION") if p in unknown else 0,
+             "low_watermark": -1 if p in unknown else changes.get(p, view.snapshot.first_offset(p))} for p in wanted]}
+    except LakelogError as exc:
+        code = code_of("OFFSET_OUT_OF_RANGE") if isinstance(exc, OffsetCheckError) else code_of(exc)
+        return {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
+                                                    "low_watermark": -1} for p in topic.partitions]}
+
+
+async def delete_records(server: "Server", conn: "Connection", request: "Request") -> dict:
+    out = []
+    for t in request.body.topics:
+        if not server.allowed(conn, "DELETE", "TOPIC", t.name):
+            out.append({"name": t.name, "partitions": [{"partition_index": p.partition_index, "low_watermark": -1,
+                                                        "error_code": code_of("TOPIC_AUTHORIZATION_FAILED")}
+                                                       for p in t.partitions]})
+            continue
+        out.append(await server.ctx.run(_delete_records_one, server, t))
+    return {"throttle_time": 0, "topics": out}
+
+
+HANDLERS = {
+    19: (2, 7, create_topics),
+    20: (1, 5, delete_topics),
+    37: (0, 3, create_partitions),
+    32: (1, 4, describe_configs),
+    44: (0, 1, incremental_alter_configs),
+    21: (0, 2, delete_records),
+}
+_ = UnknownTopicError  # answered through code_of

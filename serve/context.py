@@ -1,0 +1,177 @@
+"""What every handler of one server shares: the root, the Spark session, the settings, the thread
+pool blocking work runs on, the topics as the control plane records them, and their logs'
+snapshots (each read once per Delta version of the log)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from control_plane.records import TopicRecord
+from control_plane.topics import TopicAdmin
+from log_store import rs_reader
+from log_store.engine import app_versions, table_version
+from log_store.files import reads_with_delta_rs
+from log_store.names import producer_app_id
+from log_store.errors import StorageError, TopicDeletedError, UnknownTopicError
+from log_store.log_metadata import LogSnapshot, Mode
+from log_store.topic_log import TopicLog
+from serve.settings import ServeSettings
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TopicView:
+    """A live topic as a request sees it: its record, its log's snapshot, and its topic id."""
+
+    record: TopicRecord
+    snapshot: LogSnapshot
+    topic_id: str
+
+    @property
+    def name(self) -> str:
+        return self.record.topic
+
+    def writable(self) -> list[int]:
+        """Partitions producers write: ReadWrite ones below the undeleted count."""
+        meta = self.snapshot.metadata
+        return [p for p, pm in meta.partitions.items()
+                if pm.mode is Mode.READ_WRITE and p < meta.undeleted_partition_count]
+
+
+class ServeContext:
+    """One server's shared state; blocking calls go through ``run`` (the thread pool)."""
+
+    def __init__(self, spark: SparkSession, root: str, settings: ServeSettings) -> None:
+        self.spark = spark
+        self.root = root
+        self.settings = settings
+        self.admin = TopicAdmin(spark, root)
+        self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve")
+        self._snaps: dict[str, tuple[int, LogSnapshot, str]] = {}  # log path -> (version, snapshot, topic id)
+        self._lock = threading.Lock()
+        self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read, monotonic)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.node_id = settings.node_id if settings.node_id is not None else 0
+        self.started = time.monotonic()
+        self._replicated: dict[str, tuple[bool, float]] = {}
+        self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the pool, awaited without blocking the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    # -- topics (called on the pool) ----------------------------------------------------------
+    def topics(self) -> dict[str, TopicRecord]:
+        """Every live topic's latest record."""
+        return {t: r for t, r in self.admin.current().items() if not r.event.removes_topic}
+
+    def view(self, topic: str, max_age: float = 0.0) -> TopicView:
+        """``topic`` now, or as read at most ``max_age`` seconds ago (a commit this server made or
+        saw since, ``forget``, makes it read again): UnknownTopicError (or TopicDeletedError) if it
+        is not live. Looking costs two listings of Delta logs (about 0.1 s); an append checks the
+        metadata in its own transaction anyway, and a fetch is woken by the commits it waits for."""
+        with self._lock:
+            hit = self._views.get(topic)
+        if hit is not None and time.monotonic() - hit[1] <= max_age:
+            return hit[0]
+        record = self.admin.get(topic)
+        snap, topic_id = self.snapshot(record.location)
+        if snap.metadata.deleted:
+            raise TopicDeletedError(f"topic '{topic}' was deleted")
+        view = TopicView(record, snap, topic_id)
+        with self._lock:
+            self._views[topic] = (view, time.monotonic())
+        return view
+
+    def snapshot(self, path: str) -> tuple[LogSnapshot, str]:
+        """The log at ``path``'s latest snapshot and topic id, read again only when its version moved
+        (a listing of its Delta log tells)."""
+        version = table_version(self.spark, path)
+        if version < 0:
+            raise StorageError(f"no topic log at {path}: its root is lost or not mounted")
+        with self._lock:
+            hit = self._snaps.get(path)
+        if hit and hit[0] == version:
+            return hit[1], hit[2]
+        log = TopicLog(self.spark, path)
+        snap = log.snapshot()
+        topic_id = log.table_id()
+        with self._lock:
+            self._snaps[path] = (snap.version, snap, topic_id)
+        return snap, topic_id
+
+    def forget(self, path: str) -> None:
+        """The log at ``path`` moved: the next view of its topic reads it again."""
+        with self._lock:
+            self._snaps.pop(path, None)
+            for topic in [t for t, (v, _at) in self._views.items() if v.record.location == path]:
+                del self._views[topic]
+
+    def forget_topic(self, topic: str) -> None:
+        with self._lock:
+            self._views.pop(topic, None)
+
+    def views(self, names: list[str] | None) -> tuple[dict[str, TopicView], list[str]]:
+        """Views of ``names`` (every live topic if None) and the names that are not live topics."""
+        wanted = sorted(self.topics()) if names is None else names
+        found, missing = {}, []
+        for name in wanted:
+            try:
+                found[name] = self.view(name)
+            except (UnknownTopicError, StorageError):
+                missing.append(name)
+        return found, missing
+
+    # -- producers and replicas (called on the pool) ---------------------------------------
+    def producer_mark(self, path: str, producer_id: str) -> int:
+        """``producer_id``'s mark in the log at ``path`` (-1: it has written nothing there)."""
+        return app_versions(self.spark, path).get(producer_app_id(producer_id), -1)
+
+    def offset_of(self, path: str, producer_id: str, sequence: int) -> int | None:
+        """The offset of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
+        if reads_with_delta_rs(path):
+            found = rs_reader.record_of(path, producer_id, sequence)
+        else:
+            row = (TopicLog(self.spark, path).table().where((F.col("producer_id") == producer_id)
+                                                            & (F.col("sequence") == sequence)).select("offset").first())
+            found = None if row is None else (0, int(row["offset"]))
+        return None if found is None else found[1]
+
+    def replicated(self, topic: str) -> bool:
+        """Whether ``topic`` keeps replicas (looked up again every ten seconds)."""
+        hit = self._replicated.get(topic)
+        if hit is None or time.monotonic() - hit[1] > 10:
+            hit = (self.admin.replica_state(topic) is not None, time.monotonic())
+            self._replicated[topic] = hit
+        return hit[0]
+
+    def high_watermarks(self, view: TopicView) -> dict[int, int]:
+        """What consumers may read of each partition: the log end, or on a replicated topic what
+        every in-sync root holds (``Replication.high_watermark``, looked at again after
+        ``serve.fetch_poll_ms``)."""
+        ends = view.snapshot.log_ends
+        if not self.replicated(view.name):
+            return ends
+        key = (view.record.location, view.snapshot.version)
+        hit = self._marks.get(view.name)
+        if hit is None or hit[0] != key or time.monotonic() - hit[2] > self.settings.fetch_poll_ms / 1000:
+            hit = (key, self.replication().high_watermark(view.name, ends), time.monotonic())
+            self._marks[view.name] = hit
+        return {p: min(e, hit[1].get(p, e)) for p, e in ends.items()}
+
+    def replication(self):
+        from control_plane.replication import Replication
+
+        return Replication(self.spark, self.root)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

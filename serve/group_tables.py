@@ -1,0 +1,148 @@
+"""What a Kafka group coordinated by a server writes to and reads from lakelog's group tables
+(``control_plane.group``): the generation fence, generations with their assignment, member state
+rows and heartbeat ticks, and offsets. Blocking: called on the pool (``GroupRecords.run``)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment
+from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription
+from kio.serial import entity_reader
+
+from control_plane.group.offsets import GroupOffsets
+from control_plane.group.store import GroupTables
+from control_plane.records import (
+    GenerationMember, GenerationRecord, MemberAssignment, MemberHeartbeat, MemberState, TopicPartition,
+)
+from log_store.engine import table_version
+from log_store.errors import IllegalGenerationError
+from log_store.files import reads_with_delta_rs
+
+
+class LostGroupError(Exception):
+    """Another coordinator (or lakelog's own members) moved the group past this server's generation."""
+
+
+def _decode(schema: type, data: bytes | None) -> Any | None:
+    """A consumer-protocol blob (a version, then the fields): read with the newest layout kio knows,
+    which every later version extends; None if it is not one."""
+    if not data or len(data) < 2:
+        return None
+    try:
+        return entity_reader(schema)(data, 2)[0]
+    except Exception:  # noqa: BLE001 - an older version's blob, or a protocol other than the consumer's
+        try:
+            from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as A0
+            from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as S0
+
+            return entity_reader(A0 if schema is ConsumerProtocolAssignment else S0)(data, 2)[0]
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def assigned(data: bytes | None) -> list[TopicPartition]:
+    found = _decode(ConsumerProtocolAssignment, data)
+    return [] if found is None else [TopicPartition(topic=t.topic, partition=p)
+                                     for t in found.assigned_partitions for p in t.partitions]
+
+
+def subscribed(data: bytes | None) -> list[str]:
+    found = _decode(ConsumerProtocolSubscription, data)
+    return [] if found is None else list(found.topics)
+
+
+class GroupRecords:
+    """One server's reads and writes of the group tables."""
+
+    tick_seconds = 3.0
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.tables = GroupTables(ctx.spark, ctx.root)
+        self.offsets = GroupOffsets(ctx.spark, ctx.root)
+        self._beats = itertools.count(random.getrandbits(30) << 32)
+        self._positions: tuple[int, dict] | None = None
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.ctx.run(fn, *args)
+
+    def current_generation(self, group: str) -> int:
+        """The group's generation in lakelog (its fence, or its latest recorded generation)."""
+        latest = self.tables.generation(group)
+        return max(self.offsets.fence(group), latest.generation if latest else 0)
+
+    def start_generation(self, group: str, generation: int) -> int:
+        """Raise the group's fence to ``generation`` (so commits of older generations are refused);
+        LostGroupError if the group is already there or past it (another coordinator)."""
+        if not self.offsets.raise_fence(group, generation, leader=""):
+            raise LostGroupError(f"group '{group}' is past generation {generation - 1} in the root")
+        return generation
+
+    def record_generation(self, group: str, generation: int, protocol: str, leader: str,
+                          assignments: dict[str, bytes], metadata: dict[str, bytes], hosts: dict[str, str]) -> None:
+        """The generation's members and assignment, and each member's state, for ``groups describe``."""
+        owned = {m: assigned(a) for m, a in assignments.items()}
+        topics = {m: subscribed(d) for m, d in metadata.items()}
+        kind = "cooperative" if protocol.startswith("cooperative") else "eager"
+        self.tables.propose(GenerationRecord(
+            group=group, generation=generation, protocol=kind, assignor=protocol, leader=leader,
+            members=[GenerationMember(member_id=m, protocol=kind, topics=topics[m], owned=owned[m]) for m in owned],
+            assignment=[MemberAssignment(member_id=m, partitions=ps) for m, ps in owned.items()],
+            partitions=sorted({tp for ps in owned.values() for tp in ps}, key=lambda tp: (tp.topic, tp.partition)),
+            reason="kafka join"))
+        for m, ps in owned.items():
+            self.tables.heartbeat(MemberHeartbeat(group=group, member_id=m, state=MemberState.STABLE,
+                                                  generation=generation, protocol=kind, assignor=protocol,
+                                                  topics=topics[m], owned=ps, host=hosts.get(m, ""),
+                                                  beat=next(self._beats)))
+
+    def member_left(self, group: str, member_id: str) -> None:
+        self.tables.heartbeat(MemberHeartbeat(group=group, member_id=member_id, state=MemberState.LEFT, generation=0,
+                                              beat=next(self._beats)))
+
+    def tick(self, live: dict[str, list[str]]) -> None:
+        for group, members in live.items():
+            self.tables.tick_members(group, {m: next(self._beats) for m in members})
+
+    def commit(self, group: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Offsets in one fenced commit; LostGroupError if the group moved past ``generation``."""
+        positions = {TopicPartition(topic=t, partition=p): o for (t, p), o in offsets.items()}
+        try:
+            self.offsets.commit_positions(group, positions, generation, member_id)
+        except IllegalGenerationError as exc:
+            raise LostGroupError(str(exc)) from exc
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets, read once per version of ``offset_commits``."""
+        tables = self.offsets.tables
+        if not tables.exists("offset_commits"):
+            return {}
+        version = table_version(self.ctx.spark, tables.path("offset_commits"))
+        with self._lock:
+            hit = self._positions
+        if hit is None or hit[0] != version:
+            hit = (version, tables.position_rows())
+            with self._lock:
+                self._positions = hit
+        return {(t, p): int(r["offset"]) for (g, t, p), r in hit[1].items() if g == group and int(r["offset"]) >= 0}
+
+    def known_groups(self) -> list[str]:
+        """Groups lakelog's tables know (with a position or a generation, not deleted): read with
+        delta-rs on a local root (a Spark job costs seconds here), else with Spark."""
+        reader = self.tables
+        if reads_with_delta_rs(self.ctx.root):
+            from control_plane.fast_reads import FastGroupReader
+            from log_store.rs_reader import FastReadUnavailable
+
+            try:
+                fast = FastGroupReader(self.ctx.root)
+                return sorted(fast.group_names() - fast.deleted_groups())
+            except FastReadUnavailable:
+                pass
+        return sorted(reader.group_names() - reader.deleted_groups())

@@ -1,0 +1,304 @@
+"""Kafka's classic group protocol, coordinated by a server (docs/serve.md): the members of a group
+join, the leader's assignment is handed out, heartbeats keep members in, a member silent past its
+session timeout is removed. The members live in this server's memory, as in Kafka's coordinator;
+what must outlive it goes to lakelog's group tables (``serve.group_tables``): each generation is
+started by raising lakelog's generation fence for the group, so an older coordinator's commits
+are refused, and recorded with its members and assignment; offsets are lakelog's commits.
+
+Every method runs on the event loop; writes to the root are awaited on the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from serve.group_tables import GroupRecords, LostGroupError
+
+log = logging.getLogger("lakelog.serve")
+EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+
+
+class GroupError(Exception):
+    """A request the group answers with Kafka's error ``code`` (a code name)."""
+
+    def __init__(self, code: str, member_id: str = "") -> None:
+        super().__init__(code)
+        self.code = code
+        self.member_id = member_id
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    instance_id: str | None = None
+    assignment: bytes = b""
+    joining: asyncio.Future | None = None
+    syncing: asyncio.Future | None = None
+    seen: float = field(default_factory=time.monotonic)
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass(eq=False)
+class Group:
+    name: str
+    generation: int  # lakelog's generation of the group: Kafka's generation id
+    state: str = EMPTY
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # member ids given out, not yet joined (KIP-394)
+    timer: asyncio.TimerHandle | None = None
+    completing: bool = False
+
+
+class Coordinator:
+    """The groups this server coordinates."""
+
+    def __init__(self, records: GroupRecords, initial_delay_ms: int = 0) -> None:
+        self.records = records
+        self.initial_delay_ms = initial_delay_ms
+        self.groups: dict[str, Group] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._expire())
+
+    def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def group(self, name: str) -> Group:
+        """The group, loaded at lakelog's current generation the first time this server sees it."""
+        if name not in self.groups:
+            generation = await self.records.run(self.records.current_generation, name)
+            self.groups.setdefault(name, Group(name=name, generation=generation))
+        return self.groups[name]
+
+    def drop(self, name: str) -> None:
+        """Forget a group another server took over: its members rejoin there (NOT_COORDINATOR)."""
+        group = self.groups.pop(name, None)
+        if group is None:
+            return
+        if group.timer:
+            group.timer.cancel()
+        for m in group.members.values():
+            for f in (m.joining, m.syncing):
+                if f is not None and not f.done():
+                    f.set_exception(GroupError("NOT_COORDINATOR"))
+
+    # -- JoinGroup ------------------------------------------------------------------------------
+    async def join(self, name: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_id: bool) -> dict:
+        group = await self.group(name)
+        if group.members and protocol_type != group.protocol_type:
+            raise GroupError("INCONSISTENT_GROUP_PROTOCOL")
+        if group.members and not self._common(group, protocols):
+            raise GroupError("INCONSISTENT_GROUP_PROTOCOL")
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_id:  # KIP-394: the client joins again with the id
+                group.pending.add(member_id)
+                raise GroupError("MEMBER_ID_REQUIRED", member_id)
+        elif member_id not in group.members and member_id not in group.pending:
+            raise GroupError("UNKNOWN_MEMBER_ID")
+        group.pending.discard(member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                            protocol_type, protocols, instance_id)
+            group.members[member_id] = member
+        member.protocols, member.seen = protocols, time.monotonic()
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        group.protocol_type = protocol_type
+        if member.joining is not None and not member.joining.done():
+            member.joining.cancel()
+        member.joining = asyncio.get_running_loop().create_future()
+        if group.state != PREPARING:
+            self._prepare(group)
+        elif all(m.joining is not None for m in group.members.values()) and not group.pending:
+            self._complete_soon(group)
+        return await member.joining
+
+    def _common(self, group: Group, protocols: list[tuple[str, bytes]]) -> bool:
+        names = {n for n, _ in protocols}
+        return all(names & {n for n, _ in m.protocols} for m in group.members.values())
+
+    def _prepare(self, group: Group) -> None:
+        """Start a rebalance: members not rejoining within the rebalance timeout are removed."""
+        was_empty = group.state == EMPTY
+        group.state = PREPARING
+        for m in group.members.values():
+            if m.syncing is not None and not m.syncing.done():
+                m.syncing.set_exception(GroupError("REBALANCE_IN_PROGRESS"))
+        if group.timer:
+            group.timer.cancel()
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        if was_empty and self.initial_delay_ms:
+            timeout = min(timeout, self.initial_delay_ms / 1000)
+        elif all(m.joining is not None for m in group.members.values()):
+            timeout = 0
+        group.timer = asyncio.get_running_loop().call_later(timeout, self._complete_soon, group)
+
+    def _complete_soon(self, group: Group) -> None:
+        if group.timer:
+            group.timer.cancel()
+            group.timer = None
+        if not group.completing:
+            group.completing = True
+            asyncio.get_running_loop().create_task(self._complete(group))
+
+    async def _complete(self, group: Group) -> None:
+        """The next generation: started in lakelog (the fence raised), then every join answered."""
+        try:
+            for mid in [m for m, member in group.members.items() if member.joining is None]:
+                del group.members[mid]  # did not rejoin in time
+            if not group.members:
+                group.state, group.leader, group.protocol = EMPTY, None, None
+                return
+            try:
+                group.generation = await self.records.run(self.records.start_generation, group.name, group.generation + 1)
+            except LostGroupError:
+                log.warning("group %s moved to another coordinator", group.name)
+                self.drop(group.name)
+                return
+            group.protocol = self._choose(group)
+            if group.leader not in group.members:
+                group.leader = next(iter(group.members))
+            group.state = COMPLETING
+            listed = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata(group.protocol)}
+                      for m in group.members.values()]
+            for m in group.members.values():
+                answer = {"generation_id": group.generation, "protocol_type": group.protocol_type,
+                          "protocol_name": group.protocol, "leader": group.leader, "member_id": m.member_id,
+                          "members": listed if m.member_id == group.leader else []}
+                if m.joining is not None and not m.joining.done():
+                    m.joining.set_result(answer)
+                m.joining, m.seen = None, time.monotonic()
+        finally:
+            group.completing = False
+
+    def _choose(self, group: Group) -> str:
+        """The protocol every member supports that most members prefer (Kafka's vote)."""
+        common = set.intersection(*({n for n, _ in m.protocols} for m in group.members.values()))
+        votes: dict[str, int] = {}
+        for m in group.members.values():
+            first = next(n for n, _ in m.protocols if n in common)
+            votes[first] = votes.get(first, 0) + 1
+        return max(sorted(votes), key=lambda n: votes[n])
+
+    # -- SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------------------
+    def _member(self, group: Group | None, member_id: str, generation: int) -> Member:
+        if group is None or member_id not in group.members:
+            raise GroupError("UNKNOWN_MEMBER_ID")
+        if generation != group.generation:
+            raise GroupError("ILLEGAL_GENERATION")
+        member = group.members[member_id]
+        member.seen = time.monotonic()
+        return member
+
+    async def sync(self, name: str, member_id: str, generation: int, assignments: dict[str, bytes]) -> tuple[str, bytes]:
+        """(protocol, this member's assignment) once the leader has given the assignment."""
+        group = self.groups.get(name)
+        member = self._member(group, member_id, generation)
+        if group.state == PREPARING:
+            raise GroupError("REBALANCE_IN_PROGRESS")
+        if group.state == STABLE:
+            return group.protocol, member.assignment
+        member.syncing = asyncio.get_running_loop().create_future()
+        if member_id == group.leader:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = STABLE
+            asyncio.get_running_loop().create_task(self._record(group))
+            for m in group.members.values():
+                if m.syncing is not None and not m.syncing.done():
+                    m.syncing.set_result(m.assignment)
+        await member.syncing
+        return group.protocol, member.assignment
+
+    async def _record(self, group: Group) -> None:
+        try:
+            await self.records.run(self.records.record_generation, group.name, group.generation, group.protocol or "",
+                                   group.leader or "", {m.member_id: m.assignment for m in group.members.values()},
+                                   {m.member_id: m.metadata(group.protocol or "") for m in group.members.values()},
+                                   {m.member_id: m.client_host for m in group.members.values()})
+        except Exception:  # noqa: BLE001 - the record is for describe; the group runs on without it
+            log.exception("recording generation %d of %s failed", group.generation, group.name)
+
+    def heartbeat(self, name: str, member_id: str, generation: int) -> None:
+        group = self.groups.get(name)
+        self._member(group, member_id, generation)
+        if group.state == PREPARING:
+            raise GroupError("REBALANCE_IN_PROGRESS")
+
+    def leave(self, name: str, member_ids: list[str]) -> dict[str, str]:
+        """Each leaving member's error code name ("NONE" if it left)."""
+        group = self.groups.get(name)
+        out = {}
+        for mid in member_ids:
+            if group is None or mid not in group.members:
+                out[mid] = "UNKNOWN_MEMBER_ID"
+                continue
+            self._remove(group, mid)
+            out[mid] = "NONE"
+        return out
+
+    def _remove(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id)
+        for f in (member.joining, member.syncing):
+            if f is not None and not f.done():
+                f.set_exception(GroupError("UNKNOWN_MEMBER_ID"))
+        asyncio.get_running_loop().create_task(self.records.run(self.records.member_left, group.name, member_id))
+        if group.members:
+            self._prepare(group)
+        else:
+            if group.timer:
+                group.timer.cancel()
+            group.state, group.leader, group.protocol = EMPTY, None, None
+
+    def check_commit(self, name: str, member_id: str, generation: int) -> int:
+        """The generation an OffsetCommit writes under (0: a commit from outside the group, allowed
+        while the group has no members); GroupError if the member may not commit now."""
+        group = self.groups.get(name)
+        if generation < 0 and not member_id:
+            if group is not None and group.members:
+                raise GroupError("UNKNOWN_MEMBER_ID")
+            return 0
+        self._member(group, member_id, generation)
+        if group.state == PREPARING:
+            raise GroupError("REBALANCE_IN_PROGRESS")
+        return generation
+
+    # -- liveness --------------------------------------------------------------------------------
+    async def _expire(self) -> None:
+        """Remove members silent past their session timeout (on this process's monotonic clock),
+        and tick the live ones' heartbeats into the root for ``lakelog groups describe``."""
+        last_tick = 0.0
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                for mid, m in list(group.members.items()):
+                    waiting = m.joining is not None and not m.joining.done()
+                    if not waiting and (now - m.seen) * 1000 > m.session_timeout_ms:
+                        log.info("member %s of %s expired", mid, group.name)
+                        self._remove(group, mid)
+            if now - last_tick >= self.records.tick_seconds:
+                last_tick = now
+                live = {g.name: list(g.members) for g in self.groups.values() if g.members and g.state == STABLE}
+                if live:
+                    asyncio.get_running_loop().create_task(self.records.run(self.records.tick, live))

@@ -1,0 +1,272 @@
+"""The listener: one asyncio loop owns every connection (docs/serve.md).
+
+A connection's requests are read as they arrive and answered in the order they came: each is a
+task, and one writer per connection awaits them in order. A frame larger than
+``serve.max_request_bytes`` or one that is not a request closes the connection (Kafka's broker
+does the same); the server keeps serving every other connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from control_plane.settings import ControllerSettings
+from serve.cluster import Broker, Cluster
+from serve.context import ServeContext
+from serve.security import allowed, scram_credentials, tls_context, tls_principal
+from serve.group_tables import GroupRecords
+from serve.log_reads import LogReads
+from serve.groups import Coordinator
+from serve.settings import ServeSettings, split_address
+from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
+
+log = logging.getLogger("lakelog.serve")
+_SIZE = struct.Struct(">i")
+Handler = Callable[["Server", "Connection", Request], Awaitable[dict | None]]
+
+
+@dataclass
+class Connection:
+    """One client connection: who it is (after SASL, its principal) and where it comes from."""
+
+    peer: str
+    principal: str = "User:ANONYMOUS"
+    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+    closing: bool = False  # close once the answer being written is out (a failed authentication)
+    state: dict = field(default_factory=dict)
+
+
+class Server:
+    """A Kafka-protocol server over one root. ``start`` in a running loop, or ``run_in_thread``."""
+
+    def __init__(self, spark: SparkSession, root: str, settings: ServeSettings | None = None,
+                 controller: ControllerSettings | None = None) -> None:
+        """``controller``: the settings topic changes run with (``delete_partition_enable``)."""
+        from serve.apis import handlers
+        from serve.batcher import Batcher
+        from serve.waits import Waits
+
+        self.settings = settings or ServeSettings()
+        self.controller_settings = controller or ControllerSettings()
+        self.ctx = ServeContext(spark, root, self.settings)
+        self.handlers: dict[int, tuple[int, int, Handler]] = handlers()
+        self.versions = {k: (lo, hi) for k, (lo, hi, _h) in self.handlers.items()}
+        self.scram = scram_credentials(self.settings.users) if self.settings.security_protocol.startswith("SASL") else {}
+        self.batcher = Batcher(self.ctx)
+        self.waits = Waits(self.ctx)
+        self.reads = LogReads()
+        self.record_bytes: dict[str, float] = {}  # topic -> bytes a record took in the last large fetch
+        self.batcher.on_commit = self.waits.notify
+        self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
+        self.records = GroupRecords(self.ctx)
+        self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[asyncio.Task] = set()
+        self.host, self.port = split_address(self.settings.listen)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.ctx.loop = asyncio.get_running_loop()
+        tls = None
+        if self.settings.security_protocol.endswith("SSL"):
+            tls = tls_context(self.settings.ssl_certfile, self.settings.ssl_keyfile, self.settings.ssl_cafile,
+                              self.settings.ssl_client_auth)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        host, port = self.advertised
+        self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id,
+                                              self.settings.security_protocol)
+        self.batcher.start()
+        self.waits.start()
+        self.coordinator.start()
+        self._beating = asyncio.get_running_loop().create_task(self._beat())
+        log.info("lakelog serve listening on %s:%s", self.host, self.port)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        if self.settings.advertised:
+            return split_address(self.settings.advertised)
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return host, self.port
+
+    def brokers(self) -> list[Broker]:
+        """The live servers over this root, as Metadata lists them."""
+        return self.cluster.brokers()
+
+    async def _beat(self) -> None:
+        """Tick into the root and look at the other servers, every ``serve.heartbeat_interval_ms``;
+        drop the groups whose lease another server took."""
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
+            try:
+                await self.ctx.run(self.cluster.beat)
+                for name in list(self.coordinator.groups):
+                    if not await self.ctx.run(self.cluster.holds, name):
+                        self.coordinator.drop(name)
+            except Exception:  # noqa: BLE001 - a tick that failed is tried again next time
+                log.exception("a heartbeat into the root failed")
+
+    async def coordinator_of(self, group: str) -> Broker | None:
+        """The server that coordinates ``group`` (FindCoordinator): the lease's live holder, or this one."""
+        node = await self.ctx.run(self.cluster.coordinator, group)
+        return self.cluster.broker(node)
+
+    async def coordinates(self, group: str) -> bool:
+        """Whether this server holds ``group``'s lease now."""
+        return await self.ctx.run(self.cluster.holds, group)
+
+    def allowed(self, conn: Connection, operation: str, resource: str, name: str) -> bool:
+        """Whether ``conn``'s principal may do ``operation`` on the ``resource`` named ``name``."""
+        return allowed(self.settings.acls, self.settings.super_users, conn.principal, operation, resource, name)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.batcher.stop()
+        self.coordinator.stop()
+        if getattr(self, "_beating", None):
+            self._beating.cancel()
+            await self.ctx.run(self.cluster.stopped)
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        self.waits.stop()
+        self.ctx.close()
+
+    def run_forever(self, on_listening=None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop: no new request is read, queued batches are
+        committed and answered. ``on_listening(server)`` is called once the port is open."""
+        import signal
+
+        async def main() -> None:
+            await self.start()
+            if on_listening is not None:
+                on_listening(self)
+            done = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, done.set)
+            await done.wait()
+            await self.stop()
+
+        asyncio.run(main())
+
+    def run_in_thread(self) -> "Server":
+        """Serve from a background thread (tests, benchmarks); returns once listening."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def main() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self.start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=main, name="lakelog-serve-loop", daemon=True)
+        self._thread.start()
+        if not ready.wait(60):
+            raise RuntimeError("the server did not start listening within 60 s")
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._thread = None
+
+    # -- connections -------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
+                          authenticated=not self.settings.security_protocol.startswith("SASL"))
+        conn.principal = tls_principal(writer.get_extra_info("peercert")) or conn.principal
+        answers: asyncio.Queue = asyncio.Queue(maxsize=self.settings.max_in_flight)
+        sender = asyncio.create_task(self._send(answers, writer, conn))
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = _SIZE.unpack(head)[0]
+                if size < 8 or size > self.settings.max_request_bytes:
+                    log.warning("closing %s: a request frame of %d bytes (limit %d)", conn.peer, size,
+                                self.settings.max_request_bytes)
+                    break
+                frame = await reader.readexactly(size)
+                await answers.put(asyncio.create_task(self._answer(conn, frame)))
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            sender.cancel()
+            for pending in answers._queue:  # noqa: SLF001 - the answers nobody will write
+                if pending is not None:
+                    pending.cancel()
+            writer.close()
+            self._connections.discard(task)
+
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, conn: Connection) -> None:
+        """Write each answer in request order; a request that failed closes the connection."""
+        while True:
+            task = await answers.get()
+            if task is None:
+                return
+            try:
+                frame = await task
+            except Exception:
+                log.exception("a request failed; closing the connection")
+                writer.close()
+                return
+            if frame is _CLOSE:
+                writer.close()
+                return
+            if frame:
+                writer.write(frame)
+                await writer.drain()
+            if conn.closing:
+                writer.close()
+                return
+
+    async def _answer(self, conn: Connection, frame: bytes) -> bytes | None | object:
+        try:
+            request = parse_request(frame, self.versions)
+        except UnsupportedVersion as exc:
+            if exc.api_key == API_VERSIONS_KEY:  # KIP-511: answer v0 with the versions served
+                from serve.apis.meta import api_versions_body
+
+                return response_frame(API_VERSIONS_KEY, 0, exc.correlation_id,
+                                      api_versions_body(self, error="UNSUPPORTED_VERSION"))
+            log.warning("closing %s: %s", conn.peer, exc)
+            return _CLOSE
+        except MalformedRequest as exc:
+            log.warning("closing %s: %s", conn.peer, exc)
+            return _CLOSE
+        if not conn.authenticated and request.api_key not in PRE_AUTHENTICATION:
+            log.warning("closing %s: API %d before SASL authentication", conn.peer, request.api_key)
+            return _CLOSE
+        _lo, _hi, handler = self.handlers[request.api_key]
+        started = time.monotonic()
+        values = await handler(self, conn, request)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: API %d v%d answered in %.0f ms", conn.peer, request.api_key, request.version,
+                      (time.monotonic() - started) * 1000)
+        if values is None:  # acks=0: no answer
+            return None
+        if values is _CLOSE:
+            return _CLOSE
+        return response_frame(request.api_key, request.version, request.correlation_id, values)
+
+
+_CLOSE = object()
+PRE_AUTHENTICATION = {18, 17, 36}  # ApiVersions, SaslHandshake, SaslAuthenticate
+CLOSE = _CLOSE  # what a handler returns to close the connection without an answer

@@ -1,0 +1,68 @@
+"""The ``serve`` section of the configuration: listeners, the group commit, limits, liveness."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from log_store.config import Strict
+from serve.security import MECHANISMS, Acl
+
+MIB = 1024 * 1024
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9092`` for IPv6) as (host, port); ValueError if it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class ServeSettings(Strict):
+    """How ``lakelog serve`` listens and batches (docs/serve.md, docs/configuration.md)."""
+
+    listen: str = "127.0.0.1:9092"  # HOST:PORT; port 0 picks a free one
+    advertised: str | None = None  # HOST:PORT clients are told to connect to (default: the listener's)
+    rack: str | None = None  # Kafka's broker.rack, as Metadata lists it
+    node_id: int | None = Field(default=None, ge=0)  # Kafka's node.id (default: allocated through the root)
+    linger_ms: int = Field(default=20, ge=0)  # a topic's batches gathered this long into one commit
+    batch_bytes: int = Field(default=16 * MIB, ge=1024)  # ... or until they hold this many bytes
+    max_request_bytes: int = Field(default=100 * MIB, ge=1024)  # Kafka's socket.request.max.bytes
+    max_in_flight: int = Field(default=64, ge=1)  # requests of one connection being answered at once
+    fetch_poll_ms: int = Field(default=200, ge=10)  # how often a waiting fetch looks for others' commits
+    session_timeout_ms: int = Field(default=10_000, ge=100)  # a server unseen this long is not listed
+    heartbeat_interval_ms: int = Field(default=1_000, ge=10)
+    threads: int = Field(default=8, ge=1)  # the pool that commits and reads
+    auto_create_topics: bool = False  # Kafka's auto.create.topics.enable
+    default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
+    min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
+    group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
+
+    # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
+    # (principal name -> password), and permissions (none: everyone may do everything).
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_cafile: str | None = None
+    ssl_client_auth: bool = False  # TLS client certificates required; their CN is the principal
+    sasl_mechanisms: list[Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]] = list(MECHANISMS)
+    users: dict[str, str] = Field(default_factory=dict)
+    super_users: list[str] = Field(default_factory=list)  # principals allowed everything (User:admin)
+    acls: list[Acl] | None = None
+
+    @model_validator(mode="after")
+    def _security(self) -> "ServeSettings":
+        if self.security_protocol.endswith("SSL") and not self.ssl_certfile:
+            raise ValueError(f"security_protocol {self.security_protocol} needs ssl_certfile (and ssl_keyfile)")
+        if self.security_protocol.startswith("SASL") and not self.users:
+            raise ValueError(f"security_protocol {self.security_protocol} needs users (principal name: password)")
+        return self
+
+    @field_validator("listen", "advertised")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_address(value)
+        return value

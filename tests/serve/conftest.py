@@ -1,0 +1,55 @@
+"""A lakelog server over the test's root, serving from a thread of the test process (its Spark
+session is the suite's)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture()
+def served(spark, root):
+    from serve.server import Server
+    from serve.settings import ServeSettings
+
+    server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5)).run_in_thread()
+    yield server
+    server.stop_thread()
+
+
+def bootstrap(server) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+class ServerProcess:
+    """A server in a process of its own (tests/serve/server_worker.py), to be killed."""
+
+    def __init__(self, root: str, node_id: int, env: dict[str, str] | None = None, **settings) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        from tests.support import PROJECT
+
+        args = [f"{k}={v}" for k, v in settings.items()]
+        self.proc = subprocess.Popen([sys.executable, str(PROJECT / "tests" / "serve" / "server_worker.py"), root,
+                                      str(node_id), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     cwd=PROJECT, env={**os.environ, **(env or {})})
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the server process did not start: {self.proc.stderr.read()[-3000:]}")
+        self.port = json.loads(line)["port"]
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)

@@ -1,0 +1,85 @@
+"""kafka-python, a client nobody here wrote, against lakelog serve: topics, idempotent produce,
+consume, offsets; every record compared with what delta-rs reads of the log."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+from tests.serve.conftest import bootstrap
+from tests.support import log_rows
+
+pytestmark = pytest.mark.kafka_clients
+
+
+def test_records_produced_by_kafka_python_are_the_logs_rows_and_come_back_in_order(served, root):
+    boot = bootstrap(served)
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    admin.create_topics([NewTopic("orders", 4, 1)])
+    producer = KafkaProducer(bootstrap_servers=boot, enable_idempotence=True, linger_ms=5)
+    sent = [producer.send("orders", key=b"k%d" % (i % 7), value=b"v%d" % i, headers=[("n", b"%d" % i)],
+                          timestamp_ms=1_700_000_000_000 + i) for i in range(500)]
+    producer.flush()
+    meta = [f.get(30) for f in sent]
+    producer.close()
+
+    rows = {(r["partition"], r["offset"]): r for r in log_rows(root, "orders")}
+    assert len(rows) == 500
+    for i, m in enumerate(meta):  # each acknowledged offset holds that record, in the partition Kafka chose
+        row = rows[(m.partition, m.offset)]
+        assert (row["key"], row["value"], row["headers"]) == (b"k%d" % (i % 7), b"v%d" % i, [{"key": "n", "value": b"%d" % i}])
+        assert row["producer_id"].startswith("kafka-")
+    for p in range(4):  # dense from 0
+        offsets = sorted(o for q, o in rows if q == p)
+        assert offsets == list(range(len(offsets)))
+
+    consumer = KafkaConsumer("orders", bootstrap_servers=boot, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    got = [(m.partition, m.offset, m.key, m.value, m.timestamp, m.headers) for m in consumer]
+    consumer.close()
+    assert len(got) == 500
+    for p, o, k, v, ts, headers in got:
+        row = rows[(p, o)]
+        assert (k, v, headers) == (row["key"], row["value"], [("n", row["headers"][0]["value"])])
+        assert ts == 1_700_000_000_000 + int(v[1:])
+    for p in range(4):
+        offsets = [o for q, o, *_ in got if q == p]
+        assert offsets == sorted(offsets)
+
+
+def test_list_offsets_answers_earliest_latest_and_by_timestamp(served):
+    boot = bootstrap(served)
+    KafkaAdminClient(bootstrap_servers=boot).create_topics([NewTopic("t", 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=boot)
+    for i in range(10):
+        producer.send("t", value=b"x", partition=0, timestamp_ms=1_000_000 + 1000 * i)
+    producer.flush()
+    consumer = KafkaConsumer(bootstrap_servers=boot)
+    tp = TopicPartition("t", 0)
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    assert consumer.end_offsets([tp]) == {tp: 10}
+    found = consumer.offsets_for_times({tp: 1_004_500})[tp]
+    assert (found.offset, found.timestamp) == (5, 1_005_000)
+    assert consumer.offsets_for_times({tp: 9_999_999})[tp] is None
+    consumer.close()
+
+
+def test_a_fetch_at_the_end_waits_for_a_record_and_returns_it_at_once(served):
+    boot = bootstrap(served)
+    KafkaAdminClient(bootstrap_servers=boot).create_topics([NewTopic("w", 1, 1)])
+    consumer = KafkaConsumer(bootstrap_servers=boot, fetch_max_wait_ms=10_000)
+    tp = TopicPartition("w", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    assert consumer.poll(timeout_ms=1000) == {}  # nothing yet: the fetch waits on the server
+    producer = KafkaProducer(bootstrap_servers=boot)
+    started = time.monotonic()
+    producer.send("w", value=b"late", partition=0)
+    producer.flush()
+    got = []
+    while not got and time.monotonic() - started < 20:
+        got = [m.value for ms in consumer.poll(timeout_ms=500).values() for m in ms]
+    assert got == [b"late"] and time.monotonic() - started < 5  # woken by the commit, not the 10 s wait
+    consumer.close()

@@ -1,0 +1,72 @@
+"""Several servers over one root: each lists the others as brokers, partitions' leaders spread over
+them, and a group's coordinator killed moves its group to another server with its offsets intact."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+
+from serve.server import Server
+from serve.settings import ServeSettings
+from tests.serve.conftest import ServerProcess, bootstrap
+
+pytestmark = pytest.mark.kafka_clients
+QUICK = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+
+
+def test_a_killed_coordinator_moves_its_group_to_another_server_with_its_offsets(spark, root):
+    other = ServerProcess(root, 1, linger_ms=5, **QUICK)
+    local = Server(spark, root, ServeSettings(listen="127.0.0.1:0", node_id=2, linger_ms=5, **QUICK)).run_in_thread()
+    try:
+        boot_other, boot_local = f"127.0.0.1:{other.port}", bootstrap(local)
+        KafkaAdminClient(bootstrap_servers=boot_local).create_topics([NewTopic("orders", 4, 1)])
+        deadline = time.monotonic() + 30
+        while {b.node_id for b in local.brokers()} != {1, 2}:  # each sees the other through the root
+            assert time.monotonic() < deadline, local.brokers()
+            time.sleep(0.2)
+        for boot in (boot_local, boot_other):  # either server lists both, with the leaders spread over them
+            while True:
+                meta = KafkaAdminClient(bootstrap_servers=boot).describe_topics(["orders"])[0]
+                if {p["leader_id"] for p in meta["partitions"]} == {1, 2}:
+                    break
+                assert time.monotonic() < deadline, meta
+                time.sleep(0.3)
+
+        producer = KafkaProducer(bootstrap_servers=[boot_local, boot_other], enable_idempotence=True)
+        for i in range(200):
+            producer.send("orders", key=b"k%d" % (i % 10), value=b"%d" % i)
+        producer.flush()
+
+        # the group's coordinator is the other server: the first to be asked takes the lease
+        first = KafkaConsumer("orders", bootstrap_servers=boot_other, group_id="g", auto_offset_reset="earliest",
+                              enable_auto_commit=False, consumer_timeout_ms=5000)
+        read = [m for m in first][:120]
+        assert len(read) >= 120
+        first.commit({tp: __import__("kafka").OffsetAndMetadata(o + 1, None, -1) for tp, o in _last(read).items()})
+        first.close(autocommit=False)
+        assert local.cluster.registry.lease("g")[0] == 1
+        other.kill()  # SIGKILL: no down row, its lease left behind
+
+        second = KafkaConsumer("orders", bootstrap_servers=[boot_other, boot_local], group_id="g",
+                               auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
+        rest = [m for m in second]
+        second.close()
+        assert local.cluster.registry.lease("g")[0] == 2  # taken over once node 1 was silent past its session
+        seen = {(m.partition, m.offset) for m in read} | {(m.partition, m.offset) for m in rest}
+        assert len(seen) == 200 and not ({(m.partition, m.offset) for m in read} & {(m.partition, m.offset) for m in rest})
+    finally:
+        other.stop()
+        local.stop_thread()
+
+
+def _last(messages):
+    from kafka import TopicPartition
+
+    out = {}
+    for m in messages:
+        tp = TopicPartition(m.topic, m.partition)
+        out[tp] = max(out.get(tp, -1), m.offset)
+    return out
