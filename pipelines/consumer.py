@@ -59,9 +59,19 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
                    max_records: int | None = None) -> DataFrame:
     """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
-    Nothing is committed and no gate applies: order across partitions is not asked for."""
-    log = TopicAdmin(spark, root).log(topic)
-    snap = log.snapshot()
+    Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
+    topic is read at its leader, below its high watermark."""
+    admin = TopicAdmin(spark, root)
+    log = admin.log(topic)
+    if admin.replica_state(topic) is not None:
+        def leader_snapshot(path: str) -> LogSnapshot:
+            nonlocal log
+            log = TopicLog.for_path(spark, path)
+            return log.snapshot()
+
+        snap, _state = Replication(spark, root).below_high_watermark(topic, leader_snapshot)
+    else:
+        snap = log.snapshot()
     snap.metadata.check_not_deleted()
     readable = snap.readable()
     if partition not in readable:
@@ -252,24 +262,22 @@ class Consumer:
     def snapshot(self) -> LogSnapshot:
         """The log snapshot a batch is planned and read on. A replicated topic's log is first
         looked up again (an election moves it to the new leader's root), and each partition's log
-        end is capped at the high watermark: the leader's log read first, then the replica state,
-        then the other acknowledging roots (``replication.reads``)."""
+        end is capped at the high watermark (``Replication.below_high_watermark``)."""
         if self._replication is None:
             return self.log.snapshot()
-        location = self.admin.get(self.topic).location
-        try:
-            if location != self.log.path:
-                self.log = self.gate.log = TopicLog.for_path(self.spark, location)
-            snap = self.log.snapshot()
-        except Exception as exc:
-            raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
-                                          f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
-        state = self._replication.state(self.topic)
-        if self._replication.path(state, state.leader) != self.log.path:
-            raise LeaderNotAvailableError(f"'{self.topic}' elected {state.leader} while its log was read: read again")
-        hw = self._replication.high_watermark(self.topic, snap.log_ends, state)
+
+        def leader_snapshot(location: str) -> LogSnapshot:
+            try:
+                if location != self.log.path:
+                    self.log = self.gate.log = TopicLog.for_path(self.spark, location)
+                return self.log.snapshot()
+            except Exception as exc:
+                raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
+                                              f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
+
+        snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
         self._read_epoch = state.leader_epoch
-        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
+        return snap
 
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
         """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an unclean
