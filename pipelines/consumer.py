@@ -279,6 +279,18 @@ class Consumer:
         self._read_epoch = state.leader_epoch
         return snap
 
+    def _first_snapshot(self) -> LogSnapshot:
+        """``snapshot``, waiting up to ``LEADER_WAIT_SECONDS`` (this process's monotonic clock) for a
+        replicated topic's lost leader or an election that moved it while it was read."""
+        started = time.monotonic()
+        while True:
+            try:
+                return self.snapshot()
+            except LeaderNotAvailableError:
+                if time.monotonic() - started > LEADER_WAIT_SECONDS:
+                    raise
+                time.sleep(1)
+
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
         """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an unclean
         election, a position past where the election cut the history it was read from raises
@@ -382,7 +394,7 @@ class Consumer:
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
-        snap = self.snapshot()
+        snap = self._first_snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
         committed = self.resume(sink_path).committed  # one read of the control plane serves all three

@@ -528,8 +528,12 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
                          in_sync=ordered(seen, rules.elected_in_sync(seen, target, me.get("reached"), unclean)),
                          epoch_starts=seen.epoch_starts + (Start(epoch, target, me.get("start")),))
         after = world.recorded(nxt)
-        if after is None:
-            return [(world, me.at(DONE))]
+        if after is None:  # lost: to a change of the sets only, recorded again on the state that won
+            now = world.state
+            if (now.leader_epoch != seen.leader_epoch or target not in now.replicas
+                    or (target not in now.in_sync and not me.get("unclean"))):
+                return [(world, me.at(DONE))]
+            return [(world, me.at("record", seen=now))]
         if unclean:
             after = after._replace(unclean_at=nxt.replica_version)
         return [(after, me.at("finish_topic", seen=nxt))]

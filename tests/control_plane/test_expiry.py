@@ -74,6 +74,7 @@ def test_a_lagging_group_reports_what_the_delay_expired(spark, root):
     assert report.passed and missing.groups == {"expired (reported)": end - read}, report.model_dump_json()[:3000]
 
 
+@pytest.mark.long
 def test_a_standalone_consumer_reports_expiry_too(spark, root):
     ctl = setup(spark, root)
     sink = f"{root}/solo"
@@ -85,6 +86,7 @@ def test_a_standalone_consumer_reports_expiry_too(spark, root):
     assert run_audit(spark, root, T, sink).passed
 
 
+@pytest.mark.long
 def test_a_standalone_consumer_reports_expiry_of_a_number_grown_back(spark, root):
     """Retired and grown back before the consumer resumes: the number is readable again, and
     the retired incarnation's unread records are in the topic's history only."""

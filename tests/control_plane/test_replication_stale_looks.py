@@ -115,3 +115,92 @@ def test_reading_one_partition_from_an_offset_stays_below_the_high_watermark(spa
     assert read_partition(spark, meta, "orders", 0, 0).count() == 0
     Replication(spark, meta).replicate("orders")
     assert read_partition(spark, meta, "orders", 0, "earliest").count() == 10
+
+
+def test_the_kafka_front_door_reads_a_view_again_after_an_election(spark, roots):
+    """``lakelog serve`` keeps a topic's view (its leader's snapshot) a moment: its high watermark
+    looks at the replica state again and refuses a view from before an election (the fetch then
+    answers NOT_LEADER_OR_FOLLOWER and the client asks again), then serves the elected leader."""
+    import time
+
+    from log_store.errors import LeaderNotAvailableError
+    from serve.context import ServeContext
+    from serve.settings import ServeSettings
+
+    meta, (a, b, _c) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[a, b])
+    Producer(spark, meta, "orders", "p1", ProducerSettings(acks="all")).send(make_records(spark, 5))
+    ctx = ServeContext(spark, meta, ServeSettings(fetch_poll_ms=10))
+    try:
+        view = ctx.view("orders")
+        assert ctx.high_watermarks(view) == {0: 5}
+        Replication(spark, meta).elect("orders", b)
+        time.sleep(0.05)  # past the moment a high watermark is kept
+        with pytest.raises(LeaderNotAvailableError):
+            ctx.high_watermarks(view)
+        again = ctx.view("orders")
+        assert again.record.location.startswith(b) and ctx.high_watermarks(again) == {0: 5}
+    finally:
+        ctx.close()
+
+
+def test_an_election_that_loses_its_record_to_a_change_of_the_sets_is_recorded_on_the_state_that_won(
+        spark, roots):
+    """Between an election's fence and its record, a round (or an acks: all producer) records
+    another in-sync set: the election's compare-and-set loses. It is recorded again on the state
+    that won, rather than leaving the old leader fenced and no root writable."""
+    from control_plane.records import ReplicaEvent
+    from control_plane.replication.rules import with_sets
+
+    meta, (a, b, c) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[a, b, c])
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 10))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    real = replication.store.record
+    raced = []
+
+    def record_after_a_round(target):
+        if target.event == ReplicaEvent.ELECT and not raced:
+            state = replication.state("orders")
+            raced.append(real(with_sets(state, [a, b], []).model_copy(update={"changed_at": target.changed_at})))
+        return real(target)
+
+    replication.store.record = record_after_a_round
+    state = replication.elect("orders", b)
+    assert raced == [True]
+    assert (state.leader, state.leader_epoch, state.in_sync) == (b, 1, [a, b])
+    assert Role.of(open_log(spark, replication.path(state, b)).configuration()).leads_at(1)
+    assert producer.send(make_records(spark, 3, start=10)).appended == 3
+
+
+def test_an_election_refused_after_its_fence_leaves_the_old_leader_leading(spark, roots):
+    """Between an election's fence and its record, its root leaves the in-sync set (an acks: all
+    producer shrank it): the election is refused, and elects the fenced leader again rather than
+    leaving every produce refused until someone runs elect-leader."""
+    from control_plane.records import ReplicaEvent
+    from control_plane.replication.rules import with_sets
+
+    meta, (a, b, c) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[a, b, c])
+    producer = Producer(spark, meta, "orders", "p1", ProducerSettings(max_retries=2, retry_backoff_ms=10))
+    producer.send(make_records(spark, 10))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    real = replication.store.record
+    raced = []
+
+    def record_after_a_shrink(target):
+        if target.event == ReplicaEvent.ELECT and target.leader == b and not raced:
+            state = replication.state("orders")
+            raced.append(real(with_sets(state, [a, c], []).model_copy(update={"changed_at": target.changed_at})))
+        return real(target)
+
+    replication.store.record = record_after_a_shrink
+    with pytest.raises(LakelogError, match="not in the in-sync set"):
+        replication.elect("orders", b)
+    state = replication.state("orders")
+    assert (state.leader, state.leader_epoch) == (a, 1)
+    assert Role.of(open_log(spark, replication.path(state, a)).configuration()).leads_at(1)
+    assert producer.send(make_records(spark, 3, start=10)).appended == 3

@@ -149,6 +149,7 @@ def cross_partition_batches(batches: list[tuple[int, list[dict]]]) -> list[tuple
     return bad
 
 
+@pytest.mark.long
 def test_the_gates_keep_per_key_order_in_a_stream_through_grow_and_shrink(lakelog, root, tmp_path):
     TopicAdmin(lakelog, root).create(T, 2)
     producer = Producer(lakelog, root, T, "p")
