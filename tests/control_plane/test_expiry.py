@@ -138,6 +138,7 @@ def test_a_member_keeping_a_number_grown_back_reports_its_retired_records(spark,
     assert run_audit(spark, root, T, sink).passed
 
 
+@pytest.mark.long
 def test_a_leader_reports_what_a_dead_owner_of_a_retired_partition_never_revoked(spark, root, monkeypatch):
     """Campaign seed 94: a cooperative member owned a marked partition; the partition was retired,
     the member led the generation that drops it and died before adopting it (so before revoking

@@ -90,6 +90,7 @@ def test_delete_records_past_the_log_end_is_refused_with_nothing_changed(spark, 
     assert DeltaTable(location).version() == version
 
 
+@pytest.mark.long
 def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(spark, root):
     produce_batches(spark, root, 4)
     sink = f"{root}/sink"

@@ -279,6 +279,7 @@ def test_bad_input_is_a_clear_error(shared, tmp_path):
     assert set(Path(shared).glob("audit/*.md")) == reports  # nothing written
 
 
+@pytest.mark.long
 def test_a_stream_sink_compacted_by_optimize_is_judged_by_the_commits_that_delivered_it(spark, shared, tmp_path):
     """OPTIMIZE rewrites a sink's files in one commit that changes no data: the audit dates each
     row by the data-changing commit that delivered it, so a correct sink still passes and a

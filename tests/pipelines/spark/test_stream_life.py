@@ -55,6 +55,7 @@ def test_an_available_now_run_ends_while_another_process_keeps_producing(lakelog
     assert len(batches) <= 6 and sum(batches) >= 2000 and all(batches), batches
 
 
+@pytest.mark.long
 def test_a_deleted_write_checkpoint_starts_a_new_producer_whose_batches_all_land(lakelog, root, tmp_path):
     """A stream writing to a topic is named by its query (the checkpoint's id), not by the
     checkpoint's path: a query started again on a deleted checkpoint (or a second query under
