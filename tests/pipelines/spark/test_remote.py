@@ -164,7 +164,8 @@ def test_the_planner_and_a_task_read_with_credentials_from_the_environment(remot
     for k, v in remote.credentials.items():
         monkeypatch.setenv(k, v)
     planner = Planner(remote.uri(), parse_source_options({"subscribe": T}, streaming=False))
-    (_image, snap, topic_id), = planner.topics().values()
+    now, = planner.topics().values()
+    snap, topic_id = now.snap, now.topic_id
     ends = {p: sum(1 for r in remote.expected if r["partition"] == p) for p in range(4)}
     assert snap.log_ends == ends
     from pipelines.spark.offsets import StreamOffset, TopicOffset
