@@ -11,7 +11,7 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from chaos.checker import check
-from chaos.runner import drain_gap, group_activity
+from chaos.tables import drain_gap, group_activity
 
 TP = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 LOG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),

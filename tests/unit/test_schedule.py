@@ -34,7 +34,7 @@ def test_schedules_stay_within_bounds_and_short_ones_are_trimmed():
 
 
 def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
-    from chaos.runner import DRAIN_LIMIT_S, DRAIN_STALL_S, drain_stuck
+    from chaos.drain import DRAIN_LIMIT_S, DRAIN_STALL_S, drain_stuck
 
     assert drain_stuck(0.0, 0.0, DRAIN_STALL_S - 1) is None, "not stuck yet"
     assert "no progress" in drain_stuck(0.0, 0.0, DRAIN_STALL_S)
@@ -43,7 +43,7 @@ def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
 
 
 def test_a_resize_step_is_taken_from_the_count_the_topic_has_when_it_runs():
-    from chaos.runner import adapt_step
+    from chaos.controller_steps import adapt_step
     from chaos.schedule import ControllerStep
 
     grow = ControllerStep(at=1.0, kind="alter", partitions=4, change="grow", by=2)
