@@ -38,6 +38,7 @@ from chaos.processes import ACTOR_TIMEOUT_S, CRASH_EXIT, PROJECT, Actor
 from chaos.replica_steps import ReplicaSteps
 from chaos.schedule import GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
 from chaos.verdict import Verdict
+from log_store.crash import CRASH_ENV, PAUSE_DIR_ENV, PAUSE_ENV
 
 __all__ = ["PROJECT", "Runner", "ScheduleResult"]
 
@@ -117,13 +118,17 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
     def log(self, line: str) -> None:
         self.progress(f"[seed {self.s.seed} {self.now():6.1f}s] {line}")
 
-    def spawn(self, name: str, kind: str, args: dict, on_exit: Callable[[int], None], crash_at: str | None = None) -> Actor:
+    def spawn(self, name: str, kind: str, args: dict, on_exit: Callable[[int], None], crash_at: str | None = None,
+              pause: dict[str, str] | None = None) -> Actor:
+        """Start actor ``name``; ``crash_at``: its crash point; ``pause``: its pause point's environment."""
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, "TZ": timezone_for(self.s, name), "PYTHONUNBUFFERED": "1"}
-        env.pop("LAKELOG_CRASH_AT", None)
+        for variable in (CRASH_ENV, PAUSE_ENV, PAUSE_DIR_ENV):
+            env.pop(variable, None)
         if crash_at:
-            env["LAKELOG_CRASH_AT"] = crash_at
+            env[CRASH_ENV] = crash_at
+        env.update(pause or {})
         if self.gateway and not args.get("own_jvm"):
             env[GATEWAY_ENV] = self.gateway
         else:
