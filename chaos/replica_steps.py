@@ -15,8 +15,10 @@ from chaos.schedule import ControllerStep
 from chaos.tables import current_replica_state
 from log_store.crash import PAUSE_DIR_ENV, PAUSE_ENV
 
-# A copier's first commit, its reads made and its files written: where a race holds it.
-PAUSE_POINT = "replicate:after_write@1"
+# A copier's first copy, the leader's and the follower's log ends read, nothing committed: where a
+# race holds it. Every round gets there (a copier with records to copy gets to replicate:after_write
+# too, but with acks: all producers copying their own records a round rarely has any).
+PAUSE_POINT = "replicate:after_read@1"
 
 
 class ReplicaSteps:
@@ -114,10 +116,21 @@ class ReplicaSteps:
                     or self.root_lost_since(started)):
                 # no in-sync root to elect, a racing election, or a root lost meanwhile
                 self.result.operations[f"{kind} refused ({event.get('error') or 'a root lost'})"] += 1
+                if kind == "elect":
+                    self.elect_the_leader_again(name, started, finished)
+                    return
             else:
                 self.unexpected(name, rc)
             finished()
         return done
+
+    def elect_the_leader_again(self, name: str, started: float, finished: Callable[[], None]) -> None:
+        """After an election that did not elect: the current leader elected again, as lakelog's
+        messages tell an operator (an election that lost its compare-and-set or died after its fence
+        left the leader fenced; electing it again un-fences it, and does nothing if it leads)."""
+        again = f"{name}.again"
+        self.log(f"{name} did not elect: elect the current leader again")
+        self.spawn(again, "elect", {"leader": "current"}, self.replica_actor_done(again, "re-elect", started, finished))
 
     def start_replica_race(self, i: int, step: ControllerStep) -> None:
         """A copier that waits ``step.pause_for`` seconds between its reads and its commit (the pause
@@ -160,7 +173,8 @@ class ReplicaSteps:
 
     def hold_at_pause(self, copier: Actor, folder: Path, seconds: float, then: Callable[[], None] | None) -> None:
         """Once ``copier`` waits at ``PAUSE_POINT``: ``then``, and let it go on ``seconds`` later. A
-        copier with nothing to commit never gets there: ``then`` once it ended."""
+        copier that ends first (a refused round, every follower unreachable) was never held: ``then``
+        once it ended."""
         reached, go = folder / f"{PAUSE_POINT}.reached", folder / f"{PAUSE_POINT}.go"
 
         def release() -> None:
@@ -173,8 +187,8 @@ class ReplicaSteps:
                 self.log(f"{copier.name} waits between its reads and its commit, for {seconds:.1f}s")
                 self.at(self.now() + seconds, release)
             elif copier.proc.poll() is not None:
-                self.result.operations["copier to hold had nothing to commit"] += 1
-                self.log(f"{copier.name} ended with nothing to commit: never held")
+                self.result.operations["copier to hold ended before its first copy"] += 1
+                self.log(f"{copier.name} ended before its first copy: never held")
             else:
                 self.at(self.now() + 0.1, look)
                 return

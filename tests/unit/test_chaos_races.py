@@ -1,5 +1,5 @@
 """The campaign's races, without Spark: a stand-in copier (a Python process that reaches lakelog's
-real pause point ``replicate:after_write``) is held there by the runner for the step's seconds,
+real pause point ``replicate:after_read``) is held there by the runner for the step's seconds,
 the racing process starts while it waits, and it goes on to its end once released."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from chaos.runner import Runner
 from chaos.schedule import draw
 from log_store.crash import PAUSE_DIR_ENV, PAUSE_ENV
 
-STAND_IN = ("import time; from log_store.crash import crash_point; crash_point('replicate:after_write'); "
+STAND_IN = ("import time; from log_store.crash import crash_point; crash_point('replicate:after_read'); "
             "print(time.monotonic(), flush=True)")
 
 
@@ -52,7 +52,7 @@ def test_a_copier_is_held_at_its_pause_point_while_the_racer_starts_then_release
     assert runner.result.operations["copier held between its reads and its commit"] == 1
 
 
-def test_a_copier_with_nothing_to_commit_is_never_held_and_the_racer_still_starts(tmp_path):
+def test_a_copier_that_ends_before_its_first_copy_is_never_held_and_the_racer_still_starts(tmp_path):
     runner = Runner(draw(700), tmp_path, None)
     runner.t0 = time.monotonic()
     copier = stand_in(runner, tmp_path, reaches=False)
@@ -60,4 +60,4 @@ def test_a_copier_with_nothing_to_commit_is_never_held_and_the_racer_still_start
     runner.hold_at_pause(copier, tmp_path, 5.0, lambda: raced.append(copier.proc.poll() is None))
     run_until(runner, lambda: bool(raced))
     assert raced == [False]
-    assert runner.result.operations["copier to hold had nothing to commit"] == 1
+    assert runner.result.operations["copier to hold ended before its first copy"] == 1
