@@ -267,6 +267,7 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                              else smeta.partitions[p].start_offset) for p in smeta.partitions}
         for p in s_ends:  # a racing copy or truncation of the same follower makes this commit retry
             txn.app_version(log_end_app_id(p))
+        crash_point("replicate:after_read")
         truncated = _diverged(state, trole, t_ends)
         if truncated:
             _truncate_in(spark, txn, target, truncated)
