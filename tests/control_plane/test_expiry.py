@@ -37,6 +37,7 @@ def setup(spark, root):
     return TopicController(spark, root, ON)
 
 
+@pytest.mark.long
 def test_a_group_without_commits_holds_retirement_until_the_delay(spark, root):
     ctl = setup(spark, root)
     Consumer(spark, root, T, "reader").run_to_sink(f"{root}/reader")  # one group read everything

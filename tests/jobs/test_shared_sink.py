@@ -85,6 +85,7 @@ def _held_all(sink: str) -> Counter:
     return Counter(r["topic"] for r in rows)
 
 
+@pytest.mark.long
 def test_a_sink_of_an_earlier_release_carries_its_positions_over(spark, root, run, tmp_path):
     """A sink whose positions an earlier release wrote as ``lakelog.sink.<group>.<topic>.<p>``:
     group ``a`` resumes from its id on ``b.c``; group ``a.b`` on ``c``, whose id would read the

@@ -52,6 +52,7 @@ def offsets_held(path: str) -> list[tuple[int, int]]:
     return sorted((r["partition"], r["offset"]) for r in rows)
 
 
+@pytest.mark.long
 def test_two_replicators_racing_on_a_returning_follower_hold_each_offset_once(spark, tmp_path):
     """A returning old leader, truncated and copied by two replicators at once: one (another OS
     process) paused between its reads and its commit while this process's round commits. Its
