@@ -91,9 +91,9 @@ def test_topic_configs_partitions_and_delete_records_through_kafkas_admin_tools(
     path = f"{root}-delete.json"
     with open(path, "w") as f:
         json.dump(plan, f)
-    kafka("delete-records", "--bootstrap-server", boot, "--offset-json-file", path)
+    said = kafka("delete-records", "--bootstrap-server", boot, "--offset-json-file", path)
     described = lakelog(root, "topics", "describe", "--topic", "t")
-    assert next(p for p in described["partitions"] if p["partition"] == fullest)["earliest_offset"] == 5
+    assert next(p for p in described["partitions"] if p["partition"] == fullest)["earliest_offset"] == 5, (said, described)
 
     kafka("topics", "--bootstrap-server", boot, "--delete", "--topic", "t")
     assert "t" not in {t["topic"] for t in lakelog(root, "topics", "list")}
