@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.kafka_broker import Broker, _java, measure  # noqa: E402
+from benchmarks.kafka_broker import Broker, _java, create_topic, failure, measure  # noqa: E402
 
 OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=268435456", "max.request.size=16777216"]
 
@@ -58,9 +58,10 @@ class LakelogServer:
 
     def commits(self, topic: str) -> int:
         """The topic log's Delta version: its commits so far."""
+        from control_plane.layout import RootLayout
         from log_store import rs_reader
 
-        return rs_reader.version(f"{self.root}/topics/{topic}")
+        return rs_reader.version(RootLayout(self.root).topic(topic))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -68,44 +69,26 @@ class LakelogServer:
 
 
 def perf(bootstrap: str, records: int, partitions: int, acks: str, extra: list[str] = ()) -> dict:
+    """Produce then consume on a new topic (with ``extra`` producer settings: produce only)."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic",
-                    topic, "--partitions", str(partitions), "--replication-factor", "1")
-    if created.returncode:
-        raise RuntimeError(created.stderr)
-    if not extra:
-        return measure(bootstrap, records, 120, partitions, acks=acks, topic=topic) | {"topic": topic}
-    produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
-                     "--record-size", "120", "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
-                     f"acks={acks}", *extra, heap="1g")
-    found = re.findall(r"records sent, ([\d.]+) records/sec .* ([\d.]+) ms avg latency, [\d.]+ ms max latency, "
-                       r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
-    rate, avg, p50, p99 = found[-1]
-    return {"produce_rec_s": float(rate), "produce_avg_ms": float(avg), "produce_p50_ms": float(p50),
-            "produce_p99_ms": float(p99), "topic": topic}
+    return measure(bootstrap, records, 120, partitions, acks=acks, topic=topic, producer_props=extra,
+                   consume=not extra) | {"topic": topic}
 
 
 def steady(bootstrap: str, partitions: int, rate: int, seconds: int) -> dict:
     """Produce latency at ``rate`` records a second (acks 1)."""
     topic = f"steady-{uuid.uuid4().hex[:8]}"
-    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
-          "--partitions", str(partitions), "--replication-factor", "1")
-    out = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(rate * seconds),
-                "--record-size", "120", "--throughput", str(rate), "--producer-props", f"bootstrap.servers={bootstrap}",
-                "acks=1", heap="512m").stdout
-    p50, p99 = re.findall(r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", out)[-1]
-    return {"rate": rate, "p50_ms": float(p50), "p99_ms": float(p99)}
+    out = measure(bootstrap, rate * seconds, 120, partitions, acks="1", throughput=rate, topic=topic, consume=False)
+    return {"rate": rate, "p50_ms": out["produce_p50_ms"], "p99_ms": out["produce_p99_ms"]}
 
 
 def end_to_end(bootstrap: str, messages: int) -> dict:
     topic = f"e2e-{uuid.uuid4().hex[:8]}"
-    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
-          "--partitions", "1", "--replication-factor", "1")
+    create_topic(bootstrap, topic, 1)
     out = _java("org.apache.kafka.tools.EndToEndLatency", bootstrap, topic, str(messages), "1", "120", heap="512m")
-    text = out.stdout + out.stderr
-    found = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+)", text)
+    found = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+)", out.stdout + out.stderr)
     if not found:
-        raise RuntimeError(f"EndToEndLatency: {text[-2000:]}")
+        raise RuntimeError(f"EndToEndLatency: {failure(out)}")
     return {"messages": messages, "p50_ms": float(found.group(1)), "p99_ms": float(found.group(2))}
 
 
