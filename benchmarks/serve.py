@@ -14,7 +14,9 @@ One after another (only one of them uses the machine at a time):
 4. 1, 8 and 32 concurrent producers (librdkafka, one process): aggregate records a second and the
    topic's Delta commits a second.
 
-Prints one table and writes the figures, machine and load to ``--json-out``; BENCHMARKS.md keeps them.
+Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
+figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
+measurement, so a run stopped early keeps what it measured. BENCHMARKS.md keeps them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.kafka_broker import Broker, _java, create_topic, failure, measure  # noqa: E402
 
+PRODUCERS = (1, 8, 32)  # concurrent librdkafka producers
 OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=268435456", "max.request.size=16777216"]
 
 
@@ -138,20 +141,36 @@ def main() -> None:
     n, parts = args.records, args.partitions
     figures: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out = Path(args.json_out or HERE / "out" / f"serve-{int(time.time())}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def step(side: str, name: str, run) -> None:
+        """One measurement, printed and written to ``out`` at once: a run stopped early keeps what it measured."""
+        started = time.monotonic()
+        figures.setdefault(side, {})[name] = run()
+        print(f"{side} {name} ({time.monotonic() - started:.0f} s): {json.dumps(figures[side][name])}", flush=True)
+        out.write_text(json.dumps(figures, indent=2))
+
     with Broker() as broker:
-        figures["kafka"] = {"acks1": perf(broker.bootstrap, n, parts, "1"), "acks_all": perf(broker.bootstrap, n, parts, "all"),
-                            "steady": steady(broker.bootstrap, parts, 5000, 10), "e2e": end_to_end(broker.bootstrap, 500)}
+        b = broker.bootstrap
+        step("kafka", "acks1", lambda: perf(b, n, parts, "1"))
+        step("kafka", "acks_all", lambda: perf(b, n, parts, "all"))
+        step("kafka", "steady", lambda: steady(b, parts, 5000, 10))
+        step("kafka", "e2e", lambda: end_to_end(b, 500))
     server = LakelogServer()
     try:
-        figures["lakelog"] = {
-            "acks1": perf(server.bootstrap, n, parts, "1"), "acks_all": perf(server.bootstrap, n, parts, "all"),
-            "acks1_object_store_settings": perf(server.bootstrap, n, parts, "1", OBJECT_STORE_PRODUCER),
-            "steady": steady(server.bootstrap, parts, 5000, 10), "e2e": end_to_end(server.bootstrap, 100),
-            "concurrent": [concurrent(server, k, n, parts) for k in (1, 8, 32)],
-        }
+        s = server.bootstrap
+        step("lakelog", "acks1", lambda: perf(s, n, parts, "1"))
+        step("lakelog", "acks_all", lambda: perf(s, n, parts, "all"))
+        step("lakelog", "acks1_object_store_settings", lambda: perf(s, n, parts, "1", OBJECT_STORE_PRODUCER))
+        step("lakelog", "steady", lambda: steady(s, parts, 5000, 10))
+        step("lakelog", "e2e", lambda: end_to_end(s, 100))
+        for producers in PRODUCERS:
+            step("lakelog", f"concurrent_{producers}", lambda: concurrent(server, producers, n, parts))
     finally:
         server.stop()
     figures["load_after"] = os.getloadavg()
+    out.write_text(json.dumps(figures, indent=2))
     k, ll = figures["kafka"], figures["lakelog"]
     rows = [("produce acks=1, rec/s", ll["acks1"]["produce_rec_s"], k["acks1"]["produce_rec_s"]),
             ("produce acks=all, rec/s", ll["acks_all"]["produce_rec_s"], k["acks_all"]["produce_rec_s"]),
@@ -161,15 +180,12 @@ def main() -> None:
             ("produce p99 at 5,000 rec/s, ms", ll["steady"]["p99_ms"], k["steady"]["p99_ms"]),
             ("end-to-end p50, ms", ll["e2e"]["p50_ms"], k["e2e"]["p50_ms"]),
             ("end-to-end p99, ms", ll["e2e"]["p99_ms"], k["e2e"]["p99_ms"])]
-    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12}")
+    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12} {'ratio':>8}")
     for what, mine, theirs in rows:
-        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f}")
-    for c in ll["concurrent"]:
+        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f} {mine / theirs if theirs else float('nan'):8.2f}")
+    for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS):
         print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
               f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
-    out = args.json_out or str(HERE / "out" / f"serve-{int(time.time())}.json")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(figures, indent=2))
     print(f"figures: {out}")
 
 
