@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-replication bench-serve bench-all clean check-tools
+.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-replication bench-serve bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -37,6 +37,10 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+# Long attacks kept out of the default suite for its time (CI runs them after make test).
+test-long: setup
+	$(BIN)/pytest -q -m long
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow

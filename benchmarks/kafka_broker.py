@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -97,34 +98,57 @@ class Broker:
         return measure(self.bootstrap, records, record_bytes, partitions)
 
 
-def measure(bootstrap: str, records: int, record_bytes: int, partitions: int, acks: str = "1",
-            throughput: int = -1, topic: str | None = None) -> dict[str, float]:
-    """Kafka's ProducerPerformance then ConsumerPerformance against ``bootstrap`` (a broker, or
-    ``lakelog serve``) on a new topic of ``partitions``: records per second each way, and the
-    producer's latency (average, p50, p99, ms; at ``throughput`` records a second, -1: unlimited)."""
-    topic = topic or f"bench-{uuid.uuid4().hex[:8]}"
+def failure(proc: subprocess.CompletedProcess) -> str:
+    """A Kafka tool's own words on why it failed: TopicCommand prints its error on standard output
+    (its stack trace goes to a logger that has no binding here), and SLF4J's notice of that missing
+    binding on standard error says nothing about the failure, so it is left out."""
+    lines = (proc.stdout + proc.stderr).splitlines()
+    said = "\n".join(line for line in lines if line.strip() and not line.startswith("SLF4J:"))
+    return said[-3000:] or f"exit status {proc.returncode} and no message"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A new topic of ``partitions`` through Kafka's TopicCommand; RuntimeError with the tool's reason."""
     created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
                     "--topic", topic, "--partitions", str(partitions), "--replication-factor", "1")
     if created.returncode:
-        raise RuntimeError(created.stderr)
+        raise RuntimeError(f"creating topic {topic} on {bootstrap} failed: {failure(created)}")
+
+
+def measure(bootstrap: str, records: int, record_bytes: int, partitions: int, acks: str = "1",
+            throughput: int = -1, topic: str | None = None, producer_props: Sequence[str] = (),
+            consume: bool = True) -> dict[str, float]:
+    """Kafka's ProducerPerformance then ConsumerPerformance against ``bootstrap`` (a broker, or
+    ``lakelog serve``) on a new topic of ``partitions`` (named ``topic``, made here): records per
+    second each way, and the producer's latency (average, p50, p99, ms; at ``throughput`` records a
+    second, -1: unlimited). ``producer_props`` are more producer settings; ``consume`` False skips
+    the consumer."""
+    topic = topic or f"bench-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
     produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
                      "--record-size", str(record_bytes), "--throughput", str(throughput),
-                     "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", heap="1g")
+                     "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", *producer_props,
+                     heap="1g")
     found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), ([\d.]+) ms avg latency, "
                        r"[\d.]+ ms max latency, (\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
     if not found:
-        raise RuntimeError(f"ProducerPerformance: {produced.stdout[-2000:]}{produced.stderr[-2000:]}")
+        raise RuntimeError(f"ProducerPerformance: {failure(produced)}")
+    _n, rate, avg, p50, p99 = found[-1]
+    figures = {"produce_rec_s": float(rate), "produce_avg_ms": float(avg), "produce_p50_ms": float(p50),
+               "produce_p99_ms": float(p99)}
+    if not consume:
+        return figures
     consumed = _java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
                      "--topic", topic, "--messages", str(records), "--timeout", "60000", heap="1g")
     lines = [line for line in consumed.stdout.splitlines() if line and line[0].isdigit()]
     if not lines:
-        raise RuntimeError(f"ConsumerPerformance: {consumed.stdout[-2000:]}{consumed.stderr[-2000:]}")
+        raise RuntimeError(f"ConsumerPerformance: {failure(consumed)}")
     header = next(line for line in consumed.stdout.splitlines() if "nMsg.sec" in line)
     row = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in lines[-1].split(",")]))
-    _n, rate, avg, p50, p99 = found[-1]
-    return {"produce_rec_s": float(rate), "consume_rec_s": float(row["nMsg.sec"]), "produce_avg_ms": float(avg),
-            "produce_p50_ms": float(p50), "produce_p99_ms": float(p99)}
-
+    if int(row["data.consumed.in.nMsg"]) < records:  # timed out: its rate would be of part of the topic
+        raise RuntimeError(f"ConsumerPerformance read {row['data.consumed.in.nMsg']} of {records} records: "
+                           f"{failure(consumed)}")
+    return figures | {"consume_rec_s": float(row["nMsg.sec"])}
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500_000

@@ -14,7 +14,9 @@ One after another (only one of them uses the machine at a time):
 4. 1, 8 and 32 concurrent producers (librdkafka, one process): aggregate records a second and the
    topic's Delta commits a second.
 
-Prints one table and writes the figures, machine and load to ``--json-out``; BENCHMARKS.md keeps them.
+Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
+figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
+measurement, so a run stopped early keeps what it measured. BENCHMARKS.md keeps them.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.kafka_broker import Broker, _java, measure  # noqa: E402
+from benchmarks.kafka_broker import Broker, _java, create_topic, failure, measure  # noqa: E402
 
+PRODUCERS = (1, 8, 32)  # concurrent librdkafka producers
 OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=268435456", "max.request.size=16777216"]
 
 
@@ -58,9 +61,10 @@ class LakelogServer:
 
     def commits(self, topic: str) -> int:
         """The topic log's Delta version: its commits so far."""
+        from control_plane.layout import RootLayout
         from log_store import rs_reader
 
-        return rs_reader.version(f"{self.root}/topics/{topic}")
+        return rs_reader.version(RootLayout(self.root).topic(topic))
 
     def stop(self) -> None:
         self.process.terminate()
@@ -68,44 +72,26 @@ class LakelogServer:
 
 
 def perf(bootstrap: str, records: int, partitions: int, acks: str, extra: list[str] = ()) -> dict:
+    """Produce then consume on a new topic (with ``extra`` producer settings: produce only)."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    created = _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic",
-                    topic, "--partitions", str(partitions), "--replication-factor", "1")
-    if created.returncode:
-        raise RuntimeError(created.stderr)
-    if not extra:
-        return measure(bootstrap, records, 120, partitions, acks=acks, topic=topic) | {"topic": topic}
-    produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
-                     "--record-size", "120", "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
-                     f"acks={acks}", *extra, heap="1g")
-    found = re.findall(r"records sent, ([\d.]+) records/sec .* ([\d.]+) ms avg latency, [\d.]+ ms max latency, "
-                       r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
-    rate, avg, p50, p99 = found[-1]
-    return {"produce_rec_s": float(rate), "produce_avg_ms": float(avg), "produce_p50_ms": float(p50),
-            "produce_p99_ms": float(p99), "topic": topic}
+    return measure(bootstrap, records, 120, partitions, acks=acks, topic=topic, producer_props=extra,
+                   consume=not extra) | {"topic": topic}
 
 
 def steady(bootstrap: str, partitions: int, rate: int, seconds: int) -> dict:
     """Produce latency at ``rate`` records a second (acks 1)."""
     topic = f"steady-{uuid.uuid4().hex[:8]}"
-    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
-          "--partitions", str(partitions), "--replication-factor", "1")
-    out = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(rate * seconds),
-                "--record-size", "120", "--throughput", str(rate), "--producer-props", f"bootstrap.servers={bootstrap}",
-                "acks=1", heap="512m").stdout
-    p50, p99 = re.findall(r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", out)[-1]
-    return {"rate": rate, "p50_ms": float(p50), "p99_ms": float(p99)}
+    out = measure(bootstrap, rate * seconds, 120, partitions, acks="1", throughput=rate, topic=topic, consume=False)
+    return {"rate": rate, "p50_ms": out["produce_p50_ms"], "p99_ms": out["produce_p99_ms"]}
 
 
 def end_to_end(bootstrap: str, messages: int) -> dict:
     topic = f"e2e-{uuid.uuid4().hex[:8]}"
-    _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
-          "--partitions", "1", "--replication-factor", "1")
+    create_topic(bootstrap, topic, 1)
     out = _java("org.apache.kafka.tools.EndToEndLatency", bootstrap, topic, str(messages), "1", "120", heap="512m")
-    text = out.stdout + out.stderr
-    found = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+)", text)
+    found = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+)", out.stdout + out.stderr)
     if not found:
-        raise RuntimeError(f"EndToEndLatency: {text[-2000:]}")
+        raise RuntimeError(f"EndToEndLatency: {failure(out)}")
     return {"messages": messages, "p50_ms": float(found.group(1)), "p99_ms": float(found.group(2))}
 
 
@@ -155,20 +141,36 @@ def main() -> None:
     n, parts = args.records, args.partitions
     figures: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out = Path(args.json_out or HERE / "out" / f"serve-{int(time.time())}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def step(side: str, name: str, run) -> None:
+        """One measurement, printed and written to ``out`` at once: a run stopped early keeps what it measured."""
+        started = time.monotonic()
+        figures.setdefault(side, {})[name] = run()
+        print(f"{side} {name} ({time.monotonic() - started:.0f} s): {json.dumps(figures[side][name])}", flush=True)
+        out.write_text(json.dumps(figures, indent=2))
+
     with Broker() as broker:
-        figures["kafka"] = {"acks1": perf(broker.bootstrap, n, parts, "1"), "acks_all": perf(broker.bootstrap, n, parts, "all"),
-                            "steady": steady(broker.bootstrap, parts, 5000, 10), "e2e": end_to_end(broker.bootstrap, 500)}
+        b = broker.bootstrap
+        step("kafka", "acks1", lambda: perf(b, n, parts, "1"))
+        step("kafka", "acks_all", lambda: perf(b, n, parts, "all"))
+        step("kafka", "steady", lambda: steady(b, parts, 5000, 10))
+        step("kafka", "e2e", lambda: end_to_end(b, 500))
     server = LakelogServer()
     try:
-        figures["lakelog"] = {
-            "acks1": perf(server.bootstrap, n, parts, "1"), "acks_all": perf(server.bootstrap, n, parts, "all"),
-            "acks1_object_store_settings": perf(server.bootstrap, n, parts, "1", OBJECT_STORE_PRODUCER),
-            "steady": steady(server.bootstrap, parts, 5000, 10), "e2e": end_to_end(server.bootstrap, 100),
-            "concurrent": [concurrent(server, k, n, parts) for k in (1, 8, 32)],
-        }
+        s = server.bootstrap
+        step("lakelog", "acks1", lambda: perf(s, n, parts, "1"))
+        step("lakelog", "acks_all", lambda: perf(s, n, parts, "all"))
+        step("lakelog", "acks1_object_store_settings", lambda: perf(s, n, parts, "1", OBJECT_STORE_PRODUCER))
+        step("lakelog", "steady", lambda: steady(s, parts, 5000, 10))
+        step("lakelog", "e2e", lambda: end_to_end(s, 100))
+        for producers in PRODUCERS:
+            step("lakelog", f"concurrent_{producers}", lambda: concurrent(server, producers, n, parts))
     finally:
         server.stop()
     figures["load_after"] = os.getloadavg()
+    out.write_text(json.dumps(figures, indent=2))
     k, ll = figures["kafka"], figures["lakelog"]
     rows = [("produce acks=1, rec/s", ll["acks1"]["produce_rec_s"], k["acks1"]["produce_rec_s"]),
             ("produce acks=all, rec/s", ll["acks_all"]["produce_rec_s"], k["acks_all"]["produce_rec_s"]),
@@ -178,15 +180,12 @@ def main() -> None:
             ("produce p99 at 5,000 rec/s, ms", ll["steady"]["p99_ms"], k["steady"]["p99_ms"]),
             ("end-to-end p50, ms", ll["e2e"]["p50_ms"], k["e2e"]["p50_ms"]),
             ("end-to-end p99, ms", ll["e2e"]["p99_ms"], k["e2e"]["p99_ms"])]
-    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12}")
+    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12} {'ratio':>8}")
     for what, mine, theirs in rows:
-        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f}")
-    for c in ll["concurrent"]:
+        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f} {mine / theirs if theirs else float('nan'):8.2f}")
+    for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS):
         print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
               f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
-    out = args.json_out or str(HERE / "out" / f"serve-{int(time.time())}.json")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(figures, indent=2))
     print(f"figures: {out}")
 
 

@@ -66,6 +66,8 @@ def elect(spark, a: dict) -> None:
         state = replication.finish(a["topic"])
         order = state.replicas[state.replicas.index(state.leader) + 1:] + state.replicas
         leader = next((r for r in order if r in state.in_sync and r != state.leader), order[0])
+    elif leader == "current":  # the leader again: un-fences it after an election that did not elect
+        leader = replication.finish(a["topic"]).leader
     state = replication.elect(a["topic"], leader, unclean=a.get("unclean", False))
     say("elected", leader=state.leader, leader_epoch=state.leader_epoch)
 

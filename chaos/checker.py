@@ -8,7 +8,9 @@ cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for on
   ``lost_acknowledged``, ``log_duplicate``, ``log_phantom``, ``offset_reuse``, ``offset_gap``,
   ``epoch_decrease``, ``log_key_reorder``;
 - each group's Delta sink (delivery order = the sink's commit order): ``sink_duplicate``,
-  ``sink_phantom``, ``delivery_reorder`` (a record delivered after a later record of its key),
+  ``sink_phantom`` (delivered, but not the record the current leader's log holds at that offset:
+  another producer id, sequence or key, or an offset a truncation took out and nothing refilled),
+  ``delivery_reorder`` (a record delivered after a later record of its key),
   ``undelivered`` (never delivered, partition still live), ``expired_unreported`` (its partition
   was retired before the group delivered it and the group did not report it expired);
 - each group's control rows: ``two_owners``, ``position_backwards``, ``position_beyond_end``,
@@ -264,14 +266,16 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     last_seq: dict[tuple, tuple[int, tuple]] = {}
     for r in delivered:
         ident = (r["partition"], r["offset"])
+        src = in_log.get(ident)
+        if src is None or _record(src) != _record(r):  # delivered, but not the record the log holds there
+            held = "nothing" if src is None else "{}#{} key {!r}".format(*_record(src))
+            out.add("sink_phantom", f"{group}: p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']} key "
+                                    f"{_text(r['key'])!r}) is not that log record: the log holds {held} there")
+            continue  # and the record the log holds there is still to be delivered
         if ident in seen:
             out.add("sink_duplicate", f"{group}: p{ident[0]}@{ident[1]} delivered again in version {r['_commit_version']}")
             continue
         seen.add(ident)
-        src = in_log.get(ident)
-        if src is None or src["producer_id"] != r["producer_id"] or src["sequence"] != r["sequence"]:
-            out.add("sink_phantom", f"{group}: p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']}) is not that log record")
-            continue
         if r["key"] is None or r["producer_id"] is None:
             continue
         k = (r["producer_id"], _text(r["key"]))
@@ -307,6 +311,11 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     for ident in seen:
         if any(lo <= ident[1] < hi for lo, hi in expired.get(ident[0], [])):
             out.stats[f"expired_but_delivered[{group}]"] += 1
+
+
+def _record(row: dict) -> tuple:
+    """What makes a row the record it is: its producer id, sequence and key."""
+    return row["producer_id"], row["sequence"], _text(row["key"])
 
 
 def sink_commit_groups(sink: str) -> dict[int, str]:

@@ -22,7 +22,8 @@ from deltalake import DeltaTable
 
 from chaos import checker
 from chaos.host import GATEWAY_ENV
-from chaos.runner import PROJECT, drain_gap
+from chaos.processes import PROJECT
+from chaos.tables import drain_gap
 from log_store.crash import CRASH_ENV, CRASH_EXIT_CODE, POINTS
 
 TOPIC = "crash"

@@ -58,6 +58,11 @@ class ControllerStep:
     crash_at: str | None = None  # the first racer dies here; the runner re-runs the step
     # elect: the leader's log is cut off this long first (lost, then returning); lag: a follower's
     cut_for: float = 0.0
+    # replicate: the first copier waits this long between its reads and its commit (the pause point
+    # replicate:after_write) while the schedule goes on; with racers=2 the second copier starts
+    # once the first waits. elect with during_round: how long the round it races waits
+    pause_for: float = 0.0
+    during_round: bool = False  # elect: started while a copy round waits between its reads and its commit
 
 
 @dataclass(frozen=True)
@@ -245,11 +250,13 @@ def draw(seed: int, short: bool = False) -> Schedule:
 
 
 def _replicated(s: Schedule, rng: random.Random) -> Schedule:
-    """Half the schedules keep the topic at one or two more roots: copies every few seconds (some
-    killed mid-copy), one or two elections (some with the leader's root lost first and returning
-    later, some killed mid-way), and a follower cut off for a while (it leaves the in-sync set and
-    rejoins). Drawn from a generator of their own, so the rest of a seed's schedule is as before."""
-    if rng.random() < 0.5:
+    """Three schedules in five keep the topic at one or two more roots: copies every few seconds
+    (some killed mid-copy), one or two elections (some with the leader's root lost first and
+    returning later, some killed mid-way), a follower cut off for a while (it leaves the in-sync set
+    and rejoins), and the races of ``_replica_races``. Drawn from a generator of their own, so the
+    rest of a seed's schedule is as before (and a schedule replicated when half were is unchanged
+    but for its races)."""
+    if rng.random() < 0.4:
         return s
     end = s.last_event + 5
     steps = []
@@ -266,8 +273,27 @@ def _replicated(s: Schedule, rng: random.Random) -> Schedule:
         steps.append(ControllerStep(at=round(rng.uniform(3, end), 1), kind="lag", cut_for=round(rng.uniform(3, 8), 1),
                                     pick=rng.randint(0, 7)))
     replicas = ("us",) if rng.random() < 0.6 else ("us", "ap")
+    steps += _replica_races(random.Random(f"{s.seed}/replica-races"), end)
     return replace(s, replicas=replicas, controller=tuple(sorted(s.controller + tuple(steps), key=lambda c: c.at)),
                    notes=s.notes + [f"replicated at {1 + len(replicas)} roots"])
+
+
+def _replica_races(rng: random.Random, end: float) -> list[ControllerStep]:
+    """The races a replicated schedule adds to its copy rounds, at least one of them: a copier
+    waiting between its reads and its commit for a few seconds while the producers (and, half the
+    time, a second copier) commit; two copiers started at once; an election started while a round
+    waits between its reads and its commit. Copies stamped with an epoch an election ended, and
+    commits made on reads another copier moved, are what they attack."""
+    races = []
+    if rng.random() < 0.7:
+        races.append(ControllerStep(at=round(rng.uniform(2, min(15.0, end)), 1), kind="replicate",
+                                    pause_for=round(rng.uniform(2, 6), 1), racers=2 if rng.random() < 0.5 else 1))
+    if rng.random() < 0.5:
+        races.append(ControllerStep(at=round(rng.uniform(2, end), 1), kind="replicate", racers=2))
+    if rng.random() < 0.6 or not races:
+        races.append(ControllerStep(at=round(rng.uniform(5, end), 1), kind="elect", during_round=True,
+                                    pause_for=round(rng.uniform(2, 6), 1)))
+    return races
 
 
 TOPIC_NAMES = ("orders.v1", "billing.events", "pay.eu.v2", "chaos")

@@ -50,6 +50,7 @@ POINTS: dict[str, str] = {
     "retention:before_commit": "retention or delete-records: files chosen, the log start not raised",
     "retention:after_commit": "retention or delete-records: the log start raised, the control plane not told",
     "compact:before_commit": "compaction: merged files written, not committed",
+    "replicate:after_read": "replicate: the leader's and a follower's log ends read, nothing copied or committed",
     "replicate:after_write": "replicate: a follower's copied files written, not committed",
     "replicate:after_truncate": "replicate or elect: a truncation's kept records rewritten, not committed",
     "layout:before_commit": "topics alter --layout: the log's files rewritten in the new layout, not committed",

@@ -59,9 +59,19 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
                    max_records: int | None = None) -> DataFrame:
     """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
-    Nothing is committed and no gate applies: order across partitions is not asked for."""
-    log = TopicAdmin(spark, root).log(topic)
-    snap = log.snapshot()
+    Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
+    topic is read at its leader, below its high watermark."""
+    admin = TopicAdmin(spark, root)
+    log = admin.log(topic)
+    if admin.replica_state(topic) is not None:
+        def leader_snapshot(path: str) -> LogSnapshot:
+            nonlocal log
+            log = TopicLog.for_path(spark, path)
+            return log.snapshot()
+
+        snap, _state = Replication(spark, root).below_high_watermark(topic, leader_snapshot)
+    else:
+        snap = log.snapshot()
     snap.metadata.check_not_deleted()
     readable = snap.readable()
     if partition not in readable:
@@ -252,24 +262,34 @@ class Consumer:
     def snapshot(self) -> LogSnapshot:
         """The log snapshot a batch is planned and read on. A replicated topic's log is first
         looked up again (an election moves it to the new leader's root), and each partition's log
-        end is capped at the high watermark: the leader's log read first, then the replica state,
-        then the other acknowledging roots (``replication.reads``)."""
+        end is capped at the high watermark (``Replication.below_high_watermark``)."""
         if self._replication is None:
             return self.log.snapshot()
-        location = self.admin.get(self.topic).location
-        try:
-            if location != self.log.path:
-                self.log = self.gate.log = TopicLog.for_path(self.spark, location)
-            snap = self.log.snapshot()
-        except Exception as exc:
-            raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
-                                          f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
-        state = self._replication.state(self.topic)
-        if self._replication.path(state, state.leader) != self.log.path:
-            raise LeaderNotAvailableError(f"'{self.topic}' elected {state.leader} while its log was read: read again")
-        hw = self._replication.high_watermark(self.topic, snap.log_ends, state)
+
+        def leader_snapshot(location: str) -> LogSnapshot:
+            try:
+                if location != self.log.path:
+                    self.log = self.gate.log = TopicLog.for_path(self.spark, location)
+                return self.log.snapshot()
+            except Exception as exc:
+                raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
+                                              f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
+
+        snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
         self._read_epoch = state.leader_epoch
-        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}})
+        return snap
+
+    def _first_snapshot(self) -> LogSnapshot:
+        """``snapshot``, waiting up to ``LEADER_WAIT_SECONDS`` (this process's monotonic clock) for a
+        replicated topic's lost leader or an election that moved it while it was read."""
+        started = time.monotonic()
+        while True:
+            try:
+                return self.snapshot()
+            except LeaderNotAvailableError:
+                if time.monotonic() - started > LEADER_WAIT_SECONDS:
+                    raise
+                time.sleep(1)
 
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
         """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an unclean
@@ -374,7 +394,7 @@ class Consumer:
 
     def _loop(self, sink_path: str | None, handler: Handler | None, max_records: int | None, on_progress: ProgressFn | None) -> ConsumeResult:
         started = time.perf_counter()
-        snap = self.snapshot()
+        snap = self._first_snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
         committed = self.resume(sink_path).committed  # one read of the control plane serves all three

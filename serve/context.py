@@ -20,7 +20,7 @@ from log_store import rs_reader
 from log_store.engine import app_versions, table_version
 from log_store.files import reads_with_delta_rs
 from log_store.names import producer_app_id
-from log_store.errors import StorageError, TopicDeletedError, UnknownTopicError
+from log_store.errors import LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 from serve.settings import ServeSettings
@@ -35,6 +35,7 @@ class TopicView:
     record: TopicRecord
     snapshot: LogSnapshot
     topic_id: str
+    leadership: Any = None  # a replicated topic's replica state, read before its leader's snapshot
 
     @property
     def name(self) -> str:
@@ -83,11 +84,12 @@ class ServeContext:
             hit = self._views.get(topic)
         if hit is not None and time.monotonic() - hit[1] <= max_age:
             return hit[0]
+        first = self.admin.replica_state(topic) if self.replicated(topic) else None
         record = self.admin.get(topic)
         snap, topic_id = self.snapshot(record.location)
         if snap.metadata.deleted:
             raise TopicDeletedError(f"topic '{topic}' was deleted")
-        view = TopicView(record, snap, topic_id)
+        view = TopicView(record, snap, topic_id, first)
         with self._lock:
             self._views[topic] = (view, time.monotonic())
         return view
@@ -157,14 +159,25 @@ class ServeContext:
     def high_watermarks(self, view: TopicView) -> dict[int, int]:
         """What consumers may read of each partition: the log end, or on a replicated topic what
         every in-sync root holds (``Replication.high_watermark``, looked at again after
-        ``serve.fetch_poll_ms``)."""
+        ``serve.fetch_poll_ms``), with the replica state read again after the view's snapshot:
+        LeaderNotAvailableError (the view forgotten) if the leader epoch moved since the view's
+        first look (the readers' order, ``replication.reads``)."""
         ends = view.snapshot.log_ends
         if not self.replicated(view.name):
             return ends
         key = (view.record.location, view.snapshot.version)
         hit = self._marks.get(view.name)
         if hit is None or hit[0] != key or time.monotonic() - hit[2] > self.settings.fetch_poll_ms / 1000:
-            hit = (key, self.replication().high_watermark(view.name, ends), time.monotonic())
+            from control_plane.replication.rules import same_leadership
+
+            replication = self.replication()
+            state = replication.state(view.name)
+            if view.leadership is None or not same_leadership(view.leadership, state) \
+                    or replication.path(state, state.leader) != view.record.location:
+                self.forget_topic(view.name)
+                raise LeaderNotAvailableError(f"'{view.name}' elected {state.leader} (epoch {state.leader_epoch}) "
+                                              "while its log was read: read again")
+            hit = (key, replication.high_watermark(view.name, ends, state), time.monotonic())
             self._marks[view.name] = hit
         return {p: min(e, hit[1].get(p, e)) for p, e in ends.items()}
 

@@ -152,13 +152,14 @@ def fence(spark: SparkSession, path: str, epoch: int) -> bool:
     """Tell the log at ``path`` of leader epoch ``epoch`` and make it a follower, in one metadata
     commit that conflicts with every append and copy in flight there (the fence): no record lands
     there after it but a copy stamped with ``epoch`` or later. False if it was told of ``epoch``
-    or a later one already (it is left as it is)."""
+    or a later one already (it is left as it is: a log that leads at ``epoch`` was elected by an
+    election that got there first, and a late one must not demote it)."""
 
     def attempt() -> bool:
         txn = open_log(spark, path)
         conf = txn.configuration()
         role = Role.of(conf)
-        if role.fence > epoch or (role.fence == epoch and role.role == FOLLOWER):
+        if role.fence >= epoch:
             return False
         txn.commit_properties({REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(epoch),
                                REPLICA_DATA_EPOCH_PROP: str(role.data)})
@@ -270,6 +271,7 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                              else smeta.partitions[p].start_offset) for p in smeta.partitions}
         for p in s_ends:  # a racing copy or truncation of the same follower makes this commit retry
             txn.app_version(log_end_app_id(p))
+        crash_point("replicate:after_read")
         truncated = _diverged(state, trole, t_ends)
         if truncated:
             _truncate_in(spark, txn, target, truncated)
@@ -325,9 +327,10 @@ def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict
         txn = open_log(spark, path)
         conf = txn.configuration()
         role = Role.of(conf)
-        if role.fence > stamp:
-            raise FencedLeaderEpochError(f"the log at {path} was told of leader epoch {role.fence}: a truncation "
-                                         f"stamped with epoch {stamp} is a stale request, ignored")
+        if role.fence > stamp or (role.role == LEADER and role.fence >= stamp):
+            raise FencedLeaderEpochError(f"the log at {path} was told of leader epoch {role.fence}"
+                                         f"{' and leads' if role.role == LEADER else ''}: a truncation stamped with "
+                                         f"epoch {stamp} is a stale request, ignored")
         ends = _ends(txn, conf)
         points = _diverged(state, role, ends)
         if not points:

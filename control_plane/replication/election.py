@@ -8,13 +8,16 @@ An election of root N from state S (leader L, epoch E), each step one commit:
 3. copy L's records to N stamped E + 1 (a clean handover loses nothing, ``acks: 1`` included), or,
    L unreachable, truncate N where the epochs say its history diverges;
 4. record the new state (compare-and-set): leader N at epoch E + 1, whose start offsets are N's log
-   ends now; from this record on, N's log is the topic's location;
+   ends now; from this record on, N's log is the topic's location. Lost to a change of the sets
+   only, it is recorded on the state that won (if N may still be elected there);
 5. finish: the topic's ``elect_leader`` record (its partition epochs bumped), once per election,
    then one commit at N that makes it the leader at E + 1 and applies that record, so every record
    N takes carries a partition epoch no other history has.
 
 Killed before 4, nothing is decided: the election can be run again, and electing the named leader
-itself (``--leader`` it, ``--preferred``) un-fences it with a new epoch. Killed after 4, every
+itself (``--leader`` it, ``--preferred``) un-fences it with a new epoch. Refused before 4 (the
+elected root unreachable, or no longer in sync), the election itself elects the fenced leader
+again, so the topic keeps a writable leader. Killed after 4, every
 later command finishes step 5 (``finish``). A process holding an old state cannot undo a later
 election: its finishing step is refused by the log's fence epoch, and the location follows the
 latest state only.
@@ -59,20 +62,55 @@ def elect(ctx: "Replication", topic: str, root: str | None = None, unclean: bool
     except Exception:  # the old leader's root is lost: elect without it
         reached = False
     crash_point("elect:after_fence")
-    if root != state.leader:
-        fence(ctx.spark, new_path, epoch)
-    if reached and root != state.leader:
-        copy_log(ctx.spark, old_path, new_path, epoch, state)
-    else:
-        truncate_log(ctx.spark, new_path, epoch, state)
-    starts = log_ends_of(ctx.spark, new_path)
-    target = rules.elected(state, root, starts, reached, unclean=root not in state.in_sync)
-    if not ctx.store.record(target.model_copy(update={"changed_at": utcnow()})):
-        raise ConcurrentTopicChangeError(f"another change of the replicas of '{topic}' was recorded first; see "
-                                         f"`lakelog topics describe --topic {topic}` and run it again")
+    try:
+        if root != state.leader:
+            fence(ctx.spark, new_path, epoch)
+        if reached and root != state.leader:
+            copy_log(ctx.spark, old_path, new_path, epoch, state)
+        else:
+            truncate_log(ctx.spark, new_path, epoch, state)
+        starts = log_ends_of(ctx.spark, new_path)
+        target = _record(ctx, state, root, starts, reached, unclean)
+    except Exception:
+        if reached and root != state.leader:
+            _restore(ctx, state)
+        raise
     crash_point("elect:after_record")
     finish_election(ctx, target)
     return target
+
+
+def _restore(ctx: "Replication", state: ReplicaState) -> None:
+    """After an election refused past its fence (its root unreachable or dropped from the in-sync
+    set meanwhile): the fenced leader elected again, at the next epoch, so the topic is not left
+    without a writable leader. Not if another election was recorded meanwhile."""
+    current = ctx.state(state.topic)
+    if (current.incarnation, current.leader_epoch, current.leader) != (state.incarnation, state.leader_epoch,
+                                                                       state.leader):
+        return
+    try:
+        elect(ctx, state.topic, state.leader)
+    except Exception:  # said by describe, and undone by the next elect-leader
+        pass
+
+
+def _record(ctx: "Replication", state: ReplicaState, root: str, starts: dict[int, int], reached: bool,
+            unclean: bool) -> ReplicaState:
+    """Step 4 (a compare-and-set). Lost to a change of the sets (a round, a producer shrinking
+    them), the election is recorded on the state that won, if ``root`` may still be elected there:
+    the fenced logs take no copy of the old epoch, so ``starts`` still holds. Lost to another
+    election, it is refused."""
+    for _ in range(10):
+        target = rules.elected(state, root, starts, reached, unclean=root not in state.in_sync)
+        if ctx.store.record(target.model_copy(update={"changed_at": utcnow()})):
+            return target
+        current = ctx.state(state.topic)
+        if (current.incarnation, current.leader_epoch) != (state.incarnation, state.leader_epoch):
+            break
+        rules.check_election(current, root, unclean)
+        state = current
+    raise ConcurrentTopicChangeError(f"another election of '{state.topic}' was recorded first; see "
+                                     f"`lakelog topics describe --topic {state.topic}` and run it again")
 
 
 def leads(ctx: "Replication", path: str, epoch: int) -> bool:

@@ -46,6 +46,8 @@ class Variant:
     read_above_hw: bool = False  # readers deliver up to the leader's log end
     no_divergence_check: bool = False  # readers never compare their position with the leader's epochs
     reelect_returns_early: bool = False  # electing the named leader does nothing, even when its log is fenced
+    fence_demotes_leader: bool = False  # a fence at epoch E makes a log that leads at E a follower (a late election)
+    reader_compares_roots: bool = False  # a reader keeps its snapshot when the same root leads at both looks
 
 
 NEW = Variant()
@@ -449,6 +451,14 @@ def _copied(me: Actor, read_pc: str, target: str, result) -> Actor:
     return me.at(read_pc, **{key: me.get(key)[1:], "results": tuple(sorted(results.items()))})
 
 
+def fences(log: Log, epoch: int, variant: Variant) -> bool:
+    """Whether ``copy.fence`` at ``epoch`` changes ``log``: not if it was told of ``epoch`` or a later
+    one already (a log that leads at ``epoch`` was elected by an election that got there first)."""
+    if variant.fence_demotes_leader or variant.fence_keeps_epoch:  # the older fence
+        return not (log.fence > epoch or (log.fence == epoch and log.role == FOLLOW))
+    return log.fence < epoch
+
+
 def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
     """``elect-leader`` (``election``): fence the old leader and the elected log at the new epoch,
     hand the old leader's records over (or truncate where the epochs say), read where the new
@@ -471,6 +481,8 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at("fence_new", reached=False))]
         log = world.log(old)
         told = seen.leader_epoch if variant.fence_keeps_epoch else epoch
+        if not fences(log, told, variant):  # told of the epoch already (copy.fence refuses): left as it is
+            return [(world, me.at("fence_new", reached=True))]
         fenced = log._replace(role=FOLLOW, fence=max(log.fence, told),
                               fenced_by=max(log.fenced_by, epoch) if old != target else log.fenced_by)
         return [(world.with_log(old, fenced), me.at("fence_new", reached=True))]
@@ -480,6 +492,8 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
         if variant.fence_keeps_epoch or target == old:
             return [(world, me.at("handover"))]
         log = world.log(target)
+        if not fences(log, epoch, variant):
+            return [(world, me.at("handover"))]
         return [(world.with_log(target, log._replace(role=FOLLOW, fence=max(log.fence, epoch))), me.at("handover"))]
     stamp = seen.leader_epoch if variant.fence_keeps_epoch else epoch
     if pc == "handover":
@@ -491,7 +505,7 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
         if target in world.lost:
             return [(world, me.at(DONE))]
         log = world.log(target)  # one commit: truncate where the epochs say its history diverges
-        if log.fence > stamp:
+        if log.fence > stamp or (log.role == LEAD and log.fence >= stamp):  # stale, or led already
             return [(world, me.at(DONE))]
         points = rules.truncation_points(seen, log.data)
         if points and log.end > points[P]:
@@ -514,8 +528,12 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
                          in_sync=ordered(seen, rules.elected_in_sync(seen, target, me.get("reached"), unclean)),
                          epoch_starts=seen.epoch_starts + (Start(epoch, target, me.get("start")),))
         after = world.recorded(nxt)
-        if after is None:
-            return [(world, me.at(DONE))]
+        if after is None:  # lost: to a change of the sets only, recorded again on the state that won
+            now = world.state
+            if (now.leader_epoch != seen.leader_epoch or target not in now.replicas
+                    or (target not in now.in_sync and not me.get("unclean"))):
+                return [(world, me.at(DONE))]
+            return [(world, me.at("record", seen=now))]
         if unclean:
             after = after._replace(unclean_at=nxt.replica_version)
         return [(after, me.at("finish_topic", seen=nxt))]
@@ -569,8 +587,8 @@ def step_reader(world: World, me: Actor, variant: Variant) -> list[Step]:
         log = world.log(root)
         return [(world, me.at("state", snap=(tuple(sorted(log.rows)), log.end, log.pepoch)))]
     if pc == "state":
-        state = world.state
-        if state.leader_epoch != me.get("first").leader_epoch:
+        state, first = world.state, me.get("first")
+        if (state.leader != first.leader if variant.reader_compares_roots else state.leader_epoch != first.leader_epoch):
             return [(world, me.at("check"))]
         others = tuple(sorted(rules.acknowledgers(state) - {state.leader}))
         return [(world, me.at("ends", todo=others, ends=(), second=state))]
@@ -861,6 +879,11 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
         [elector("e1", "B", may_crash=True), elector("e2", "A", after="e1"), finisher("f"), producer("p", "a1")],
         leader_writable),
+    # two elections of one root from one state: the late one must not demote the elected log
+    "two-elections-of-one-root": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
+        [elector("e1", "B"), elector("e2", "B"), producer("p", "a1", acks_all=False)],
+        leader_writable),
     # a reader while an unclean election takes back what it delivered; a producer after it
     "reader-unclean-election": lambda: Scenario(
         created(("A", "B"), in_sync=("A",), held={"A": ["x"]}),
@@ -872,7 +895,14 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
          elector("e", "B")]),
 }
 SLOW: dict[str, Callable[[], Scenario]] = {
-    # ... two looks, and an acks: all produce at the new leader taking the offset the old one used
+    # a reader while its leader's root is lost, another root elected and taking acks: all records,
+    # and the first root, back and truncated, elected again: the same root leads another history
+    "reader-re-election": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
+        [producer("q", "z", acks_all=False), reader("r", polls=1), chaos("x", "A"), elector("e1", "B"),
+         producer("p", "y")._replace(after="e1"), copier("c")._replace(after="p"), elector("e2", "A", after="c")]),
+    # a reader across a clean failover with two looks, and an acks: all produce at the new leader
+    # taking the offset the old one used
     "reader-clean-failover-two-polls": lambda: Scenario(
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
         [producer("p1", "b1", acks_all=False), reader("r"), chaos("x", "A", returns=False),

@@ -4,17 +4,20 @@ readers call them. Each operation's steps live in its own module (``rounds``, ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import SparkSession
 
 from control_plane.records import ReplicaEvent, ReplicaState, utcnow
-from control_plane.replication import acks, election, reads, rounds
+from control_plane.replication import acks, election, reads, rounds, rules
 from control_plane.replication.copy import Role, view
 from control_plane.replication.reads import FollowerStatus, ReplicaReport  # noqa: F401 (re-exported)
 from control_plane.replication.rules import check_roots, changed
 from control_plane.replication.state import ReplicaStore, log_path
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
-from log_store.errors import ConcurrentTopicChangeError, ReplicationError
+from log_store.errors import ConcurrentTopicChangeError, LeaderNotAvailableError, ReplicationError
+from log_store.log_metadata import LogSnapshot
 
 
 class Replication:
@@ -71,6 +74,22 @@ class Replication:
         """Per partition, what every acknowledging root holds: ``leader_ends`` (read first) capped by
         the others' ends, read after ``state`` (default: read now)."""
         return reads.high_watermark(self.spark, state or self.state(topic), leader_ends)
+
+    def below_high_watermark(self, topic: str, snapshot_at: Callable[[str], LogSnapshot]
+                             ) -> tuple[LogSnapshot, ReplicaState]:
+        """The leader's snapshot (``snapshot_at(path)``) with each log end capped at the high
+        watermark, read in the readers' order (``reads``): the replica state, the log of the leader
+        it names, the state again, then the other acknowledgers' ends. A snapshot is kept only if
+        the leader epoch did not move between the two looks: the same root elected again leads a
+        history that may lack what the snapshot holds. Otherwise LeaderNotAvailableError (read again)."""
+        first = self.state(topic)
+        snap = snapshot_at(log_path(first, first.leader))
+        state = self.state(topic)
+        if not rules.same_leadership(first, state):
+            raise LeaderNotAvailableError(f"'{topic}' elected {state.leader} (epoch {state.leader_epoch}) while its "
+                                          "log was read: read again")
+        hw = reads.high_watermark(self.spark, state, snap.log_ends)
+        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}}), state
 
     # -- followers, elections, acknowledgements ----------------------------------------------
     def replicate(self, topic: str, following: bool = False, recreate: list[str] | None = None) -> ReplicaReport:

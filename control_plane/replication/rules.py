@@ -85,6 +85,14 @@ def high_watermark(state: Any, leader_ends: Ends, ends: Mapping[str, Ends | None
     return out
 
 
+def same_leadership(first: Any, second: Any) -> bool:
+    """Whether two looks at a topic's replica state saw one leadership: the same incarnation,
+    leader and leader epoch. A reader keeps a leader's snapshot read between them only then (the
+    same root elected again leads another history)."""
+    return (first.incarnation, first.leader, first.leader_epoch) == (second.incarnation, second.leader,
+                                                                    second.leader_epoch)
+
+
 def stays_in_sync(state: Any, root: str, leader_ends: Ends, ends: Ends | None, epoch: int | None, max_lag: int,
                   tolerated: bool = False) -> bool:
     """Whether an in-sync follower stays: it holds the current epoch's history and misses at most

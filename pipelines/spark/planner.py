@@ -161,7 +161,7 @@ class Planner:
                 snap, topic_id = rs_reader.log_snapshot(self._locations[topic], storage=self.storage)
                 out[topic] = TopicNow(images[topic], snap, topic_id)
             if states:
-                out = self._below_high_watermark(out, images)
+                out = self._below_high_watermark(out, images, states)
                 if out is None:  # an election moved a topic while it was read: read again
                     continue
             if any(now.snap.topic_version > now.image.version for now in out.values()):
@@ -171,11 +171,14 @@ class Planner:
         raise LakelogError("the replicated topics this read covers kept changing leaders while it was planned; "
                            "the next trigger plans again")
 
-    def _below_high_watermark(self, topics: dict[str, TopicNow], images: dict[str, TopicImage]
-                              ) -> dict[str, TopicNow] | None:
+    def _below_high_watermark(self, topics: dict[str, TopicNow], images: dict[str, TopicImage],
+                              first: dict) -> dict[str, TopicNow] | None:
         """``topics`` with each replicated one's log ends capped at its high watermark: the replica
-        state read after its leader's snapshot (None if an election moved a leader meanwhile)."""
+        state read again after its leader's snapshot (None if a leader epoch moved since ``first``,
+        the states the snapshots' locations were taken from: the same root elected again leads
+        another history)."""
         from control_plane.replication.reads import high_watermark_by_delta_rs
+        from control_plane.replication.rules import same_leadership
         from control_plane.replication.state import log_path, states_of
 
         states = self.reader.replica_states()
@@ -185,7 +188,8 @@ class Planner:
             state = states.get((topic, images[topic].records[0].topic_version))
             if state is None:
                 continue
-            if log_path(state, state.leader) != self._locations[topic]:
+            seen = first.get((topic, images[topic].records[0].topic_version))
+            if seen is None or not same_leadership(seen, state) or log_path(state, state.leader) != self._locations[topic]:
                 return None
             hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage)
             snap = now.snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in now.snap.log_ends.items()}})

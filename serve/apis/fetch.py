@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from log_store import rs_reader
-from log_store.errors import LakelogError, StorageError, UnknownTopicError
+from log_store.errors import LakelogError, LeaderNotAvailableError, StorageError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
@@ -75,7 +75,10 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
     except (UnknownTopicError, StorageError):
         return [_Part(p.partition, "UNKNOWN_TOPIC_OR_PARTITION") for p in wanted]
-    marks = server.ctx.high_watermarks(view)
+    try:
+        marks = server.ctx.high_watermarks(view)
+    except LeaderNotAvailableError:  # an election moved the leader while it was read: the client asks again
+        return [_Part(p.partition, "NOT_LEADER_OR_FOLLOWER") for p in wanted]
     parts, spans, limits = [], [], {}
     for p in wanted:
         part = _Part(p.partition)
@@ -152,7 +155,11 @@ def _list_topic(server: "Server", topic, version: int) -> dict:
     except (UnknownTopicError, StorageError):
         return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "UNKNOWN_TOPIC_OR_PARTITION")
                                                    for p in topic.partitions]}
-    marks = server.ctx.high_watermarks(view)
+    try:
+        marks = server.ctx.high_watermarks(view)
+    except LeaderNotAvailableError:
+        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "NOT_LEADER_OR_FOLLOWER")
+                                                   for p in topic.partitions]}
     out = []
     for p in topic.partitions:
         i = p.partition_index
@@ -232,7 +239,11 @@ def _epochs_topic(server: "Server", topic) -> dict:
     except (UnknownTopicError, StorageError):
         return {"topic": topic.topic, "partitions": [
             {"error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION"), "partition": p.partition} for p in topic.partitions]}
-    marks = server.ctx.high_watermarks(view)
+    try:
+        marks = server.ctx.high_watermarks(view)
+    except LeaderNotAvailableError:
+        return {"topic": topic.topic, "partitions": [
+            {"error_code": code_of("NOT_LEADER_OR_FOLLOWER"), "partition": p.partition} for p in topic.partitions]}
     out = []
     for p in topic.partitions:
         error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)

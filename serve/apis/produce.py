@@ -30,26 +30,42 @@ def _decode(parts: list[tuple[str, int, bytes | None]]) -> list[list | BatchErro
 
 
 async def produce(server: "Server", conn: "Connection", request: "Request") -> dict | None:
+    """Queue each partition's batches for the group commit and answer once they are committed.
+
+    A connection's produce requests reach the batcher in the order they came, though decoding
+    runs on the pool, where a small request may finish before a large one sent earlier: an
+    idempotent producer's next batch queued first would start a producer the log does not know at
+    the later sequence, and the earlier batch would then be answered as a duplicate, never written.
+    (Kafka's brokers keep this order by reading one request of a connection at a time.) The turn is
+    taken before the first await, so in the order the connection's requests were read."""
     body = request.body
     if body.transactional_id is not None:
         return _answer(body, {}, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
     parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
-    decoded = await server.ctx.run(_decode, parts)
     loop = asyncio.get_running_loop()
+    earlier, turn = conn.state.get("produce_turn"), loop.create_future()
+    conn.state["produce_turn"] = turn
     waiting: dict[tuple[str, int], list[asyncio.Future]] = {}
     answers: dict[tuple[str, int], Outcome] = {}
-    for (topic, partition, data), batches in zip(parts, decoded):
-        key = (topic, partition)
-        if not server.allowed(conn, "WRITE", "TOPIC", topic):
-            answers[key] = Outcome(error="TOPIC_AUTHORIZATION_FAILED")
-        elif isinstance(batches, BatchError):
-            answers[key] = Outcome(error=batches.code, message=str(batches))
-        else:
-            for batch in batches:
-                future = loop.create_future()
-                server.batcher.submit(Entry(topic=topic, partition=partition, batch=batch, acks=body.acks,
-                                            future=future, size=len(data) // max(len(batches), 1)))
-                waiting.setdefault(key, []).append(future)
+    try:
+        decoded = await server.ctx.run(_decode, parts)
+        if earlier is not None:
+            await asyncio.shield(earlier)
+        for (topic, partition, data), batches in zip(parts, decoded):
+            key = (topic, partition)
+            if not server.allowed(conn, "WRITE", "TOPIC", topic):
+                answers[key] = Outcome(error="TOPIC_AUTHORIZATION_FAILED")
+            elif isinstance(batches, BatchError):
+                answers[key] = Outcome(error=batches.code, message=str(batches))
+            else:
+                for batch in batches:
+                    future = loop.create_future()
+                    server.batcher.submit(Entry(topic=topic, partition=partition, batch=batch, acks=body.acks,
+                                                future=future, size=len(data) // max(len(batches), 1)))
+                    waiting.setdefault(key, []).append(future)
+    finally:
+        if not turn.done():
+            turn.set_result(None)
     if body.acks == 0:
         return None
     for key, futures in waiting.items():

@@ -31,6 +31,7 @@ def _feed(path: str) -> list[dict]:
     return [r for r in rows if r["_change_type"] == "insert"]
 
 
+@pytest.mark.long
 def test_new_roots_label_each_row_with_its_commit_version(spark, root):
     offsets = GroupOffsets(spark, root)
     groups = GroupTables(spark, root)

@@ -200,6 +200,7 @@ def test_two_racing_controllers_bump_once(spark, root, tmp_path):
     assert admin.log("race").metadata() == log_metadata(rec)
 
 
+@pytest.mark.long
 def test_topics_created_while_others_are_created_all_land_and_one_name_once(spark, root, tmp_path):
     """The topics table's compare-and-set raises a table property, which conflicts with any
     concurrent commit: a create racing other topics' creates is retried, never reported as "created concurrently";
@@ -248,6 +249,7 @@ def test_a_topics_table_made_before_the_version_properties_keeps_its_compare_and
 
 
 # -- a producer through resizes ------------------------------------------------------------------
+@pytest.mark.long
 def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root, tmp_path):
     """Each resize commits while the producer holds a written, uncommitted batch (it waits at
     ``produce:after_write``), so its commit is fenced, and it refreshes and re-partitions."""
@@ -283,6 +285,7 @@ def test_producer_appending_through_expand_and_shrink_loses_nothing(spark, root,
 
 
 # -- retirement (rule 7) -----------------------------------------------------------------------
+@pytest.mark.long
 def test_retirement_after_delay_or_when_drained(spark, root):
     admin = TopicAdmin(spark, root)
     admin.create("r", 4)

@@ -37,6 +37,7 @@ def setup(spark, root):
     return TopicController(spark, root, ON)
 
 
+@pytest.mark.long
 def test_a_group_without_commits_holds_retirement_until_the_delay(spark, root):
     ctl = setup(spark, root)
     Consumer(spark, root, T, "reader").run_to_sink(f"{root}/reader")  # one group read everything
@@ -74,6 +75,7 @@ def test_a_lagging_group_reports_what_the_delay_expired(spark, root):
     assert report.passed and missing.groups == {"expired (reported)": end - read}, report.model_dump_json()[:3000]
 
 
+@pytest.mark.long
 def test_a_standalone_consumer_reports_expiry_too(spark, root):
     ctl = setup(spark, root)
     sink = f"{root}/solo"
@@ -85,6 +87,7 @@ def test_a_standalone_consumer_reports_expiry_too(spark, root):
     assert run_audit(spark, root, T, sink).passed
 
 
+@pytest.mark.long
 def test_a_standalone_consumer_reports_expiry_of_a_number_grown_back(spark, root):
     """Retired and grown back before the consumer resumes: the number is readable again, and
     the retired incarnation's unread records are in the topic's history only."""
@@ -136,6 +139,7 @@ def test_a_member_keeping_a_number_grown_back_reports_its_retired_records(spark,
     assert run_audit(spark, root, T, sink).passed
 
 
+@pytest.mark.long
 def test_a_leader_reports_what_a_dead_owner_of_a_retired_partition_never_revoked(spark, root, monkeypatch):
     """Campaign seed 94: a cooperative member owned a marked partition; the partition was retired,
     the member led the generation that drops it and died before adopting it (so before revoking

@@ -54,6 +54,7 @@ def commits_version(root: str, spark) -> int:
     return table_version(spark, f"{root}/control/offset_commits")
 
 
+@pytest.mark.long
 def test_reset_to_earliest_replays_into_the_sink_and_dry_run_writes_nothing(spark, root, consumed):
     admin = GroupAdmin(spark, root)
     before = commits_version(root, spark)

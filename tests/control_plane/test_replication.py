@@ -310,6 +310,7 @@ def test_bad_replica_input_is_refused_with_nothing_written(spark, roots, tmp_pat
     assert replication.replicate("orders").in_sync == replicas[:2]  # caught up: back in the set
 
 
+@pytest.mark.long
 def test_a_reassignment_moves_the_topic_to_new_roots_and_resizes_keep_every_root_agreeing(spark, roots):
     meta, (eu, us, ap) = roots
     admin = TopicAdmin(spark, meta)

@@ -61,18 +61,16 @@ def test_an_election_killed_after_its_fence_leaves_the_named_leader_electable_ag
     producer.send(make_records(spark, 6))
     replication = Replication(spark, meta)
     replication.replicate("orders")
-    real_fence, calls = election.fence, []
+    real_crash_point = election.crash_point
 
-    def killed_after_the_first_fence(spark_, path, epoch):
-        calls.append(path)
-        if len(calls) == 2:
+    def killed_after_the_fence(name):  # the process dies there: nothing of it runs after
+        if name == "elect:after_fence":
             raise RuntimeError("killed at elect:after_fence")
-        return real_fence(spark_, path, epoch)
 
-    monkeypatch.setattr(election, "fence", killed_after_the_first_fence)
+    monkeypatch.setattr(election, "crash_point", killed_after_the_fence)
     with pytest.raises(RuntimeError, match="killed"):
         replication.elect("orders", us)
-    monkeypatch.setattr(election, "fence", real_fence)
+    monkeypatch.setattr(election, "crash_point", real_crash_point)
     with pytest.raises(FencedLeaderEpochError):  # nothing recorded, the leader fenced: no produce lands
         producer.send(make_records(spark, 2, start=6))
     report = replication.describe("orders")

@@ -90,6 +90,7 @@ def test_delete_records_past_the_log_end_is_refused_with_nothing_changed(spark, 
     assert DeltaTable(location).version() == version
 
 
+@pytest.mark.long
 def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(spark, root):
     produce_batches(spark, root, 4)
     sink = f"{root}/sink"
@@ -169,6 +170,7 @@ def test_the_tick_applies_retention_by_size_and_time(spark, root):
     assert d["config"]["retention.ms"] == "0" and d["config"]["retention.bytes"] == "-1"
 
 
+@pytest.mark.long
 def test_compaction_lists_files_once_and_again_after_another_writer_commits(spark, root, monkeypatch):
     """One compaction commit per partition here: the files listed for the first are reused for
     the second, unless another commit landed in between (a delete-records removing files of the

@@ -223,6 +223,7 @@ def test_a_jvm_that_cannot_start_is_one_clear_error_and_nothing_written(tmp_path
     assert not root.exists() or not any(root.rglob("*.json")), "nothing written"
 
 
+@pytest.mark.long
 def test_stream_runs_a_structured_streaming_query_into_a_delta_table(run, tmp_path, root):
     from deltalake import DeltaTable as RsTable
 

@@ -49,6 +49,7 @@ def _held(sink: str) -> Counter:
     return Counter(r["topic"] for r in rows)
 
 
+@pytest.mark.long
 def test_group_a_on_b_c_and_group_a_b_on_c_both_deliver_everything_to_one_sink(run, tmp_path):
     _topics(run, tmp_path, "b.c", "c")
     sink = str(tmp_path / "S")
@@ -63,6 +64,7 @@ def test_group_a_on_b_c_and_group_a_b_on_c_both_deliver_everything_to_one_sink(r
         assert report["passed"], report
 
 
+@pytest.mark.long
 def test_two_groups_on_one_topic_into_one_sink_are_audited_group_by_group(run, tmp_path):
     """Each group delivers every record once: the sink holds each record twice, once per group,
     and the audit judges each group's commits on their own (no duplicate, nothing missing)."""
@@ -83,6 +85,7 @@ def _held_all(sink: str) -> Counter:
     return Counter(r["topic"] for r in rows)
 
 
+@pytest.mark.long
 def test_a_sink_of_an_earlier_release_carries_its_positions_over(spark, root, run, tmp_path):
     """A sink whose positions an earlier release wrote as ``lakelog.sink.<group>.<topic>.<p>``:
     group ``a`` resumes from its id on ``b.c``; group ``a.b`` on ``c``, whose id would read the

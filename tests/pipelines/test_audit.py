@@ -174,6 +174,7 @@ def test_a_sink_whose_old_commits_delta_removed_is_still_judged(spark, shared, t
     assert keys and next(c for c in report.checks if c.name == "sink.per_key_order").violations == len(keys)
 
 
+@pytest.mark.long
 def test_a_sink_without_change_feed_whose_old_commits_delta_removed_is_still_judged(spark, shared, tmp_path):
     """An append-only sink (a stream's) gives each row the version of the commit that added its
     file: a file whose commit is gone was delivered before the oldest commit kept."""
@@ -216,6 +217,7 @@ def test_a_shared_sink_whose_old_commits_delta_removed_passes_for_each_group(spa
     assert [c.name for c in report.checks if not c.passed] == ["sink.nothing_missing[g1]", "sink.nothing_missing[g2]"]
 
 
+@pytest.mark.long
 def test_sink_missing_records_grouped_by_retired_partition(spark, root):
     TopicAdmin(spark, root).create("r", 4)
     Producer(spark, root, "r", "p1").send(make_records(spark, 120, keys=12))
@@ -279,6 +281,7 @@ def test_bad_input_is_a_clear_error(shared, tmp_path):
     assert set(Path(shared).glob("audit/*.md")) == reports  # nothing written
 
 
+@pytest.mark.long
 def test_a_stream_sink_compacted_by_optimize_is_judged_by_the_commits_that_delivered_it(spark, shared, tmp_path):
     """OPTIMIZE rewrites a sink's files in one commit that changes no data: the audit dates each
     row by the data-changing commit that delivered it, so a correct sink still passes and a

@@ -147,6 +147,7 @@ def test_a_member_publishes_watched_positions_when_assigned_before_delivering(sp
     assert published == {0: 0, 1: 0}, published
 
 
+@pytest.mark.long
 def test_a_partition_retired_and_grown_back_before_the_assignment_is_applied_is_reported_expired(spark, root):
     """Campaign seed 41: a member's assignment was planned while partition 2 was live; before the
     member applied it (frozen), 2 was shrunk away, retired at once (delay 0) and grown back. The

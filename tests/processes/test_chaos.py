@@ -28,7 +28,7 @@ REGRESSIONS = Path(__file__).parent / "chaos_regressions"
 SHORT_SEEDS = (9,)
 # Crash points not enumerated elsewhere in the suite; the default suite runs the first only.
 CRASH_POINTS = ("create:after_log_table", "group:after_propose", "consume:after_sink_commit", "elect:after_fence",
-                "elect:after_record", "replicate:after_write", "replicate:after_truncate")
+                "elect:after_record", "replicate:after_read", "replicate:after_write", "replicate:after_truncate")
 
 
 # The one regression schedule the default suite runs, trimmed (the cheapest, about 80 s); the

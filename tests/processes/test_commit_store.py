@@ -57,6 +57,7 @@ def lost_and_doubled(acked: list[dict], rows: list[dict]) -> tuple[set, set]:
     return lost, {k for k, n in present.items() if n > 1}
 
 
+@pytest.mark.long
 def test_racing_processes_lose_commits_through_a_check_then_write_store_and_none_through_lakelogs(tmp_path):
     # A store that replaces commit files may also leave a log Delta's own checks then refuse (an
     # error, not an acknowledgement): allowed in the negative control, never in lakelog's store.

@@ -84,6 +84,6 @@ def test_a_failover_mid_produce_loses_no_acknowledged_record_and_every_root_agre
 
 
 def _drained(scene: Scene) -> bool:
-    from chaos.runner import drain_gap
+    from chaos.tables import drain_gap
 
     return drain_gap(scene.root, TOPIC, "g") is None

@@ -21,6 +21,7 @@ def _log_rows(spark, admin, topic):
     return admin.log(topic).table().select("partition", "offset", "key", "sequence", "producer_id").collect()
 
 
+@pytest.mark.long
 def test_processes_appending_to_one_partition_get_dense_unique_offsets(spark, root):
     admin = TopicAdmin(spark, root)
     admin.create("race", 1)
@@ -42,6 +43,7 @@ def test_processes_appending_to_one_partition_get_dense_unique_offsets(spark, ro
         assert seqs == sorted(seqs)
 
 
+@pytest.mark.long
 def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spark, root, tmp_path):
     admin = TopicAdmin(spark, root)
     admin.create("grow", 3)
@@ -67,6 +69,7 @@ def test_stale_producer_is_rejected_refreshes_and_lands_in_right_partitions(spar
     assert any(r["partition"] >= 3 for r in by_epoch), "records after the change use the new count"
 
 
+@pytest.mark.long
 def test_killed_producer_rerun_with_same_id_loses_and_duplicates_nothing(spark, root):
     admin = TopicAdmin(spark, root)
     admin.create("crash", 4)
@@ -222,6 +225,7 @@ def test_compaction_racing_producers_and_a_group_loses_moves_reorders_and_duplic
     assert pa.table(feed).num_rows == 240, "compaction added nothing to the change feed"
 
 
+@pytest.mark.long
 def test_a_producer_racing_a_layout_change_lands_its_batch_once_in_the_new_layout(spark, root, tmp_path):
     """The producer's third batch is written as partitioned files, not committed, when another
     process moves the log to the arrival layout: its commit conflicts with the move and is made

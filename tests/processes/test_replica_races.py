@@ -6,6 +6,8 @@ lands its batch there once. Read back with delta-rs at every root."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from deltalake import DeltaTable
@@ -50,6 +52,7 @@ def offsets_held(path: str) -> list[tuple[int, int]]:
     return sorted((r["partition"], r["offset"]) for r in rows)
 
 
+@pytest.mark.long
 def test_two_replicators_racing_on_a_returning_follower_hold_each_offset_once(spark, tmp_path):
     """A returning old leader, truncated and copied by two replicators at once: one (another OS
     process) paused between its reads and its commit while this process's round commits. Its
@@ -88,6 +91,7 @@ def test_two_replicators_racing_on_a_returning_follower_hold_each_offset_once(sp
     assert sequences(old) == sequences(new) == list(range(30))
 
 
+@pytest.mark.long
 def test_a_layout_move_racing_an_append_keeps_the_log_readable_in_either_order(spark, tmp_path):
     """The move to the arrival layout against an append of another process, each paused just before
     its commit while the other commits: the loser conflicts and is made again in the layout the

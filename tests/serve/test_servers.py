@@ -14,7 +14,9 @@ from serve.settings import ServeSettings
 from tests.serve.conftest import ServerProcess, bootstrap
 
 pytestmark = pytest.mark.kafka_clients
-QUICK = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
+# short enough for the takeover to be quick, long enough that a loaded machine never makes a live
+# server look silent (each beat is a commit into the root)
+QUICK = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
 
 
 def test_a_killed_coordinator_moves_its_group_to_another_server_with_its_offsets(spark, root):
@@ -40,7 +42,9 @@ def test_a_killed_coordinator_moves_its_group_to_another_server_with_its_offsets
             producer.send("orders", key=b"k%d" % (i % 10), value=b"%d" % i)
         producer.flush()
 
-        # the group's coordinator is the other server: the first to be asked takes the lease
+        # the group's coordinator is the other server, as if it were the first asked (a client
+        # sends FindCoordinator to whichever server it knows is least loaded, so either may be)
+        assert local.cluster.registry.take_lease("g", 1, None) == (1, 1)
         first = KafkaConsumer("orders", bootstrap_servers=boot_other, group_id="g", auto_offset_reset="earliest",
                               enable_auto_commit=False, consumer_timeout_ms=5000)
         read = [m for m in first][:120]
@@ -51,7 +55,7 @@ def test_a_killed_coordinator_moves_its_group_to_another_server_with_its_offsets
         other.kill()  # SIGKILL: no down row, its lease left behind
 
         second = KafkaConsumer("orders", bootstrap_servers=[boot_other, boot_local], group_id="g",
-                               auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
+                               auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=20000)
         rest = [m for m in second]
         second.close()
         assert local.cluster.registry.lease("g")[0] == 2  # taken over once node 1 was silent past its session

@@ -11,7 +11,7 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from chaos.checker import check
-from chaos.runner import drain_gap, group_activity
+from chaos.tables import drain_gap, group_activity
 
 TP = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 LOG = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
@@ -135,6 +135,34 @@ def test_sink_duplicate_reorder_phantom_and_undelivered(clean):
     clean.deliver("g", (1, 9, 0, "b", 1))  # no such log record
     found = clean.check()
     assert anomalies(found) == {"delivery_reorder": 1, "sink_duplicate": 1, "sink_phantom": 1, "undelivered": 2}
+
+
+def test_a_delivery_that_is_not_the_record_the_surviving_log_holds_is_a_phantom(clean):
+    """Delivered from a leader whose records at those offsets a truncation then took out (a consumer
+    above the high watermark, or a log truncated under it): the sink row names an offset the log
+    now holds another record at, or holds nothing at; and a row whose key is not the record's."""
+    from deltalake import DeltaTable
+
+    clean.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1))
+    clean.deliver("g", (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    assert anomalies(clean.check()) == {}
+    truncate = CommitProperties(custom_metadata={"userMetadata": '{"lakelog":"truncate"}'})
+    DeltaTable(str(clean.path / "topics" / "t")).delete('"offset" >= 1', commit_properties=truncate)
+    found = clean.check(acked={"p": [0, 1]})  # what was truncated was never acknowledged
+    assert anomalies(found) == {"sink_phantom": 2}, found.summary()
+    assert "the log holds nothing there" in found.samples["sink_phantom"][0]
+    clean.producer("q", ["c"])
+    clean.append((0, 1, 1, "c", 0), pid="q")  # the next leader's record at partition 0, offset 1
+    found = clean.check(acked={"p": [0, 1], "q": [0]})
+    assert anomalies(found) == {"sink_phantom": 2, "undelivered": 1}, found.summary()
+    assert any("the log holds q#0 key 'c'" in s for s in found.samples["sink_phantom"])
+
+
+def test_a_delivered_key_that_is_not_the_records_is_a_phantom(clean):
+    clean.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), (0, 1, 0, "a", 2))
+    clean.deliver("g", (1, 1, 0, "x", 3))  # p#3 at its offset, with another key
+    found = clean.check()
+    assert anomalies(found) == {"sink_phantom": 1, "undelivered": 1}, found.summary()
 
 
 def test_expired_records_must_be_reported(clean):

@@ -34,6 +34,12 @@ def test_every_interleaving_keeps_every_promise(name):
     ("election-killed", model.Variant(reelect_returns_early=True), "no writable leader"),
     # readers up to the leader's log end deliver what a clean failover takes back
     ("reader-clean-failover", model.Variant(read_above_hw=True), "a reader delivered b1"),
+    # a fence that demotes a log leading at the fence's epoch: a late election leaves no leader
+    ("two-elections-of-one-root", model.Variant(fence_demotes_leader=True), "no writable leader"),
+    # readers that keep a snapshot when the same root leads at both looks of the state: the root
+    # elected again leads another history, and what the snapshot held is delivered
+    pytest.param("reader-re-election", model.Variant(reader_compares_roots=True), "a reader delivered z",
+                 marks=pytest.mark.slow),
     # readers that never compare their position with the elections since skip silently
     ("reader-unclean-election", model.Variant(no_divergence_check=True), "does not show it"),
 ])

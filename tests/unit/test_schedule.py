@@ -33,8 +33,31 @@ def test_schedules_stay_within_bounds_and_short_ones_are_trimmed():
     assert {"alter", "tick", "alter:before_record", "alter:after_apply", "retire:after_purge"} <= kinds
 
 
+def test_most_schedules_are_replicated_and_race_their_copy_rounds():
+    """Over a campaign's hundred seeds, at least half the schedules are replicated, and each of
+    those holds at least one race; together they hold every race: a copier held between its reads
+    and its commit (alone, and with a second copier started meanwhile), two copiers started at
+    once, and an election started while a round is held."""
+    replicated = [s for s in (draw(seed) for seed in range(700, 800)) if s.replicas]
+    assert len(replicated) >= 50
+
+    def races(s):
+        return [c for c in s.controller if c.kind in ("replicate", "elect")
+                and (c.pause_for or c.racers > 1 or c.during_round)]
+
+    assert all(races(s) for s in replicated), [s.seed for s in replicated if not races(s)]
+    steps = [c for s in replicated for c in races(s)]
+    held = [c for c in steps if c.kind == "replicate" and c.pause_for > 0]
+    assert len([c for c in held if c.racers == 1]) >= 10, "a copier held while the producers commit"
+    assert len([c for c in held if c.racers == 2]) >= 10, "a copier held while a second copier commits"
+    assert len([c for c in steps if c.kind == "replicate" and c.racers == 2 and not c.pause_for]) >= 10
+    assert len([c for c in steps if c.kind == "elect" and c.during_round and c.pause_for > 0]) >= 10
+    assert all(not c.crash_at for c in steps), "a race dies nowhere: what it attacks is the race"
+    assert not any(races(s) for s in (draw(seed) for seed in range(700, 800)) if not s.replicas)
+
+
 def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
-    from chaos.runner import DRAIN_LIMIT_S, DRAIN_STALL_S, drain_stuck
+    from chaos.drain import DRAIN_LIMIT_S, DRAIN_STALL_S, drain_stuck
 
     assert drain_stuck(0.0, 0.0, DRAIN_STALL_S - 1) is None, "not stuck yet"
     assert "no progress" in drain_stuck(0.0, 0.0, DRAIN_STALL_S)
@@ -43,7 +66,7 @@ def test_draining_stops_a_group_that_stands_still_and_lets_a_slow_one_go_on():
 
 
 def test_a_resize_step_is_taken_from_the_count_the_topic_has_when_it_runs():
-    from chaos.runner import adapt_step
+    from chaos.controller_steps import adapt_step
     from chaos.schedule import ControllerStep
 
     grow = ControllerStep(at=1.0, kind="alter", partitions=4, change="grow", by=2)

@@ -104,6 +104,7 @@ def test_a_bad_write_fails_with_a_clear_message_and_writes_nothing(lakelog, root
     assert log_rows(root, T) == []
 
 
+@pytest.mark.long
 def test_a_stream_writes_each_micro_batch_once_under_the_querys_producer(lakelog, root, tmp_path):
     TopicAdmin(lakelog, root).create(T, 3)
     source = str(tmp_path / "source")

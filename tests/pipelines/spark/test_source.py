@@ -100,6 +100,7 @@ def test_a_bad_option_fails_at_start_with_a_clear_message(lakelog, root, tmp_pat
     assert not Path(tmp_path, "sink", "_delta_log").exists() or not any(Path(tmp_path, "sink").glob("*.parquet"))
 
 
+@pytest.mark.long
 def test_available_now_reads_what_was_there_at_start_in_capped_batches(lakelog, root, tmp_path):
     TopicAdmin(lakelog, root).create(T, 4)
     producer = Producer(lakelog, root, T, "p")
@@ -149,6 +150,7 @@ def cross_partition_batches(batches: list[tuple[int, list[dict]]]) -> list[tuple
     return bad
 
 
+@pytest.mark.long
 def test_the_gates_keep_per_key_order_in_a_stream_through_grow_and_shrink(lakelog, root, tmp_path):
     TopicAdmin(lakelog, root).create(T, 2)
     producer = Producer(lakelog, root, T, "p")
@@ -187,6 +189,7 @@ def retire_unread_partition(spark, root, tmp_path, group: str | None, fail: str)
     return sink, ck, options, in_p2
 
 
+@pytest.mark.long
 def test_fail_on_data_loss_stops_the_stream_naming_the_retired_records(lakelog, root, tmp_path):
     sink, ck, options, in_p2 = retire_unread_partition(lakelog, root, tmp_path, None, "true")
     with pytest.raises(Exception) as err:
@@ -194,6 +197,7 @@ def test_fail_on_data_loss_stops_the_stream_naming_the_retired_records(lakelog, 
     assert f"partition 2 offsets 0-{in_p2 - 1}" in str(err.value) and "failOnDataLoss" in str(err.value)
 
 
+@pytest.mark.long
 def test_without_fail_on_data_loss_the_lost_records_are_reported_to_the_group(lakelog, root, tmp_path):
     sink, ck, options, in_p2 = retire_unread_partition(lakelog, root, tmp_path, "audit-stream", "false")
     stream_to(lakelog, sink, ck, **options)
@@ -206,6 +210,7 @@ def test_without_fail_on_data_loss_the_lost_records_are_reported_to_the_group(la
     assert {p: committed[p] for p in (0, 1)} == ends, "the group's positions are the stream's"
 
 
+@pytest.mark.long
 def test_a_stream_with_a_group_holds_a_marked_partition_until_it_has_read_it(lakelog, root, tmp_path):
     """The group counts from the stream's start, before its first batch: the controller does not
     retire a marked partition under it until it has drained it, and ``groups describe`` shows its lag."""

@@ -55,6 +55,7 @@ def test_an_available_now_run_ends_while_another_process_keeps_producing(lakelog
     assert len(batches) <= 6 and sum(batches) >= 2000 and all(batches), batches
 
 
+@pytest.mark.long
 def test_a_deleted_write_checkpoint_starts_a_new_producer_whose_batches_all_land(lakelog, root, tmp_path):
     """A stream writing to a topic is named by its query (the checkpoint's id), not by the
     checkpoint's path: a query started again on a deleted checkpoint (or a second query under
@@ -149,6 +150,7 @@ def test_a_partition_the_stream_never_saw_retired_while_it_was_stopped_is_data_l
     assert f"partition 2 offsets 0-{in_p2 - 1}" in str(err.value) and "failOnDataLoss" in str(err.value)
 
 
+@pytest.mark.long
 def test_a_partition_the_stream_never_saw_is_reported_expired_to_its_group(lakelog, root, tmp_path):
     sink, ck, options, in_p2 = grown_and_retired_while_stopped(lakelog, root, tmp_path, "false", "g")
     stream_to(lakelog, sink, ck, **options)
@@ -256,6 +258,7 @@ def test_one_session_is_attached_per_process(lakelog):
     assert attach(gateway_of(lakelog)) is attach(gateway_of(lakelog))
 
 
+@pytest.mark.long
 def test_a_partition_retired_before_the_stream_began_is_not_its_loss(lakelog, root, tmp_path):
     TopicAdmin(lakelog, root).create(T, 3)
     Producer(lakelog, root, T, "p").send(make_records(lakelog, 90, keys=30))
@@ -269,6 +272,7 @@ def test_a_partition_retired_before_the_stream_began_is_not_its_loss(lakelog, ro
     assert len(delivered(sink)) == len(log_rows(root, T)), "every record of partitions 0 and 1, no error"
 
 
+@pytest.mark.long
 def test_a_topic_deleted_under_a_pattern_follows_fail_on_data_loss(lakelog, root, tmp_path):
     admin = TopicAdmin(lakelog, root)
     for name in ("shop.a", "shop.b"):
