@@ -54,7 +54,16 @@ def translate(exc: Exception) -> LakelogError:
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")
-    return LakelogError(f"Delta write failed: {text.splitlines()[0] if text else type(exc).__name__}")
+    return LakelogError(f"Delta write failed: {_first_line(text) or type(exc).__name__}")
+
+
+def _first_line(text: str) -> str:
+    """The line saying what went wrong: py4j's first line only names the JVM call that failed
+    ("An error occurred while calling o100.commit."), the Java exception follows it."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        return lines[1].lstrip(": ").strip()
+    return lines[0] if lines else ""
 
 
 def is_conflict(exc: BaseException) -> bool:

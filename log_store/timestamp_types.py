@@ -72,6 +72,11 @@ class TimestampTypes(BaseModel):
                 kind = s.kind
         return CODES[kind]
 
+    def starts(self, partition: int) -> list[int]:
+        """The offsets of ``partition`` where its type may change (a batch of records on the wire
+        never spans one)."""
+        return sorted({s.since.get(partition, 0) for s in self.switches})
+
     def sql(self, partition: str = "partition", offset: str = "offset") -> str:
         """``code_at`` as one SQL expression over the columns ``partition`` and ``offset``."""
         expr = "0"

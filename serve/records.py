@@ -10,12 +10,14 @@ sees each record's lakelog epoch as the batch's ``partitionLeaderEpoch``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuilder, MemoryRecords
+from crc32c import crc32c
 
 from log_store.headers import HEADERS_TYPE
 
@@ -25,6 +27,8 @@ NO_TIMESTAMP = -1
 BATCH_HEADER = 61  # bytes of a v2 batch before its first record
 RECORD_OVERHEAD = 12  # about what a record adds to its key and value (varints, attributes); headers not counted
 _LEADER_EPOCH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
 _BASE_OFFSET = struct.Struct(">q")
 assert HEADERS_TYPE.simpleString() == "array<struct<key:string,value:binary>>"
 
@@ -134,11 +138,14 @@ def _decode(batch: DefaultRecordBatch) -> ProducedBatch:
     )
 
 
-def encode_records(rows: pa.Table, max_bytes: int | None = None) -> tuple[bytes, int]:
+def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable[[int], int] | None = None,
+                   type_starts: list[int] = ()) -> tuple[bytes, int]:
     """Record batches of ``rows`` (columns ``offset``, ``leader_epoch``, ``key``, ``value``, ``headers``,
-    ``timestamp``, in offset order): a batch per run of consecutive offsets with one epoch. Stops
-    before ``max_bytes`` would be passed, after at least one record (a fetch returns at least one,
-    KIP-74). Returns the bytes and the offset after the last record encoded."""
+    ``timestamp``, in offset order): a batch per run of consecutive offsets with one epoch and one
+    timestamp type (``types(offset)``: 1 for LogAppendTime, whose batches are marked so and split
+    where the append time changes, as a broker's are; ``type_starts``: where the type may change).
+    Stops before ``max_bytes`` would be passed, after at least one record (a fetch returns at
+    least one, KIP-74). Returns the bytes and the offset after the last record encoded."""
     n = rows.num_rows
     if n == 0:
         return b"", 0
@@ -159,17 +166,30 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None) -> tuple[bytes,
     i = 0
     while i < n:
         start, epoch, first = i, epochs[i], offsets[i]
+        appended = types is not None and types(first) == 1
+        stop = min((s for s in type_starts if s > first), default=None)
         builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
                                             producer_epoch=-1, base_sequence=-1, batch_size=2**31 - 1)
         append = builder.append
-        while i < n and epochs[i] == epoch and offsets[i] == first + (i - start):
+        while (i < n and epochs[i] == epoch and offsets[i] == first + (i - start)
+               and (stop is None or offsets[i] < stop) and not (appended and stamps[i] != stamps[start])):
             append(i - start, stamps[i], keys[i], values[i], headers[i] if headers is not None else [])
             i += 1
         batch = builder.build()
         _BASE_OFFSET.pack_into(batch, 0, first)  # outside the CRC, as is the leader epoch
         _LEADER_EPOCH.pack_into(batch, 12, epoch)
+        if appended:
+            _mark_log_append_time(batch)
         out += batch
     return bytes(out), offsets[n - 1] + 1
+
+
+def _mark_log_append_time(batch: bytearray) -> None:
+    """Set a built batch's timestampType attribute (bit 3) and its CRC-32C again (the CRC covers
+    the attributes onwards); its max timestamp is already the records' append time."""
+    attributes = _ATTRIBUTES.unpack_from(batch, 21)[0] | 0x08
+    _ATTRIBUTES.pack_into(batch, 21, attributes)
+    _CRC.pack_into(batch, 17, crc32c(batch[21:]))
 
 
 def _listed(column: pa.ChunkedArray | pa.Array) -> list:

@@ -74,16 +74,16 @@ def make_records(spark, n: int, keys: int = 10, start: int = 0, key_prefix: str 
 LOG_COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers", "producer_id", "sequence"]
 
 
-def log_rows(root: str, topic: str) -> list[dict]:
+def log_rows(root: str, topic: str, columns: list[str] = LOG_COLUMNS) -> list[dict]:
     """A topic's log as delta-rs reads it (not through lakelog): the location from the control
-    table of topics, then every record's columns."""
+    table of topics, then every record's ``columns``."""
     from deltalake import DeltaTable
 
     from control_plane.layout import RootLayout
 
     topics = DeltaTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
     location = next(r["location"] for r in topics if r["topic"] == topic)
-    return DeltaTable(location).to_pyarrow_table(columns=LOG_COLUMNS).to_pylist()
+    return DeltaTable(location).to_pyarrow_table(columns=columns).to_pylist()
 
 
 def forget_commits_before(path: str, version: int) -> None:

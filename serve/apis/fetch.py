@@ -109,7 +109,9 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
         mine = found.slice(firsts.get(p, 0), counts.get(p, 0))
         if budget[0] <= 0 or not mine.num_rows:
             continue
-        data, after = encode_records(mine, min(limits[p], budget[0]))
+        types = view.snapshot.timestamp_types
+        data, after = encode_records(mine, min(limits[p], budget[0]), lambda o, p=p: types.code_at(p, o),
+                                     types.starts(p))
         by_part[p].records = data
         budget[0] -= len(data)
         sent = after - mine.column("offset")[0].as_py()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from control_plane.controller import TopicController
-from control_plane.topic_config import KEYS, TopicConfig, check
+from control_plane.topic_config import KEYS, TIMESTAMP_TYPE, TopicConfig, check
 from log_store.errors import InvalidConfigurationError, LakelogError, OffsetCheckError, UnknownTopicError
 from log_store.names import check_topic_name
 from serve.errors import code_of, message_of
@@ -39,7 +39,7 @@ def _check_configs(configs) -> list[str]:
         if c.name == "cleanup.policy" and c.value != "delete":
             raise InvalidConfigurationError(f"cleanup.policy={c.value} is not supported: lakelog keeps every record "
                                             "of a key (delete is the only policy)")
-        if c.name in KEYS:
+        if c.name in KEYS or c.name == TIMESTAMP_TYPE:
             check(c.name, c.value)
             pairs.append(f"{c.name}={c.value}")
     return pairs

@@ -3,6 +3,7 @@ consume, offsets; every record compared with what delta-rs reads of the log."""
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from tests.serve.conftest import bootstrap
-from tests.support import log_rows
+from tests.support import LOG_COLUMNS, log_rows
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -83,3 +84,23 @@ def test_a_fetch_at_the_end_waits_for_a_record_and_returns_it_at_once(served):
         got = [m.value for ms in consumer.poll(timeout_ms=500).values() for m in ms]
     assert got == [b"late"] and time.monotonic() - started < 5  # woken by the commit, not the 10 s wait
     consumer.close()
+
+
+def test_a_log_append_time_topic_answers_batches_marked_with_the_append_time(served, root):
+    """A topic created with message.timestamp.type=LogAppendTime: the producer's times are replaced
+    by the append's, and the client sees timestampType 1 with the time the log holds."""
+    boot = bootstrap(served)
+    KafkaAdminClient(bootstrap_servers=boot).create_topics(
+        [NewTopic("stamped", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    producer = KafkaProducer(bootstrap_servers=boot, linger_ms=5)
+    for i in range(20):
+        producer.send("stamped", value=b"v%d" % i, timestamp_ms=1_000 + i)
+    producer.flush()
+    producer.close()
+    held = {r["offset"]: round(r["timestamp"].replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)  # UTC
+            for r in log_rows(root, "stamped", LOG_COLUMNS + ["timestamp"])}
+    consumer = KafkaConsumer("stamped", bootstrap_servers=boot, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    got = [(m.offset, m.timestamp_type, m.timestamp) for m in consumer]
+    consumer.close()
+    assert len(got) == 20
+    assert all(kind == 1 and ts == held[o] and ts > 1_000_000 for o, kind, ts in got), got
