@@ -23,10 +23,10 @@ from log_store.errors import (
     FencedLeaderEpochError, InvalidPartitionMetadataError, LakelogError, LeaderNotAvailableError,
     StaleProducerSequenceError, StorageError, TopicDeletedError, UnknownTopicError,
 )
-from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of
+from serve.placement import base_offsets, place_records
 from serve.producers import NO_PRODUCER, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
 
@@ -58,6 +58,7 @@ class Entry:
     producer: str | None = None  # the lakelog producer id of an idempotent batch
     first: int = -1  # its first sequence value, once judged
     size: int = 0
+    placed: np.ndarray | None = None  # the partition of each record, as the last attempt placed them
 
 
 @dataclass
@@ -194,9 +195,13 @@ class Batcher:
     def _fill(entries: list[Entry], outcomes: dict[int, Outcome], rest: Outcome) -> list[Outcome]:
         return [outcomes.get(id(e), rest) for e in entries]
 
-    def place(self, view: TopicView, entries: list[Entry]) -> list[int]:
-        """The partition each entry's records are appended to: the one the client addressed."""
-        return [e.partition for e in entries]
+    @staticmethod
+    def place(view: TopicView, entries: list[Entry]) -> list[np.ndarray]:
+        """The partition of each entry's records, under the count the append is fenced with
+        (``serve.placement``): keyed records where their key goes, unkeyed ones where addressed."""
+        count = view.snapshot.metadata.undeleted_partition_count
+        writable = view.writable()
+        return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable) for e in entries]
 
     def _judge(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> tuple[list[Entry], dict[str, int]]:
         """The entries to append now, and the mark each producer's rows are numbered after; the
@@ -208,11 +213,9 @@ class Batcher:
         expected: dict[str, int] = {}
         running: dict[str, int] = {}
         for e in todo:
-            pm = meta.partitions.get(e.partition)
-            if e.partition not in writable:
-                gone = pm is None or pm.mode is Mode.NONE or e.partition >= len(meta.partitions)
-                outcomes[id(e)] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION" if gone else "NOT_LEADER_OR_FOLLOWER",
-                                          message=f"partition {e.partition} of {view.name} is not writable")
+            if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
+                outcomes[id(e)] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
+                                          message=f"partition {e.partition} of {view.name} does not exist")
                 continue
             if e.batch.producer_id == NO_PRODUCER:
                 accepted.append(e)
@@ -238,7 +241,9 @@ class Batcher:
     def _rows(self, view: TopicView, accepted: list[Entry]) -> pa.Table:
         records = rows_of([e.batch for e in accepted])
         counts = [e.batch.count for e in accepted]
-        partitions = np.repeat(np.array(self.place(view, accepted), dtype=np.int32), counts)
+        for e, parts in zip(accepted, self.place(view, accepted)):
+            e.placed = parts
+        partitions = np.concatenate([e.placed for e in accepted])
         producers = pa.array(np.repeat(np.array([e.producer for e in accepted], dtype=object), counts), pa.string())
         firsts = np.repeat(np.array([e.first for e in accepted], dtype=np.int64), counts)
         starts = np.repeat(np.cumsum([0] + counts[:-1]), counts)
@@ -249,13 +254,12 @@ class Batcher:
 
     def _answer(self, view: TopicView, path: str, accepted: list[Entry], ranges: dict[int, tuple[int, int]],
                 outcomes: dict[int, Outcome]) -> None:
-        """Each appended entry's base offset: its partition's range start plus the rows queued before it."""
-        next_offset = {p: start for p, (start, _end) in ranges.items()}
+        """Each appended entry's base offset: where its first record was placed, numbered after the
+        rows queued before it in that partition."""
         starts = view.snapshot.earliest_offsets()
-        for e, p in zip(accepted, self.place(view, accepted)):
-            base = next_offset[p]
-            next_offset[p] += e.batch.count
-            outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(p, 0))
+        placed = [e.placed for e in accepted]
+        for e, parts, base in zip(accepted, placed, base_offsets(placed, ranges)):
+            outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(int(parts[0]), 0))
             if e.producer is not None:
                 self._marks[(path, e.producer)] = e.first + e.batch.count - 1
                 self._remember((path, e.producer, e.first), base)
