@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from control_plane.controller import TopicController
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 TOPIC, BROKER = 2, 4  # Kafka's config resource types
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 DEFAULTS = TopicConfig().as_kafka()
+log = logging.getLogger("lakelog.serve")
 
 
 def controller(server: "Server") -> TopicController:
@@ -204,6 +206,7 @@ def _delete_records_one(server: "Server", topic) -> dict:
             {"partition_index": p, "error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION") if p in unknown else 0,
              "low_watermark": -1 if p in unknown else changes.get(p, view.snapshot.first_offset(p))} for p in wanted]}
     except LakelogError as exc:
+        log.warning("delete-records of %s refused: %s", topic.name, exc)
         code = code_of("OFFSET_OUT_OF_RANGE") if isinstance(exc, OffsetCheckError) else code_of(exc)
         return {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
                                                     "low_watermark": -1} for p in topic.partitions]}

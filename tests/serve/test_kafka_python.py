@@ -97,7 +97,8 @@ def test_a_log_append_time_topic_answers_batches_marked_with_the_append_time(ser
         producer.send("stamped", value=b"v%d" % i, timestamp_ms=1_000 + i)
     producer.flush()
     producer.close()
-    held = {r["offset"]: round(r["timestamp"].replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)  # UTC
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)  # the log's times are UTC
+    held = {r["offset"]: (r["timestamp"].replace(tzinfo=datetime.timezone.utc) - epoch) // datetime.timedelta(milliseconds=1)
             for r in log_rows(root, "stamped", LOG_COLUMNS + ["timestamp"])}
     consumer = KafkaConsumer("stamped", bootstrap_servers=boot, auto_offset_reset="earliest", consumer_timeout_ms=3000)
     got = [(m.offset, m.timestamp_type, m.timestamp) for m in consumer]
