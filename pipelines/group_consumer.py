@@ -23,7 +23,7 @@ from control_plane.records import TopicPartition
 from control_plane.settings import GroupSettings
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
-from log_store.errors import IllegalGenerationError, LeaderNotAvailableError, SinkConflictError
+from log_store.errors import IllegalGenerationError, LeaderNotAvailableError, SinkConflictError, StorageError
 from pipelines.consumer import Consumer, Handler
 from pipelines.member_positions import MemberPositions
 
@@ -172,16 +172,26 @@ class GroupConsumer:
 
     def _riding_out_a_lost_leader(self, step, pause: float, patience_s: float = 300.0):
         """``step()``, tried again while a replicated topic's leader log cannot be read (its root
-        lost, an election under way), as Kafka's consumer waits for a partition's new leader;
-        any other failure, or one that lasts past ``patience_s``, is raised."""
+        lost, an election under way), as Kafka's consumer waits for a partition's new leader.
+
+        A failure lakelog gives as its own "wait" (LeaderNotAvailableError, StorageError) is
+        retried whatever the leader looks like now: the root may have come back, or the election
+        finished, between the failure and the look (campaign seed 810). Any other failure is
+        retried while the leader cannot be read, and once more after it can (the failure may
+        date from before); then raised. All are raised past ``patience_s``."""
         deadline = time.monotonic() + patience_s
+        tried_readable = False
         while True:
             try:
                 return step()
-            except Exception:
-                if (not self.consumer.replicated or time.monotonic() > deadline
-                        or self.consumer.leader_readable()):
+            except Exception as exc:
+                if not self.consumer.replicated or time.monotonic() > deadline:
                     raise
+                if not isinstance(exc, (LeaderNotAvailableError, StorageError)) and self.consumer.leader_readable():
+                    if tried_readable:
+                        raise
+                    tried_readable = True
+                    continue
                 time.sleep(pause)
 
     def _idle(self) -> bool:
