@@ -128,6 +128,42 @@ def test_positions_recovered_from_the_sink_are_committed_without_a_new_batch(spa
     assert seen == ends, f"offsets {seen} lag the sink {ends}"
 
 
+def test_positions_moved_by_a_sink_conflict_are_committed_without_a_new_batch(spark, root):
+    """Campaign seed 800: a member fenced out of its generation wrote its next batch into the sink
+    after the new owner took the partitions over; the owner's next batch lost on the sink
+    (SinkConflictError), it moved to the sink's positions, had nothing new to deliver, and
+    committed no offsets until it left: the group's offsets lagged its sink (no drain for 120 s)."""
+    topic, sink = "sinkconflict", f"{root}/sink"
+    TopicAdmin(spark, root).create(topic, 2)
+    Producer(spark, root, topic, "p").send(make_records(spark, 100, keys=20))
+    from pipelines.consumer import Consumer
+
+    former = Consumer(spark, root, topic, "g")  # the fenced member: writes the sink, commits no offsets
+    former.ensure_sink(sink)
+    former.gate.enabled = False
+    ends = former.log.log_end_offsets()
+    member = GroupConsumer(spark, root, topic, "g", ConsumerSettings(max_records_per_batch=20), SETTINGS, "m")
+    seen: dict = {}
+    deadline = time.monotonic() + 90
+
+    def former_writes_the_rest(_ranges, _delivered) -> None:
+        if not seen:
+            seen["former"] = bool(former.deliver(dict(member.positions), 1000, sink))
+
+    def once_at_the_ends() -> bool:  # checked before the member leaves (leaving commits too)
+        if member.positions == ends:
+            seen["committed"] = member.consumer.offsets.committed("g", topic)
+            return True
+        return time.monotonic() > deadline
+
+    result = member.run(sink_path=sink, idle_timeout_s=1e9, stop=once_at_the_ends,
+                        on_batch=former_writes_the_rest)
+    assert seen.get("former") and result.records == 20, f"one batch, then the former's: {seen}, {result}"
+    assert seen.get("committed") == ends, f"offsets {seen.get('committed')} lag the sink {ends}"
+    rows = spark.read.format("delta").load(sink).select("partition", "offset").distinct().count()
+    assert rows == sum(ends.values()) == 100
+
+
 def test_a_member_publishes_watched_positions_when_assigned_before_delivering(spark, root):
     """Rule 10's "the first time": positions others' gates wait on are published on assignment,
     not only after a delivery; a member held by a gate itself delivers nothing (seed 44)."""
