@@ -223,6 +223,19 @@ def install_format_side(spark: SparkSession, side, root: str | None) -> bool:
     return bool(bridge.install(side))
 
 
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the JVM thread behind the calling Python thread.
+
+    Spark keeps the active session per JVM thread; a thread without one falls back to the JVM's
+    default session, which is whichever session a process last attached (``attach``) or built,
+    with that session's SQL conf. Some of Delta's paths read only the thread's own active session
+    and fail with DELTA_SPARK_SESSION_NOT_SET. So every thread lakelog starts to talk to Delta
+    (a server's pool, a heartbeat thread) calls this first. No-op on Spark Connect."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is not None and getattr(spark, "_jsparkSession", None) is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
 _ATTACHED: dict[str, SparkSession] = {}
 
 
@@ -247,5 +260,13 @@ def attach(gateway: str) -> SparkSession:
         jvm = gw.jvm
         jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
         sc = SparkContext(gateway=gw, jsc=jsc)
-    _ATTACHED[gateway] = SparkSession(sc, jsparkSession=sc._jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession())
-    return _ATTACHED[gateway]
+    jclass = sc._jvm.org.apache.spark.sql.SparkSession
+    host_default = jclass.getDefaultSession()
+    session = SparkSession(sc, jsparkSession=jclass.builder().getOrCreate().newSession())
+    # PySpark made the new session the JVM's default; the host's threads without an active
+    # session of their own would then run with this process's SQL conf: give it back.
+    if host_default.isDefined():
+        jclass.setDefaultSession(host_default.get())
+    activate(session)
+    _ATTACHED[gateway] = session
+    return session

@@ -20,6 +20,7 @@ from log_store import rs_reader
 from log_store.engine import app_versions, table_version
 from log_store.files import reads_with_delta_rs
 from log_store.names import producer_app_id
+from log_store.session import activate
 from log_store.errors import LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
@@ -56,7 +57,8 @@ class ServeContext:
         self.root = root
         self.settings = settings
         self.admin = TopicAdmin(spark, root)
-        self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve")
+        self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve",
+                                       initializer=activate, initargs=(spark,))
         self._snaps: dict[str, tuple[int, LogSnapshot, str]] = {}  # log path -> (version, snapshot, topic id)
         self._lock = threading.Lock()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read, monotonic)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from control_plane.settings import ControllerSettings
+from log_store.session import activate
 from serve.cluster import Broker, Cluster
 from serve.context import ServeContext
 from serve.security import allowed, scram_credentials, tls_context, tls_principal
@@ -166,6 +167,7 @@ class Server:
         self._loop = asyncio.new_event_loop()
 
         def main() -> None:
+            activate(self.ctx.spark)
             asyncio.set_event_loop(self._loop)
             self._loop.run_until_complete(self.start())
             ready.set()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from control_plane.group.store import GroupTables
+from log_store.session import activate
 
 
 class Heartbeats:
@@ -52,6 +53,7 @@ class Heartbeats:
         A member stuck longer than the rebalance timeout is still left out of the next generation."""
 
         def loop() -> None:
+            activate(self.tables.spark)
             while not self._stopped.wait(self.interval / 2):
                 if active() and self.due():
                     try:
