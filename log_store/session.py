@@ -224,7 +224,7 @@ def install_format_side(spark: SparkSession, side, root: str | None) -> bool:
 
 
 def activate(spark: SparkSession) -> None:
-    """Make ``spark`` the active session of the JVM thread behind the calling Python thread.
+    """Make ``spark`` (if any) the active session of the JVM thread behind the calling Python thread.
 
     Spark keeps the active session per JVM thread; a thread without one falls back to the JVM's
     default session, which is whichever session a process last attached (``attach``) or built,

@@ -8,6 +8,8 @@ from control_plane.group.heartbeat import Heartbeats
 
 
 class FakeTables:
+    spark = None  # no Spark: activate() has nothing to do
+
     def __init__(self) -> None:
         self.ticks: list[tuple[str, str, int]] = []
 
