@@ -4,6 +4,8 @@ reading and writing a lakelog topic through ``lakelog serve``: the same records 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from control_plane.controller import TopicController
@@ -100,3 +102,33 @@ def test_sparks_kafka_source_across_a_shrink_fails_loudly_or_reads_everything(sp
         assert spark.read.format("delta").load(sink).count() == first  # nothing committed past the loss
         return
     assert kafka_rows(spark.read.format("delta").load(sink)) == logged(root, "orders")
+
+
+def test_a_long_running_kafka_query_follows_records_and_a_grow_as_they_come(spark, served, root, tmp_path):
+    """A query on a processing-time trigger, left running while a producer writes through the
+    server and the topic grows: every record reaches its sink once, the grown partitions too."""
+    boot = bootstrap(served)
+    TopicAdmin(spark, root).create("orders", 2)
+    sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", boot).option("subscribe", "orders")
+             .option("startingOffsets", "earliest").load().select(*COLUMNS)
+             .writeStream.format("delta").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="1 second").start(sink))
+    try:
+        Producer(spark, root, "orders", "p").send(make_records(spark, 100, keys=40))
+        TopicController(spark, root).alter("orders", 4)
+        Producer(spark, root, "orders", "p").send(make_records(spark, 100, keys=40, start=100))
+        deadline = time.monotonic() + 120
+        while True:
+            assert query.exception() is None, query.exception()
+            landed = spark.read.format("delta").load(sink).count() if (tmp_path / "sink" / "_delta_log").exists() else 0
+            if landed >= 200:
+                break
+            assert time.monotonic() < deadline, f"{landed} of 200 records after 120 s"
+            time.sleep(1)
+    finally:
+        query.stop()
+    streamed = spark.read.format("delta").load(sink)
+    assert streamed.count() == 200
+    assert kafka_rows(streamed) == logged(root, "orders")
+    assert {r[2] for r in logged(root, "orders")} == set(range(4))
