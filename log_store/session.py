@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 
 from log_store.config import PROJECT_ROOT, SparkSettings
-from log_store.engine import _PACKAGES, INTERNALS_CONF, jvm_json
+from log_store.engine import INTERNALS_CONF, forget_session, jvm_json
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
@@ -136,7 +136,7 @@ def build_session(settings: SparkSettings) -> SparkSession:
     if settings.mode == "databricks":
         spark = builder.getOrCreate()
         spark.conf.set(INTERNALS_CONF, settings.delta_internals)
-        _PACKAGES.pop(id(spark), None)  # looked up again with the setting
+        forget_session(spark)  # Delta's classes looked up again with the setting
         return spark
     _check_java()
     conf = {**_BASE_CONF, INTERNALS_CONF: settings.delta_internals}
