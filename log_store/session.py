@@ -56,8 +56,8 @@ _SMALL_MASTER = "local[1]"
 # lakelog's log store (log_store/jvm, lakelog.storage): put-if-absent commits across processes.
 LOG_STORE_CLASS = "lakelog.storage.PutIfAbsentLogStore"
 # ... and its checkpoint file manager, which writes the files of a local table's _delta_log that
-# Delta writes through one (each commit's .crc) itself: Hadoop's local file system started six
-# processes for each (chmod, readlink), about half of a commit's time. Other files are Spark's.
+# Delta writes through one (each commit's .crc) itself: Hadoop's local file system starts about ten
+# processes for each (chmod, readlink). Other files are Spark's.
 CHECKPOINT_MANAGER_CLASS = "lakelog.storage.LocalCheckpointFileManager"
 CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 JVM_JAR = "lakelog-jvm.jar"

@@ -19,7 +19,7 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedChe
  * Structured Streaming its checkpoints), with files on a local disk written by {@link
  * LocalPublisher} rather than through Hadoop's local file system: without Hadoop's native library
  * that file system starts a process for every permission it sets and every link it reads
- * ({@code chmod}, {@code readlink}), six for each {@code .crc}, and starting a process from a JVM
+ * ({@code chmod}, {@code readlink}), about ten for each {@code .crc}, and starting a process from a JVM
  * costs about as much as the rest of a Delta commit. The file appears whole (a hard link from a
  * complete file, or an atomic rename when overwriting), as Spark's rename-based manager promises:
  * put-if-absent unless overwriting, as {@link PutIfAbsentLogStore}'s commits. Only files directly in
