@@ -212,6 +212,7 @@ class Batcher:
         accepted: list[Entry] = []
         expected: dict[str, int] = {}
         running: dict[str, int] = {}
+        self._read_marks(path, [e for e in todo if e.partition in meta.partitions and writable])
         for e in todo:
             if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
                 outcomes[id(e)] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
@@ -223,7 +224,7 @@ class Batcher:
             pid = lakelog_producer_id(e.batch.producer_id, e.partition)
             e.producer = pid
             if pid not in running:
-                running[pid] = self._mark(path, pid)
+                running[pid] = self._marks[(path, pid)]
             verdict = judge(running[pid], e.batch.producer_epoch, e.batch.base_sequence, e.batch.count)
             if verdict.appends:
                 expected.setdefault(pid, running[pid])
@@ -276,12 +277,14 @@ class Batcher:
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
 
-    def _mark(self, path: str, pid: str) -> int:
-        """``pid``'s mark in the log at ``path``, as this server last saw it (read from the log once)."""
-        key = (path, pid)
-        if key not in self._marks:
-            self._marks[key] = self.ctx.producer_mark(path, pid)
-        return self._marks[key]
+    def _read_marks(self, path: str, entries: list[Entry]) -> None:
+        """The marks of the producers of ``entries`` this server has not seen yet, read from the log
+        in one read; the others stay as this server last saw them (the append checks them all)."""
+        new = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
+        new = [pid for pid in new if (path, pid) not in self._marks]
+        if new:
+            for pid, mark in self.ctx.producer_marks(path, new).items():
+                self._marks[(path, pid)] = mark
 
     def _duplicate(self, path: str, pid: str, first: int) -> Outcome:
         """A retried batch: answered with the offset its first record was written at."""

@@ -136,9 +136,12 @@ class ServeContext:
         return found, missing
 
     # -- producers and replicas (called on the pool) ---------------------------------------
-    def producer_mark(self, path: str, producer_id: str) -> int:
-        """``producer_id``'s mark in the log at ``path`` (-1: it has written nothing there)."""
-        return app_versions(self.spark, path).get(producer_app_id(producer_id), -1)
+    def producer_marks(self, path: str, producer_ids: list[str]) -> dict[str, int]:
+        """Each of ``producer_ids``' mark in the log at ``path`` (-1: it has written nothing there),
+        all from one read of the log's application versions (a read costs about as much for one id
+        as for all of them, and a group commit may meet hundreds of new producers at once)."""
+        known = app_versions(self.spark, path)
+        return {pid: known.get(producer_app_id(pid), -1) for pid in producer_ids}
 
     def offset_of(self, path: str, producer_id: str, sequence: int) -> int | None:
         """The offset of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
