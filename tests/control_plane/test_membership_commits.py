@@ -83,10 +83,12 @@ def test_the_fence_rises_with_the_leaders_claims_and_revocations_share_the_adopt
             assert CommitKind.ACQUIRE.value in kinds, f"a's revocation at version {version} stands alone: {kinds}"
 
 
-def test_group_tables_checkpoint_every_hundred_commits(spark, root):
+def test_group_and_server_tables_checkpoint_every_hundred_commits(spark, root):
     """A checkpoint is written by the committer whose commit lands on its version, before that
-    commit returns: on the group tables, every 10th commit put one inside a rebalance."""
+    commit returns: on the group tables, every 10th commit put one inside a rebalance; on the
+    servers table, a server's heartbeat every second made it use most of a core idle."""
     tables = ControlTables(spark, RootLayout(root))
     tables.ensure()
-    for name in ("offset_commits", "group_members", "group_generations", "group_heartbeats"):
+    tables.ensure_table("servers")
+    for name in ("offset_commits", "group_members", "group_generations", "group_heartbeats", "servers"):
         assert RsTable(tables.path(name)).metadata().configuration.get("delta.checkpointInterval") == "100", name
