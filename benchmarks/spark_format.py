@@ -1,6 +1,7 @@
 """format("lakelog") against Spark's own Delta source and sink on the same rows, in one run.
 
     .venv/bin/python benchmarks/spark_format.py [--records 1000000] [--partitions 8,64] [--latency-runs 20]
+        [--cases stream,batch,write,latency,small] [--profile DIR]
 
 Cases (each lakelog figure next to raw Delta's on the same rows; ratio = raw time / lakelog time,
 so 1.0 is parity and higher is better for lakelog):
@@ -9,10 +10,13 @@ so 1.0 is parity and higher is better for lakelog):
 - batch read: spark.read.format("lakelog") of the topic against spark.read.format("delta") of the
   same rows (both written to the noop sink, so every row is read);
 - write: df.write.format("lakelog") against df.write.format("delta") of the same rows;
-- latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95;
+- latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95, beside a raw
+  100-row Delta append to visible through readStream.format("delta") into a Delta sink;
 - small produces: a 100-record produce (``Producer.send``) from local rows, from a filter of a
   cached 500k-row DataFrame and from a file read, against a raw 100-row Delta append, alternated,
   p50 each (ratio = lakelog / raw here: 1.5 is the aim).
+``--cases`` runs some of them (the bulk cases write the topic either way); ``--profile DIR`` also
+writes where each case's time went (``benchmarks/spark_profile.py``) to DIR/profile.txt.
 Prints a table and writes the figures as JSON to benchmarks/out/.
 """
 
@@ -43,14 +47,27 @@ from log_store.session import build_session  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
 from pipelines.settings import ProducerSettings  # noqa: E402
 from pipelines.spark import register  # noqa: E402
+from pipelines.spark.bridge import FormatSide  # noqa: E402
+from spark_profile import Profile, event_log_conf  # noqa: E402
+
+ALL_CASES = ("stream", "batch", "write", "latency", "small")
 
 console = Console(stderr=True)
 
 
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+PROFILE: Profile | None = None
+
+
+def timed(fn, case: str | None = None):
+    """Seconds ``fn`` took (inside ``case``'s profile window when profiling)."""
+    if PROFILE is None or case is None:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    with PROFILE.window(case, python=True):
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
 
 
 def rows(spark, n: int, keys: int = 10_000, value_bytes: int = 100, start: int = 0):
@@ -65,29 +82,36 @@ def stream_into(spark, reader, sink: str, checkpoint: str) -> None:
         .trigger(availableNow=True).start(sink).awaitTermination()
 
 
-def bulk_cases(spark, root: str, work: Path, n: int, partitions: int) -> list[dict]:
+def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_CASES) -> list[dict]:
     topic = f"bench-{partitions}"
     TopicAdmin(spark, root).create(topic, partitions)
     data = rows(spark, n).persist()
     data.count()
     raw = str(work / f"raw-{partitions}")
     out = []
-    # write: lakelog's sink against a plain Delta append of the same rows
-    t_raw = timed(lambda: data.write.format("delta").mode("append").save(raw))
-    t_ll = timed(lambda: data.write.format("lakelog").option("root", root).option("topic", topic).mode("append").save())
-    out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
-    # batch read of everything
-    t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save())
-    t_ll = timed(lambda: spark.read.format("lakelog").option("root", root).option("subscribe", topic).load()
-                 .write.format("noop").mode("overwrite").save())
-    out.append({"case": f"batch read {n:,} <- {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
-    # a stream of everything into a Delta sink, availableNow
-    t_raw = timed(lambda: stream_into(spark, spark.readStream.format("delta").load(raw),
-                                      str(work / f"raw-sink-{partitions}"), str(work / f"raw-ck-{partitions}")))
-    t_ll = timed(lambda: stream_into(
-        spark, spark.readStream.format("lakelog").option("root", root).option("subscribe", topic).option("startingOffsets", "earliest").load(),
-        str(work / f"ll-sink-{partitions}"), str(work / f"ll-ck-{partitions}")))
-    out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow", "lakelog_s": t_ll, "delta_s": t_raw})
+    tag = f"{n} <- {partitions}"
+    # write: lakelog's sink against a plain Delta append of the same rows (the other cases read them)
+    t_raw = timed(lambda: data.write.format("delta").mode("append").save(raw), f"delta write {tag}")
+    t_ll = timed(lambda: data.write.format("lakelog").option("root", root).option("topic", topic).mode("append").save(),
+                 f"lakelog write {tag}")
+    if "write" in cases:
+        out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+    if "batch" in cases:  # batch read of everything
+        t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save(),
+                      f"delta batch read {tag}")
+        t_ll = timed(lambda: spark.read.format("lakelog").option("root", root).option("subscribe", topic).load()
+                     .write.format("noop").mode("overwrite").save(), f"lakelog batch read {tag}")
+        out.append({"case": f"batch read {n:,} <- {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+    if "stream" in cases:  # a stream of everything into a Delta sink, availableNow
+        t_raw = timed(lambda: stream_into(spark, spark.readStream.format("delta").load(raw),
+                                          str(work / f"raw-sink-{partitions}"), str(work / f"raw-ck-{partitions}")),
+                      f"delta stream {tag}")
+        t_ll = timed(lambda: stream_into(
+            spark, spark.readStream.format("lakelog").option("root", root).option("subscribe", topic)
+            .option("startingOffsets", "earliest").load(),
+            str(work / f"ll-sink-{partitions}"), str(work / f"ll-ck-{partitions}")), f"lakelog stream {tag}")
+        out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow", "lakelog_s": t_ll,
+                    "delta_s": t_raw})
     data.unpersist()
     for r in out:
         r["ratio"] = r["delta_s"] / r["lakelog_s"]
@@ -104,29 +128,56 @@ def _rows_in(sink: str) -> int:
 
 def latency(spark, root: str, work: Path, runs: int) -> dict:
     """A running stream (processing-time trigger, no wait between batches) into a Delta sink:
-    from the start of a 100-record produce until the sink's latest version holds them."""
+    from the start of a 100-record produce until the sink's latest version holds them; beside
+    it, the same from a raw 100-row Delta append through ``readStream.format("delta")``."""
     topic = "bench-latency"
     TopicAdmin(spark, root).create(topic, 8)
     producer = Producer(spark, root, topic, "lat", ProducerSettings())
-    sink = str(work / "lat-sink")
-    query = (spark.readStream.format("lakelog").option("root", root).option("subscribe", topic).option("startingOffsets", "earliest").load()
-             .writeStream.format("delta").option("checkpointLocation", str(work / "lat-ck"))
-             .trigger(processingTime="0 seconds").start(sink))
+    lakelog = _visible(spark, work / "lat", runs, lambda i: producer.send(rows(spark, 100, start=i * 100)),
+                       spark.readStream.format("lakelog").option("root", root).option("subscribe", topic)
+                       .option("startingOffsets", "earliest"), "latency")
+    raw_table = str(work / "lat-raw-table")
+    rows(spark, 0).write.format("delta").save(raw_table)
+    raw = _visible(spark, work / "lat-raw", runs,
+                   lambda i: rows(spark, 100, start=i * 100).write.format("delta").mode("append").save(raw_table),
+                   spark.readStream.format("delta"), "latency raw", raw_table)
+    return {"case": "100-record produce to visible in a running stream's sink", **lakelog,
+            "raw": raw, "runs": runs}
+
+
+def _visible(spark, work: Path, runs: int, produce, reader, case: str, load: str | None = None) -> dict:
+    """p50 / p95 of ``produce(i)`` until a running stream of ``reader`` has it in its Delta sink,
+    with the median split of Spark's triggers (``durationMs``) with and without rows."""
+    sink = str(work / "sink")
+    query = ((reader.load(load) if load else reader.load()).writeStream.format("delta")
+             .option("checkpointLocation", str(work / "ck")).trigger(processingTime="0 seconds").start(sink))
     seen, produce_s, visible = 0, [], []
+    window = PROFILE.window(case) if PROFILE is not None else None
     try:
+        if window:
+            window.__enter__()
         for i in range(runs):
             start = time.perf_counter()
-            producer.send(rows(spark, 100, start=i * 100))
+            produce(i)
             produce_s.append(time.perf_counter() - start)
             seen += 100
             while _rows_in(sink) < seen:
                 time.sleep(0.02)
             visible.append(time.perf_counter() - start)
     finally:
+        if window:
+            window.__exit__(None, None, None)
+        progress = [p.get("durationMs", {}) for p in query.recentProgress if p.get("numInputRows", 0)]
         query.stop()
     q = statistics.quantiles(visible, n=20)
-    return {"case": "100-record produce to visible in a running stream's sink", "p50_s": statistics.median(visible),
-            "p95_s": q[18], "produce_p50_s": statistics.median(produce_s), "runs": runs}
+    return {"p50_s": statistics.median(visible), "p95_s": q[18], "produce_p50_s": statistics.median(produce_s),
+            "trigger_ms_with_rows": _median_split(progress)}
+
+
+def _median_split(durations: list[dict]) -> dict[str, float]:
+    """The median of each part of Spark's trigger durations (``durationMs`` of query progress)."""
+    keys = sorted({k for d in durations for k in d})
+    return {k: statistics.median([d.get(k, 0) for d in durations]) for k in keys} if durations else {}
 
 
 def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
@@ -152,11 +203,11 @@ def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
     for i in range(runs + 5):  # the first five warm up
         for name, make in origins.items():
             df = make(i)
-            elapsed = timed(lambda: producer.send(df))
+            elapsed = timed(lambda: producer.send(df), f"small from {name}" if i >= 5 else None)
             if i >= 5:
                 times[name].append(elapsed)
         raw_df = spark.createDataFrame(local)
-        elapsed = timed(lambda: raw_df.write.format("delta").mode("append").save(raw))
+        elapsed = timed(lambda: raw_df.write.format("delta").mode("append").save(raw), "small raw" if i >= 5 else None)
         if i >= 5:
             times["raw"].append(elapsed)
     big.unpersist()
@@ -171,32 +222,54 @@ def main() -> None:
     parser.add_argument("--partitions", default="8,64")
     parser.add_argument("--latency-runs", type=int, default=20)
     parser.add_argument("--small-runs", type=int, default=20)
+    parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"some of {','.join(ALL_CASES)}")
+    parser.add_argument("--profile", help="a folder for where the time went (event log, bridge calls, cProfile)")
     parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
     args = parser.parse_args()
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(cases) - set(ALL_CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}: give some of {', '.join(ALL_CASES)}")
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
     root = str(work / "root")
-    spark = build_session(SparkSettings())
+    extra = {}
+    global PROFILE
+    if args.profile:
+        PROFILE = Profile(Path(args.profile))
+        PROFILE.wrap_side(FormatSide)
+        extra = event_log_conf(Path(args.profile))
+    spark = build_session(SparkSettings(conf=extra))
     register(spark, root)
+    results, lat, small = [], None, []
     try:
         console.print("warming up (not timed) ...")
         bulk_cases(spark, str(work / "warm"), work / "warm-data", 20_000, 2)
-        results = []
-        for p in [int(x) for x in args.partitions.split(",")]:
+        if PROFILE is not None:
+            PROFILE.windows.clear()
+        for p in [int(x) for x in args.partitions.split(",")] if {"stream", "batch", "write"} & set(cases) else []:
             console.print(f"{args.records:,} records, {p} partitions ...")
-            results += bulk_cases(spark, root, work, args.records, p)
+            results += bulk_cases(spark, root, work, args.records, p, cases)
             console.print(results[-3:])
-        lat = latency(spark, root, work, args.latency_runs)
-        small = small_produces(spark, root, work, args.small_runs)
+        if "latency" in cases:
+            lat = latency(spark, root, work, args.latency_runs)
+            console.print(lat)
+        if "small" in cases:
+            small = small_produces(spark, root, work, args.small_runs)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+    if PROFILE is not None:
+        console.print(f"profile: {PROFILE.write()}")
     table = Table(title="format('lakelog') against Spark's Delta source and sink (ratio: Delta time / lakelog time)")
     for col in ("case", "lakelog s", "Delta s", "ratio"):
         table.add_column(col)
     for r in results:
         table.add_row(r["case"], f"{r['lakelog_s']:.2f}", f"{r['delta_s']:.2f}", f"{r['ratio']:.2f}")
-    table.add_row(lat["case"], f"p50 {lat['p50_s']:.2f} / p95 {lat['p95_s']:.2f}",
-                  f"(produce p50 {lat['produce_p50_s']:.2f})", "")
+    if lat:
+        raw = lat["raw"]
+        table.add_row(lat["case"], f"p50 {lat['p50_s']:.2f} / p95 {lat['p95_s']:.2f} (produce p50 {lat['produce_p50_s']:.2f})",
+                      f"raw append to format('delta') stream p50 {raw['p50_s']:.2f} / p95 {raw['p95_s']:.2f} "
+                      f"(append p50 {raw['produce_p50_s']:.2f})", f"{lat['p50_s'] / raw['p50_s']:.2f}x raw")
     for r in small:
         table.add_row(r["case"], f"p50 {r['lakelog_p50_s']:.3f}", f"raw append p50 {r['raw_p50_s']:.3f}",
                       f"{r['lakelog_p50_s'] / r['raw_p50_s']:.2f}x raw")
@@ -205,7 +278,7 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     Path(args.json_out or out / f"spark_format-{stamp}.json").write_text(json.dumps(
-        {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records,
+        {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records, "load": os.getloadavg(),
          "results": results, "latency": lat, "small_produces": small}, indent=2))
 
 

@@ -261,11 +261,13 @@ def record_of(path: str, producer_id: str, sequence: int, storage: Storage = Non
 class RangeFiles(NamedTuple):
     """The data files of a log that hold some offset ranges, for Spark's Parquet reader: their
     paths, the folder partition values are read from (``base``), and the table's schema as
-    Spark's JSON."""
+    Spark's JSON; each file's size and modification time (ms), as the log records them."""
 
     base: str
     paths: list[str]
     schema: dict
+    sizes: tuple[int, ...] = ()
+    times: tuple[int, ...] = ()
 
 
 _NEEDS_DELTA = ("delta.enableDeletionVectors", "delta.columnMapping.mode")
@@ -284,7 +286,7 @@ def range_files(path: str, version: int, spans: list[tuple[int, int, int]], stor
         adds = pa.table(table.get_add_actions(flatten=True))
     names = set(adds.column_names)
     rows = adds.to_pydict()
-    paths = []
+    paths, sizes, times = [], [], []
     for i, rel in enumerate(rows["path"]):
         lo_off, hi_off = rows["min.offset"][i], rows["max.offset"][i]
         if "partition.partition" in names:
@@ -294,5 +296,8 @@ def range_files(path: str, version: int, spans: list[tuple[int, int, int]], stor
         for p, s, e in spans:
             if (lo_p is None or lo_p <= p <= hi_p) and (lo_off is None or (lo_off < e and hi_off >= s)):
                 paths.append(f"{path.rstrip('/')}/{unquote(rel)}")
+                sizes.append(int(rows["size_bytes"][i]))
+                times.append(int(rows["modification_time"][i]))
                 break
-    return RangeFiles(base=path, paths=paths, schema=json.loads(table.schema().to_json()))
+    return RangeFiles(base=path, paths=paths, schema=json.loads(table.schema().to_json()),
+                      sizes=tuple(sizes), times=tuple(times))

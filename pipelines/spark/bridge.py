@@ -17,6 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from log_store.engine import jvm_json
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, list_names, local_path, read_file, write_file
 from log_store.frames import frame_of
@@ -72,6 +73,19 @@ class _Stream:
         return self.first
 
 
+def _as_dict(spark, options) -> dict[str, str]:
+    """The JVM's options map as a dict in one py4j call (``jvm_json``): iterated through py4j it
+    costs a call a key and a converted Java exception at its end, about 60 ms a map."""
+    if isinstance(options, dict):
+        return dict(options)
+    return {str(k): str(v) for k, v in jvm_json(spark, options).items()}
+
+
+def _as_list(spark, names) -> list[str]:
+    """A JVM array of names as a list, in one py4j call (``_as_dict``)."""
+    return [str(n) for n in (names if isinstance(names, (list, tuple)) else jvm_json(spark, names))]
+
+
 def _text(offset: StreamOffset) -> str:
     """An offset's JSON as Spark keeps and compares it: one canonical text."""
     return json.dumps(offset.to_json(), separators=(",", ":"))
@@ -92,7 +106,7 @@ class FormatSide:
 
     # -- reads ---------------------------------------------------------------------------------------
     def _planner(self, options, streaming: bool) -> Planner:
-        given = dict(options)
+        given = _as_dict(self.spark, options)
         default = given.pop(DEFAULT_ROOT, None)
         opts = parse_source_options(given, streaming=streaming)
         if opts.group and not streaming:
@@ -112,7 +126,7 @@ class FormatSide:
         partitions must exist, so a bad read fails at ``load()``, not in a stream's first batch."""
         planner = self._planner(options, streaming)
         planner.bounds(planner.topics())
-        return self.spark.createDataFrame([], source_schema(planner.opts.include_headers)).schema.json()
+        return source_schema(planner.opts.include_headers).json()
 
     def open(self, source: str, options, metadata_path: str) -> int:
         planner = self._planner(options, True)
@@ -157,7 +171,7 @@ class FormatSide:
     def read(self, options, columns) -> object:
         planner = self._planner(options, False)
         start, end = planner.batch_range()
-        return self._frame(planner, planner.reads(start, end)).select(*[str(c) for c in columns])._jdf
+        return self._frame(planner, planner.reads(start, end)).select(*_as_list(self.spark, columns))._jdf
 
     def _frame(self, planner: Planner, reads):
         opts = planner.opts
@@ -166,7 +180,7 @@ class FormatSide:
 
     # -- writes --------------------------------------------------------------------------------------
     def write(self, options, data, batch_id: int, mode: str) -> None:
-        given = dict(options)
+        given = _as_dict(self.spark, options)
         default = given.pop(DEFAULT_ROOT, None)
         sink.write(self.spark, given, default, frame_of(self.spark, data), None if batch_id < 0 else int(batch_id), mode)
 

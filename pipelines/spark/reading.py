@@ -4,8 +4,9 @@ topic's partitions at one log version) as a DataFrame of Spark's Kafka source's 
 Two ways, by where the log is (``Planner.spark_reads``):
 
 - **Spark's Parquet reader** (local roots, and S3 roots the session's S3A reaches): the log's files
-  that hold the ranges, listed from the log's Delta snapshot with delta-rs, read by Spark with an
-  offset filter; rows never pass through Python, as with Delta's own source. A log whose files
+  that hold the ranges, listed from the log's Delta snapshot with delta-rs (with their sizes, so
+  Spark lists nothing: ``lakelog.spark.KnownFiles``), read by Spark with an offset filter; rows
+  never pass through Python, as with Delta's own source. A log whose files
   need Delta's reader (deletion vectors, column mapping) goes the second way.
 - **delta-rs in Spark's Python workers** (Google Cloud Storage, Azure, S3 credentials given to
   delta-rs only; ``minPartitions`` and ``maxRecordsPerPartition``, which cut ranges by offset):
@@ -15,6 +16,7 @@ Two ways, by where the log is (``Planner.spark_reads``):
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,25 +24,31 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+)
 
 from log_store import rs_reader
+from log_store.engine import jvm
 from log_store.errors import LakelogError
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.read_ranges import range_filter
 from log_store.timestamp_types import CODES, TimestampTypes
 from pipelines.spark.tasks import Span, plan_tasks
 
-# Spark's Kafka source's columns, then the record's leader epoch.
-KAFKA_COLUMNS = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-                 "timestampType INT")
-HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-EPOCH_COLUMN = "leader_epoch INT"
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
-def source_schema(include_headers: bool) -> str:
-    return ", ".join([KAFKA_COLUMNS, *([HEADERS_COLUMN] if include_headers else []), EPOCH_COLUMN])
+def source_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source's columns, then the record's leader epoch. Built in Python: a DDL
+    string is parsed in the JVM (a DataFrame and a dozen py4j calls, at every read's start)."""
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+              StructField("partition", IntegerType()), StructField("offset", LongType()),
+              StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType())]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType([*fields, StructField("leader_epoch", IntegerType())])
 
 
 class DataLossError(LakelogError):
@@ -64,7 +72,7 @@ class TopicRead:
 def frame(spark: SparkSession, reads: list[TopicRead], include_headers: bool, spark_reads: bool,
           min_partitions: int | None = None, max_records: int | None = None) -> DataFrame:
     """The records of ``reads`` in the source's columns (no order across tasks)."""
-    schema = spark.createDataFrame([], source_schema(include_headers)).schema
+    schema = source_schema(include_headers)
     reads = [r for r in reads if r.spans]
     if not reads:
         return spark.createDataFrame([], schema)
@@ -86,8 +94,11 @@ def _files_frame(spark: SparkSession, read: TopicRead, files: rs_reader.RangeFil
         return spark.createDataFrame([], source_schema(include_headers))
     table_schema = StructType.fromJson(files.schema)
     hadoop = _hadoop_uri  # Spark's S3 file system is S3A's: s3:// is read as s3a://
-    rows = (spark.read.schema(table_schema).option("basePath", hadoop(files.base)).parquet(*map(hadoop, files.paths))
-            .where(F.expr(range_filter({p: (s, e) for p, s, e in read.spans}))))
+    # Spark's reader over files the log lists with their sizes: none is looked up or listed again
+    known = "\n".join(f"{hadoop(p)}\t{n}\t{t}" for p, n, t in zip(files.paths, files.sizes, files.times))
+    scan = jvm(spark, "lakelog.spark.KnownFiles").parquet(spark._jsparkSession, hadoop(files.base), known,
+                                                          json.dumps(files.schema))
+    rows = DataFrame(scan, spark).where(F.expr(range_filter({p: (s, e) for p, s, e in read.spans})))
     columns: list[Column] = [
         F.col("key"), F.col("value"), F.lit(read.topic).alias("topic"), F.col("partition").cast("int").alias("partition"),
         F.col("offset"), F.col("timestamp").cast("timestamp").alias("timestamp"),
