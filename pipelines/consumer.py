@@ -140,6 +140,7 @@ class Consumer:
         self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
         self.read_under: dict[int, int] = {}  # partition -> the leader epoch of the batch this process last delivered
         self._read_epoch = 0  # the leader epoch of the latest snapshot (a replicated topic's)
+        self._leader_ends: dict[int, int] = {}  # ... and its leader's log ends (not capped at the high watermark)
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -270,7 +271,9 @@ class Consumer:
             try:
                 if location != self.log.path:
                     self.log = self.gate.log = TopicLog.for_path(self.spark, location)
-                return self.log.snapshot()
+                snap = self.log.snapshot()
+                self._leader_ends = dict(snap.log_ends)
+                return snap
             except Exception as exc:
                 raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
                                               f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
@@ -296,7 +299,8 @@ class Consumer:
         election, a position past where the election cut the history it was read from raises
         ``LogTruncatedError`` (records it delivered are not the topic's any more); never a silent
         skip. The epoch a position was read under is this process's (a batch it delivered) or the
-        one committed with it; a position of unknown epoch is checked against the log end."""
+        one committed with it; a position of unknown epoch is checked against the leader's log end
+        (not the high watermark, which may step back below a position while nothing is lost)."""
         if self._replication is None:
             return
         history = self.admin.replica_history(self.topic)
@@ -312,7 +316,8 @@ class Consumer:
                     stored = (state.committed, state.epochs)
                 if stored[0].get(p) == pos and p in stored[1]:
                     epoch = rules.replica_epoch_at(rules.elect_epochs(records, p), stored[1][p])
-            cut = snap.log_ends.get(p, pos) if epoch is None else rules.cut_below(history, epoch, p)
+            end = self._leader_ends.get(p, snap.log_ends.get(p, pos))
+            cut = end if epoch is None else rules.cut_below(history, epoch, p)
             check_position(self.topic, p, pos, cut, f"group '{self.group}'")
 
     @property

@@ -12,7 +12,8 @@ An election of root N from state S (leader L, epoch E), each step one commit:
    only, it is recorded on the state that won (if N may still be elected there);
 5. finish: the topic's ``elect_leader`` record (its partition epochs bumped), once per election,
    then one commit at N that makes it the leader at E + 1 and applies that record, so every record
-   N takes carries a partition epoch no other history has.
+   N takes carries a partition epoch no other history has; only if N's log was fenced at E + 1
+   (by step 1 or 2: a root back from an older copy is not, and stays fenced).
 
 Killed before 4, nothing is decided: the election can be run again, and electing the named leader
 itself (``--leader`` it, ``--preferred``) un-fences it with a new epoch. Refused before 4 (the
@@ -148,7 +149,10 @@ def finish_election(ctx: "Replication", state: ReplicaState) -> None:
 
 def _lead(ctx: "Replication", state: ReplicaState) -> bool:
     """One commit at the elected log: it leads at the state's epoch with the topic's latest record
-    applied. Refused (False) if the log was told of a later epoch: this state is not the latest."""
+    applied. Refused (False) unless the log was fenced at exactly that epoch: told of a later one,
+    this state is not the latest; of an earlier one, it is not the log the election fenced and
+    handed over to (a root back from an older copy), and may lack what the epoch's start offsets
+    say it holds: electing it again truncates it to what it holds."""
     path = log_path(state, state.leader)
     record = ctx.admin.get(state.topic)
     epoch = state.leader_epoch
@@ -157,7 +161,7 @@ def _lead(ctx: "Replication", state: ReplicaState) -> bool:
         txn = open_log(ctx.spark, path)
         conf = txn.configuration()
         role = Role.of(conf)
-        if role.fence > epoch or role.leads_at(epoch):
+        if role.fence != epoch or role.leads_at(epoch):
             return False
         props, drop, ends = metadata_change(txn, conf, record) or ({}, [], {})
         props = {**props, REPLICA_ROLE_PROP: LEADER, REPLICA_EPOCH_PROP: str(epoch), REPLICA_DATA_EPOCH_PROP: str(epoch)}

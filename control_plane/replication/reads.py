@@ -5,7 +5,10 @@ A reader (a group member, a consumer, a ``format("lakelog")`` stream, ``read_par
 Kafka front door) reads the leader's log first, then the replica state, then the log ends of the
 other roots that acknowledge (the in-sync set and those joining it): the high watermark is what
 all of them hold of the current history (``rules.high_watermark``). Nothing above it is ever
-delivered, so a clean election never takes back a delivered record. An unclean election can;
+delivered, so a clean election never takes back a delivered record. A root that cannot be read
+counts with what this process last read of it (``known``): the high watermark holds while an
+in-sync root is cut off, and stops rising until the root leaves the set (Kafka's leader never
+lowers its high watermark). An unclean election can;
 a reader then finds its position past where that election cut the history it read (its
 position's leader epoch against the elections since, ``rules.cut_below``: Kafka's divergence
 check) and says so (``LogTruncatedError``).
@@ -56,9 +59,28 @@ class ReplicaReport(BaseModel):
     hint: str | None = None  # what to run, when something must be run
 
 
+# log path -> (log ends, data epoch) as this process last read them: what a root that cannot be
+# read now is known to hold. An in-sync root's log only grows within its history (its truncation
+# is ``rules.held``'s cap), so counting it with them never counts a record it lacks.
+_KNOWN: dict[str, tuple[dict[int, int], int]] = {}
+
+
+def known(path: str, ends: dict[int, int] | None, epoch: int | None) -> tuple[dict[int, int] | None, int | None]:
+    """``ends`` and ``epoch`` of the log at ``path`` as just read (remembered), or, when it could
+    not be read (``ends`` None), as this process last read them (None if never)."""
+    if ends is not None:
+        _KNOWN[path] = (dict(ends), epoch)
+        return ends, epoch
+    return _KNOWN.get(path, (None, None))
+
+
 def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus]) -> ReplicaReport:
-    ends = {f.root: f.log_ends for f in followers}
-    epochs = {f.root: f.leader_epoch for f in followers if f.leader_epoch is not None}
+    ends: dict[str, dict[int, int] | None] = {}
+    epochs: dict[str, int] = {}
+    for f in followers:
+        ends[f.root], epoch = known(log_path(state, f.root), f.log_ends, f.leader_epoch)
+        if epoch is not None:
+            epochs[f.root] = epoch
     return ReplicaReport(
         topic=state.topic, replica_version=state.replica_version, leader=state.leader,
         leader_epoch=state.leader_epoch, replicas=state.replicas, in_sync=state.in_sync, joining=state.joining,
@@ -73,6 +95,7 @@ def look(spark: SparkSession, state: ReplicaState, root: str, leader_ends: dict[
         seen = view(spark, log_path(state, root))
     except Exception as exc:
         return FollowerStatus(root=root, error=short(exc))
+    known(log_path(state, root), seen.log_ends, seen.data)
     return FollowerStatus(root=root, log_ends=seen.log_ends, leader_epoch=seen.data,
                           lag=rules.lag(leader_ends, seen.log_ends))
 
@@ -80,7 +103,7 @@ def look(spark: SparkSession, state: ReplicaState, root: str, leader_ends: dict[
 def high_watermark(spark: SparkSession, state: ReplicaState, leader_ends: dict[int, int]) -> dict[int, int]:
     """Per partition, what every acknowledging root holds of the current history: ``leader_ends``
     (read before ``state``) capped by the others' log ends, read now. A root that cannot be read
-    holds nothing a reader can count on."""
+    counts with what this process last read of it (``known``; nothing, if it never read it)."""
     def read(path: str) -> tuple[dict[int, int], int]:
         seen = view(spark, path)
         return seen.log_ends, seen.data
@@ -103,17 +126,21 @@ def high_watermark_with(state: ReplicaState, leader_ends: dict[int, int],
     ends: dict[str, dict[int, int] | None] = {}
     epochs: dict[str, int] = {}
     for root in rules.acknowledgers(state) - {state.leader}:
+        path = log_path(state, root)
         try:
-            ends[root], epochs[root] = read(log_path(state, root))
+            seen = read(path)
         except Exception:
-            ends[root] = None
+            seen = (None, None)
+        ends[root], epoch = known(path, *seen)
+        if epoch is not None:
+            epochs[root] = epoch
     return rules.high_watermark(state, leader_ends, ends, epochs)
 
 
 def check_position(topic: str, partition: int, position: int, cut: int | None, reader: str) -> None:
     """Raise ``LogTruncatedError`` when ``reader``'s next offset ``position`` on ``partition`` lies
     past ``cut``, where the history it read was cut (``rules.cut_below``: an unclean election took
-    back records it delivered), or past the log end when the epoch it read under is unknown."""
+    back records it delivered), or past the leader's log end when the epoch it read under is unknown."""
     back = rules.divergence(position, cut)
     if back is None:
         return

@@ -122,16 +122,19 @@ def may_join(state: Any, root: str, leader_ends_since: Ends, ends: Ends | None, 
 
 def truncation_points(state: Any, held_epoch: int) -> dict[int, int] | None:
     """Where a replica holding records of leader epoch ``held_epoch`` must truncate before copying
-    from the current leader: the start offsets of the first epoch after it, as its leader recorded
-    them (Kafka's leader-epoch rule: truncating to the high watermark alone can lose or diverge
-    records). None when it holds the current epoch."""
-    later = sorted((s for s in state.epoch_starts if s.epoch > held_epoch), key=lambda s: s.epoch)
+    from the current leader: the lowest start offset of the epochs after it, as their leaders
+    recorded them (Kafka's leader-epoch rule: truncating to the high watermark alone can lose or
+    diverge records). The lowest, not the first: an epoch whose leader held less than an earlier
+    epoch's start (an unclean election, or a root elected again from what it holds) cut the history
+    there, as Kafka's leader answers from its own epochs, which lack the one it never held. None
+    when it holds the current epoch."""
+    later = [s for s in state.epoch_starts if s.epoch > held_epoch]
     if not later:
         return None
     points: dict[int, int] = {}
-    for start in later:  # a partition created after that epoch began takes its first mention
+    for start in later:  # a partition created after that epoch began counts from its first mention
         for p, o in start.starts.items():
-            points.setdefault(p, o)
+            points[p] = min(o, points.get(p, o))
     return points
 
 

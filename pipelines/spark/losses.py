@@ -95,15 +95,17 @@ class Losses:
 
     def _diverged(self, topic: str, now: TopicNow, had: TopicOffset, positions: Positions) -> Positions:
         """Kafka's divergence check of a replicated topic's positions: after an unclean election, a
-        position past where it cut the history the stream read (``had.epoch``; unknown: the log
-        end) is data loss (``report``); without failOnDataLoss the stream goes back there."""
+        position past where it cut the history the stream read (``had.epoch``; unknown: the
+        leader's log end, not the high watermark, which may step back below a position while
+        nothing is lost) is data loss (``report``); without failOnDataLoss the stream goes back there."""
         from control_plane.replication import rules
 
         if not rules.unclean(list(now.history)):
             return positions
         out = dict(positions)
+        ends = now.leader_ends if now.leader_ends is not None else now.snap.log_ends
         for p, pos in sorted(positions.items()):
-            cut = (now.snap.log_ends.get(p, pos) if had.epoch is None
+            cut = (ends.get(p, pos) if had.epoch is None
                    else rules.cut_below(list(now.history), had.epoch, p))
             back = rules.divergence(pos, cut)
             if back is not None:

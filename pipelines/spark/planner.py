@@ -91,6 +91,7 @@ class TopicNow(NamedTuple):
     topic_id: str
     epoch: int | None = None  # a replicated topic's leader epoch when read (its log ends: the high watermark)
     history: tuple = ()  # ... and its replica states, oldest first (the divergence check reads them)
+    leader_ends: dict | None = None  # ... and its leader's log ends, not capped at the high watermark
 
 
 class Planner:
@@ -164,7 +165,8 @@ class Planner:
                 rows = states_of(rs_reader.rows(self.reader.layout.control("topic_replicas"), storage=self.storage))
             history = tuple(sorted((s for s in rows if s.topic == topic and s.incarnation == state.incarnation),
                                    key=lambda s: s.replica_version))
-            out[topic] = now._replace(snap=snap, epoch=state.leader_epoch, history=history)
+            out[topic] = now._replace(snap=snap, epoch=state.leader_epoch, history=history,
+                                      leader_ends=dict(now.snap.log_ends))
         return out
 
     def location(self, topic: str) -> str:

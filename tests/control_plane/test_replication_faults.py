@@ -36,6 +36,21 @@ def offsets_held(path: str) -> list[tuple[int, int]]:
     return sorted((r["partition"], r["offset"]) for r in rows)
 
 
+def elect_killed_at(monkeypatch, replication: Replication, topic: str, root: str, point: str) -> None:
+    """``replication.elect(topic, root)`` in a process killed at crash point ``point``: nothing of
+    it runs after."""
+    real_crash_point = election.crash_point
+
+    def killed(name):
+        if name == point:
+            raise RuntimeError(f"killed at {point}")
+
+    monkeypatch.setattr(election, "crash_point", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        replication.elect(topic, root)
+    monkeypatch.setattr(election, "crash_point", real_crash_point)
+
+
 def test_a_process_finishing_an_older_election_late_changes_nothing(spark, roots):
     """It read the state when /us was elected; /ap was elected since. Its finishing step is refused
     by /us's fence epoch, and the topic stays at /ap (the location follows the latest state)."""
@@ -61,16 +76,7 @@ def test_an_election_killed_after_its_fence_leaves_the_named_leader_electable_ag
     producer.send(make_records(spark, 6))
     replication = Replication(spark, meta)
     replication.replicate("orders")
-    real_crash_point = election.crash_point
-
-    def killed_after_the_fence(name):  # the process dies there: nothing of it runs after
-        if name == "elect:after_fence":
-            raise RuntimeError("killed at elect:after_fence")
-
-    monkeypatch.setattr(election, "crash_point", killed_after_the_fence)
-    with pytest.raises(RuntimeError, match="killed"):
-        replication.elect("orders", us)
-    monkeypatch.setattr(election, "crash_point", real_crash_point)
+    elect_killed_at(monkeypatch, replication, "orders", us, "elect:after_fence")
     with pytest.raises(FencedLeaderEpochError):  # nothing recorded, the leader fenced: no produce lands
         producer.send(make_records(spark, 2, start=6))
     report = replication.describe("orders")

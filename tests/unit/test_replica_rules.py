@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from control_plane.replication.rules import (
-    acknowledgers, check_election, check_roots, divergence, elected, elections_recorded, held, high_watermark,
-    initial_state, may_join, may_start_joining, stays_in_sync, truncation_points, with_sets,
+    acknowledgers, check_election, check_roots, cut_below, divergence, elected, elections_recorded, held,
+    high_watermark, initial_state, may_join, may_start_joining, stays_in_sync, truncation_points, unclean,
+    with_sets,
 )
 from log_store.errors import ReplicationError
 
@@ -90,3 +91,52 @@ def test_elections_outside_the_replicas_or_the_in_sync_set_are_refused_unless_un
 def test_a_position_past_where_its_epoch_ends_at_the_leader_is_a_divergence():
     assert divergence(10, 12) is None and divergence(10, 10) is None
     assert divergence(10, 7) == 7
+
+
+def test_a_replica_truncates_to_the_lowest_start_of_the_epochs_after_its_own():
+    """/us elected at epoch 1 from 4 records, then (back from an older copy, holding none) elected
+    again at epoch 2 from 0: a replica holding epoch 0 truncates at 0, not at epoch 1's start (its
+    leader never held epoch 1; Kafka's would answer from its own epochs, where 2 follows 0)."""
+    state = initial_state("t", 1, ["/eu", "/us"], [0])
+    one = elected(state, "/us", {0: 4}, leader_fenced=True, unclean=False)
+    two = elected(one, "/us", {0: 0}, leader_fenced=True, unclean=False)
+    assert truncation_points(two, 0) == {0: 0} and truncation_points(two, 1) == {0: 0}
+    assert held(two, {0: 4}, 0) == {0: 0}, "/eu's epoch-0 records are not the current history"
+    assert high_watermark(two, {0: 2}, {"/eu": {0: 4}}, {"/eu": 0}) == {0: 0}
+
+
+def _history(*elections: tuple[str, int, bool]) -> list:
+    """A topic on /eu, /us, /ap and its elections (root, start offset, unclean), oldest first."""
+    states = [initial_state("t", 1, ROOTS, [0])]
+    for root, start, is_unclean in elections:
+        prev = states[-1]
+        # an unclean election's root is out of the in-sync set, a clean one's in it
+        in_sync = [prev.leader] if is_unclean else [*prev.in_sync, root]
+        states.append(with_sets(prev, in_sync, []) or prev)
+        states.append(elected(states[-1], root, {0: start}, leader_fenced=True, unclean=is_unclean))
+    return states
+
+
+def test_the_divergence_check_flags_only_positions_past_where_an_unclean_election_cut_the_history():
+    """KIP-320's rule: the end offset of the epoch a position was read under, as the history since
+    has it, against the position. Only an unclean election can end it below a position a reader
+    reached (a clean one keeps everything below the high watermark, where readers stay)."""
+    clean = _history(("/us", 10, False), ("/ap", 12, False))
+    assert unclean(clean) == [] and cut_below(clean, 0, 0) is None  # clean elections cut nothing
+    history = _history(("/us", 5, True))
+    assert unclean(history) == [history[-1]]
+    cut = cut_below(history, 0, 0)
+    assert cut == 5
+    assert divergence(5, cut) is None, "exactly at the epoch's start: nothing past it was delivered"
+    assert divergence(3, cut) is None, "below it: the records it delivered are held"
+    assert divergence(6, cut) == 5
+    assert cut_below(history, 1, 0) is None, "read under the unclean election's own epoch: its history"
+    # a clean election after the unclean one does not hide it from a reader of the epoch before
+    later = _history(("/us", 5, True), ("/ap", 9, False))
+    assert cut_below(later, 0, 0) == 5 and cut_below(later, 1, 0) is None
+    # a position read under an older epoch whose records the unclean leader holds: no divergence
+    held_all = _history(("/us", 12, False), ("/ap", 15, True))
+    assert cut_below(held_all, 0, 0) == 15 and divergence(12, cut_below(held_all, 0, 0)) is None
+    # two unclean elections: the lowest cut counts
+    twice = _history(("/us", 8, True), ("/ap", 3, True))
+    assert cut_below(twice, 0, 0) == 3 and cut_below(twice, 1, 0) == 3 and cut_below(twice, 2, 0) is None

@@ -1,4 +1,4 @@
-"""The replication protocol checked as a model over every interleaving (control_plane/replication/model.py).
+"""The replication protocol checked as a model over every interleaving (control_plane/replication/model/).
 
 Each scenario's actors (producers, copiers, electors, finishers, a reader, a root lost) step one
 Delta commit or one read at a time, in every order; the promises of docs/replication.md are
@@ -47,6 +47,9 @@ def test_every_interleaving_keeps_every_promise(name):
     # an acknowledgement under whatever epoch the producer's leader root leads at: a root elected
     # again leads another history, which lost the record the producer appended under the first
     ("ack-across-re-election", model.Variant(ack_any_epoch=True), "acknowledged a1 is not at"),
+    # a reader counting a follower it cannot read as holding the leader's end (not what it last
+    # read there) delivers a record the follower lacks
+    ("reader-follower-cut-off", model.Variant(reader_skips_lost_roots=True), "in-sync B lacks it"),
     # readers that never compare their position with the elections since skip silently
     ("reader-unclean-election", model.Variant(no_divergence_check=True), "does not show it"),
 ])

@@ -1,0 +1,237 @@
+"""The model's world: the tables at the roots and the metadata root, one copy (a read, then one
+commit at the follower), and the actors that step in it (``writers``, ``leaders``, ``readers``).
+``Variant`` puts back an older form of a rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple
+
+from control_plane.records import ReplicaEvent
+from control_plane.replication import rules
+
+LEAD, FOLLOW = "L", "F"
+P = 0  # the model's one partition
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Older forms of the rules, each the cause of a defect the checker finds."""
+
+    join_in_one_step: bool = False  # a follower joins the in-sync set as soon as it held the leader's end when read
+    truncate_apart: bool = False  # truncation in commits of its own, before the copy
+    fence_keeps_epoch: bool = False  # the fence only sets the role; the elected log is not fenced first
+    read_above_hw: bool = False  # readers deliver up to the leader's log end
+    no_divergence_check: bool = False  # readers never compare their position with the leader's epochs
+    reelect_returns_early: bool = False  # electing the named leader does nothing, even when its log is fenced
+    fence_demotes_leader: bool = False  # a fence at epoch E makes a log that leads at E a follower (a late election)
+    reader_compares_roots: bool = False  # a reader keeps its snapshot when the same root leads at both looks
+    copy_over_later_history: bool = False  # a copy lands at a follower holding a later epoch's history than its source
+    ack_any_epoch: bool = False  # an acks: all produce is acknowledged under any epoch its leader root leads at
+    reader_skips_lost_roots: bool = False  # a reader counts a root it cannot read as holding the leader's end
+
+
+NEW = Variant()
+
+
+# -- the world: tables at the roots and the metadata root ----------------------------------
+class Log(NamedTuple):
+    rows: tuple  # (offset, record, partition epoch), in write order
+    end: int  # the log end (an application version of the log table)
+    role: str
+    fence: int  # the highest leader epoch it was told of: a request stamped below it is refused
+    data: int  # the leader epoch whose history it holds (its truncation point is read from it)
+    pepoch: int  # the partition epoch its appends stamp (set when it becomes leader)
+    fenced_by: int = -1  # the highest epoch of an election that fenced it to elect another log
+
+    def record_at(self, offset: int) -> str | None:
+        found = [r for o, r, _e in self.rows if o == offset]
+        return found[-1] if found else None
+
+    def records(self) -> set[str]:
+        return {r for _o, r, _e in self.rows}
+
+
+class Start(NamedTuple):
+    epoch: int
+    leader: str
+    start: int
+
+    @property
+    def starts(self) -> dict[int, int]:
+        return {P: self.start}
+
+
+class State(NamedTuple):
+    """A ``topic_replicas`` row (the fields ``rules`` reads)."""
+
+    replica_version: int
+    event: ReplicaEvent
+    leader_epoch: int
+    leader: str
+    replicas: tuple
+    in_sync: tuple
+    joining: tuple
+    epoch_starts: tuple
+    topic: str = "t"
+
+
+class World(NamedTuple):
+    logs: tuple  # (root, Log) pairs, in root order
+    lost: frozenset  # roots that cannot be reached now
+    states: tuple  # topic_replicas, oldest first
+    elect_records: int  # the topics table: how many elect_leader records it holds
+    partition_epoch: int  # ... and the partition epoch of its latest record
+    acked: frozenset  # (record, replica version when acknowledged) of acks: all produces
+    delivered: tuple  # (offset, record) a reader delivered
+    alarm: bool  # the reader noticed its position lies in a truncated range
+    committed: tuple  # the records ever below the high watermark, by offset
+    unclean_at: int  # the replica version of the latest unclean election (-1: none)
+    reader_at: tuple = (0, -1)  # the reader's position and the partition epoch it read it under
+
+    def log(self, root: str) -> Log:
+        for r, log in self.logs:
+            if r == root:
+                return log
+        raise KeyError(root)
+
+    def with_log(self, root: str, log: Log) -> "World":
+        return self._replace(logs=tuple((r, log if r == root else l) for r, l in self.logs))
+
+    @property
+    def state(self) -> State:
+        return self.states[-1]
+
+    def recorded(self, state: State) -> "World | None":
+        """``state`` appended if it is the next version (the compare-and-set), else None."""
+        if state.replica_version != self.state.replica_version + 1:
+            return None
+        return self._replace(states=self.states + (state,))
+
+
+def next_state(state: State, event: ReplicaEvent, **fields) -> State:
+    return state._replace(replica_version=state.replica_version + 1, event=event, **fields)
+
+
+def ordered(state: State, roots: Iterable[str]) -> tuple:
+    wanted = set(roots)
+    return tuple(r for r in state.replicas if r in wanted)
+
+
+def high_watermark(world: World, state: State | None = None) -> int:
+    """The high watermark as ``rules.high_watermark`` computes it, from every log as it is now."""
+    state = state or world.state
+    ends = {r: {P: world.log(r).end} for r in state.replicas}
+    epochs = {r: world.log(r).data for r in state.replicas}
+    return rules.high_watermark(state, ends[state.leader], ends, epochs)[P]
+
+
+# -- one copy: a read, then one commit at the follower ----------------------------------------
+class Snap(NamedTuple):
+    source_rows: tuple
+    source_end: int
+    source_data: int
+    source_pepoch: int
+    target: tuple  # (end, fence, data, role) of the follower when read
+
+
+def copy_read(world: World, source: str, target: str, stamp: int) -> Snap | str:
+    """The copy's reads: the source at one version (refused unless it holds epoch ``stamp``), the
+    follower's log in the transaction that will commit."""
+    if source in world.lost:
+        return "source lost"
+    if target in world.lost:
+        return "target lost"
+    src, dst = world.log(source), world.log(target)
+    if src.fence != stamp:
+        return "stale"
+    return Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (dst.end, dst.fence, dst.data, dst.role))
+
+
+def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State, variant: Variant) -> World | str:
+    """The copy's commit at ``target``: refused if stale or a leader, retried on a conflict (the
+    follower's log end or fence moved); truncates where ``state`` says its history diverges and
+    adds the source's records past its end, in this one commit."""
+    if target in world.lost:
+        return "target lost"
+    dst = world.log(target)
+    if (dst.end, dst.fence, dst.data, dst.role) != snap.target:
+        return "conflict"
+    if dst.fence > stamp:
+        return "stale"
+    if dst.role == LEAD:
+        return "leader"
+    if dst.data > snap.source_data and not variant.copy_over_later_history:
+        return "stale"  # the source's history is older: a stale election's handover from the old leader
+    rows, end = dst.rows, dst.end
+    if not variant.truncate_apart:
+        points = rules.truncation_points(state, dst.data)
+        if points and end > points[P]:
+            end = points[P]
+            rows = tuple(r for r in rows if r[0] < end)
+    if end > snap.source_end:
+        return "ahead"
+    added = tuple(r for r in snap.source_rows if end <= r[0] < snap.source_end)
+    log = dst._replace(rows=rows + added, end=max(end, snap.source_end), fence=max(dst.fence, stamp),
+                       data=snap.source_data, pepoch=snap.source_pepoch)
+    return world.with_log(target, log)
+
+
+# -- actors ---------------------------------------------------------------------------------
+class Actor(NamedTuple):
+    """One process: its kind, where it is (``pc``), what it read (``v``: a small dict as a tuple)."""
+
+    name: str
+    kind: str
+    pc: str
+    v: tuple = ()
+    may_crash: bool = False
+    after: str = ""  # the actor that must have stopped before this one starts (an operator's next command)
+
+    def get(self, key: str, default=None):
+        for k, value in self.v:
+            if k == key:
+                return value
+        return default
+
+    def at(self, pc: str, **changes) -> "Actor":
+        values = dict(self.v)
+        values.update(changes)
+        return self._replace(pc=pc, v=tuple(sorted(values.items(), key=lambda kv: kv[0])))
+
+
+DONE = "done"
+Step = tuple[World, Actor]
+
+
+def producer(name: str, record: str, acks_all: bool = True, attempts: int = 2, may_crash: bool = False) -> Actor:
+    return Actor(name, "producer", "locate", (("acks_all", acks_all), ("attempt", 1), ("attempts", attempts),
+                                              ("record", record)), may_crash)
+
+
+def copier(name: str, may_crash: bool = False) -> Actor:
+    return Actor(name, "copier", "state", (), may_crash)
+
+
+def elector(name: str, target: str, unclean: bool = False, may_crash: bool = False, after: str = "") -> Actor:
+    return Actor(name, "elector", "state", (("target", target), ("unclean", unclean)), may_crash, after)
+
+
+def finisher(name: str, may_crash: bool = False) -> Actor:
+    return Actor(name, "finisher", "read", (), may_crash)
+
+
+def reader(name: str, polls: int = 2) -> Actor:
+    return Actor(name, "reader", "locate", (("polls", polls), ("pos", 0), ("pos_epoch", -1)))
+
+
+def chaos(name: str, root: str, returns: bool = True) -> Actor:
+    """Loses ``root`` once, and brings it back once if ``returns``."""
+    return Actor(name, "chaos", "lose", (("returns", returns), ("root", root)))
+
+
+def _retry(world: World, me: Actor) -> list[Step]:
+    attempt = me.get("attempt") + 1
+    if attempt > me.get("attempts"):
+        return [(world, me.at(DONE))]
+    return [(world, me.at("locate", attempt=attempt, covered=(), targets=()))]
