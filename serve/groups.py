@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from serve.group_tables import GroupRecords, LostGroupError
+from serve.group_tables import GroupRecords, LostGroupError, subscribed
 
 log = logging.getLogger("lakelog.serve")
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
@@ -45,6 +45,7 @@ class Member:
     joining: asyncio.Future | None = None
     syncing: asyncio.Future | None = None
     seen: float = field(default_factory=time.monotonic)
+    topics: frozenset[str] = frozenset()  # what it subscribes to (its protocols' metadata)
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -71,6 +72,9 @@ class Coordinator:
         self.records = records
         self.initial_delay_ms = initial_delay_ms
         self.groups: dict[str, Group] = {}
+        # (client id, host) -> (group, topics, monotonic time until which it counts): members
+        # that left or expired, whose client may still fetch what it read before
+        self.departed: dict[tuple[str, str], tuple[str, frozenset[str], float]] = {}
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -122,6 +126,7 @@ class Coordinator:
                             protocol_type, protocols, instance_id)
             group.members[member_id] = member
         member.protocols, member.seen = protocols, time.monotonic()
+        member.topics = frozenset(t for _n, m in protocols for t in subscribed(m))
         member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         group.protocol_type = protocol_type
         if member.joining is not None and not member.joining.done():
@@ -259,6 +264,8 @@ class Coordinator:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        self.departed[(member.client_id, member.client_host)] = (
+            group.name, member.topics, time.monotonic() + 2 * member.session_timeout_ms / 1000)
         for f in (member.joining, member.syncing):
             if f is not None and not f.done():
                 f.set_exception(GroupError("UNKNOWN_MEMBER_ID"))
@@ -282,6 +289,22 @@ class Coordinator:
         if group.state == PREPARING:
             raise GroupError("REBALANCE_IN_PROGRESS")
         return generation
+
+    # -- which group a client reads for (a Fetch names none) ------------------------------------
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
+        """The groups here with a member that joined with ``client_id`` from ``host`` (and
+        subscribes to ``topic``, if given), or left within twice its session timeout: the groups
+        whose gates a fetch from that client is held to. Several, when clients share an id."""
+        found = {g.name for g in self.groups.values() for m in g.members.values()
+                 if m.client_id == client_id and m.client_host == host and (topic is None or topic in m.topics)}
+        left = self.departed.get((client_id, host))
+        if left is not None:
+            name, topics, until = left
+            if time.monotonic() > until:
+                del self.departed[(client_id, host)]
+            elif topic is None or topic in topics:
+                found.add(name)
+        return sorted(found)
 
     # -- liveness --------------------------------------------------------------------------------
     async def _expire(self) -> None:

@@ -4,6 +4,7 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups)
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from log_store.errors import InvalidConfigurationError, LakelogError
@@ -88,6 +89,9 @@ async def sync_group(server: "Server", conn: "Connection", request: "Request") -
     except GroupError as exc:
         return {**base, "error_code": code_of(exc.code)}
     group = server.coordinator.groups.get(body.group_id)
+    if group is not None and body.member_id == group.leader:
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        asyncio.get_running_loop().create_task(server.ctx.run(server.gates.report_expired_on, body.group_id, topics))
     return {**base, "error_code": 0, "protocol_type": group.protocol_type if group else None,
             "protocol_name": protocol, "assignment": assignment}
 
