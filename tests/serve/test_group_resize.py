@@ -13,6 +13,7 @@ on the group's committed offsets, and only then can the other consumer fetch, pr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import selectors
 import signal
@@ -37,7 +38,8 @@ KEYS = 24
 class Events:
     """JSON lines of several Java tools, in the order one selector reads them."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder) -> None:
+        self.folder = folder
         self.lines: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
@@ -50,7 +52,7 @@ class Events:
         from benchmarks.kafka_broker import jars
 
         proc = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jars(), tool, *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=open(self.folder / f"{name}.err", "wb"))
         os.set_blocking(proc.stdout.fileno(), False)
         self.procs[name] = proc
         self._sel.register(proc.stdout, selectors.EVENT_READ, [name, b""])
@@ -77,8 +79,30 @@ class Events:
     def wait(self, what, timeout: float, why: str) -> None:
         deadline = time.monotonic() + timeout
         while not what():
-            assert time.monotonic() < deadline, f"timed out: {why}; last lines {self.lines[-5:]}"
+            assert time.monotonic() < deadline, f"timed out: {why}; {self.summary()}"
             time.sleep(0.1)
+
+    def summary(self) -> str:
+        with self.lock:
+            counts: dict[tuple[str, str], int] = {}
+            for n, e in self.lines:
+                counts[(n, e.get("name"))] = counts.get((n, e.get("name")), 0) + 1
+            last = self.lines[-3:]
+        errs = {n: (self.folder / f"{n}.err").read_text(errors="replace")[-1500:] for n in self.procs}
+        reached: dict[tuple[str, int], int] = {}
+        for n, e in self.named("record_data"):
+            reached[(n, e["partition"])] = max(reached.get((n, e["partition"]), -1), e["offset"])
+        gating = self.folder / "gating.log"
+        decisions = gating.read_text()[-3000:] if gating.exists() else ""
+        stacks = ""
+        producer = self.procs.get("producer")
+        if producer is not None and producer.poll() is None:
+            dump = subprocess.run(["jcmd", str(producer.pid), "Thread.print"], capture_output=True, text=True).stdout
+            stacks = "\n".join(b[:1500] for b in dump.split("\n\n") if '"main"' in b or "kafka-producer" in b)
+        served = self.folder / "serve.log"
+        return (f"producer threads {stacks}; server log {served.read_text()[-3000:] if served.exists() else ''}; "
+                f"events {counts}; last {last}; delivered up to {sorted(reached.items())}; "
+                f"held {_assigned(self)}; stderr {errs}; gate decisions {decisions}")
 
     def close(self) -> None:
         for proc in self.procs.values():
@@ -112,14 +136,22 @@ def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, s
     boot = bootstrap(served)
     served.ctx.admin.create("orders", 4)
     config = tmp_path / "consumer.properties"
-    config.write_text("metadata.max.age.ms=1000\nmax.poll.records=50\n")
+    # auto-commit: each poll commits what the last one delivered, on every assigned partition
+    config.write_text("metadata.max.age.ms=1000\nmax.poll.records=50\nauto.commit.interval.ms=100\n")
     producer_config = tmp_path / "producer.properties"
-    producer_config.write_text("enable.idempotence=true\nacks=all\nlinger.ms=5\n")
-    events = Events()
+    # VerifiableProducer sets retries=0, which an idempotent producer refuses
+    producer_config.write_text("enable.idempotence=true\nacks=all\nretries=2147483647\nlinger.ms=5\n")
+    events = Events(tmp_path)
+    decisions = logging.FileHandler(tmp_path / "gating.log")  # the gates' decisions, for a failure's message
+    logging.getLogger("lakelog.gating").addHandler(decisions)
+    logging.getLogger("lakelog.gating").setLevel(logging.DEBUG)
+    served_log = logging.FileHandler(tmp_path / "serve.log")
+    logging.getLogger("lakelog.serve").addHandler(served_log)
     try:
         for name in ("c1", "c2"):
             events.start(name, "org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", boot,
                          "--topic", "orders", "--group-id", "g", "--verbose", "--reset-policy", "earliest",
+                         "--enable-autocommit",
                          "--assignment-strategy", "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
                          "--command-config", str(config))
         events.wait(lambda: {n for n, _ in events.named("partitions_assigned")} == {"c1", "c2"}, 120,
@@ -182,6 +214,9 @@ def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, s
         assert theirs == {p: o for p, o in ours.items() if p < 5}
     finally:
         events.close()
+        logging.getLogger("lakelog.gating").removeHandler(decisions)
+        logging.getLogger("lakelog.gating").setLevel(logging.NOTSET)
+        logging.getLogger("lakelog.serve").removeHandler(served_log)
 
 
 def _assigned(events: Events) -> set[int]:
