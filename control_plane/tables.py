@@ -348,6 +348,7 @@ class ControlTables:
         if self.reads_without_spark("offset_commits"):
             return latest_position_rows(self.ordered_rows("offset_commits"))
         frame = self.ordered("offset_commits")
+        columns = tuple(c for c in columns if c in frame.columns)  # a table of an earlier release lacks some
         return latest_position_rows(reduced_commits(frame if where is None else frame.where(where), *columns))
 
     def append(self, name: str, rows: list[dict]) -> None:

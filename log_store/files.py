@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -31,6 +32,17 @@ def reads_with_delta_rs(path: str) -> bool:
 def local_path(path: str) -> Path:
     """A local path or ``file:/`` URI as an absolute path."""
     return Path(path[len("file:"):] if path.startswith("file:/") else path).expanduser().resolve()
+
+
+def local_checksum(path: str, version: int) -> dict | None:
+    """The checksum Delta wrote for ``version`` of the local table at ``path`` (its ``.crc`` file, what
+    Delta itself reads for that version's state); None for a remote table or when there is none yet."""
+    if is_remote(path) or version < 0:
+        return None
+    try:
+        return json.loads((local_path(path) / "_delta_log" / f"{version:020d}.crc").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def write_file(spark: SparkSession, path: str, data: bytes, in_table: bool = False) -> None:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 
 from log_store.config import PROJECT_ROOT, SparkSettings
-from log_store.engine import _PACKAGES, INTERNALS_CONF, jvm_json
+from log_store.engine import INTERNALS_CONF, forget_session, jvm_json
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
@@ -55,6 +55,11 @@ _SMALL_MASTER = "local[1]"
 
 # lakelog's log store (log_store/jvm, lakelog.storage): put-if-absent commits across processes.
 LOG_STORE_CLASS = "lakelog.storage.PutIfAbsentLogStore"
+# ... and its checkpoint file manager, which writes the files of a local table's _delta_log that
+# Delta writes through one (each commit's .crc) itself: Hadoop's local file system starts about ten
+# processes for each (chmod, readlink). Other files are Spark's.
+CHECKPOINT_MANAGER_CLASS = "lakelog.storage.LocalCheckpointFileManager"
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 JVM_JAR = "lakelog-jvm.jar"
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
@@ -65,7 +70,8 @@ def log_store_conf(settings: SparkSettings, conf: dict[str, str]) -> dict[str, s
     ``fs.s3.impl``). Settings the user gives (``spark.conf``) win."""
     if settings.log_store != "lakelog":
         return {}
-    out = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS}
+    out = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
+           CHECKPOINT_MANAGER_CONF: CHECKPOINT_MANAGER_CLASS}
     s3_impl = settings.conf.get("spark.hadoop.fs.s3.impl") or conf.get("spark.hadoop.fs.s3.impl")
     if s3_impl == S3A_CLASS:
         out["spark.delta.logStore.s3.impl"] = LOG_STORE_CLASS
@@ -136,7 +142,7 @@ def build_session(settings: SparkSettings) -> SparkSession:
     if settings.mode == "databricks":
         spark = builder.getOrCreate()
         spark.conf.set(INTERNALS_CONF, settings.delta_internals)
-        _PACKAGES.pop(id(spark), None)  # looked up again with the setting
+        forget_session(spark)  # Delta's classes looked up again with the setting
         return spark
     _check_java()
     conf = {**_BASE_CONF, INTERNALS_CONF: settings.delta_internals}

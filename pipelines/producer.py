@@ -340,13 +340,15 @@ class Producer:
                     chosen = F.coalesce(F.col("partition"), chosen)
                 columns = {"partition": chosen, "producer_id": F.lit(self.producer_id)}
                 parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
+                # acks: all is acknowledged only under the leader epoch read before the append
+                epoch = replication.state(self.topic).leader_epoch if replication is not None else -1
                 appended = self.log.append(
                     parted, count, self.producer_id,
                     max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
                     expected_mark=expected_mark, stamps=stamps,
                 )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
-                    replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas)
+                    replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas, epoch)
             except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
                 if isinstance(exc, InvalidPartitionMetadataError) and "partition" in batch.columns:
                     self._check_explicit_partitions(batch)

@@ -80,6 +80,7 @@ class Batcher:
         self._recent: OrderedDict[tuple[str, str, int], int] = OrderedDict()  # (path, producer, first) -> offset
         self._tasks: set[asyncio.Task] = set()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read), used by commits
+        self._epochs: dict[str, int | None] = {}  # topic -> the leader epoch its last view was read at
         self.committed = 0  # Delta commits made (for the benchmark's commits a second)
         self.on_commit = None  # called with the topic after each commit (fetches waiting on it)
 
@@ -153,6 +154,7 @@ class Batcher:
             todo = [e for e in entries if id(e) not in outcomes]
             accepted, expected = self._judge(view, todo, outcomes)
             if not accepted:
+                self._acknowledge(view, todo, outcomes)  # retries answered as duplicates wait as well
                 break
             try:
                 result = TopicLog(self.ctx.spark, path).append_rows(
@@ -177,7 +179,7 @@ class Batcher:
             self.committed += 1
             self.ctx.forget(path)
             self._answer(view, path, accepted, result.ranges, outcomes)
-            self._acknowledge(view, accepted, outcomes)
+            self._acknowledge(view, todo, outcomes)
             break
         return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
 
@@ -189,7 +191,21 @@ class Batcher:
         if fresh or hit is None or time.monotonic() - hit[1] > VIEW_AGE:
             hit = (self.ctx.view(topic), time.monotonic())
             self._views[topic] = hit
+            self._follow_leadership(hit[0])
         return hit[0]
+
+    def _follow_leadership(self, view: TopicView) -> None:
+        """After an election of a replicated topic, the producer marks and offsets this server keeps
+        of its leader's log are read again: the same root elected again may lead another history, whose
+        truncation took records and marks a retry would otherwise be answered with."""
+        epoch = view.leadership.leader_epoch if view.leadership is not None else None
+        if self._epochs.get(view.name, epoch) != epoch:
+            path = view.record.location
+            for key in [k for k in self._marks if k[0] == path]:
+                del self._marks[key]
+            for key in [k for k in self._recent if k[0] == path]:
+                del self._recent[key]
+        self._epochs[view.name] = epoch
 
     @staticmethod
     def _fill(entries: list[Entry], outcomes: dict[int, Outcome], rest: Outcome) -> list[Outcome]:
@@ -212,6 +228,7 @@ class Batcher:
         accepted: list[Entry] = []
         expected: dict[str, int] = {}
         running: dict[str, int] = {}
+        self._read_marks(path, [e for e in todo if e.partition in meta.partitions and writable])
         for e in todo:
             if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
                 outcomes[id(e)] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
@@ -223,7 +240,7 @@ class Batcher:
             pid = lakelog_producer_id(e.batch.producer_id, e.partition)
             e.producer = pid
             if pid not in running:
-                running[pid] = self._mark(path, pid)
+                running[pid] = self._marks[(path, pid)]
             verdict = judge(running[pid], e.batch.producer_epoch, e.batch.base_sequence, e.batch.count)
             if verdict.appends:
                 expected.setdefault(pid, running[pid])
@@ -264,24 +281,32 @@ class Batcher:
                 self._marks[(path, e.producer)] = e.first + e.batch.count - 1
                 self._remember((path, e.producer, e.first), base)
 
-    def _acknowledge(self, view: TopicView, accepted: list[Entry], outcomes: dict[int, Outcome]) -> None:
-        """acks=all on a replicated topic: answered once every in-sync root holds the records."""
-        waiting = [e for e in accepted if e.acks == -1]
+    def _acknowledge(self, view: TopicView, entries: list[Entry], outcomes: dict[int, Outcome]) -> None:
+        """acks=all on a replicated topic: answered once every in-sync root holds the records, under
+        the leader epoch the view was read at. A retry answered as a duplicate waits too (its first
+        send may have been appended and not copied), as Kafka's leader holds a duplicate's answer
+        until the high watermark passes it."""
+        waiting = [e for e in entries if e.acks == -1 and outcomes.get(id(e), Outcome(error="?")).error == "NONE"]
         if not waiting or not self.ctx.replicated(view.name):
             return
+        epoch = view.leadership.leader_epoch if view.leadership is not None else -1
         try:
-            self.ctx.replication().acknowledge(view.name, view.record.location, self.ctx.settings.min_insync_replicas)
+            self.ctx.replication().acknowledge(view.name, view.record.location, self.ctx.settings.min_insync_replicas,
+                                               epoch)
         except LakelogError as exc:
+            self._views.pop(view.name, None)  # an election since the view: the next request reads it again
             code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND" if name_of(exc) == "NOT_ENOUGH_REPLICAS" else name_of(exc)
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
 
-    def _mark(self, path: str, pid: str) -> int:
-        """``pid``'s mark in the log at ``path``, as this server last saw it (read from the log once)."""
-        key = (path, pid)
-        if key not in self._marks:
-            self._marks[key] = self.ctx.producer_mark(path, pid)
-        return self._marks[key]
+    def _read_marks(self, path: str, entries: list[Entry]) -> None:
+        """The marks of the producers of ``entries`` this server has not seen yet, read from the log
+        in one read; the others stay as this server last saw them (the append checks them all)."""
+        new = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
+        new = [pid for pid in new if (path, pid) not in self._marks]
+        if new:
+            for pid, mark in self.ctx.producer_marks(path, new).items():
+                self._marks[(path, pid)] = mark
 
     def _duplicate(self, path: str, pid: str, first: int) -> Outcome:
         """A retried batch: answered with the offset its first record was written at."""

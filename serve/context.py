@@ -52,10 +52,11 @@ class TopicView:
 class ServeContext:
     """One server's shared state; blocking calls go through ``run`` (the thread pool)."""
 
-    def __init__(self, spark: SparkSession, root: str, settings: ServeSettings) -> None:
+    def __init__(self, spark: SparkSession, root: str, settings: ServeSettings, replication: Any = None) -> None:
         self.spark = spark
         self.root = root
         self.settings = settings
+        self.replication_settings = replication  # control_plane.settings.ReplicationSettings (None: its defaults)
         self.admin = TopicAdmin(spark, root)
         self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve",
                                        initializer=activate, initargs=(spark,))
@@ -67,6 +68,7 @@ class ServeContext:
         self.started = time.monotonic()
         self._replicated: dict[str, tuple[bool, float]] = {}
         self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read)
+        self._failures: Any = None  # acks=all produces' failure clock, one for the server (the time lag)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, awaited without blocking the event loop."""
@@ -136,9 +138,12 @@ class ServeContext:
         return found, missing
 
     # -- producers and replicas (called on the pool) ---------------------------------------
-    def producer_mark(self, path: str, producer_id: str) -> int:
-        """``producer_id``'s mark in the log at ``path`` (-1: it has written nothing there)."""
-        return app_versions(self.spark, path).get(producer_app_id(producer_id), -1)
+    def producer_marks(self, path: str, producer_ids: list[str]) -> dict[str, int]:
+        """Each of ``producer_ids``' mark in the log at ``path`` (-1: it has written nothing there),
+        all from one read of the log's application versions (a read costs about as much for one id
+        as for all of them, and a group commit may meet hundreds of new producers at once)."""
+        known = app_versions(self.spark, path)
+        return {pid: known.get(producer_app_id(pid), -1) for pid in producer_ids}
 
     def offset_of(self, path: str, producer_id: str, sequence: int) -> int | None:
         """The offset of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
@@ -184,9 +189,16 @@ class ServeContext:
         return {p: min(e, hit[1].get(p, e)) for p, e in ends.items()}
 
     def replication(self):
+        """The replica operations, with one failure clock for every request: an in-sync follower whose
+        copies fail leaves the set after the time lag, counted across produces."""
         from control_plane.replication import Replication
 
-        return Replication(self.spark, self.root)
+        replication = Replication(self.spark, self.root, self.replication_settings)
+        with self._lock:
+            if self._failures is None:
+                self._failures = replication.clock
+        replication.clock = self._failures
+        return replication
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -110,16 +110,20 @@ class GroupRecords:
         for group, members in live.items():
             self.tables.tick_members(group, {m: next(self._beats) for m in members})
 
-    def commit(self, group: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Offsets in one fenced commit; LostGroupError if the group moved past ``generation``."""
+    def commit(self, group: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int],
+               epochs: dict[tuple[str, int], int] | None = None) -> None:
+        """Offsets in one fenced commit, each with the client's committed leader epoch (``epochs``,
+        kept in the ``leader_epoch`` column lakelog's own readers check positions with);
+        LostGroupError if the group moved past ``generation``."""
         positions = {TopicPartition(topic=t, partition=p): o for (t, p), o in offsets.items()}
         try:
-            self.offsets.commit_positions(group, positions, generation, member_id)
+            self.offsets.commit_positions(group, positions, generation, member_id, epochs=epochs or {})
         except IllegalGenerationError as exc:
             raise LostGroupError(str(exc)) from exc
 
-    def committed(self, group: str) -> dict[tuple[str, int], int]:
-        """The group's committed offsets, read once per version of ``offset_commits``."""
+    def committed(self, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """The group's committed offsets with their leader epochs (-1: none kept), read once per
+        version of ``offset_commits``."""
         tables = self.offsets.tables
         if not tables.exists("offset_commits"):
             return {}
@@ -127,10 +131,11 @@ class GroupRecords:
         with self._lock:
             hit = self._positions
         if hit is None or hit[0] != version:
-            hit = (version, tables.position_rows())
+            hit = (version, tables.position_rows("leader_epoch"))
             with self._lock:
                 self._positions = hit
-        return {(t, p): int(r["offset"]) for (g, t, p), r in hit[1].items() if g == group and int(r["offset"]) >= 0}
+        return {(t, p): (int(r["offset"]), -1 if r.get("leader_epoch") is None else int(r["leader_epoch"]))
+                for (g, t, p), r in hit[1].items() if g == group and int(r["offset"]) >= 0}
 
     def known_groups(self) -> list[str]:
         """Groups lakelog's tables know (with a position or a generation, not deleted): read with

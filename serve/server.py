@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from control_plane.settings import ControllerSettings
+from control_plane.settings import ControllerSettings, ReplicationSettings
 from log_store.session import activate
 from serve.cluster import Broker, Cluster
 from serve.context import ServeContext
@@ -50,15 +50,16 @@ class Server:
     """A Kafka-protocol server over one root. ``start`` in a running loop, or ``run_in_thread``."""
 
     def __init__(self, spark: SparkSession, root: str, settings: ServeSettings | None = None,
-                 controller: ControllerSettings | None = None) -> None:
-        """``controller``: the settings topic changes run with (``delete_partition_enable``)."""
+                 controller: ControllerSettings | None = None, replication: ReplicationSettings | None = None) -> None:
+        """``controller``: the settings topic changes run with (``delete_partition_enable``);
+        ``replication``: those ``acks=all`` produces on replicated topics run with (the time lag)."""
         from serve.apis import handlers
         from serve.batcher import Batcher
         from serve.waits import Waits
 
         self.settings = settings or ServeSettings()
         self.controller_settings = controller or ControllerSettings()
-        self.ctx = ServeContext(spark, root, self.settings)
+        self.ctx = ServeContext(spark, root, self.settings, replication)
         self.handlers: dict[int, tuple[int, int, Handler]] = handlers()
         self.versions = {k: (lo, hi) for k, (lo, hi, _h) in self.handlers.items()}
         self.scram = scram_credentials(self.settings.users) if self.settings.security_protocol.startswith("SASL") else {}

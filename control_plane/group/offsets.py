@@ -172,8 +172,11 @@ class GroupOffsets:
         member_id: str = "",
         kind: CommitKind = CommitKind.COMMIT,
         expired: list[ExpiredRange] = (),
+        epochs: dict[tuple[str, int], int] | None = None,
     ) -> None:
-        """Commit positions (or claims) in one commit; fenced when ``generation`` > 0.
+        """Commit positions (or claims) in one commit; fenced when ``generation`` > 0. ``epochs``:
+        the leader epoch each position was read under, (topic, partition) -> epoch (default: what
+        ``read_under`` recorded; a Kafka client's committed leader epoch through the server).
 
         Raises IllegalGenerationError when the group's fence is past ``generation``. A member
         outside any group (generation 0, a standalone consumer) commits without the fence.
@@ -181,7 +184,7 @@ class GroupOffsets:
         check_group_name(group)
         if not positions and not expired:
             return
-        rows = self._position_rows(group, positions, generation, member_id, kind) + [
+        rows = self._position_rows(group, positions, generation, member_id, kind, epochs) + [
             self._expired_row(group, r, generation, member_id) for r in expired]
         if generation <= 0:
             self.tables.append("offset_commits", rows)
@@ -226,11 +229,12 @@ class GroupOffsets:
         return [row] + [self._expired_row(group, r, generation, leader) for r in expired]
 
     def _position_rows(self, group: str, positions: dict[TopicPartition, int], generation: int, member_id: str,
-                       kind: CommitKind) -> list[dict]:
+                       kind: CommitKind, epochs: dict[tuple[str, int], int] | None = None) -> list[dict]:
         """One row per partition (a claim's offset is -1: unknown), in (topic, partition) order."""
+        epochs = self.epochs if epochs is None else epochs
         return [OffsetCommit(group=group, topic=tp.topic, partition=tp.partition, offset=o, generation=generation,
                              member_id=member_id, kind=kind.value,
-                             leader_epoch=self.epochs.get((tp.topic, tp.partition)) if o >= 0 else None).model_dump()
+                             leader_epoch=epochs.get((tp.topic, tp.partition)) if o >= 0 else None).model_dump()
                 for tp, o in sorted(positions.items(), key=lambda kv: (kv[0].topic, kv[0].partition))]
 
     @staticmethod

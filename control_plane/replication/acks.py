@@ -3,8 +3,9 @@ followers to fetch; here the writer copies).
 
 After its append committed at the leader's log, the producer reads the replica state, copies the
 records to every root that must hold them (``rules.acknowledgers``: the in-sync set and the roots
-joining it), and reads the state again: the records are acknowledged if the leader epoch did not
-move and every acknowledger of that state was copied to. A root that joined meanwhile is copied
+joining it), and reads the state again: the records are acknowledged if the leader epoch is the one
+the producer read before its append, did not move, and every acknowledger of that state was copied
+to. A root that joined meanwhile is copied
 to in turn. A joining root that cannot take them is dropped from the joining set at once; an
 in-sync one refuses the produce (retriable) until its copies have failed for the time lag, then is
 dropped, as Kafka's leader shrinks the set, if ``min_insync_replicas`` roots are left.
@@ -42,15 +43,22 @@ def check_in_sync(ctx: "Replication", topic: str, minimum: int) -> ReplicaState:
     return state
 
 
-def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int) -> ReplicaState:
+def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, epoch: int) -> ReplicaState:
     """After an append committed at the log ``appended_at``: the state under which its records are
-    acknowledged (see the module), or the retriable error that says why they are not."""
+    acknowledged (see the module), or the retriable error that says why they are not. ``epoch``: the
+    leader epoch of the state read before the append. Only under it: the same root elected again
+    leads another history, which may lack the records (Kafka's leader acknowledges in the epoch it
+    appended under)."""
     state = check_in_sync(ctx, topic, minimum)
     covered = {state.leader}
     for _ in range(ACK_ROUNDS):
         if log_path(state, state.leader) != appended_at:
             raise FencedLeaderEpochError(f"'{topic}' is led from {state.leader} since epoch {state.leader_epoch}: "
                                          "the append went to a former leader and is not acknowledged; produce again")
+        if state.leader_epoch != epoch:
+            raise FencedLeaderEpochError(f"'{topic}' elected {state.leader} again (epoch {state.leader_epoch}) since "
+                                         f"the append was made under epoch {epoch}: the records may not be in the "
+                                         "history it leads, and are not acknowledged; produce again")
         try:
             log_ends_of(ctx.spark, appended_at)
         except Exception as exc:

@@ -241,7 +241,9 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
     """Bring the follower log at ``target`` up to the log at ``source`` (see the module), as a
     request stamped with leader epoch ``stamp``: the source must have been told of exactly that
     epoch (the leader of ``stamp``, or a leader an election of ``stamp`` fenced), the follower of no
-    later one. ``state``: the replica state whose epoch starts say where the follower truncates."""
+    later one, and the follower must hold no later leader's history than the source (an election
+    begun before a later one raises its old leader's fence itself). ``state``: the replica state
+    whose epoch starts say where the follower truncates."""
     src = open_log(spark, source)
     sconf = src.configuration()
     srole = Role.of(sconf)
@@ -265,6 +267,10 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         if trole.role == LEADER:
             raise ReplicationError(f"the log at {target} leads its topic (or is not a replica): a copy never "
                                    "overwrites a leader; elect another root first")
+        if trole.data > srole.data:  # the handover of an election begun before a later one (stale)
+            raise FencedLeaderEpochError(f"the log at {target} holds the history of leader epoch {trole.data}, later "
+                                         f"than {source}'s ({srole.data}): a copy from an older history is a stale "
+                                         "request, ignored")
         tknown = txn.snapshot_app_versions()
         tmeta = TopicLogMetadata.from_properties(tconf)
         t_ends = {p: log_end(tknown, p, tmeta.partitions[p].start_offset if p in tmeta.partitions

@@ -48,6 +48,8 @@ class Variant:
     reelect_returns_early: bool = False  # electing the named leader does nothing, even when its log is fenced
     fence_demotes_leader: bool = False  # a fence at epoch E makes a log that leads at E a follower (a late election)
     reader_compares_roots: bool = False  # a reader keeps its snapshot when the same root leads at both looks
+    copy_over_later_history: bool = False  # a copy lands at a follower holding a later epoch's history than its source
+    ack_any_epoch: bool = False  # an acks: all produce is acknowledged under any epoch its leader root leads at
 
 
 NEW = Variant()
@@ -180,6 +182,8 @@ def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State,
         return "stale"
     if dst.role == LEAD:
         return "leader"
+    if dst.data > snap.source_data and not variant.copy_over_later_history:
+        return "stale"  # the source's history is older: a stale election's handover from the old leader
     rows, end = dst.rows, dst.end
     if not variant.truncate_apart:
         points = rules.truncation_points(state, dst.data)
@@ -256,8 +260,8 @@ def _retry(world: World, me: Actor) -> list[Step]:
 
 def step_producer(world: World, me: Actor, variant: Variant) -> list[Step]:
     pc, record = me.pc, me.get("record")
-    if pc == "locate":
-        return [(world, me.at("append", leader=world.state.leader))]
+    if pc == "locate":  # the state read before the append: the epoch it may be acknowledged under
+        return [(world, me.at("append", leader=world.state.leader, epoch=world.state.leader_epoch))]
     if pc == "append":  # one commit at the log the producer found leading
         root = me.get("leader")
         log = world.log(root)
@@ -268,7 +272,7 @@ def step_producer(world: World, me: Actor, variant: Variant) -> list[Step]:
         return [(world, me.at("ack_read" if me.get("acks_all") else DONE))]
     if pc == "ack_read":
         state = world.state
-        if state.leader != me.get("leader"):
+        if state.leader != me.get("leader") or (state.leader_epoch != me.get("epoch") and not variant.ack_any_epoch):
             return _retry(world, me)
         covered = (me.get("leader"),)
         targets = tuple(sorted(rules.acknowledgers(state) - set(covered)))
@@ -861,6 +865,28 @@ def _unfinished_election() -> World:
     return world_of({"A": a, "B": b, "C": c}, s2, (s1,))._replace(elect_records=0)
 
 
+def _stale_elector() -> tuple[World, Actor]:
+    """A led at epoch 0 and took ``z`` that nobody copied; its root was lost, B was elected (clean:
+    B and C in sync) and took ``y`` with ``acks: all``, copied to C; A is back, still leading at 0.
+    An elector that read the state before B's election (C to lead) carries on from there."""
+    a = Log(rows=((0, "x", 0), (1, "z", 0)), end=2, role=LEAD, fence=0, data=0, pepoch=0)
+    b = Log(rows=((0, "x", 0), (1, "y", 1)), end=2, role=LEAD, fence=1, data=1, pepoch=1)
+    c = Log(rows=((0, "x", 0), (1, "y", 1)), end=2, role=FOLLOW, fence=1, data=1, pepoch=1)
+    s1 = State(1, ReplicaEvent.CREATE, 0, "A", ROOTS, ROOTS, (), (Start(0, "A", 0),))
+    s2 = State(2, ReplicaEvent.ELECT, 1, "B", ROOTS, ("B", "C"), (), (Start(0, "A", 0), Start(1, "B", 1)))
+    world = world_of({"A": a, "B": b, "C": c}, s2, (s1,))._replace(acked=frozenset({("y", 2)}), committed=("x", "y"))
+    stale = Actor("e1", "elector", "fence_old", (("seen", s1), ("target", "C"), ("unclean", False)))
+    return world, stale
+
+
+def _paused_producer() -> tuple[World, Actor]:
+    """A leads at epoch 0, B in sync; a producer's ``acks: all`` append of ``a1`` committed at A and
+    it pauses before its acknowledgement reads the state."""
+    world = created(("A", "B"), held={"A": ["x", "a1"], "B": ["x"]})
+    paused = producer("p", "a1")._replace(pc="ack_read")
+    return world, paused.at("ack_read", leader="A", epoch=0)
+
+
 # Each scenario is one interleaving class the code must survive; ``SLOW`` ones take minutes.
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     # an acks: all produce while a round lets a follower join; the leader lost, the follower elected
@@ -888,6 +914,17 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "reader-unclean-election": lambda: Scenario(
         created(("A", "B"), in_sync=("A",), held={"A": ["x"]}),
         [reader("r"), chaos("x", "A", returns=False), elector("e", "B", unclean=True), producer("p", "a1")]),
+    # an election by a process that read the state before another one: its handover copy from the
+    # old leader (whose fence it raises itself) reaches a follower of the later history; then the
+    # later leader's root is lost and that follower elected
+    "stale-elector-handover": lambda: Scenario(
+        _stale_elector()[0], [_stale_elector()[1], producer("p", "a1"), chaos("x", "B", returns=False),
+                              elector("e2", "C", after="e1")]),
+    # a producer paused between its append and its acknowledgement while its leader's root is lost,
+    # another root elected, and the first truncated and elected again: the same root, another history
+    "ack-across-re-election": lambda: Scenario(
+        _paused_producer()[0], [_paused_producer()[1], chaos("x", "A"), elector("e1", "B"),
+                                copier("c")._replace(after="e1"), elector("e2", "A", after="c")]),
     # a reader across a clean failover, an acks: 1 record at the leader alone before it
     "reader-clean-failover": lambda: Scenario(
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),

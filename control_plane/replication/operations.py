@@ -111,8 +111,8 @@ class Replication:
     def check_in_sync(self, topic: str, minimum: int) -> ReplicaState:
         return acks.check_in_sync(self, topic, minimum)
 
-    def acknowledge(self, topic: str, log_path_: str, minimum: int) -> ReplicaState:
-        return acks.acknowledge(self, topic, log_path_, minimum)
+    def acknowledge(self, topic: str, log_path_: str, minimum: int, epoch: int) -> ReplicaState:
+        return acks.acknowledge(self, topic, log_path_, minimum, epoch)
 
     # -- reassignment ------------------------------------------------------------------------
     def reassign(self, topic: str, roots: list[str], rounds_: int = 20) -> ReplicaState:

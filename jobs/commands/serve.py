@@ -32,7 +32,7 @@ def serve(c: Context, listen: str | None, advertised: str | None, node_id: int |
     except ValidationError as exc:
         problem = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise InvalidConfigurationError(f"invalid serve settings: {problem}") from None
-    server = Server(c.spark, c.root, settings, c.config.controller)
+    server = Server(c.spark, c.root, settings, c.config.controller, c.config.replication)
 
     def listening(s: Server) -> None:
         host, port = s.advertised

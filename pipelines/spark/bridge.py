@@ -25,7 +25,8 @@ from log_store.session import hadoop_settings, install_format_side
 from pipelines.spark import sink
 from pipelines.spark.offsets import StreamOffset
 from pipelines.spark.options import parse_source_options
-from pipelines.spark.planner import UNLIMITED, Planner, resolve_root
+from pipelines.spark.planner import UNLIMITED, Planner
+from pipelines.spark.roots import resolve_root
 from pipelines.spark.reading import frame, source_schema
 
 FORMAT = "lakelog"

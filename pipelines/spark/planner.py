@@ -10,27 +10,25 @@ the tasks' reads open the store alike.
 
 Where a snapshot's log ends are decided for a read: ``Planner.topics`` (each topic's
 ``TopicNow.snap``, read by ``rs_reader.log_snapshot``); every plan takes its ends from there.
+What a stream skipped is decided and reported in ``pipelines.spark.losses``.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import NamedTuple
 
 from control_plane.fast_reads import FastTopicReader
-from control_plane.group.offsets import unreported_expiry
 from control_plane.image import TopicImage
 from control_plane.records import ExpiredRange, TopicRecord
-from control_plane.topics import live_record
 from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError, LakelogError
-from log_store.files import is_remote, local_path
-from log_store.object_store import is_s3
+from log_store.files import is_remote
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark.offsets import StreamOffset, TopicOffset
-from pipelines.spark.options import ROOT, SourceOptions
+from pipelines.spark.losses import Losses, member_id
+from pipelines.spark.options import SourceOptions
 from pipelines.spark.reading import DataLossError, TopicRead
 from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.tasks import share_by_lag
@@ -38,44 +36,12 @@ from pipelines.spark.positions import (
     behind_latest, bounds_to_read, ending_positions, resolve_topics, starting_positions, timestamp_targets,
 )
 
-_log = logging.getLogger("lakelog.spark")
 UNLIMITED = 2**62
 
 Positions = dict[int, int]
 
 
-__all__ = ["DataLossError", "Planner", "TopicRead", "UNLIMITED", "resolve_root"]
-
-
-def resolve_root(given: str | None, default: str | None, writing: bool = False) -> str:
-    """The root a read or write uses: the ``root`` option, else the one registered as default.
-    A local path is made absolute here, on the driver: Spark's workers may run elsewhere. A URI
-    must name an object store delta-rs reads: both sides of a read open the root with it. Writes
-    take local and S3 roots: their tasks stage rows with pyarrow, which lakelog points at S3
-    (``log_store.object_store``), and the driver commits them through Spark's S3A."""
-    root = given or default
-    if not root:
-        raise InvalidConfigurationError(
-            f"no lakelog root: give .option('{ROOT}', PATH_OR_URI), or register the source with a default "
-            "root (pipelines.spark.register(spark, root))")
-    if not is_remote(root):
-        return str(local_path(root))
-    if writing and not is_s3(root):
-        raise InvalidConfigurationError(
-            f"root {root!r}: format('lakelog') writes to local and S3 roots (s3://, s3a://): its tasks stage rows "
-            "with pyarrow, which lakelog points only at those; produce with pipelines.producer.Producer in a "
-            "Spark session configured for the store")
-    scheme = root.split(":", 1)[0].lower()
-    if scheme == "dbfs":
-        raise InvalidConfigurationError(
-            f"root {root!r}: format('lakelog') reads with delta-rs, which cannot open Databricks' dbfs:/ paths; "
-            "give the object store URI the path is mounted from (s3://, abfss://, gs://) or the local "
-            "/dbfs/... path of the same folder")
-    if scheme not in rs_reader.SCHEMES:
-        raise InvalidConfigurationError(
-            f"root {root!r}: format('lakelog') reads with delta-rs, which does not open {scheme}:// here; "
-            f"give a local path or a URI with one of {', '.join(s + '://' for s in rs_reader.SCHEMES)}")
-    return root.rstrip("/")
+__all__ = ["DataLossError", "Planner", "TopicRead", "UNLIMITED"]
 
 
 # -- JVM-free reads for the gate ------------------------------------------------------------------
@@ -145,6 +111,7 @@ class Planner:
         self._planned: dict[tuple[str, tuple], int] = {}  # (topic, its end positions) -> log version planned at
         self._last_trigger: float | None = None  # when a micro-batch was last let go (minOffsetsPerTrigger)
         self._latest: dict[str, Positions] = {}  # each topic's log ends as the last plan read them
+        self.losses = Losses(root, opts, self._session, self.reader, self.storage)
 
     def topics(self) -> dict[str, TopicNow]:
         """Each topic the read covers now. The log's snapshot is read before the history the gates
@@ -233,18 +200,17 @@ class Planner:
 
     def starting(self, topics: dict[str, TopicNow]) -> dict[str, Positions]:
         """Where the read starts on every covered partition (``startingOffsets`` or a time)."""
-        bounds = self.bounds(topics)
-        spec = self.opts.starting
-        if isinstance(spec, OffsetSpec):
-            return starting_positions(spec, bounds)
-        return self._at_times(spec, topics, bounds)
+        return self._positions(self.opts.starting, starting_positions, topics)
 
     def ending(self, topics: dict[str, TopicNow]) -> dict[str, Positions]:
         """Where a batch read ends on every covered partition (``endingOffsets`` or a time)."""
+        return self._positions(self.opts.ending, ending_positions, topics)
+
+    def _positions(self, spec: OffsetSpec | TimestampSpec, by_offsets, topics: dict[str, TopicNow]) -> dict[str, Positions]:
+        """``spec``'s positions: offsets mapped by ``by_offsets``, times looked up (``_at_times``)."""
         bounds = self.bounds(topics)
-        spec = self.opts.ending
         if isinstance(spec, OffsetSpec):
-            return ending_positions(spec, bounds)
+            return by_offsets(spec, bounds)
         return self._at_times(spec, topics, bounds)
 
     def _at_times(self, spec: TimestampSpec, topics: dict[str, TopicNow],
@@ -280,103 +246,13 @@ class Planner:
             if beyond:  # records written later below the start would never be read
                 named = ", ".join(f"partition {p} at {s}, past its log end {bounds[topic][p][1]}"
                                   for p, s in sorted(beyond.items()))
-                self.report_loss(topic, f"startingOffsets starts {named}: the records written there later, below the "
+                self.losses.report(topic, f"startingOffsets starts {named}: the records written there later, below the "
                                         "start, would be skipped", [],
                                  "give offsets at or below the log end (-1 for latest), or set failOnDataLoss to "
                                  "false to start at the log end with a warning")
                 start[topic] = {**per_partition, **{p: bounds[topic][p][1] for p in beyond}}
         return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}), now.epoch)
                              for t, now in topics.items()})
-
-    # -- what a stream skipped: decided here, reported or failed on (Kafka's reportDataLoss) ------
-    def report_loss(self, topic: str, why: str, lost: list[ExpiredRange], advice: str | None = None) -> None:
-        """Records the stream was to deliver are gone (``why``; ``lost``: the ranges, where known;
-        ``advice``: what to do, where it is not to restart later). Under ``failOnDataLoss`` (the
-        default) an error; else a warning, and with a ``group`` the ranges are reported expired in
-        the group's tables at once, before any offset past them is returned: a driver that dies
-        next restarts with the report made."""
-        named = ", ".join(f"partition {r.partition} offsets {r.first}-{r.end - 1}" for r in lost)
-        what = f"topic '{topic}': {why}" + (f" ({named})" if named else "")
-        if self.opts.fail_on_data_loss:
-            raise DataLossError(f"{what}; " + (advice or "restart from later offsets (or with a new checkpoint), or "
-                                               "set failOnDataLoss to false to skip them with a warning"))
-        _log.warning("%s (failOnDataLoss=false: skipped)", what)
-        if lost and self.opts.group:
-            from control_plane.group.offsets import GroupOffsets
-
-            GroupOffsets(self._session(), self.root).report_expired(self.opts.group, lost,
-                                                                   member_id=_member_id(self.opts.group))
-
-    def _reported(self, topic: str) -> set[tuple[int, int]]:
-        """(partition, end) of the ranges the stream's group already reported expired on ``topic``."""
-        if not self.opts.group:
-            return set()
-        from control_plane.group.offsets import GroupOffsets
-
-        return GroupOffsets(self._session(), self.root).expired(self.opts.group, topic)
-
-    def _account(self, topic: str, now: TopicNow, had: TopicOffset | None) -> TopicOffset:
-        """``had`` (the stream's offset on ``topic``) checked against the topic now: the same
-        incarnation, and nothing it had not delivered gone (retired, or below the log start), or
-        the loss reported (``report_loss``). A new topic, or a new incarnation once its loss is
-        reported, starts at its first offsets."""
-        if had is not None and had.topic_id is not None and had.topic_id != now.topic_id:
-            self.report_loss(topic, f"the topic was deleted and created again since this query last read it "
-                                    f"(incarnation {had.topic_id}, now {now.topic_id}); the records of the old "
-                                    "one after the query's offsets were never delivered, and the new one is read "
-                                    "from its first offsets", [])
-            had = None
-        since = had.since if had is not None and had.since is not None else now.snap.topic_version
-        positions = dict(had.positions) if had is not None else {}
-        if had is not None and now.history:
-            positions = self._diverged(topic, now, had, positions)
-        snap = now.snap
-        lost = unreported_expiry(topic, snap, sorted(positions), positions,
-                                 lambda: now.image.retired_between(-1, snap.topic_version),
-                                 lambda: self._reported(topic),
-                                 retired_since=lambda: now.image.retired_between(since, snap.topic_version))
-        if lost:
-            self.report_loss(topic, "records were retired or deleted (retention, delete-records) before this read "
-                                    "delivered them", lost)
-        # the epoch positions were planned under stays until they move (a position that stood still
-        # through an unclean election was read before it)
-        kept = had is not None and had.epoch is not None and positions == dict(had.positions)
-        return TopicOffset(now.topic_id, since, positions, had.epoch if kept else now.epoch)
-
-    def _diverged(self, topic: str, now: TopicNow, had: TopicOffset, positions: Positions) -> Positions:
-        """Kafka's divergence check of a replicated topic's positions: after an unclean election, a
-        position past where it cut the history the stream read (``had.epoch``; unknown: the log
-        end) is data loss (``report_loss``); without failOnDataLoss the stream goes back there."""
-        from control_plane.replication import rules
-
-        if not rules.unclean(list(now.history)):
-            return positions
-        out = dict(positions)
-        for p, pos in sorted(positions.items()):
-            cut = (now.snap.log_ends.get(p, pos) if had.epoch is None
-                   else rules.cut_below(list(now.history), had.epoch, p))
-            back = rules.divergence(pos, cut)
-            if back is not None:
-                self.report_loss(topic, f"an unclean election cut partition {p} at offset {back}, below this query's "
-                                        f"offset {pos}: the records it delivered from {back} on are not the topic's "
-                                        f"any more, and those at those offsets now are new; the query goes back to {back}",
-                                 [])
-                out[p] = back
-        return out
-
-    def _cut(self, topic: str, had: TopicOffset | None, partition: int, stop: int) -> int:
-        """Where an unclean election cut ``partition``'s history after the epoch ``had`` was read
-        under: a batch that went back there (``_diverged``) reads from it (``stop`` if none)."""
-        from control_plane.replication import rules
-        from control_plane.replication.state import states_of
-
-        rows = rs_reader.rows(self.reader.layout.control("topic_replicas"), storage=self.storage)
-        image = self.reader.images().get(topic)
-        incarnation = image.records[0].topic_version if image and image.records else 0
-        history = sorted((st for st in states_of(rows) if st.topic == topic and st.incarnation == incarnation),
-                         key=lambda st: st.replica_version)
-        cut = rules.cut_below(history, had.epoch, partition) if had is not None and had.epoch is not None else None
-        return stop if cut is None else min(cut, stop)
 
     def next_end(self, start: StreamOffset, limit: int, caps: dict[str, Positions] | None = None) -> StreamOffset:
         """Where the next micro-batch from ``start`` ends: at most ``limit`` records over every
@@ -387,12 +263,12 @@ class Planner:
         the batch back (``_held_back``; not under AvailableNow, whose run must end)."""
         topics = self.topics()
         for topic in sorted(set(start.topics) - set(topics)):
-            self.report_loss(topic, "the topic was deleted (or no longer matches subscribePattern) while this "
+            self.losses.report(topic, "the topic was deleted (or no longer matches subscribePattern) while this "
                                     f"query read it; it stood at {start.positions(topic)}", [])
         accounted: dict[str, TopicOffset] = {}
         gated: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, now in topics.items():
-            offset = self._account(topic, now, start.topics.get(topic))
+            offset = self.losses.account(topic, now, start.topics.get(topic))
             snap = now.snap
             covered = self.covered(topic, snap)
             positions = {p: max(offset.positions.get(p, snap.first_offset(p)), snap.first_offset(p)) for p in covered}
@@ -442,7 +318,7 @@ class Planner:
         positions = {TopicPartition(topic=t, partition=int(p)): int(o)
                      for t, to in offset.topics.items() for p, o in to.positions.items()}
         GroupOffsets(self._session(), self.root).commit_positions(
-            self.opts.group, positions, member_id=_member_id(self.opts.group))
+            self.opts.group, positions, member_id=member_id(self.opts.group))
         self._published = offset
 
     def _session(self):
@@ -471,7 +347,7 @@ class Planner:
     def reads(self, start: StreamOffset, end: StreamOffset) -> list[TopicRead]:
         """What lies between ``start`` and ``end``, per topic, at the log version ``end`` was
         planned on (the latest, for a batch replayed after a restart). A range whose start the
-        log no longer holds is lost (``report_loss``)."""
+        log no longer holds is lost (``Losses.report``)."""
         out = []
         for topic, to in end.topics.items():
             location = self.location(topic)
@@ -485,17 +361,17 @@ class Planner:
                 first = snap.first_offset(p) if p in snap.metadata.partitions else stop
                 s = begun.get(p, first)
                 if s > stop:  # moved back to where an unclean election cut the log (failOnDataLoss off)
-                    s = self._cut(topic, had, p, stop)
+                    s = self.losses.cut(topic, had, p, stop)
                 if s < min(first, stop):
                     lost.append(ExpiredRange(topic=topic, partition=p, first=s, end=min(first, stop)))
                 s = max(s, first)
                 if stop > s:
                     spans.append((p, s, stop))
             if lost and version is None:  # a batch replayed after a restart: its plan's accounting is gone
-                reported = self._reported(topic)
+                reported = self.losses.reported(topic)
                 lost = [r for r in lost if (r.partition, r.end) not in reported]
                 if lost:
-                    self.report_loss(topic, "records of this batch were removed from the log before it read them", lost)
+                    self.losses.report(topic, "records of this batch were removed from the log before it read them", lost)
             out.append(TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage))
         return out
 
@@ -524,10 +400,6 @@ class Planner:
         position is behind its log end as the last plan read it (``behind_latest``)."""
         return behind_latest({t: dict(self._latest.get(t, {})) for t in consumed.topics},
                              {t: dict(o.positions) for t, o in consumed.topics.items()})
-
-
-def _member_id(group: str) -> str:
-    return f"stream:{group}"
 
 
 def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:

@@ -131,7 +131,7 @@ def write(spark: SparkSession, options: dict, default_root: str | None, df: Data
     refused. A write to several topics that fails after some landed says which."""
     from pipelines.producer import Producer
     from pipelines.settings import ProducerSettings
-    from pipelines.spark.planner import resolve_root
+    from pipelines.spark.roots import resolve_root
 
     if mode.lower() not in ("append", "errorifexists"):
         raise InvalidConfigurationError(

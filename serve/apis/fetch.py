@@ -90,7 +90,9 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
             continue
         part.high_watermark = marks[p.partition]
         part.log_start = view.snapshot.first_offset(p.partition)
-        if not part.log_start <= p.fetch_offset <= part.high_watermark:
+        # in range up to the leader's log end, as Kafka's: a replicated topic's high watermark can step
+        # back under a client's position (an in-sync root unreadable, a root starting to join)
+        if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
             part.error = "OFFSET_OUT_OF_RANGE"
             continue
         readable.append(p)
@@ -230,11 +232,13 @@ async def list_offsets(server: "Server", conn: "Connection", request: "Request")
 
 
 # -- OffsetForLeaderEpoch -------------------------------------------------------------------------
-def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int, high: int) -> tuple[int, int]:
+def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int) -> tuple[int, int]:
     """(epoch, end offset) for a consumer that last read records of ``epoch``: where the first
-    record of a later epoch lies, or the high watermark if none does (Kafka's answer, from which
-    a client detects records it read that are no longer in the log)."""
+    record of a later epoch lies, or the leader's log end if none does (Kafka's answer, from which
+    a client detects records it read that are no longer in the log; never the high watermark, which
+    can step back under what a client read and would tell it of a truncation that did not happen)."""
     current = view.snapshot.metadata.partitions[partition].leader_epoch
+    high = view.snapshot.log_ends[partition]
     if epoch >= current:
         return current, high
     path = view.record.location
@@ -254,7 +258,7 @@ def _epochs_topic(server: "Server", topic) -> dict:
         return {"topic": topic.topic, "partitions": [
             {"error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION"), "partition": p.partition} for p in topic.partitions]}
     try:
-        marks = server.ctx.high_watermarks(view)
+        server.ctx.high_watermarks(view)  # the view's leader still leads (else the client asks again)
     except LeaderNotAvailableError:
         return {"topic": topic.topic, "partitions": [
             {"error_code": code_of("NOT_LEADER_OR_FOLLOWER"), "partition": p.partition} for p in topic.partitions]}
@@ -264,7 +268,7 @@ def _epochs_topic(server: "Server", topic) -> dict:
         if error:
             out.append({"error_code": code_of(error), "partition": p.partition})
             continue
-        epoch, end = epoch_end(server, view, p.partition, p.leader_epoch, marks[p.partition])
+        epoch, end = epoch_end(server, view, p.partition, p.leader_epoch)
         out.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
     return {"topic": topic.topic, "partitions": out}
 

@@ -139,14 +139,17 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
     except GroupError as exc:
         return answer(exc.code)
     codes: dict[tuple[str, int], str] = {}
-    offsets = {}
+    offsets, epochs = {}, {}
     for t in body.topics:
         if not server.allowed(conn, "READ", "TOPIC", t.name):
             codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
             continue
         offsets.update({(t.name, p.partition_index): p.committed_offset for p in t.partitions})
+        # KIP-320: the epoch of the last record consumed, which the client validates its position with
+        epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in t.partitions
+                       if getattr(p, "committed_leader_epoch", -1) >= 0})
     try:
-        await server.records.run(server.records.commit, body.group_id, under, body.member_id, offsets)
+        await server.records.run(server.records.commit, body.group_id, under, body.member_id, offsets, epochs)
     except LostGroupError:
         server.coordinator.drop(body.group_id)
         return answer("NOT_COORDINATOR")
@@ -174,8 +177,9 @@ async def offset_fetch(server: "Server", conn: "Connection", request: "Request")
     else:
         wanted = {t.name: list(t.partition_indexes) for t in body.topics}
     topics = [{"name": t, "partitions": [
-        {"partition_index": p, "committed_offset": committed.get((t, p), -1), "committed_leader_epoch": -1,
-         "metadata": "", "error_code": 0} for p in sorted(ps)]}
+        {"partition_index": p, "committed_offset": committed.get((t, p), (-1, -1))[0],
+         "committed_leader_epoch": committed.get((t, p), (-1, -1))[1], "metadata": "", "error_code": 0}
+        for p in sorted(ps)]}
         for t, ps in sorted(wanted.items()) if server.allowed(conn, "DESCRIBE", "TOPIC", t)]
     return {"throttle_time": 0, "error_code": 0, "topics": topics}
 

@@ -104,3 +104,48 @@ def test_a_commit_without_a_txn_id_is_refused_on_s3_before_it_is_written(spark):
     with pytest.raises(Py4JJavaError, match="carries no Delta commitInfo with a txnId"):
         publisher.checkUnique(commit, b'{"commitInfo":{"operation":"WRITE"}}\n{"add":{}}\n')
     publisher.checkUnique(jvm.org.apache.hadoop.fs.Path(f"s3a://b/t/_delta_log/{7:020d}.crc"), b'{"numFiles":1}')
+
+
+def test_checksums_in_a_local_log_are_written_put_if_absent_and_whole_other_files_by_sparks_manager(spark, tmp_path):
+    """The session's checkpoint file manager (what Delta writes each commit's .crc with) is
+    lakelog.storage.LocalCheckpointFileManager: in a local _delta_log a file not to be overwritten
+    is refused when it exists and left as it was, an overwrite replaces it, a cancelled write leaves
+    nothing, and no temporary file stays; outside a _delta_log it is Spark's manager that writes."""
+    import pytest
+    from py4j.protocol import Py4JJavaError
+
+    from log_store.engine import delta
+    from log_store.session import CHECKPOINT_MANAGER_CLASS
+
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    jvm = spark._jvm
+    folder = tmp_path / "t" / "_delta_log"
+    assert sorted(p.name for p in folder.glob("*.crc")) == [f"{v:020d}.crc" for v in range(2)]
+    conf = delta(spark).DeltaLog.forTable(spark._jsparkSession, path).newDeltaHadoopConf()
+    files = getattr(jvm.org.apache.spark.sql.execution.streaming.checkpointing, "CheckpointFileManager$")
+    manager = getattr(files, "MODULE$").create(jvm.org.apache.hadoop.fs.Path(f"file:{folder}"), conf)
+    assert manager.getClass().getName() == CHECKPOINT_MANAGER_CLASS
+
+    def write(target, data: bytes, overwrite: bool, cancel: bool = False) -> None:
+        out = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(f"file:{target}"), overwrite)
+        out.write(bytearray(data))
+        out.cancel() if cancel else out.close()
+
+    crc = folder / f"{1:020d}.crc"
+    before = crc.read_bytes()
+    with pytest.raises(Py4JJavaError, match="FileAlreadyExistsException"):
+        write(crc, b'{"other": 1}', overwrite=False)
+    assert crc.read_bytes() == before
+    write(folder / "new.crc", b"first", overwrite=False)
+    write(folder / "new.crc", b"second", overwrite=True)
+    assert (folder / "new.crc").read_bytes() == b"second"
+    write(folder / "cancelled.crc", b"never", overwrite=False, cancel=True)
+    assert not (folder / "cancelled.crc").exists()
+    assert not list(folder.rglob("*.tmp"))
+
+    elsewhere = tmp_path / "checkpoint" / "offsets"  # a streaming checkpoint's folder: listed by Spark's readers
+    elsewhere.mkdir(parents=True)
+    write(elsewhere / "0", b"v1", overwrite=False)
+    assert (elsewhere / "0").read_bytes() == b"v1"
+    assert sorted(p.name for p in elsewhere.iterdir() if not p.name.endswith(".crc")) == ["0"]

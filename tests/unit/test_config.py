@@ -78,9 +78,10 @@ def test_a_missing_lakelog_jar_says_what_to_run_unless_delta_s_store_is_chosen(t
 
 def test_commits_go_through_lakelogs_log_store_for_local_disks_and_s3a():
     from log_store.config import SparkSettings
-    from log_store.session import LOG_STORE_CLASS, S3A_CLASS, log_store_conf
+    from log_store.session import CHECKPOINT_MANAGER_CLASS, CHECKPOINT_MANAGER_CONF, LOG_STORE_CLASS, S3A_CLASS, log_store_conf
 
-    store = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS}
+    store = {"spark.delta.logStore.file.impl": LOG_STORE_CLASS, "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
+             CHECKPOINT_MANAGER_CONF: CHECKPOINT_MANAGER_CLASS}
     assert log_store_conf(SparkSettings(), {}) == store
     mapped = {"spark.hadoop.fs.s3.impl": S3A_CLASS}
     assert log_store_conf(SparkSettings(), mapped) == store | {"spark.delta.logStore.s3.impl": LOG_STORE_CLASS}

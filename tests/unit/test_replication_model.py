@@ -40,6 +40,13 @@ def test_every_interleaving_keeps_every_promise(name):
     # elected again leads another history, and what the snapshot held is delivered
     pytest.param("reader-re-election", model.Variant(reader_compares_roots=True), "a reader delivered z",
                  marks=pytest.mark.slow),
+    # a copy that lands at a follower holding a later history than its source (a stale election's
+    # handover from the old leader): the follower is stamped with the old epoch, and its clean
+    # election truncates what the later leader acknowledged
+    ("stale-elector-handover", model.Variant(copy_over_later_history=True), "acknowledged y is not at"),
+    # an acknowledgement under whatever epoch the producer's leader root leads at: a root elected
+    # again leads another history, which lost the record the producer appended under the first
+    ("ack-across-re-election", model.Variant(ack_any_epoch=True), "acknowledged a1 is not at"),
     # readers that never compare their position with the elections since skip silently
     ("reader-unclean-election", model.Variant(no_divergence_check=True), "does not show it"),
 ])

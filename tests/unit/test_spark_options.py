@@ -323,7 +323,7 @@ def test_bad_storage_options():
 
 # -- roots ---------------------------------------------------------------------------------------------
 def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
-    from pipelines.spark.planner import resolve_root
+    from pipelines.spark.roots import resolve_root
 
     monkeypatch.chdir(tmp_path)
     assert resolve_root("data/root", None) == str(tmp_path / "data" / "root"), "absolute, on the driver"
@@ -340,7 +340,7 @@ def test_a_root_is_a_local_path_or_a_uri_delta_rs_reads(tmp_path, monkeypatch):
 
 
 def test_writes_take_local_and_s3_roots_only(tmp_path):
-    from pipelines.spark.planner import resolve_root
+    from pipelines.spark.roots import resolve_root
 
     assert resolve_root(str(tmp_path), None, writing=True) == str(tmp_path)
     assert resolve_root("s3a://bucket/lakelog/", None, writing=True) == "s3a://bucket/lakelog"

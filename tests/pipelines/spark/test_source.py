@@ -349,7 +349,14 @@ def test_min_offsets_per_trigger_waits_for_records_until_the_delay_has_passed(la
     now[0] += 29
     assert planner.next_end(second, UNLIMITED) == second
     now[0] += 2
-    assert sum(planner.next_end(second, UNLIMITED).positions(T).values()) == 65, "the delay passed: go"
+    third = planner.next_end(second, UNLIMITED)
+    assert sum(third.positions(T).values()) == 65, "the delay passed: go"
+    producer.send(make_records(lakelog, 5, keys=5, start=65))
+    now[0] += 1
+    assert planner.next_end(third, UNLIMITED) == third, "5 < 50 records, 1 s: wait"
+    caps = {T: dict(planner.topics()[T].snap.log_ends)}  # Trigger.AvailableNow's ends
+    assert sum(planner.next_end(third, UNLIMITED, caps).positions(T).values()) == 70, \
+        "an AvailableNow run reads what is there and ends: not held back"
 
 
 def test_a_log_append_time_topic_stamps_appends_and_reads_say_which_time_each_record_has(lakelog, root):

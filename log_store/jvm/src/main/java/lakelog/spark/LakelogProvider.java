@@ -82,7 +82,7 @@ public final class LakelogProvider implements DataSourceRegister, StreamSourcePr
     public BaseRelation createRelation(SQLContext context, scala.collection.immutable.Map<String, String> parameters) {
         PythonSide side = Bridge.get();
         Map<String, String> given = options(context, parameters);
-        return new LakelogRelation(context, side, given, schemaOf(side.readSchema(given, false)));
+        return new LakelogRelation(context, schemaOf(side.readSchema(given, false)), columns -> side.read(given, columns));
     }
 
     @Override

@@ -1,8 +1,9 @@
 package lakelog.spark;
 
-import java.util.Map;
+import java.util.function.Function;
 
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.sources.BaseRelation;
@@ -16,15 +17,14 @@ import org.apache.spark.sql.types.StructType;
  */
 final class LakelogRelation extends BaseRelation implements PrunedScan {
     private final SQLContext context;
-    private final PythonSide side;
-    private final Map<String, String> options;
     private final StructType schema;
+    private final Function<String[], Dataset<Row>> scan;
 
-    LakelogRelation(SQLContext context, PythonSide side, Map<String, String> options, StructType schema) {
+    /** {@code scan}: the read's columns (in Spark's order) to the Python side's planned DataFrame. */
+    LakelogRelation(SQLContext context, StructType schema, Function<String[], Dataset<Row>> scan) {
         this.context = context;
-        this.side = side;
-        this.options = options;
         this.schema = schema;
+        this.scan = scan;
     }
 
     @Override
@@ -45,6 +45,6 @@ final class LakelogRelation extends BaseRelation implements PrunedScan {
     @Override
     @SuppressWarnings("unchecked")
     public RDD<Row> buildScan(String[] columns) {
-        return (RDD<Row>) (RDD<?>) side.read(options, columns).queryExecution().toRdd();
+        return (RDD<Row>) (RDD<?>) scan.apply(columns).queryExecution().toRdd();
     }
 }

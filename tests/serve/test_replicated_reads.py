@@ -1,0 +1,152 @@
+"""A replicated topic through the Kafka front door, when its high watermark steps back under a
+client's position (an in-sync follower's root cut off: nothing it holds can be counted on until
+it leaves the in-sync set). Kafka's leader answers a fetch anywhere up to its log end (above the
+high watermark: no records, no error), and OffsetForLeaderEpoch of the current epoch with its log
+end; a client told otherwise resets its position (re-delivering what it consumed) or reports a
+truncation that never happened."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from control_plane.replication import Replication
+from tests.control_plane.test_replication import cut, records_at, restore
+from tests.serve.raw import RawClient, batch, produce
+from tests.serve.test_epochs import end_of, fetch
+
+pytestmark = pytest.mark.kafka_clients
+NONE = 0
+
+
+def test_a_position_above_a_high_watermark_that_stepped_back_is_in_range_and_not_truncated(spark, served, root,
+                                                                                           tmp_path):
+    follower = str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[root, follower])
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a", b"b", b"c", b"d", b"e"])) == (NONE, 0)  # acks all: at both roots
+    first = fetch(client, 0, 0)
+    assert (first.error_code, first.high_watermark) == (NONE, 5)
+    assert fetch(client, 0, 5).error_code == NONE  # the client consumed all five; its next fetch
+    assert end_of(client, 0, 0) == (NONE, 0, 5)
+
+    state = Replication(spark, root).state("t")
+    cut(Replication(spark, root).path(state, follower))  # in sync still, its log unreadable
+    time.sleep(2 * served.settings.fetch_poll_ms / 1000)  # past the server's cached high watermark
+    at_end = fetch(client, 0, 5)
+    assert at_end.high_watermark < 5  # what it counts on now: lakelog's readers wait there too
+    assert at_end.error_code == NONE, f"fetch at the log end answered {ErrorCode(at_end.error_code).name}"
+    assert fetch(client, 0, 3).error_code == NONE
+    assert end_of(client, 0, 0) == (NONE, 0, 5), "the current epoch's end offset fell below the client's position"
+    client.close()
+
+
+def test_a_retried_acks_all_batch_is_acknowledged_only_once_every_in_sync_root_holds_it(spark, served, root, tmp_path):
+    """Kafka's leader answers a retried batch (a duplicate) only once the high watermark passed it,
+    as the first send. A Kafka producer whose ``acks=all`` batch was appended at the leader but not
+    copied to a cut-off in-sync follower (NOT_ENOUGH_REPLICAS_AFTER_APPEND) retries it: answered as a
+    duplicate at once, it would count as acknowledged while only the leader holds it, and a clean
+    election of the follower (still in sync) would lose it."""
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[eu, us])
+    replication = Replication(spark, root)
+    follower = replication.path(replication.state("t"), us)
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a"], producer_id=7, epoch=0, sequence=0)) == (NONE, 0)
+    cut(follower)
+    sent = batch([b"b"], producer_id=7, epoch=0, sequence=1)
+    assert produce(client, "t", 0, sent)[0] == ErrorCode.not_enough_replicas_after_append
+    retried = produce(client, "t", 0, sent)[0]
+    assert retried == ErrorCode.not_enough_replicas_after_append, \
+        f"the retry was answered {ErrorCode(retried).name} while the in-sync follower lacks the record"
+    restore(follower)
+    assert produce(client, "t", 0, sent) == (NONE, 1)  # copied now: acknowledged, at its first offset
+    assert len(records_at(follower)) == 2
+    client.close()
+
+
+def test_an_acks_all_produce_through_the_server_drops_a_cut_off_follower_after_the_time_lag(spark, served, root,
+                                                                                             tmp_path, monkeypatch):
+    """docs/replication.md: an ``acks: all`` producer is refused while an in-sync follower cannot be
+    copied to, until its copies have failed for ``replication.max_lag_seconds``; then it records the
+    smaller set and is acknowledged. The server's produces must keep that clock across requests."""
+    from control_plane.replication import operations
+    from control_plane.settings import ReplicationSettings
+
+    monkeypatch.setattr(operations, "ReplicationSettings", lambda: ReplicationSettings(max_lag_seconds=1.0))
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[eu, us])
+    replication = Replication(spark, root)
+    cut(replication.path(replication.state("t"), us))
+    client = RawClient(served.port)
+    codes = []
+    started = time.monotonic()
+    while time.monotonic() - started < 20:
+        code, _ = produce(client, "t", 0, batch([b"x"]))
+        codes.append(code)
+        if code == NONE:
+            break
+        time.sleep(0.3)
+    client.close()
+    assert codes[-1] == NONE, f"still refused after 20 s with a 1 s time lag: {codes}"
+    assert replication.state("t").in_sync == [eu]
+
+
+def test_a_kafka_groups_committed_leader_epoch_is_kept_and_answered(spark, served, root):
+    """KIP-320: a consumer commits, with each offset, the leader epoch of the last record it consumed,
+    and validates the position it fetches back with OffsetForLeaderEpoch before reading from it. A
+    server that drops the epoch (answering -1) leaves a Kafka group that resumes past an unclean
+    election's cut skipping silently; kept, it is also what lakelog's own divergence check reads
+    (the ``leader_epoch`` column of ``offset_commits``)."""
+    from control_plane.group.offsets import GroupOffsets
+
+    served.ctx.admin.create("t", 1)
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a", b"b"])) == (NONE, 0)
+    assert client.call(10, 3, {"key": "g", "key_type": 0}).error_code == NONE  # this server takes the group
+    committed = client.call(8, 8, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+                                   "group_instance_id": None, "topics": [{"name": "t", "partitions": [
+                                       {"partition_index": 0, "committed_offset": 2, "committed_leader_epoch": 0,
+                                        "committed_metadata": ""}]}]})
+    assert committed.topics[0].partitions[0].error_code == NONE
+    fetched = client.call(9, 7, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}],
+                                 "require_stable": False}).topics[0].partitions[0]
+    client.close()
+    assert (int(fetched.committed_offset), int(fetched.committed_leader_epoch)) == (2, 0)
+    assert GroupOffsets(spark, root).state("g", "t").epochs == {0: 0}
+
+
+def test_a_retry_after_its_leader_root_was_truncated_and_elected_again_lands_once(spark, served, root, tmp_path):
+    """A Kafka producer's ``acks=all`` batch was appended at /eu and not copied (/us cut off). Then /eu's
+    root is lost, /us elected (clean: still in sync), /eu back, truncated where /us's epoch began (the
+    batch and its producer mark gone) and elected again. The producer's retry reaches the same server
+    and the same log path: the producer mark the server remembers from before the elections must not
+    answer it as a duplicate of a record no log holds."""
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[eu, us])
+    replication = Replication(spark, root)
+    state = replication.state("t")
+    paths = {r: replication.path(state, r) for r in (eu, us)}
+    client = RawClient(served.port)
+    sent = batch([b"a"], producer_id=7, epoch=0, sequence=0)
+    cut(paths[us])
+    assert produce(client, "t", 0, sent)[0] == ErrorCode.not_enough_replicas_after_append
+    restore(paths[us])
+    cut(paths[eu])
+    replication.elect("t", us)
+    restore(paths[eu])
+    replication.replicate("t")  # /eu fenced, truncated at 0, back in sync
+    assert replication.elect("t", eu).leader_epoch == 2
+    time.sleep(1.5)  # past the server's view of the topic (serve.batcher.VIEW_AGE)
+    answered = produce(client, "t", 0, sent)
+    for _ in range(20):  # an election seen mid-request is answered retriably, as Kafka's leader change
+        if answered[0] == NONE:
+            break
+        time.sleep(0.5)
+        answered = produce(client, "t", 0, sent)
+    client.close()
+    assert answered == (NONE, 0)
+    for r in (eu, us):
+        assert [row[4] for row in records_at(paths[r])] == ["b'a'"], f"{r} holds {records_at(paths[r])}"

@@ -1,0 +1,55 @@
+"""A group commit reads the marks of the producers it has not met in one read of the log, for
+every batch it judges, a batch for a partition that is not writable included (it is judged as
+any other and the log refuses it); producers it has met keep the marks it last saw (the append
+checks them). Spark-free: the log is a stand-in counting its reads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from serve.batcher import Batcher, Entry
+from serve.producers import lakelog_producer_id
+from serve.records import ProducedBatch
+
+
+class _Ctx:
+    def __init__(self, marks: dict[str, int]) -> None:
+        self.marks = marks
+        self.reads: list[list[str]] = []
+
+    def producer_marks(self, path: str, ids: list[str]) -> dict[str, int]:
+        self.reads.append(sorted(ids))
+        return {pid: self.marks.get(pid, -1) for pid in ids}
+
+
+def _entry(producer: int, partition: int, sequence: int, count: int = 2) -> Entry:
+    batch = ProducedBatch(producer_id=producer, producer_epoch=0, base_sequence=sequence,
+                          keys=pa.nulls(count, pa.binary()), values=pa.array([b"v"] * count, pa.binary()),
+                          headers=pa.nulls(count), timestamps=pa.nulls(count))
+    return Entry(topic="t", partition=partition, batch=batch, acks=1, future=None)
+
+
+def _view(partitions: list[int], writable: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(snapshot=SimpleNamespace(metadata=SimpleNamespace(partitions={p: None for p in partitions})),
+                           writable=lambda: writable, record=SimpleNamespace(location="/log"), name="t")
+
+
+def test_new_producers_marks_are_read_in_one_read_and_a_not_writable_partition_is_judged_too():
+    known = lakelog_producer_id(7, 0)
+    ctx = _Ctx({known: 3})
+    batcher = Batcher(ctx)
+    view = _view([0, 1, 2], writable=[0, 1])  # partition 2: in the metadata, not writable (above the count)
+    todo = [_entry(7, 0, 4), _entry(8, 1, 0), _entry(9, 2, 0), _entry(8, 5, 0)]  # 5: not a partition
+    outcomes: dict = {}
+    accepted, expected = batcher._judge(view, todo, outcomes)
+    assert ctx.reads == [sorted([known, lakelog_producer_id(8, 1), lakelog_producer_id(9, 2)])]
+    assert [e.partition for e in accepted] == [0, 1, 2]
+    assert expected == {known: 3, lakelog_producer_id(8, 1): -1, lakelog_producer_id(9, 2): -1}
+    assert [o.error for o in outcomes.values()] == ["UNKNOWN_TOPIC_OR_PARTITION"]
+
+    ctx.marks[known] = 100  # another server wrote meanwhile: this one keeps what it saw until the append says
+    again, expected = batcher._judge(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {})
+    assert ctx.reads[1:] == [[lakelog_producer_id(10, 0)]]
+    assert expected[known] == 3 and len(again) == 2
