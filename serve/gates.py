@@ -54,7 +54,7 @@ class _Committed:
         self.records, self.group, self.topic = records, group, topic
 
     def committed(self) -> Positions:
-        return {p: o for (t, p), o in self.records.committed(self.group).items() if t == self.topic}
+        return {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
 
     def published(self) -> Positions:
         return {}

@@ -134,10 +134,6 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
     refused = await _guard(server, conn, body.group_id)
     if refused:
         return answer(refused)
-    try:
-        under = server.coordinator.check_commit(body.group_id, body.member_id, generation)
-    except GroupError as exc:
-        return answer(exc.code)
     codes: dict[tuple[str, int], str] = {}
     offsets, epochs = {}, {}
     for t in body.topics:
@@ -149,7 +145,9 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
         epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in t.partitions
                        if getattr(p, "committed_leader_epoch", -1) >= 0})
     try:
-        await server.records.run(server.records.commit, body.group_id, under, body.member_id, offsets, epochs)
+        await server.coordinator.commit(body.group_id, body.member_id, generation, offsets, epochs)
+    except GroupError as exc:
+        return answer(exc.code)
     except LostGroupError:
         server.coordinator.drop(body.group_id)
         return answer("NOT_COORDINATOR")
