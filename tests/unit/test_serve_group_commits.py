@@ -114,3 +114,17 @@ def test_a_write_of_several_commits_keeps_each_partitions_last_offset_with_its_m
 def test_a_kafka_groups_gate_reads_the_committed_offsets_without_their_leader_epochs():
     records = SimpleNamespace(committed=lambda group: {("t", 0): (5, 2), ("t", 1): (7, -1), ("u", 0): (3, 0)})
     assert _Committed(records, "g", "t").committed() == {0: 5, 1: 7}
+
+
+def test_offsets_of_retired_partitions_and_deleted_topics_are_not_listed_to_kafkas_clients():
+    from log_store.errors import UnknownTopicError
+    from serve.apis.groups import _existing
+
+    def view(topic, max_age=0.0):
+        if topic == "gone":
+            raise UnknownTopicError(f"topic '{topic}' does not exist")
+        return SimpleNamespace(snapshot=SimpleNamespace(readable=lambda: [0, 1, 2, 3, 4]))  # 5 retired
+
+    server = SimpleNamespace(ctx=SimpleNamespace(view=view))
+    committed = {("orders", p) for p in range(6)} | {("gone", 0)}
+    assert _existing(server, committed) == {"orders": [0, 1, 2, 3, 4]}
