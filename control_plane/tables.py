@@ -189,9 +189,7 @@ def views_named(query: str) -> set[str] | None:
 # compare-and-set of topic changes (control_plane/topics.py). The marker says the table has kept
 # them from the start; a table made before it has them from its first change by this lakelog on.
 TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
-# Tables written every second or so checkpoint every 100 commits, not Delta's 10: a checkpoint is
-# several Spark jobs (2-6 s of a 2-core machine), which a server's heartbeat every second made a
-# recurring stall of every client it served.
+# Tables written about every second checkpoint every 100 commits, not Delta's 10 (BENCHMARKS.md).
 TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "servers": {"delta.checkpointInterval": "100"},
                     "offset_commits": {"delta.checkpointInterval": "100"},
