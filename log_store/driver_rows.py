@@ -31,6 +31,19 @@ def check_marks(known: Mapping[str, int], expected: Mapping[str, int], topic: st
             f"(e.g. {next(iter(moved))}: {next(iter(moved.values()))}); nothing was written", marks=moved)
 
 
+def drop_committed(rows: pa.Table, known: Mapping[str, int], expected: dict[str, int | None]) -> pa.Table:
+    """``rows`` less those of each producer whose expected mark is None at or below its mark in the
+    log (``known``): a retried batch's records already committed, dropped as Kafka's broker drops a
+    duplicate. Each such producer's expected mark becomes the log's."""
+    dedupe = {pid: known.get(producer_app_id(pid), -1) for pid, mark in expected.items() if mark is None}
+    if not dedupe:
+        return rows
+    expected.update(dedupe)
+    floors = pa.array([dedupe.get(pid, -1) if pid is not None else -1 for pid in rows.column("producer_id").to_pylist()],
+                      pa.int64())
+    return rows.filter(pc.greater(pc.fill_null(rows.column("sequence"), 0), floors))
+
+
 def producer_marks(rows: pa.Table, expected: Mapping[str, int]) -> dict[str, int]:
     """The highest sequence of each producer in ``rows``: its mark after the append. Every producer
     in the rows must be in ``expected`` and every one of its sequences above the expected mark, or

@@ -49,6 +49,14 @@ def partition_for_unkeyed(sequence: int, num_partitions: int) -> int:
     return sequence % num_partitions
 
 
+def partitions_for(keys, sequences, num_partitions: int) -> list[int]:
+    """Each record's partition: its key's, or (unkeyed) its sequence's, as ``partition_column``."""
+    if num_partitions < 1:
+        raise InvalidPartitionMetadataError(f"cannot partition over {num_partitions} partitions; a topic has at least 1")
+    return [partition_for(k, num_partitions) if k is not None else partition_for_unkeyed(int(s), num_partitions)
+            for k, s in zip(keys, sequences)]
+
+
 @lru_cache(maxsize=1)
 def _pandas_partition():
     """The pandas UDF fallback, built on first use: importing pandas costs the JVM-free read
@@ -56,11 +64,7 @@ def _pandas_partition():
     import pandas as pd
 
     def partitions(keys, sequences, counts):
-        n = int(counts.iloc[0])
-        return pd.Series(
-            [partition_for(k, n) if k is not None else partition_for_unkeyed(int(s), n) for k, s in zip(keys, sequences)],
-            dtype="int32",
-        )
+        return pd.Series(partitions_for(keys, sequences, int(counts.iloc[0])), dtype="int32")
 
     partitions.__annotations__ = {"keys": pd.Series, "sequences": pd.Series, "counts": pd.Series, "return": pd.Series}
     # Marked non-deterministic only so that Spark evaluates it once per row: otherwise the optimizer

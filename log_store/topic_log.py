@@ -45,7 +45,7 @@ from log_store.errors import (
     UnknownTopicError,
 )
 from log_store.frames import rows_frame
-from log_store.driver_rows import ROW_COLUMNS, check_marks, number_rows, producer_marks
+from log_store.driver_rows import ROW_COLUMNS, check_marks, drop_committed, number_rows, producer_marks
 from log_store.log_writers import write_arrival, write_arrival_rows, write_partitioned, write_partitioned_rows
 from log_store.log_metadata import (
     ARRIVAL,
@@ -271,25 +271,35 @@ class TopicLog:
                                         f"raise producer.max_retries or produce again") from exc
         return result.model_copy(update={"attempts": attempts[0]})
 
-    def append_rows(self, rows: pa.Table, expected_count: int, marks: Mapping[str, int] | None = None,
-                    max_retries: int = 20, backoff_ms: int = 50) -> AppendResult:
+    def append_rows(self, rows: pa.Table, expected_count: int, marks: Mapping[str, int | None] | None = None,
+                    max_retries: int = 20, backoff_ms: int = 50,
+                    stamps: dict[str, int] | None = None) -> AppendResult:
         """Append rows already in the driver (Arrow, ``driver_rows.ROW_COLUMNS``), fenced as ``append``
         is, with no Spark job: each partition's rows numbered in their order in ``rows``, written by
         pyarrow. Several producers may share the commit: ``marks`` holds, for every producer id in
         the rows, the mark its rows were numbered after; if the log holds another, nothing is
-        written (StaleProducerSequenceError, with the log's marks). A row of a partition that is not
-        writable makes the append refuse with InvalidPartitionMetadataError naming it."""
-        expected = dict(marks or {})
+        written (StaleProducerSequenceError, with the log's marks). A mark of None: the producer's
+        rows at or below its mark in the log are dropped as a retry's duplicates (as ``append``
+        does without ``expected_mark``). A row of a partition that is not writable makes the append
+        refuse with InvalidPartitionMetadataError naming it. ``stamps`` as for ``append``; the
+        result's ``producer_mark`` is the one producer's mark after it, when there is one."""
 
         def attempt() -> AppendResult:
             txn, conf, meta, writable, known, bases = self._open_append(expected_count)
+            expected = dict(marks or {})
+            todo = drop_committed(rows, known, expected)
             check_marks(known, expected, meta.topic)
-            new_marks = producer_marks(rows, expected)
-            table = number_rows(stamp_log_append_time(rows.select(list(ROW_COLUMNS)), conf), bases,
+            new_marks = producer_marks(todo, expected)
+            table = number_rows(stamp_log_append_time(todo.select(list(ROW_COLUMNS)), conf), bases,
                                 {p: meta.partitions[p].leader_epoch for p in writable}, meta.topic)
             writer = write_arrival_rows if conf.get(LAYOUT_PROP) == ARRIVAL else write_partitioned_rows
             parts = writer(self.path, txn, table) if table.num_rows else []
-            return self._commit_parts(txn, meta, parts, bases, known, writable, new_marks, expected_count)
+            one = next(iter(expected)) if len(expected) == 1 else None
+            result = self._commit_parts(txn, meta, parts, bases, known, writable, new_marks, expected_count,
+                                        one, stamps)
+            if one is not None:
+                result = result.model_copy(update={"producer_mark": new_marks.get(one, expected[one])})
+            return result
 
         try:
             return retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)

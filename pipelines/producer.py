@@ -16,10 +16,11 @@ from typing import Callable
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, MapType, StringType, StructField, StructType
 
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
+from pipelines.driver_batches import is_plain, normalized, partitioned, spark_is_plain
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
@@ -53,7 +54,8 @@ class ProduceResult(BaseModel):
 
 def _as_binary(types: dict[str, DataType], name: str) -> Column:
     """Column ``name`` as binary: bytes as they are, strings as UTF-8, other values as text
-    (a value that is a struct or map as its JSON); null if the column is absent."""
+    (a value that is a struct, map or array as its JSON, a number as Spark writes it as text);
+    null if the column is absent."""
     if name not in types:
         return F.lit(None).cast("binary").alias(name)
     kind = types[name]
@@ -61,7 +63,8 @@ def _as_binary(types: dict[str, DataType], name: str) -> Column:
         return F.col(name)
     if isinstance(kind, StringType):
         return F.col(name).cast("binary").alias(name)
-    text = F.to_json(F.col(name)) if name == "value" else F.col(name).cast("string")
+    nested = isinstance(kind, (StructType, MapType, ArrayType))
+    text = F.to_json(F.col(name)) if name == "value" and nested else F.col(name).cast("string")
     return text.cast("binary").alias(name)
 
 
@@ -163,14 +166,17 @@ class Producer:
                     raise
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
-    def _local_if_small(self, records: DataFrame, rows: int | None) -> DataFrame:
-        """``records`` as local rows when they turn out to be few, whatever their origin (a filter
-        of a cached frame, a file): one job brings at most ``ONE_TASK_ROWS`` + 1 of them to the
-        driver, and up to ``ONE_TASK_ROWS`` the produce goes on from those, taking the small
-        batch's path (numbered in one task, written from the driver). More, and the rows are
-        read again by the bulk path. Rows of known number (the caller's count, local rows, a
-        range, a limit, a filled cache) skip the look."""
-        if rows is not None or row_bound(records) is not None or cached_rows(records) is not None:
+    def _local_if_small(self, records: DataFrame, rows: int | None) -> DataFrame | pa.Table:
+        """``records`` in the driver when they turn out to be few, whatever their origin (local
+        rows, a filter of a cached frame, a file): one job brings at most ``ONE_TASK_ROWS`` + 1
+        of them there. Up to ``ONE_TASK_ROWS`` of plain columns (``driver_batches.is_plain``),
+        the produce goes on from those Arrow rows with no Spark job; others as local rows, taking
+        the small batch's path (numbered in one task, written from the driver). More, and the
+        rows are read again by the bulk path, as are rows known to be more."""
+        known = rows if rows is not None else row_bound(records)
+        if known is None:
+            known = cached_rows(records)
+        if known is not None and (known > ONE_TASK_ROWS or not spark_is_plain(records.schema)):
             return records
         try:
             found = records.limit(ONE_TASK_ROWS + 1).toArrow()
@@ -182,11 +188,21 @@ class Producer:
         if "sequence" not in found.column_names:  # each row's place, as the rows came
             found = found.append_column("sequence", pa.array(range(found.num_rows), pa.int64()))
             fields.append(StructField("sequence", LongType(), True))
-        return self.spark.createDataFrame(found, StructType(fields))
+        if is_plain(found.schema) and found.num_rows <= self.settings.batch_size:
+            return found
+        return records if known is not None else self.spark.createDataFrame(found, StructType(fields))
 
-    def _send(self, records: DataFrame, sequence_start: int, expected_mark: int | None,
+    def _send(self, records: DataFrame | pa.Table, sequence_start: int, expected_mark: int | None,
               on_progress: ProgressFn | None, rows: int | None = None,
               stamps: dict[str, int] | None = None) -> ProduceResult:
+        if isinstance(records, pa.Table):  # a small batch in the driver: numbered and written there
+            batch = normalized(records, sequence_start, self.producer_id)
+            result = self._send_batch(batch, self._nothing_sent(batch.num_rows, 1), rows=batch.num_rows,
+                                      expected_mark=expected_mark, stamps=stamps)
+            if on_progress:
+                on_progress(1, 1)
+            return result.model_copy(update={"duplicates": batch.num_rows - result.appended,
+                                             "batches": 1 if batch.num_rows else 0})
         df = self.normalize(records, sequence_start)
         bound = rows if rows is not None else row_bound(df)
         if bound is None:
@@ -322,7 +338,7 @@ class Producer:
             self._replicas = replication if self._replicated() else False
         return self._replicas or None
 
-    def _send_batch(self, batch: DataFrame, result: ProduceResult, rows: int | None = None,
+    def _send_batch(self, batch: DataFrame | pa.Table, result: ProduceResult, rows: int | None = None,
                     expected_mark: int | None = None, stamps: dict[str, int] | None = None) -> ProduceResult:
         """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
         replication = self._replication()
@@ -335,22 +351,27 @@ class Producer:
                 if self._partition_count is None or refresh:
                     self._partition_count = self.log.metadata().undeleted_partition_count
                 count = self._partition_count
-                chosen = partition_column(self.spark, "key", "sequence", count)
-                if "partition" in batch.columns:  # the row's own, as Kafka's producer takes one; else the key's
-                    chosen = F.coalesce(F.col("partition"), chosen)
-                columns = {"partition": chosen, "producer_id": F.lit(self.producer_id)}
-                parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
                 # acks: all is acknowledged only under the leader epoch read before the append
                 epoch = replication.state(self.topic).leader_epoch if replication is not None else -1
-                appended = self.log.append(
-                    parted, count, self.producer_id,
-                    max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
-                    expected_mark=expected_mark, stamps=stamps,
-                )
+                if isinstance(batch, pa.Table):
+                    appended = self.log.append_rows(
+                        partitioned(batch, count), count, {self.producer_id: expected_mark},
+                        max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, stamps=stamps)
+                else:
+                    chosen = partition_column(self.spark, "key", "sequence", count)
+                    if "partition" in batch.columns:  # the row's own, as Kafka's producer takes one; else the key's
+                        chosen = F.coalesce(F.col("partition"), chosen)
+                    columns = {"partition": chosen, "producer_id": F.lit(self.producer_id)}
+                    parted = batch.select(*(columns.get(c, F.col(c)).alias(c) for c in PRODUCER_COLUMNS))  # one projection
+                    appended = self.log.append(
+                        parted, count, self.producer_id,
+                        max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
+                        expected_mark=expected_mark, stamps=stamps,
+                    )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas, epoch)
             except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
-                if isinstance(exc, InvalidPartitionMetadataError) and "partition" in batch.columns:
+                if isinstance(exc, InvalidPartitionMetadataError) and isinstance(batch, DataFrame) and "partition" in batch.columns:
                     self._check_explicit_partitions(batch)
                 if refresh == self.settings.max_retries or (isinstance(exc, StorageError) and not self._replicated()):
                     raise

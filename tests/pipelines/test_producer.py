@@ -54,7 +54,8 @@ def test_a_producer_continuing_its_stream_sees_records_another_process_produced_
     assert seqs == list(range(40))
 
 
-@pytest.mark.parametrize("batch_size", [500_000, 4])  # one batch; several, the race in a later one
+# one batch (in the driver); several (Spark's path), the race in a later one
+@pytest.mark.parametrize("batch_size", [500_000, 4])
 def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_its_records(
         spark, root, monkeypatch, batch_size):
     """A send without sequences reads the mark, numbers after it and commits: another process
@@ -65,9 +66,9 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     TopicAdmin(spark, root).create("s", 2)
     df = spark.range(10).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
     other = Producer(spark, root, "s", "same")
-    original, calls = topic_log.TopicLog._append_once, []
+    original, calls = topic_log.TopicLog._open_append, []
 
-    def append_once(self, *args, **kwargs):
+    def open_append(self, *args, **kwargs):  # the append's transaction, in either path
         if self is mine.log:
             calls.append(1)
             if len(calls) in (1, 3):  # inside the first batch, and the second (after the first's retry)
@@ -75,7 +76,7 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
         return original(self, *args, **kwargs)
 
     mine = Producer(spark, root, "s", "same", ProducerSettings(batch_size=batch_size))
-    monkeypatch.setattr(topic_log.TopicLog, "_append_once", append_once)
+    monkeypatch.setattr(topic_log.TopicLog, "_open_append", open_append)
     result = mine.send(df.where("id >= 0"))  # rows of unknown number: counted, then batched
     monkeypatch.undo()
     assert result.appended == 10 and result.duplicates == 0
@@ -173,10 +174,10 @@ def jobs_of(spark, fn):
     return result, found
 
 
-def test_a_filled_cache_is_produced_without_a_counting_pass(spark, root, tmp_path):
-    """Spark counts a cache's rows as it fills it: rows of a file, cached and counted by the
-    caller, are produced in one job (the write); before the cache is filled, the producer looks at
-    them in a pass of its own first (how many there are)."""
+def test_a_cache_filled_or_not_is_produced_in_one_job(spark, root, tmp_path):
+    """A small batch is brought to the driver once and written from there: rows of a file, cached
+    and counted by the caller or not, are produced in one Spark job (the look), and sent again
+    they land nothing twice (their sequences were committed)."""
     TopicAdmin(spark, root).create("c", 8)
     producer = Producer(spark, root, "c", "P")
     path = str(tmp_path / "in.parquet")
@@ -192,15 +193,14 @@ def test_a_filled_cache_is_produced_without_a_counting_pass(spark, root, tmp_pat
     spark.read.parquet(path).write.parquet(other)
     unfilled = spark.read.parquet(other).persist()
     result, jobs = jobs_of(spark, lambda: producer.send(unfilled))
-    assert jobs > 1 and (result.records, result.appended, result.duplicates) == (100, 0, 100)
+    assert jobs == 1 and (result.records, result.appended, result.duplicates) == (100, 0, 100)
 
 
 @pytest.mark.parametrize("origin", ["a filter of a cached frame", "a file"])
 def test_a_few_records_of_any_origin_take_the_small_batch_path(spark, root, tmp_path, origin):
     """Whether a produce is small is decided by what the rows turn out to be, not by what the plan
     can promise: one job brings at most 20,001 of them to the driver, and up to 20,000 they are
-    produced as local rows (the write numbers them in one task): two Spark jobs in all. More go
-    the bulk path, counted first."""
+    numbered and written from there: one Spark job in all. More go the bulk path, counted first."""
     TopicAdmin(spark, root).create("f", 8)
     producer = Producer(spark, root, "f", "P")
     producer.send(spark.range(10).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
@@ -215,7 +215,7 @@ def test_a_few_records_of_any_origin_take_the_small_batch_path(spark, root, tmp_
         few = big.where("cast(value as long) % 5000 = 0")
     result, jobs = jobs_of(spark, lambda: producer.send(few))
     assert (result.records, result.appended) == (100, 100)
-    assert jobs == 2, f"the produce of 100 rows ran {jobs!r} Spark jobs"
+    assert jobs == 1, f"the produce of 100 rows ran {jobs!r} Spark jobs"
     many = big.where("cast(value as long) < 25000")
     assert producer.send(many).appended == 25_000, "more than the small batch's rows: the bulk path"
     big.unpersist()
@@ -353,3 +353,29 @@ def test_an_explicit_partition_is_fenced_by_the_count_the_append_commits_with(sp
     with pytest.raises(InvalidRecordError, match="2 is ReadOnly"):
         producer.send(rows.selectExpr("*", "2 as partition"))
     assert TopicAdmin(spark, root).log("s").table().count() == 30
+
+
+def test_the_drivers_path_and_sparks_lay_the_same_records_alike(spark, root):
+    """A small batch numbered and written from the driver lands as Spark's path lands it (the
+    bulk path, taken here for batches of 7): each record's partition, offset, key, value,
+    timestamp and sequence; a batch whose columns only Spark converts (a number as the value)
+    takes Spark's path and lands as text."""
+    from datetime import datetime
+
+    admin = TopicAdmin(spark, root)
+    admin.create("driver", 4)
+    admin.create("bulk", 4)
+    given = datetime(2026, 1, 1, 12, 0, 0)
+    df = spark.range(30).select(F.when(F.col("id") % 4 == 0, None).otherwise(F.concat(F.lit("k"), (F.col("id") % 6).cast("string"))).alias("key"),
+                                F.col("id").cast("string").alias("value"),
+                                F.when(F.col("id") % 2 == 0, F.lit(given)).alias("timestamp"))
+    Producer(spark, root, "driver", "P").send(df)
+    Producer(spark, root, "bulk", "P", ProducerSettings(batch_size=7)).send(df)
+    cols = ["partition", "offset", "key", "value", "sequence"]
+    driver = admin.log("driver").table()
+    assert sorted(driver.select(*cols).collect()) == sorted(admin.log("bulk").table().select(*cols).collect())
+    stamped = driver.where(F.col("timestamp") == F.lit(given)).count()
+    assert stamped == 15 and driver.where(F.col("timestamp").isNull()).count() == 0
+    admin.create("numbers", 2)
+    Producer(spark, root, "numbers", "P").send(spark.range(3).select(F.col("id").alias("value")))
+    assert sorted(r[0] for r in admin.log("numbers").table().select("value").collect()) == [b"0", b"1", b"2"]

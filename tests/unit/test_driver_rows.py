@@ -40,3 +40,14 @@ def test_a_mark_the_log_moved_meanwhile_refuses_the_append_and_says_which():
     with pytest.raises(StaleProducerSequenceError) as err:
         check_marks({producer_app_id("a"): 7}, {"a": 4, "b": -1}, "t")
     assert err.value.marks == {"a": 7}
+
+
+def test_a_producer_without_an_expected_mark_has_its_rows_at_or_below_the_logs_mark_dropped():
+    from log_store.driver_rows import drop_committed
+
+    table = rows([0, 0, 1, 1], ["a", "a", "b", None], [4, 5, 2, None])
+    expected = {"a": None, "b": 1}
+    kept = drop_committed(table, {producer_app_id("a"): 4}, expected)
+    assert kept.column("sequence").to_pylist() == [5, 2, None]  # a's 4 was committed; b's is checked, not dropped
+    assert expected == {"a": 4, "b": 1}  # a is numbered after the log's mark now
+    assert drop_committed(table, {}, {"a": 3}) is table  # every mark given: nothing dropped here
