@@ -50,10 +50,13 @@ class Events:
         self._thread.start()
 
     def start(self, name: str, tool: str, *args: str) -> subprocess.Popen:
-        from benchmarks.kafka_broker import jars
+        from benchmarks.kafka_broker import java_command
 
-        proc = subprocess.Popen(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jars(), tool, *args],
-                                stdout=subprocess.PIPE, stderr=open(self.folder / f"{name}.err", "wb"))
+        # the consumers' group decisions (joins, assignments, revokes) and every tool's warnings and
+        # errors, with stack traces, go to NAME.err: VerifiableConsumer logs, never prints, why it stopped
+        java = java_command("256m", "-XX:TieredStopAtLevel=1", "-Dkafka.group.log=info")
+        proc = subprocess.Popen([*java, tool, *args], stdout=subprocess.PIPE,
+                                stderr=open(self.folder / f"{name}.err", "wb"))
         os.set_blocking(proc.stdout.fileno(), False)
         self.procs[name] = proc
         self._sel.register(proc.stdout, selectors.EVENT_READ, [name, b""])
@@ -89,7 +92,7 @@ class Events:
             for n, e in self.lines:
                 counts[(n, e.get("name"))] = counts.get((n, e.get("name")), 0) + 1
             last = self.lines[-3:]
-        errs = {n: (self.folder / f"{n}.err").read_text(errors="replace")[-1500:] for n in self.procs}
+        errs = {n: _said((self.folder / f"{n}.err").read_text(errors="replace")) for n in self.procs}
         reached: dict[tuple[str, int], int] = {}
         for n, e in self.named("record_data"):
             reached[(n, e["partition"])] = max(reached.get((n, e["partition"]), -1), e["offset"])
@@ -117,6 +120,18 @@ class Events:
                 proc.kill()
         self._stop.set()
         self._thread.join(10)
+
+
+def _said(log: str) -> str:
+    """What a tool's log says that a failure's message needs: each error with its stack trace, then
+    the last of its other lines."""
+    lines = log.splitlines()
+    errors = []
+    for i, line in enumerate(lines):
+        if " ERROR " in line:
+            trace = [t for t in lines[i + 1:i + 40] if t.startswith(("\t", "Caused by", "org.", "java."))]
+            errors.append("\n".join([line, *trace[:25]]))
+    return "\n".join(errors[-3:] + ["..."] + lines[-12:])
 
 
 def out_of_order(deliveries: list[tuple[str, int, int, int]]) -> list[tuple]:
@@ -207,9 +222,9 @@ def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, s
         ours = GroupOffsets(spark, root).committed("g", "orders")
         ends = {p: max(r["offset"] for r in rows if r["partition"] == p) + 1 for p in range(6)}
         assert ours == ends
-        described = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", _jars(),
-                                    "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
-                                    boot, "--describe", "--group", "g"], capture_output=True, text=True, timeout=120)
+        described = subprocess.run([*_java(), "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                                    "--bootstrap-server", boot, "--describe", "--group", "g"],
+                                   capture_output=True, text=True, timeout=120)
         theirs = {}
         for line in described.stdout.splitlines():
             cols = line.split()
@@ -282,8 +297,7 @@ def test_a_kip_848_consumer_is_refused_and_the_classic_protocol_reads(served):
     served.ctx.admin.create("t", 1)
     kafka("console-producer", "--bootstrap-server", boot, "--topic", "t", input="a\nb\n")
     source = Path(__file__).parent / "java" / "GroupProtocolConsumer.java"
-    refused = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", _jars(), str(source), boot, "t",
-                              "g848"], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run([*_java(), str(source), boot, "t", "g848"], capture_output=True, text=True, timeout=120)
     assert refused.stdout.startswith("org.apache.kafka.common.errors.UnsupportedVersionException: The cluster does "
                                      "not support the new CONSUMER group protocol"), (refused.stdout, refused.stderr)
     args = ["--bootstrap-server", boot, "--topic", "t", "--group", "g", "--from-beginning", "--max-messages", "2",
@@ -291,7 +305,7 @@ def test_a_kip_848_consumer_is_refused_and_the_classic_protocol_reads(served):
     assert kafka("console-consumer", *args).split() == ["a", "b"]
 
 
-def _jars() -> str:
-    from benchmarks.kafka_broker import jars
+def _java() -> list[str]:
+    from benchmarks.kafka_broker import java_command
 
-    return jars()
+    return java_command("256m", "-XX:TieredStopAtLevel=1")
