@@ -20,7 +20,7 @@ from control_plane.records import (
     GenerationMember, GenerationRecord, MemberAssignment, MemberHeartbeat, MemberState, TopicPartition,
 )
 from log_store.engine import table_version
-from log_store.errors import IllegalGenerationError
+from log_store.errors import IllegalGenerationError, StorageError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 
 
@@ -71,6 +71,17 @@ class GroupRecords:
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.ctx.run(fn, *args)
+
+    def partitions(self, topics: list[str]) -> dict[str, set[int]]:
+        """The partitions consumers read of each of ``topics`` now (a shrink's marked ones among
+        them, not retired ones); topics that are not live are left out."""
+        out = {}
+        for topic in topics:
+            try:
+                out[topic] = set(self.ctx.view(topic).snapshot.readable())
+            except (UnknownTopicError, StorageError):
+                continue
+        return out
 
     def current_generation(self, group: str) -> int:
         """The group's generation in lakelog (its fence, or its latest recorded generation)."""

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from serve.group_tables import GroupRecords, LostGroupError, subscribed
+from serve.subscriptions import without_gone
 
 log = logging.getLogger("lakelog.serve")
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
@@ -187,11 +188,13 @@ class Coordinator:
                 log.warning("group %s moved to another coordinator", group.name)
                 self.drop(group.name)
                 return
+            partitions = await self._partitions(group)
             group.protocol = self._choose(group)
             if group.leader not in group.members:
                 group.leader = next(iter(group.members))
             group.state = COMPLETING
-            listed = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata(group.protocol)}
+            listed = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                       "metadata": without_gone(m.metadata(group.protocol), group.protocol, partitions)}
                       for m in group.members.values()]
             for m in group.members.values():
                 answer = {"generation_id": group.generation, "protocol_type": group.protocol_type,
@@ -202,6 +205,20 @@ class Coordinator:
                 m.joining, m.seen = None, time.monotonic()
         finally:
             group.completing = False
+
+    async def _partitions(self, group: Group) -> dict[str, set[int]]:
+        """The partitions each topic the members subscribe to has now: what the leader is told they
+        may claim (``serve.subscriptions``). Read after every member's join, as late as the answers
+        allow, so the leader's metadata is no newer unless a retirement lands in that moment. Empty
+        for a group that is not Kafka consumers'."""
+        if group.protocol_type != "consumer":
+            return {}
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        try:
+            return await self.records.run(self.records.partitions, topics)
+        except Exception:  # noqa: BLE001 - the claims go to the leader as they came
+            log.exception("reading the partitions of %s for group %s failed", topics, group.name)
+            return {}
 
     def _choose(self, group: Group) -> str:
         """The protocol every member supports that most members prefer (Kafka's vote)."""
