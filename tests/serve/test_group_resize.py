@@ -217,6 +217,8 @@ def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, s
         # the shrink's partition, drained by the group, retires and leaves its assignment
         assert controller.tick("orders")[0].retired == [5]
         events.wait(lambda: _assigned(events) == set(range(5)), 120, "partition 5 left the group's assignment")
+        # both consumers still in the group (a leader's assignor that fails ends its consumer's poll loop)
+        assert [c for c in ("c1", "c2") if events.procs[c].poll() is not None] == [], events.summary()
 
         assert run_audit(spark, root, "orders").passed
         ours = GroupOffsets(spark, root).committed("g", "orders")
