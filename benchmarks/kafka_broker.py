@@ -28,14 +28,26 @@ JARS = PROJECT / ".jars-kafka"
 POM = PROJECT / "benchmarks" / "kafka-pom.xml"
 
 
+TOOLS_LOG = PROJECT / "conf" / "log4j2-kafka-tools.properties"
+
+
 def jars() -> str:
-    """The class path of Kafka's broker and tools, resolved once with Maven."""
-    if not (JARS / ".resolved").exists():
+    """The class path of Kafka's broker and tools, resolved with Maven once per version of the pom
+    (``.resolved`` holds the pom it was resolved from)."""
+    stamp = JARS / ".resolved"
+    if not stamp.exists() or stamp.read_text() != POM.read_text():
         shutil.rmtree(JARS, ignore_errors=True)
         subprocess.run(["mvn", "-q", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={JARS}"],
                        check=True)
-        (JARS / ".resolved").touch()
+        stamp.write_text(POM.read_text())
     return f"{JARS}/*"
+
+
+def java_command(heap: str = "256m", *options: str) -> list[str]:
+    """The start of a command that runs a class of Kafka's jars: its warnings and errors (through
+    log4j's SLF4J binding, ``TOOLS_LOG``) on standard error, with stack traces, so a tool that stops
+    says why; standard output stays the tool's own."""
+    return ["java", f"-Xmx{heap}", f"-Dlog4j2.configurationFile={TOOLS_LOG}", *options, "-cp", jars()]
 
 
 def _port() -> int:
@@ -45,7 +57,7 @@ def _port() -> int:
 
 
 def _java(*args: str, heap: str = "512m", **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(["java", f"-Xmx{heap}", "-cp", jars(), *args], capture_output=True, text=True, **kwargs)
+    return subprocess.run([*java_command(heap), *args], capture_output=True, text=True, **kwargs)
 
 
 class Broker:
@@ -72,7 +84,7 @@ class Broker:
                           "-c", str(config))
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
-        self.process = subprocess.Popen(["java", "-Xmx1g", "-cp", jars(), "kafka.Kafka", str(config)],
+        self.process = subprocess.Popen([*java_command("1g"), "kafka.Kafka", str(config)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while _java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--list").returncode:
@@ -99,9 +111,9 @@ class Broker:
 
 
 def failure(proc: subprocess.CompletedProcess) -> str:
-    """A Kafka tool's own words on why it failed: TopicCommand prints its error on standard output
-    (its stack trace goes to a logger that has no binding here), and SLF4J's notice of that missing
-    binding on standard error says nothing about the failure, so it is left out."""
+    """A Kafka tool's own words on why it failed: TopicCommand prints its error on standard output,
+    its logged warnings and stack traces go to standard error (``java_command``); SLF4J's own
+    notices, if any, say nothing about the failure and are left out."""
     lines = (proc.stdout + proc.stderr).splitlines()
     said = "\n".join(line for line in lines if line.strip() and not line.startswith("SLF4J:"))
     return said[-3000:] or f"exit status {proc.returncode} and no message"

@@ -169,8 +169,14 @@ class EpochLog(Protocol):
 class OffsetGate:
     """Delivery limits for one group on one topic."""
 
-    def __init__(self, admin: TopicHistory, log: EpochLog, topic: str, group: str, positions: GroupPositions) -> None:
+    def __init__(self, admin: TopicHistory, log: EpochLog, topic: str, group: str, positions: GroupPositions,
+                 own_delivered: bool = True) -> None:
+        """``own_delivered``: the positions ``limits`` is given are delivered records (lakelog's
+        members); False where they are only read ahead (a Kafka client's fetch offsets, whose
+        records may sit in its buffer, or be dropped on a revocation): then only the group's
+        committed positions pass a barrier."""
         self.admin = admin
+        self.own_delivered = own_delivered
         self.log = log
         self.topic = topic
         self.group = group
@@ -219,6 +225,8 @@ class OffsetGate:
 
     def _group_positions(self, own: Positions, fresh: bool, watched: set[int]) -> Positions:
         at, committed = self._committed
+        if not self.own_delivered:
+            own = {}
         if fresh and watched <= set(own):
             fresh = False  # others' committed offsets only matter for partitions it does not hold
         if fresh and time.monotonic() - at > 0.5:

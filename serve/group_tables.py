@@ -20,7 +20,7 @@ from control_plane.records import (
     GenerationMember, GenerationRecord, MemberAssignment, MemberHeartbeat, MemberState, TopicPartition,
 )
 from log_store.engine import table_version
-from log_store.errors import IllegalGenerationError
+from log_store.errors import IllegalGenerationError, StorageError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 
 
@@ -72,6 +72,17 @@ class GroupRecords:
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.ctx.run(fn, *args)
 
+    def partitions(self, topics: list[str]) -> dict[str, set[int]]:
+        """The partitions consumers read of each of ``topics`` now (a shrink's marked ones among
+        them, not retired ones); topics that are not live are left out."""
+        out = {}
+        for topic in topics:
+            try:
+                out[topic] = set(self.ctx.view(topic).snapshot.readable())
+            except (UnknownTopicError, StorageError):
+                continue
+        return out
+
     def current_generation(self, group: str) -> int:
         """The group's generation in lakelog (its fence, or its latest recorded generation)."""
         latest = self.tables.generation(group)
@@ -110,14 +121,23 @@ class GroupRecords:
         for group, members in live.items():
             self.tables.tick_members(group, {m: next(self._beats) for m in members})
 
-    def commit(self, group: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int],
-               epochs: dict[tuple[str, int], int] | None = None) -> None:
-        """Offsets in one fenced commit, each with the client's committed leader epoch (``epochs``,
-        kept in the ``leader_epoch`` column lakelog's own readers check positions with);
-        LostGroupError if the group moved past ``generation``."""
-        positions = {TopicPartition(topic=t, partition=p): o for (t, p), o in offsets.items()}
+    def commit(self, group: str, generation: int, commits: list[tuple[str, dict[tuple[str, int], int],
+                                                                    dict[tuple[str, int], int]]]) -> None:
+        """OffsetCommits of ``generation`` (member id, offsets, committed leader epochs, in the
+        order they came) in one fenced commit: a partition's offset is the last one given, with its
+        member and its leader epoch (kept in the ``leader_epoch`` column lakelog's own readers check
+        positions with); LostGroupError if the group moved past ``generation``."""
+        final: dict[tuple[str, int], tuple[str, int, int | None]] = {}
+        for member_id, offsets, epochs in commits:
+            final.update({tp: (member_id, o, epochs.get(tp)) for tp, o in offsets.items()})
+        by_member: dict[str, tuple[dict, dict]] = {}
+        for (t, p), (member_id, o, epoch) in final.items():
+            positions, epochs = by_member.setdefault(member_id, ({}, {}))
+            positions[TopicPartition(topic=t, partition=p)] = o
+            if epoch is not None:
+                epochs[(t, p)] = epoch
         try:
-            self.offsets.commit_positions(group, positions, generation, member_id, epochs=epochs or {})
+            self.offsets.commit_members_positions(group, generation, [(m, ps, es) for m, (ps, es) in by_member.items()])
         except IllegalGenerationError as exc:
             raise LostGroupError(str(exc)) from exc
 

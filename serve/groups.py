@@ -16,7 +16,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from serve.group_tables import GroupRecords, LostGroupError
+from serve.group_tables import GroupRecords, LostGroupError, subscribed
+from serve.subscriptions import without_gone
 
 log = logging.getLogger("lakelog.serve")
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
@@ -45,6 +46,7 @@ class Member:
     joining: asyncio.Future | None = None
     syncing: asyncio.Future | None = None
     seen: float = field(default_factory=time.monotonic)
+    topics: frozenset[str] = frozenset()  # what it subscribes to (its protocols' metadata)
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -62,6 +64,10 @@ class Group:
     pending: set[str] = field(default_factory=set)  # member ids given out, not yet joined (KIP-394)
     timer: asyncio.TimerHandle | None = None
     completing: bool = False
+    commits: int = 0  # OffsetCommits of this generation being written (the next one waits for them)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    queued: list = field(default_factory=list)  # OffsetCommits waiting for the write in flight
+    writing: bool = False
 
 
 class Coordinator:
@@ -71,6 +77,9 @@ class Coordinator:
         self.records = records
         self.initial_delay_ms = initial_delay_ms
         self.groups: dict[str, Group] = {}
+        # (client id, host) -> (group, topics, monotonic time until which it counts): members
+        # that left or expired, whose client may still fetch what it read before
+        self.departed: dict[tuple[str, str], tuple[str, frozenset[str], float]] = {}
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -122,6 +131,7 @@ class Coordinator:
                             protocol_type, protocols, instance_id)
             group.members[member_id] = member
         member.protocols, member.seen = protocols, time.monotonic()
+        member.topics = frozenset(t for _n, m in protocols for t in subscribed(m))
         member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         group.protocol_type = protocol_type
         if member.joining is not None and not member.joining.done():
@@ -164,6 +174,9 @@ class Coordinator:
     async def _complete(self, group: Group) -> None:
         """The next generation: started in lakelog (the fence raised), then every join answered."""
         try:
+            while group.commits:  # a commit accepted in this generation is written in it, as in Kafka
+                group.drained.clear()
+                await group.drained.wait()
             for mid in [m for m, member in group.members.items() if member.joining is None]:
                 del group.members[mid]  # did not rejoin in time
             if not group.members:
@@ -175,11 +188,13 @@ class Coordinator:
                 log.warning("group %s moved to another coordinator", group.name)
                 self.drop(group.name)
                 return
+            partitions = await self._partitions(group)
             group.protocol = self._choose(group)
             if group.leader not in group.members:
                 group.leader = next(iter(group.members))
             group.state = COMPLETING
-            listed = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata(group.protocol)}
+            listed = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                       "metadata": without_gone(m.metadata(group.protocol), group.protocol, partitions)}
                       for m in group.members.values()]
             for m in group.members.values():
                 answer = {"generation_id": group.generation, "protocol_type": group.protocol_type,
@@ -190,6 +205,20 @@ class Coordinator:
                 m.joining, m.seen = None, time.monotonic()
         finally:
             group.completing = False
+
+    async def _partitions(self, group: Group) -> dict[str, set[int]]:
+        """The partitions each topic the members subscribe to has now: what the leader is told they
+        may claim (``serve.subscriptions``). Read after every member's join, as late as the answers
+        allow, so the leader's metadata is no newer unless a retirement lands in that moment. Empty
+        for a group that is not Kafka consumers'."""
+        if group.protocol_type != "consumer":
+            return {}
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        try:
+            return await self.records.run(self.records.partitions, topics)
+        except Exception:  # noqa: BLE001 - the claims go to the leader as they came
+            log.exception("reading the partitions of %s for group %s failed", topics, group.name)
+            return {}
 
     def _choose(self, group: Group) -> str:
         """The protocol every member supports that most members prefer (Kafka's vote)."""
@@ -259,6 +288,8 @@ class Coordinator:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        self.departed[(member.client_id, member.client_host)] = (
+            group.name, member.topics, time.monotonic() + 2 * member.session_timeout_ms / 1000)
         for f in (member.joining, member.syncing):
             if f is not None and not f.done():
                 f.set_exception(GroupError("UNKNOWN_MEMBER_ID"))
@@ -272,16 +303,79 @@ class Coordinator:
 
     def check_commit(self, name: str, member_id: str, generation: int) -> int:
         """The generation an OffsetCommit writes under (0: a commit from outside the group, allowed
-        while the group has no members); GroupError if the member may not commit now."""
+        while the group has no members); GroupError if the member may not commit now. As Kafka's
+        coordinator: a member of the current generation commits while a rebalance is being prepared
+        (a cooperative member consumes on meanwhile, and its commits are what open the resize gates),
+        not between the join's answers and the assignment."""
         group = self.groups.get(name)
         if generation < 0 and not member_id:
             if group is not None and group.members:
                 raise GroupError("UNKNOWN_MEMBER_ID")
             return 0
-        self._member(group, member_id, generation)
-        if group.state == PREPARING:
+        if group is not None and (group.state == COMPLETING or group.completing):
             raise GroupError("REBALANCE_IN_PROGRESS")
+        self._member(group, member_id, generation)
         return generation
+
+    async def commit(self, name: str, member_id: str, generation: int, offsets: dict[tuple[str, int], int],
+                     epochs: dict[tuple[str, int], int]) -> None:
+        """An OffsetCommit (``check_commit``), written in its generation: the next generation's fence
+        is raised only once it is written (else the write would be refused as an older generation's,
+        and taken for another coordinator's). Commits that come while one is being written are
+        written together after it, in one commit (a Delta commit takes a fraction of a second; a
+        consumer auto-committing every 100 ms would otherwise queue commits faster than they are
+        written, until its requests time out)."""
+        under = self.check_commit(name, member_id, generation)
+        group = self.groups.get(name) if under else None
+        if group is None:
+            await self.records.run(self.records.commit, name, under, [(member_id, offsets, epochs)])
+            return
+        group.commits += 1
+        done = asyncio.get_running_loop().create_future()
+        group.queued.append((member_id, offsets, epochs, done))
+        if not group.writing:
+            group.writing = True
+            asyncio.get_running_loop().create_task(self._write_commits(group, under))
+        try:
+            await done
+        finally:
+            group.commits -= 1
+            if not group.commits:
+                group.drained.set()
+
+    async def _write_commits(self, group: Group, generation: int) -> None:
+        """Write the group's queued commits, all that came meanwhile in each write, until none is left."""
+        try:
+            while group.queued:
+                batch, group.queued = group.queued, []
+                try:
+                    await self.records.run(self.records.commit, group.name, generation, [c[:3] for c in batch])
+                except Exception as exc:  # noqa: BLE001 - each request answers with it
+                    for *_c, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                for *_c, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            group.writing = False
+
+    # -- which group a client reads for (a Fetch names none) ------------------------------------
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
+        """The groups here with a member that joined with ``client_id`` from ``host`` (and
+        subscribes to ``topic``, if given), or left within twice its session timeout: the groups
+        whose gates a fetch from that client is held to. Several, when clients share an id."""
+        found = {g.name for g in self.groups.values() for m in g.members.values()
+                 if m.client_id == client_id and m.client_host == host and (topic is None or topic in m.topics)}
+        left = self.departed.get((client_id, host))
+        if left is not None:
+            name, topics, until = left
+            if time.monotonic() > until:
+                del self.departed[(client_id, host)]
+            elif topic is None or topic in topics:
+                found.add(name)
+        return sorted(found)
 
     # -- liveness --------------------------------------------------------------------------------
     async def _expire(self) -> None:

@@ -26,6 +26,7 @@ from serve.security import allowed, scram_credentials, tls_context, tls_principa
 from serve.group_tables import GroupRecords
 from serve.log_reads import LogReads
 from serve.groups import Coordinator
+from serve.gates import KafkaGates
 from serve.settings import ServeSettings, split_address
 from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
 
@@ -70,6 +71,7 @@ class Server:
         self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
         self.records = GroupRecords(self.ctx)
         self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
+        self.gates = KafkaGates(self.ctx, self.records)
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.Task] = set()

@@ -186,6 +186,19 @@ class GroupOffsets:
             return
         rows = self._position_rows(group, positions, generation, member_id, kind, epochs) + [
             self._expired_row(group, r, generation, member_id) for r in expired]
+        self._write(group, rows, generation, member_id)
+
+    def commit_members_positions(self, group: str, generation: int,
+                                 commits: list[tuple[str, dict[TopicPartition, int], dict[tuple[str, int], int]]]) -> None:
+        """Several members' positions (member id, positions, epochs) of one generation in one commit,
+        fenced as ``commit_positions``: a server writes its queued OffsetCommits together."""
+        check_group_name(group)
+        rows = [r for member_id, positions, epochs in commits
+                for r in self._position_rows(group, positions, generation, member_id, CommitKind.COMMIT, epochs)]
+        if rows:
+            self._write(group, rows, generation, commits[0][0])
+
+    def _write(self, group: str, rows: list[dict], generation: int, member_id: str) -> None:
         if generation <= 0:
             self.tables.append("offset_commits", rows)
             return
@@ -246,11 +259,7 @@ class GroupOffsets:
         """Record expired ranges (one commit; fenced when ``generation`` > 0)."""
         if not ranges:
             return
-        rows = [self._expired_row(group, r, generation, member_id) for r in ranges]
-        if generation <= 0:
-            self.tables.append("offset_commits", rows)
-        else:
-            self._fenced(group, rows, generation, member_id, raise_version=None)
+        self._write(group, [self._expired_row(group, r, generation, member_id) for r in ranges], generation, member_id)
 
     def expired(self, group: str, topic: str) -> set[tuple[int, int]]:
         """(partition, end) of every range ``group`` reported expired on ``topic``."""

@@ -69,8 +69,9 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
     return found.cast(READ_SCHEMA)  # delta-rs gives views (binary_view, string_view); the codec reads plain
 
 
-def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -> list[_Part]:
-    """One topic's partitions of a fetch (on the pool). ``budget``: bytes the response may still take."""
+def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], groups: list[str]) -> list[_Part]:
+    """One topic's partitions of a fetch (on the pool). ``budget``: bytes the response may still take;
+    ``groups``: the consumer groups whose resize gates hold the fetching client (``serve.gates``)."""
     try:
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
     except (UnknownTopicError, StorageError):
@@ -79,7 +80,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
         marks = server.ctx.high_watermarks(view)
     except LeaderNotAvailableError:  # an election moved the leader while it was read: the client asks again
         return [_Part(p.partition, "NOT_LEADER_OR_FOLLOWER") for p in wanted]
-    parts, spans, limits = [], [], {}
+    parts, spans, limits, readable = [], [], {}, []
     for p in wanted:
         part = _Part(p.partition)
         parts.append(part)
@@ -94,10 +95,17 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
         if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
             part.error = "OFFSET_OUT_OF_RANGE"
             continue
-        if p.fetch_offset < part.high_watermark and budget[0] > 0:
+        readable.append(p)
+    if groups and len(readable) < len(wanted):  # a partition retired or cut below a position: reported
+        for group in groups:
+            server.gates.report_expired(group, view)
+    gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
+    for p in readable:
+        end = min(marks[p.partition], gated.get(p.partition, marks[p.partition]))
+        if p.fetch_offset < end and budget[0] > 0:
             size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
             rows = max(int(min(p.partition_max_bytes, budget[0]) / size * 1.25), 1)
-            spans.append((p.partition, p.fetch_offset, min(part.high_watermark, p.fetch_offset + rows)))
+            spans.append((p.partition, p.fetch_offset, min(end, p.fetch_offset + rows)))
             limits[p.partition] = p.partition_max_bytes
     if not spans:
         return parts
@@ -122,9 +130,11 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int]) -
     return parts
 
 
-def _read_all(server: "Server", topics: list, max_bytes: int) -> tuple[dict[str, list[_Part]], int]:
+def _read_all(server: "Server", topics: list, max_bytes: int,
+              groups: dict[str, list[str]]) -> tuple[dict[str, list[_Part]], int]:
     budget = [max_bytes]
-    out = {t.topic: _read_topic(server, t.topic, list(t.partitions), budget) for t in topics}
+    out = {t.topic: _read_topic(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []))
+           for t in topics}
     return out, max_bytes - budget[0]
 
 
@@ -133,8 +143,10 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     deadline = time.monotonic() + body.max_wait.total_seconds()
     allowed = [t for t in body.topics if server.allowed(conn, "READ", "TOPIC", t.topic)]
     denied = [t for t in body.topics if t not in allowed]
+    host = conn.peer.rsplit(":", 1)[0]
     while True:
-        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes)
+        groups = {t.topic: server.coordinator.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
+        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups)
         errors = any(p.error != "NONE" for parts in found.values() for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:

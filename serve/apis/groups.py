@@ -4,9 +4,10 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups)
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
-from log_store.errors import InvalidConfigurationError, LakelogError
+from log_store.errors import InvalidConfigurationError, LakelogError, StorageError, UnknownTopicError
 from log_store.names import check_group_name
 from serve.errors import code_of
 from serve.group_tables import LostGroupError
@@ -88,6 +89,9 @@ async def sync_group(server: "Server", conn: "Connection", request: "Request") -
     except GroupError as exc:
         return {**base, "error_code": code_of(exc.code)}
     group = server.coordinator.groups.get(body.group_id)
+    if group is not None and body.member_id == group.leader:
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        asyncio.get_running_loop().create_task(server.ctx.run(server.gates.report_expired_on, body.group_id, topics))
     return {**base, "error_code": 0, "protocol_type": group.protocol_type if group else None,
             "protocol_name": protocol, "assignment": assignment}
 
@@ -130,10 +134,6 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
     refused = await _guard(server, conn, body.group_id)
     if refused:
         return answer(refused)
-    try:
-        under = server.coordinator.check_commit(body.group_id, body.member_id, generation)
-    except GroupError as exc:
-        return answer(exc.code)
     codes: dict[tuple[str, int], str] = {}
     offsets, epochs = {}, {}
     for t in body.topics:
@@ -145,7 +145,9 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
         epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in t.partitions
                        if getattr(p, "committed_leader_epoch", -1) >= 0})
     try:
-        await server.records.run(server.records.commit, body.group_id, under, body.member_id, offsets, epochs)
+        await server.coordinator.commit(body.group_id, body.member_id, generation, offsets, epochs)
+    except GroupError as exc:
+        return answer(exc.code)
     except LostGroupError:
         server.coordinator.drop(body.group_id)
         return answer("NOT_COORDINATOR")
@@ -167,9 +169,7 @@ async def offset_fetch(server: "Server", conn: "Connection", request: "Request")
         return {"throttle_time": 0, "error_code": code_of(refused), "topics": []}
     committed = await server.records.run(server.records.committed, body.group_id)
     if body.topics is None:
-        wanted = {}
-        for t, p in committed:
-            wanted.setdefault(t, []).append(p)
+        wanted = await server.ctx.run(_existing, server, {tp for tp in committed})
     else:
         wanted = {t.name: list(t.partition_indexes) for t in body.topics}
     topics = [{"name": t, "partitions": [
@@ -178,6 +178,23 @@ async def offset_fetch(server: "Server", conn: "Connection", request: "Request")
         for p in sorted(ps)]}
         for t, ps in sorted(wanted.items()) if server.allowed(conn, "DESCRIBE", "TOPIC", t)]
     return {"throttle_time": 0, "error_code": 0, "topics": topics}
+
+
+def _existing(server: "Server", partitions: set[tuple[str, int]]) -> dict[str, list[int]]:
+    """Of a group's committed ``partitions``, those its topics still have, by topic: a retired
+    partition's or a deleted topic's offsets stay in lakelog's tables (its audit and `groups
+    describe` read them), but are not listed to Kafka's clients, as Kafka drops the offsets of
+    partitions it deletes (a client would look for the partition and find none)."""
+    out: dict[str, list[int]] = {}
+    for topic in sorted({t for t, _p in partitions}):
+        try:
+            readable = set(server.ctx.view(topic, max_age=1.0).snapshot.readable())
+        except (UnknownTopicError, StorageError):
+            continue
+        found = sorted(p for t, p in partitions if t == topic and p in readable)
+        if found:
+            out[topic] = found
+    return out
 
 
 async def list_groups(server: "Server", conn: "Connection", request: "Request") -> dict:

@@ -26,12 +26,14 @@ async def api_versions(server: "Server", conn: "Connection", request: "Request")
     return api_versions_body(server)
 
 
-def partitions_of(server: "Server", view, brokers) -> list[dict]:
-    """A topic's partitions as Metadata lists them: the ones producers write (ReadWrite, below the
-    undeleted count), each with a leader and lakelog's leader epoch."""
+def partitions_of(server: "Server", view, brokers, reader: bool = False) -> list[dict]:
+    """A topic's partitions as Metadata lists them, each with a leader and lakelog's leader epoch:
+    the ones producers write (ReadWrite, below the undeleted count), and for a ``reader`` (a client
+    in a consumer group here) also those a shrink marked, which its group drains before the
+    shrink's gate opens."""
     meta = view.snapshot.metadata
     out = []
-    for p in view.writable():
+    for p in sorted(view.snapshot.readable()) if reader else view.writable():
         leader = leader_of(brokers, view.name, p)
         out.append({"error_code": 0, "partition_index": p, "leader_id": leader,
                     "leader_epoch": meta.partitions[p].leader_epoch, "replica_nodes": [leader], "isr_nodes": [leader],
@@ -46,6 +48,7 @@ async def metadata(server: "Server", conn: "Connection", request: "Request") -> 
         names = None  # v0: an empty list means every topic
     allow_create = getattr(body, "allow_auto_topic_creation", True) and server.settings.auto_create_topics
     brokers = server.brokers()
+    reader = bool(server.coordinator.groups_reading(request.client_id or "", conn.peer.rsplit(":", 1)[0]))
     views, missing = await server.ctx.run(server.ctx.views, names)
     topics = []
     for name in missing:
@@ -67,7 +70,7 @@ async def metadata(server: "Server", conn: "Connection", request: "Request") -> 
                            "is_internal": False, "partitions": []})
             continue
         topics.append({"error_code": 0, "name": name, "topic_id": view.topic_id, "is_internal": False,
-                       "partitions": partitions_of(server, view, brokers)})
+                       "partitions": partitions_of(server, view, brokers, reader)})
     return {"throttle_time": 0, "brokers": [b.__dict__ for b in brokers], "cluster_id": cluster_id(server.ctx.root),
             "controller_id": min(b.node_id for b in brokers), "topics": topics}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from benchmarks.kafka_broker import jars
+from benchmarks.kafka_broker import java_command
 
 TOOLS = {
     "topics": "org.apache.kafka.tools.TopicCommand",
@@ -19,7 +19,7 @@ TOOLS = {
 
 def kafka(tool: str, *args: str, input: str | None = None, timeout: float = 120, check: bool = True) -> str:
     """``kafka-<tool>.sh ARGS``: its standard output; AssertionError with its output if it fails."""
-    proc = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", jars(), TOOLS[tool], *args],
+    proc = subprocess.run([*java_command("256m", "-XX:TieredStopAtLevel=1"), TOOLS[tool], *args],
                           input=input, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"kafka-{tool} {args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -106,7 +106,7 @@ def test_a_java_producer_cut_off_by_a_server_killed_mid_commit_lands_every_recor
     import socket
     import time
 
-    from benchmarks.kafka_broker import jars
+    from benchmarks.kafka_broker import java_command
     from control_plane.topics import TopicAdmin
     from log_store.crash import CRASH_ENV
     from tests.serve.conftest import ServerProcess
@@ -119,11 +119,12 @@ def test_a_java_producer_cut_off_by_a_server_killed_mid_commit_lands_every_recor
     TopicAdmin(spark, root).create("jobs", 1)
     dying = ServerProcess(root, 1, env={CRASH_ENV: "produce:after_commit@3"}, listen=listen, linger_ms=5)
     producer = subprocess.Popen(
-        ["java", "-Xmx256m", "-cp", jars(), TOOLS["console-producer"], "--bootstrap-server", listen, "--topic", "jobs",
+        [*java_command("256m"), TOOLS["console-producer"], "--bootstrap-server", listen, "--topic", "jobs",
          "--producer-property", "enable.idempotence=true", "--producer-property", "acks=all",
          "--producer-property", "linger.ms=0", "--producer-property", "retry.backoff.ms=200",
          "--producer-property", "delivery.timeout.ms=120000"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # its warnings (reconnects while the server is down) to a file: a pipe read only at the end could fill
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(tmp_path / "producer.err", "w"), text=True)
     sent = 0
     while dying.proc.poll() is None and sent < 500:  # one line at a time until the server dies
         producer.stdin.write(f"line-{sent}\n")
@@ -136,7 +137,7 @@ def test_a_java_producer_cut_off_by_a_server_killed_mid_commit_lands_every_recor
         for i in range(sent, sent + 20):
             producer.stdin.write(f"line-{i}\n")
         producer.stdin.close()
-        assert producer.wait(180) == 0, producer.stderr.read()[-3000:]
+        assert producer.wait(180) == 0, (tmp_path / "producer.err").read_text()[-3000:]
     finally:
         again.stop()
     values = [r["value"].decode() for r in sorted(log_rows(root, "jobs"), key=lambda r: r["offset"])]

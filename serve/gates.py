@@ -1,0 +1,119 @@
+"""lakelog's resize gates for Kafka consumer groups (docs/serve.md "Consumer groups across a
+resize"): a fetch from a member of a group this server coordinates reads each partition only up
+to the offset the gates let that group deliver (``pipelines.gating.OffsetGate``, rules 8-9), so a
+grown partition, and every partition's post-resize records, reach the group only once it has
+committed, on every partition, the records produced before the resize, and drained what a shrink
+marked. A Kafka client reads ahead of what it delivers (its fetch buffer, a revoked partition's
+records dropped), so only the group's committed offsets pass a barrier, never fetch offsets.
+
+Also the group's expired records: what a retirement, retention or delete-records removed below its
+committed offsets is reported in lakelog's group tables (``expired_records``) once.
+
+Blocking: called on the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from control_plane.group.offsets import GroupOffsets, unreported_expiry
+from log_store import rs_reader
+from log_store.files import reads_with_delta_rs
+from log_store.log_metadata import LogSnapshot
+from log_store.topic_log import TopicLog
+from pipelines.gating import OffsetGate, Positions
+from serve.context import ServeContext, TopicView
+from serve.group_tables import GroupRecords
+
+log = logging.getLogger("lakelog.serve")
+
+
+class _TopicReads:
+    """A topic's history and log as a gate reads them (``gating.TopicHistory``, ``gating.EpochLog``)."""
+
+    def __init__(self, ctx: ServeContext, topic: str, location: str) -> None:
+        self.ctx, self.topic, self.location = ctx, topic, location
+
+    def image(self, topic: str):
+        return self.ctx.admin.image(topic)
+
+    def snapshot(self) -> LogSnapshot:
+        return self.ctx.view(self.topic).snapshot
+
+    def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
+        if reads_with_delta_rs(self.location):
+            return rs_reader.last_offset_of_epoch(self.location, partition, epoch)
+        return TopicLog(self.ctx.spark, self.location).last_offset_of_epoch(partition, epoch)
+
+
+class _Committed:
+    """``gating.GroupPositions`` of a Kafka group: its committed offsets on the topic."""
+
+    def __init__(self, records: GroupRecords, group: str, topic: str) -> None:
+        self.records, self.group, self.topic = records, group, topic
+
+    def committed(self) -> Positions:
+        return {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
+
+    def published(self) -> Positions:
+        return {}
+
+    def keys_opened(self, partitions: list[int]) -> None:
+        pass
+
+
+class KafkaGates:
+    """One gate per (group, topic incarnation) that members of groups here fetch from."""
+
+    def __init__(self, ctx: ServeContext, records: GroupRecords) -> None:
+        self.ctx, self.records = ctx, records
+        self._gates: dict[tuple[str, str, str], tuple[OffsetGate, threading.Lock]] = {}
+        self._lock = threading.Lock()
+        self._looked: set[tuple[str, str, int]] = set()  # (group, topic, log version) checked for expiry
+
+    def _gate(self, group: str, view: TopicView) -> tuple[OffsetGate, threading.Lock]:
+        key = (group, view.name, view.record.location)
+        with self._lock:
+            if key not in self._gates:
+                reads = _TopicReads(self.ctx, view.name, view.record.location)
+                gate = OffsetGate(reads, reads, view.name, group, _Committed(self.records, group, view.name),
+                                  own_delivered=False)
+                self._gates[key] = (gate, threading.Lock())
+            return self._gates[key]
+
+    def limits(self, groups: list[str], view: TopicView, offsets: Positions) -> dict[int, int]:
+        """For each partition of ``offsets`` (fetch offsets) some of ``groups`` may not read to its
+        end: the offset it may read up to (exclusive), the lowest the groups allow."""
+        out: dict[int, int] = {}
+        for group in groups:
+            gate, lock = self._gate(group, view)
+            with lock:
+                found = gate.limits(offsets, view.snapshot)
+            for p, cap in found.items():
+                out[p] = min(out.get(p, cap), cap)
+        return out
+
+    def report_expired(self, group: str, view: TopicView) -> None:
+        """Report, once, the records below ``group``'s committed offsets that the log no longer
+        holds (a partition retired, or its prefix removed), as lakelog's consumers do."""
+        key = (group, view.name, view.snapshot.version)
+        with self._lock:
+            if key in self._looked:
+                return
+            self._looked.add(key)
+        positions = _Committed(self.records, group, view.name).committed()
+        offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
+        ranges = unreported_expiry(
+            view.name, view.snapshot, list(positions), positions,
+            lambda: self.ctx.admin.image(view.name).retired_between(-1, view.snapshot.topic_version),
+            lambda: offsets.expired(group, view.name))
+        offsets.report_expired(group, ranges, member_id="lakelog-serve")
+
+    def report_expired_on(self, group: str, topics: list[str]) -> None:
+        """``report_expired`` on each of ``topics`` (a rebalance: a retirement changed the partitions)."""
+        for topic in topics:
+            try:
+                self.report_expired(group, self.ctx.view(topic))
+            except Exception:  # noqa: BLE001 - reported at the next rebalance or fetch
+                log.exception("reporting expired records of %s on %s failed", group, topic)

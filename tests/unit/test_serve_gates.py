@@ -1,0 +1,71 @@
+"""The rules behind a Kafka group's gates in `lakelog serve` (serve/gates.py): which group a fetch
+is held for, and that a Kafka client's fetch offsets never pass a barrier, only its group's
+committed offsets do."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from pipelines.gating import Barrier, OffsetGate
+from serve.groups import Coordinator, Group, Member
+
+
+class _Committed:
+    def __init__(self, positions: dict[int, int]) -> None:
+        self.positions = positions
+
+    def committed(self) -> dict[int, int]:
+        return dict(self.positions)
+
+    def published(self) -> dict[int, int]:
+        return {}
+
+    def keys_opened(self, partitions: list[int]) -> None:
+        pass
+
+
+def _gate(committed: dict[int, int], own_delivered: bool) -> OffsetGate:
+    """A grow 1 -> 2 whose pre-grow records of partition 0 end at offset 9."""
+    log = SimpleNamespace(last_offset_of_epoch=lambda p, e: 9)
+    gate = OffsetGate(None, log, "t", "g", _Committed(committed), own_delivered=own_delivered)
+    gate.barriers = lambda version: [Barrier(version=1, before={0: 3})]
+    return gate
+
+
+SNAP = SimpleNamespace(topic_version=1, metadata=SimpleNamespace(partitions={}), log_ends={})
+
+
+def test_a_kafka_clients_fetch_offsets_past_the_barrier_do_not_open_it_its_groups_commits_do():
+    fetched = {0: 10, 1: 0}  # read past partition 0's pre-grow records, not yet committed them
+    assert _gate({}, own_delivered=True).limits(fetched, SNAP) == {}  # lakelog's member: delivered
+    assert _gate({}, own_delivered=False).limits(fetched, SNAP) == {0: 10, 1: 0}  # held: nothing of 1
+    assert _gate({0: 9}, own_delivered=False).limits(fetched, SNAP) == {0: 10, 1: 0}
+    assert _gate({0: 10}, own_delivered=False).limits(fetched, SNAP) == {}
+
+
+def _member(member_id: str, client_id: str, host: str, topics: set[str]) -> Member:
+    return Member(member_id, client_id, host, 10_000, 10_000, "consumer", [], topics=frozenset(topics))
+
+
+def test_a_fetch_is_held_for_the_groups_whose_members_joined_with_its_client_id_and_host():
+    coordinator = Coordinator(records=None)
+    a, b = Group("a", 1), Group("b", 1)
+    a.members["m1"] = _member("m1", "consumer-a-1", "10.0.0.1", {"t"})
+    b.members["m2"] = _member("m2", "rdkafka", "10.0.0.1", {"t", "u"})
+    b.members["m3"] = _member("m3", "consumer-a-1", "10.0.0.1", {"u"})
+    coordinator.groups = {"a": a, "b": b}
+    assert coordinator.groups_reading("consumer-a-1", "10.0.0.1", "t") == ["a"]
+    assert coordinator.groups_reading("consumer-a-1", "10.0.0.1", "u") == ["b"]  # shared ids: every group
+    assert coordinator.groups_reading("consumer-a-1", "10.0.0.1") == ["a", "b"]
+    assert coordinator.groups_reading("consumer-a-1", "10.0.0.2", "t") == []  # another host
+    assert coordinator.groups_reading("producer-1", "10.0.0.1", "t") == []
+
+
+def test_a_member_that_left_still_holds_its_clients_fetches_for_twice_its_session_timeout():
+    coordinator = Coordinator(records=None)
+    coordinator.departed[("consumer-a-1", "h")] = ("a", frozenset({"t"}), time.monotonic() + 5)
+    coordinator.departed[("consumer-b-1", "h")] = ("b", frozenset({"t"}), time.monotonic() - 1)
+    assert coordinator.groups_reading("consumer-a-1", "h", "t") == ["a"]
+    assert coordinator.groups_reading("consumer-b-1", "h", "t") == []
+    assert ("consumer-b-1", "h") not in coordinator.departed
