@@ -338,19 +338,24 @@ def test_records_a_log_start_raise_removed_in_an_earlier_incarnation_were_not_re
     """Partition 1's log start raised to 1, the partition retired at 2 and grown back from 2, its
     new records 2 and 3 written, the log start raised to 3: group g, which read each incarnation
     from its log start, owes nothing of either (the current log start alone, 3, hides that 1@0
-    went in the first incarnation's raise, before its retirement)."""
+    went in the first incarnation's raise, before its retirement). Group h, which never read the
+    first incarnation, owes a report of 1@1: it was in the log when the partition was retired."""
     raise_log_start(clean, 1, 1)
     clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
     clean.topic(3, [(0, "ReadWrite", None), (1, "ReadWrite", None, 2)])
     clean.producer("q", ["b", "b"])
     clean.append((1, 2, 1, "b", 0), (1, 3, 1, "b", 1), pid="q")
     raise_log_start(clean, 1, 3, {"lakelog.partition.1.start_offset": "2"})
+    clean.generation("h", 1, {"n1": [0, 1]})
     clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
-    clean.deliver("g", (1, 3, 1, "b", 1), pid="q")
+    clean.deliver("h", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    for group in ("g", "h"):
+        clean.deliver(group, (1, 3, 1, "b", 1), pid="q")
     clean.commit("g", "m2", 1, "commit", {1: 4})
-    found = clean.check()
-    assert anomalies(found) == {}, found.summary()
-    assert found.stats["deleted_before_read[g]"] == 2
+    found = clean.check(("g", "h"))
+    assert anomalies(found) == {"expired_unreported": 1}, found.summary()
+    assert found.samples["expired_unreported"] == ["h: p1@1 was retired undelivered and not reported expired"]
+    assert found.stats["deleted_before_read[g]"] == 2 and found.stats["deleted_before_read[h]"] == 2
 
 
 def test_a_log_start_raised_on_a_retired_partition_does_not_excuse_its_retired_records(clean):
