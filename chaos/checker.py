@@ -12,7 +12,8 @@ cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for on
   another producer id, sequence or key, or an offset a truncation took out and nothing refilled),
   ``delivery_reorder`` (a record delivered after a later record of its key),
   ``undelivered`` (never delivered, partition still live), ``expired_unreported`` (its partition
-  was retired before the group delivered it and the group did not report it expired);
+  was retired before the group delivered it, or retention or delete-records removed it while the
+  group stood at or below it, and the group did not report it expired);
 - each group's control rows: ``two_owners``, ``position_backwards``, ``position_beyond_end``,
   ``duplicate_generation``;
 - the control plane's commit-order labels (``commit_order``: lakelog orders positions and
@@ -205,6 +206,36 @@ def log_starts(location: str, partitions: Iterable[int]) -> dict[int, int]:
     return out
 
 
+def removed_while_live(location: str, partitions: Iterable[int]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the offsets [incarnation start, log start) each raise of its log start took
+    out while the partition was live, walking the log's versions: a raise of the set transaction
+    ``lakelog.log_start.<p>`` at a version whose properties do not say the partition was retired
+    (``lakelog.partition.<p>.mode`` None), from the start of the incarnation then live
+    (``lakelog.partition.<p>.start_offset``, absent 0). Those records were gone before any later
+    retirement of their partition: the retirement did not expire them (campaign seed 1003). The
+    current log start alone cannot tell: a grown-back number's raise hides the earlier ones."""
+    partitions = sorted({int(p) for p in partitions})
+    if not log_starts(location, partitions):  # log starts only rise: never raised
+        return {}
+    table = DeltaTable(location)
+    last: dict[int, int] = {}
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for version in range(table.version() + 1):
+        table.load_as_version(version)
+        config = None
+        for p in partitions:
+            start = table.transaction_version(f"lakelog.log_start.{p}")
+            if start is None or start <= last.get(p, -1):
+                continue
+            last[p] = start
+            config = config if config is not None else table.metadata().configuration
+            if config.get(f"lakelog.partition.{p}.mode") != "None":
+                first = int(config.get(f"lakelog.partition.{p}.start_offset") or 0)
+                if start > first:
+                    out[p].append((first, start))
+    return dict(out)
+
+
 def retired_before(history: list[dict], version: int) -> dict[int, int]:
     """Per partition, the end of its latest incarnation retired at or before topic ``version``."""
     out: dict[int, int] = {}
@@ -227,7 +258,9 @@ def retired_ends(history: list[dict]) -> dict[int, list[int]]:
     return {p: sorted(v) for p, v in ends.items()}
 
 
-def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings) -> None:
+def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
+                removed: dict[int, list[tuple[int, int]]]) -> None:
+    """``removed``: ``removed_while_live`` of the topic's log."""
     history = _topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
                          key=lambda g: g["generation"])
@@ -238,8 +271,7 @@ def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], o
         first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
     excluded = retired_before(history, first_version)
     expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)}
-    starts = log_starts(log_location(root, topic), {r["partition"] for r in log})
-    check_sink(group, sink, topic, log, expected, commits, history, out, starts)
+    check_sink(group, sink, topic, log, expected, commits, history, out, removed)
     check_ownership(group, topic, generations, commits, out)
     check_positions(group, topic, commits, log, out)
 
@@ -253,11 +285,13 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 
 
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
-               commits: list[dict], history: list[dict], out: Findings, starts: dict[int, int] | None = None) -> None:
-    """``starts``: log starts raised by retention or delete-records. A record below one that the
-    group neither delivered nor reported expired is ``expired_unreported`` if the group ever stood
-    at or below it (it was to read it); otherwise it was deleted before the group came near it
-    (a group without a position starts at the log start), counted, not flagged."""
+               commits: list[dict], history: list[dict], out: Findings,
+               removed: dict[int, list[tuple[int, int]]]) -> None:
+    """``removed``: the offsets retention or delete-records took out while their partition was
+    live (``removed_while_live``). A record there that the group neither delivered nor reported
+    expired is ``expired_unreported`` if the group ever stood at or below it (it was to read it);
+    otherwise it was deleted before the group came near it (a group without a position starts at
+    the log start), counted, not flagged, also if its partition was retired later."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
     delivered = sorted((r for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others),
@@ -297,7 +331,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
         if any(lo <= o < hi for lo, hi in expired.get(p, [])):
             out.stats[f"expired[{group}]"] += 1
             continue
-        if o < (starts or {}).get(p, 0) and not any(o < end for end in retired.get(p, [])):
+        if any(lo <= o < hi for lo, hi in removed.get(p, [])):
             if stood.get(p, o + 1) <= o:
                 out.add("expired_unreported", f"{group}: p{p}@{o} was deleted below the log start undelivered "
                                               "and not reported expired")
@@ -449,8 +483,9 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     out = Findings()
     log = read_log_changes(log_location(root, topic))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
+    removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     for group, sink in sorted(groups.items()):
-        check_group(root, topic, group, sink, log, out)
+        check_group(root, topic, group, sink, log, out, removed)
     if commit_order:
         check_commit_order(root, out)
     return out

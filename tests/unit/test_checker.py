@@ -303,6 +303,72 @@ def test_records_below_a_raised_log_start_are_owed_only_by_a_group_that_stood_be
     assert anomalies(clean.check()) == {}
 
 
+def raise_log_start(root: Root, partition: int, start: int, properties: dict[str, str] | None = None) -> None:
+    """A delete-records commit on the hand-made log: the set transaction of ``partition``'s log
+    start, and ``properties`` (the partition metadata lakelog keeps there) set just before it."""
+    from deltalake import DeltaTable, Transaction
+
+    if properties:
+        DeltaTable(str(root.path / "topics/t")).alter.set_table_properties(properties, raise_if_not_exists=False)
+    write_deltalake(str(root.path / "topics/t"), pa.Table.from_pylist([], LOG), mode="append", commit_properties=
+                    CommitProperties(app_transactions=[Transaction(f"lakelog.log_start.{partition}", start)]))
+
+
+def test_records_delete_records_removed_before_their_partition_was_retired_were_not_retired(clean):
+    """Campaign seed 1003: delete-records raised partition 1's log start to 1 while it was live;
+    then it was retired at its end 2 once every group stood there. Group g first read it after
+    the raise, from the log start (it had no position there): record 1@0 was removed by
+    delete-records, not by the retirement, and g owes no report of it. Group h had committed
+    position 0 there: it owes one."""
+    raise_log_start(clean, 1, 1)
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    clean.generation("h", 1, {"n1": [0, 1]})
+    clean.commit("h", "n1", 1, "commit", {1: 0})
+    for group in ("g", "h"):
+        clean.deliver(group, (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+        clean.commit(group, "n1" if group == "h" else "m2", 1, "commit", {1: 2})
+    found = clean.check(("g", "h"))
+    assert anomalies(found) == {"expired_unreported": 1}, found.summary()
+    assert found.samples["expired_unreported"] == ["h: p1@0 was deleted below the log start undelivered and not "
+                                                   "reported expired"]
+    assert found.stats["deleted_before_read[g]"] == 1
+
+
+def test_records_a_log_start_raise_removed_in_an_earlier_incarnation_were_not_retired(clean):
+    """Partition 1's log start raised to 1, the partition retired at 2 and grown back from 2, its
+    new records 2 and 3 written, the log start raised to 3: group g, which read each incarnation
+    from its log start, owes nothing of either (the current log start alone, 3, hides that 1@0
+    went in the first incarnation's raise, before its retirement). Group h, which never read the
+    first incarnation, owes a report of 1@1: it was in the log when the partition was retired."""
+    raise_log_start(clean, 1, 1)
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    clean.topic(3, [(0, "ReadWrite", None), (1, "ReadWrite", None, 2)])
+    clean.producer("q", ["b", "b"])
+    clean.append((1, 2, 1, "b", 0), (1, 3, 1, "b", 1), pid="q")
+    raise_log_start(clean, 1, 3, {"lakelog.partition.1.start_offset": "2"})
+    clean.generation("h", 1, {"n1": [0, 1]})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    clean.deliver("h", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    for group in ("g", "h"):
+        clean.deliver(group, (1, 3, 1, "b", 1), pid="q")
+    clean.commit("g", "m2", 1, "commit", {1: 4})
+    found = clean.check(("g", "h"))
+    assert anomalies(found) == {"expired_unreported": 1}, found.summary()
+    assert found.samples["expired_unreported"] == ["h: p1@1 was retired undelivered and not reported expired"]
+    assert found.stats["deleted_before_read[g]"] == 2 and found.stats["deleted_before_read[h]"] == 2
+
+
+def test_a_log_start_raised_on_a_retired_partition_does_not_excuse_its_retired_records(clean):
+    """lakelog refuses to raise a retired partition's log start; were one raised anyway, its
+    records below it were still retired (in the log when it was retired) and are owed a report."""
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    raise_log_start(clean, 1, 1, {"lakelog.partition.1.mode": "None"})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    found = clean.check()
+    assert anomalies(found) == {"expired_unreported": 1}, found.summary()
+    assert "was retired undelivered" in found.samples["expired_unreported"][0]
+
+
 def test_replica_divergence_and_a_truncation_left_out_of_what_was_appended(clean, tmp_path):
     from deltalake import DeltaTable
 
