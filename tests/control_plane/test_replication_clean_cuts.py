@@ -1,0 +1,75 @@
+"""A clean election that starts its epoch below offsets a group delivered: /us, elected and killed
+before finishing, comes back from an older copy and is elected again from what it holds (as
+``describe`` tells the operator to). The group's next poll must notice (Kafka's divergence check
+answers from the leader's epochs, clean or not), not skip the new records at those offsets. Real
+logs in temp dirs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from control_plane.replication import Replication
+from control_plane.topics import TopicAdmin
+from log_store.errors import LogTruncatedError
+from pipelines.consumer import Consumer
+from pipelines.producer import Producer
+from pipelines.settings import ProducerSettings
+from tests.control_plane.test_replication_faults import elect_killed_at
+from tests.support import make_records
+
+ALL = ProducerSettings(acks="all")
+
+
+def test_a_group_notices_a_clean_re_election_that_starts_below_its_position(spark, tmp_path, monkeypatch):
+    meta, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[meta, us])
+    replication = Replication(spark, meta)
+    us_log = replication.path(replication.state("orders"), us)
+    shutil.copytree(us_log, str(tmp_path / "us-backup"))  # empty, told of epoch 0
+    Producer(spark, meta, "orders", "p", ALL).send(make_records(spark, 4))  # at /eu and /us
+    group = Consumer(spark, meta, "orders", "g")
+    assert group.run(lambda df, r: None).records == 4  # offsets 0-3, below the high watermark
+    elect_killed_at(monkeypatch, replication, "orders", us, "elect:after_record")
+    shutil.rmtree(us_log)
+    shutil.copytree(str(tmp_path / "us-backup"), us_log)  # the root back from its older copy
+    report = replication.describe("orders")
+    assert report.hint == f"lakelog topics elect-leader --topic orders --leader {us}"
+    again = replication.elect("orders", us)  # clean: /us is in the in-sync set
+    assert (again.leader_epoch, again.epoch_starts[-1].starts) == (2, {0: 0})
+    Producer(spark, meta, "orders", "q", ALL).send(make_records(spark, 6, start=100))  # offsets 0-5 of epoch 2
+    # the 4 records the group delivered are at no root now, and offsets 0-3 hold new ones: the
+    # group must say so rather than deliver offsets 4-5 and skip 0-3
+    with pytest.raises(LogTruncatedError):
+        group.run(lambda df, r: None)
+    with pytest.raises(LogTruncatedError):
+        Consumer(spark, meta, "orders", "g").run(lambda df, r: None)  # another process, from the committed epoch
+
+
+def test_a_group_reset_to_latest_on_a_replicated_topic_stops_at_the_high_watermark(spark, tmp_path):
+    """``groups reset-offsets --to-latest`` resolves "latest" as Kafka's ListOffsets does for a
+    consumer: the high watermark, not the leader's log end. Records above it (``acks: 1``, at the
+    leader only) are taken back by a clean failover, and the new leader's acknowledged records at
+    those offsets must reach the group, not be skipped by a position past them."""
+    from control_plane.group.admin import GroupAdmin
+    from control_plane.group.reset import ResetTarget
+    from tests.control_plane.test_replication import cut, restore
+
+    meta, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[meta, us])
+    replication = Replication(spark, meta)
+    state = replication.state("orders")
+    Producer(spark, meta, "orders", "p", ALL).send(make_records(spark, 4))  # at /eu and /us
+    Producer(spark, meta, "orders", "q").send(make_records(spark, 3, start=50))  # acks: 1, at /eu only
+    admin = GroupAdmin(spark, meta)
+    steps = admin.plan_reset("g", "orders", ResetTarget(to_latest=True))
+    admin.execute_reset("g", steps)
+    assert [s.target for s in steps] == [4], "Kafka's latest for a consumer is the high watermark (4), not 7"
+    cut(replication.path(state, meta))  # the leader's root lost
+    try:
+        replication.elect("orders", us)  # clean: /us holds every acknowledged record
+        Producer(spark, meta, "orders", "r", ALL).send(make_records(spark, 3, start=100))  # offsets 4-6 at /us
+        assert Consumer(spark, meta, "orders", "g").run(lambda df, r: None).records == 3
+    finally:
+        restore(replication.path(state, meta))
