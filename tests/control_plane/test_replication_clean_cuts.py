@@ -73,3 +73,39 @@ def test_a_group_reset_to_latest_on_a_replicated_topic_stops_at_the_high_waterma
         assert Consumer(spark, meta, "orders", "g").run(lambda df, r: None).records == 3
     finally:
         restore(replication.path(state, meta))
+
+
+def test_a_partition_the_elected_root_never_held_starts_the_new_epoch_too(spark, tmp_path):
+    """/us, cut off, stays in the in-sync set within the time lag of a following replicator while
+    the topic grows a partition at the leader /eu and takes records there (``acks: 1``), copied to
+    /ap. /eu's root is then lost and /us, back, elected cleanly: it holds no copy of partition 1, so
+    the new epoch must start there at what /us holds (0), and /ap's partition-1 records of /eu's
+    history must be truncated when it is copied, not kept under /us's records at the same offsets."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings, ReplicationSettings
+    from tests.control_plane.test_replication import cut, records_at, restore
+
+    eu, us, ap = (str(tmp_path / r) for r in ("eu", "us", "ap"))
+    TopicAdmin(spark, eu).create("orders", 1, replicas=[eu, us, ap])
+    replication = Replication(spark, eu)
+    state = replication.state("orders")
+    logs = {r: replication.path(state, r) for r in (eu, us, ap)}
+    following = Replication(spark, eu, ReplicationSettings(max_lag_seconds=3600))
+    cut(logs[us])
+    try:
+        following.replicate("orders", following=True)  # /us kept in the set within the time lag
+        TopicController(spark, eu, ControllerSettings()).alter("orders", 2)  # grown at the leader
+        Producer(spark, eu, "orders", "p").send(make_records(spark, 20))  # acks: 1, both partitions
+        following.replicate("orders", following=True)  # /ap holds partition 1; /us still cut off
+        assert replication.state("orders").in_sync == [eu, us, ap]
+    finally:
+        restore(logs[us])
+    cut(logs[eu])  # the leader's root lost
+    try:
+        elected = replication.elect("orders", us)  # clean: /us is in the in-sync set
+        Producer(spark, eu, "orders", "q").send(make_records(spark, 40, start=100))  # at /us, epoch 1
+        replication.replicate("orders")
+        assert records_at(logs[ap]) == records_at(logs[us]), "/ap holds /eu's partition-1 records under /us's"
+        assert elected.epoch_starts[-1].starts.get(1) == 0, elected.epoch_starts[-1].starts
+    finally:
+        restore(logs[eu])
