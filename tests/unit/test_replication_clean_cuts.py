@@ -57,3 +57,15 @@ def test_the_model_reader_notices_a_clean_re_election_from_an_older_copy(monkeyp
     result = model.explore(world, [model.world.elector("e", "B"), model.world.producer("p", "n1", acks_all=False),
                                    reader])
     assert result.ok, f"{result.violations[0][0]} after: {result.violations[0][1]}"
+
+
+def test_a_partition_missing_from_a_later_epochs_start_is_not_counted_at_a_follower_of_the_older_history():
+    """Partition 1 was added at the leader during epoch 0 and copied to /ap; /us (in sync, cut off)
+    never held it and was elected: epoch 1's start, read from /us's log ends, names partition 0 only.
+    /ap still holds epoch 0's records of partition 1: they are not epoch 1's history, so neither the
+    high watermark nor /ap's truncation may count them (a start of 0 where the elected root held
+    nothing)."""
+    state = initial_state("t", 1, ["/eu", "/us", "/ap"], [0])
+    one = elected(state, "/us", {0: 8}, leader_fenced=False, unclean=False)  # what election.elect records today
+    assert rules.held(one, {0: 8, 1: 5}, 0).get(1, 0) == 0
+    assert rules.high_watermark(one, {0: 8, 1: 6}, {"/ap": {0: 8, 1: 5}}, {"/ap": 0})[1] == 0
