@@ -65,14 +65,15 @@ def test_a_group_reset_to_latest_on_a_replicated_topic_stops_at_the_high_waterma
     admin = GroupAdmin(spark, meta)
     steps = admin.plan_reset("g", "orders", ResetTarget(to_latest=True))
     admin.execute_reset("g", steps)
-    assert [s.target for s in steps] == [4], "Kafka's latest for a consumer is the high watermark (4), not 7"
     cut(replication.path(state, meta))  # the leader's root lost
     try:
         replication.elect("orders", us)  # clean: /us holds every acknowledged record
         Producer(spark, meta, "orders", "r", ALL).send(make_records(spark, 3, start=100))  # offsets 4-6 at /us
-        assert Consumer(spark, meta, "orders", "g").run(lambda df, r: None).records == 3
+        assert Consumer(spark, meta, "orders", "g").run(lambda df, r: None).records == 3, \
+            "the acknowledged records at offsets 4-6 were skipped"
     finally:
         restore(replication.path(state, meta))
+    assert [s.target for s in steps] == [4], "Kafka's latest for a consumer is the high watermark (4), not 7"
 
 
 def test_a_partition_the_elected_root_never_held_starts_the_new_epoch_too(spark, tmp_path):
