@@ -12,6 +12,7 @@ import pytest
 
 from control_plane.replication import Replication
 from control_plane.topics import TopicAdmin
+from log_store.topic_log import TopicLog
 from log_store.errors import LogTruncatedError
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
@@ -106,6 +107,9 @@ def test_a_partition_the_elected_root_never_held_starts_the_new_epoch_too(spark,
         elected = replication.elect("orders", us)  # clean: /us is in the in-sync set
         Producer(spark, eu, "orders", "q").send(make_records(spark, 40, start=100))  # at /us, epoch 1
         replication.replicate("orders")
+        after = replication.state("orders")
+        ends = TopicLog.for_path(spark, logs[us]).snapshot().log_ends
+        assert ap in after.in_sync and replication.high_watermark("orders", ends, after)[1] == ends[1] > 0
         assert records_at(logs[ap]) == records_at(logs[us]), "/ap holds /eu's partition-1 records under /us's"
         assert elected.epoch_starts[-1].starts.get(1) == 0, elected.epoch_starts[-1].starts
     finally:
