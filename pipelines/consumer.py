@@ -62,15 +62,10 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
     topic is read at its leader, below its high watermark."""
     admin = TopicAdmin(spark, root)
-    log = admin.log(topic)
     if admin.replica_state(topic) is not None:
-        def leader_snapshot(path: str) -> LogSnapshot:
-            nonlocal log
-            log = TopicLog.for_path(spark, path)
-            return log.snapshot()
-
-        snap, _state = Replication(spark, root).below_high_watermark(topic, leader_snapshot)
+        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
     else:
+        log = admin.log(topic)
         snap = log.snapshot()
     snap.metadata.check_not_deleted()
     readable = snap.readable()
