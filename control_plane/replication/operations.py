@@ -66,8 +66,11 @@ class Replication:
         if error:
             hint = (f"lakelog topics elect-leader --topic {topic} --leader "
                     f"{next((r for r in state.in_sync if r != state.leader), '<an in-sync root>')}")
-        elif fenced:
-            hint = f"lakelog topics elect-leader --topic {topic} --leader {state.leader}"
+        elif fenced:  # a leader back from an older copy is elected again only with --unclean
+            short = rules.short_of_start(state, leader_ends)
+            target = election.holder(self, state) if short else state.leader
+            hint = (f"lakelog topics elect-leader --topic {topic} --leader {target or state.leader}"
+                    f"{' --unclean' if short and not target else ''}")
         return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "hint": hint})
 
     def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None

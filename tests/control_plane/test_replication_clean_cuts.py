@@ -1,8 +1,9 @@
-"""A clean election that starts its epoch below offsets a group delivered: /us, elected and killed
-before finishing, comes back from an older copy and is elected again from what it holds (as
-``describe`` tells the operator to). The group's next poll must notice (Kafka's divergence check
-answers from the leader's epochs, clean or not), not skip the new records at those offsets. Real
-logs in temp dirs."""
+"""An election that starts its epoch below offsets a group delivered: /us, elected and killed
+before finishing, comes back from an older copy. Electing it again cleanly is refused (it would
+lose acknowledged records; ``describe`` names the root that holds them); elected with --unclean
+from what it holds, the group's next poll must notice (Kafka's divergence check answers from the
+leader's epochs), not skip the new records at those offsets, though /us was in the in-sync set.
+Real logs in temp dirs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import shutil
 
 import pytest
 
-from control_plane.replication import Replication
+from control_plane.replication import Replication, rules
 from control_plane.topics import TopicAdmin
 from log_store.topic_log import TopicLog
-from log_store.errors import LogTruncatedError
+from log_store.errors import LogTruncatedError, ReplicationError
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
@@ -23,7 +24,7 @@ from tests.support import make_records
 ALL = ProducerSettings(acks="all")
 
 
-def test_a_group_notices_a_clean_re_election_that_starts_below_its_position(spark, tmp_path, monkeypatch):
+def test_a_group_notices_a_re_election_from_an_older_copy_below_its_position(spark, tmp_path, monkeypatch):
     meta, us = str(tmp_path / "eu"), str(tmp_path / "us")
     TopicAdmin(spark, meta).create("orders", 1, replicas=[meta, us])
     replication = Replication(spark, meta)
@@ -36,9 +37,13 @@ def test_a_group_notices_a_clean_re_election_that_starts_below_its_position(spar
     shutil.rmtree(us_log)
     shutil.copytree(str(tmp_path / "us-backup"), us_log)  # the root back from its older copy
     report = replication.describe("orders")
-    assert report.hint == f"lakelog topics elect-leader --topic orders --leader {us}"
-    again = replication.elect("orders", us)  # clean: /us is in the in-sync set
-    assert (again.leader_epoch, again.epoch_starts[-1].starts) == (2, {0: 0})
+    assert report.leader_fenced and report.hint == f"lakelog topics elect-leader --topic orders --leader {meta}"
+    with pytest.raises(ReplicationError, match=f"holds less than the epoch began with.*--leader {meta}"):
+        replication.elect("orders", us)  # clean: refused, though /us is in the in-sync set
+    assert replication.state("orders").leader_epoch == 1, "nothing recorded"
+    again = replication.elect("orders", us, unclean=True)  # the operator accepts the loss
+    assert (again.leader_epoch, again.epoch_starts[-1].starts, again.in_sync) == (2, {0: 0}, [us])
+    assert rules.unclean(replication.store.history("orders", 1)) == [], "not an unclean election by the sets"
     Producer(spark, meta, "orders", "q", ALL).send(make_records(spark, 6, start=100))  # offsets 0-5 of epoch 2
     # the 4 records the group delivered are at no root now, and offsets 0-3 hold new ones: the
     # group must say so rather than deliver offsets 4-5 and skip 0-3
@@ -46,6 +51,27 @@ def test_a_group_notices_a_clean_re_election_that_starts_below_its_position(spar
         group.run(lambda df, r: None)
     with pytest.raises(LogTruncatedError):
         Consumer(spark, meta, "orders", "g").run(lambda df, r: None)  # another process, from the committed epoch
+
+
+def test_the_root_that_holds_what_the_epoch_began_with_is_elected_instead(spark, tmp_path, monkeypatch):
+    """The same start, the root ``describe`` names elected: /eu cleanly, with no handover from /us
+    (which lacks what epoch 1 began with): the group carries on, every record once."""
+    meta, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[meta, us])
+    replication = Replication(spark, meta)
+    us_log = replication.path(replication.state("orders"), us)
+    shutil.copytree(us_log, str(tmp_path / "us-backup"))
+    Producer(spark, meta, "orders", "p", ALL).send(make_records(spark, 4))
+    group = Consumer(spark, meta, "orders", "g")
+    assert group.run(lambda df, r: None).records == 4
+    elect_killed_at(monkeypatch, replication, "orders", us, "elect:after_record")
+    shutil.rmtree(us_log)
+    shutil.copytree(str(tmp_path / "us-backup"), us_log)
+    elected = replication.elect("orders", meta)
+    assert (elected.leader, elected.leader_epoch, elected.epoch_starts[-1].starts) == (meta, 2, {0: 4})
+    assert elected.in_sync == [meta], "/us lacks what epoch 1 began with: out of the in-sync set"
+    Producer(spark, meta, "orders", "q", ALL).send(make_records(spark, 3, start=100))
+    assert group.run(lambda df, r: None).records == 3  # offsets 4-6, nothing skipped or doubled
 
 
 def test_a_group_reset_to_latest_on_a_replicated_topic_stops_at_the_high_watermark(spark, tmp_path):
