@@ -291,15 +291,13 @@ class Consumer:
                 time.sleep(1)
 
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
-        """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an election
-        that started its epoch below a position read under an earlier one (an unclean election, or
-        a root back from an older copy elected again), the position lies past where the history it
-        was read from was cut and raises ``LogTruncatedError`` (records it delivered are not the
-        topic's any more); never a silent skip. The epoch a position was read under is this
-        process's (a batch it delivered) or the one committed with it; a position of unknown epoch
-        is checked against the leader's log end (not the high watermark, which may step back below
-        a position while nothing is lost). Each position is checked once per replica state: a poll
-        that moved nothing costs one look at the (cached) replica history."""
+        """Kafka's divergence check (KIP-320) of a replicated topic's positions: a position past
+        where an election since its epoch cut the history (an unclean one, or a root back from an
+        older copy) raises ``LogTruncatedError``; never a silent skip. The epoch a position was
+        read under is this process's (a batch it delivered) or the one committed with it; a
+        position of unknown epoch is checked against the leader's log end (not the high watermark,
+        which may step back below a position while nothing is lost). Each position is checked
+        once per replica state: a poll that moved nothing costs one look at the replica history."""
         if self._replication is None:
             return
         history = self.admin.replica_history(self.topic)

@@ -8,12 +8,15 @@ An election of root N from state S (leader L, epoch E), each step one commit:
 3. copy L's records to N stamped E + 1 (a clean handover loses nothing, ``acks: 1`` included), or,
    L unreachable, truncate N where the epochs say its history diverges;
 4. record the new state (compare-and-set): leader N at epoch E + 1, whose start offsets are N's log
-   ends now; from this record on, N's log is the topic's location. Lost to a change of the sets
+   ends now (a partition N never held: its start offset); from this record on, N's log is the
+   topic's location. Lost to a change of the sets
    only, it is recorded on the state that won (if N may still be elected there);
 5. finish: the topic's ``elect_leader`` record (its partition epochs bumped), once per election,
    then one commit at N that makes it the leader at E + 1 and applies that record, so every record
    N takes carries a partition epoch no other history has; only if N's log was fenced at E + 1
-   (by step 1 or 2: a root back from an older copy is not, and stays fenced).
+   (by step 1 or 2: a root back from an older copy is not, and stays fenced). Electing such a
+   root again cleanly is refused when it holds less than its epoch began with (``holder`` names
+   the in-sync root to elect instead, which takes no handover from it); ``--unclean`` elects it.
 
 Killed before 4, nothing is decided: the election can be run again, and electing the named leader
 itself (``--leader`` it, ``--preferred``) un-fences it with a new epoch. Refused before 4 (the
