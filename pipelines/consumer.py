@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
-from control_plane.records import ExpiredRange
+from control_plane.records import ExpiredRange, ReplicaEvent
 from control_plane.replication import Replication, rules
 from control_plane.replication.reads import check_position
 from control_plane.topics import TopicAdmin
@@ -62,15 +62,10 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
     topic is read at its leader, below its high watermark."""
     admin = TopicAdmin(spark, root)
-    log = admin.log(topic)
     if admin.replica_state(topic) is not None:
-        def leader_snapshot(path: str) -> LogSnapshot:
-            nonlocal log
-            log = TopicLog.for_path(spark, path)
-            return log.snapshot()
-
-        snap, _state = Replication(spark, root).below_high_watermark(topic, leader_snapshot)
+        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
     else:
+        log = admin.log(topic)
         snap = log.snapshot()
     snap.metadata.check_not_deleted()
     readable = snap.readable()
@@ -141,6 +136,7 @@ class Consumer:
         self.read_under: dict[int, int] = {}  # partition -> the leader epoch of the batch this process last delivered
         self._read_epoch = 0  # the leader epoch of the latest snapshot (a replicated topic's)
         self._leader_ends: dict[int, int] = {}  # ... and its leader's log ends (not capped at the high watermark)
+        self._checked: dict[int, tuple] = {}  # partition -> (replica version, position, epoch) that passed the check
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -295,30 +291,34 @@ class Consumer:
                 time.sleep(1)
 
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
-        """Kafka's divergence check (KIP-320) of a replicated topic's positions: after an unclean
-        election, a position past where the election cut the history it was read from raises
-        ``LogTruncatedError`` (records it delivered are not the topic's any more); never a silent
-        skip. The epoch a position was read under is this process's (a batch it delivered) or the
-        one committed with it; a position of unknown epoch is checked against the leader's log end
-        (not the high watermark, which may step back below a position while nothing is lost)."""
+        """Kafka's divergence check (KIP-320) of a replicated topic's positions: a position past
+        where an election since its epoch cut the history (an unclean one, or a root back from an
+        older copy) raises ``LogTruncatedError``; never a silent skip. The epoch a position was
+        read under is this process's (a batch it delivered) or the one committed with it; a
+        position of unknown epoch is checked against the leader's log end (not the high watermark,
+        which may step back below a position while nothing is lost). Each position is checked
+        once per replica state: a poll that moved nothing costs one look at the replica history."""
         if self._replication is None:
             return
         history = self.admin.replica_history(self.topic)
-        if not rules.unclean(history):
+        if not any(s.event == ReplicaEvent.ELECT for s in history):
             return
+        version = history[-1].replica_version
+        todo = {p: pos for p, pos in positions.items() if self._checked.get(p) != (version, pos, self.read_under.get(p))}
         stored: tuple[dict[int, int], dict[int, int]] | None = None
-        records = self.admin.image(self.topic).records
-        for p, pos in sorted(positions.items()):
+        for p, pos in sorted(todo.items()):
             epoch = self.read_under.get(p)
             if epoch is None:
                 if stored is None:
                     state = self.offsets.state(self.group, self.topic)
                     stored = (state.committed, state.epochs)
                 if stored[0].get(p) == pos and p in stored[1]:
+                    records = self.admin.image(self.topic).records
                     epoch = rules.replica_epoch_at(rules.elect_epochs(records, p), stored[1][p])
             end = self._leader_ends.get(p, snap.log_ends.get(p, pos))
             cut = end if epoch is None else rules.cut_below(history, epoch, p)
             check_position(self.topic, p, pos, cut, f"group '{self.group}'")
+            self._checked[p] = (version, pos, self.read_under.get(p))
 
     @property
     def replicated(self) -> bool:

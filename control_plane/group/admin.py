@@ -20,6 +20,7 @@ from control_plane.group.reset import ResetStep, ResetTarget, parse_partitions, 
 from control_plane.group.store import GroupTables
 from control_plane.liveness import Liveness
 from control_plane.records import MemberState
+from control_plane.replication import Replication
 from control_plane.topics import TopicAdmin
 from log_store.names import check_group_name
 from log_store.errors import InvalidConfigurationError, UnknownGroupError
@@ -86,8 +87,12 @@ class GroupAdmin:
     def plan_reset(self, group: str, topic: str, target: ResetTarget, partitions: str | None = None) -> list[ResetStep]:
         """Each chosen partition's move (the dry run's table); nothing written."""
         check_group_name(group)
-        log = TopicAdmin(self.spark, self.root).log(topic)  # UnknownTopicError names the topic
-        snap = log.snapshot()
+        topics = TopicAdmin(self.spark, self.root)
+        log = topics.log(topic)  # UnknownTopicError names the topic
+        if topics.replica_state(topic) is not None:  # "latest" is the high watermark, as for its readers
+            log, snap = Replication(self.spark, self.root).leader_below_high_watermark(topic)
+        else:
+            snap = log.snapshot()
         readable = snap.readable()
         chosen = parse_partitions(partitions, readable)
         starts = log.earliest_offsets()

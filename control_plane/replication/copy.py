@@ -230,10 +230,11 @@ def _counted(written: list) -> dict[int, int]:
     return counts
 
 
-def _diverged(state: Any, role: Role, ends: Mapping[int, int]) -> dict[int, int]:
+def _diverged(state: Any, role: Role, ends: Mapping[int, int], firsts: Mapping[int, int]) -> dict[int, int]:
     """Where a log holding ``role.data``'s history diverges from the current one: its points below
-    its log ends (empty when it holds the current epoch's history, or nothing past the points)."""
-    points = truncation_points(state, role.data) or {}
+    its log ends (empty when it holds the current epoch's history, or nothing past the points).
+    ``firsts``: its partitions' start offsets, where one a later epoch's start lacks truncates."""
+    points = truncation_points(state, role.data, firsts) or {}
     return {p: o for p, o in points.items() if ends.get(p, 0) > o}
 
 
@@ -275,13 +276,16 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         tmeta = TopicLogMetadata.from_properties(tconf)
         t_ends = {p: log_end(tknown, p, tmeta.partitions[p].start_offset if p in tmeta.partitions
                              else smeta.partitions[p].start_offset) for p in smeta.partitions}
-        for p in s_ends:  # a racing copy or truncation of the same follower makes this commit retry
+        # partitions the follower holds that its leader lacks (yet) count for the truncation too
+        firsts = {p: pm.start_offset for p, pm in {**tmeta.partitions, **smeta.partitions}.items()}
+        held = {p: log_end(tknown, p, pm.start_offset) for p, pm in tmeta.partitions.items()} | t_ends
+        for p in held:  # a racing copy or truncation of the same follower makes this commit retry
             txn.app_version(log_end_app_id(p))
         crash_point("replicate:after_read")
-        truncated = _diverged(state, trole, t_ends)
+        truncated = _diverged(state, trole, held, firsts)
         if truncated:
             _truncate_in(spark, txn, target, truncated)
-            t_ends.update(truncated)
+            t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
         ahead = {p: (t_ends[p], s_ends[p]) for p in s_ends if t_ends[p] > s_ends[p]}
         if ahead:
             raise ReplicationError(
@@ -294,6 +298,7 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         # A producer's or a stream batch's mark the leader's history does not have (written by a
         # truncated leader) goes.
         apps |= {k: -1 for k in tknown if k.startswith(_MARKS) and k not in sknown and tknown[k] != -1}
+        apps |= {log_end_app_id(p): o for p, o in truncated.items() if p not in s_ends}
         apps = {k: v for k, v in apps.items() if tknown.get(k) != v}
         props = {k: v for k, v in sconf.items() if k.startswith("lakelog.") and k not in _OWN_PROPS}
         props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),
@@ -338,7 +343,8 @@ def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict
                                          f"{' and leads' if role.role == LEADER else ''}: a truncation stamped with "
                                          f"epoch {stamp} is a stale request, ignored")
         ends = _ends(txn, conf)
-        points = _diverged(state, role, ends)
+        meta = TopicLogMetadata.from_properties(conf)
+        points = _diverged(state, role, ends, {p: pm.start_offset for p, pm in meta.partitions.items()})
         if not points:
             return {}
         for p in points:

@@ -8,12 +8,15 @@ An election of root N from state S (leader L, epoch E), each step one commit:
 3. copy L's records to N stamped E + 1 (a clean handover loses nothing, ``acks: 1`` included), or,
    L unreachable, truncate N where the epochs say its history diverges;
 4. record the new state (compare-and-set): leader N at epoch E + 1, whose start offsets are N's log
-   ends now; from this record on, N's log is the topic's location. Lost to a change of the sets
+   ends now (a partition N never held: its start offset); from this record on, N's log is the
+   topic's location. Lost to a change of the sets
    only, it is recorded on the state that won (if N may still be elected there);
 5. finish: the topic's ``elect_leader`` record (its partition epochs bumped), once per election,
    then one commit at N that makes it the leader at E + 1 and applies that record, so every record
    N takes carries a partition epoch no other history has; only if N's log was fenced at E + 1
-   (by step 1 or 2: a root back from an older copy is not, and stays fenced).
+   (by step 1 or 2: a root back from an older copy is not, and stays fenced). Electing such a
+   root again cleanly is refused when it holds less than its epoch began with (``holder`` names
+   the in-sync root to elect instead, which takes no handover from it); ``--unclean`` elects it.
 
 Killed before 4, nothing is decided: the election can be run again, and electing the named leader
 itself (``--leader`` it, ``--preferred``) un-fences it with a new epoch. Refused before 4 (the
@@ -32,7 +35,7 @@ from control_plane.controller.apply import TopicChanges, metadata_change
 from control_plane.controller.rules import plan_elect
 from control_plane.records import ReplicaState, TopicEvent, utcnow
 from control_plane.replication import rules
-from control_plane.replication.copy import Role, copy_log, fence, log_ends_of, open_log, truncate_log
+from control_plane.replication.copy import Role, copy_log, fence, log_ends_of, open_log, truncate_log, view
 from control_plane.replication.state import log_path
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
@@ -56,6 +59,11 @@ def elect(ctx: "Replication", topic: str, root: str | None = None, unclean: bool
     if root == state.leader and leads(ctx, old_path, state.leader_epoch):
         return state
     rules.check_election(state, root, unclean)
+    # the named leader again, back from an older copy: only --unclean elects it from what it holds
+    short = rules.short_of_start(state, log_ends_of(ctx.spark, new_path)) if root == state.leader else {}
+    if short and not unclean:
+        rules.refuse_re_election(state, short, holder(ctx, state))
+    firsts = {p.partition: p.start_offset for p in ctx.admin.get(topic).partitions}
     epoch = state.leader_epoch + 1
     try:
         fence(ctx.spark, old_path, epoch)
@@ -66,12 +74,15 @@ def elect(ctx: "Replication", topic: str, root: str | None = None, unclean: bool
     try:
         if root != state.leader:
             fence(ctx.spark, new_path, epoch)
-        if reached and root != state.leader:
+        # an old leader back from an older copy (its election never finished) is no source to hand
+        # over from: it lacks what its epoch began with. It is left out, as an unreachable one is.
+        source = reached and root != state.leader and not rules.short_of_start(state, log_ends_of(ctx.spark, old_path))
+        if source:
             copy_log(ctx.spark, old_path, new_path, epoch, state)
         else:
             truncate_log(ctx.spark, new_path, epoch, state)
-        starts = log_ends_of(ctx.spark, new_path)
-        target = _record(ctx, state, root, starts, reached, unclean)
+        starts = rules.epoch_start(log_ends_of(ctx.spark, new_path), firsts)
+        target = _record(ctx, state, root, starts, source, unclean, bool(short))
     except Exception:
         if reached and root != state.leader:
             _restore(ctx, state)
@@ -96,13 +107,14 @@ def _restore(ctx: "Replication", state: ReplicaState) -> None:
 
 
 def _record(ctx: "Replication", state: ReplicaState, root: str, starts: dict[int, int], reached: bool,
-            unclean: bool) -> ReplicaState:
+            unclean: bool, short: bool = False) -> ReplicaState:
     """Step 4 (a compare-and-set). Lost to a change of the sets (a round, a producer shrinking
     them), the election is recorded on the state that won, if ``root`` may still be elected there:
     the fenced logs take no copy of the old epoch, so ``starts`` still holds. Lost to another
-    election, it is refused."""
+    election, it is refused. ``short``: the leader elected again with --unclean from less than its
+    epoch began with; it is left alone in the in-sync set, as an unclean election's root is."""
     for _ in range(10):
-        target = rules.elected(state, root, starts, reached, unclean=root not in state.in_sync)
+        target = rules.elected(state, root, starts, reached, unclean=root not in state.in_sync or short)
         if ctx.store.record(target.model_copy(update={"changed_at": utcnow()})):
             return target
         current = ctx.state(state.topic)
@@ -112,6 +124,22 @@ def _record(ctx: "Replication", state: ReplicaState, root: str, starts: dict[int
         state = current
     raise ConcurrentTopicChangeError(f"another election of '{state.topic}' was recorded first; see "
                                      f"`lakelog topics describe --topic {state.topic}` and run it again")
+
+
+def holder(ctx: "Replication", state: ReplicaState) -> str | None:
+    """An in-sync root besides the leader holding everything the leader's epoch began with, of the
+    current history (None: none can be read that does): the root to elect when the leader came
+    back from an older copy (``rules.short_of_start``)."""
+    for root in state.in_sync:
+        if root == state.leader:
+            continue
+        try:
+            seen = view(ctx.spark, log_path(state, root))
+        except Exception:
+            continue
+        if not rules.short_of_start(state, rules.held(state, seen.log_ends, seen.data)):
+            return root
+    return None
 
 
 def leads(ctx: "Replication", path: str, epoch: int) -> bool:

@@ -18,6 +18,7 @@ from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from log_store.errors import ConcurrentTopicChangeError, LeaderNotAvailableError, ReplicationError
 from log_store.log_metadata import LogSnapshot
+from log_store.topic_log import TopicLog
 
 
 class Replication:
@@ -65,8 +66,11 @@ class Replication:
         if error:
             hint = (f"lakelog topics elect-leader --topic {topic} --leader "
                     f"{next((r for r in state.in_sync if r != state.leader), '<an in-sync root>')}")
-        elif fenced:
-            hint = f"lakelog topics elect-leader --topic {topic} --leader {state.leader}"
+        elif fenced:  # a leader back from an older copy is elected again only with --unclean
+            short = rules.short_of_start(state, leader_ends)
+            target = election.holder(self, state) if short else state.leader
+            hint = (f"lakelog topics elect-leader --topic {topic} --leader {target or state.leader}"
+                    f"{' --unclean' if short and not target else ''}")
         return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "hint": hint})
 
     def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
@@ -90,6 +94,19 @@ class Replication:
                                           "log was read: read again")
         hw = reads.high_watermark(self.spark, state, snap.log_ends)
         return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}}), state
+
+    def leader_below_high_watermark(self, topic: str) -> tuple[TopicLog, LogSnapshot]:
+        """The leader's log and its snapshot capped at the high watermark (``below_high_watermark``):
+        what a reader without a group reads, and where "latest" is for one (Kafka's ListOffsets
+        for a consumer answers the high watermark, not the leader's log end)."""
+        logs: list[TopicLog] = []
+
+        def at(path: str) -> LogSnapshot:
+            logs.append(TopicLog.for_path(self.spark, path))
+            return logs[-1].snapshot()
+
+        snap, _state = self.below_high_watermark(topic, at)
+        return logs[-1], snap
 
     # -- followers, elections, acknowledgements ----------------------------------------------
     def replicate(self, topic: str, following: bool = False, recreate: list[str] | None = None) -> ReplicaReport:

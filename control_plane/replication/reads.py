@@ -8,8 +8,9 @@ all of them hold of the current history (``rules.high_watermark``). Nothing abov
 delivered, so a clean election never takes back a delivered record. A root that cannot be read
 counts with what this process last read of it (``known``): the high watermark holds while an
 in-sync root is cut off, and stops rising until the root leaves the set (Kafka's leader never
-lowers its high watermark). An unclean election can;
-a reader then finds its position past where that election cut the history it read (its
+lowers its high watermark). An unclean election can (so can a root back from an older copy,
+elected again with ``--unclean``); a reader then finds its position past where that election cut
+the history it read (its
 position's leader epoch against the elections since, ``rules.cut_below``: Kafka's divergence
 check) and says so (``LogTruncatedError``).
 """
@@ -139,13 +140,13 @@ def high_watermark_with(state: ReplicaState, leader_ends: dict[int, int],
 
 def check_position(topic: str, partition: int, position: int, cut: int | None, reader: str) -> None:
     """Raise ``LogTruncatedError`` when ``reader``'s next offset ``position`` on ``partition`` lies
-    past ``cut``, where the history it read was cut (``rules.cut_below``: an unclean election took
+    past ``cut``, where the history it read was cut (``rules.cut_below``: an election took
     back records it delivered), or past the leader's log end when the epoch it read under is unknown."""
     back = rules.divergence(position, cut)
     if back is None:
         return
     raise LogTruncatedError(
-        f"{reader} delivered '{topic}' partition {partition} up to offset {position - 1}, but an unclean election "
+        f"{reader} delivered '{topic}' partition {partition} up to offset {position - 1}, but an election "
         f"cut the log at {back}: offsets {back}..{position - 1} now hold other records or none. Nothing was skipped. "
         f"Decide what the records delivered from the lost history mean, then move the position back to {back} "
         f"(`lakelog groups reset-offsets --to-offset {back}`, or a stream's failOnDataLoss=false) to go on")

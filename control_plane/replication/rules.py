@@ -10,7 +10,7 @@ state's fields (``records.ReplicaState``, or the model's own).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from control_plane.records import EpochStart, ReplicaEvent, ReplicaState, TopicEvent
 from log_store.errors import ReplicationError
@@ -63,7 +63,9 @@ def held(state: Any, ends: Ends | None, epoch: int | None) -> dict[int, int]:
     cannot be read or holds an epoch after ``state``'s (the state was read before an election)."""
     if ends is None or (epoch is not None and epoch > state.leader_epoch):
         return {}
-    points = truncation_points(state, epoch) if epoch is not None else None
+    # a partition a later epoch's start lacks counts as held from 0 (its start offset is not known
+    # here; the high watermark then waits there until the replica is truncated and copied)
+    points = truncation_points(state, epoch, {p: 0 for p in ends}) if epoch is not None else None
     return {p: min(e, points.get(p, e)) if points else e for p, e in ends.items()}
 
 
@@ -120,21 +122,29 @@ def may_join(state: Any, root: str, leader_ends_since: Ends, ends: Ends | None, 
     return root in getattr(state, "joining", ()) and epoch == state.leader_epoch and holds(ends, leader_ends_since)
 
 
-def truncation_points(state: Any, held_epoch: int) -> dict[int, int] | None:
+def truncation_points(state: Any, held_epoch: int, firsts: Ends | None = None) -> dict[int, int] | None:
     """Where a replica holding records of leader epoch ``held_epoch`` must truncate before copying
     from the current leader: the lowest start offset of the epochs after it, as their leaders
     recorded them (Kafka's leader-epoch rule: truncating to the high watermark alone can lose or
     diverge records). The lowest, not the first: an epoch whose leader held less than an earlier
     epoch's start (an unclean election, or a root elected again from what it holds) cut the history
     there, as Kafka's leader answers from its own epochs, which lack the one it never held. None
-    when it holds the current epoch."""
+    when it holds the current epoch.
+
+    ``firsts``: the replica's partitions and their start offsets. One that a later epoch's start
+    lacks was never held by that epoch's leader (an election recorded before every partition of the
+    topic got a start), so its records there are not the history since: it truncates to its start.
+    A partition created after those epochs began is not held by a replica of an older history."""
     later = [s for s in state.epoch_starts if s.epoch > held_epoch]
     if not later:
         return None
     points: dict[int, int] = {}
-    for start in later:  # a partition created after that epoch began counts from its first mention
+    for start in later:
         for p, o in start.starts.items():
             points[p] = min(o, points.get(p, o))
+    for p, first in (firsts or {}).items():
+        if any(p not in start.starts for start in later):
+            points[p] = min(first, points.get(p, first))
     return points
 
 
@@ -149,6 +159,36 @@ def check_election(state: Any, root: str, unclean: bool) -> None:
             f"{root} is not in the in-sync set of '{state.topic}' ({', '.join(state.in_sync)}): it may miss "
             "acknowledged records. Elect an in-sync root, let `lakelog replicate` catch it up, or pass --unclean "
             "to accept losing what it misses")
+
+
+def epoch_start(ends: Ends, firsts: Ends) -> dict[int, int]:
+    """Where a new epoch starts, per partition of the topic (``firsts``: each partition's start
+    offset): what the elected log holds (``ends``), and a partition it never held (its copies
+    lagged behind a resize at the old leader) at its start offset, where the elected log takes it
+    up. Every partition gets a start, so a replica holding the old history there truncates it."""
+    return {**firsts, **ends}
+
+
+def short_of_start(state: Any, ends: Ends) -> dict[int, tuple[int, int]]:
+    """Where a log with ``ends``, named leader of ``state``'s epoch, holds less than that epoch's
+    recorded start, per partition (held, start): it came back from an older copy (its root rolled
+    back) and lost records the epoch began with, acknowledged ones among them."""
+    starts = next((s.starts for s in state.epoch_starts if s.epoch == state.leader_epoch), {})
+    return {p: (ends.get(p, 0), o) for p, o in starts.items() if ends.get(p, 0) < o}
+
+
+def refuse_re_election(state: Any, short: Mapping[int, tuple[int, int]], holder: str | None) -> NoReturn:
+    """Refuse a clean election of ``state``'s own leader again from a log holding less than its
+    epoch began with (``short``, from ``short_of_start``): it would start the next epoch below
+    records every in-sync root acknowledged and readers delivered. ``holder``: an in-sync root
+    that holds them, named as the one to elect."""
+    lacks = ", ".join(f"partition {p} holds {h} of {o}" for p, (h, o) in sorted(short.items()))
+    where = (f"elect {holder}, which holds them (`lakelog topics elect-leader --topic {state.topic} --leader "
+             f"{holder}`)" if holder else "bring back a root that holds them")
+    raise ReplicationError(
+        f"{state.leader} leads '{state.topic}' at epoch {state.leader_epoch} but holds less than the epoch began "
+        f"with ({lacks}): its root came back from an older copy. Electing it again would lose records that were "
+        f"acknowledged and delivered; {where}, or pass --unclean to accept losing them")
 
 
 def elected_in_sync(state: Any, root: str, leader_fenced: bool, unclean: bool) -> list[str]:
@@ -168,17 +208,22 @@ def elections_recorded(states: list[Any], upto_version: int) -> int:
 
 def unclean(history: list[Any]) -> list[Any]:
     """The elections of ``history`` (oldest first) whose new leader was outside the in-sync set
-    before: the only ones that may take back a record below the high watermark."""
+    before: they may take back records below the high watermark (as may a clean election of a root
+    back from an older copy, which ``cut_below`` sees too)."""
     return [s for prev, s in zip(history, history[1:]) if s.event == ReplicaEvent.ELECT and s.leader not in prev.in_sync]
 
 
 def cut_below(history: list[Any], read_epoch: int, partition: int) -> int | None:
-    """Where the unclean elections after leader epoch ``read_epoch`` cut ``partition``'s history:
-    the smallest start offset of their epochs (None: no such election). A reader that delivered
-    records read under ``read_epoch`` holds them only below it."""
-    cuts = [start.starts[partition] for s in unclean(history) if s.leader_epoch > read_epoch
-            for start in s.epoch_starts if start.epoch == s.leader_epoch and partition in start.starts]
-    return min(cuts) if cuts else None
+    """Where the elections after leader epoch ``read_epoch`` cut ``partition``'s history: the
+    lowest start offset of their epochs (``truncation_points``, as a replica of that epoch would
+    truncate; None: no election since). Clean or not, as Kafka's OffsetForLeaderEpoch answers
+    from the leader's epochs: a clean election starts at or above every position a reader reached
+    below the high watermark, unless its root came back from an older copy. A reader that
+    delivered records read under ``read_epoch`` holds them only below it."""
+    if not history:
+        return None
+    points = truncation_points(history[-1], read_epoch, {partition: 0})
+    return None if points is None else points.get(partition)
 
 
 def divergence(position: int, cut: int | None) -> int | None:

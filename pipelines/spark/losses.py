@@ -1,6 +1,6 @@
 """What a stream skipped, decided on the driver and reported or failed on as Spark's Kafka source
 does (its ``reportDataLoss``): a topic deleted and created again, records retired or deleted
-before the stream delivered them, a replicated topic's history cut by an unclean election. Under
+before the stream delivered them, a replicated topic's history cut by an election. Under
 ``failOnDataLoss`` (the default) an error; else a warning, and with a ``group`` the ranges are
 reported expired in the group's tables."""
 
@@ -89,18 +89,21 @@ class Losses:
             self.report(topic, "records were retired or deleted (retention, delete-records) before this read "
                                     "delivered them", lost)
         # the epoch positions were planned under stays until they move (a position that stood still
-        # through an unclean election was read before it)
+        # through an election that cut the history was read before it)
         kept = had is not None and had.epoch is not None and positions == dict(had.positions)
         return TopicOffset(now.topic_id, since, positions, had.epoch if kept else now.epoch)
 
     def _diverged(self, topic: str, now: TopicNow, had: TopicOffset, positions: Positions) -> Positions:
-        """Kafka's divergence check of a replicated topic's positions: after an unclean election, a
-        position past where it cut the history the stream read (``had.epoch``; unknown: the
-        leader's log end, not the high watermark, which may step back below a position while
-        nothing is lost) is data loss (``report``); without failOnDataLoss the stream goes back there."""
+        """Kafka's divergence check of a replicated topic's positions: after an election that
+        started its epoch below a position (an unclean one, or a root back from an older copy
+        elected again), a position past where it cut the history the stream read (``had.epoch``;
+        unknown: the leader's log end, not the high watermark, which may step back below a
+        position while nothing is lost) is data loss (``report``); without failOnDataLoss the
+        stream goes back there. Pure arithmetic on the history the planner read already."""
+        from control_plane.records import ReplicaEvent
         from control_plane.replication import rules
 
-        if not rules.unclean(list(now.history)):
+        if not any(s.event == ReplicaEvent.ELECT for s in now.history):
             return positions
         out = dict(positions)
         ends = now.leader_ends if now.leader_ends is not None else now.snap.log_ends
@@ -109,7 +112,7 @@ class Losses:
                    else rules.cut_below(list(now.history), had.epoch, p))
             back = rules.divergence(pos, cut)
             if back is not None:
-                self.report(topic, f"an unclean election cut partition {p} at offset {back}, below this query's "
+                self.report(topic, f"an election cut partition {p} at offset {back}, below this query's "
                                         f"offset {pos}: the records it delivered from {back} on are not the topic's "
                                         f"any more, and those at those offsets now are new; the query goes back to {back}",
                                  [])
@@ -117,7 +120,7 @@ class Losses:
         return out
 
     def cut(self, topic: str, had: TopicOffset | None, partition: int, stop: int) -> int:
-        """Where an unclean election cut ``partition``'s history after the epoch ``had`` was read
+        """Where an election cut ``partition``'s history after the epoch ``had`` was read
         under: a batch that went back there (``_diverged``) reads from it (``stop`` if none)."""
         from control_plane.replication import rules
         from control_plane.replication.state import states_of

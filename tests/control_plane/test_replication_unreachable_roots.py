@@ -13,6 +13,7 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.replication import Replication, reads
 from control_plane.replication.copy import replica_role
 from control_plane.topics import TopicAdmin
+from log_store.errors import ReplicationError
 from log_store.topic_log import TopicLog
 from pipelines.consumer import Consumer
 from pipelines.producer import Producer
@@ -100,10 +101,11 @@ def test_an_election_is_finished_only_at_the_log_it_fenced(spark, roots, monkeyp
     """The election of /us is recorded (epoch 1) and the process killed before finishing; /us's root
     then comes back from an older copy (told of epoch 0 only, without the handover). The next
     command does not make that log lead at epoch 1 (it was never fenced or handed over at it, so it
-    may lack what epoch 1's start offsets say it holds); ``describe`` names the election to run, and
-    running it elects /us at epoch 2 from what it holds. /eu, in sync and still holding epoch 0's
-    records past where epoch 2 starts, is truncated there (the lowest start of the epochs after the
-    one it holds, as Kafka's new leader answers from its own epochs) and then holds what /us holds."""
+    may lack what epoch 1's start offsets say it holds, and does); ``describe`` names /eu, which
+    holds them, and electing /us again cleanly is refused. With --unclean (the operator accepts the
+    loss) /us is elected at epoch 2 from what it holds. /eu, still holding epoch 0's records past
+    where epoch 2 starts, is truncated there (the lowest start of the epochs after the one it holds,
+    as Kafka's new leader answers from its own epochs) and then holds what /us holds."""
     meta, (eu, us, _ap) = roots
     TopicAdmin(spark, meta).create("orders", 1, replicas=[eu, us])
     replication = Replication(spark, meta)
@@ -118,12 +120,12 @@ def test_an_election_is_finished_only_at_the_log_it_fenced(spark, roots, monkeyp
     shutil.copytree(str(tmp_path / "us-backup"), us_log)  # the root back from its older copy
     report = replication.describe("orders")  # finishes the election if it may
     assert not replica_role(spark, us_log).leads_at(1)
-    assert report.leader_fenced and report.hint == f"lakelog topics elect-leader --topic orders --leader {us}"
-    again = replication.elect("orders", us)
-    assert (again.leader, again.leader_epoch, again.epoch_starts[-1].starts) == (us, 2, {0: 0})
+    assert report.leader_fenced and report.hint == f"lakelog topics elect-leader --topic orders --leader {eu}"
+    with pytest.raises(ReplicationError, match="holds less than the epoch began with"):
+        replication.elect("orders", us)
+    again = replication.elect("orders", us, unclean=True)
+    assert (again.leader, again.leader_epoch, again.epoch_starts[-1].starts, again.in_sync) == (us, 2, {0: 0}, [us])
     assert replica_role(spark, us_log).leads_at(2)
     Producer(spark, meta, "orders", "q").send(make_records(spark, 2, start=50))
-    assert replication.high_watermark("orders", leader_ends(spark, meta, "orders")) == {0: 0}, \
-        "/eu's epoch-0 records at offsets 0-1 are not /us's"
     replication.replicate("orders")
     assert records_at(replication.path(state, eu)) == records_at(us_log)

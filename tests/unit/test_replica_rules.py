@@ -117,12 +117,14 @@ def _history(*elections: tuple[str, int, bool]) -> list:
     return states
 
 
-def test_the_divergence_check_flags_only_positions_past_where_an_unclean_election_cut_the_history():
+def test_the_divergence_check_flags_only_positions_past_where_an_election_cut_the_history():
     """KIP-320's rule: the end offset of the epoch a position was read under, as the history since
-    has it, against the position. Only an unclean election can end it below a position a reader
-    reached (a clean one keeps everything below the high watermark, where readers stay)."""
+    has it, against the position, clean elections counted as unclean ones are. A clean election
+    starts at or above the high watermark, where readers stay, so it cuts below no position they
+    reached (unless its root came back from an older copy: tests/unit/test_replication_clean_cuts.py)."""
     clean = _history(("/us", 10, False), ("/ap", 12, False))
-    assert unclean(clean) == [] and cut_below(clean, 0, 0) is None  # clean elections cut nothing
+    assert unclean(clean) == [] and cut_below(clean, 0, 0) == 10 and cut_below(clean, 1, 0) == 12
+    assert divergence(10, cut_below(clean, 0, 0)) is None, "a position at the high watermark it started at"
     history = _history(("/us", 5, True))
     assert unclean(history) == [history[-1]]
     cut = cut_below(history, 0, 0)
@@ -133,10 +135,10 @@ def test_the_divergence_check_flags_only_positions_past_where_an_unclean_electio
     assert cut_below(history, 1, 0) is None, "read under the unclean election's own epoch: its history"
     # a clean election after the unclean one does not hide it from a reader of the epoch before
     later = _history(("/us", 5, True), ("/ap", 9, False))
-    assert cut_below(later, 0, 0) == 5 and cut_below(later, 1, 0) is None
+    assert cut_below(later, 0, 0) == 5 and cut_below(later, 1, 0) == 9 and divergence(9, cut_below(later, 1, 0)) is None
     # a position read under an older epoch whose records the unclean leader holds: no divergence
     held_all = _history(("/us", 12, False), ("/ap", 15, True))
-    assert cut_below(held_all, 0, 0) == 15 and divergence(12, cut_below(held_all, 0, 0)) is None
+    assert cut_below(held_all, 0, 0) == 12 and divergence(12, cut_below(held_all, 0, 0)) is None
     # two unclean elections: the lowest cut counts
     twice = _history(("/us", 8, True), ("/ap", 3, True))
     assert cut_below(twice, 0, 0) == 3 and cut_below(twice, 1, 0) == 3 and cut_below(twice, 2, 0) is None

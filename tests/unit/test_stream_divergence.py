@@ -35,3 +35,17 @@ def test_an_epoch_less_position_past_the_leaders_log_end_is_a_divergence():
     shorter = TopicNow(None, SimpleNamespace(log_ends={0: 2}), "id", 1, _after_an_unclean_election(), {0: 4})
     with pytest.raises(DataLossError, match="cut partition 0 at offset 4"):
         _losses()._diverged("t", shorter, had, {0: 6})
+
+
+def test_a_position_past_where_a_clean_re_election_started_its_epoch_is_a_divergence():
+    """/us elected (epoch 1 from 4), back from an older copy and elected again from what it holds
+    (epoch 2 from 0): /us was in the in-sync set both times, yet a stream that read offsets 0-3
+    under epoch 0 delivered records no root holds (Kafka's divergence check answers from the
+    leader's epochs, clean or not)."""
+    state = initial_state("t", 1, ["/eu", "/us"], [0])
+    one = elected(state, "/us", {0: 4}, leader_fenced=True, unclean=False)
+    history = (state, one, elected(one, "/us", {0: 0}, leader_fenced=True, unclean=False))
+    had = TopicOffset("id", None, {0: 4}, 0)
+    now = TopicNow(None, SimpleNamespace(log_ends={0: 6}), "id", 2, history, {0: 6})
+    with pytest.raises(DataLossError, match="cut partition 0 at offset 0"):
+        _losses()._diverged("t", now, had, {0: 4})

@@ -15,7 +15,7 @@ once, and checks after every step:
 - **dense offsets**: a log holds each offset once, from 0 to its log end;
 - **readers**: a record a reader delivered is at every in-sync root; after an unclean election a
   reader whose records the new leader lacks notices (fails loudly) rather than skipping: its
-  position and the leader epoch it read under, against where unclean elections since cut the log.
+  position and the leader epoch it read under, against where the elections since cut the log.
 
 One partition; records are names. The rules are the code's (``rules``); the steps mirror
 ``copy``, ``rounds``, ``election``, ``acks`` and the readers' high watermark and divergence check.

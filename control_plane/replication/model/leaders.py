@@ -31,7 +31,14 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at(DONE))]  # it leads already
         if target not in state.replicas or (target not in state.in_sync and not me.get("unclean")):
             return [(world, me.at(DONE))]  # refused
-        return [(world, me.at("fence_old", seen=state))]
+        short = False
+        if target == state.leader:  # the named leader again: it may be back from an older copy
+            if target in world.lost:
+                return [(world, me.at(DONE))]  # its log ends cannot be read
+            short = bool(rules.short_of_start(state, {P: log.end}))
+            if short and not me.get("unclean") and not variant.re_elect_short_root:
+                return [(world, me.at(DONE))]  # refused: it lacks what its epoch began with
+        return [(world, me.at("fence_old", seen=state, short=short))]
     seen = me.get("seen")
     epoch = seen.leader_epoch + 1
     old = seen.leader
@@ -56,6 +63,10 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
         return [(world.with_log(target, log._replace(role=FOLLOW, fence=max(log.fence, epoch))), me.at("handover"))]
     stamp = seen.leader_epoch if variant.fence_keeps_epoch else epoch
     if pc == "handover":
+        # an old leader back from an older copy (its election unfinished) is no source: left out
+        if (me.get("reached") and target != old and old not in world.lost
+                and rules.short_of_start(seen, {P: world.log(old).end}) and not variant.re_elect_short_root):
+            me = me.at("handover", reached=False)
         if me.get("reached") and target != old:
             snap = copy_read(world, old, target, stamp)
             if isinstance(snap, str):
@@ -82,7 +93,7 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at(DONE))]
         return [(world, me.at("record", start=world.log(target).end))]
     if pc == "record":
-        unclean = target not in seen.in_sync
+        unclean = target not in seen.in_sync or (me.get("short") and me.get("unclean"))
         nxt = next_state(seen, ReplicaEvent.ELECT, leader=target, leader_epoch=epoch, joining=(),
                          in_sync=ordered(seen, rules.elected_in_sync(seen, target, me.get("reached"), unclean)),
                          epoch_starts=seen.epoch_starts + (Start(epoch, target, me.get("start")),))

@@ -29,6 +29,7 @@ class Variant:
     copy_over_later_history: bool = False  # a copy lands at a follower holding a later epoch's history than its source
     ack_any_epoch: bool = False  # an acks: all produce is acknowledged under any epoch its leader root leads at
     reader_skips_lost_roots: bool = False  # a reader counts a root it cannot read as holding the leader's end
+    re_elect_short_root: bool = False  # the named leader, back from an older copy, elected cleanly from what it holds
 
 
 NEW = Variant()
