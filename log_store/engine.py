@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from log_store import checkpoints
 from log_store.arrow_files import arrow_schema, file_stats
 from log_store.files import local_checksum, write_file
 from log_store.delta_errors import translate
@@ -109,7 +110,11 @@ class DeltaTransaction:
 
     @classmethod
     def start(cls, spark: SparkSession, path: str) -> "DeltaTransaction":
+        """A transaction on the newest snapshot; on a thread deferring checkpoints (open-source Delta),
+        one whose commit neither writes a checkpoint nor rebuilds the table state (log_store/checkpoints.py)."""
         log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, path)
+        if checkpoints.deferring() is not None and spark.conf.get(INTERNALS_CONF, "oss") == "oss":
+            return cls(spark, jvm(spark, "lakelog.delta.DeferredCheckpointTransaction")(log), path)
         return cls(spark, log.startTransaction(), path)
 
     @property
@@ -409,10 +414,14 @@ class DeltaTransaction:
         self._add_parsed([{"appId": a, "version": int(v), "lastUpdated": now} for a, v in app_versions.items()],
                          "SetTransaction")
         seq = jvm(self.spark, "scala.collection.JavaConverters.asScalaBuffer")(self._actions).toSeq()
+        deferred = checkpoints.deferring()
         try:
-            return int(self.jtxn.commit(seq, operation))
+            version = int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             raise translate(exc) from exc
+        if deferred is not None and self.path is not None:
+            deferred.committed(self.path, version, int(self.configuration().get("delta.checkpointInterval", "10")))
+        return version
 
 
 @contextmanager

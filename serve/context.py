@@ -20,6 +20,7 @@ from log_store import rs_reader
 from log_store.engine import app_versions, table_version
 from log_store.files import reads_with_delta_rs
 from log_store.names import producer_app_id
+from log_store.checkpoints import DeferredCheckpoints, defer_here
 from log_store.session import activate
 from log_store.errors import LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError
 from log_store.log_metadata import LogSnapshot, Mode
@@ -58,8 +59,11 @@ class ServeContext:
         self.settings = settings
         self.replication_settings = replication  # control_plane.settings.ReplicationSettings (None: its defaults)
         self.admin = TopicAdmin(spark, root)
+        # Commits on the pool leave Delta's checkpoints to a thread of their own: a checkpoint
+        # written inside a commit held every batch queued for its topic for seconds.
+        self.checkpoints = DeferredCheckpoints(spark)
         self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve",
-                                       initializer=activate, initargs=(spark,))
+                                       initializer=self._pool_thread)
         self._snaps: dict[str, tuple[int, LogSnapshot, str]] = {}  # log path -> (version, snapshot, topic id)
         self._lock = threading.Lock()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read, monotonic)
@@ -69,6 +73,10 @@ class ServeContext:
         self._replicated: dict[str, tuple[bool, float]] = {}
         self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read)
         self._failures: Any = None  # acks=all produces' failure clock, one for the server (the time lag)
+
+    def _pool_thread(self) -> None:
+        activate(self.spark)
+        defer_here(self.checkpoints)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, awaited without blocking the event loop."""
@@ -202,3 +210,4 @@ class ServeContext:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.checkpoints.stop()
