@@ -132,3 +132,32 @@ def test_a_long_running_kafka_query_follows_records_and_a_grow_as_they_come(spar
     assert streamed.count() == 200
     assert kafka_rows(streamed) == logged(root, "orders")
     assert {r[2] for r in logged(root, "orders")} == set(range(4))
+
+
+def test_sparks_real_time_mode_copies_records_through_the_server_in_order(spark, served, root, tmp_path):
+    """Spark's real-time mode (long-running tasks, Kafka at both ends) against the server: every
+    record produced to one topic reaches the other once, each key's records in their order."""
+    boot = bootstrap(served)
+    admin = TopicAdmin(spark, root)
+    admin.create("orders", 2)
+    admin.create("copies", 2)
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", boot).option("subscribe", "orders")
+             .option("startingOffsets", "earliest").load().selectExpr("key", "value")
+             .writeStream.format("kafka").option("kafka.bootstrap.servers", boot).option("topic", "copies")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).outputMode("update")
+             .trigger(realTime="10 seconds").start())
+    try:
+        Producer(spark, root, "orders", "p").send(make_records(spark, 120, keys=9))
+        deadline = time.monotonic() + 120
+        while len(copied := log_rows(root, "copies")) < 120:
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, f"{len(copied)} of 120 records copied after 120 s"
+            time.sleep(1)
+    finally:
+        query.stop()
+    source, copies = log_rows(root, "orders"), log_rows(root, "copies")
+    assert sorted(r["value"] for r in copies) == sorted(r["value"] for r in source)  # each once
+    for key in {r["key"] for r in source}:
+        def order(rows):
+            return [r["value"] for r in sorted((r for r in rows if r["key"] == key), key=lambda r: r["offset"])]
+        assert order(copies) == order(source), key
