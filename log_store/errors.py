@@ -40,6 +40,13 @@ class LeaderNotAvailableError(RetriableError):
     moving it): the consumer waits and looks the topic up again, as Kafka's consumer does."""
 
 
+def leader_unavailable(topic: str, location: str, exc: BaseException) -> LeaderNotAvailableError:
+    """What a reader or writer of ``topic``'s leader log at ``location`` says when it cannot be read."""
+    return LeaderNotAvailableError(f"the leader log of '{topic}' at {location} cannot be read "
+                                   f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
+                                   "waiting for it or an election")
+
+
 class NotEnoughReplicasError(RetriableError):
     """An ``acks: all`` produce could not be acknowledged: fewer in-sync replicas than
     ``min.insync.replicas``, or an in-sync follower could not take the records."""

@@ -34,6 +34,7 @@ from log_store.dense_offsets import check_dense, use_one_task
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import is_conflict, retry_on_conflict
 from log_store.errors import (
+    leader_unavailable,
     ConcurrentAppendError,
     ConcurrentCommitError,
     InvalidConfigurationError,
@@ -120,6 +121,16 @@ class TopicLog:
         if not DeltaTable.isDeltaTable(spark, path):
             raise UnknownTopicError(f"no topic log table at {path}")
         return cls(spark, path)
+
+    @classmethod
+    def at_leader(cls, spark: SparkSession, topic: str, path: str) -> "TopicLog":
+        """A replicated topic's leader log at the location its record names. The record says the
+        log is there, so a log that cannot be found or read means its root is lost for now:
+        ``LeaderNotAvailableError``, which producers and consumers wait out (or an election ends)."""
+        try:
+            return cls.for_path(spark, path)
+        except Exception as exc:
+            raise leader_unavailable(topic, path, exc) from exc
 
     @classmethod
     def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1,

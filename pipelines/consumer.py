@@ -30,7 +30,7 @@ from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
-    AppVersionConflictError, InvalidConfigurationError, LeaderNotAvailableError, SinkConflictError,
+    AppVersionConflictError, InvalidConfigurationError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
@@ -271,8 +271,7 @@ class Consumer:
                 self._leader_ends = dict(snap.log_ends)
                 return snap
             except Exception as exc:
-                raise LeaderNotAvailableError(f"the leader log of '{self.topic}' at {location} cannot be read "
-                                              f"({str(exc).splitlines()[0][:200]}); waiting for it or an election") from exc
+                raise leader_unavailable(self.topic, location, exc) from exc
 
         snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
         self._read_epoch = state.leader_epoch

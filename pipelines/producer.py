@@ -318,7 +318,9 @@ class Producer:
         location = self.admin.get(self.topic).location
         if location == self.log.path:
             return False
-        self.log = TopicLog.for_path(self.spark, location)
+        # a replicated topic's new leader log may be on a root lost for now: wait for it
+        self.log = (TopicLog.at_leader(self.spark, self.topic, location) if self._replicated()
+                    else TopicLog.for_path(self.spark, location))
         self._mark = None
         return True
 

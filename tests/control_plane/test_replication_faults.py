@@ -259,6 +259,33 @@ def test_a_producer_whose_leader_root_is_lost_mid_write_retries_and_lands_at_the
     assert os.path.isfile(leader), "nothing was made where the lost root's folder was"
 
 
+def test_a_producer_following_an_election_to_a_root_lost_for_now_waits_for_it(spark, roots):
+    """The topic moved to /us by an election, and /us's log cannot be found when the producer
+    follows it there (the root lost for a while): the producer backs off and lands its batch at
+    /us once it is back, rather than failing as if the topic had no log."""
+    import os
+    import threading
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])
+    replication = Replication(spark, meta)
+    producer = Producer(spark, meta, "orders", "p", ProducerSettings(retry_backoff_ms=200))
+    producer.send(make_records(spark, 10))
+    replication.replicate("orders")
+    replication.elect("orders", us)
+    state = replication.state("orders")
+    leader = replication.path(state, us)
+    os.rename(leader, leader + ".away")  # the root lost: its log is not there
+    back = threading.Timer(3.0, lambda: os.rename(leader + ".away", leader))
+    back.start()
+    try:
+        sent = producer.send(make_records(spark, 10, start=10))
+    finally:
+        back.join()
+    assert sent.appended == 10 and sent.metadata_refreshes >= 2
+    assert sorted(int(r[8]) for r in records_at(leader)) == list(range(20))
+
+
 def test_replica_states_are_read_once_per_change_of_the_table(spark, roots, monkeypatch):
     """Every producer batch, consumer poll and command looks the replica state up: a listing of the
     table's log when nothing changed, its rows read again only after a change."""
