@@ -66,6 +66,13 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
+def is_missing_file(exc: BaseException) -> bool:
+    """A read that found a file of the table's snapshot missing (Spark's ``FAILED_READ_FILE.FILE_NOT_EXIST``):
+    the file was removed (a deleted topic's VACUUM) or its root cannot be reached now."""
+    text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
+    return "FILE_NOT_EXIST" in text or "java.io.FileNotFoundException" in text
+
+
 def is_conflict(exc: BaseException) -> bool:
     """A commit that lost to a concurrent one: lakelog's error, or Delta's raised through pyspark."""
     return isinstance(exc, ConcurrentCommitError) or conflict_name(exc) is not None

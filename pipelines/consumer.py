@@ -28,6 +28,7 @@ from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
 from log_store.crash import crash_point
+from log_store.delta_errors import is_missing_file
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
     AppVersionConflictError, InvalidConfigurationError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
@@ -350,7 +351,10 @@ class Consumer:
             else:
                 handler(data, ranges)
         except Exception as exc:
-            if self._replication is not None and not self.leader_readable():
+            # a replicated topic's leader root lost while the batch was planned or read: read it
+            # again, also when the root is back by now (a file of the snapshot was missing: seed 1235)
+            if self._replication is not None and (is_missing_file(exc) or not self.leader_readable()):
+                self.admin.get(self.topic)  # deleted meanwhile: say so
                 raise LeaderNotAvailableError(f"the leader log of '{self.topic}' went away while a batch was read "
                                               f"({str(exc).splitlines()[0][:200]}); the batch is read again") from exc
             self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so

@@ -286,6 +286,41 @@ def test_a_producer_following_an_election_to_a_root_lost_for_now_waits_for_it(sp
     assert sorted(int(r[8]) for r in records_at(leader)) == list(range(20))
 
 
+def test_a_consumer_whose_leader_root_is_lost_during_a_read_and_back_at_once_reads_the_batch_again(spark, roots):
+    """A file of the leader's snapshot cannot be read while the batch is read (its root lost for a
+    moment), and the root is back before the consumer looks at the leader again: the batch is read
+    again and delivered once, rather than the consumer failing on Spark's missing-file error."""
+    import glob
+    import os
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[eu, us])
+    Producer(spark, meta, "orders", "p").send(make_records(spark, 10))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    leader = replication.path(replication.state("orders"), eu)
+    delivered, failures = [], []
+
+    def handler(df, ranges):
+        if not failures:
+            files = glob.glob(f"{leader}/partition=0/*.parquet")
+            for f in files:
+                os.rename(f, f + ".away")  # the root lost while the batch is read
+            try:
+                df.collect()
+            except Exception as exc:  # noqa: BLE001 - Spark's error is the point
+                failures.append(exc)
+                raise
+            finally:
+                for f in files:
+                    os.rename(f + ".away", f)  # back before anyone looks
+        delivered.extend(int(r["value"]) for r in df.collect())
+
+    result = Consumer(spark, meta, "orders", "g").run(handler)
+    assert failures, "the read did not fail: the test did not lose the root"
+    assert result.records == 10 and sorted(delivered) == list(range(10))
+
+
 def test_replica_states_are_read_once_per_change_of_the_table(spark, roots, monkeypatch):
     """Every producer batch, consumer poll and command looks the replica state up: a listing of the
     table's log when nothing changed, its rows read again only after a change."""
