@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from control_plane.records import TopicPartition
-from log_store.errors import StorageError, UnknownTopicError
+from log_store.errors import LeaderNotAvailableError, StorageError, UnknownTopicError
 from serve.commit_queue import CommitQueue
 from serve.consumer_rules import (
     LEAVE, SERVER_ASSIGNORS, STATIC_LEAVE, Answer, Beat, ConsumerGroupError, GroupImage, MemberState, PartitionLists,
@@ -107,24 +107,31 @@ class ConsumerGroups:
         async with group.lock:
             others = {t for m in group.image.members.values() if m.member_id != beat.member_id for t in m.topics}
             mine = beat.topics if beat.topics is not None else getattr(group.image.members.get(beat.member_id), "topics", ())
-            lists, ids = await self.ctx.run(self._partitions, sorted(others | set(mine)))
+            lists, ids = await self.ctx.run(self._partitions, sorted(others | set(mine)), group.image.partitions)
             group.ids.update(ids)
             image, answer = heartbeat(group.image, beat, lists, self.settings.consumer_assignor)
             group.seen[beat.member_id] = time.monotonic()
             self._adopt(group, image)
         return answer, group.ids
 
-    def _partitions(self, topics: list[str]) -> tuple[PartitionLists, dict[str, uuid.UUID]]:
+    def _partitions(self, topics: list[str], known: PartitionLists) -> tuple[PartitionLists, dict[str, uuid.UUID]]:
         """The undeleted and marked partitions of ``topics`` now (those that are live), and their ids
-        (on the pool; each topic's view read at most a second ago)."""
-        snaps, ids = {}, {}
+        (on the pool; each topic's view read at most a second ago). A topic that cannot be read now
+        (its root lost, a leader being elected) keeps the partitions ``known`` has of it: a failed
+        read is no reason to take partitions from their holders."""
+        snaps, ids, unread = {}, {}, set()
         for topic in topics:
             try:
                 view = self.ctx.view(topic, max_age=1.0)
-            except (UnknownTopicError, StorageError):
+            except UnknownTopicError:
+                continue
+            except (StorageError, LeaderNotAvailableError):
+                unread.add(topic)
                 continue
             snaps[topic], ids[topic] = view.snapshot, uuid.UUID(str(view.topic_id))
         undeleted, marked = self.records.tables.partition_lists(topics, snaps)
+        undeleted += [tp for tp in known.undeleted if tp.topic in unread]
+        marked += [tp for tp in known.marked if tp.topic in unread]
         return PartitionLists.of(undeleted, marked), ids
 
     def _adopt(self, group: ConsumerGroup, image: GroupImage) -> None:

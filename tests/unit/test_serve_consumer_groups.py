@@ -63,11 +63,14 @@ class _Records:
 class _Ctx:
     def __init__(self, count: int = 2) -> None:
         self.count = count
+        self.failing: Exception | None = None
 
     async def run(self, fn, *args):
         return fn(*args)
 
     def view(self, topic, max_age=0.0):
+        if self.failing is not None:
+            raise self.failing
         return SimpleNamespace(snapshot=SimpleNamespace(count=self.count), topic_id=str(TOPIC_ID))
 
 
@@ -154,5 +157,22 @@ def test_silent_members_and_members_that_keep_partitions_too_long_are_removed():
             assert group.image.members == {}  # silent past the session timeout
         finally:
             groups.stop()
+
+    asyncio.run(main())
+
+
+def test_a_topic_that_cannot_be_read_keeps_its_partitions_with_their_holders():
+    from log_store.errors import StorageError, UnknownTopicError
+
+    async def main():
+        groups = _groups()
+        a, _ = await groups.heartbeat("g", join("a"))
+        held = frozenset(TopicPartition(topic="t", partition=p) for p in (0, 1))
+        groups.ctx.failing = StorageError("the root is not mounted")
+        answer, _ = await groups.heartbeat("g", Beat(member_id="a", epoch=a.epoch, owned=held))
+        assert (answer.epoch, answer.assignment) == (a.epoch, None)  # no rebalance: nothing to give up
+        groups.ctx.failing = UnknownTopicError("deleted")
+        answer, _ = await groups.heartbeat("g", Beat(member_id="a", epoch=a.epoch, owned=held))
+        assert answer.assignment == frozenset()  # a deleted topic's partitions leave the assignment
 
     asyncio.run(main())
