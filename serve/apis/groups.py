@@ -68,6 +68,8 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     refused = await _guard(server, conn, body.group_id)
     if not refused and server.consumer_groups.live(body.group_id):
         refused = "INCONSISTENT_GROUP_PROTOCOL"  # its members use KIP-848's protocol (group.protocol=consumer)
+    elif not refused:
+        server.consumer_groups.drop(body.group_id)  # an empty KIP-848 group becomes a classic one
     if refused:
         return {**base, "error_code": code_of(refused)}
     rebalance = _ms(getattr(body, "rebalance_timeout", body.session_timeout))

@@ -99,9 +99,10 @@ def test_a_kip_848_group_shares_a_topic_and_its_offsets_are_lakelogs(spark, serv
         events.close()
 
 
-def test_a_kip_848_member_and_a_classic_member_do_not_share_a_group(served, tmp_path):
+def test_a_kip_848_member_and_a_classic_member_do_not_share_a_group(spark, served, root, tmp_path):
     """A group is of one protocol at a time: a classic consumer joining a KIP-848 group with members
-    is refused (INCONSISTENT_GROUP_PROTOCOL), as lakelog does not convert groups between protocols."""
+    is refused (INCONSISTENT_GROUP_PROTOCOL), as lakelog does not convert groups between protocols;
+    once the KIP-848 members have left, classic members take the group on from its offsets."""
     boot = bootstrap(served)
     served.ctx.admin.create("t", 1)
     kafka("console-producer", "--bootstrap-server", boot, "--topic", "t", input="a\nb\n")
@@ -116,8 +117,16 @@ def test_a_kip_848_member_and_a_classic_member_do_not_share_a_group(served, tmp_
                                  timeout=120)
         assert classic.stdout.startswith("org.apache.kafka.common.errors.InconsistentGroupProtocolException"), (
             classic.stdout, classic.stderr[-2000:])
+        events.wait(lambda: GroupOffsets(spark, root).committed("g", "t") == {0: 2}, 60, "the KIP-848 member committed")
+        events.procs["c1"].send_signal(signal.SIGTERM)
+        events.wait(lambda: events.named("shutdown_complete", "c1"), 60, "the KIP-848 member left")
     finally:
         events.close()
+    kafka("console-producer", "--bootstrap-server", boot, "--topic", "t", input="c\nd\n")
+    read = kafka("console-consumer", "--bootstrap-server", boot, "--topic", "t", "--group", "g", "--max-messages", "2",
+                 "--timeout-ms", "30000")
+    assert read.split() == ["c", "d"]  # from the KIP-848 group's offsets, committed as a classic group's
+    assert GroupOffsets(spark, root).committed("g", "t") == {0: 4}
 
 
 def test_the_answers_of_a_kip_848_group_on_the_wire(served):
