@@ -231,7 +231,8 @@ async def describe_groups(server: "Server", conn: "Connection", request: "Reques
             out.append({**base, "error_code": code_of(refused)})
             continue
         if server.consumer_groups.live(name):  # Kafka's answer: ConsumerGroupDescribe describes it
-            out.append({**base, "error_code": code_of("GROUP_ID_NOT_FOUND"), "error_message": f"Group {name} is not a classic group."})
+            out.append({**base, "error_code": code_of("GROUP_ID_NOT_FOUND"),
+                        "error_message": f"Group {name} is not a classic group."})
             continue
         group = server.coordinator.groups.get(name)
         if group is None or not group.members:
