@@ -24,6 +24,9 @@ from log_store.errors import IllegalGenerationError, StorageError, UnknownTopicE
 from log_store.files import reads_with_delta_rs
 
 
+CONSUMER_PROTOCOL = "consumer"  # what a KIP-848 group's generations and members record as their protocol
+
+
 class LostGroupError(Exception):
     """Another coordinator (or lakelog's own members) moved the group past this server's generation."""
 
@@ -97,21 +100,35 @@ class GroupRecords:
 
     def record_generation(self, group: str, generation: int, protocol: str, leader: str,
                           assignments: dict[str, bytes], metadata: dict[str, bytes], hosts: dict[str, str]) -> None:
-        """The generation's members and assignment, and each member's state, for ``groups describe``."""
+        """A classic generation's members and assignment, and each member's state, for ``groups describe``."""
         owned = {m: assigned(a) for m, a in assignments.items()}
         topics = {m: subscribed(d) for m, d in metadata.items()}
         kind = "cooperative" if protocol.startswith("cooperative") else "eager"
+        self._record(group, generation, kind, protocol, leader, owned, topics, hosts, [], "kafka join")
+
+    def record_assignment(self, group: str, epoch: int, assignor: str, target: dict[str, list[TopicPartition]],
+                          topics: dict[str, list[str]], hosts: dict[str, str], marked: list[TopicPartition],
+                          session_timeout_ms: int) -> None:
+        """A KIP-848 group's target assignment at group epoch ``epoch`` (the generation ``groups
+        describe`` shows), and each member's state."""
+        self._record(group, epoch, CONSUMER_PROTOCOL, assignor, "", target, topics, hosts, marked,
+                     "kafka consumer protocol", session_timeout_ms)
+
+    def _record(self, group: str, generation: int, kind: str, assignor: str, leader: str,
+                owned: dict[str, list[TopicPartition]], topics: dict[str, list[str]], hosts: dict[str, str],
+                marked: list[TopicPartition], reason: str, session_timeout_ms: int | None = None) -> None:
         self.tables.propose(GenerationRecord(
-            group=group, generation=generation, protocol=kind, assignor=protocol, leader=leader,
+            group=group, generation=generation, protocol=kind, assignor=assignor, leader=leader,
             members=[GenerationMember(member_id=m, protocol=kind, topics=topics[m], owned=owned[m]) for m in owned],
             assignment=[MemberAssignment(member_id=m, partitions=ps) for m, ps in owned.items()],
-            partitions=sorted({tp for ps in owned.values() for tp in ps}, key=lambda tp: (tp.topic, tp.partition)),
-            reason="kafka join"))
-        for m, ps in owned.items():
-            self.tables.heartbeat(MemberHeartbeat(group=group, member_id=m, state=MemberState.STABLE,
-                                                  generation=generation, protocol=kind, assignor=protocol,
-                                                  topics=topics[m], owned=ps, host=hosts.get(m, ""),
-                                                  beat=next(self._beats)))
+            partitions=sorted({tp for ps in owned.values() for tp in ps} - set(marked), key=lambda tp: (tp.topic, tp.partition)),
+            marked=marked, reason=reason))
+        if owned:  # every member's state in one commit
+            self.tables.tables.append("group_members", [MemberHeartbeat(
+                group=group, member_id=m, state=MemberState.STABLE, generation=generation, protocol=kind,
+                assignor=assignor, topics=topics[m], owned=ps, host=hosts.get(m, ""), beat=next(self._beats),
+                **({"session_timeout_ms": session_timeout_ms} if session_timeout_ms else {})).model_dump()
+                for m, ps in owned.items()])
 
     def member_left(self, group: str, member_id: str) -> None:
         self.tables.heartbeat(MemberHeartbeat(group=group, member_id=member_id, state=MemberState.LEFT, generation=0,

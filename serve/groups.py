@@ -16,7 +16,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from serve.commit_queue import CommitQueue
 from serve.group_tables import GroupRecords, LostGroupError, subscribed
+from serve.readers import Departed
 from serve.subscriptions import without_gone
 
 log = logging.getLogger("lakelog.serve")
@@ -66,8 +68,7 @@ class Group:
     completing: bool = False
     commits: int = 0  # OffsetCommits of this generation being written (the next one waits for them)
     drained: asyncio.Event = field(default_factory=asyncio.Event)
-    queued: list = field(default_factory=list)  # OffsetCommits waiting for the write in flight
-    writing: bool = False
+    queue: CommitQueue | None = None  # OffsetCommits being written, and those waiting for that write
 
 
 class Coordinator:
@@ -77,9 +78,7 @@ class Coordinator:
         self.records = records
         self.initial_delay_ms = initial_delay_ms
         self.groups: dict[str, Group] = {}
-        # (client id, host) -> (group, topics, monotonic time until which it counts): members
-        # that left or expired, whose client may still fetch what it read before
-        self.departed: dict[tuple[str, str], tuple[str, frozenset[str], float]] = {}
+        self.departed = Departed()  # members that left or expired, whose client may still fetch
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -288,8 +287,7 @@ class Coordinator:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
-        self.departed[(member.client_id, member.client_host)] = (
-            group.name, member.topics, time.monotonic() + 2 * member.session_timeout_ms / 1000)
+        self.departed.add(member.client_id, member.client_host, group.name, member.topics, member.session_timeout_ms)
         for f in (member.joining, member.syncing):
             if f is not None and not f.done():
                 f.set_exception(GroupError("UNKNOWN_MEMBER_ID"))
@@ -319,47 +317,23 @@ class Coordinator:
 
     async def commit(self, name: str, member_id: str, generation: int, offsets: dict[tuple[str, int], int],
                      epochs: dict[tuple[str, int], int]) -> None:
-        """An OffsetCommit (``check_commit``), written in its generation: the next generation's fence
-        is raised only once it is written (else the write would be refused as an older generation's,
-        and taken for another coordinator's). Commits that come while one is being written are
-        written together after it, in one commit (a Delta commit takes a fraction of a second; a
-        consumer auto-committing every 100 ms would otherwise queue commits faster than they are
-        written, until its requests time out)."""
+        """An OffsetCommit (``check_commit``), written in its generation (``serve.commit_queue``): the
+        next generation's fence is raised only once it is written (else the write would be refused as
+        an older generation's, and taken for another coordinator's)."""
         under = self.check_commit(name, member_id, generation)
         group = self.groups.get(name) if under else None
         if group is None:
             await self.records.run(self.records.commit, name, under, [(member_id, offsets, epochs)])
             return
         group.commits += 1
-        done = asyncio.get_running_loop().create_future()
-        group.queued.append((member_id, offsets, epochs, done))
-        if not group.writing:
-            group.writing = True
-            asyncio.get_running_loop().create_task(self._write_commits(group, under))
+        if group.queue is None:
+            group.queue = CommitQueue(self.records, name)
         try:
-            await done
+            await group.queue.write(under, member_id, offsets, epochs)
         finally:
             group.commits -= 1
             if not group.commits:
                 group.drained.set()
-
-    async def _write_commits(self, group: Group, generation: int) -> None:
-        """Write the group's queued commits, all that came meanwhile in each write, until none is left."""
-        try:
-            while group.queued:
-                batch, group.queued = group.queued, []
-                try:
-                    await self.records.run(self.records.commit, group.name, generation, [c[:3] for c in batch])
-                except Exception as exc:  # noqa: BLE001 - each request answers with it
-                    for *_c, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                    continue
-                for *_c, done in batch:
-                    if not done.done():
-                        done.set_result(None)
-        finally:
-            group.writing = False
 
     # -- which group a client reads for (a Fetch names none) ------------------------------------
     def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
@@ -368,14 +342,7 @@ class Coordinator:
         whose gates a fetch from that client is held to. Several, when clients share an id."""
         found = {g.name for g in self.groups.values() for m in g.members.values()
                  if m.client_id == client_id and m.client_host == host and (topic is None or topic in m.topics)}
-        left = self.departed.get((client_id, host))
-        if left is not None:
-            name, topics, until = left
-            if time.monotonic() > until:
-                del self.departed[(client_id, host)]
-            elif topic is None or topic in topics:
-                found.add(name)
-        return sorted(found)
+        return sorted(found | self.departed.groups(client_id, host, topic))
 
     # -- liveness --------------------------------------------------------------------------------
     async def _expire(self) -> None:

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from control_plane.settings import ControllerSettings, ReplicationSettings
 from log_store.session import activate
 from serve.cluster import Broker, Cluster
+from serve.consumer_groups import ConsumerGroups
 from serve.context import ServeContext
 from serve.security import allowed, scram_credentials, tls_context, tls_principal
 from serve.group_tables import GroupRecords
@@ -72,6 +73,7 @@ class Server:
         self.records = GroupRecords(self.ctx)
         self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
         self.gates = KafkaGates(self.ctx, self.records)
+        self.consumer_groups = ConsumerGroups(self.records, self.ctx, self.settings, self.gates)  # KIP-848's
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.Task] = set()
@@ -92,6 +94,7 @@ class Server:
         self.batcher.start()
         self.waits.start()
         self.coordinator.start()
+        self.consumer_groups.start()
         self._beating = asyncio.get_running_loop().create_task(self._beat())
         log.info("lakelog serve listening on %s:%s", self.host, self.port)
 
@@ -113,11 +116,18 @@ class Server:
             await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
             try:
                 await self.ctx.run(self.cluster.beat)
-                for name in list(self.coordinator.groups):
+                for name in set(self.coordinator.groups) | set(self.consumer_groups.groups):
                     if not await self.ctx.run(self.cluster.holds, name):
                         self.coordinator.drop(name)
+                        self.consumer_groups.drop(name)
             except Exception:  # noqa: BLE001 - a tick that failed is tried again next time
                 log.exception("a heartbeat into the root failed")
+
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
+        """The groups coordinated here (either protocol) whose gates a fetch from ``client_id`` on
+        ``host`` for ``topic`` is held to (docs/serve.md, "Which group a fetch is for")."""
+        found = set(self.coordinator.groups_reading(client_id, host, topic))
+        return sorted(found | self.consumer_groups.groups_reading(client_id, host, topic))
 
     async def coordinator_of(self, group: str) -> Broker | None:
         """The server that coordinates ``group`` (FindCoordinator): the lease's live holder, or this one."""
@@ -137,6 +147,7 @@ class Server:
             self._server.close()
         await self.batcher.stop()
         self.coordinator.stop()
+        self.consumer_groups.stop()
         if getattr(self, "_beating", None):
             self._beating.cancel()
             await self.ctx.run(self.cluster.stopped)

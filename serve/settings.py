@@ -39,6 +39,10 @@ class ServeSettings(Strict):
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
+    # KIP-848's consumer protocol (group.protocol=consumer): Kafka's group.consumer.* settings
+    consumer_session_timeout_ms: int = Field(default=45_000, ge=100)  # a member silent this long is removed
+    consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
+    consumer_assignor: Literal["uniform", "range"] = "uniform"  # for groups whose members name none
 
     # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
     # (principal name -> password), and permissions (none: everyone may do everything).

@@ -145,7 +145,7 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     denied = [t for t in body.topics if t not in allowed]
     host = conn.peer.rsplit(":", 1)[0]
     while True:
-        groups = {t.topic: server.coordinator.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
+        groups = {t.topic: server.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
         found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups)
         errors = any(p.error != "NONE" for parts in found.values() for p in parts)
         left = deadline - time.monotonic()

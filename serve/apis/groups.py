@@ -1,6 +1,7 @@
 """The classic group protocol's requests (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), answered by
-``serve.groups.Coordinator`` with offsets in lakelog's group tables."""
+``serve.groups.Coordinator`` with offsets in lakelog's group tables. OffsetCommit, ListGroups,
+DescribeGroups and DeleteGroups answer for KIP-848's groups too (``serve.consumer_groups``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from log_store.errors import InvalidConfigurationError, LakelogError, StorageError, UnknownTopicError
 from log_store.names import check_group_name
+from serve.consumer_rules import ConsumerGroupError
 from serve.errors import code_of
 from serve.group_tables import LostGroupError
 from serve.groups import STABLE, GroupError
@@ -64,6 +66,10 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     base = {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
             "member_id": body.member_id, "members": []}
     refused = await _guard(server, conn, body.group_id)
+    if not refused and server.consumer_groups.live(body.group_id):
+        refused = "INCONSISTENT_GROUP_PROTOCOL"  # its members use KIP-848's protocol (group.protocol=consumer)
+    elif not refused:
+        server.consumer_groups.drop(body.group_id)  # an empty KIP-848 group becomes a classic one
     if refused:
         return {**base, "error_code": code_of(refused)}
     rebalance = _ms(getattr(body, "rebalance_timeout", body.session_timeout))
@@ -144,12 +150,15 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
         # KIP-320: the epoch of the last record consumed, which the client validates its position with
         epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in t.partitions
                        if getattr(p, "committed_leader_epoch", -1) >= 0})
+    consumer = body.group_id in server.consumer_groups.groups  # a KIP-848 group: the generation is a member epoch
     try:
-        await server.coordinator.commit(body.group_id, body.member_id, generation, offsets, epochs)
-    except GroupError as exc:
+        await (server.consumer_groups if consumer else server.coordinator).commit(
+            body.group_id, body.member_id, generation, offsets, epochs)
+    except (GroupError, ConsumerGroupError) as exc:
         return answer(exc.code)
     except LostGroupError:
         server.coordinator.drop(body.group_id)
+        server.consumer_groups.drop(body.group_id)
         return answer("NOT_COORDINATOR")
     except LakelogError as exc:
         return answer({k: _name(exc) for k in offsets} | codes)
@@ -200,6 +209,8 @@ def _existing(server: "Server", partitions: set[tuple[str, int]]) -> dict[str, l
 async def list_groups(server: "Server", conn: "Connection", request: "Request") -> dict:
     known = await server.records.run(server.records.known_groups)
     states = {name: g.state for name, g in server.coordinator.groups.items()}
+    states.update({name: g.image.state() for name, g in server.consumer_groups.groups.items()
+                   if g.image.members or name not in states})
     wanted = set(getattr(request.body, "states_filter", ()) or ())
     groups = []
     for name in sorted(set(known) | set(states)):
@@ -218,6 +229,10 @@ async def describe_groups(server: "Server", conn: "Connection", request: "Reques
         refused = await _guard(server, conn, name, "DESCRIBE")
         if refused:
             out.append({**base, "error_code": code_of(refused)})
+            continue
+        if server.consumer_groups.live(name):  # Kafka's answer: ConsumerGroupDescribe describes it
+            out.append({**base, "error_code": code_of("GROUP_ID_NOT_FOUND"),
+                        "error_message": f"Group {name} is not a classic group."})
             continue
         group = server.coordinator.groups.get(name)
         if group is None or not group.members:
@@ -251,10 +266,12 @@ async def delete_groups(server: "Server", conn: "Connection", request: "Request"
         group = server.coordinator.groups.get(name)
         if refused:
             code = refused
-        elif group is not None and group.members:
+        elif (group is not None and group.members) or server.consumer_groups.live(name):
             code = "NON_EMPTY_GROUP"
         else:
             code = await server.ctx.run(_delete_group, server, name)
+            if code == "NONE":
+                server.consumer_groups.drop(name)  # a KIP-848 group starts over, above the fence deletion left
         out.append({"group_id": name, "error_code": code_of(code)})
     return {"throttle_time": 0, "results": out}
 
@@ -265,7 +282,7 @@ HANDLERS = {
     14: (0, 5, sync_group),
     12: (0, 4, heartbeat),
     13: (0, 4, leave_group),
-    8: (2, 8, offset_commit),
+    8: (2, 9, offset_commit),
     9: (1, 7, offset_fetch),
     16: (0, 4, list_groups),
     15: (0, 5, describe_groups),

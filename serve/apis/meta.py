@@ -48,7 +48,7 @@ async def metadata(server: "Server", conn: "Connection", request: "Request") -> 
         names = None  # v0: an empty list means every topic
     allow_create = getattr(body, "allow_auto_topic_creation", True) and server.settings.auto_create_topics
     brokers = server.brokers()
-    reader = bool(server.coordinator.groups_reading(request.client_id or "", conn.peer.rsplit(":", 1)[0]))
+    reader = bool(server.groups_reading(request.client_id or "", conn.peer.rsplit(":", 1)[0]))
     views, missing = await server.ctx.run(server.ctx.views, names)
     topics = []
     for name in missing:

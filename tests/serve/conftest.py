@@ -11,7 +11,9 @@ def served(spark, root):
     from serve.server import Server
     from serve.settings import ServeSettings
 
-    server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5)).run_in_thread()
+    # KIP-848's members heartbeat every half second (Kafka's default: 5 s), so a rebalance takes seconds
+    server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5,
+                                               consumer_heartbeat_interval_ms=500)).run_in_thread()
     yield server
     server.stop_thread()
 

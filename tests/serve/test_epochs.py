@@ -58,7 +58,8 @@ def test_batches_carry_lakelog_epochs_and_a_grow_ends_an_epoch_where_the_next_be
 def test_transactions_are_refused_as_kafkas_clients_expect(served):
     client = RawClient(served.port)
     versions = {k.api_key for k in client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"}).api_keys}
-    assert not versions & {24, 25, 26, 28, 68}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, KIP-848
+    assert not versions & {24, 25, 26, 28}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
+    assert {68, 69} <= versions  # KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe are served
     answer = client.call(22, 4, {"transactional_id": "tx", "transaction_timeout": 60000})
     assert answer.error_code == ErrorCode.transactional_id_authorization_failed  # the producer fails at once
     served.ctx.admin.create("t", 1)

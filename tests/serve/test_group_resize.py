@@ -1,8 +1,9 @@
-"""Kafka's Java producer and a group of two Java consumers (classic protocol, cooperative-sticky)
-through `lakelog serve` while the topic grows 4 -> 6 and shrinks 6 -> 5 under them: every key's
-records reach the group in the order produced, none lost, because the server holds a group's
-fetches to lakelog's resize gates (serve/gates.py, docs/serve.md "Consumer groups across a
-resize"). The consumers are stopped (SIGSTOP) across the grow, so they resume with a backlog of
+"""Kafka's Java producer and a group of two Java consumers (the classic protocol with
+cooperative-sticky, or KIP-848's consumer protocol with the server's uniform assignor) through
+`lakelog serve` while the topic grows 4 -> 6 and shrinks 6 -> 5 under them: every key's records
+reach the group in the order produced, none lost, because the server holds a group's fetches to
+lakelog's resize gates (serve/gates.py, docs/serve.md "Consumer groups across a resize"), whoever
+computes the assignment. The consumers are stopped (SIGSTOP) across the grow, so they resume with a backlog of
 pre- and post-grow records on every partition: without the gates their fetches run ahead of the
 barrier (``LAKELOG_UNSAFE_DISABLE_GATING`` shows the check failing).
 
@@ -20,7 +21,6 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -148,7 +148,14 @@ def out_of_order(deliveries: list[tuple[str, int, int, int]]) -> list[tuple]:
     return bad
 
 
-def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, served, root, tmp_path):
+PROTOCOLS = {  # VerifiableConsumer's options for each group protocol
+    "classic": ["--assignment-strategy", "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"],
+    "consumer": ["--group-protocol", "consumer", "--group-remote-assignor", "uniform"],
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, served, root, tmp_path, protocol):
     boot = bootstrap(served)
     served.ctx.admin.create("orders", 4)
     config = tmp_path / "consumer.properties"
@@ -167,9 +174,7 @@ def test_a_java_group_keeps_every_keys_order_across_a_grow_and_a_shrink(spark, s
         for name in ("c1", "c2"):
             events.start(name, "org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", boot,
                          "--topic", "orders", "--group-id", "g", "--verbose", "--reset-policy", "earliest",
-                         "--enable-autocommit",
-                         "--assignment-strategy", "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
-                         "--command-config", str(config))
+                         "--enable-autocommit", *PROTOCOLS[protocol], "--command-config", str(config))
         events.wait(lambda: {n for n, _ in events.named("partitions_assigned")} == {"c1", "c2"}, 120,
                     "both consumers assigned")
         producer = events.start("producer", "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", boot,
@@ -289,22 +294,6 @@ def test_a_groups_records_cut_below_its_committed_offset_are_reported_expired(sp
     second.close()
     assert values == [b"v6", b"v7", b"v8", b"v9"]  # the client reset to the log start, as from Kafka
     assert GroupOffsets(spark, root).expired_ranges("g") == [ExpiredRange(topic="t", partition=0, first=3, end=6)]
-
-
-def test_a_kip_848_consumer_is_refused_and_the_classic_protocol_reads(served):
-    """ConsumerGroupHeartbeat is not in ApiVersions: Kafka's consumer with group.protocol=consumer
-    fails its poll saying the cluster lacks the CONSUMER protocol (docs/serve.md), and reads nothing;
-    the classic protocol reads the same topic."""
-    boot = bootstrap(served)
-    served.ctx.admin.create("t", 1)
-    kafka("console-producer", "--bootstrap-server", boot, "--topic", "t", input="a\nb\n")
-    source = Path(__file__).parent / "java" / "GroupProtocolConsumer.java"
-    refused = subprocess.run([*_java(), str(source), boot, "t", "g848"], capture_output=True, text=True, timeout=120)
-    assert refused.stdout.startswith("org.apache.kafka.common.errors.UnsupportedVersionException: The cluster does "
-                                     "not support the new CONSUMER group protocol"), (refused.stdout, refused.stderr)
-    args = ["--bootstrap-server", boot, "--topic", "t", "--group", "g", "--from-beginning", "--max-messages", "2",
-            "--timeout-ms", "20000"]
-    assert kafka("console-consumer", *args).split() == ["a", "b"]
 
 
 def _java() -> list[str]:

@@ -64,8 +64,8 @@ def test_a_fetch_is_held_for_the_groups_whose_members_joined_with_its_client_id_
 
 def test_a_member_that_left_still_holds_its_clients_fetches_for_twice_its_session_timeout():
     coordinator = Coordinator(records=None)
-    coordinator.departed[("consumer-a-1", "h")] = ("a", frozenset({"t"}), time.monotonic() + 5)
-    coordinator.departed[("consumer-b-1", "h")] = ("b", frozenset({"t"}), time.monotonic() - 1)
+    coordinator.departed.members[("consumer-a-1", "h")] = ("a", frozenset({"t"}), time.monotonic() + 5)
+    coordinator.departed.members[("consumer-b-1", "h")] = ("b", frozenset({"t"}), time.monotonic() - 1)
     assert coordinator.groups_reading("consumer-a-1", "h", "t") == ["a"]
     assert coordinator.groups_reading("consumer-b-1", "h", "t") == []
-    assert ("consumer-b-1", "h") not in coordinator.departed
+    assert ("consumer-b-1", "h") not in coordinator.departed.members
