@@ -66,11 +66,17 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
-def is_missing_file(exc: BaseException) -> bool:
-    """A read that found a file of the table's snapshot missing (Spark's ``FAILED_READ_FILE.FILE_NOT_EXIST``):
+def is_missing_file(exc: BaseException | None) -> bool:
+    """A read that found a file of the table's snapshot missing (Spark's ``FAILED_READ_FILE.FILE_NOT_EXIST``),
+    here or in what caused it (a write whose input could not be read, translated to lakelog's error):
     the file was removed (a deleted topic's VACUUM) or its root cannot be reached now."""
-    text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
-    return "FILE_NOT_EXIST" in text or "java.io.FileNotFoundException" in text
+    seen = 0
+    while exc is not None and seen < 10:
+        text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
+        if "FILE_NOT_EXIST" in text or "java.io.FileNotFoundException" in text:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def is_conflict(exc: BaseException) -> bool:

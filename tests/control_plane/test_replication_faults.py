@@ -286,10 +286,13 @@ def test_a_producer_following_an_election_to_a_root_lost_for_now_waits_for_it(sp
     assert sorted(int(r[8]) for r in records_at(leader)) == list(range(20))
 
 
-def test_a_consumer_whose_leader_root_is_lost_during_a_read_and_back_at_once_reads_the_batch_again(spark, roots):
+@pytest.mark.parametrize("into", ["handler", "sink"])
+def test_a_consumer_whose_leader_root_is_lost_during_a_read_and_back_at_once_reads_the_batch_again(
+        spark, roots, tmp_path, monkeypatch, into):
     """A file of the leader's snapshot cannot be read while the batch is read (its root lost for a
     moment), and the root is back before the consumer looks at the leader again: the batch is read
-    again and delivered once, rather than the consumer failing on Spark's missing-file error."""
+    again and delivered once, rather than the consumer failing on Spark's missing-file error (in a
+    handler's read, or inside the sink's write, where Delta's error wraps it)."""
     import glob
     import os
 
@@ -299,24 +302,34 @@ def test_a_consumer_whose_leader_root_is_lost_during_a_read_and_back_at_once_rea
     replication = Replication(spark, meta)
     replication.replicate("orders")
     leader = replication.path(replication.state("orders"), eu)
-    delivered, failures = [], []
+    failures = []
 
-    def handler(df, ranges):
-        if not failures:
-            files = glob.glob(f"{leader}/partition=0/*.parquet")
+    def root_lost_during(read):
+        if failures:
+            return read()
+        files = glob.glob(f"{leader}/partition=0/*.parquet")
+        for f in files:
+            os.rename(f, f + ".away")
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - Spark's error is the point
+            failures.append(exc)
+            raise
+        finally:
             for f in files:
-                os.rename(f, f + ".away")  # the root lost while the batch is read
-            try:
-                df.collect()
-            except Exception as exc:  # noqa: BLE001 - Spark's error is the point
-                failures.append(exc)
-                raise
-            finally:
-                for f in files:
-                    os.rename(f + ".away", f)  # back before anyone looks
-        delivered.extend(int(r["value"]) for r in df.collect())
+                os.rename(f + ".away", f)  # back before anyone looks
 
-    result = Consumer(spark, meta, "orders", "g").run(handler)
+    delivered = []
+    consumer = Consumer(spark, meta, "orders", "g")
+    if into == "handler":
+        result = consumer.run(lambda df, ranges: delivered.extend(
+            int(r["value"]) for r in root_lost_during(df.collect)))
+    else:
+        real_write = Consumer._write_sink
+        monkeypatch.setattr(Consumer, "_write_sink", lambda self, *a: root_lost_during(lambda: real_write(self, *a)))
+        sink = str(tmp_path / "sink")
+        result = consumer.run_to_sink(sink)
+        delivered = [int(r["value"]) for r in DeltaTable(sink).to_pyarrow_table(columns=["value"]).to_pylist()]
     assert failures, "the read did not fail: the test did not lose the root"
     assert result.records == 10 and sorted(delivered) == list(range(10))
 
