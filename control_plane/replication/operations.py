@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from control_plane.records import ReplicaEvent, ReplicaState, utcnow
 from control_plane.replication import acks, election, reads, rounds, rules
-from control_plane.replication.copy import Role, view
+from control_plane.replication.copy import Role, has_log, view
 from control_plane.replication.reads import FollowerStatus, ReplicaReport  # noqa: F401 (re-exported)
 from control_plane.replication.rules import check_roots, changed
 from control_plane.replication.state import ReplicaStore, log_path
@@ -117,7 +117,21 @@ class Replication:
         if unknown:
             raise ReplicationError(f"--recreate {', '.join(unknown)}: not a follower of '{topic}' "
                                    f"(followers: {', '.join(state.followers) or 'none'})")
+        if create:
+            self._leave_sets(state, create)
         return rounds.replicate(self, topic, following, create)
+
+    def _leave_sets(self, state: ReplicaState, roots: frozenset[str]) -> None:
+        """Record ``roots`` whose log is missing out of the in-sync and joining sets before their
+        logs are made again: an empty log counted there until its copy commits (a process killed
+        between the two, a copy failing within the time lag) could be elected cleanly and lose
+        every acknowledged record. It joins again once caught up. A compare-and-set: lost to
+        another change, ConcurrentTopicChangeError (run it again)."""
+        members = set(state.in_sync) | set(state.joining)
+        lost = {r for r in roots & members if not _has_log(self.spark, log_path(state, r))}
+        if lost:
+            self._record(rules.with_sets(state, [r for r in state.in_sync if r not in lost],
+                                         [r for r in state.joining if r not in lost]))
 
     def elect(self, topic: str, root: str | None = None, unclean: bool = False, preferred: bool = False) -> ReplicaState:
         return election.elect(self, topic, root, unclean, preferred)
@@ -165,3 +179,12 @@ class Replication:
         if not self.record(target):
             raise ConcurrentTopicChangeError(f"the replicas of '{target.topic}' changed meanwhile; run it again")
         return self.state(target.topic)
+
+
+def _has_log(spark: SparkSession, path: str) -> bool:
+    """Whether a log is at ``path`` (True when that cannot be told: the root unreachable, its copy
+    then fails and nothing is made there)."""
+    try:
+        return has_log(spark, path)
+    except Exception:
+        return True
