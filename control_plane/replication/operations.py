@@ -145,6 +145,9 @@ class Replication:
     def acknowledge(self, topic: str, log_path_: str, minimum: int, epoch: int) -> ReplicaState:
         return acks.acknowledge(self, topic, log_path_, minimum, epoch)
 
+    def acknowledge_change(self, topic: str, log_path_: str, epoch: int, what: str) -> ReplicaState:
+        return acks.acknowledge_change(self, topic, log_path_, epoch, what)
+
     # -- reassignment ------------------------------------------------------------------------
     def reassign(self, topic: str, roots: list[str], rounds_: int = 20) -> ReplicaState:
         """Move the topic to the replica roots ``roots`` (the first preferred): added roots join as
