@@ -57,10 +57,10 @@ class Replication:
         path = log_path(state, state.leader)
         try:
             seen = view(self.spark, path)
-            leader_ends, error = seen.log_ends, None
+            leader_ends, error, told = seen.log_ends, None, seen.fence
             fenced = not Role(seen.role, seen.fence, seen.data).leads_at(state.leader_epoch)
         except Exception as exc:  # the leader's root is lost: what the followers hold still shows
-            leader_ends, error, fenced = {}, reads.short(exc), False
+            leader_ends, error, fenced, told = {}, reads.short(exc), False, None
         out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
         hint = None
         if error:
@@ -71,7 +71,8 @@ class Replication:
             target = election.holder(self, state) if short else state.leader
             hint = (f"lakelog topics elect-leader --topic {topic} --leader {target or state.leader}"
                     f"{' --unclean' if short and not target else ''}")
-        return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "hint": hint})
+        return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "leader_told": told,
+                                      "hint": hint})
 
     def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
                        ) -> dict[int, int]:
