@@ -94,7 +94,8 @@ class Replication:
             raise LeaderNotAvailableError(f"'{topic}' elected {state.leader} (epoch {state.leader_epoch}) while its "
                                           "log was read: read again")
         hw = reads.high_watermark(self.spark, state, snap.log_ends)
-        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}}), state
+        ends = rules.below_high_watermark(snap.log_ends, hw, snap.earliest_offsets())
+        return snap.model_copy(update={"log_ends": ends}), state
 
     def leader_below_high_watermark(self, topic: str) -> tuple[TopicLog, LogSnapshot]:
         """The leader's log and its snapshot capped at the high watermark (``below_high_watermark``):
