@@ -194,7 +194,9 @@ class ServeContext:
                                               "while its log was read: read again")
             hit = (key, replication.high_watermark(view.name, ends, state), time.monotonic())
             self._marks[view.name] = hit
-        return {p: min(e, hit[1].get(p, e)) for p, e in ends.items()}
+        from control_plane.replication.rules import below_high_watermark
+
+        return below_high_watermark(ends, hit[1], view.snapshot.earliest_offsets())
 
     def replication(self):
         """The replica operations, with one failure clock for every request: an in-sync follower whose

@@ -95,8 +95,18 @@ class TopicController:
         return self.logs.alter_config(self.resume(topic), list(pairs), list(delete))
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> list[LogStartChange]:
-        """Kafka's ``kafka-delete-records``: no record of partition p below ``offsets[p]`` is read again."""
-        return self.logs.delete_records(self.resume(topic), offsets)
+        """Kafka's ``kafka-delete-records``: no record of partition p below ``offsets[p]`` is read again.
+        A replicated topic's raised log starts are copied to its in-sync roots before it returns (a
+        clean election of one that lacks them would make the records readable again)."""
+        state = self.admin.replica_state(topic)
+        record = self.resume(topic)
+        changes = self.logs.delete_records(record, offsets)
+        if state is not None:  # even when nothing changed here: a run again copies what a failed one left
+            from control_plane.replication import Replication
+
+            Replication(self.spark, self.layout.root).acknowledge_change(topic, record.location, state.leader_epoch,
+                                                                         "delete-records")
+        return changes
 
     def compact(self, topic: str, partitions: list[int] | None = None) -> list[Compaction]:
         """Merge small files of ``topic``'s partitions into files of its ``segment.bytes``."""

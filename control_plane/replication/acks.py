@@ -21,7 +21,9 @@ from control_plane.replication.copy import log_ends_of
 from control_plane.replication.reads import short
 from control_plane.replication.rounds import copy_to
 from control_plane.replication.state import log_path
-from log_store.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotEnoughReplicasError
+from log_store.errors import (
+    FencedLeaderEpochError, LakelogError, LeaderNotAvailableError, NotEnoughReplicasError, ReplicationError,
+)
 
 if TYPE_CHECKING:
     from control_plane.replication.operations import Replication
@@ -91,6 +93,22 @@ def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, 
         state = after  # a root started joining, or joined: copy to it too
     raise NotEnoughReplicasError(f"the in-sync set of '{topic}' kept changing while the records were copied: "
                                  "not acknowledged; produce again")
+
+
+def acknowledge_change(ctx: "Replication", topic: str, changed_at: str, epoch: int, what: str) -> ReplicaState:
+    """After a change to the leader log ``changed_at`` that is not an append (``what``: the raised
+    log starts of delete-records), its wait as an ``acks: all`` produce's (``acknowledge``): copied
+    to every in-sync and joining root under the leader epoch ``epoch`` read before the change, so a
+    clean election keeps it (Kafka's DeleteRecords answers once every replica's log start reached
+    the offset). Refused (ReplicationError, retriable by running the command again, which copies
+    again) when a root could not take it or an election moved the topic meanwhile."""
+    try:
+        return acknowledge(ctx, topic, changed_at, 1, epoch)
+    except LakelogError as exc:
+        raise ReplicationError(
+            f"{what} of '{topic}' is done at {changed_at}, but not every in-sync replica holds it ({short(exc)}); a "
+            "clean election now could undo it. Run it again (it copies again) once the replicas or the elected "
+            "leader can be reached") from exc
 
 
 def _drop(ctx: "Replication", state: ReplicaState, dropped: list[str], minimum: int) -> ReplicaState:

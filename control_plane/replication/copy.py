@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from control_plane.replication.rules import truncation_points
 from log_store import rs_reader
@@ -48,6 +49,7 @@ from log_store.log_metadata import (
 )
 from log_store.names import (
     LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, commit_metadata, log_end_app_id,
+    producer_app_id, stream_batch_app_id,
 )
 from log_store.read_ranges import range_filter
 from log_store.topic_log import RECORD_SCHEMA
@@ -349,12 +351,36 @@ def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict
             return {}
         for p in points:
             txn.app_version(log_end_app_id(p))
+        marks = _marks_truncated(spark, path, txn.read_version, points, txn.snapshot_app_versions())
         _truncate_in(spark, txn, path, points)
-        txn.commit({log_end_app_id(p): o for p, o in points.items()},
+        txn.commit({**{log_end_app_id(p): o for p, o in points.items()}, **marks},
                    commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(points.items())}, leader_epoch=stamp))
         return points
 
     return retry_on_conflict(attempt, attempts=20)
+
+
+def _marks_truncated(spark: SparkSession, path: str, version: int, points: Points,
+                     known: Mapping[str, int]) -> dict[str, int]:
+    """The marks of the producers whose records a truncation at ``points`` takes out of the log at
+    ``path`` (as of ``version``), moved below the first of them, and their stream batch stamps
+    dropped (Kafka truncates a partition's producer state with its log): a retry of those records,
+    or the replay of their micro-batch, lands them again rather than being taken for a duplicate of
+    records the log no longer holds. (A copy takes its source's marks instead.)"""
+    cond = " OR ".join(f"(partition = {p} AND offset >= {o})" for p, o in sorted(points.items()))
+    firsts = (spark.read.format("delta").option("versionAsOf", version).load(path).where(cond)
+              .where(F.col("producer_id").isNotNull()).groupBy("producer_id")
+              .agg(F.min("sequence").alias("first")).collect())
+    out: dict[str, int] = {}
+    for row in firsts:
+        if row["first"] is None:
+            continue
+        mark, stamp = producer_app_id(row["producer_id"]), stream_batch_app_id(row["producer_id"])
+        if known.get(mark, -1) >= row["first"]:
+            out[mark] = row["first"] - 1
+        if known.get(stamp, -1) != -1:
+            out[stamp] = -1
+    return out
 
 
 def _first_line(exc: BaseException) -> str:

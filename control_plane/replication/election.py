@@ -24,7 +24,8 @@ elected root unreachable, or no longer in sync), the election itself elects the 
 again, so the topic keeps a writable leader. Killed after 4, every
 later command finishes step 5 (``finish``). A process holding an old state cannot undo a later
 election: its finishing step is refused by the log's fence epoch, and the location follows the
-latest state only.
+latest state only; a later election that could not reach its log to fence it is seen in the latest
+state, read again just before the leader's commit.
 """
 
 from __future__ import annotations
@@ -172,6 +173,9 @@ def finish_election(ctx: "Replication", state: ReplicaState) -> None:
             break
         if changes.record(plan_elect(image.latest, log_path(state, state.leader), utcnow())):
             break
+    latest = ctx.state(state.topic)
+    if (latest.incarnation, latest.leader_epoch) != (state.incarnation, state.leader_epoch):
+        return  # a later election was recorded: its log leads (one that could not fence this one's)
     _lead(ctx, state)
 
 

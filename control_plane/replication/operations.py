@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from control_plane.records import ReplicaEvent, ReplicaState, utcnow
 from control_plane.replication import acks, election, reads, rounds, rules
-from control_plane.replication.copy import Role, view
+from control_plane.replication.copy import Role, has_log, view
 from control_plane.replication.reads import FollowerStatus, ReplicaReport  # noqa: F401 (re-exported)
 from control_plane.replication.rules import check_roots, changed
 from control_plane.replication.state import ReplicaStore, log_path
@@ -57,10 +57,10 @@ class Replication:
         path = log_path(state, state.leader)
         try:
             seen = view(self.spark, path)
-            leader_ends, error = seen.log_ends, None
+            leader_ends, error, told = seen.log_ends, None, seen.fence
             fenced = not Role(seen.role, seen.fence, seen.data).leads_at(state.leader_epoch)
         except Exception as exc:  # the leader's root is lost: what the followers hold still shows
-            leader_ends, error, fenced = {}, reads.short(exc), False
+            leader_ends, error, fenced, told = {}, reads.short(exc), False, None
         out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
         hint = None
         if error:
@@ -71,7 +71,8 @@ class Replication:
             target = election.holder(self, state) if short else state.leader
             hint = (f"lakelog topics elect-leader --topic {topic} --leader {target or state.leader}"
                     f"{' --unclean' if short and not target else ''}")
-        return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "hint": hint})
+        return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "leader_told": told,
+                                      "hint": hint})
 
     def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
                        ) -> dict[int, int]:
@@ -93,7 +94,8 @@ class Replication:
             raise LeaderNotAvailableError(f"'{topic}' elected {state.leader} (epoch {state.leader_epoch}) while its "
                                           "log was read: read again")
         hw = reads.high_watermark(self.spark, state, snap.log_ends)
-        return snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in snap.log_ends.items()}}), state
+        ends = rules.below_high_watermark(snap.log_ends, hw, snap.earliest_offsets())
+        return snap.model_copy(update={"log_ends": ends}), state
 
     def leader_below_high_watermark(self, topic: str) -> tuple[TopicLog, LogSnapshot]:
         """The leader's log and its snapshot capped at the high watermark (``below_high_watermark``):
@@ -117,7 +119,21 @@ class Replication:
         if unknown:
             raise ReplicationError(f"--recreate {', '.join(unknown)}: not a follower of '{topic}' "
                                    f"(followers: {', '.join(state.followers) or 'none'})")
+        if create:
+            self._leave_sets(state, create)
         return rounds.replicate(self, topic, following, create)
+
+    def _leave_sets(self, state: ReplicaState, roots: frozenset[str]) -> None:
+        """Record ``roots`` whose log is missing out of the in-sync and joining sets before their
+        logs are made again: an empty log counted there until its copy commits (a process killed
+        between the two, a copy failing within the time lag) could be elected cleanly and lose
+        every acknowledged record. It joins again once caught up. A compare-and-set: lost to
+        another change, ConcurrentTopicChangeError (run it again)."""
+        members = set(state.in_sync) | set(state.joining)
+        lost = {r for r in roots & members if not _has_log(self.spark, log_path(state, r))}
+        if lost:
+            self._record(rules.with_sets(state, [r for r in state.in_sync if r not in lost],
+                                         [r for r in state.joining if r not in lost]))
 
     def elect(self, topic: str, root: str | None = None, unclean: bool = False, preferred: bool = False) -> ReplicaState:
         return election.elect(self, topic, root, unclean, preferred)
@@ -130,6 +146,9 @@ class Replication:
 
     def acknowledge(self, topic: str, log_path_: str, minimum: int, epoch: int) -> ReplicaState:
         return acks.acknowledge(self, topic, log_path_, minimum, epoch)
+
+    def acknowledge_change(self, topic: str, log_path_: str, epoch: int, what: str) -> ReplicaState:
+        return acks.acknowledge_change(self, topic, log_path_, epoch, what)
 
     # -- reassignment ------------------------------------------------------------------------
     def reassign(self, topic: str, roots: list[str], rounds_: int = 20) -> ReplicaState:
@@ -165,3 +184,12 @@ class Replication:
         if not self.record(target):
             raise ConcurrentTopicChangeError(f"the replicas of '{target.topic}' changed meanwhile; run it again")
         return self.state(target.topic)
+
+
+def _has_log(spark: SparkSession, path: str) -> bool:
+    """Whether a log is at ``path`` (True when that cannot be told: the root unreachable, its copy
+    then fails and nothing is made there)."""
+    try:
+        return has_log(spark, path)
+    except Exception:
+        return True

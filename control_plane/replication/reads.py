@@ -56,7 +56,11 @@ class ReplicaReport(BaseModel):
     high_watermark: dict[int, int]
     followers: list[FollowerStatus]
     leader_error: str | None = None  # the leader's log could not be read (its root is lost)
-    leader_fenced: bool = False  # the leader's log was fenced by an election that did not finish
+    leader_fenced: bool = False  # the leader's log does not lead at the leader epoch (see ``leader_told``)
+    # the latest leader epoch the leader's log was told of: above the leader epoch, an election
+    # fenced it and recorded nothing; equal, an election recorded and not finished; below, its root
+    # came back from an older copy
+    leader_told: int | None = None
     hint: str | None = None  # what to run, when something must be run
 
 

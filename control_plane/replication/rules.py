@@ -87,6 +87,15 @@ def high_watermark(state: Any, leader_ends: Ends, ends: Mapping[str, Ends | None
     return out
 
 
+def below_high_watermark(log_ends: Ends, hw: Ends, starts: Ends) -> dict[int, int]:
+    """A leader snapshot's ``log_ends`` capped at the high watermark ``hw``, never below each
+    partition's log start ``starts`` (Kafka's ``UnifiedLog.updateHighWatermark`` bounds it by the log
+    start offset): a root that lacks a partition, or holds an older epoch's history there, counts it
+    from 0 (``held``), and retention may raise the leader's log start past what a follower holds.
+    Nothing lies between the two to deliver, and "latest" never stands below "earliest"."""
+    return {p: min(e, max(hw.get(p, e), starts.get(p, 0))) for p, e in log_ends.items()}
+
+
 def same_leadership(first: Any, second: Any) -> bool:
     """Whether two looks at a topic's replica state saw one leadership: the same incarnation,
     leader and leader epoch. A reader keeps a leader's snapshot read between them only then (the

@@ -135,8 +135,19 @@ def describe(c: Context, topic: str, as_json: bool) -> None:
         emit(replica_rows(report, {p.partition: p.leader_epoch for p in d.partitions}), False,
              f"replicas (leader epoch {report.leader_epoch}, state version {report.replica_version})")
         if report.leader_fenced:
-            stderr.print(f"the leader {report.leader} was fenced by an election that recorded nothing: no produce "
-                         f"lands until an election; run `{report.hint}`", highlight=False, markup=False)
+            stderr.print(f"{fenced_leader(report)}: no produce lands until an election; run `{report.hint}`",
+                         highlight=False, markup=False)
+
+
+def fenced_leader(report) -> str:
+    """Why the leader a replica report names does not lead at its epoch (``leader_told``)."""
+    told, epoch = report.leader_told, report.leader_epoch
+    if told is not None and told > epoch:
+        return f"the leader {report.leader} was fenced by an election of epoch {told} that recorded nothing"
+    if told is not None and told < epoch:
+        return (f"the leader {report.leader} was elected at epoch {epoch}, but its log was told of epoch {told} only: "
+                "its root came back from an older copy")
+    return f"the election of {report.leader} at epoch {epoch} was recorded and could not be finished"
 
 
 def replica_rows(report, epochs: dict[int, int]) -> list[dict]:

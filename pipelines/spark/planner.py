@@ -146,7 +146,7 @@ class Planner:
         the states the snapshots' locations were taken from: the same root elected again leads
         another history)."""
         from control_plane.replication.reads import high_watermark_by_delta_rs
-        from control_plane.replication.rules import same_leadership
+        from control_plane.replication.rules import below_high_watermark, same_leadership
         from control_plane.replication.state import log_path, states_of
 
         states = self.reader.replica_states()
@@ -160,7 +160,8 @@ class Planner:
             if seen is None or not same_leadership(seen, state) or log_path(state, state.leader) != self._locations[topic]:
                 return None
             hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage)
-            snap = now.snap.model_copy(update={"log_ends": {p: min(e, hw.get(p, e)) for p, e in now.snap.log_ends.items()}})
+            ends = below_high_watermark(now.snap.log_ends, hw, now.snap.earliest_offsets())
+            snap = now.snap.model_copy(update={"log_ends": ends})
             if rows is None:
                 rows = states_of(rs_reader.rows(self.reader.layout.control("topic_replicas"), storage=self.storage))
             history = tuple(sorted((s for s in rows if s.topic == topic and s.incarnation == state.incarnation),

@@ -69,6 +69,31 @@ def test_a_process_finishing_an_older_election_late_changes_nothing(spark, roots
     assert len(records_at(replication.path(now, ap))) == 15
 
 
+def test_a_late_finish_of_an_election_a_later_one_could_not_fence_does_not_make_a_second_leader(spark, roots,
+                                                                                                  monkeypatch):
+    """/us's election (epoch 1) recorded, its process stalled before finishing; /us's root cut off
+    while /ap is elected (epoch 2), so /us is still told of epoch 1 only; /us back. The stalled
+    process's finishing step must not make /us lead at epoch 1 beside /ap at epoch 2: a second
+    leader would take the appends of producers that still locate it, under the latest record's
+    partition epochs, /ap's."""
+    meta, (eu, us, ap) = roots
+    TopicAdmin(spark, meta).create("orders", 1, replicas=[eu, us, ap])
+    Producer(spark, meta, "orders", "p", ProducerSettings(acks="all")).send(make_records(spark, 4))
+    replication = Replication(spark, meta)
+    elect_killed_at(monkeypatch, replication, "orders", us, "elect:after_record")
+    stale = replication.state("orders")
+    assert (stale.leader, stale.leader_epoch) == (us, 1)
+    cut(replication.path(stale, us))
+    try:
+        now = replication.elect("orders", ap)  # /us cannot be fenced at epoch 2
+    finally:
+        restore(replication.path(stale, us))
+    assert replica_role(spark, replication.path(stale, us)).fence == 1
+    election.finish_election(replication, stale)  # the stalled process, acting on what it read
+    assert replica_role(spark, replication.path(stale, us)).role != "leader", "two leaders: /us at 1, /ap at 2"
+    assert replica_role(spark, replication.path(now, ap)).leads_at(2)
+
+
 def test_an_election_killed_after_its_fence_leaves_the_named_leader_electable_again(spark, roots, monkeypatch):
     meta, (eu, us, _ap) = roots
     TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])

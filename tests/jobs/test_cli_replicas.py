@@ -98,3 +98,39 @@ def test_a_replicated_topic_refuses_the_arrival_layout_before_anything_changes(r
     desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
     assert desc["layout"] == "partitioned" and len(desc["partitions"]) == 2, "nothing changed, the grow included"
     assert json.loads(run("replicate", "--topic", "orders", "--json").stdout)["followers"][0]["error"] is None
+
+
+def test_a_leader_back_from_an_older_copy_is_said_as_such_and_its_clean_re_election_exits_1(run, spark, tmp_path, root,
+                                                                                          monkeypatch):
+    """/us elected (epoch 1) and the process killed before finishing; /us's root back from an older
+    copy (empty, told of epoch 0). ``describe`` says so, not that an election recorded nothing, and
+    names /eu to elect; ``elect-leader --leader /us`` exits 1 with nothing recorded; ``--unclean``
+    elects it."""
+    import shutil
+
+    from control_plane.replication import Replication
+    from pipelines.producer import Producer
+    from pipelines.settings import ProducerSettings
+    from tests.control_plane.test_replication_faults import elect_killed_at
+    from tests.support import make_records
+
+    eu, us = root, str(tmp_path / "us")
+    assert run("topics", "create", "--topic", "orders", "--partitions", "1", "--replicas", f"{eu},{us}").exit_code == 0
+    replication = Replication(spark, eu)
+    us_log = replication.path(replication.state("orders"), us)
+    shutil.copytree(us_log, str(tmp_path / "us-backup"))
+    Producer(spark, eu, "orders", "p", ProducerSettings(acks="all")).send(make_records(spark, 4))
+    elect_killed_at(monkeypatch, replication, "orders", us, "elect:after_record")
+    shutil.rmtree(us_log)
+    shutil.copytree(str(tmp_path / "us-backup"), us_log)
+    shown = run("topics", "describe", "--topic", "orders")
+    said = " ".join(shown.output.split())
+    assert shown.exit_code == 0 and "recorded nothing" not in said, said
+    assert "older copy" in said and f"elect-leader --topic orders --leader {eu}" in said
+    res = run("topics", "elect-leader", "--topic", "orders", "--leader", us)
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "holds less than the epoch began with" in said and f"--leader {eu}" in said
+    history = run("sql", "SELECT event FROM replica_history ORDER BY replica_version", "--json")
+    assert [r["event"] for r in json.loads(history.stdout)] == ["create", "elect"], "the refused election recorded"
+    res = run("topics", "elect-leader", "--topic", "orders", "--leader", us, "--unclean", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["leader_epoch"] == 2

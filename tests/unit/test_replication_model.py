@@ -88,3 +88,24 @@ def test_many_random_interleavings_of_every_actor_at_once_keep_every_promise():
     for seed in range(4):
         result = model.sample("everything", runs=25_000, seed=seed)
         assert result.ok, f"seed {seed}: {result.violations[0][0]} after: {result.violations[0][1]}"
+
+
+def test_a_round_that_read_the_state_before_an_election_leaves_the_elected_log_leading():
+    """The copier's fence of a target that still leads is ``copy.fence`` at the round's epoch, which
+    changes nothing at a log told of that epoch or a later one: a round that read the state before
+    B's election (A leading at 0) reaches B leading at 1, and its copy is refused there (stale), as
+    ``rounds.copy_to`` is; B is not made a follower (the model's steps are the code's commits)."""
+    from control_plane.records import ReplicaEvent
+    from control_plane.replication.model.scenarios import world_of
+    from control_plane.replication.model.world import FOLLOW, LEAD, NEW, Log, Start, State
+    from control_plane.replication.model.writers import step_copier
+
+    s1 = State(1, ReplicaEvent.CREATE, 0, "A", ("A", "B"), ("A", "B"), (), (Start(0, "A", 0),))
+    s2 = State(2, ReplicaEvent.ELECT, 1, "B", ("A", "B"), ("A", "B"), (), (Start(0, "A", 0), Start(1, "B", 1)))
+    a = Log(rows=((0, "x", 0),), end=1, role=FOLLOW, fence=1, data=0, pepoch=0, fenced_by=1)
+    b = Log(rows=((0, "x", 0),), end=1, role=LEAD, fence=1, data=1, pepoch=1)
+    world = world_of({"A": a, "B": b}, s2, (s1,))
+    stale = model.copier("c").at("f_read", seen=s1, todo=("B",), results=(), leader_end=1)
+    [(after, me)] = step_copier(world, stale, NEW)
+    assert after.log("B") == b, "a stale round demoted the elected leader"
+    assert dict(me.get("results")) == {"B": None}, "the copy to a log that leads is refused"

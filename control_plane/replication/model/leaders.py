@@ -126,6 +126,10 @@ def step_finish(world: World, me: Actor, variant: Variant) -> list[Step]:
         wanted = rules.elections_recorded(list(world.states), seen.replica_version)
         if world.elect_records < wanted:
             world = world._replace(elect_records=world.elect_records + 1, partition_epoch=world.partition_epoch + 1)
+        return [(world, me.at("finish_latest"))]
+    if me.pc == "finish_latest":  # the replica state read again: a later election recorded, nothing to lead
+        if world.state.leader_epoch != seen.leader_epoch:
+            return [(world, me.at(DONE))]
         return [(world, me.at("finish_log"))]
     if me.pc == "finish_log":  # one commit at the elected log: it leads, its partition epochs bumped
         root = seen.leader

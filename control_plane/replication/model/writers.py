@@ -106,8 +106,10 @@ def step_copier(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, _copied(me, pc, target, None))]
         dst = world.log(target)
         if dst.role == LEAD:  # an old leader returning: fenced as a follower first, in a commit of its own
-            fenced = dst._replace(role=FOLLOW, fence=max(dst.fence, seen.leader_epoch),
-                                  fenced_by=max(dst.fenced_by, seen.leader_epoch))
+            if dst.fence >= seen.leader_epoch:  # told of the epoch or a later one (a round begun before
+                # an election reaching the log it elected): ``copy.fence`` leaves it, the copy is refused
+                return [(world, _copied(me, pc, target, None))]
+            fenced = dst._replace(role=FOLLOW, fence=seen.leader_epoch, fenced_by=max(dst.fenced_by, seen.leader_epoch))
             return [(world.with_log(target, fenced), me)]
         if variant.truncate_apart and pc == "f_read" and rules.truncation_points(seen, dst.data):
             return [(world, me.at("t_delete", held=dst.data))]
