@@ -63,9 +63,11 @@ class ControllerSteps:
                     self.at(self.now() + 0.5, lambda: self.start_step(i, step, attempt + 1))
                     return
                 elif rc == 1 and self.s.replicas and attempt < 10 and (
-                        event.get("error") == "StorageError" or self.root_lost_since(started)):
+                        event.get("error") == "StorageError" or self.root_lost_since(started)
+                        or (step.kind == "delete_records" and event.get("error") == "ReplicationError")):
                     # the leader's root is lost: the log cannot be changed until it returns or a
-                    # root is elected; an operator runs the step again
+                    # root is elected; or a delete-records not yet copied to every in-sync root (an
+                    # election moved the topic meanwhile): an operator runs the step again, as told
                     self.result.operations[f"{step.kind} re-run after a lost root"] += 1
                     self.at(self.now() + 2, lambda: self.start_step(i, step, attempt + 1))
                     return
