@@ -36,15 +36,22 @@ class ReplicaSteps:
             link.rename(real)
             link.symlink_to(real)
 
+    def point_link(self, index: int, target: Path) -> None:
+        """Point root ``index``'s log link at ``target`` in one step (a new link renamed over the
+        old): the path is never missing, so no writer can make a folder there meanwhile."""
+        link = self.log_link(index)
+        fresh = link.with_name(link.name + ".relink")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(target)
+        fresh.replace(link)
+
     def cut_root(self, index: int, seconds: float) -> None:
         """The root's log is lost for ``seconds`` (reads and writes fail), then returns."""
         if index in self.cut:
             return
         self.cut.add(index)
         self.cuts.append([self.now(), None])
-        link = self.log_link(index)
-        link.unlink()
-        link.symlink_to(self.dir / "nowhere")
+        self.point_link(index, self.dir / "nowhere")
         self.result.faults["root lost"] += 1
         self.log(f"root {index} lost for {seconds:.1f}s")
         self.at(self.now() + seconds, lambda: self.restore_root(index))
@@ -57,9 +64,7 @@ class ReplicaSteps:
             if span[1] is None:
                 span[1] = self.now()
                 break
-        link = self.log_link(index)
-        link.unlink()
-        link.symlink_to(self.dir / "real-logs" / str(index))
+        self.point_link(index, self.dir / "real-logs" / str(index))
         self.log(f"root {index} back")
 
     def root_lost_since(self, started: float) -> bool:
