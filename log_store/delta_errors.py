@@ -43,8 +43,9 @@ def translate(exc: Exception) -> LakelogError:
         kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
         return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
-    if "DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text:
-        return StorageError(f"the table's Delta log cannot be read or written ({text.splitlines()[0][:300]}): is its "
+    if ("DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text
+            or "LAKELOG_MISSING_LOG_FOLDER" in text):  # lakelog's log store: the table's log folder is gone
+        return StorageError(f"the table's Delta log cannot be read or written ({_first_line(text)[:300]}): is its "
                             "root lost, unmounted or not writable?")
     if "DUPLICATED_MAP_KEY" in text:
         return InvalidRecordError(

@@ -75,6 +75,25 @@ def test_commits_go_through_lakelogs_log_store_which_refuses_a_version_that_exis
     assert not [p.name for p in (tmp_path / "t" / "_delta_log").iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_commit_to_a_table_whose_folder_is_gone_writes_nothing_and_is_a_storage_error(spark, tmp_path):
+    """The table's folder went away between the transaction's read and its commit (its root lost or
+    unmounted): the commit fails as a StorageError, which writers wait out on a replicated topic,
+    and nothing is made where the table was (no new log of one version)."""
+    import os
+
+    import pytest
+
+    from log_store.errors import StorageError
+
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    txn = DeltaTransaction.start(spark, path)
+    os.rename(path, path + ".away")
+    with pytest.raises(StorageError, match="log folder is not there"):
+        txn.commit({"lakelog.test": 1})
+    assert not os.path.exists(path), os.listdir(path)
+
+
 def test_s3s_lost_race_is_recognised_by_its_status_not_by_412_anywhere_in_a_message(spark):
     """S3A reports S3's 412 as RemoteFileChangedException over the SDK's S3Exception; a message
     that merely holds 412 (a commit file's name) is not a lost race."""

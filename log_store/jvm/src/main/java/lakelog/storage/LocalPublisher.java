@@ -34,6 +34,8 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
 final class LocalPublisher {
     /** Where a folder's temporary files are written, inside it. */
     static final String TEMP_DIR = ".lakelog-tmp";
+    /** Said by a commit to a table whose log folder is missing (lakelog's Python side maps it to StorageError). */
+    static final String MISSING_LOG_FOLDER = "LAKELOG_MISSING_LOG_FOLDER";
     /** A commit file's temporary file: its name, a random id, {@code .tmp}; earlier releases wrote
      * them beside the target with a leading dot. */
     private static final Pattern COMMIT_TEMP = Pattern.compile("\\.?(\\d{20}\\.json)\\.[0-9a-f-]{36}\\.tmp");
@@ -74,7 +76,17 @@ final class LocalPublisher {
     /** The bytes in a new file in the target folder's {@link #TEMP_DIR}, on disk. */
     static java.nio.file.Path writeTemp(java.nio.file.Path target, byte[] bytes) throws IOException {
         java.nio.file.Path folder = target.resolveSibling(TEMP_DIR);
-        Files.createDirectories(folder);
+        // Only into a log folder that exists (Delta makes it before a new table's first commit): a
+        // table whose folder is gone has its root lost or unmounted, and a commit must not make a
+        // new log of one version where the table was.
+        try {
+            Files.createDirectory(folder);
+        } catch (FileAlreadyExistsException e) {
+            // there already, as it should be after the first commit
+        } catch (NoSuchFileException e) {
+            throw new NoSuchFileException(target.getParent().toString(), null, MISSING_LOG_FOLDER
+                + ": the table's log folder is not there (its root lost or unmounted?); nothing was written");
+        }
         java.nio.file.Path temp = folder.resolve(target.getFileName() + "." + UUID.randomUUID() + ".tmp");
         try (FileChannel channel = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
             ByteBuffer buffer = ByteBuffer.wrap(bytes);
