@@ -35,7 +35,8 @@ def delivered_out_of_order(spark, sink: str) -> list[tuple]:
     """(key, counter before, counter after) wherever a key's produce counter went down in the
     sink's delivery order (commit version, then partition and offset within a commit)."""
     rows = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(sink)
-            .where("_change_type = 'insert' and key is not null").select("key", "value", "partition", "offset", "_commit_version")
+            .where("_change_type = 'insert' and key is not null")  # unkeyed records have no order to keep
+            .select("key", "value", "partition", "offset", "_commit_version")
             .orderBy("_commit_version", "partition", "offset").collect())
     last: dict[bytes, int] = {}
     bad = []

@@ -30,7 +30,8 @@ public class StaleProducers {
     /** Every record to the highest partition number in the producer's metadata. */
     public static class LastPartition implements Partitioner {
         @Override
-        public int partition(String topic, Object key, byte[] keyBytes, Object value, byte[] valueBytes, Cluster cluster) {
+        public int partition(String topic, Object key, byte[] keyBytes, Object value, byte[] valueBytes,
+                             Cluster cluster) {
             return cluster.partitionCountForTopic(topic) - 1;
         }
 
@@ -66,7 +67,8 @@ public class StaleProducers {
                     props.put("value.serializer", StringSerializer.class.getName());
                     KafkaProducer<String, String> p = new KafkaProducer<>(props);
                     producers.put(w[1], p);
-                    say("{\"event\":\"count\",\"producer\":\"" + w[1] + "\",\"count\":" + p.partitionsFor(topic).size() + "}");
+                    say("{\"event\":\"count\",\"producer\":\"" + w[1] + "\",\"count\":"
+                            + p.partitionsFor(topic).size() + "}");
                 }
                 case "count" -> say("{\"event\":\"count\",\"producer\":\"" + w[1] + "\",\"count\":"
                         + producers.get(w[1]).partitionsFor(topic).size() + "}");
