@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+# the scenario module's checks report their values on failure, as a test module's do
+pytest.register_assert_rewrite("tests.serve.group_resize")
+
 
 @pytest.fixture()
 def served(spark, root):

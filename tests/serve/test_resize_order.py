@@ -4,8 +4,12 @@ places keyed records under the count it commits with (serve/placement.py, docs/s
 
 from __future__ import annotations
 
+import json
+import queue
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -31,7 +35,8 @@ def delivered_out_of_order(spark, sink: str) -> list[tuple]:
     """(key, counter before, counter after) wherever a key's produce counter went down in the
     sink's delivery order (commit version, then partition and offset within a commit)."""
     rows = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(sink)
-            .where("_change_type = 'insert'").select("key", "value", "partition", "offset", "_commit_version")
+            .where("_change_type = 'insert' and key is not null")  # unkeyed records have no order to keep
+            .select("key", "value", "partition", "offset", "_commit_version")
             .orderBy("_commit_version", "partition", "offset").collect())
     last: dict[bytes, int] = {}
     bad = []
@@ -135,7 +140,7 @@ def test_a_stale_producer_a_custom_partitioner_and_a_marked_partition_get_what_t
     for p in (default, crc):
         p.produce("t", key="warm", value="warm", on_delivery=report)
         assert p.flush(60) == 0
-    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True, delete_delay_seconds=0))
     controller.alter("t", 6)  # both producers still think there are 4
     for i in range(40):
         default.produce("t", key=f"s{i}", value=f"stale|{i}", on_delivery=report)
@@ -163,3 +168,143 @@ def test_a_stale_producer_a_custom_partitioner_and_a_marked_partition_get_what_t
     # librdkafka was told the partition it addressed; the log has the record where it was placed
     told = {v: p for _e, v, p in seen}
     assert told[b"keyed|5"] == 5 and where[b"keyed|5"][1] != 5
+    for i in range(40):  # stale: after the grow, both producers addressed partitions of a count of 4
+        assert told[f"stale|{i}".encode()] == kafka_default(f"s{i}".encode(), 4)
+        assert told[f"crc|{i}".encode()] < 4
+
+    assert controller.tick("t")[0].retired == [5]  # no group reads t: the delay (0) retires it
+    fresh.produce("t", value="unkeyed|retired", partition=5, on_delivery=report)  # it still counts 6
+    fresh.produce("t", key="m", value="keyed|retired", partition=5, on_delivery=report)
+    assert fresh.flush(60) == 0
+    assert [e for e, *_ in seen if e is not None] == []
+    where = {r["value"]: r["partition"] for r in log_rows(root, "t")}
+    assert where[b"unkeyed|retired"] == 0 and where[b"keyed|retired"] == kafka_default(b"m", 5)
+
+
+class StaleProducers:
+    """Idempotent Java producers with a custom partitioner (tests/serve/java/StaleProducers.java:
+    every record to the last partition the producer knows of), driven line by line."""
+
+    def __init__(self, boot: str, topic: str, folder: Path) -> None:
+        from tests.serve.group_resize import java
+
+        source = Path(__file__).parent / "java" / "StaleProducers.java"
+        self.err = folder / "producers.err"
+        self.proc = subprocess.Popen([*java(), str(source), boot, topic], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(self.err, "wb"), text=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
+        self.outcomes: list[dict] = []
+
+    def tell(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, line: str, answer: str) -> dict:
+        """Send ``line``; the first JSON line whose event is ``answer`` (outcomes on the way are kept)."""
+        self.tell(line)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                out = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {answer} for {line!r}: {self.err.read_text()[-3000:]}") from None
+            if out.startswith("{"):
+                event = json.loads(out)
+                if event["event"] in ("acked", "failed"):
+                    self.outcomes.append(event)
+                if event["event"] == answer:
+                    return event
+
+    def count(self, name: str) -> int:
+        return self.ask(f"count {name}", "count")["count"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.ask("quit", "closed")
+        self.proc.wait(60)
+
+
+def test_java_producers_with_stale_metadata_and_a_custom_partitioner_get_what_the_docs_say(
+        spark, served, root, tmp_path):
+    """docs/serve.md, "Placement": a producer's count may be old after a resize (Java's producer
+    refreshes every ``metadata.max.age.ms``); a custom partitioner (Java's ``partitioner.class``, or an
+    explicit partition) decides only for unkeyed records; keyed records go to ``murmur2(key) % count``
+    under the count the append commits with; an unkeyed record stays where addressed while that
+    partition is writable, else goes to the ``addressed % n``-th writable one; a batch addressed to a
+    marked or retired partition is placed, never refused; the client is told the partition it
+    addressed. And every key keeps its order for a gated group across the grow, the shrink and the
+    retirement."""
+    boot = bootstrap(served)
+    served.ctx.admin.create("t", 4)
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True, delete_delay_seconds=0))
+    producers = StaleProducers(boot, "t", tmp_path)
+    sent = [0]  # a counter across producers: each key's records in the order they were sent
+
+    def burst(name: str) -> tuple[list[str], str]:
+        """Every key once and one unkeyed record, each sent where the partitioner says, then flushed."""
+        keyed = []
+        for k in range(KEYS):
+            keyed.append(f"k{k}|{sent[0]}")
+            producers.tell(f"send {name} k{k} {keyed[-1]} -")
+            sent[0] += 1
+        unkeyed = f"u|{sent[0]}"
+        producers.tell(f"send {name} - {unkeyed} -")
+        sent[0] += 1
+        producers.ask(f"flush {name}", "flushed")
+        return keyed, unkeyed
+
+    def placed(values: list[str], count: int) -> bool:
+        return all(where[v.encode()] == kafka_default(v.split("|")[0].encode(), count) for v in values)
+
+    sink = str(tmp_path / "sink")
+    group = Consumer(spark, root, "t", "g", ConsumerSettings(max_records_per_batch=40))
+    try:
+        assert producers.ask("new old 3600000", "count")["count"] == 4  # refreshes once an hour
+        k0, u0 = burst("old")
+        controller.alter("t", 6)
+        assert producers.count("old") == 4  # stale: it still addresses partition 3
+        k1, u1 = burst("old")
+        producers.tell("send old - x|explicit 1")  # an explicit partition: the client's choice, kept
+        producers.tell("send old k0 k0|%d 2" % sent[0])  # keyed with an explicit partition: by its key
+        explicit_keyed = f"k0|{sent[0]}"
+        sent[0] += 1
+        producers.ask("flush old", "flushed")
+        assert producers.ask("new fresh 3600000", "count")["count"] == 6  # addresses partition 5
+        assert producers.ask("new quick 1000", "count")["count"] == 6
+        k2, u2 = burst("fresh")
+        controller.alter("t", 5)  # partition 5 is marked: not writable
+        deadline = time.monotonic() + 60
+        while producers.count("quick") != 5:  # Java's producer takes the lower count at its next refresh
+            assert time.monotonic() < deadline, "the Java producer never took the shrink's count"
+            time.sleep(0.5)
+        assert producers.count("fresh") == 6 and producers.count("old") == 4
+        k3, u3 = burst("fresh")  # to the marked partition 5
+        k3b, u3b = burst("old")
+        where = {r["value"]: r["partition"] for r in log_rows(root, "t")}
+        assert placed(k0, 4) and placed(k1, 6) and placed(k2, 6) and placed(k3, 5) and placed(k3b, 5)
+        assert where[explicit_keyed.encode()] == kafka_default(b"k0", 6)
+        assert any(kafka_default(f"k{k}".encode(), 6) != kafka_default(f"k{k}".encode(), 4) for k in range(KEYS))
+        assert [where[u.encode()] for u in (u0, u1, u2, u3, u3b)] == [3, 3, 5, 0, 3]
+        assert where[b"x|explicit"] == 1
+
+        assert group.run_to_sink(sink).records > 0  # the group drains partition 5, which then retires
+        assert controller.tick("t")[0].retired == [5]
+        assert producers.count("fresh") == 6
+        k4, u4 = burst("fresh")  # to the retired partition 5
+        where = {r["value"]: r["partition"] for r in log_rows(root, "t")}
+        assert placed(k4, 5) and where[u4.encode()] == 0
+        group.run_to_sink(sink)
+    finally:
+        producers.close()
+
+    assert [e for e in producers.outcomes if e["event"] != "acked"] == []
+    told = {e["value"]: e["partition"] for e in producers.outcomes}
+    # the client is told the partition it addressed, where the log may not have it
+    assert {told[v] for v in k1 + k3b} == {3} and {told[v] for v in k2 + k3 + k4} == {5}
+    assert told[explicit_keyed] == 2
+    # every record acknowledged once and delivered once to the group, the explicit unkeyed one too
+    assert len(told) == len(producers.outcomes) == sent[0] + 1
+    got = sorted(bytes(r["value"]).decode() for r in spark.read.format("delta").load(sink).select("value").collect())
+    assert got == sorted(told)
+    assert delivered_out_of_order(spark, sink) == []
