@@ -19,7 +19,7 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.group.store import GroupTables
 from tests.serve.conftest import bootstrap
 from tests.serve.kafka_tools import kafka
-from tests.serve.test_group_resize import Events, _assigned, _java
+from tests.serve.group_resize import Events, java
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -48,7 +48,7 @@ def holds(events: Events, who: str) -> set[int]:
 
 def describe(boot: str, group: str) -> tuple[dict[int, int], dict[int, str], str]:
     """kafka-consumer-groups.sh --describe: each partition's committed offset and consumer id."""
-    out = subprocess.run([*_java(), "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+    out = subprocess.run([*java(), "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
                           boot, "--describe", "--group", group], capture_output=True, text=True, timeout=120)
     offsets, owners = {}, {}
     for line in out.stdout.splitlines():
@@ -113,7 +113,7 @@ def test_a_kip_848_member_and_a_classic_member_do_not_share_a_group(spark, serve
     try:
         consumer(events, "c1", boot, "t", "g", None, config)
         events.wait(lambda: len(events.named("record_data")) == 2, 120, "the KIP-848 member read")
-        classic = subprocess.run([*_java(), str(source), boot, "t", "g", "classic"], capture_output=True, text=True,
+        classic = subprocess.run([*java(), str(source), boot, "t", "g", "classic"], capture_output=True, text=True,
                                  timeout=120)
         assert classic.stdout.startswith("org.apache.kafka.common.errors.InconsistentGroupProtocolException"), (
             classic.stdout, classic.stderr[-2000:])
