@@ -306,8 +306,9 @@ KAFKA_ASSIGNORS = {"kafka-python": ("range", "roundrobin", "sticky", "cooperativ
 def _kafka(s: Schedule, rng: random.Random) -> Schedule:
     """Three in five of the schedules whose topic has one root add Kafka's clients through one or two `lakelog
     serve` processes (``KafkaPlan``): a producer sending over 15-40 s, a group of one or two members
-    (a quarter killed and restarted, a fifth frozen past their session), and one to three kills of
-    a server, each started again 1-5 s later. Drawn from a generator of their own, so every other
+    (a quarter killed and restarted, a fifth frozen past their session; the group joins 12-25 s
+    late in three schedules in ten, and lags in two in five), and one to three kills of a server,
+    each started again 1-5 s later. Drawn from a generator of their own, so every other
     draw of a seed is what it was."""
     if s.replicas or rng.random() >= KAFKA_SHARE:
         return s
@@ -320,21 +321,28 @@ def _kafka(s: Schedule, rng: random.Random) -> Schedule:
                          key=lambda k: k.at))
     client = rng.choice(tuple(KAFKA_ASSIGNORS))
     session_ms = 10_000
+    # a group joining 12-25 s late, or lagging (small polls, a sleep after each), has a backlog of
+    # records from before and after the resizes: what the gates hold back
+    late, lagging = rng.random() < 0.3, rng.random() < 0.4
+    lag = round(rng.uniform(0.3, 1.2), 1) if lagging else 0.0
+    first = rng.uniform(12, 25) if late else rng.uniform(0, 4)
     members = []
     for _ in range(rng.randint(1, 2)):
         fault = rng.random()
         members.append(MemberPlan(
-            start_at=round(rng.uniform(0, 4), 1),
-            kill_at=round(rng.uniform(6, end), 1) if fault < 0.25 else None,
-            freeze_at=round(rng.uniform(6, end), 1) if 0.25 <= fault < 0.45 else None,
+            start_at=round(first + rng.uniform(0, 3), 1),
+            kill_at=round(rng.uniform(first + 6, end + 6), 1) if fault < 0.25 else None,
+            freeze_at=round(rng.uniform(first + 6, end + 6), 1) if 0.25 <= fault < 0.45 else None,
             freeze_for=round(session_ms / 1000 * rng.uniform(1.3, 2.0), 1), restart_after=round(rng.uniform(1, 4), 1),
-            lag_s=round(rng.uniform(0.2, 0.8), 1) if rng.random() < 0.3 else 0.0))
+            lag_s=lag))
     prefix = s.groups[0].name[:-len("eager")] if s.groups and s.groups[0].name.endswith("eager") else ""
     plan = KafkaPlan(servers=servers, kills=kills, linger_ms=rng.choice((5, 20, 50)), records=rng.randint(80, 240),
                      start_at=start, produce_for=produce_for, client=client,
-                     assignor=rng.choice(KAFKA_ASSIGNORS[client]), batch=rng.randint(20, 100), members=tuple(members),
-                     group=f"{prefix}kafka", session_ms=session_ms)
-    return replace(s, kafka=plan, notes=s.notes + [f"Kafka clients through {servers} server(s), group on {client}"])
+                     assignor=rng.choice(KAFKA_ASSIGNORS[client]), batch=rng.randint(20, 40) if lagging else rng.randint(50, 150),
+                     members=tuple(members), group=f"{prefix}kafka", session_ms=session_ms)
+    notes = [f"Kafka clients through {servers} server(s), group on {client}"] + (["Kafka group late"] if late else []) + (
+        ["Kafka group lagging"] if lagging else [])
+    return replace(s, kafka=plan, notes=s.notes + notes)
 
 
 def _replicated(s: Schedule, rng: random.Random) -> Schedule:

@@ -97,16 +97,26 @@ class GroupRecords:
 
     def record_generation(self, group: str, generation: int, protocol: str, leader: str,
                           assignments: dict[str, bytes], metadata: dict[str, bytes], hosts: dict[str, str]) -> None:
-        """The generation's members and assignment, and each member's state, for ``groups describe``."""
+        """The generation's members and assignment, and each member's state, for ``groups describe``;
+        with the version of each subscribed topic as the generation starts, as lakelog's members
+        record the versions they planned with: a group's view of a topic starts at its first
+        generation, so what a retirement took before then was never the group's to deliver
+        (``control_plane.group.describe.delivery_view``)."""
         owned = {m: assigned(a) for m, a in assignments.items()}
         topics = {m: subscribed(d) for m, d in metadata.items()}
         kind = "cooperative" if protocol.startswith("cooperative") else "eager"
+        versions = {}
+        for topic in sorted({t for ts in topics.values() for t in ts}):
+            try:
+                versions[topic] = self.ctx.view(topic).snapshot.topic_version
+            except (UnknownTopicError, StorageError):
+                continue
         self.tables.propose(GenerationRecord(
             group=group, generation=generation, protocol=kind, assignor=protocol, leader=leader,
             members=[GenerationMember(member_id=m, protocol=kind, topics=topics[m], owned=owned[m]) for m in owned],
             assignment=[MemberAssignment(member_id=m, partitions=ps) for m, ps in owned.items()],
             partitions=sorted({tp for ps in owned.values() for tp in ps}, key=lambda tp: (tp.topic, tp.partition)),
-            reason="kafka join"))
+            reason="kafka join", topic_versions=versions))
         for m, ps in owned.items():
             self.tables.heartbeat(MemberHeartbeat(group=group, member_id=m, state=MemberState.STABLE,
                                                   generation=generation, protocol=kind, assignor=protocol,
