@@ -36,6 +36,18 @@ def say(event: str, **fields) -> None:
     print(json.dumps({**fields, "event": event, "at": round(time.time(), 3)}, default=str), flush=True)
 
 
+_said: dict[str, float] = {}
+
+
+def client_error(error: str, kind: str = "", **fields) -> None:
+    """A client's error, once per kind every 5 s: a killed server's refused connections come
+    every few milliseconds until it is back."""
+    now = time.monotonic()
+    if now - _said.get(kind or error, -1e9) >= 5:
+        _said[kind or error] = now
+        say("client_error", error=error, **fields)
+
+
 def serve(a: dict) -> int:
     from chaos.host import session
     from serve.server import Server
@@ -60,7 +72,7 @@ def kafka_produce(a: dict) -> int:
     failed: list[str] = []
 
     def on_error(err: KafkaError) -> None:
-        say("client_error", error=str(err), fatal=err.fatal())
+        client_error(str(err), err.name(), fatal=err.fatal())
         if err.fatal():
             fatal.append(str(err))
 
@@ -120,15 +132,30 @@ class KafkaPythonMember:
         assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
                     "sticky": StickyPartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}[a["assignor"]]
         self.topic = a["topic"]
-        self.consumer = KafkaConsumer(
-            bootstrap_servers=a["bootstrap"], group_id=a["group"], client_id=a["member_id"],
-            enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=a["session_ms"],
-            heartbeat_interval_ms=a["session_ms"] // 3, metadata_max_age_ms=1_000, max_poll_records=a["batch"],
-            partition_assignment_strategy=[assignor], fetch_max_wait_ms=500)
+        for attempt in range(60):  # the server may be down (killed, not yet started again): retry, as an application does
+            try:
+                self.consumer = KafkaConsumer(
+                    bootstrap_servers=a["bootstrap"], group_id=a["group"], client_id=a["member_id"],
+                    enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=a["session_ms"],
+                    heartbeat_interval_ms=a["session_ms"] // 3, metadata_max_age_ms=1_000,
+                    max_poll_records=a["batch"], partition_assignment_strategy=[assignor], fetch_max_wait_ms=500)
+                break
+            except Exception as exc:  # noqa: BLE001 - kafka-python's KafkaTimeoutError: unable to bootstrap
+                if attempt == 59 or not _retriable(exc):
+                    raise
+                client_error(f"{type(exc).__name__}: {exc}", "bootstrap")
+                time.sleep(1)
         self.consumer.subscribe([self.topic], listener=_kafka_python_listener())
 
     def poll(self) -> list[Delivered]:
-        got = self.consumer.poll(timeout_ms=1_000)
+        try:
+            got = self.consumer.poll(timeout_ms=1_000)
+        except Exception as exc:  # noqa: BLE001 - kafka-python raises a refused connection out of poll
+            if not _retriable(exc):
+                raise
+            client_error(f"{type(exc).__name__}: {exc}", type(exc).__name__)
+            time.sleep(0.5)
+            return []
         return [Delivered(tp.partition, m.offset, m.key, m.value, m.timestamp, getattr(m, "leader_epoch", None))
                 for tp, msgs in got.items() for m in msgs]
 
@@ -151,6 +178,14 @@ class KafkaPythonMember:
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)
+
+
+def _retriable(exc: Exception) -> bool:
+    """A kafka-python error an application retries: the server is down or moving (a refused
+    connection, no broker to bootstrap from, a timeout), not a fault in what was asked."""
+    from kafka.errors import KafkaError
+
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
 
 
 def _kafka_python_listener():
@@ -181,7 +216,7 @@ class LibrdkafkaMember:
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": a["session_ms"],
             "heartbeat.interval.ms": a["session_ms"] // 3, "topic.metadata.refresh.interval.ms": 1_000,
             "partition.assignment.strategy": a["assignor"], "fetch.wait.max.ms": 500,
-            "error_cb": lambda err: say("client_error", error=str(err))})
+            "error_cb": lambda err: client_error(str(err), err.name())})
         self.consumer.subscribe([self.topic], on_assign=lambda c, ps: say("assigned", partitions=[p.partition for p in ps]),
                                 on_revoke=lambda c, ps: say("revoked", partitions=[p.partition for p in ps]),
                                 on_lost=lambda c, ps: say("lost", partitions=[p.partition for p in ps]))
@@ -190,7 +225,7 @@ class LibrdkafkaMember:
         out = []
         for m in self.consumer.consume(num_messages=self.batch, timeout=1.0):
             if m.error():
-                say("client_error", error=str(m.error()))
+                client_error(str(m.error()), m.error().name())
                 continue
             out.append(Delivered(m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1], m.leader_epoch()))
         return out
