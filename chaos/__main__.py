@@ -5,6 +5,7 @@
     python -m chaos --crash-points             # every named crash point, once each
     python -m chaos --seeds 1-3 --short        # trimmed schedules, as the default test suite runs them
     python -m chaos --seeds 1-100 --resume     # go on with a run stopped earlier (same seeds, same code)
+    python -m chaos --kafka --schedules 5      # the first 5 seeds whose schedules draw Kafka's clients
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
 and what the checker found (anomalies by class). Exit code 1 if any anomaly was found; 130 if
@@ -75,7 +76,7 @@ class Host:
 
 # What a campaign's result depends on: lakelog's code, the campaign's, their configuration. Documents
 # (RELIABILITY.md, the README) may change between sittings of one run.
-CODE_PATHS = ("log_store", "control_plane", "pipelines", "jobs", "chaos", "conf", "pyproject.toml")
+CODE_PATHS = ("log_store", "control_plane", "pipelines", "serve", "jobs", "chaos", "conf", "pyproject.toml")
 
 
 def code_under_test() -> str:
@@ -107,13 +108,23 @@ def resumed(path: Path, seeds: list[int], code: str) -> dict:
 
 
 def parse_seeds(args) -> list[int]:
+    """The seeds to run: ``--seeds``, or ``--schedules`` from ``--seed-start``; with ``--kafka``
+    only seeds whose schedules draw Kafka's clients (``--schedules`` then counts those)."""
+    kafka = getattr(args, "kafka", False)
     if args.seeds:
         out = []
         for part in args.seeds.split(","):
             lo, _, hi = part.partition("-")
             out.extend(range(int(lo), int(hi or lo) + 1))
-        return out
-    return list(range(args.seed_start, args.seed_start + args.schedules))
+        return [s for s in out if draw(s).kafka] if kafka else out
+    if not kafka:
+        return list(range(args.seed_start, args.seed_start + args.schedules))
+    out, seed = [], args.seed_start
+    while len(out) < args.schedules:
+        if draw(seed).kafka:
+            out.append(seed)
+        seed += 1
+    return out
 
 
 def summary_table(results: list[ScheduleResult], seconds: float, sittings: int = 1) -> Table:
@@ -147,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-points", action="store_true", help="run each named crash point once instead")
     parser.add_argument("--short", action="store_true", help="trimmed schedules (what the default test suite runs)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--kafka", action="store_true",
+                        help="only schedules with Kafka's clients through `lakelog serve` (seeds that draw none are skipped)")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run in --workdir stopped earlier: same seeds, same committed code")
     args = parser.parse_args(argv)
@@ -157,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_all(workdir / "crash-points", verbose=args.verbose)
     seeds = parse_seeds(args)
+    if not seeds:
+        raise SystemExit("error: none of these seeds draws a schedule with Kafka's clients (--kafka)")
     code = code_under_test()
     summary_path = workdir / "summary.json"
     earlier = resumed(summary_path, seeds, code) if args.resume else {}

@@ -23,6 +23,12 @@ cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for on
 
 Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
 its first generation: partitions retired before it (by topic version) are not expected of it.
+
+A record a Kafka producer wrote through `lakelog serve` carries the server's producer id
+(``kafka-<id>-<partition the client addressed>``) and sequence (epoch, wrap count and Kafka's
+sequence in one number); it is judged as the record its value names (``as_sent``): the campaign's
+Kafka producer sends its input's ``<producer>:<n>``, as lakelog's producers do, and a Kafka
+group's sink rows name the same. So every rule above applies to it unchanged.
 """
 
 from __future__ import annotations
@@ -104,6 +110,24 @@ def read_log_changes(path: str) -> list[dict]:
             gone[key] = max(gone.get(key, -1), r["_commit_version"])
     return [r for r in rows if r["_change_type"] == "insert"
             and r["_commit_version"] >= gone.get((r["partition"], r["offset"]), -1)]
+
+
+SERVED = "kafka-"  # the producer ids `lakelog serve` gives Kafka producers' records (docs/serve.md)
+
+
+def as_sent(rows: Iterable[dict]) -> list[dict]:
+    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve` under the
+    producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
+    and served rows whose value names none, as they are. (lakelog's own consumers copy the log's
+    ids into their sinks.)"""
+    out = []
+    for r in rows:
+        if (r["producer_id"] or "").startswith(SERVED):
+            name, sep, seq = (_text(r["value"]) or "").rpartition(":")
+            if sep and name and seq.isdigit():
+                r = {**r, "producer_id": name, "sequence": int(seq)}
+        out.append(r)
+    return out
 
 
 def replica_divergence(locations: list[str]) -> list[str]:
@@ -294,7 +318,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     the log start), counted, not flagged, also if its partition was retired later."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
-    delivered = sorted((r for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others),
+    delivered = sorted(as_sent(r for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others),
                        key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
     seen: set[tuple[int, int]] = set()
     last_seq: dict[tuple, tuple[int, tuple]] = {}
@@ -481,7 +505,7 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     producer had acknowledged, and each group's sink (group -> sink path; groups may share one).
     ``commit_order``: also the control plane's commit-order labels (once per root)."""
     out = Findings()
-    log = read_log_changes(log_location(root, topic))
+    log = as_sent(read_log_changes(log_location(root, topic)))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     for group, sink in sorted(groups.items()):

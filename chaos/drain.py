@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from chaos.processes import MEMBER_KINDS
 from chaos.schedule import MemberPlan
 from chaos.tables import drain_gap, group_activity
 
@@ -49,7 +50,7 @@ class Draining:
         for group in self.group_plans:
             (self.dir / "stop" / group.name).write_text("stop")
         end = time.monotonic() + 90
-        while any(a.kind == "member" for a in self.actors.values()) and time.monotonic() < end:
+        while any(a.kind in MEMBER_KINDS for a in self.actors.values()) and time.monotonic() < end:
             self.step()
             time.sleep(0.1)
 

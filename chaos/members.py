@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
+from chaos.kafka_steps import is_kafka_group
 from chaos.processes import CRASH_EXIT, Actor
 from chaos.schedule import GroupPlan, MemberPlan
 
@@ -15,6 +16,9 @@ class GroupMembers:
 
     def start_member(self, group: GroupPlan, index: int, plan: MemberPlan) -> None:
         if self.stopping:
+            return
+        if is_kafka_group(group):
+            self.start_kafka_member(group, index, plan)
             return
         self.incarnation[(group.name, index)] += 1
         n = self.incarnation[(group.name, index)]

@@ -10,6 +10,8 @@ from typing import Callable
 PROJECT = Path(__file__).resolve().parents[1]
 CRASH_EXIT = 86
 ACTOR_TIMEOUT_S = 240.0
+MEMBER_KINDS = ("member", "kafka_member")  # group members: they run until the drain stops them
+LONG_RUNNING = (*MEMBER_KINDS, "serve")  # neither held to ACTOR_TIMEOUT_S nor waited for by the schedule's work
 
 
 @dataclass

@@ -8,8 +8,9 @@ partition to its log end (read with delta-rs, not lakelog), stops the members an
 independent checker (``chaos.checker``). Progress goes to ``progress`` (one line per event).
 
 Its parts, one module each: the controller's steps (``chaos.controller_steps``), a replicated
-schedule's steps and lost roots (``chaos.replica_steps``), group members (``chaos.members``), the
-drain (``chaos.drain``), the verdict (``chaos.verdict``) and what it reads from the tables
+schedule's steps and lost roots (``chaos.replica_steps``), group members (``chaos.members``), Kafka's
+clients and the `lakelog serve` processes they go through (``chaos.kafka_steps``), the drain
+(``chaos.drain``), the verdict (``chaos.verdict``) and what it reads from the tables
 (``chaos.tables``). This module holds the plumbing (start, kill, follow actors), the topic's
 creation, the producers and the event loop.
 """
@@ -33,8 +34,9 @@ from typing import Callable
 from chaos.controller_steps import ControllerSteps
 from chaos.drain import DRAIN_TIMEOUT_S, Draining
 from chaos.host import GATEWAY_ENV
+from chaos.kafka_steps import KafkaSteps, kafka_group_plan, kafka_producer_plan
 from chaos.members import GroupMembers
-from chaos.processes import ACTOR_TIMEOUT_S, CRASH_EXIT, PROJECT, Actor
+from chaos.processes import ACTOR_TIMEOUT_S, CRASH_EXIT, LONG_RUNNING, PROJECT, Actor
 from chaos.replica_steps import ReplicaSteps
 from chaos.schedule import GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
 from chaos.verdict import Verdict
@@ -70,7 +72,7 @@ class ScheduleResult:
         return cls(**{**d, "operations": Counter(d.get("operations", {})), "faults": Counter(d.get("faults", {}))})
 
 
-class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
+class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, Verdict):
     """Executes one schedule in ``workdir`` with actors attached to the host JVM at ``gateway``."""
 
     def __init__(self, schedule: Schedule, workdir: Path, gateway: str | None,
@@ -86,15 +88,19 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
         self._seq = itertools.count()
         self.actors: dict[str, Actor] = {}
         self.t0 = 0.0
-        # The decoy (schedule.DecoyPlan): one more producer and group, on a topic of their own.
-        decoy = schedule.decoy
-        self.producer_plans = list(schedule.producers) + (
+        # The decoy (schedule.DecoyPlan): one more producer and group, on a topic of their own. The
+        # Kafka part (schedule.KafkaPlan, chaos.kafka_steps): one more producer and group on the topic.
+        decoy, kafka = schedule.decoy, schedule.kafka
+        self.kafka_producers = {kafka.producer_id} if kafka else set()
+        main_producers = list(schedule.producers) + ([kafka_producer_plan(kafka)] if kafka else [])
+        main_groups = list(schedule.groups) + ([kafka_group_plan(kafka)] if kafka else [])
+        self.producer_plans = main_producers + (
             [ProducerPlan(producer_id="decoy", records=decoy.records, batch=20, start_at=1.0)] if decoy else [])
-        self.group_plans = list(schedule.groups) + (
+        self.group_plans = main_groups + (
             [GroupPlan(name=decoy.group, protocol="eager", assignor="range", batch=50,
                        members=(MemberPlan(start_at=2.0),), sink=decoy.sink)] if decoy else [])
-        self.topic_of = {p.producer_id: schedule.topic for p in schedule.producers} | {
-            g.name: schedule.topic for g in schedule.groups} | ({"decoy": decoy.topic, decoy.group: decoy.topic} if decoy else {})
+        self.topic_of = {p.producer_id: schedule.topic for p in main_producers} | {
+            g.name: schedule.topic for g in main_groups} | ({"decoy": decoy.topic, decoy.group: decoy.topic} if decoy else {})
         self.pending_producers = {p.producer_id for p in self.producer_plans}
         self.pending_steps = 0
         self.created = False
@@ -107,6 +113,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
         self.replica_roots = [self.root] + [str(workdir / name) for name in schedule.replicas]
         self.cut: set[int] = set()
         self.cuts: list[list[float | None]] = []  # [lost at, back at] of every root lost, runner time
+        self.kafka_init()
 
     # -- plumbing --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -119,8 +126,9 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
         self.progress(f"[seed {self.s.seed} {self.now():6.1f}s] {line}")
 
     def spawn(self, name: str, kind: str, args: dict, on_exit: Callable[[int], None], crash_at: str | None = None,
-              pause: dict[str, str] | None = None) -> Actor:
-        """Start actor ``name``; ``crash_at``: its crash point; ``pause``: its pause point's environment."""
+              pause: dict[str, str] | None = None, module: str = "chaos.actors") -> Actor:
+        """Start actor ``name``; ``crash_at``: its crash point; ``pause``: its pause point's environment;
+        ``module``: where its kind is (``chaos.actors``, ``chaos.kafka_actors``)."""
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, "TZ": timezone_for(self.s, name), "PYTHONUNBUFFERED": "1"}
@@ -134,7 +142,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
         else:
             env.pop(GATEWAY_ENV, None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "chaos.actors", kind, json.dumps({"root": self.root, "topic": self.s.topic, **args})],
+            [sys.executable, "-m", module, kind, json.dumps({"root": self.root, "topic": self.s.topic, **args})],
             cwd=PROJECT, env=env, stdout=open(logs / f"{name}.out", "a"), stderr=open(logs / f"{name}.err", "a"),
             start_new_session=True,
         )
@@ -205,6 +213,9 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
             (self.dir / "inputs" / f"{plan.producer_id}.jsonl").write_text("\n".join(lines) + "\n")
 
     def start_producer(self, plan: ProducerPlan, run: int) -> None:
+        if plan.producer_id in self.kafka_producers:
+            self.start_kafka_producer(plan)
+            return
         name = f"{plan.producer_id}.{run}"
         crash = plan.crash_at if run == 0 else None
         args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
@@ -242,6 +253,8 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
     def schedule_work(self) -> None:
         """Once the topic exists: every producer, controller step and member at its moment."""
         base = self.now()
+        if self.s.kafka:
+            self.kafka_start(base)
         for plan in self.producer_plans:
             self.at(base + plan.start_at, lambda plan=plan: self.start_producer(plan, 0))
         self.pending_steps = len(self.s.controller)
@@ -260,7 +273,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
         for name, actor in list(self.actors.items()):
             rc = actor.proc.poll()
             if rc is None:
-                if self.now() - actor.started > ACTOR_TIMEOUT_S and actor.kind != "member" and not actor.frozen:
+                if self.now() - actor.started > ACTOR_TIMEOUT_S and actor.kind not in LONG_RUNNING and not actor.frozen:
                     self.result.problems.append(f"{name}: still running after {ACTOR_TIMEOUT_S:.0f}s")
                     self.kill(name, "timeout")
                 continue
@@ -269,7 +282,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, Draining, Verdict):
 
     def busy(self) -> bool:
         return (not self.created or bool(self.pending_producers) or self.pending_steps > 0
-                or self.now() < getattr(self, "work_ends", 0) or any(a.kind != "member" for a in self.actors.values()))
+                or self.now() < getattr(self, "work_ends", 0) or any(a.kind not in LONG_RUNNING for a in self.actors.values()))
 
     def run(self) -> ScheduleResult:
         started = time.monotonic()

@@ -104,6 +104,43 @@ class DecoyPlan:
 
 
 @dataclass(frozen=True)
+class ServerKill:
+    """A ``lakelog serve`` process killed with ``kill -9`` at ``at`` and started again (same node
+    id, same port) ``down_for`` seconds later."""
+
+    at: float
+    server: int  # which of KafkaPlan's servers
+    down_for: float
+
+
+@dataclass(frozen=True)
+class KafkaPlan:
+    """Kafka's own clients through ``lakelog serve`` processes over the schedule's root: an
+    idempotent librdkafka producer (``records`` keyed records of the input file, over
+    ``produce_for`` seconds) and a classic consumer group (kafka-python or librdkafka) writing a
+    Delta sink exactly once, while servers are killed and restarted and the topic resizes.
+
+    With one server both go through it; with two, the group's server listens in PLAINTEXT and the
+    producer's in SASL_PLAINTEXT (a server lists only the servers of its own listener): a group's
+    fetches are held to the resize gates only by the server that coordinates it (docs/serve.md),
+    so the group's clients must see that server alone."""
+
+    servers: int
+    kills: tuple[ServerKill, ...]
+    linger_ms: int  # the servers' group commit
+    records: int
+    start_at: float
+    produce_for: float
+    client: str  # the group's: "kafka-python" or "librdkafka"
+    assignor: str  # range, roundrobin, sticky (kafka-python) or cooperative-sticky
+    batch: int  # max records a poll returns
+    members: tuple[MemberPlan, ...]
+    group: str = "kafka"
+    producer_id: str = "kp"  # the name in the input's values ("kp:17"), what the checker judges it by
+    session_ms: int = 10_000  # the consumers' session.timeout.ms
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     partitions: int
@@ -118,6 +155,7 @@ class Schedule:
     topic: str = "chaos"
     decoy: DecoyPlan | None = None
     replicas: tuple[str, ...] = ()  # follower roots (names under the schedule's folder): a replicated topic
+    kafka: KafkaPlan | None = None  # Kafka's clients through `lakelog serve` (``_kafka``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,7 +169,8 @@ class Schedule:
                       "groups": tuple(GroupPlan(**{**g, "members": tuple(MemberPlan(**m) for m in g["members"])})
                                       for g in d["groups"]),
                       "notes": list(d.get("notes", [])), "replicas": tuple(d.get("replicas", ())),
-                      "decoy": DecoyPlan(**d["decoy"]) if d.get("decoy") else None})
+                      "decoy": DecoyPlan(**d["decoy"]) if d.get("decoy") else None,
+                      "kafka": _kafka_from_dict(d["kafka"]) if d.get("kafka") else None})
 
     @property
     def last_event(self) -> float:
@@ -139,7 +178,16 @@ class Schedule:
         for g in self.groups:
             for m in g.members:
                 times += [t for t in (m.start_at, m.kill_at, m.freeze_at) if t is not None]
+        if self.kafka:
+            k = self.kafka
+            times += [k.start_at, *(x.at for x in k.kills)]
+            times += [t for m in k.members for t in (m.start_at, m.kill_at, m.freeze_at) if t is not None]
         return max(times, default=0.0)
+
+
+def _kafka_from_dict(d: dict) -> KafkaPlan:
+    return KafkaPlan(**{**d, "kills": tuple(ServerKill(**x) for x in d["kills"]),
+                        "members": tuple(MemberPlan(**m) for m in d["members"])})
 
 
 def _controller_steps(rng: random.Random, partitions: int) -> list[ControllerStep]:
@@ -246,7 +294,55 @@ def draw(seed: int, short: bool = False) -> Schedule:
     )
     schedule = _named(schedule, random.Random(f"{seed}/names"))
     schedule = _replicated(schedule, random.Random(f"{seed}/replicas"))
+    schedule = _kafka(schedule, random.Random(f"{seed}/kafka"))
     return shorten(schedule) if short else schedule
+
+
+KAFKA_SHARE = 0.6  # of the schedules whose topic is not replicated
+KAFKA_ASSIGNORS = {"kafka-python": ("range", "roundrobin", "sticky", "cooperative-sticky"),
+                   "librdkafka": ("range", "roundrobin", "cooperative-sticky")}
+
+
+def _kafka(s: Schedule, rng: random.Random) -> Schedule:
+    """Three in five of the schedules whose topic has one root add Kafka's clients through one or two `lakelog
+    serve` processes (``KafkaPlan``): a producer sending over 15-40 s, a group of one or two members
+    (a quarter killed and restarted, a fifth frozen past their session; the group joins 12-25 s
+    late in three schedules in ten, and lags in two in five), and one to three kills of a server,
+    each started again 1-5 s later. Drawn from a generator of their own, so every other
+    draw of a seed is what it was."""
+    if s.replicas or rng.random() >= KAFKA_SHARE:
+        return s
+    servers = rng.choice((1, 2))
+    start = round(rng.uniform(0, 8), 1)
+    produce_for = round(rng.uniform(15, 40), 1)
+    end = max(s.last_event, start + produce_for)
+    kills = tuple(sorted((ServerKill(at=round(rng.uniform(3, end), 1), server=rng.randrange(servers),
+                                     down_for=round(rng.uniform(1, 5), 1)) for _ in range(rng.randint(1, 3))),
+                         key=lambda k: k.at))
+    client = rng.choice(tuple(KAFKA_ASSIGNORS))
+    session_ms = 10_000
+    # a group joining 12-25 s late, or lagging (small polls, a sleep after each), has a backlog of
+    # records from before and after the resizes: what the gates hold back
+    late, lagging = rng.random() < 0.3, rng.random() < 0.4
+    lag = round(rng.uniform(0.3, 1.2), 1) if lagging else 0.0
+    first = rng.uniform(12, 25) if late else rng.uniform(0, 4)
+    members = []
+    for _ in range(rng.randint(1, 2)):
+        fault = rng.random()
+        members.append(MemberPlan(
+            start_at=round(first + rng.uniform(0, 3), 1),
+            kill_at=round(rng.uniform(first + 6, end + 6), 1) if fault < 0.25 else None,
+            freeze_at=round(rng.uniform(first + 6, end + 6), 1) if 0.25 <= fault < 0.45 else None,
+            freeze_for=round(session_ms / 1000 * rng.uniform(1.3, 2.0), 1), restart_after=round(rng.uniform(1, 4), 1),
+            lag_s=lag))
+    prefix = s.groups[0].name[:-len("eager")] if s.groups and s.groups[0].name.endswith("eager") else ""
+    plan = KafkaPlan(servers=servers, kills=kills, linger_ms=rng.choice((5, 20, 50)), records=rng.randint(80, 240),
+                     start_at=start, produce_for=produce_for, client=client,
+                     assignor=rng.choice(KAFKA_ASSIGNORS[client]), batch=rng.randint(20, 40) if lagging else rng.randint(50, 150),
+                     members=tuple(members), group=f"{prefix}kafka", session_ms=session_ms)
+    notes = [f"Kafka clients through {servers} server(s), group on {client}"] + (["Kafka group late"] if late else []) + (
+        ["Kafka group lagging"] if lagging else [])
+    return replace(s, kafka=plan, notes=s.notes + notes)
 
 
 def _replicated(s: Schedule, rng: random.Random) -> Schedule:
@@ -328,7 +424,11 @@ def shorten(s: Schedule) -> Schedule:
     producers = tuple(replace(p, records=min(p.records, 60), start_at=min(p.start_at, 4.0)) for p in s.producers[:2])
     groups = tuple(replace(g, members=tuple(replace(m, start_at=min(m.start_at, 8.0)) for m in g.members[:1]))
                    for g in s.groups)
-    return replace(s, producers=producers, controller=s.controller[:3], groups=groups, notes=s.notes + ["short"])
+    kafka = s.kafka and replace(s.kafka, records=min(s.kafka.records, 60), members=s.kafka.members[:1],
+                                start_at=min(s.kafka.start_at, 4.0), produce_for=min(s.kafka.produce_for, 15.0),
+                                kills=tuple(replace(k, at=min(k.at, 18.0)) for k in s.kafka.kills[:2]))
+    return replace(s, producers=producers, controller=s.controller[:3], groups=groups, kafka=kafka,
+                   notes=s.notes + ["short"])
 
 
 def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:

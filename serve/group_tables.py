@@ -117,12 +117,22 @@ class GroupRecords:
     def _record(self, group: str, generation: int, kind: str, assignor: str, leader: str,
                 owned: dict[str, list[TopicPartition]], topics: dict[str, list[str]], hosts: dict[str, str],
                 marked: list[TopicPartition], reason: str, session_timeout_ms: int | None = None) -> None:
+        """A generation with the version of each subscribed topic as it starts, as lakelog's members
+        record the versions they planned with: a group's view of a topic starts at its first
+        generation, so what a retirement took before then was never the group's to deliver
+        (``control_plane.group.describe.delivery_view``)."""
+        versions = {}
+        for topic in sorted({t for ts in topics.values() for t in ts}):
+            try:
+                versions[topic] = self.ctx.view(topic).snapshot.topic_version
+            except (UnknownTopicError, StorageError):
+                continue
         self.tables.propose(GenerationRecord(
             group=group, generation=generation, protocol=kind, assignor=assignor, leader=leader,
             members=[GenerationMember(member_id=m, protocol=kind, topics=topics[m], owned=owned[m]) for m in owned],
             assignment=[MemberAssignment(member_id=m, partitions=ps) for m, ps in owned.items()],
             partitions=sorted({tp for ps in owned.values() for tp in ps} - set(marked), key=lambda tp: (tp.topic, tp.partition)),
-            marked=marked, reason=reason))
+            marked=marked, reason=reason, topic_versions=versions))
         if owned:  # every member's state in one commit
             self.tables.tables.append("group_members", [MemberHeartbeat(
                 group=group, member_id=m, state=MemberState.STABLE, generation=generation, protocol=kind,

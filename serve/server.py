@@ -86,7 +86,12 @@ class Server:
         if self.settings.security_protocol.endswith("SSL"):
             tls = tls_context(self.settings.ssl_certfile, self.settings.ssl_keyfile, self.settings.ssl_cafile,
                               self.settings.ssl_client_auth)
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls)
+        # The port is bound first (port 0 picks one, which the registration names), and connections
+        # are taken only once the server is registered and running: a client reconnecting to a
+        # server started again on its port is refused until then, and retries, rather than reaching
+        # a server that cannot yet name itself in Metadata.
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls,
+                                                  start_serving=False)
         self.port = self._server.sockets[0].getsockname()[1]
         host, port = self.advertised
         self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id,
@@ -96,6 +101,7 @@ class Server:
         self.coordinator.start()
         self.consumer_groups.start()
         self._beating = asyncio.get_running_loop().create_task(self._beat())
+        await self._server.start_serving()
         log.info("lakelog serve listening on %s:%s", self.host, self.port)
 
     @property

@@ -81,3 +81,55 @@ def _last(messages):
         tp = TopicPartition(m.topic, m.partition)
         out[tp] = max(out.get(tp, -1), m.offset)
     return out
+
+
+def test_a_client_knocking_while_a_server_starts_is_refused_or_answered_never_dropped(spark, root, monkeypatch):
+    """A server started again on its port (after a kill -9, as the fault campaign does) registers
+    in the root before it takes a connection: a client knocking meanwhile is refused and retries,
+    never accepted by a server that cannot yet name itself in Metadata and then dropped."""
+    import socket
+    import threading
+
+    from serve.cluster import Cluster
+    from tests.serve.raw import RawClient
+
+    register = Cluster.register
+
+    def slow(self, *args, **kwargs):  # a registration's commit on a busy machine
+        time.sleep(2)
+        return register(self, *args, **kwargs)
+
+    monkeypatch.setattr(Cluster, "register", slow)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    answered, dropped, stop = [], [], threading.Event()
+
+    def knock() -> None:
+        while not stop.is_set():
+            try:
+                client = RawClient(port, timeout=30)
+            except OSError:  # refused: nobody listening yet
+                time.sleep(0.02)
+                continue
+            try:
+                meta = client.call(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                           "include_topic_authorized_operations": False})
+                answered.append(sorted(int(b.node_id) for b in meta.brokers))
+            except (AssertionError, OSError) as exc:
+                dropped.append(repr(exc))
+            finally:
+                client.close()
+
+    knocker = threading.Thread(target=knock, daemon=True)
+    knocker.start()
+    server = Server(spark, root, ServeSettings(listen=f"127.0.0.1:{port}", node_id=7, linger_ms=5)).run_in_thread()
+    try:
+        deadline = time.monotonic() + 30
+        while len(answered) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        knocker.join(30)
+        server.stop_thread()
+    assert dropped == [] and answered and all(a == [7] for a in answered), (dropped[:3], answered[:3])

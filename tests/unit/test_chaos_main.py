@@ -89,3 +89,19 @@ def test_resume_refuses_other_seeds_or_other_code(tmp_path, monkeypatch):
     monkeypatch.setattr(campaign, "code_under_test", lambda: "abc123+changes")
     with pytest.raises(SystemExit, match="this tree is abc123\\+changes"):
         campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--resume"])
+
+
+def test_kafka_runs_only_the_schedules_with_kafkas_clients(tmp_path, monkeypatch):
+    from chaos.schedule import draw
+
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=-1))
+    kafka = [seed for seed in range(1, 40) if draw(seed).kafka]
+    assert 3 <= len(kafka) < 39
+    campaign.main(["--seeds", "1-39", "--kafka", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == kafka
+    campaign.main(["--schedules", "3", "--kafka", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == kafka[:3], "the first three that draw them"
+    plain = next(seed for seed in range(1, 40) if seed not in kafka)
+    with pytest.raises(SystemExit, match="none of these seeds"):
+        campaign.main(["--seeds", str(plain), "--kafka", "--workdir", str(tmp_path)])

@@ -386,3 +386,70 @@ def test_replica_divergence_and_a_truncation_left_out_of_what_was_appended(clean
     assert sorted((r["partition"], r["offset"]) for r in read_log_changes(follower)) == [(0, 0), (1, 0), (1, 1)]
     DeltaTable(leader).delete("partition = 1")
     assert len(read_log_changes(leader)) == 4
+
+
+# -- records written through `lakelog serve` ---------------------------------------------------------
+def _served(root: Root, *records: tuple, sink: str | None = None) -> None:
+    """One commit of records a Kafka producer ``kp`` wrote through `lakelog serve` (to the log, or
+    with ``sink`` to that group's sink as lakelog's members copy them): the server's producer id
+    (``kafka-<id>-<partition addressed>``) and sequence (epoch << 40 | sequence), the value naming
+    the producer and its input's line. records: (partition, offset, key, line, partition addressed, epoch)."""
+    rows = [dict(partition=p, offset=o, leader_epoch=0, key=k.encode(), value=f"kp:{n}".encode(),
+                 producer_id=f"kafka-8817-{addressed}", sequence=epoch << 40 | n) for p, o, k, n, addressed, epoch in records]
+    if sink is None:
+        root._write("topics/t", LOG, rows)
+    else:
+        write_deltalake(str(root.path / "sinks" / sink), pa.Table.from_pylist([{"topic": "t", **r} for r in rows], SINK),
+                        mode="append", configuration=CDF, schema_mode="merge")
+
+
+@pytest.fixture()
+def served(tmp_path) -> Root:
+    """Kafka producer kp's three records through a server, from two of its streams (the client
+    addressed partition 0, then 1) and two epochs; lakelog's group g delivers them, copying the
+    server's ids into its sink."""
+    root = Root(tmp_path / "root")
+    root.producer("kp", ["a", "b", "a"])
+    root.topic(1, [(0, "ReadWrite", None), (1, "ReadWrite", None)])
+    _served(root, (0, 0, "a", 0, 0, 0), (1, 0, "b", 1, 0, 0))
+    _served(root, (0, 1, "a", 2, 1, 1))
+    root.generation("g", 1, {"m1": [0, 1]})
+    root.commit("g", "m1", 1, "acquire", {0: 0, 1: 0})
+    return root
+
+
+def test_records_written_through_serve_are_judged_as_their_values_name_them(served):
+    _served(served, (0, 0, "a", 0, 0, 0), (1, 0, "b", 1, 0, 0), (0, 1, "a", 2, 1, 1), sink="g")
+    served.commit("g", "m1", 1, "commit", {0: 2, 1: 1})
+    found = served.check(acked={"kp": {0, 1, 2}})
+    assert anomalies(found) == {}, found.summary()  # not phantoms of kp, nor phantoms in the sink
+    assert found.stats["delivered[g]"] == 3
+
+
+def test_a_served_record_landing_twice_under_two_streams_is_a_duplicate_and_out_of_order(served):
+    """The client moved key a to another stream and its first record landed again after the
+    second: the server's ids differ, the record is kp#0 both times."""
+    _served(served, (0, 2, "a", 0, 1, 1))
+    found = served.check(groups=())
+    assert anomalies(found) == {"log_duplicate": 1, "log_key_reorder": 1}, found.summary()
+
+
+def test_an_acknowledged_served_record_missing_from_the_log_is_lost(tmp_path):
+    root = Root(tmp_path / "root")
+    root.producer("kp", ["a", "b"])
+    root.topic(1, [(0, "ReadWrite", None)])
+    _served(root, (0, 0, "a", 0, 0, 0))
+    assert anomalies(root.check(groups=(), acked={"kp": {0, 1}})) == {"lost_acknowledged": 1}
+
+
+def test_a_kafka_members_sink_names_each_record_by_its_value(served):
+    """A Kafka consumer sees no producer ids: its sink rows name the record as its value does
+    (chaos.kafka_sink); a row naming another record than the log holds there is a phantom."""
+    sink = served.path / "sinks" / "g"
+    write_deltalake(str(sink), pa.Table.from_pylist([
+        dict(topic="t", partition=0, offset=0, leader_epoch=0, key=b"a", value=b"kp:0", producer_id="kp", sequence=0),
+        dict(topic="t", partition=1, offset=0, leader_epoch=0, key=b"b", value=b"kp:1", producer_id="kp", sequence=1),
+        dict(topic="t", partition=0, offset=1, leader_epoch=0, key=b"a", value=b"kp:1", producer_id="kp", sequence=1)],
+        SINK), mode="append", configuration=CDF, schema_mode="merge")
+    found = served.check()
+    assert anomalies(found) == {"sink_phantom": 1, "undelivered": 1}, found.summary()

@@ -1,6 +1,7 @@
 """Campaign schedules are pure: a seed always draws the same plan, and a kept schedule round-trips."""
 
 import json
+from dataclasses import replace
 
 from chaos.schedule import MAX_PARTITIONS, Schedule, draw, input_records, shorten
 
@@ -93,3 +94,37 @@ def test_schedules_draw_names_with_dots_shared_sinks_and_decoys_whose_dotted_ids
         again = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
         assert again == s
     assert shared > 60 and decoys > 40 and colliding > 20 and prefixed > 10, (shared, decoys, colliding, prefixed)
+
+
+def test_kafka_clients_are_drawn_from_a_generator_of_their_own(monkeypatch):
+    """A seed's Kafka part (chaos.schedule._kafka) changes nothing else of its schedule: without
+    it, every seed draws what it drew before Kafka's clients were added."""
+    import chaos.schedule as schedule
+
+    drawn = {seed: draw(seed) for seed in range(1, 200)}
+    monkeypatch.setattr(schedule, "_kafka", lambda s, rng: s)
+    for seed, s in drawn.items():
+        before = draw(seed)
+        assert s.kafka is None or s.notes[:len(before.notes)] == before.notes
+        assert replace(s, kafka=None, notes=before.notes) == before, seed
+
+
+def test_kafka_schedules_mix_servers_clients_assignors_and_faults():
+    from chaos.schedule import KAFKA_ASSIGNORS
+
+    kafka = [s for s in (draw(seed) for seed in range(1, 300)) if s.kafka]
+    assert len(kafka) >= 45 and not any(s.replicas for s in kafka), "a topic at one root only"
+    plans = [s.kafka for s in kafka]
+    assert {p.servers for p in plans} == {1, 2}
+    assert {(p.client, p.assignor) for p in plans} == {(c, a) for c, assignors in KAFKA_ASSIGNORS.items() for a in assignors}
+    assert all(1 <= len(p.kills) <= 3 and all(k.server < p.servers and 1 <= k.down_for <= 5 for k in p.kills)
+               for p in plans)
+    assert sum(1 for p in plans for k in p.kills if k.server == 1) >= 20, "the producer's own server killed too"
+    members = [m for p in plans for m in p.members]
+    assert sum(m.kill_at is not None for m in members) >= 10 and sum(m.freeze_at is not None for m in members) >= 10
+    for s in kafka:
+        assert s.last_event >= max(k.at for k in s.kafka.kills)
+        again = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
+        assert again == s
+        short = shorten(s).kafka
+        assert short.records <= 60 and len(short.members) == 1 and len(short.kills) <= 2
