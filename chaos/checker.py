@@ -37,11 +37,12 @@ import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
-import pyarrow as pa
-from deltalake import DeltaTable
+from chaos.checker_reads import (
+    as_sent, log_location, read_changes, read_current, read_inputs, read_log_changes, removed_while_live,
+    retired_before, retired_ends, sink_commit_groups, text, topic_history,
+)
 
 ANOMALIES = (
     "lost_acknowledged", "log_duplicate", "log_phantom", "offset_reuse", "offset_gap", "epoch_decrease",
@@ -74,62 +75,6 @@ class Findings:
                 "stats": dict(self.stats)}
 
 
-# -- reading (delta-rs only) ---------------------------------------------------------------------
-def _exists(path: str) -> bool:
-    return Path(path, "_delta_log").is_dir()
-
-
-def _rows(table: pa.Table) -> list[dict]:
-    return table.to_pylist()
-
-
-def read_changes(path: str) -> list[dict]:
-    """Every row ever inserted into the table at ``path``, with ``_commit_version`` (change feed)."""
-    if not _exists(path):
-        return []
-    table = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
-    rows = _rows(table)
-    return [r for r in rows if r["_change_type"] == "insert"]
-
-
-def read_log_changes(path: str) -> list[dict]:
-    """Every record ever appended to the topic log at ``path`` (change feed inserts), less those a
-    replica's truncation took out (a returning old leader's records past where the next leader
-    epoch began: the DELETE commits whose metadata says ``truncate``; a retirement's purge or a
-    retention's deletes keep their records, which were appended)."""
-    if not _exists(path):
-        return []
-    table = DeltaTable(path)
-    truncations = {h["version"] for h in table.history()
-                   if '"lakelog":"truncate"' in (h.get("userMetadata") or "")}
-    rows = _rows(pa.table(table.load_cdf(starting_version=0).read_all()))
-    gone: dict[tuple[int, int], int] = {}  # offset -> the last truncation that deleted it
-    for r in rows:
-        if r["_change_type"] == "delete" and r["_commit_version"] in truncations:
-            key = (r["partition"], r["offset"])
-            gone[key] = max(gone.get(key, -1), r["_commit_version"])
-    return [r for r in rows if r["_change_type"] == "insert"
-            and r["_commit_version"] >= gone.get((r["partition"], r["offset"]), -1)]
-
-
-SERVED = "kafka-"  # the producer ids `lakelog serve` gives Kafka producers' records (docs/serve.md)
-
-
-def as_sent(rows: Iterable[dict]) -> list[dict]:
-    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve` under the
-    producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
-    and served rows whose value names none, as they are. (lakelog's own consumers copy the log's
-    ids into their sinks.)"""
-    out = []
-    for r in rows:
-        if (r["producer_id"] or "").startswith(SERVED):
-            name, sep, seq = (_text(r["value"]) or "").rpartition(":")
-            if sep and name and seq.isdigit():
-                r = {**r, "producer_id": name, "sequence": int(seq)}
-        out.append(r)
-    return out
-
-
 def replica_divergence(locations: list[str]) -> list[str]:
     """Offsets at which two roots' copies of a log hold different records, below both log ends:
     what replication must never leave (each root's rows as they are now, read with delta-rs)."""
@@ -146,18 +91,6 @@ def replica_divergence(locations: list[str]) -> list[str]:
     return out
 
 
-def read_current(path: str) -> list[dict]:
-    if not _exists(path):
-        return []
-    return _rows(DeltaTable(path).to_pyarrow_table())
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return bytes(value).decode("utf-8", "replace") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
-
-
 # -- the log ---------------------------------------------------------------------------------
 def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[str, set[int]], out: Findings) -> None:
     by_record: dict[tuple[str, int], list[dict]] = defaultdict(list)
@@ -172,8 +105,8 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
             out.add("log_duplicate", f"{pid}#{seq} at " + ", ".join(f"p{c['partition']}@{c['offset']}" for c in copies),
                     len(copies) - 1)
         want = inputs.get(pid, {}).get(seq)
-        if pid in inputs and (want is None or want != _text(copies[0]["key"])):
-            out.add("log_phantom", f"{pid}#{seq} key {_text(copies[0]['key'])!r} is not in the input (expected {want!r})")
+        if pid in inputs and (want is None or want != text(copies[0]["key"])):
+            out.add("log_phantom", f"{pid}#{seq} key {text(copies[0]['key'])!r} is not in the input (expected {want!r})")
     for pid, seqs in acked.items():
         lost = sorted(s for s in seqs if (pid, s) not in by_record)
         if lost:
@@ -194,7 +127,7 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
                 out.add("epoch_decrease", f"p{p}@{r['offset']}: epoch {r['leader_epoch']} after {last_epoch}")
             last_epoch = max(last_epoch, r["leader_epoch"])
             if r["key"] is not None and r["producer_id"] is not None:
-                k = (r["producer_id"], _text(r["key"]))
+                k = (r["producer_id"], text(r["key"]))
                 if r["sequence"] < last_seq.get(k, -1):
                     out.add("log_key_reorder", f"p{p}@{r['offset']}: {k[0]}/{k[1]} sequence {r['sequence']} after "
                                                f"{last_seq[k]}")
@@ -202,90 +135,12 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 
 # -- a group -------------------------------------------------------------------------------------
-def _topic_history(root: str, topic: str) -> list[dict]:
-    """The topic's records since its latest creation (a topic deleted and created again is new)."""
-    rows = sorted((r for r in read_current(f"{root}/control/topics") if r["topic"] == topic),
-                  key=lambda r: r["topic_version"])
-    created = [i for i, r in enumerate(rows) if r.get("event") == "create"]
-    return rows[created[-1]:] if created else rows
-
-
-def log_location(root: str, topic: str) -> str:
-    """Where the topic's current log is: its latest record's location (default layout if none)."""
-    history = _topic_history(root, topic)
-    return (history[-1].get("location") if history else None) or f"{root}/topics/{topic}"
-
-
-def log_starts(location: str, partitions: Iterable[int]) -> dict[int, int]:
-    """Each partition's log start offset where retention or delete-records raised it: the log's
-    set transaction ``lakelog.log_start.<p>`` (docs/storage-format.md)."""
-    if not _exists(location):
-        return {}
-    table = DeltaTable(location)
-    out = {}
-    for p in partitions:
-        version = table.transaction_version(f"lakelog.log_start.{int(p)}")
-        if version is not None:
-            out[int(p)] = int(version)
-    return out
-
-
-def removed_while_live(location: str, partitions: Iterable[int]) -> dict[int, list[tuple[int, int]]]:
-    """Per partition, the offsets [incarnation start, log start) each raise of its log start took
-    out while the partition was live, walking the log's versions: a raise of the set transaction
-    ``lakelog.log_start.<p>`` at a version whose properties do not say the partition was retired
-    (``lakelog.partition.<p>.mode`` None), from the start of the incarnation then live
-    (``lakelog.partition.<p>.start_offset``, absent 0). Those records were gone before any later
-    retirement of their partition: the retirement did not expire them (campaign seed 1003). The
-    current log start alone cannot tell: a grown-back number's raise hides the earlier ones."""
-    partitions = sorted({int(p) for p in partitions})
-    if not log_starts(location, partitions):  # log starts only rise: never raised
-        return {}
-    table = DeltaTable(location)
-    last: dict[int, int] = {}
-    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for version in range(table.version() + 1):
-        table.load_as_version(version)
-        config = None
-        for p in partitions:
-            start = table.transaction_version(f"lakelog.log_start.{p}")
-            if start is None or start <= last.get(p, -1):
-                continue
-            last[p] = start
-            config = config if config is not None else table.metadata().configuration
-            if config.get(f"lakelog.partition.{p}.mode") != "None":
-                first = int(config.get(f"lakelog.partition.{p}.start_offset") or 0)
-                if start > first:
-                    out[p].append((first, start))
-    return dict(out)
-
-
-def retired_before(history: list[dict], version: int) -> dict[int, int]:
-    """Per partition, the end of its latest incarnation retired at or before topic ``version``."""
-    out: dict[int, int] = {}
-    for rec in history:
-        if rec["topic_version"] > version:
-            break
-        for p in rec["partitions"]:
-            if p["mode"] == "None" and p.get("end_offset") is not None:
-                out[p["partition"]] = max(out.get(p["partition"], 0), p["end_offset"])
-    return out
-
-
-def retired_ends(history: list[dict]) -> dict[int, list[int]]:
-    """Per partition, the final ends of every retired incarnation (ascending)."""
-    ends: dict[int, set[int]] = defaultdict(set)
-    for rec in history:
-        for p in rec["partitions"]:
-            if p["mode"] == "None" and p.get("end_offset") is not None:
-                ends[p["partition"]].add(p["end_offset"])
-    return {p: sorted(v) for p, v in ends.items()}
 
 
 def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
                 removed: dict[int, list[tuple[int, int]]]) -> None:
     """``removed``: ``removed_while_live`` of the topic's log."""
-    history = _topic_history(root, topic)
+    history = topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
                          key=lambda g: g["generation"])
     commits = [c for c in read_changes(f"{root}/control/offset_commits") if c["group"] == group]
@@ -328,7 +183,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
         if src is None or _record(src) != _record(r):  # delivered, but not the record the log holds there
             held = "nothing" if src is None else "{}#{} key {!r}".format(*_record(src))
             out.add("sink_phantom", f"{group}: p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']} key "
-                                    f"{_text(r['key'])!r}) is not that log record: the log holds {held} there")
+                                    f"{text(r['key'])!r}) is not that log record: the log holds {held} there")
             continue  # and the record the log holds there is still to be delivered
         if ident in seen:
             out.add("sink_duplicate", f"{group}: p{ident[0]}@{ident[1]} delivered again in version {r['_commit_version']}")
@@ -336,7 +191,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
         seen.add(ident)
         if r["key"] is None or r["producer_id"] is None:
             continue
-        k = (r["producer_id"], _text(r["key"]))
+        k = (r["producer_id"], text(r["key"]))
         prev = last_seq.get(k)
         if prev is not None and r["sequence"] < prev[0]:
             out.add("delivery_reorder", f"{group}: {k[0]}/{k[1]} #{r['sequence']} (p{ident[0]}@{ident[1]}, v{r['_commit_version']}) "
@@ -373,22 +228,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
 
 def _record(row: dict) -> tuple:
     """What makes a row the record it is: its producer id, sequence and key."""
-    return row["producer_id"], row["sequence"], _text(row["key"])
-
-
-def sink_commit_groups(sink: str) -> dict[int, str]:
-    """Sink version -> the group whose batch it committed, from the commit's metadata (JSON with
-    ``"lakelog": "sink"`` and the group, in Delta's ``userMetadata``): several groups may write one
-    sink, and each is judged on its own commits. Commits without it count for every group."""
-    out = {}
-    for c in DeltaTable(sink).history():
-        try:
-            meta = json.loads(c.get("userMetadata") or "null")
-        except ValueError:
-            continue
-        if isinstance(meta, dict) and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
-            out[int(c["version"])] = meta["group"]
-    return out
+    return row["producer_id"], row["sequence"], text(row["key"])
 
 
 def _tp(x: Any) -> tuple[str, int]:
@@ -448,13 +288,6 @@ def check_positions(group: str, topic: str, commits: list[dict], log: list[dict]
 
 
 # -- the whole check ----------------------------------------------------------------------------
-def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:
-    """Each producer's input file: sequence (line number - 1) -> key."""
-    out: dict[str, dict[int, str]] = {}
-    for pid, path in paths.items():
-        with open(path) as fh:
-            out[pid] = {i: json.loads(line).get("key") for i, line in enumerate(fh) if line.strip()}
-    return out
 
 
 def _label_keys(table: str, r: dict) -> list[tuple]:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from deltalake import DeltaTable
 
-from chaos import checker
+from chaos import checker, checker_reads
 from chaos.host import GATEWAY_ENV
 from chaos.processes import PROJECT
 from chaos.tables import drain_gap
@@ -235,7 +235,7 @@ def scenario_retention(scene: Scene) -> None:
     scene.produce("p1")
     crashed(scene, scene.controller("delete_records", crash=scene.point, pick=0, fraction=0.6))
     scene.expect("running it again finishes it", scene.controller("delete_records", pick=0, fraction=0.6) == 0)
-    rows = checker.read_current(f"{scene.root}/control/record_deletions")
+    rows = checker_reads.read_current(f"{scene.root}/control/record_deletions")
     scene.expect(f"the log start is recorded in the control plane ({len(rows)} rows)", len(rows) >= 1)
     scene.expect("a tick after it", scene.controller("tick", delay=0.0) == 0)
     scene.expect("producing after it", scene.produce("p2") == 0)

@@ -15,7 +15,7 @@ positions are read again and the records filtered again.
 
 The rows' ``producer_id`` and ``sequence`` are those the record's value names (``kp:17``: producer
 ``kp``, sequence 17), which is what a Kafka consumer can see of them and what the checker judges a
-record written through `lakelog serve` by (``chaos.checker.as_sent``).
+record written through `lakelog serve` by (``chaos.checker_reads.as_sent``).
 """
 
 from __future__ import annotations

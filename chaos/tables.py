@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from chaos import checker
+from chaos import checker_reads
 
 
 def current_replica_state(root: str, topic: str) -> dict | None:
@@ -14,7 +14,7 @@ def current_replica_state(root: str, topic: str) -> dict | None:
     path = f"{root}/control/topic_replicas"
     if not os.path.isdir(f"{path}/_delta_log"):
         return None
-    rows = [r for r in checker.read_current(path) if r["topic"] == topic]
+    rows = [r for r in checker_reads.read_current(path) if r["topic"] == topic]
     return max(rows, key=lambda r: (r["incarnation"], r["replica_version"])) if rows else None
 
 
@@ -22,13 +22,13 @@ def current_replica_state(root: str, topic: str) -> dict | None:
 def group_activity(root: str, group: str) -> int:
     """How many rows ``group`` has written to ``offset_commits`` (positions, claims, generations, expiry
     reports): while it grows, the group is working, however slowly. Read with delta-rs."""
-    return sum(1 for c in checker.read_changes(f"{root}/control/offset_commits") if c["group"] == group)
+    return sum(1 for c in checker_reads.read_changes(f"{root}/control/offset_commits") if c["group"] == group)
 
 
 
 def current_record(root: str, topic: str) -> dict | None:
     """The topic's latest control record (its partitions, modes, undeleted count). Read with delta-rs."""
-    history = [r for r in checker.read_current(f"{root}/control/topics") if r["topic"] == topic]
+    history = [r for r in checker_reads.read_current(f"{root}/control/topics") if r["topic"] == topic]
     return max(history, key=lambda r: r["topic_version"]) if history else None
 
 
@@ -42,13 +42,13 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
     if latest is None:
         return "no topic"
     starts = {p["partition"]: p.get("start_offset") or 0 for p in latest["partitions"] if p["mode"] != "None"}
-    raised = checker.log_starts(checker.log_location(root, topic), starts)  # retention, delete-records
+    raised = checker_reads.log_starts(checker_reads.log_location(root, topic), starts)  # retention, delete-records
     starts = {p: max(o, raised.get(p, 0)) for p, o in starts.items()}
     ends: dict[int, int] = defaultdict(int)
-    for r in checker.read_log_changes(checker.log_location(root, topic)):
+    for r in checker_reads.read_log_changes(checker_reads.log_location(root, topic)):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     positions: dict[int, int] = {}
-    commits = [c for c in checker.read_changes(f"{root}/control/offset_commits")
+    commits = [c for c in checker_reads.read_changes(f"{root}/control/offset_commits")
                if c["group"] == group and c["topic"] == topic and c["offset"] >= 0
                and c["kind"] in ("commit", "revoke", "reset", "expired")]
     for c in sorted(commits, key=lambda c: c["_commit_version"]):

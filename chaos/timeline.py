@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from chaos import checker
+from chaos import checker_reads
 
 
 def _utc(value) -> datetime | None:
@@ -37,12 +37,12 @@ def _parts(partitions) -> str:
 
 def topic_events(root: Path) -> list[dict]:
     return [{"at": _utc(r.get("changed_at")), "who": r.get("changed_by") or "", "what": f"topic v{r['topic_version']} {r['event']}",
-             "detail": _parts(r["partitions"])} for r in checker.read_current(str(root / "control" / "topics"))]
+             "detail": _parts(r["partitions"])} for r in checker_reads.read_current(str(root / "control" / "topics"))]
 
 
 def generation_events(root: Path) -> list[dict]:
     out = []
-    for r in checker.read_current(str(root / "control" / "group_generations")):
+    for r in checker_reads.read_current(str(root / "control" / "group_generations")):
         owners = "; ".join(f"{a['member_id']}: {[p['partition'] for p in a['partitions']]}" for a in r.get("assignment") or [])
         marked = [m["partition"] for m in r.get("marked") or []]
         versions = dict(r.get("topic_versions") or [])
@@ -55,7 +55,7 @@ def generation_events(root: Path) -> list[dict]:
 
 def commit_events(root: Path) -> list[dict]:
     by_commit: dict[tuple, list[dict]] = defaultdict(list)
-    for r in checker.read_changes(str(root / "control" / "offset_commits")):
+    for r in checker_reads.read_changes(str(root / "control" / "offset_commits")):
         by_commit[(r["_commit_version"], r["group"], r["member_id"], r["kind"])].append(r)
     out = []
     for (version, group, member, kind), rows in sorted(by_commit.items(), key=lambda kv: kv[0][0]):

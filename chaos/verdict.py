@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from chaos import checker
+from chaos import checker, checker_reads
 
 
 class Verdict:
@@ -37,7 +37,7 @@ class Verdict:
                 found.samples[kind] += [f"[{topic}] {x}" for x in one.samples.get(kind, [])][:checker.SAMPLES]
             found.stats.update({f"{k}[{topic}]": v for k, v in one.stats.items()})
         if self.s.replicas:  # every root holds the leader's records at the same offsets
-            leader = checker.log_location(self.root, self.s.topic)
+            leader = checker_reads.log_location(self.root, self.s.topic)
             others = [str(self.log_link(k)) for k in range(len(self.replica_roots))]
             others = [p for p in others if os.path.realpath(p) != os.path.realpath(leader)]
             for what in checker.replica_divergence([leader, *others]):

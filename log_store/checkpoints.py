@@ -74,7 +74,7 @@ class DeferredCheckpoints:
 
     def _write(self, path: str) -> None:
         """The checkpoint of the table's newest snapshot, read by the writer's own ``DeltaLog``."""
-        from log_store.engine import jvm
+        from log_store.delta_classes import jvm
 
         jvm_ = self.spark._jvm
         options = jvm_.org.apache.spark.api.python.PythonUtils.toScalaMap({WRITER_OPTION: "true"})

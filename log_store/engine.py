@@ -1,4 +1,4 @@
-"""The engine facade: the only module that reaches Delta's JVM classes (through py4j).
+"""The engine facade: Delta's transactions through py4j (``log_store.delta_classes`` finds the classes).
 
 Delta's DataFrame writer makes blind appends, which never conflict. lakelog's appends must fail
 when the partition's metadata or log end moved under them, so they open a transaction on the
@@ -6,8 +6,6 @@ table's DeltaLog, read the metadata and the application transaction ids (``SetTr
 *inside* it, write files and commit them together with new ``SetTransaction`` versions. Delta
 then rejects the commit if a concurrent commit changed the metadata or the same application ids.
 
-Also here: which internal package Delta's classes live in: ``org.apache.spark.sql.delta`` in open-source Delta, another on Databricks
-(``spark.delta_internals`` in the configuration; docs/engine.md says what was verified where).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,60 +27,10 @@ from log_store import checkpoints
 from log_store.arrow_files import arrow_schema, file_stats
 from log_store.files import local_checksum, write_file
 from log_store.delta_errors import translate
+from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
 from log_store.errors import InvalidRecordError, LakelogError
 
-# Where Delta's internal classes live, by the ``spark.delta_internals`` setting.
-DELTA_PACKAGES = {"oss": "org.apache.spark.sql.delta", "databricks": "com.databricks.sql.transaction.tahoe"}
-INTERNALS_CONF = "spark.lakelog.deltaInternals"
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
-
-
-_PER_SESSION: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(session), key) -> (its JVM session, value)
-
-
-def per_session(spark: SparkSession, key: str, make: Callable[[], Any]) -> Any:
-    """``make()``, made once per session under ``key``. Keyed by the session's id, checked against
-    its JVM session: a new session that reuses a dead one's id makes its own."""
-    hit = _PER_SESSION.get((id(spark), key))
-    if hit is None or hit[0] is not spark._jsparkSession:
-        hit = (spark._jsparkSession, make())
-        _PER_SESSION[(id(spark), key)] = hit
-    return hit[1]
-
-
-def forget_session(spark: SparkSession) -> None:
-    """Drop what ``per_session`` made for ``spark`` (a setting it depends on changed)."""
-    for key in [k for k in _PER_SESSION if k[0] == id(spark)]:
-        _PER_SESSION.pop(key, None)
-
-
-def delta(spark: SparkSession) -> Any:
-    """Delta's internal package on the JVM (a py4j package object), looked up once per session: the
-    setting is fixed when the session is built, and reading it costs a call into the JVM (about 5 ms;
-    a commit looked it up about twenty times)."""
-    return per_session(spark, "", lambda: getattr(
-        spark._jvm, DELTA_PACKAGES.get(spark.conf.get(INTERNALS_CONF, "oss"), DELTA_PACKAGES["oss"])))
-
-
-def jvm(spark: SparkSession, name: str) -> Any:
-    """A JVM class, static method or (``name()``) the object a static method returns, by its dotted
-    name (``delta.`` for Delta's package), looked up once per session: each step of a py4j lookup is a
-    call into the JVM, and a step naming a package makes the JVM search every jar for a class of that
-    name (a commit made about thirty such steps)."""
-    def look_up() -> Any:
-        first, _, rest = name.removesuffix("()").partition(".")
-        found = delta(spark) if first == "delta" else getattr(spark._jvm, first)
-        for step in rest.split(".") if rest else []:
-            found = getattr(found, step)
-        return found() if name.endswith("()") else found
-    return per_session(spark, name, look_up)
-
-
-def jvm_json(spark: SparkSession, obj: Any) -> Any:
-    """A JVM object (a Scala map, a checksum, ...) as Python values, through Delta's own JSON
-    mapper: one call across py4j. Iterating a JVM map through py4j ends each loop with a Java
-    exception that pyspark converts, about 25 ms a map."""
-    return json.loads(jvm(spark, "delta.util.JsonUtils.mapper()").writeValueAsString(obj))
 
 
 @dataclass(frozen=True)

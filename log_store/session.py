@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 
 from log_store.config import PROJECT_ROOT, SparkSettings
-from log_store.engine import INTERNALS_CONF, forget_session, jvm_json
+from log_store.delta_classes import INTERNALS_CONF, forget_session, jvm_json
 from log_store.errors import SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from log_store.engine import jvm_json
+from log_store.delta_classes import jvm_json
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, list_names, local_path, read_file, write_file
 from log_store.frames import frame_of

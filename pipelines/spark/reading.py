@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 )
 
 from log_store import rs_reader
-from log_store.engine import jvm
+from log_store.delta_classes import jvm
 from log_store.errors import LakelogError
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.read_ranges import range_filter

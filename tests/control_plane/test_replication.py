@@ -131,7 +131,7 @@ def test_a_returning_old_leader_truncates_what_it_wrote_after_the_election_and_c
     assert len(records_at(old_path)) == 32
     # the truncated records were never the topic's: the audit and the campaign's checker, which read
     # the leader's change feed, leave them out
-    from chaos.checker import read_log_changes
+    from chaos.checker_reads import read_log_changes
     from pipelines.audit.run import run_audit
 
     appended = read_log_changes(old_path)

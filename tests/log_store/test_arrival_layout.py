@@ -173,7 +173,7 @@ def test_an_arrival_files_ranges_survive_a_checkpoint_spark_writes(spark, root, 
     Spark keeps them, and a snapshot read from it (its commit files gone) still plans by them."""
     from pathlib import Path
 
-    from log_store.engine import delta
+    from log_store.delta_classes import delta
 
     TopicAdmin(spark, root).create(T, 3)
     location = TopicAdmin(spark, root).get(T).location

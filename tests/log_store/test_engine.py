@@ -56,7 +56,7 @@ def test_commits_go_through_lakelogs_log_store_which_refuses_a_version_that_exis
     import pytest
     from py4j.protocol import Py4JJavaError
 
-    from log_store.engine import delta
+    from log_store.delta_classes import delta
     from log_store.session import LOG_STORE_CLASS
 
     path = str(tmp_path / "t")
@@ -133,7 +133,7 @@ def test_checksums_in_a_local_log_are_written_put_if_absent_and_whole_other_file
     import pytest
     from py4j.protocol import Py4JJavaError
 
-    from log_store.engine import delta
+    from log_store.delta_classes import delta
     from log_store.session import CHECKPOINT_MANAGER_CLASS
 
     path = str(tmp_path / "t")

@@ -9,7 +9,7 @@ import multiprocessing
 import random
 import time
 
-from chaos.checker import read_changes, sink_commit_groups
+from chaos.checker_reads import read_changes, sink_commit_groups
 from chaos.kafka_sink import DeltaSink, Delivered, named_by_value
 
 

@@ -1,4 +1,4 @@
-"""JVM lookups made once per session (log_store.engine.per_session): made again for another
+"""JVM lookups made once per session (log_store.delta_classes.per_session): made again for another
 session, for a session object whose JVM session changed (a new session reusing a dead one's id),
 and after forget_session (what a change of the Delta internals setting calls). Spark-free: the
 sessions are stand-ins."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from log_store.engine import forget_session, per_session
+from log_store.delta_classes import forget_session, per_session
 
 
 def test_a_lookup_is_made_once_per_session_and_again_when_the_session_changes_or_is_forgotten():

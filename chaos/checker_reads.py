@@ -1,0 +1,186 @@
+"""What the campaign's checker reads, with delta-rs only (never lakelog's own readers): tables'
+rows and change feeds, a topic's history and log location, log starts and what their raises took,
+retired partitions, the sinks' commit groups, the producers' inputs; and records written through
+`lakelog serve` named as their producers sent them (``as_sent``). The checks are in
+``chaos.checker``."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+
+def _exists(path: str) -> bool:
+    return Path(path, "_delta_log").is_dir()
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    return table.to_pylist()
+
+
+def read_changes(path: str) -> list[dict]:
+    """Every row ever inserted into the table at ``path``, with ``_commit_version`` (change feed)."""
+    if not _exists(path):
+        return []
+    table = pa.table(DeltaTable(path).load_cdf(starting_version=0).read_all())
+    rows = _rows(table)
+    return [r for r in rows if r["_change_type"] == "insert"]
+
+
+def read_log_changes(path: str) -> list[dict]:
+    """Every record ever appended to the topic log at ``path`` (change feed inserts), less those a
+    replica's truncation took out (a returning old leader's records past where the next leader
+    epoch began: the DELETE commits whose metadata says ``truncate``; a retirement's purge or a
+    retention's deletes keep their records, which were appended)."""
+    if not _exists(path):
+        return []
+    table = DeltaTable(path)
+    truncations = {h["version"] for h in table.history()
+                   if '"lakelog":"truncate"' in (h.get("userMetadata") or "")}
+    rows = _rows(pa.table(table.load_cdf(starting_version=0).read_all()))
+    gone: dict[tuple[int, int], int] = {}  # offset -> the last truncation that deleted it
+    for r in rows:
+        if r["_change_type"] == "delete" and r["_commit_version"] in truncations:
+            key = (r["partition"], r["offset"])
+            gone[key] = max(gone.get(key, -1), r["_commit_version"])
+    return [r for r in rows if r["_change_type"] == "insert"
+            and r["_commit_version"] >= gone.get((r["partition"], r["offset"]), -1)]
+
+
+SERVED = "kafka-"  # the producer ids `lakelog serve` gives Kafka producers' records (docs/serve.md)
+
+
+def as_sent(rows: Iterable[dict]) -> list[dict]:
+    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve` under the
+    producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
+    and served rows whose value names none, as they are. (lakelog's own consumers copy the log's
+    ids into their sinks.)"""
+    out = []
+    for r in rows:
+        if (r["producer_id"] or "").startswith(SERVED):
+            name, sep, seq = (text(r["value"]) or "").rpartition(":")
+            if sep and name and seq.isdigit():
+                r = {**r, "producer_id": name, "sequence": int(seq)}
+        out.append(r)
+    return out
+
+
+def read_current(path: str) -> list[dict]:
+    if not _exists(path):
+        return []
+    return _rows(DeltaTable(path).to_pyarrow_table())
+
+
+def text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return bytes(value).decode("utf-8", "replace") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
+
+
+def topic_history(root: str, topic: str) -> list[dict]:
+    """The topic's records since its latest creation (a topic deleted and created again is new)."""
+    rows = sorted((r for r in read_current(f"{root}/control/topics") if r["topic"] == topic),
+                  key=lambda r: r["topic_version"])
+    created = [i for i, r in enumerate(rows) if r.get("event") == "create"]
+    return rows[created[-1]:] if created else rows
+
+
+def log_location(root: str, topic: str) -> str:
+    """Where the topic's current log is: its latest record's location (default layout if none)."""
+    history = topic_history(root, topic)
+    return (history[-1].get("location") if history else None) or f"{root}/topics/{topic}"
+
+
+def log_starts(location: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Each partition's log start offset where retention or delete-records raised it: the log's
+    set transaction ``lakelog.log_start.<p>`` (docs/storage-format.md)."""
+    if not _exists(location):
+        return {}
+    table = DeltaTable(location)
+    out = {}
+    for p in partitions:
+        version = table.transaction_version(f"lakelog.log_start.{int(p)}")
+        if version is not None:
+            out[int(p)] = int(version)
+    return out
+
+
+def removed_while_live(location: str, partitions: Iterable[int]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the offsets [incarnation start, log start) each raise of its log start took
+    out while the partition was live, walking the log's versions: a raise of the set transaction
+    ``lakelog.log_start.<p>`` at a version whose properties do not say the partition was retired
+    (``lakelog.partition.<p>.mode`` None), from the start of the incarnation then live
+    (``lakelog.partition.<p>.start_offset``, absent 0). Those records were gone before any later
+    retirement of their partition: the retirement did not expire them (campaign seed 1003). The
+    current log start alone cannot tell: a grown-back number's raise hides the earlier ones."""
+    partitions = sorted({int(p) for p in partitions})
+    if not log_starts(location, partitions):  # log starts only rise: never raised
+        return {}
+    table = DeltaTable(location)
+    last: dict[int, int] = {}
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for version in range(table.version() + 1):
+        table.load_as_version(version)
+        config = None
+        for p in partitions:
+            start = table.transaction_version(f"lakelog.log_start.{p}")
+            if start is None or start <= last.get(p, -1):
+                continue
+            last[p] = start
+            config = config if config is not None else table.metadata().configuration
+            if config.get(f"lakelog.partition.{p}.mode") != "None":
+                first = int(config.get(f"lakelog.partition.{p}.start_offset") or 0)
+                if start > first:
+                    out[p].append((first, start))
+    return dict(out)
+
+
+def retired_before(history: list[dict], version: int) -> dict[int, int]:
+    """Per partition, the end of its latest incarnation retired at or before topic ``version``."""
+    out: dict[int, int] = {}
+    for rec in history:
+        if rec["topic_version"] > version:
+            break
+        for p in rec["partitions"]:
+            if p["mode"] == "None" and p.get("end_offset") is not None:
+                out[p["partition"]] = max(out.get(p["partition"], 0), p["end_offset"])
+    return out
+
+
+def retired_ends(history: list[dict]) -> dict[int, list[int]]:
+    """Per partition, the final ends of every retired incarnation (ascending)."""
+    ends: dict[int, set[int]] = defaultdict(set)
+    for rec in history:
+        for p in rec["partitions"]:
+            if p["mode"] == "None" and p.get("end_offset") is not None:
+                ends[p["partition"]].add(p["end_offset"])
+    return {p: sorted(v) for p, v in ends.items()}
+
+
+def sink_commit_groups(sink: str) -> dict[int, str]:
+    """Sink version -> the group whose batch it committed, from the commit's metadata (JSON with
+    ``"lakelog": "sink"`` and the group, in Delta's ``userMetadata``): several groups may write one
+    sink, and each is judged on its own commits. Commits without it count for every group."""
+    out = {}
+    for c in DeltaTable(sink).history():
+        try:
+            meta = json.loads(c.get("userMetadata") or "null")
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
+            out[int(c["version"])] = meta["group"]
+    return out
+
+
+def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:
+    """Each producer's input file: sequence (line number - 1) -> key."""
+    out: dict[str, dict[int, str]] = {}
+    for pid, path in paths.items():
+        with open(path) as fh:
+            out[pid] = {i: json.loads(line).get("key") for i, line in enumerate(fh) if line.strip()}
+    return out
