@@ -242,18 +242,24 @@ def divergence(position: int, cut: int | None) -> int | None:
     return cut if cut is not None and cut < position else None
 
 
-def elect_epochs(records: list[Any], partition: int) -> list[int]:
-    """``partition``'s epoch in each ``elect_leader`` record of a topic's ``records``, oldest first."""
-    return [p.leader_epoch for r in records if r.event == TopicEvent.ELECT_LEADER
-            for p in r.partitions if p.partition == partition]
+def elect_epochs(records: list[Any], partition: int) -> list[int | None]:
+    """``partition``'s epoch in each ``elect_leader`` record of a topic's ``records``, oldest first;
+    None where the record does not hold it (the partition was created by a later grow)."""
+    out: list[int | None] = []
+    for r in records:
+        if r.event == TopicEvent.ELECT_LEADER:
+            out.append(next((p.leader_epoch for p in r.partitions if p.partition == partition), None))
+    return out
 
 
-def replica_epoch_at(elect_epochs: list[int], partition_epoch: int) -> int:
+def replica_epoch_at(elect_epochs: list[int | None], partition_epoch: int) -> int:
     """The leader epoch (elections so far) a reader was under when it read a partition at
-    ``partition_epoch``: how many elections had bumped the partition to it or below.
-    ``elect_epochs``: the partition's epoch in each ``elect_leader`` record, oldest first (each
-    election bumps every live partition's epoch, so a partition epoch names one leader epoch)."""
-    return sum(1 for e in elect_epochs if e <= partition_epoch)
+    ``partition_epoch``: how many elections had bumped the partition to it or below, or came
+    before the partition existed. ``elect_epochs``: the partition's epoch in each ``elect_leader``
+    record, oldest first (each election bumps every live partition's epoch, so a partition epoch
+    names one leader epoch; a partition grown later starts at its own epoch 0, as Kafka's new
+    partitions do, and every read of it follows the elections before it)."""
+    return sum(1 for e in elect_epochs if e is None or e <= partition_epoch)
 
 
 # -- the records' changes (a ``ReplicaState`` each) ------------------------------------------

@@ -140,3 +140,32 @@ def test_a_partition_the_elected_root_never_held_starts_the_new_epoch_too(spark,
         assert elected.epoch_starts[-1].starts.get(1) == 0, elected.epoch_starts[-1].starts
     finally:
         restore(logs[eu])
+
+
+def test_a_partition_grown_after_an_election_is_not_cut_by_it(spark, tmp_path):
+    """A topic grown after a clean election: the new partition starts at leader epoch 0, as Kafka's
+    new partitions do, while the topic's replicas are at epoch 1. A member that takes over the
+    group's position on it (another process: only the committed epoch to go by) must read it as
+    read after the election, not as a history the election cut at 0 (campaign seed 1429: every
+    member that took partition 3 over failed with LogTruncatedError)."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+    from tests.control_plane.test_replication import cut, restore
+
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, eu).create("orders", 1, replicas=[eu, us])
+    replication = Replication(spark, eu)
+    state = replication.state("orders")
+    Producer(spark, eu, "orders", "p", ALL).send(make_records(spark, 4))
+    cut(replication.path(state, eu))  # the leader's root lost
+    try:
+        assert replication.elect("orders", us).leader_epoch == 1  # clean
+    finally:
+        restore(replication.path(state, eu))
+    TopicController(spark, eu, ControllerSettings()).alter("orders", 2)  # partition 1, at epoch 0
+    Producer(spark, eu, "orders", "q", ALL).send(make_records(spark, 20, start=100))
+    first = Consumer(spark, eu, "orders", "g").run(lambda df, r: None)
+    assert first.records == 24
+    Producer(spark, eu, "orders", "r", ALL).send(make_records(spark, 10, start=200))
+    assert Consumer(spark, eu, "orders", "g").run(lambda df, r: None).records == 10, \
+        "another process of the group took the grown partition's position as cut by the election"

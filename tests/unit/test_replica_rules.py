@@ -142,3 +142,26 @@ def test_the_divergence_check_flags_only_positions_past_where_an_election_cut_th
     # two unclean elections: the lowest cut counts
     twice = _history(("/us", 8, True), ("/ap", 3, True))
     assert cut_below(twice, 0, 0) == 3 and cut_below(twice, 1, 0) == 3 and cut_below(twice, 2, 0) is None
+
+
+def test_a_partition_grown_after_an_election_was_read_under_that_election():
+    """The leader epoch a committed partition epoch was read under: elections that bumped the
+    partition to it or below, and those before the partition existed (a grow after an election
+    starts the new partition at its own epoch 0)."""
+    from datetime import datetime
+
+    from control_plane.controller.rules import plan_elect, plan_expand
+    from control_plane.records import PartitionState, TopicEvent, TopicRecord
+    from control_plane.replication.rules import elect_epochs, replica_epoch_at
+
+    now = datetime(2026, 1, 1)
+    created = TopicRecord(topic="t", topic_version=1, event=TopicEvent.CREATE, location="/eu", partition_count=1,
+                          undeleted_partition_count=1, partitions=[PartitionState(partition=0)])
+    elected = plan_elect(created, "/us", now)  # partition 0 at epoch 1
+    grown = plan_expand(elected, 2, now)  # partition 0 at 2, partition 1 new at 0
+    again = plan_elect(grown, "/eu", now)  # partition 0 at 3, partition 1 at 1
+    records = [created, elected, grown, again]
+    assert elect_epochs(records, 1) == [None, 1]
+    assert replica_epoch_at(elect_epochs(records, 1), 0) == 1, "read after the first election: it did not cut it"
+    assert replica_epoch_at(elect_epochs(records, 1), 1) == 2
+    assert [replica_epoch_at(elect_epochs(records, 0), e) for e in (0, 1, 2, 3)] == [0, 1, 1, 2]
