@@ -31,7 +31,7 @@ from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
-    AppVersionConflictError, InvalidConfigurationError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
+    AppVersionConflictError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
@@ -54,38 +54,6 @@ class ConsumeResult(BaseModel):
     positions: dict[int, int]
     seconds: float
     expired: int = 0  # records of retired partitions this group had not read (reported, see groups describe)
-
-
-def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
-                   max_records: int | None = None) -> DataFrame:
-    """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
-    at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
-    Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
-    topic is read at its leader, below its high watermark."""
-    admin = TopicAdmin(spark, root)
-    if admin.replica_state(topic) is not None:
-        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
-    else:
-        log = admin.log(topic)
-        snap = log.snapshot()
-    snap.metadata.check_not_deleted()
-    readable = snap.readable()
-    if partition not in readable:
-        raise InvalidConfigurationError(f"partition {partition} is not a readable partition of '{topic}' "
-                                        f"(readable: {readable}); `lakelog topics describe --topic {topic}` lists them")
-    start, end = snap.first_offset(partition), snap.log_ends[partition]
-    if offset in ("earliest", "latest"):
-        first = start if offset == "earliest" else end
-    else:
-        try:
-            first = int(offset)
-        except (TypeError, ValueError):
-            first = -1
-        if first < 0:
-            raise InvalidConfigurationError(f"--offset takes a number >= 0, earliest or latest (got {offset!r})")
-        first = max(first, start)
-    last = end if max_records is None else min(end, first + max_records)
-    return log.read({partition: (first, max(first, last))}, ordered=True, version=snap.version)
 
 
 @dataclass(frozen=True)

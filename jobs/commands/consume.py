@@ -64,7 +64,7 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
             sys.stdout.write(line + "\n")
 
     if partition is not None:
-        from pipelines.consumer import read_partition
+        from pipelines.partition_read import read_partition
 
         data = read_partition(c.spark, c.root, topic, partition, offset, max_records)
         print_batch(data, None)

@@ -14,7 +14,8 @@ from control_plane.replication import Replication, election
 from control_plane.replication.copy import Role, open_log
 from control_plane.topics import TopicAdmin
 from log_store.errors import LakelogError
-from pipelines.consumer import Consumer, read_partition
+from pipelines.consumer import Consumer
+from pipelines.partition_read import read_partition
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
 from tests.control_plane.test_replication import cut, restore

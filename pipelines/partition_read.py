@@ -1,0 +1,42 @@
+"""One partition read without a group (Kafka's console consumer with ``--partition --offset``):
+``lakelog consume --partition``."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from control_plane.replication import Replication
+from control_plane.topics import TopicAdmin
+from log_store.errors import InvalidConfigurationError
+
+
+def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
+                   max_records: int | None = None) -> DataFrame:
+    """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
+    at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
+    Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
+    topic is read at its leader, below its high watermark."""
+    admin = TopicAdmin(spark, root)
+    if admin.replica_state(topic) is not None:
+        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
+    else:
+        log = admin.log(topic)
+        snap = log.snapshot()
+    snap.metadata.check_not_deleted()
+    readable = snap.readable()
+    if partition not in readable:
+        raise InvalidConfigurationError(f"partition {partition} is not a readable partition of '{topic}' "
+                                        f"(readable: {readable}); `lakelog topics describe --topic {topic}` lists them")
+    start, end = snap.first_offset(partition), snap.log_ends[partition]
+    if offset in ("earliest", "latest"):
+        first = start if offset == "earliest" else end
+    else:
+        try:
+            first = int(offset)
+        except (TypeError, ValueError):
+            first = -1
+        if first < 0:
+            raise InvalidConfigurationError(f"--offset takes a number >= 0, earliest or latest (got {offset!r})")
+        first = max(first, start)
+    last = end if max_records is None else min(end, first + max_records)
+    return log.read({partition: (first, max(first, last))}, ordered=True, version=snap.version)
