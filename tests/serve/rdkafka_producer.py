@@ -1,7 +1,8 @@
 """Kafka's VerifiableProducer, in librdkafka (confluent-kafka), for tests/serve/group_resize.py:
 ``rdkafka_producer.py BOOTSTRAP TOPIC KEYS THROUGHPUT [SETTING=VALUE ...]`` produces value ``str(n)``
 with key ``str(n % KEYS)`` for n = 0, 1, ... at about THROUGHPUT records a second (librdkafka
-settings as given, on top of an idempotent producer), printing the Java tool's JSON lines:
+settings as given, on top of an idempotent producer; ``partition=N`` addresses every record to
+partition N, one sequence stream), printing the Java tool's JSON lines:
 ``producer_send_success`` with the partition and offset librdkafka was told, ``producer_send_error``;
 on SIGTERM it flushes and prints ``shutdown_complete``."""
 
@@ -22,6 +23,7 @@ def say(name: str, **fields) -> None:
 def main() -> None:
     boot, topic, keys, throughput = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     settings = {"bootstrap.servers": boot, "enable.idempotence": True, **dict(a.split("=", 1) for a in sys.argv[5:])}
+    addressed = {"partition": int(settings.pop("partition"))} if "partition" in settings else {}
     producer = Producer(settings)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -37,7 +39,7 @@ def main() -> None:
     began, n = time.monotonic(), 0
     while not stop:
         try:
-            producer.produce(topic, key=str(n % keys), value=str(n), on_delivery=report)
+            producer.produce(topic, key=str(n % keys), value=str(n), on_delivery=report, **addressed)
         except BufferError:  # librdkafka's queue is full: serve the reports, then the same record again
             producer.poll(0.1)
             continue
