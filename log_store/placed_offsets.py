@@ -88,8 +88,10 @@ class Placement:
         flat_starts, flat_rows = [0] * (tasks * width), [0] * (tasks * width)
         for (t, p), start in starts.items():
             flat_starts[t * width + p], flat_rows[t * width + p] = start, self.rows[(t, p)]
-        # the task numbering the row is the one that read it: no shuffle lies between (else the counts fail)
-        slot = (F.spark_partition_id().cast("long") * width + F.col("partition") + 1).cast("int")
+        # the task numbering the row is the one that read it: no shuffle lies between (else the counts
+        # fail); a partition the first pass did not see has no slot (null: a row not counted)
+        slot = F.when(F.col("partition").between(0, width - 1),
+                      (F.spark_partition_id().cast("long") * width + F.col("partition") + 1).cast("int"))
         counted = F.coalesce(F.try_element_at(longs(flat_rows), slot), F.lit(0))
         index = F.col("_index")
         return F.when((index >= 0) & (index < counted), F.try_element_at(longs(flat_starts), slot) + index) \
