@@ -10,7 +10,8 @@ from py4j.protocol import Py4JJavaError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.errors import (
-    AppVersionConflictError, ConcurrentCommitError, InvalidRecordError, LakelogError, StorageError,
+    INPUT_CHANGED_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError, InvalidRecordError,
+    LakelogError, StorageError,
 )
 
 T = TypeVar("T")
@@ -52,6 +53,9 @@ def translate(exc: Exception) -> LakelogError:
             "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "
             "release of lakelog), which holds one value per key. Nothing was written. Give each header key once, "
             "or write to a topic (or sink) made by this release, which keeps Kafka's list of headers")
+    if INPUT_CHANGED_MARK in text:  # log_store.placed_offsets: a task met rows its first pass did not count
+        return InputChangedError(f"the write read other rows than its first pass counted ({_first_line(text)[:300]}); "
+                                 "nothing was committed")
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")

@@ -130,6 +130,14 @@ class OffsetCheckError(LakelogError):
     """The written files' offsets are not exactly the dense range the commit would record."""
 
 
+class InputChangedError(OffsetCheckError):
+    """A write read other rows than the pass that counted them (an input that is not the same each
+    time it is read); nothing was committed, and the producer writes the rows again from a cache."""
+
+
+INPUT_CHANGED_MARK = "LAKELOG_INPUT_CHANGED"  # in the failure of a Spark task that met rows not counted
+
+
 class StorageError(LakelogError):
     """The root cannot be read or written (permissions, missing mount, an object store's endpoint,
     bucket or credentials)."""

@@ -65,6 +65,7 @@ from log_store.log_metadata import (
 )
 from log_store.names import commit_metadata, log_end_app_id, producer_app_id
 from log_store.numbering import map_lookup, offsets_column
+from log_store.placed_offsets import Placement
 from log_store.timestamp_types import LOG_APPEND_TIME, TimestampTypes, stamp_log_append_time
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 
@@ -250,6 +251,7 @@ class TopicLog:
         rows: int | None = None,
         expected_mark: int | None = None,
         stamps: dict[str, int] | None = None,
+        placed: Placement | None = None,
     ) -> AppendResult:
         """Append ``records`` (columns ``PRODUCER_COLUMNS``) with dense offsets, fenced.
 
@@ -263,6 +265,8 @@ class TopicLog:
         the caller last saw it; if the log's differs, nothing is written (StaleProducerSequenceError).
         ``stamps``: more application versions to set in the same commit (a stream sink's record of
         which micro-batch landed), which make it fail if another writer moved them first.
+        ``placed``: the rows' counts per Spark task and partition, from a pass before (each row's
+        sequence its place in the write): offsets without a shuffle (log_store/placed_offsets.py).
         """
         missing = [c for c in PRODUCER_COLUMNS if c not in records.columns]
         if missing:
@@ -273,7 +277,7 @@ class TopicLog:
 
         def attempt() -> AppendResult:
             attempts[0] += 1
-            return self._append_once(records, expected_count, producer_id, rows, expected_mark, stamps)
+            return self._append_once(records, expected_count, producer_id, rows, expected_mark, stamps, placed)
 
         try:
             result = retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
@@ -343,7 +347,7 @@ class TopicLog:
 
     def _append_once(self, records: DataFrame, expected_count: int, producer_id: str | None,
                      rows: int | None = None, expected_mark: int | None = None,
-                     stamps: dict[str, int] | None = None) -> AppendResult:
+                     stamps: dict[str, int] | None = None, placed: Placement | None = None) -> AppendResult:
         """One attempt, one Spark job: read metadata and log ends in the transaction, write, check, commit.
 
         Offsets come from the log ends read inside the transaction; counts and sequence bounds
@@ -367,11 +371,15 @@ class TopicLog:
             floor = (F.coalesce(map_lookup({p: mark for p in meta.partitions}, "partition"), F.lit(-1))
                      if use_one_task(rows) else F.lit(mark))
             data = data.where(F.col("sequence") > floor)
-        if use_one_task(rows):
-            data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
+        if placed is not None:
+            data = placed.with_index(data)
+            offsets = placed.offsets_column(bases)
+        else:
+            if use_one_task(rows):
+                data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
+            offsets = offsets_column(self.spark, data, bases, rows, mixed_files=conf.get(LAYOUT_PROP) == ARRIVAL)
         out = data.select(
-            "partition",
-            offsets_column(self.spark, data, bases, rows, mixed_files=conf.get(LAYOUT_PROP) == ARRIVAL).alias("offset"),
+            "partition", offsets.alias("offset"),
             F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
             .cast("int").alias("leader_epoch"),
             "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
@@ -383,6 +391,8 @@ class TopicLog:
             parts, max_seq = write_arrival(self.spark, self.path, txn, out, rows, producer_id, mark)
         else:
             parts, max_seq = write_partitioned(self.path, txn, out, rows, producer_id, mark)
+        if placed is not None:
+            placed.check(parts)
         result = self._commit_parts(txn, meta, parts, bases, known, writable, {producer_id: max_seq} if producer_id else {},
                                     expected_count, producer_id, stamps)
         return result.model_copy(update={"producer_mark": max_seq})

@@ -21,14 +21,16 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, LongType, MapType
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from pipelines.driver_batches import is_plain, normalized, partitioned, spark_is_plain
+from pipelines.placed_send import PlacedRows, placeable
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
-    FencedLeaderEpochError, InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError,
+    FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError,
     NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
 )
 from log_store.log_metadata import Mode
 from log_store.numbering import place_rows
+from log_store.placed_offsets import Placement
 from log_store.partitioner import partition_column
 from log_store.engine import app_versions
 from log_store.dense_offsets import ONE_TASK_ROWS
@@ -203,11 +205,21 @@ class Producer:
                 on_progress(1, 1)
             return result.model_copy(update={"duplicates": batch.num_rows - result.appended,
                                              "batches": 1 if batch.num_rows else 0})
+        changed = False
+        if "sequence" not in records.columns:
+            try:
+                result = self._send_placed(records, sequence_start, expected_mark, stamps, rows)
+                if result is not None:
+                    if on_progress:
+                        on_progress(1, 1)
+                    return result
+            except InputChangedError:
+                changed = True  # the input is not the same each time it is read: cache it, as below
         df = self.normalize(records, sequence_start)
         bound = rows if rows is not None else row_bound(df)
         if bound is None:
             bound = cached_rows(records)  # a filled cache: Spark counted its rows as it filled it
-        if bound is not None and bound <= self.settings.batch_size:
+        if not changed and bound is not None and bound <= self.settings.batch_size:
             result = self._send_one(df, bound, expected_mark, stamps)
             if on_progress:
                 on_progress(1, 1)
@@ -229,6 +241,35 @@ class Producer:
                 if placed is not None:
                     placed.unpersist()
         return result
+
+    def _send_placed(self, records: DataFrame, sequence_start: int, expected_mark: int | None,
+                     stamps: dict[str, int] | None, rows: int | None) -> ProduceResult | None:
+        """Rows without sequences, more than a small batch, in one append of two passes and no cache
+        (pipelines/placed_send.py): one counts each Spark task's rows per partition (and records
+        without a value: then nothing is written), the other writes the log's files with offsets
+        known. None (nothing done) for rows too few, or more than one batch, for this path."""
+        bound = rows if rows is not None else row_bound(records)
+        if bound is None:
+            bound = cached_rows(records)
+        if bound is not None and bound <= ONE_TASK_ROWS or not placeable(self.spark, records):
+            return None
+        try:
+            count = self._partition_count or self.log.metadata().undeleted_partition_count
+        except (LeaderNotAvailableError, StorageError):
+            return None  # the batch path waits for the log
+        placed = PlacedRows(self.spark, records, self.normalize)
+        first = placed.counts(count)
+        if first.null_values:
+            raise InvalidRecordError(f"{first.null_values} records have no value; every record needs one. "
+                                     "Nothing was written.")
+        total = first.total
+        if not 0 < total <= self.settings.batch_size or not first.placement(sequence_start).fits:
+            return None
+        self._partition_count = count
+        result = self._send_batch(placed.sequenced(sequence_start), self._nothing_sent(total, 1), rows=total,
+                                  expected_mark=expected_mark, stamps=stamps,
+                                  placement=lambda n: placed.counts(n).placement(sequence_start))
+        return result.model_copy(update={"duplicates": total - result.appended})
 
     def _nothing_sent(self, records: int, batches: int) -> ProduceResult:
         """The result before the first batch: the counts each batch then adds to."""
@@ -341,8 +382,10 @@ class Producer:
         return self._replicas or None
 
     def _send_batch(self, batch: DataFrame | pa.Table, result: ProduceResult, rows: int | None = None,
-                    expected_mark: int | None = None, stamps: dict[str, int] | None = None) -> ProduceResult:
-        """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata."""
+                    expected_mark: int | None = None, stamps: dict[str, int] | None = None,
+                    placement: Callable[[int], Placement] | None = None) -> ProduceResult:
+        """One batch (about ``rows`` records) as one fenced append, re-partitioned on stale metadata.
+        ``placement``: the rows' counts per Spark task and partition for a partition count (``_send_placed``)."""
         replication = self._replication()
         if replication is not None:  # acks: all refuses up front, as Kafka's leader does
             replication.check_in_sync(self.topic, self.settings.min_insync_replicas)
@@ -368,7 +411,7 @@ class Producer:
                     appended = self.log.append(
                         parted, count, self.producer_id,
                         max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
-                        expected_mark=expected_mark, stamps=stamps,
+                        expected_mark=expected_mark, stamps=stamps, placed=placement(count) if placement else None,
                     )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas, epoch)
