@@ -1,6 +1,6 @@
 """``lakelog serve`` beside a Kafka 4.4 broker on the same machine, with Kafka's own tools.
 
-    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--json-out FILE]
+    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--cases all|consume] [--json-out FILE]
 
 One after another (only one of them uses the machine at a time):
 
@@ -17,6 +17,8 @@ One after another (only one of them uses the machine at a time):
 Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
 measurement, so a run stopped early keeps what it measured. BENCHMARKS.md keeps them.
+``--cases consume`` runs only the first step's acks 1 produce and consume, against the broker and
+the server (consume rates: the server's reads of a log its own commits just wrote).
 """
 
 from __future__ import annotations
@@ -132,10 +134,27 @@ def concurrent(server: LakelogServer, producers: int, records: int, partitions: 
             "records_per_commit": records / max(commits, 1)}
 
 
+def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
+    """Produce then consume ``n`` records (acks 1) against the broker, then against a fresh server."""
+    with Broker() as broker:
+        step("kafka", "acks1", lambda: perf(broker.bootstrap, n, parts, "1"))
+    server = LakelogServer()
+    try:
+        step("lakelog", "acks1", lambda: perf(server.bootstrap, n, parts, "1"))
+    finally:
+        server.stop()
+    figures["load_after"] = os.getloadavg()
+    out.write_text(json.dumps(figures, indent=2))
+    mine, theirs = figures["lakelog"]["acks1"]["consume_rec_s"], figures["kafka"]["acks1"]["consume_rec_s"]
+    print(f"consume: lakelog serve {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
+    print(f"figures: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--cases", choices=["all", "consume"], default="all")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     n, parts = args.records, args.partitions
@@ -151,6 +170,9 @@ def main() -> None:
         print(f"{side} {name} ({time.monotonic() - started:.0f} s): {json.dumps(figures[side][name])}", flush=True)
         out.write_text(json.dumps(figures, indent=2))
 
+    if args.cases == "consume":
+        consume_only(n, parts, step, figures, out)
+        return
     with Broker() as broker:
         b = broker.bootstrap
         step("kafka", "acks1", lambda: perf(b, n, parts, "1"))
