@@ -92,7 +92,8 @@ def test_a_topic_created_again_under_its_name_serves_its_new_records(spark, serv
 def test_a_leader_root_truncated_and_elected_again_serves_what_its_log_holds_now(spark, served, root, tmp_path):
     """The server appended "a" at /eu (not copied: /us cut off), so it keeps it as /eu's offset 0.
     /us is elected and takes "z" at offset 0; /eu, back, is truncated and copies /us's log; elected
-    again, /eu's log holds "z" at 0, in versions the server did not commit."""
+    again, /eu's log holds "z" at 0, in versions the server did not commit; the server's next
+    commit there ("y" at 1) follows them."""
     from tests.control_plane.test_replication import cut, restore
 
     eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
@@ -124,4 +125,11 @@ def test_a_leader_root_truncated_and_elected_again_serves_what_its_log_holds_now
             break
         time.sleep(0.5)
     assert values(answer) == [(0, b"z")]
+    for _ in range(20):  # the server's next commit there follows versions it did not make
+        answered = produce(client, "t", 0, batch([b"y"]))
+        if answered[0] == NONE:
+            break
+        time.sleep(0.5)
+    assert answered == (NONE, 1)
+    assert values(fetch(client, 0, 0)) == [(0, b"z"), (1, b"y")]
     client.close()
