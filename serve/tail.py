@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from serve.records import READ_COLUMNS, READ_SCHEMA, decode_batches
 
+PIECE_BYTES = 200  # what a piece costs beyond its records (the objects that hold it), counted against the limit
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 
@@ -49,7 +50,7 @@ class Piece:
 
     @property
     def size(self) -> int:
-        return len(self.wire) if self.wire is not None else self.rows.nbytes
+        return PIECE_BYTES + (len(self.wire) if self.wire is not None else self.rows.nbytes)
 
     def rows_between(self, start: int, stop: int) -> pa.Table:
         """The records ``[start, stop)`` of this piece as Arrow (``READ_SCHEMA``)."""
@@ -79,7 +80,8 @@ class Tail:
         self.bytes = 0
         self.hits = 0  # partitions of fetches answered from here
         self._logs: dict[str, _Log] = {}
-        self._order: deque[tuple[_Log, int, Piece]] = deque()  # every live piece, oldest first
+        self._order: deque[tuple[_Log, int, Piece]] = deque()  # every piece, oldest first
+        self._dead = 0  # pieces of ``_order`` dropped before their turn (a run ended)
         self._lock = threading.Lock()
 
     def committed(self, path: str, table_id: str, version: int, pieces: dict[int, list[Piece]]) -> None:
@@ -139,20 +141,23 @@ class Tail:
         for piece in kept:
             piece.live = False
             self.bytes -= piece.size
+        self._dead += len(kept)
         kept.clear()
 
     def _evict(self) -> None:
         while self.bytes > self.max_bytes and self._order:
             log, p, piece = self._order.popleft()
             if not piece.live:
+                self._dead -= 1
                 continue
             kept = log.parts[p]
             assert kept[0] is piece  # a partition's pieces are kept in the order they were committed
             del kept[0]
             piece.live = False
             self.bytes -= piece.size
-        while self._order and not self._order[0][2].live:
-            self._order.popleft()
+        if self._dead > len(self._order) // 2:  # runs ended behind a live piece of another log
+            self._order = deque(entry for entry in self._order if entry[2].live)
+            self._dead = 0
 
 
 def pieces_of(written: pa.Table, batches: Sequence, placed: Sequence[np.ndarray], addressed: Sequence[int],

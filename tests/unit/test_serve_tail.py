@@ -12,7 +12,7 @@ from aiokafka.record._crecords import MemoryRecords
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
 from serve.apis.fetch import encode_kept
 from serve.records import decode_batches
-from serve.tail import Piece, Tail, pieces_of
+from serve.tail import PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
 CREATE_TIME = TimestampTypes()
@@ -98,7 +98,7 @@ def test_a_version_the_server_did_not_commit_ends_the_run():
 
 
 def test_the_oldest_pieces_go_first_past_the_byte_limit():
-    one = len(batch([b"x" * 100]))
+    one = len(batch([b"x" * 100])) + PIECE_BYTES
     tail = Tail(3 * one)
     for i in range(5):
         tail.committed("/log", "id", i, _commit({0: [b"x" * 100]}, {0: i}))
@@ -106,6 +106,15 @@ def test_the_oldest_pieces_go_first_past_the_byte_limit():
     assert tail.pieces("/log", "id", 4, 0, 1, 5) is None
     assert [q.first for q in tail.pieces("/log", "id", 4, 0, 2, 5)] == [2, 3, 4]
     assert Tail(0).pieces("/log", "id", 0, 0, 0, 1) is None
+
+
+def test_pieces_of_ended_runs_are_not_held_behind_another_logs_live_ones():
+    tail = Tail(1 << 20)
+    tail.committed("/quiet", "id", 1, _commit({0: [b"q"]}, {0: 0}))
+    for v in range(1, 400, 2):  # every commit of /busy follows one by another writer
+        tail.committed("/busy", "id", v, _commit({0: [b"b"] * 10}, {0: v * 10}))
+    assert len(tail._order) < 10
+    assert tail.pieces("/quiet", "id", 1, 0, 0, 1) is not None
 
 
 def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to_its_limit():
@@ -129,4 +138,3 @@ def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
     data = encode_kept([piece], 0, 2, 1 << 20, types, 0)
     records = MemoryRecords(data)
     assert records.next_batch().timestamp_type == 1
-    assert isinstance(piece, Piece)
