@@ -2,14 +2,16 @@
 log's end are answered without reading its files (docs/serve.md#the-tail-a-server-keeps).
 
 A log's kept records are only ever a faster copy of what a snapshot of it says. They are kept for
-one Delta table (its path and Delta id) and for a run of versions ``[base, top]`` that were all
-this server's own appends, each one version after the last: a version the server did not commit
-(another server's append, lakelog's producers, delete-records and retention, a resize, an
-election's truncation, a table made again at the path) ends the run, and the next commit of this
-server starts a new one. A fetch reading snapshot ``v`` of the log takes kept records only when
-``base <= v <= top``: every record of the run at an offset below the snapshot's log end was in the
-log at ``v`` and nothing since has changed it. What a fetch may read (the log start, the high
-watermark, the resize gates) is decided as before, from the snapshot.
+one Delta table (its path and Delta id) and for a run of versions ``[base, top]``: this server's
+own appends, and between them only versions that added files and nothing else (another server's
+or lakelog's producers' appends, read from the commit files of a local table; ``follow``). Any
+other version (delete-records and retention, a resize, an election's truncation or fence, a
+table made again at the path, or one whose commit file cannot be read) ends the run, and the next
+commit of this server starts a new one. A fetch reading snapshot ``v`` of the log takes kept
+records only when ``base <= v <= top``: every kept record at an offset below the snapshot's log end
+was in the log at ``v`` and nothing since has changed it (a version that only adds files changes
+no row). What a fetch may read (the log start, the high watermark, the resize gates) is decided
+as before, from the snapshot.
 
 A partition's records are kept as pieces in offset order: one Kafka record batch as its producer
 sent it (base offset and partition leader epoch written in, which the batch's CRC does not cover),
@@ -25,7 +27,7 @@ import struct
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -70,6 +72,7 @@ class _Log:
     base: int
     top: int
     parts: dict[int, list[Piece]] = field(default_factory=dict)
+    ended: bool = False  # a version after ``top`` changed more than files added: the run cannot follow it
 
 
 class Tail:
@@ -84,11 +87,15 @@ class Tail:
         self._dead = 0  # pieces of ``_order`` dropped before their turn (a run ended)
         self._lock = threading.Lock()
 
-    def committed(self, path: str, table_id: str, version: int, pieces: dict[int, list[Piece]]) -> None:
+    def committed(self, path: str, table_id: str, version: int, pieces: dict[int, list[Piece]],
+                  only_appends: Callable[[int, int], bool] | None = None) -> None:
         """This server's append committed ``version`` of the log at ``path`` with ``pieces`` (per
-        partition, in offset order): kept after the log's run if it follows its top, else as a new run."""
+        partition, in offset order): kept in the log's run if it follows its top (directly, or after
+        versions ``only_appends(first, last)`` says only added files), else as a new run."""
         if self.max_bytes <= 0:
             return
+        if only_appends is not None:
+            self.follow(path, table_id, version - 1, only_appends)
         with self._lock:
             log = self._logs.get(path)
             if log is None or log.table_id != table_id or version != log.top + 1:
@@ -98,7 +105,7 @@ class Tail:
             log.top = version
             for p, new in pieces.items():
                 kept = log.parts.setdefault(p, [])
-                if kept and kept[-1].end != new[0].first:  # not dense after what is kept: start again
+                if kept and kept[-1].end > new[0].first:  # records kept where the commit wrote: start again
                     self._drop_part(kept)
                 for piece in new:
                     kept.append(piece)
@@ -106,10 +113,26 @@ class Tail:
                     self.bytes += piece.size
             self._evict()
 
+    def follow(self, path: str, table_id: str, version: int, only_appends: Callable[[int, int], bool]) -> None:
+        """Extend the log's run to ``version`` if the versions after its top only added files
+        (``only_appends(first, last)``, another writer's appends): what is kept is still the log's."""
+        with self._lock:
+            log = self._logs.get(path)
+            if log is None or log.table_id != table_id or version <= log.top or log.ended:
+                return
+            top = log.top
+        appends = only_appends(top + 1, version)
+        with self._lock:
+            if self._logs.get(path) is log and log.top == top:  # no commit of this server meanwhile
+                if appends:
+                    log.top = version
+                else:
+                    log.ended = True
+
     def pieces(self, path: str, table_id: str, version: int, partition: int, start: int, stop: int) -> list[Piece] | None:
-        """The kept pieces holding ``[start, stop)`` of ``partition`` from ``start`` on (they may end
-        before ``stop``), as of ``version`` of the log; None unless ``start`` itself is kept and the
-        kept run holds ``version``."""
+        """The kept pieces holding ``[start, stop)`` of ``partition`` one after another from ``start``
+        (they may end before ``stop``: at what is kept, or where another writer's records are), as of
+        ``version`` of the log; None unless ``start`` itself is kept and the kept run holds ``version``."""
         with self._lock:
             log = self._logs.get(path)
             if log is None or log.table_id != table_id or not log.base <= version <= log.top:
@@ -118,11 +141,14 @@ class Tail:
             if not kept or not kept[0].first <= start < kept[-1].end:
                 return None
             at = bisect.bisect_right(kept, start, key=lambda piece: piece.first) - 1
-            out = []
+            if kept[at].end <= start:  # another writer's records
+                return None
+            out, end = [], kept[at].first
             for piece in kept[at:]:
-                if piece.first >= stop:
+                if piece.first >= stop or piece.first != end:
                     break
                 out.append(piece)
+                end = piece.end
             self.hits += 1
             return out
 

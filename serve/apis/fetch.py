@@ -18,7 +18,7 @@ from log_store.topic_log import TopicLog
 from serve.context import TopicView
 from serve.errors import code_of, name_of
 from serve.records import READ_COLUMNS, READ_SCHEMA, encode_records
-from serve.tail import Piece
+from serve.tail import PIECE_BYTES, Piece
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
@@ -98,24 +98,30 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
         for group in groups:
             server.gates.report_expired(group, view)
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
-    kept = {}
+    kept, order = {}, []
+    path, version = view.record.location, view.snapshot.version
+    if readable and reads_with_delta_rs(path):  # another writer's appends since this server's last commit
+        server.ctx.tail.follow(path, view.log_id, version, lambda a, b: rs_reader.only_appends(path, a, b))
     for p in readable:
         end = min(marks[p.partition], gated.get(p.partition, marks[p.partition]))
         if p.fetch_offset < end and budget[0] > 0:
+            order.append(p.partition)
             limits[p.partition] = p.partition_max_bytes
-            pieces = server.ctx.tail.pieces(view.record.location, view.log_id, view.snapshot.version, p.partition,
-                                            p.fetch_offset, end)
-            if pieces:  # from this server's own commits, in memory (serve/tail.py)
-                kept[p.partition] = (pieces, p.fetch_offset, end)
-                spans.append((p.partition, p.fetch_offset, end))
-                continue
+            start = p.fetch_offset
+            room = min(p.partition_max_bytes, budget[0])
+            pieces = server.ctx.tail.pieces(path, view.log_id, version, p.partition, start, end)
+            if pieces:  # from this server's own commits, in memory (serve/tail.py); the rest from the files
+                kept[p.partition] = (pieces, start, min(end, pieces[-1].end))
+                start = pieces[-1].end
+                room -= sum(piece.size - PIECE_BYTES for piece in pieces)
+                if start >= end or room <= 0:
+                    continue
             size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
-            rows = max(int(min(p.partition_max_bytes, budget[0]) / size * 1.25), 1)
-            spans.append((p.partition, p.fetch_offset, min(end, p.fetch_offset + rows)))
-    if not spans:
+            rows = max(int(room / size * 1.25), 1)
+            spans.append((p.partition, start, min(end, start + rows)))
+    if not order:
         return parts
-    unkept = [span for span in spans if span[0] not in kept]
-    found = read_rows(server, view, unkept) if unkept else None
+    found = read_rows(server, view, spans) if spans else None
     by_part = {part.index: part for part in parts}
     counts, firsts, at = {}, {}, 0
     if found is not None:
@@ -123,29 +129,32 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
     for p in sorted(counts):  # the rows come by partition, then offset
         firsts[p], at = at, at + counts[p]
     types = view.snapshot.timestamp_types
-    for p, _start, _end in spans:
+    for p in order:
         if budget[0] <= 0:
             continue
+        room = min(limits[p], budget[0])
+        data, at = b"", None
         if p in kept:
-            data = encode_kept(*kept[p], min(limits[p], budget[0]), types, p)
-        else:
-            mine = found.slice(firsts.get(p, 0), counts.get(p, 0))
-            if not mine.num_rows:
-                continue
-            data, after = encode_records(mine, min(limits[p], budget[0]), lambda o, p=p: types.code_at(p, o),
-                                         types.starts(p))
+            data, at = encode_kept(*kept[p], room, types, p)
+        mine = found.slice(firsts.get(p, 0), counts.get(p, 0)) if p in counts else None
+        if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
+            more, after = encode_records(mine, room - len(data), lambda o, p=p: types.code_at(p, o), types.starts(p))
             sent = after - mine.column("offset")[0].as_py()
             if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
-                server.record_bytes[topic] = max(len(data) / sent, 8)
-        by_part[p].records = data
-        budget[0] -= len(data)
+                server.record_bytes[topic] = max(len(more) / sent, 8)
+            data += more
+        if data:
+            by_part[p].records = data
+            budget[0] -= len(data)
     return parts
 
 
-def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, types: TimestampTypes, p: int) -> bytes:
-    """Record batches of ``[start, stop)`` of partition ``p`` from the tail's ``pieces`` (the first holds
-    ``start``): a kept batch as it is when the span holds all of it, else its records encoded again
-    (never a record outside the span); whole batches up to ``max_bytes``, at least one record."""
+def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, types: TimestampTypes,
+                p: int) -> tuple[bytes, int]:
+    """Record batches of ``[start, stop)`` of partition ``p`` from the tail's ``pieces`` (one after
+    another, the first holding ``start``): a kept batch as it is when the span holds all of it, else
+    its records encoded again (never a record outside the span); whole batches up to ``max_bytes``,
+    at least one record. Returns the bytes and the offset after the last record encoded."""
     out = bytearray()
     at = start
     for piece in pieces:
@@ -162,10 +171,10 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
         if out and len(out) + len(data) > max_bytes:
             break
         out += data
+        at = after
         if after < min(stop, piece.end):  # the byte limit cut it
             break
-        at = after
-    return bytes(out)
+    return bytes(out), at
 
 
 def _read_all(server: "Server", topics: list, max_bytes: int,

@@ -1,5 +1,6 @@
 """The records a server keeps of its own commits (serve/tail.py) are only a faster copy of what the
-fetch's snapshot says: records another writer appended between two fetches are served, a log start
+fetch's snapshot says: records another writer appended between two fetches are served (from its
+files, after the kept ones), a log start
 raised by delete-records is kept to, a topic created again under its name serves its new records,
 and a leader root truncated and elected again serves what its log holds now, not what the server
 once committed there."""
@@ -44,7 +45,9 @@ def test_records_another_writer_appends_between_two_fetches_are_served(spark, se
     assert values(fetch(client, 0, 0)) == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert served.ctx.tail.hits > hits, "the fetch was not answered from the server's own commit"
     Producer(spark, root, "t", "lakelog-producer").send(_rows(spark, [b"d", b"e"]))  # lakelog's own producer
+    hits = served.ctx.tail.hits
     assert values(fetch(client, 0, 0)) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+    assert served.ctx.tail.hits > hits, "the kept records were not followed across the other writer's append"
     assert values(fetch(client, 0, 2)) == [(2, b"c"), (3, b"d"), (4, b"e")]
     assert produce(client, "t", 0, batch([b"f"])) == (NONE, 5)
     hits = served.ctx.tail.hits

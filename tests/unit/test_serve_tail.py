@@ -5,6 +5,8 @@ exactly (never a record outside it), in whole batches up to its byte limit. Spar
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 from aiokafka.record._crecords import MemoryRecords
@@ -97,6 +99,46 @@ def test_a_version_the_server_did_not_commit_ends_the_run():
     assert tail.pieces("/log", "id1", 7, 0, 2, 3) is None
 
 
+def test_a_run_follows_versions_that_only_added_files_and_stops_at_any_other():
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    asked = []
+
+    def appends_until(last_append):
+        return lambda first, last: asked.append((first, last)) or last <= last_append
+
+    tail.follow("/log", "id", 7, appends_until(7))  # versions 6 and 7: another writer's appends (offsets 2-3)
+    assert asked == [(6, 7)]
+    assert [q.first for q in tail.pieces("/log", "id", 7, 0, 0, 4)] == [0]  # kept up to 2, the rest is in files
+    tail.committed("/log", "id", 9, _commit({0: [b"e"]}, {0: 4}), appends_until(8))  # version 8 another append
+    assert [(q.first, q.end) for q in tail.pieces("/log", "id", 9, 0, 0, 5)] == [(0, 2)]  # one after another only
+    assert tail.pieces("/log", "id", 9, 0, 2, 5) is None  # another writer's records: from the files
+    assert [q.first for q in tail.pieces("/log", "id", 9, 0, 4, 5)] == [4]
+    tail.follow("/log", "id", 11, appends_until(10))  # version 11 removed files or changed metadata
+    assert tail.pieces("/log", "id", 11, 0, 0, 5) is None
+    asked.clear()
+    tail.follow("/log", "id", 12, appends_until(99))
+    assert asked == [] and tail.pieces("/log", "id", 12, 0, 0, 5) is None  # the run ended at version 10
+    tail.committed("/log", "id", 13, _commit({0: [b"f"]}, {0: 5}), appends_until(99))
+    assert tail.pieces("/log", "id", 13, 0, 0, 6) is None and tail.pieces("/log", "id", 13, 0, 5, 6) is not None
+
+
+def test_only_appends_reads_the_actions_of_local_commit_files(tmp_path):
+    from log_store.rs_reader import only_appends
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    commits = {1: ["commitInfo", "add", "add", "txn"], 2: ["commitInfo", "txn"], 3: ["commitInfo", "remove", "add"],
+               4: ["commitInfo", "metaData"], 5: ["commitInfo", "add", "cdc"]}
+    for v, actions in commits.items():
+        (log / f"{v:020d}.json").write_text("\n".join(json.dumps({a: {}}) for a in actions) + "\n")
+    path = str(tmp_path)
+    assert only_appends(path, 1, 2) and only_appends(path, 3, 2)
+    assert not only_appends(path, 1, 3) and not only_appends(path, 4, 4) and not only_appends(path, 5, 5)
+    assert not only_appends(path, 6, 6)  # cleaned up: nothing known
+    assert not only_appends("s3://bucket/log", 1, 1)
+
+
 def test_the_oldest_pieces_go_first_past_the_byte_limit():
     one = len(batch([b"x" * 100])) + PIECE_BYTES
     tail = Tail(3 * one)
@@ -121,12 +163,15 @@ def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to
     tail = Tail(1 << 20)
     tail.committed("/log", "id", 1, _commit({0: [b"a", b"b", b"c"]}, {0: 0}))
     tail.committed("/log", "id", 2, _commit({0: [b"d", b"e"]}, {0: 3}))
-    whole = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 1 << 20, CREATE_TIME, 0)
+    whole, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 1 << 20, CREATE_TIME, 0)
+    assert after == 5
     assert _values(whole) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
-    inside = encode_kept(tail.pieces("/log", "id", 2, 0, 1, 4), 1, 4, 1 << 20, CREATE_TIME, 0)
+    inside, after = encode_kept(tail.pieces("/log", "id", 2, 0, 1, 4), 1, 4, 1 << 20, CREATE_TIME, 0)
+    assert after == 4
     assert _values(inside) == [(1, b"b"), (2, b"c"), (3, b"d")]  # never a record below the position or past the end
     assert _epochs(inside) == [3, 3]
-    first_only = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 10, CREATE_TIME, 0)
+    first_only, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 10, CREATE_TIME, 0)
+    assert after == 3
     assert _values(first_only) == [(0, b"a"), (1, b"b"), (2, b"c")]  # at least one batch, then the limit
 
 
@@ -135,6 +180,6 @@ def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
     written = _written([b], [np.array([0, 0])], {0: 0})
     piece = pieces_of(written, [b], [np.array([0, 0])], [0], False)[0][0]
     types = TimestampTypes.of({TIMESTAMP_TYPES_PROP: '[{"kind": "LogAppendTime", "since": {"0": 0}}]'})
-    data = encode_kept([piece], 0, 2, 1 << 20, types, 0)
+    data, _after = encode_kept([piece], 0, 2, 1 << 20, types, 0)
     records = MemoryRecords(data)
     assert records.next_batch().timestamp_type == 1
