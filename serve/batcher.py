@@ -23,6 +23,8 @@ from log_store.errors import (
     FencedLeaderEpochError, InvalidPartitionMetadataError, LakelogError, LeaderNotAvailableError,
     StaleProducerSequenceError, StorageError, TopicDeletedError, UnknownTopicError,
 )
+from log_store import rs_reader
+from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of
@@ -290,7 +292,8 @@ class Batcher:
         try:
             pieces = pieces_of(result.written, [e.batch for e in accepted], [e.placed for e in accepted],
                                [e.partition for e in accepted], wire_ok=not result.log_append_time)
-            self.ctx.tail.committed(path, result.table_id, result.version, pieces)
+            follow = (lambda a, b: rs_reader.only_appends(path, a, b)) if reads_with_delta_rs(path) else None
+            self.ctx.tail.committed(path, result.table_id, result.version, pieces, follow)
         except Exception:  # the commit stands; fetches read its files
             log.exception("keeping a commit of %s in memory failed", path)
             self.ctx.tail.forget(path)
