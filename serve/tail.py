@@ -3,11 +3,12 @@ log's end are answered without reading its files (docs/serve.md#the-tail-a-serve
 
 A log's kept records are only ever a faster copy of what a snapshot of it says. They are kept for
 one Delta table (its path and Delta id) and for a run of versions ``[base, top]``: this server's
-own appends, and between them only versions that added files and nothing else (another server's
-or lakelog's producers' appends, read from the commit files of a local table; ``follow``). Any
-other version (delete-records and retention, a resize, an election's truncation or fence, a
-table made again at the path, or one whose commit file cannot be read) ends the run, and the next
-commit of this server starts a new one. A fetch reading snapshot ``v`` of the log takes kept
+own appends, and between them only versions that added files or set transactions and nothing else
+(another server's or lakelog's producers' appends, a log start raised without removing a file;
+read from the commit files of a local table, ``follow``). Any other version (one that removed
+files: delete-records, retention, compaction, an election's truncation; one that changed metadata:
+a resize, an election's fence; a table made again at the path; one whose commit file cannot be
+read) ends the run, and the next commit of this server starts a new one. A fetch reading snapshot ``v`` of the log takes kept
 records only when ``base <= v <= top``: every kept record at an offset below the snapshot's log end
 was in the log at ``v`` and nothing since has changed it (a version that only adds files changes
 no row). What a fetch may read (the log start, the high watermark, the resize gates) is decided
