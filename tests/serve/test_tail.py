@@ -60,16 +60,25 @@ def test_records_another_writer_appends_between_two_fetches_are_served(spark, se
 def test_a_fetch_keeps_to_the_log_start_delete_records_raised(spark, served, root):
     served.ctx.admin.create("t", 1)
     client = RawClient(served.port)
-    assert produce(client, "t", 0, batch([b"a", b"b", b"c", b"d"])) == (NONE, 0)
-    assert values(fetch(client, 0, 1)) == [(1, b"b"), (2, b"c"), (3, b"d")]
-    TopicController(spark, root).delete_records("t", {0: 2})
+    assert produce(client, "t", 0, batch([b"a", b"b"])) == (NONE, 0)
+    assert produce(client, "t", 0, batch([b"c", b"d", b"e"])) == (NONE, 2)
+    assert values(fetch(client, 0, 1)) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+    controller = TopicController(spark, root)
+    controller.delete_records("t", {0: 3})  # the file of a and b removed: a version the run cannot follow
     time.sleep(2 * served.settings.fetch_poll_ms / 1000)  # past the view a fetch may reuse
-    assert fetch(client, 0, 1).error_code == ErrorCode.offset_out_of_range
-    answer = fetch(client, 0, 2)
-    assert answer.log_start_offset == 2 and values(answer) == [(2, b"c"), (3, b"d")]
-    assert produce(client, "t", 0, batch([b"e"])) == (NONE, 4)
-    assert fetch(client, 0, 0).error_code == ErrorCode.offset_out_of_range
-    assert values(fetch(client, 0, 2)) == [(2, b"c"), (3, b"d"), (4, b"e")]
+    assert fetch(client, 0, 2).error_code == ErrorCode.offset_out_of_range
+    answer = fetch(client, 0, 3)
+    assert answer.log_start_offset == 3 and values(answer) == [(3, b"d"), (4, b"e")]
+    assert produce(client, "t", 0, batch([b"f"])) == (NONE, 5)
+    assert values(fetch(client, 0, 3)) == [(3, b"d"), (4, b"e"), (5, b"f")]
+    controller.delete_records("t", {0: 4})  # inside the file of c, d and e: only the log start moves
+    time.sleep(2 * served.settings.fetch_poll_ms / 1000)
+    assert fetch(client, 0, 3).error_code == ErrorCode.offset_out_of_range
+    hits = served.ctx.tail.hits
+    assert values(fetch(client, 0, 5)) == [(5, b"f")]
+    assert served.ctx.tail.hits > hits
+    answer = fetch(client, 0, 4)
+    assert answer.log_start_offset == 4 and values(answer) == [(4, b"e"), (5, b"f")]
     client.close()
 
 
