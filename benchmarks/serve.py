@@ -145,8 +145,10 @@ def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
         server.stop()
     figures["load_after"] = os.getloadavg()
     out.write_text(json.dumps(figures, indent=2))
-    mine, theirs = figures["lakelog"]["acks1"]["consume_rec_s"], figures["kafka"]["acks1"]["consume_rec_s"]
-    print(f"consume: lakelog serve {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
+    for key, what in (("consume_rec_s", "consume"), ("consume_fetch_rec_s", "consume after the group's join")):
+        mine, theirs = figures["lakelog"]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
+        if mine and theirs:
+            print(f"{what}: lakelog serve {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
     print(f"figures: {out}")
 
 
