@@ -17,8 +17,8 @@ One after another (only one of them uses the machine at a time):
 Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
 measurement, so a run stopped early keeps what it measured. BENCHMARKS.md keeps them.
-``--cases consume`` runs only the first step's acks 1 produce and consume, against the broker and
-the server (consume rates: the server's reads of a log its own commits just wrote).
+``--cases consume`` runs only the first step's acks 1 produce and consume, against the broker, a
+server keeping none of its commits in memory (``serve.tail_bytes`` 0) and one with the defaults.
 """
 
 from __future__ import annotations
@@ -49,14 +49,23 @@ OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=26
 class LakelogServer:
     """``lakelog serve`` in a process of its own over a fresh root."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve: dict | None = None) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.root = tempfile.mkdtemp(prefix="lakelog-serve-bench-") + "/root"
+        folder = tempfile.mkdtemp(prefix="lakelog-serve-bench-")
+        self.root = folder + "/root"
+        env = dict(os.environ)
+        if serve:  # serve settings beside the default configuration's
+            import yaml
+
+            conf = yaml.safe_load((HERE.parent / "conf" / "local.yaml").read_text()) | {"serve": serve}
+            env["LAKELOG_CONF"] = f"{folder}/conf.yaml"
+            Path(env["LAKELOG_CONF"]).write_text(yaml.safe_dump(conf))
         self.process = subprocess.Popen([str(HERE.parent / ".venv" / "bin" / "lakelog"), "--root", self.root, "serve",
-                                         "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True)
+                                         "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True,
+                                        env=env)
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError("lakelog serve did not start")
@@ -135,20 +144,24 @@ def concurrent(server: LakelogServer, producers: int, records: int, partitions: 
 
 
 def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
-    """Produce then consume ``n`` records (acks 1) against the broker, then against a fresh server."""
+    """Produce then consume ``n`` records (acks 1) against the broker, then against a fresh server
+    keeping no records of its commits (``serve.tail_bytes`` 0: every fetch reads the log's files),
+    then against a fresh server with the default settings."""
     with Broker() as broker:
         step("kafka", "acks1", lambda: perf(broker.bootstrap, n, parts, "1"))
-    server = LakelogServer()
-    try:
-        step("lakelog", "acks1", lambda: perf(server.bootstrap, n, parts, "1"))
-    finally:
-        server.stop()
+    for side, serve in (("lakelog_no_tail", {"tail_bytes": 0}), ("lakelog", None)):
+        server = LakelogServer(serve)
+        try:
+            step(side, "acks1", lambda: perf(server.bootstrap, n, parts, "1"))
+        finally:
+            server.stop()
     figures["load_after"] = os.getloadavg()
     out.write_text(json.dumps(figures, indent=2))
-    for key, what in (("consume_rec_s", "consume"), ("consume_fetch_rec_s", "consume after the group's join")):
-        mine, theirs = figures["lakelog"]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
-        if mine and theirs:
-            print(f"{what}: lakelog serve {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
+    for side in ("lakelog_no_tail", "lakelog"):
+        for key, what in (("consume_rec_s", "consume"), ("consume_fetch_rec_s", "consume after the group's join")):
+            mine, theirs = figures[side]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
+            if mine and theirs:
+                print(f"{side} {what}: {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
     print(f"figures: {out}")
 
 
