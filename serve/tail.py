@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from serve.records import READ_COLUMNS, READ_SCHEMA, decode_batches
 
+FOLLOW_LIMIT = 1000  # versions of other writers a run follows at once; more end it (their commit files are read)
 PIECE_BYTES = 200  # what a piece costs beyond its records (the objects that hold it), counted against the limit
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
@@ -122,7 +123,7 @@ class Tail:
             if log is None or log.table_id != table_id or version <= log.top or log.ended:
                 return
             top = log.top
-        appends = only_appends(top + 1, version)
+        appends = version - top <= FOLLOW_LIMIT and only_appends(top + 1, version)
         with self._lock:
             if self._logs.get(path) is log and log.top == top:  # no commit of this server meanwhile
                 if appends:

@@ -14,7 +14,7 @@ from aiokafka.record._crecords import MemoryRecords
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
 from serve.apis.fetch import encode_kept
 from serve.records import decode_batches
-from serve.tail import PIECE_BYTES, Tail, pieces_of
+from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
 CREATE_TIME = TimestampTypes()
@@ -121,6 +121,8 @@ def test_a_run_follows_versions_that_only_added_files_and_stops_at_any_other():
     assert asked == [] and tail.pieces("/log", "id", 12, 0, 0, 5) is None  # the run ended at version 10
     tail.committed("/log", "id", 13, _commit({0: [b"f"]}, {0: 5}), appends_until(99))
     assert tail.pieces("/log", "id", 13, 0, 0, 6) is None and tail.pieces("/log", "id", 13, 0, 5, 6) is not None
+    tail.follow("/log", "id", 13 + FOLLOW_LIMIT + 1, appends_until(10**6))  # too far behind: its files are not read
+    assert tail.pieces("/log", "id", 13 + FOLLOW_LIMIT + 1, 0, 5, 6) is None
 
 
 def test_only_appends_reads_the_actions_of_local_commit_files(tmp_path):
