@@ -160,7 +160,10 @@ def measure(bootstrap: str, records: int, record_bytes: int, partitions: int, ac
     if int(row["data.consumed.in.nMsg"]) < records:  # timed out: its rate would be of part of the topic
         raise RuntimeError(f"ConsumerPerformance read {row['data.consumed.in.nMsg']} of {records} records: "
                            f"{failure(consumed)}")
-    return figures | {"consume_rec_s": float(row["nMsg.sec"])}
+    figures["consume_rec_s"] = float(row["nMsg.sec"])
+    if "fetch.nMsg.sec" in row:  # the rate after the group's first rebalance (ConsumerPerformance's own split)
+        figures |= {"consume_fetch_rec_s": float(row["fetch.nMsg.sec"]), "consume_rebalance_ms": float(row["rebalance.time.ms"])}
+    return figures
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500_000

@@ -1,6 +1,6 @@
 """``lakelog serve`` beside a Kafka 4.4 broker on the same machine, with Kafka's own tools.
 
-    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--json-out FILE]
+    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--cases all|consume] [--json-out FILE]
 
 One after another (only one of them uses the machine at a time):
 
@@ -17,6 +17,8 @@ One after another (only one of them uses the machine at a time):
 Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
 measurement, so a run stopped early keeps what it measured. BENCHMARKS.md keeps them.
+``--cases consume`` runs only the first step's acks 1 produce and consume, against the broker, a
+server keeping none of its commits in memory (``serve.tail_bytes`` 0) and one with the defaults.
 """
 
 from __future__ import annotations
@@ -47,14 +49,23 @@ OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=26
 class LakelogServer:
     """``lakelog serve`` in a process of its own over a fresh root."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve: dict | None = None) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.root = tempfile.mkdtemp(prefix="lakelog-serve-bench-") + "/root"
+        folder = tempfile.mkdtemp(prefix="lakelog-serve-bench-")
+        self.root = folder + "/root"
+        env = dict(os.environ)
+        if serve:  # serve settings beside the default configuration's
+            import yaml
+
+            conf = yaml.safe_load((HERE.parent / "conf" / "local.yaml").read_text()) | {"serve": serve}
+            env["LAKELOG_CONF"] = f"{folder}/conf.yaml"
+            Path(env["LAKELOG_CONF"]).write_text(yaml.safe_dump(conf))
         self.process = subprocess.Popen([str(HERE.parent / ".venv" / "bin" / "lakelog"), "--root", self.root, "serve",
-                                         "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True)
+                                         "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True,
+                                        env=env)
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError("lakelog serve did not start")
@@ -132,10 +143,33 @@ def concurrent(server: LakelogServer, producers: int, records: int, partitions: 
             "records_per_commit": records / max(commits, 1)}
 
 
+def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
+    """Produce then consume ``n`` records (acks 1) against the broker, then against a fresh server
+    keeping no records of its commits (``serve.tail_bytes`` 0: every fetch reads the log's files),
+    then against a fresh server with the default settings."""
+    with Broker() as broker:
+        step("kafka", "acks1", lambda: perf(broker.bootstrap, n, parts, "1"))
+    for side, serve in (("lakelog_no_tail", {"tail_bytes": 0}), ("lakelog", None)):
+        server = LakelogServer(serve)
+        try:
+            step(side, "acks1", lambda: perf(server.bootstrap, n, parts, "1"))
+        finally:
+            server.stop()
+    figures["load_after"] = os.getloadavg()
+    out.write_text(json.dumps(figures, indent=2))
+    for side in ("lakelog_no_tail", "lakelog"):
+        for key, what in (("consume_rec_s", "consume"), ("consume_fetch_rec_s", "consume after the group's join")):
+            mine, theirs = figures[side]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
+            if mine and theirs:
+                print(f"{side} {what}: {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
+    print(f"figures: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--cases", choices=["all", "consume"], default="all")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     n, parts = args.records, args.partitions
@@ -151,6 +185,9 @@ def main() -> None:
         print(f"{side} {name} ({time.monotonic() - started:.0f} s): {json.dumps(figures[side][name])}", flush=True)
         out.write_text(json.dumps(figures, indent=2))
 
+    if args.cases == "consume":
+        consume_only(n, parts, step, figures, out)
+        return
     with Broker() as broker:
         b = broker.bootstrap
         step("kafka", "acks1", lambda: perf(b, n, parts, "1"))

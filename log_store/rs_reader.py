@@ -25,7 +25,7 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
 from log_store.errors import StorageError
-from log_store.files import is_remote
+from log_store.files import is_remote, local_path
 from log_store.names import log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
 from log_store.log_metadata import (
@@ -180,6 +180,28 @@ def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[i
             if txn and txn["appId"].startswith(prefix):
                 found[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
     return found
+
+
+APPEND_ACTIONS = frozenset({"add", "txn", "commitInfo"})
+
+
+def only_appends(path: str, first: int, last: int) -> bool:
+    """Whether versions ``first``..``last`` of the local table at ``path`` only added files (each
+    commit's actions are ``add``, ``txn`` and ``commitInfo``: no file removed, no metadata or
+    protocol changed), so every row the table held before them is still there, unchanged. False if
+    a commit file is missing (cleaned up) or the table is not local."""
+    if is_remote(path) or first > last:
+        return not is_remote(path) and first > last
+    log = local_path(path) / "_delta_log"
+    for v in range(first, last + 1):
+        try:
+            lines = (log / f"{v:020d}.json").read_text().splitlines()
+        except OSError:
+            return False
+        for line in lines:
+            if line.strip() and not json.loads(line).keys() <= APPEND_ACTIONS:
+                return False
+    return True
 
 
 def log_snapshot(path: str, version: int | None = None, storage: Storage = None) -> tuple[LogSnapshot, str]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 from delta.tables import DeltaTable
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -95,10 +95,17 @@ PRODUCER_COLUMNS = ["partition", "key", "value", "headers", "timestamp", "produc
 class AppendResult(BaseModel):
     """Where an append landed: per partition, the [first, next) offsets it wrote."""
 
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     version: int | None
     ranges: dict[int, tuple[int, int]]
     attempts: int = 1
     producer_mark: int = -1  # the producer's highest committed sequence after the append (-1: none)
+    # ``append_rows`` only: the rows as committed (numbered, stamped), the table's Delta id and
+    # whether its records are LogAppendTime (what a server keeps of its own commits, serve/tail.py)
+    written: pa.Table | None = Field(default=None, exclude=True, repr=False)
+    table_id: str | None = Field(default=None, exclude=True, repr=False)
+    log_append_time: bool = Field(default=False, exclude=True, repr=False)
 
     @property
     def appended(self) -> int:
@@ -312,9 +319,11 @@ class TopicLog:
             one = next(iter(expected)) if len(expected) == 1 else None
             result = self._commit_parts(txn, meta, parts, bases, known, writable, new_marks, expected_count,
                                         one, stamps)
+            update = {"written": table, "table_id": txn.table_id(),
+                      "log_append_time": TimestampTypes.of(conf).current == LOG_APPEND_TIME}
             if one is not None:
-                result = result.model_copy(update={"producer_mark": new_marks.get(one, expected[one])})
-            return result
+                update["producer_mark"] = new_marks.get(one, expected[one])
+            return result.model_copy(update=update)
 
         try:
             return retry_on_conflict(attempt, attempts=max_retries + 1, backoff_ms=backoff_ms)
@@ -484,6 +493,11 @@ class TopicLog:
             log_starts=log_starts(known, meta.partitions), layout=layout_of(conf),
             timestamp_types=TimestampTypes.of(conf),
         )
+
+    def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:
+        """``snapshot()``, the topic id and the table's Delta id, all of one Delta snapshot."""
+        txn = self._start()
+        return self.snapshot(txn=txn), topic_id_of(txn.configuration(), txn.table_id()), txn.table_id()
 
     def log_end_offsets(self) -> dict[int, int]:
         """Next offset to be written, per partition (Kafka's log end offset)."""

@@ -23,12 +23,15 @@ from log_store.errors import (
     FencedLeaderEpochError, InvalidPartitionMetadataError, LakelogError, LeaderNotAvailableError,
     StaleProducerSequenceError, StorageError, TopicDeletedError, UnknownTopicError,
 )
+from log_store import rs_reader
+from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of
 from serve.placement import base_offsets, place_records
 from serve.producers import NO_PRODUCER, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
+from serve.tail import pieces_of
 
 log = logging.getLogger("lakelog.serve")
 ATTEMPTS = 20  # commits of one flush refused by a resize, an election or another server's marks
@@ -179,6 +182,7 @@ class Batcher:
             self.committed += 1
             self.ctx.forget(path)
             self._answer(view, path, accepted, result.ranges, outcomes)
+            self._keep(path, accepted, result)
             self._acknowledge(view, todo, outcomes)
             break
         return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
@@ -280,6 +284,19 @@ class Batcher:
             if e.producer is not None:
                 self._marks[(path, e.producer)] = e.first + e.batch.count - 1
                 self._remember((path, e.producer, e.first), base)
+
+    def _keep(self, path: str, accepted: list[Entry], result) -> None:
+        """Keep the committed records in the server's tail (serve/tail.py), for fetches near the log end."""
+        if result.version is None:
+            return
+        try:
+            pieces = pieces_of(result.written, [e.batch for e in accepted], [e.placed for e in accepted],
+                               [e.partition for e in accepted], wire_ok=not result.log_append_time)
+            follow = (lambda a, b: rs_reader.only_appends(path, a, b)) if reads_with_delta_rs(path) else None
+            self.ctx.tail.committed(path, result.table_id, result.version, pieces, follow)
+        except Exception:  # the commit stands; fetches read its files
+            log.exception("keeping a commit of %s in memory failed", path)
+            self.ctx.tail.forget(path)
 
     def _acknowledge(self, view: TopicView, entries: list[Entry], outcomes: dict[int, Outcome]) -> None:
         """acks=all on a replicated topic: answered once every in-sync root holds the records, under

@@ -26,6 +26,7 @@ from log_store.errors import LeaderNotAvailableError, StorageError, TopicDeleted
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 from serve.settings import ServeSettings
+from serve.tail import Tail
 
 T = TypeVar("T")
 
@@ -38,6 +39,7 @@ class TopicView:
     snapshot: LogSnapshot
     topic_id: str
     leadership: Any = None  # a replicated topic's replica state, read before its leader's snapshot
+    log_id: str = ""  # the Delta id of the log's table at the snapshot (a table made again has another)
 
     @property
     def name(self) -> str:
@@ -64,7 +66,8 @@ class ServeContext:
         self.checkpoints = DeferredCheckpoints(spark)
         self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve",
                                        initializer=self._pool_thread)
-        self._snaps: dict[str, tuple[int, LogSnapshot, str]] = {}  # log path -> (version, snapshot, topic id)
+        self._snaps: dict[str, tuple[int, LogSnapshot, str, str]] = {}  # log path -> (version, snapshot, topic id, Delta id)
+        self.tail = Tail(settings.tail_bytes)  # the records of this server's own commits (serve/tail.py)
         self._lock = threading.Lock()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read, monotonic)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -98,30 +101,28 @@ class ServeContext:
             return hit[0]
         first = self.admin.replica_state(topic) if self.replicated(topic) else None
         record = self.admin.get(topic)
-        snap, topic_id = self.snapshot(record.location)
+        snap, topic_id, log_id = self.snapshot(record.location)
         if snap.metadata.deleted:
             raise TopicDeletedError(f"topic '{topic}' was deleted")
-        view = TopicView(record, snap, topic_id, first)
+        view = TopicView(record, snap, topic_id, first, log_id)
         with self._lock:
             self._views[topic] = (view, time.monotonic())
         return view
 
-    def snapshot(self, path: str) -> tuple[LogSnapshot, str]:
-        """The log at ``path``'s latest snapshot and topic id, read again only when its version moved
-        (a listing of its Delta log tells)."""
+    def snapshot(self, path: str) -> tuple[LogSnapshot, str, str]:
+        """The log at ``path``'s latest snapshot, topic id and Delta table id (all from one Delta
+        snapshot), read again only when its version moved (a listing of its Delta log tells)."""
         version = table_version(self.spark, path)
         if version < 0:
             raise StorageError(f"no topic log at {path}: its root is lost or not mounted")
         with self._lock:
             hit = self._snaps.get(path)
         if hit and hit[0] == version:
-            return hit[1], hit[2]
-        log = TopicLog(self.spark, path)
-        snap = log.snapshot()
-        topic_id = log.table_id()
+            return hit[1], hit[2], hit[3]
+        snap, topic_id, log_id = TopicLog(self.spark, path).identified_snapshot()
         with self._lock:
-            self._snaps[path] = (snap.version, snap, topic_id)
-        return snap, topic_id
+            self._snaps[path] = (snap.version, snap, topic_id, log_id)
+        return snap, topic_id, log_id
 
     def forget(self, path: str) -> None:
         """The log at ``path`` moved: the next view of its topic reads it again."""

@@ -23,6 +23,11 @@ from log_store.headers import HEADERS_TYPE
 
 HEADERS_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_ARROW = pa.timestamp("us")
+# A fetch's columns of the log, as the codec reads them
+READ_COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers", "timestamp"]
+READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
+                         ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
+                         ("timestamp", TIMESTAMP_ARROW)])
 NO_TIMESTAMP = -1
 BATCH_HEADER = 61  # bytes of a v2 batch before its first record
 RECORD_OVERHEAD = 12  # about what a record adds to its key and value (varints, attributes); headers not counted
@@ -52,6 +57,7 @@ class ProducedBatch:
     values: pa.Array
     headers: pa.Array
     timestamps: pa.Array
+    wire: bytes = b""  # the batch as the producer sent it (what a server's tail serves, serve/tail.py)
 
     @property
     def count(self) -> int:
@@ -66,14 +72,18 @@ def decode_batches(data: bytes | None) -> list[ProducedBatch]:
         raise BatchError("CORRUPT_MESSAGE", "a partition of the produce request holds no record batch")
     out = []
     try:
-        records = MemoryRecords(bytes(data))
+        data = bytes(data)
+        records = MemoryRecords(data)
         if not records.has_next():
             raise BatchError("CORRUPT_MESSAGE", "the records are shorter than one batch's header")
+        pos = 0
         while records.has_next():
             batch = records.next_batch()
             if not isinstance(batch, DefaultRecordBatch):
                 raise BatchError("UNSUPPORTED_FOR_MESSAGE_FORMAT", "message format v0/v1 is not supported; use magic 2")
-            out.append(_decode(batch))
+            end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]  # the reader's own framing
+            out.append(_decode(batch, data[pos:end]))
+            pos = end
         if records.size_in_bytes() and _trailing(data):
             raise BatchError("CORRUPT_MESSAGE", "the records end with a partial batch")
     except CorruptRecordException as exc:
@@ -94,7 +104,7 @@ def _trailing(data: bytes) -> bool:
     return pos != len(data)
 
 
-def _decode(batch: DefaultRecordBatch) -> ProducedBatch:
+def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
     if batch.magic != 2:
         raise BatchError("UNSUPPORTED_FOR_MESSAGE_FORMAT", f"message format v{batch.magic} is not supported; use magic 2")
     if not batch.validate_crc():
@@ -135,6 +145,7 @@ def _decode(batch: DefaultRecordBatch) -> ProducedBatch:
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         keys=pa.array(keys, pa.binary()), values=pa.array(values, pa.binary()), headers=headers.cast(HEADERS_ARROW),
         timestamps=pc.if_else(pc.less(millis, 0), None, pc.multiply(millis, 1000)).cast(TIMESTAMP_ARROW),
+        wire=wire,
     )
 
 

@@ -35,6 +35,7 @@ class ServeSettings(Strict):
     session_timeout_ms: int = Field(default=10_000, ge=100)  # a server unseen this long is not listed
     heartbeat_interval_ms: int = Field(default=1_000, ge=10)
     threads: int = Field(default=8, ge=1)  # the pool that commits and reads
+    tail_bytes: int = Field(default=256 * MIB, ge=0)  # the newest records of its own commits a server keeps (0: none)
     auto_create_topics: bool = False  # Kafka's auto.create.topics.enable
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)

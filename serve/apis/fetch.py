@@ -13,19 +13,17 @@ from log_store import rs_reader
 from log_store.errors import LakelogError, LeaderNotAvailableError, StorageError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import Mode
+from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
 from serve.errors import code_of, name_of
-from serve.records import HEADERS_ARROW, TIMESTAMP_ARROW, encode_records
+from serve.records import READ_COLUMNS, READ_SCHEMA, encode_records
+from serve.tail import PIECE_BYTES, Piece
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
     from serve.wire import Request
 
-READ_COLUMNS = ["partition", "offset", "leader_epoch", "key", "value", "headers", "timestamp"]
-READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("leader_epoch", pa.int32()),
-                         ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
-                         ("timestamp", TIMESTAMP_ARROW)])
 FIRST_GUESS_BYTES = 64  # a record's size on the wire before a topic's fetches have measured it
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
@@ -100,34 +98,83 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
         for group in groups:
             server.gates.report_expired(group, view)
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
+    kept, order = {}, []
+    path, version = view.record.location, view.snapshot.version
+    if readable and reads_with_delta_rs(path):  # another writer's appends since this server's last commit
+        server.ctx.tail.follow(path, view.log_id, version, lambda a, b: rs_reader.only_appends(path, a, b))
     for p in readable:
         end = min(marks[p.partition], gated.get(p.partition, marks[p.partition]))
         if p.fetch_offset < end and budget[0] > 0:
-            size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
-            rows = max(int(min(p.partition_max_bytes, budget[0]) / size * 1.25), 1)
-            spans.append((p.partition, p.fetch_offset, min(end, p.fetch_offset + rows)))
+            order.append(p.partition)
             limits[p.partition] = p.partition_max_bytes
-    if not spans:
+            start = p.fetch_offset
+            room = min(p.partition_max_bytes, budget[0])
+            pieces = server.ctx.tail.pieces(path, view.log_id, version, p.partition, start, end)
+            if pieces:  # from this server's own commits, in memory (serve/tail.py); the rest from the files
+                kept[p.partition] = (pieces, start, min(end, pieces[-1].end))
+                start = pieces[-1].end
+                room -= sum(piece.size - PIECE_BYTES for piece in pieces)
+                if start >= end or room <= 0:
+                    continue
+            size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
+            rows = max(int(room / size * 1.25), 1)
+            spans.append((p.partition, start, min(end, start + rows)))
+    if not order:
         return parts
-    found = read_rows(server, view, spans)
+    found = read_rows(server, view, spans) if spans else None
     by_part = {part.index: part for part in parts}
-    counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
-    firsts, at = {}, 0
+    counts, firsts, at = {}, {}, 0
+    if found is not None:
+        counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
     for p in sorted(counts):  # the rows come by partition, then offset
         firsts[p], at = at, at + counts[p]
-    for p, _start, _end in spans:
-        mine = found.slice(firsts.get(p, 0), counts.get(p, 0))
-        if budget[0] <= 0 or not mine.num_rows:
+    types = view.snapshot.timestamp_types
+    for p in order:
+        if budget[0] <= 0:
             continue
-        types = view.snapshot.timestamp_types
-        data, after = encode_records(mine, min(limits[p], budget[0]), lambda o, p=p: types.code_at(p, o),
-                                     types.starts(p))
-        by_part[p].records = data
-        budget[0] -= len(data)
-        sent = after - mine.column("offset")[0].as_py()
-        if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
-            server.record_bytes[topic] = max(len(data) / sent, 8)
+        room = min(limits[p], budget[0])
+        data, at = b"", None
+        if p in kept:
+            data, at = encode_kept(*kept[p], room, types, p)
+        mine = found.slice(firsts.get(p, 0), counts.get(p, 0)) if p in counts else None
+        if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
+            more, after = encode_records(mine, room - len(data), lambda o, p=p: types.code_at(p, o), types.starts(p))
+            sent = after - mine.column("offset")[0].as_py()
+            if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
+                server.record_bytes[topic] = max(len(more) / sent, 8)
+            data += more
+        if data:
+            by_part[p].records = data
+            budget[0] -= len(data)
     return parts
+
+
+def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, types: TimestampTypes,
+                p: int) -> tuple[bytes, int]:
+    """Record batches of ``[start, stop)`` of partition ``p`` from the tail's ``pieces`` (one after
+    another, the first holding ``start``): a kept batch as it is when the span holds all of it, else
+    its records encoded again (never a record outside the span); whole batches up to ``max_bytes``,
+    at least one record. Returns the bytes and the offset after the last record encoded."""
+    out = bytearray()
+    at = start
+    for piece in pieces:
+        if at >= stop or (out and len(out) >= max_bytes):
+            break
+        if piece.wire is not None and piece.first == at and piece.end <= stop:
+            if out and len(out) + len(piece.wire) > max_bytes:
+                break
+            out += piece.wire
+            at = piece.end
+            continue
+        rows = piece.rows_between(at, min(stop, piece.end))
+        data, after = encode_records(rows, max_bytes - len(out), lambda o: types.code_at(p, o), types.starts(p))
+        if out and len(out) + len(data) > max_bytes:
+            break
+        out += data
+        at = after
+        if after < min(stop, piece.end):  # the byte limit cut it
+            break
+    return bytes(out), at
 
 
 def _read_all(server: "Server", topics: list, max_bytes: int,

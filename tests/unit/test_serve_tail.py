@@ -1,0 +1,187 @@
+"""The tail a server keeps of its own commits (serve.tail): served only for a snapshot inside the
+run of versions the server committed one after another, of the same Delta table; batches kept as
+their producer sent them with the offsets and epoch they were committed at; a fetch's span cut
+exactly (never a record outside it), in whole batches up to its byte limit. Spark-free."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+from aiokafka.record._crecords import MemoryRecords
+
+from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
+from serve.apis.fetch import encode_kept
+from serve.records import decode_batches
+from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
+from tests.serve.raw import batch
+
+CREATE_TIME = TimestampTypes()
+
+
+def _written(batches, placed, bases: dict[int, int], epoch: int = 3) -> pa.Table:
+    """The rows a commit of ``batches`` (records going to ``placed``) wrote, as ``append_rows`` numbers them."""
+    parts = np.concatenate(placed)
+    offsets, at = np.empty(len(parts), np.int64), dict(bases)
+    for i, p in enumerate(parts):
+        offsets[i], at[int(p)] = at[int(p)], at[int(p)] + 1
+    return pa.table({
+        "key": pa.concat_arrays([b.keys for b in batches]), "value": pa.concat_arrays([b.values for b in batches]),
+        "headers": pa.concat_arrays([b.headers for b in batches]),
+        "timestamp": pa.concat_arrays([b.timestamps for b in batches]), "partition": pa.array(parts, pa.int32()),
+        "producer_id": pa.nulls(len(parts), pa.string()), "sequence": pa.nulls(len(parts), pa.int64()),
+        "offset": pa.array(offsets), "leader_epoch": pa.array(np.full(len(parts), epoch, np.int32))})
+
+
+def _commit(values_by_partition: dict[int, list[bytes]], bases: dict[int, int], wire_ok: bool = True):
+    batches = [decode_batches(batch(v))[0] for v in values_by_partition.values()]
+    placed = [np.full(len(v), p) for p, v in values_by_partition.items()]
+    written = _written(batches, placed, bases)
+    return pieces_of(written, batches, placed, list(values_by_partition), wire_ok)
+
+
+def _epochs(data: bytes) -> list[int]:
+    out, pos = [], 0
+    while pos < len(data):
+        out.append(int.from_bytes(data[pos + 12:pos + 16], "big", signed=True))
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    return out
+
+
+def _values(data: bytes) -> list[tuple[int, bytes]]:
+    records, out = MemoryRecords(data), []
+    while (b := records.next_batch()) is not None:
+        assert b.validate_crc()
+        out += [(r.offset, r.value) for r in b]
+    return out
+
+
+def test_a_commit_kept_as_the_producers_batches_with_their_committed_offsets_and_epoch():
+    pieces = _commit({0: [b"a", b"b"], 1: [b"c"]}, {0: 10, 1: 4})
+    assert [(q.first, q.end, q.wire is not None) for q in pieces[0]] == [(10, 12, True)]
+    assert _values(pieces[0][0].wire) == [(10, b"a"), (11, b"b")]
+    assert _epochs(pieces[0][0].wire) == [3] and _values(pieces[1][0].wire) == [(4, b"c")]
+
+
+def test_records_placed_elsewhere_or_stamped_by_the_log_are_kept_as_rows():
+    b = decode_batches(batch([b"a", b"b", b"c"]))[0]
+    placed = [np.array([0, 1, 0])]  # a shrink's placement moved one record
+    pieces = pieces_of(_written([b], placed, {0: 0, 1: 7}), [b], placed, [0], True)
+    assert [(q.first, q.end, q.rows is not None) for q in pieces[0]] == [(0, 2, True)]
+    assert pieces[0][0].rows.column("value").to_pylist() == [b"a", b"c"]
+    assert pieces[1][0].rows.column("offset").to_pylist() == [7]
+    logged = _commit({0: [b"x"]}, {0: 0}, wire_ok=False)  # a LogAppendTime log: the client's stamps are not the log's
+    assert logged[0][0].wire is None and logged[0][0].rows.column("value").to_pylist() == [b"x"]
+
+
+def test_kept_records_serve_only_snapshots_of_the_run_the_server_committed():
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id1", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    tail.committed("/log", "id1", 6, _commit({0: [b"c"]}, {0: 2}))
+    assert [q.first for q in tail.pieces("/log", "id1", 6, 0, 0, 3)] == [0, 2]
+    assert tail.pieces("/log", "id1", 5, 0, 0, 3) is not None  # an older snapshot of the run: its log end limits the read
+    assert tail.pieces("/log", "id1", 7, 0, 0, 3) is None  # a version another writer made (a truncation, say)
+    assert tail.pieces("/log", "id1", 4, 0, 0, 3) is None  # before the run
+    assert tail.pieces("/log", "id2", 6, 0, 0, 3) is None  # another table at the path
+    assert tail.pieces("/log", "id1", 6, 1, 0, 3) is None  # a partition nothing was kept of
+    assert tail.pieces("/log", "id1", 6, 0, 3, 4) is None  # past what is kept
+
+
+def test_a_version_the_server_did_not_commit_ends_the_run():
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id1", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    tail.committed("/log", "id1", 7, _commit({0: [b"z"]}, {0: 2}))  # version 6: another writer's
+    assert tail.pieces("/log", "id1", 7, 0, 0, 3) is None  # what was kept before version 6 is gone
+    assert tail.pieces("/log", "id1", 6, 0, 2, 3) is None
+    assert [q.first for q in tail.pieces("/log", "id1", 7, 0, 2, 3)] == [2]
+    tail.committed("/log", "id9", 8, _commit({0: [b"y"]}, {0: 3}))  # the table made again at the path
+    assert tail.pieces("/log", "id1", 7, 0, 2, 3) is None
+
+
+def test_a_run_follows_versions_that_only_added_files_and_stops_at_any_other():
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    asked = []
+
+    def appends_until(last_append):
+        return lambda first, last: asked.append((first, last)) or last <= last_append
+
+    tail.follow("/log", "id", 7, appends_until(7))  # versions 6 and 7: another writer's appends (offsets 2-3)
+    assert asked == [(6, 7)]
+    assert [q.first for q in tail.pieces("/log", "id", 7, 0, 0, 4)] == [0]  # kept up to 2, the rest is in files
+    tail.committed("/log", "id", 9, _commit({0: [b"e"]}, {0: 4}), appends_until(8))  # version 8 another append
+    assert [(q.first, q.end) for q in tail.pieces("/log", "id", 9, 0, 0, 5)] == [(0, 2)]  # one after another only
+    assert tail.pieces("/log", "id", 9, 0, 2, 5) is None  # another writer's records: from the files
+    assert [q.first for q in tail.pieces("/log", "id", 9, 0, 4, 5)] == [4]
+    tail.follow("/log", "id", 11, appends_until(10))  # version 11 removed files or changed metadata
+    assert tail.pieces("/log", "id", 11, 0, 0, 5) is None
+    asked.clear()
+    tail.follow("/log", "id", 12, appends_until(99))
+    assert asked == [] and tail.pieces("/log", "id", 12, 0, 0, 5) is None  # the run ended at version 10
+    tail.committed("/log", "id", 13, _commit({0: [b"f"]}, {0: 5}), appends_until(99))
+    assert tail.pieces("/log", "id", 13, 0, 0, 6) is None and tail.pieces("/log", "id", 13, 0, 5, 6) is not None
+    tail.follow("/log", "id", 13 + FOLLOW_LIMIT + 1, appends_until(10**6))  # too far behind: its files are not read
+    assert tail.pieces("/log", "id", 13 + FOLLOW_LIMIT + 1, 0, 5, 6) is None
+
+
+def test_only_appends_reads_the_actions_of_local_commit_files(tmp_path):
+    from log_store.rs_reader import only_appends
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    commits = {1: ["commitInfo", "add", "add", "txn"], 2: ["commitInfo", "txn"], 3: ["commitInfo", "remove", "add"],
+               4: ["commitInfo", "metaData"], 5: ["commitInfo", "add", "cdc"]}
+    for v, actions in commits.items():
+        (log / f"{v:020d}.json").write_text("\n".join(json.dumps({a: {}}) for a in actions) + "\n")
+    path = str(tmp_path)
+    assert only_appends(path, 1, 2) and only_appends(path, 3, 2)
+    assert not only_appends(path, 1, 3) and not only_appends(path, 4, 4) and not only_appends(path, 5, 5)
+    assert not only_appends(path, 6, 6)  # cleaned up: nothing known
+    assert not only_appends("s3://bucket/log", 1, 1)
+
+
+def test_the_oldest_pieces_go_first_past_the_byte_limit():
+    one = len(batch([b"x" * 100])) + PIECE_BYTES
+    tail = Tail(3 * one)
+    for i in range(5):
+        tail.committed("/log", "id", i, _commit({0: [b"x" * 100]}, {0: i}))
+    assert tail.bytes <= 3 * one
+    assert tail.pieces("/log", "id", 4, 0, 1, 5) is None
+    assert [q.first for q in tail.pieces("/log", "id", 4, 0, 2, 5)] == [2, 3, 4]
+    assert Tail(0).pieces("/log", "id", 0, 0, 0, 1) is None
+
+
+def test_pieces_of_ended_runs_are_not_held_behind_another_logs_live_ones():
+    tail = Tail(1 << 20)
+    tail.committed("/quiet", "id", 1, _commit({0: [b"q"]}, {0: 0}))
+    for v in range(1, 400, 2):  # every commit of /busy follows one by another writer
+        tail.committed("/busy", "id", v, _commit({0: [b"b"] * 10}, {0: v * 10}))
+    assert len(tail._order) < 10
+    assert tail.pieces("/quiet", "id", 1, 0, 0, 1) is not None
+
+
+def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to_its_limit():
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id", 1, _commit({0: [b"a", b"b", b"c"]}, {0: 0}))
+    tail.committed("/log", "id", 2, _commit({0: [b"d", b"e"]}, {0: 3}))
+    whole, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 1 << 20, CREATE_TIME, 0)
+    assert after == 5
+    assert _values(whole) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+    inside, after = encode_kept(tail.pieces("/log", "id", 2, 0, 1, 4), 1, 4, 1 << 20, CREATE_TIME, 0)
+    assert after == 4
+    assert _values(inside) == [(1, b"b"), (2, b"c"), (3, b"d")]  # never a record below the position or past the end
+    assert _epochs(inside) == [3, 3]
+    first_only, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 10, CREATE_TIME, 0)
+    assert after == 3
+    assert _values(first_only) == [(0, b"a"), (1, b"b"), (2, b"c")]  # at least one batch, then the limit
+
+
+def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
+    b = decode_batches(batch([b"a", b"b"]))[0]
+    written = _written([b], [np.array([0, 0])], {0: 0})
+    piece = pieces_of(written, [b], [np.array([0, 0])], [0], False)[0][0]
+    types = TimestampTypes.of({TIMESTAMP_TYPES_PROP: '[{"kind": "LogAppendTime", "since": {"0": 0}}]'})
+    data, _after = encode_kept([piece], 0, 2, 1 << 20, types, 0)
+    records = MemoryRecords(data)
+    assert records.next_batch().timestamp_type == 1
