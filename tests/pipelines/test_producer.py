@@ -61,22 +61,22 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     """A send without sequences reads the mark, numbers after it and commits: another process
     committing under the same id in between makes it number its records again after those,
     never drop them as their duplicates (first batch or a later one)."""
-    from log_store import topic_log
+    from log_store import log_append
 
     TopicAdmin(spark, root).create("s", 2)
     df = spark.range(10).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
     other = Producer(spark, root, "s", "same")
-    original, calls = topic_log.TopicLog._open_append, []
+    original, calls = log_append.open_append, []
 
-    def open_append(self, *args, **kwargs):  # the append's transaction, in either path
-        if self is mine.log:
+    def open_append(log, *args, **kwargs):  # the append's transaction, in either path
+        if log is mine.log:
             calls.append(1)
             if len(calls) in (1, 3):  # inside the first batch, and the second (after the first's retry)
                 other.send(df)
-        return original(self, *args, **kwargs)
+        return original(log, *args, **kwargs)
 
     mine = Producer(spark, root, "s", "same", ProducerSettings(batch_size=batch_size))
-    monkeypatch.setattr(topic_log.TopicLog, "_open_append", open_append)
+    monkeypatch.setattr(log_append, "open_append", open_append)
     result = mine.send(df.where("id >= 0"))  # rows of unknown number: counted, then batched
     monkeypatch.undo()
     assert result.appended == 10 and result.duplicates == 0
