@@ -21,6 +21,19 @@ def served(spark, root):
     server.stop_thread()
 
 
+@pytest.fixture()
+def lagging(spark, root):
+    """A server whose group commit waits a second: librdkafka's producer keeps at most five requests
+    of a partition in flight, so each partition's stream backs up behind its answers."""
+    from serve.server import Server
+    from serve.settings import ServeSettings
+
+    server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=1000,
+                                               consumer_heartbeat_interval_ms=500)).run_in_thread()
+    yield server
+    server.stop_thread()
+
+
 def bootstrap(server) -> str:
     return f"127.0.0.1:{server.port}"
 

@@ -164,6 +164,14 @@ def out_of_order(deliveries: list[tuple[str, int, int, int]]) -> list[tuple]:
     return bad
 
 
+def in_log_order(rows: list[dict]) -> dict[tuple[int, int], list[int]]:
+    """Each (partition, key)'s values in offset order, as the log holds them."""
+    placed: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r in rows:
+        placed.setdefault((r["partition"], int(r["value"]) % KEYS), []).append((r["offset"], int(r["value"])))
+    return {at: [v for _o, v in sorted(records)] for at, records in placed.items()}
+
+
 def moved_and_reversed(rows: list[dict], acks: list[dict]) -> set[int]:
     """The values the log holds ahead of an earlier-produced record of their key in the same
     partition, each such earlier record addressed by the producer to another partition: a key the
@@ -309,7 +317,8 @@ def across_a_grow_and_a_shrink(spark, served, root, tmp_path, start_producer: St
         ends = {p: max(r["offset"] for r in rows if r["partition"] == p) + 1 for p in range(6)}
         assert ours == ends
         described = subprocess.run([*java(), "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-                                    "--bootstrap-server", boot, "--describe", "--group", "g"],
+                                    "--bootstrap-server", boot, "--describe", "--group", "g",
+                                    "--timeout", "60000"],  # the tool waits 5 s by default: a loaded server
                                    capture_output=True, text=True, timeout=120)
         theirs = {}
         for line in described.stdout.splitlines():
