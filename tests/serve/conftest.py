@@ -23,8 +23,8 @@ def served(spark, root):
 
 @pytest.fixture()
 def lagging(spark, root):
-    """A server whose group commit waits a second: librdkafka's producer keeps at most five requests
-    of a partition in flight, so each partition's stream backs up behind its answers."""
+    """A server whose group commit waits a second: a producer's requests wait for their answers far
+    longer than on a quick server, and back up behind them."""
     from serve.server import Server
     from serve.settings import ServeSettings
 
