@@ -127,6 +127,12 @@ def describe(c: Context, topic: str, as_json: bool) -> None:
             return
         raise
     report = c.replica_report(topic)
+    if report is not None:  # as readers get it: never below a partition's log start (retention at the leader)
+        from control_plane.replication.rules import below_high_watermark
+
+        starts = {p.partition: p.earliest_offset for p in d.partitions}
+        report = report.model_copy(update={"high_watermark": below_high_watermark(
+            report.leader_log_ends, report.high_watermark, starts)})
     if as_json:
         emit({**d.model_dump(mode="json"), "replication": report.model_dump(mode="json") if report else None}, True)
         return

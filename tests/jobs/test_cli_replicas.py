@@ -134,3 +134,21 @@ def test_a_leader_back_from_an_older_copy_is_said_as_such_and_its_clean_re_elect
     assert [r["event"] for r in json.loads(history.stdout)] == ["create", "elect"], "the refused election recorded"
     res = run("topics", "elect-leader", "--topic", "orders", "--leader", us, "--unclean", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["leader_epoch"] == 2
+
+
+def test_describe_never_shows_the_high_watermark_below_the_log_start(run, spark, tmp_path, root):
+    """Retention at the leader while the in-sync follower was not copied to: the high watermark
+    describe shows is the one readers get, at the log start, never below it ("latest" below
+    "earliest" would be the column a Kafka user resets to)."""
+    from control_plane.controller import TopicController
+
+    eu, us = root, str(tmp_path / "us")
+    replicated_orders(run, tmp_path, eu, us)  # acks 1: at the leader; the follower in sync, not copied
+    controller = TopicController(spark, eu)
+    controller.alter_config("orders", ["retention.bytes=0"], [])
+    controller.tick("orders")  # every file of the leader's log goes: its log starts at its ends
+    desc = json.loads(run("topics", "describe", "--topic", "orders", "--json").stdout)
+    starts = {p["partition"]: p["earliest_offset"] for p in desc["partitions"]}
+    shown = {int(p): o for p, o in desc["replication"]["high_watermark"].items()}
+    assert sum(starts.values()) == 30
+    assert shown == starts
