@@ -137,3 +137,23 @@ def test_an_input_that_changes_between_the_passes_commits_nothing_and_lands_once
     rows = log_rows(root, "c", ["partition", "offset", "key", "value", "sequence"])
     assert sorted(int(r["value"]) for r in rows) == expected, "the rows landed other than once"
     check_laid([{**r, "value": str(expected.index(int(r["value"])))} for r in rows], 3)
+
+
+def test_a_large_produce_writes_one_file_per_partition_in_offset_order(spark, root):
+    """Rows read by several Spark tasks land in one file per partition, each in offset order,
+    as delta-rs and pyarrow see them (not one file per partition and task)."""
+    from deltalake import DeltaTable
+    import pyarrow.parquet as pq
+
+    from control_plane.layout import RootLayout
+
+    TopicAdmin(spark, root).create("files", 5)
+    Producer(spark, root, "files", "P").send(frame(spark, tasks=3))
+    topics = DeltaTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
+    table = DeltaTable(next(r["location"] for r in topics if r["topic"] == "files"))
+    files = table.file_uris()
+    assert len(files) == 5, f"{len(files)} files for 5 partitions"
+    for uri in files:
+        offsets = pq.ParquetFile(uri.removeprefix("file://")).read(columns=["offset"])["offset"].to_pylist()
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), f"{uri}: not in offset order"
+    check_laid(log_rows(root, "files", ["partition", "offset", "key", "value", "sequence"]), 5)
