@@ -9,7 +9,9 @@ so 1.0 is parity and higher is better for lakelog):
   readStream.format("delta") of a plain Delta table holding the same rows into a Delta sink;
 - batch read: spark.read.format("lakelog") of the topic against spark.read.format("delta") of the
   same rows (both written to the noop sink, so every row is read);
-- write: df.write.format("lakelog") against df.write.format("delta") of the same rows;
+- write: df.write.format("lakelog") against df.write.format("delta") of the same rows, and against
+  Delta's writer alone writing the rows lakelog wrote (the log's nine columns, plain and partitioned
+  by ``partition``): the part of the gap that is the log's shape;
 - latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95, beside a raw
   100-row Delta append to visible through readStream.format("delta") into a Delta sink;
 - small produces: a 100-record produce (``Producer.send``) from local rows, from a filter of a
@@ -96,6 +98,7 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
                  f"lakelog write {tag}")
     if "write" in cases:
         out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+        out += log_columns_floor(spark, root, work, topic, n, partitions, t_ll)
     if "batch" in cases:  # batch read of everything
         t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save(),
                       f"delta batch read {tag}")
@@ -116,6 +119,23 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
     for r in out:
         r["ratio"] = r["delta_s"] / r["lakelog_s"]
     return out
+
+
+def log_columns_floor(spark, root: str, work: Path, topic: str, n: int, partitions: int, t_ll: float) -> list[dict]:
+    """What Delta's writer alone takes for the rows lakelog writes: the log's own nine columns
+    (read back from the topic and cached, untimed), as a plain append and partitioned by
+    ``partition`` as the log is. The gap between these and the two-column append above is the
+    log's shape, not lakelog's work."""
+    logged = spark.read.format("delta").load(TopicAdmin(spark, root).get(topic).location).persist()
+    logged.count()
+    plain = timed(lambda: logged.write.format("delta").save(str(work / f"floor-plain-{partitions}")))
+    parted = timed(lambda: logged.write.format("delta").partitionBy("partition")
+                   .save(str(work / f"floor-partitioned-{partitions}")))
+    logged.unpersist()
+    return [{"case": f"write 1 x {n:,} -> {partitions}, Delta with the log's 9 columns", "lakelog_s": t_ll,
+             "delta_s": plain},
+            {"case": f"write 1 x {n:,} -> {partitions}, Delta with the log's 9 columns, partitioned alike",
+             "lakelog_s": t_ll, "delta_s": parted}]
 
 
 def _rows_in(sink: str) -> int:
