@@ -41,12 +41,18 @@ def write_partitioned(path: str, txn: DeltaTransaction, out: DataFrame, rows: in
     return _partitioned_parts(path, written, producer_id, mark)
 
 
+GATHER_ABOVE = 16  # log partitions beyond which a large write gathers each partition's rows (BENCHMARKS.md)
+
+
 def by_partition(out: DataFrame, partitions: int) -> DataFrame:
     """``out``'s rows with each log partition's in one write task, in offset order: a file per
-    partition. Written where the rows were read, each task writes a file per partition it holds,
-    256 small files for 64 partitions from 4 tasks, and the files' fixed costs outweigh the
-    shuffle (BENCHMARKS.md). The offsets are set before the shuffle, by the tasks that read the
-    rows (``placed_offsets``)."""
+    partition, for topics of more than ``GATHER_ABOVE`` partitions. Written where the rows were
+    read, each task writes a file per partition it holds, 256 small files for 64 partitions from
+    4 tasks, and the files' fixed costs outweigh the shuffle (1M rows into 64 partitions: 1.1-1.5 s
+    faster); into 8 the shuffle costs what it saves. The offsets are set before the shuffle, by
+    the tasks that read the rows (``placed_offsets``)."""
+    if partitions <= GATHER_ABOVE:
+        return out
     tasks = max(1, min(partitions, int(out.sparkSession.conf.get("spark.sql.shuffle.partitions"))))
     return out.repartitionById(tasks, "partition").sortWithinPartitions("partition", "offset")
 
