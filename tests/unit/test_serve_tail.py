@@ -13,7 +13,7 @@ from aiokafka.record._crecords import MemoryRecords
 
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
 from serve.apis.fetch import encode_kept
-from serve.records import decode_batches
+from serve.records import READ_COLUMNS, READ_SCHEMA, decode_batches, encode_records
 from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
@@ -185,3 +185,60 @@ def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
     data, _after = encode_kept([piece], 0, 2, 1 << 20, types, 0)
     records = MemoryRecords(data)
     assert records.next_batch().timestamp_type == 1
+
+
+def _stamped(stamps: list[int], log_append_time: bool = False) -> bytes:
+    """A batch of one record per timestamp (value ``b"v<i>"``), marked LogAppendTime by its producer if asked."""
+    from aiokafka.record._crecords import DefaultRecordBatchBuilder
+    from crc32c import crc32c
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=2**30)
+    for i, stamp in enumerate(stamps):
+        builder.append(i, stamp, None, b"v%d" % i, [])
+    data = bytearray(builder.build())
+    if log_append_time:
+        data[22] |= 0x08
+        data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def _as_read(data: bytes) -> list[tuple]:
+    """What a client reads of every record: (offset, timestamp type, timestamp, value)."""
+    records, out = MemoryRecords(data), []
+    while (b := records.next_batch()) is not None:
+        assert b.validate_crc()
+        out += [(r.offset, b.timestamp_type, r.timestamp, r.value) for r in b]
+    return out
+
+
+def test_a_kept_batch_reads_as_the_logs_rows_of_it_read_from_the_files():
+    """A fetch answered from kept records must read as one answered from the log's files: a batch a
+    producer marked LogAppendTime for a CreateTime log, or with a timestamp the log keeps as none (a
+    negative one), is kept as the rows the log holds, not as the producer sent it."""
+    sent = [(_stamped([1_700_000_000_000, 1_700_000_000_005]), "as sent"),
+            (_stamped([1_700_000_000_000, 1_700_000_000_009], log_append_time=True), "marked LogAppendTime"),
+            (_stamped([1_700_000_000_000, -5]), "a negative timestamp")]
+    for wire, what in sent:
+        b = decode_batches(wire)[0]
+        written = _written([b], [np.zeros(b.count, np.int64)], {0: 7})
+        kept, _after = encode_kept(pieces_of(written, [b], [np.zeros(b.count, np.int64)], [0], True)[0], 7, 9,
+                                   1 << 20, CREATE_TIME, 0)
+        files, _after = encode_records(written.select(READ_COLUMNS).cast(READ_SCHEMA), 1 << 20, lambda o: CREATE_TIME.code_at(0, o),
+                                       CREATE_TIME.starts(0))
+        assert _as_read(kept) == _as_read(files), f"a batch {what}: kept records read otherwise than the log's"
+
+
+def test_a_timestamp_the_log_cannot_hold_is_refused():
+    """The log keeps microseconds in 64 bits: a CreateTime past about the year 294,000 would wrap (and
+    a fetch from kept records answer what the log does not hold); refused as Kafka refuses a
+    timestamp out of range, with nothing of the batch taken."""
+    import pytest
+
+    from serve.records import BatchError
+
+    with pytest.raises(BatchError) as refused:
+        decode_batches(_stamped([1_700_000_000_000, 9_300_000_000_000_000]))
+    assert refused.value.code == "INVALID_TIMESTAMP"
+    assert decode_batches(_stamped([9_223_372_036_854_775]))[0].timestamps.cast(pa.int64())[0].as_py() \
+        == 9_223_372_036_854_775_000
