@@ -1,19 +1,28 @@
 """The tail a server keeps of its own commits (serve.tail): served only for a snapshot inside the
 run of versions the server committed one after another, of the same Delta table; batches kept as
-their producer sent them with the offsets and epoch they were committed at; a fetch's span cut
-exactly (never a record outside it), in whole batches up to its byte limit. Spark-free."""
+their producer sent them with the offsets and epoch they were committed at, when they read as the
+log's rows; a fetch's span cut exactly (never a record outside it). A fetch (serve.apis.fetch)
+takes kept records first and reads the rest from the files from where they end, in one read; a
+partition not kept from the files as before; its byte limit over both. Spark-free: the server, the
+view and the file read are stand-ins."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from aiokafka.record._crecords import MemoryRecords
 
+from control_plane.records import PartitionState, TopicEvent, TopicRecord
+from log_store.log_metadata import LogSnapshot, TopicLogMetadata
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
+from serve.apis import fetch as fetch_api
 from serve.apis.fetch import encode_kept
-from serve.records import READ_COLUMNS, READ_SCHEMA, decode_batches, encode_records
+from serve.context import TopicView
+from serve.records import READ_COLUMNS, READ_SCHEMA, BatchError, decode_batches, encode_records
 from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
@@ -161,7 +170,7 @@ def test_pieces_of_ended_runs_are_not_held_behind_another_logs_live_ones():
     assert tail.pieces("/quiet", "id", 1, 0, 0, 1) is not None
 
 
-def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to_its_limit():
+def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches():
     tail = Tail(1 << 20)
     tail.committed("/log", "id", 1, _commit({0: [b"a", b"b", b"c"]}, {0: 0}))
     tail.committed("/log", "id", 2, _commit({0: [b"d", b"e"]}, {0: 3}))
@@ -172,9 +181,6 @@ def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to
     assert after == 4
     assert _values(inside) == [(1, b"b"), (2, b"c"), (3, b"d")]  # never a record below the position or past the end
     assert _epochs(inside) == [3, 3]
-    first_only, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 10, CREATE_TIME, 0)
-    assert after == 3
-    assert _values(first_only) == [(0, b"a"), (1, b"b"), (2, b"c")]  # at least one batch, then the limit
 
 
 def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
@@ -233,12 +239,87 @@ def test_a_timestamp_the_log_cannot_hold_is_refused():
     """The log keeps microseconds in 64 bits: a CreateTime past about the year 294,000 would wrap (and
     a fetch from kept records answer what the log does not hold); refused as Kafka refuses a
     timestamp out of range, with nothing of the batch taken."""
-    import pytest
-
-    from serve.records import BatchError
-
     with pytest.raises(BatchError) as refused:
         decode_batches(_stamped([1_700_000_000_000, 9_300_000_000_000_000]))
     assert refused.value.code == "INVALID_TIMESTAMP"
     assert decode_batches(_stamped([9_223_372_036_854_775]))[0].timestamps.cast(pa.int64())[0].as_py() \
         == 9_223_372_036_854_775_000
+
+
+# -- a fetch's partitions from kept records, then the log's files (serve.apis.fetch) -------------
+VALUES = {0: [b"a", b"b", b"c", b"d", b"e"], 1: [b"p", b"q"]}
+
+
+def _server(tail: Tail, version: int) -> SimpleNamespace:
+    record = TopicRecord(topic="t", topic_version=1, event=TopicEvent.CREATE, location="s3://bucket/t",
+                         partition_count=2, undeleted_partition_count=2,
+                         partitions=[PartitionState(partition=p) for p in (0, 1)])
+    snap = LogSnapshot(version=version, topic_version=1, metadata=TopicLogMetadata.initial("t", 2),
+                       log_ends={p: len(v) for p, v in VALUES.items()})
+    view = TopicView(record, snap, "topic-id", None, "delta-id")
+    ctx = SimpleNamespace(view=lambda topic, max_age=0: view, high_watermarks=lambda v: v.snapshot.log_ends, tail=tail)
+    return SimpleNamespace(ctx=ctx, settings=SimpleNamespace(fetch_poll_ms=200), record_bytes={},
+                           gates=SimpleNamespace(limits=lambda *a: {}))
+
+
+def _files(monkeypatch) -> list:
+    """The file reads asked for: every record of ``VALUES`` in the spans."""
+    asked = []
+
+    def read_rows(server, view, spans):
+        asked.append(list(spans))
+        rows = [(p, o, v) for p, s, e in spans for o, v in enumerate(VALUES[p]) if s <= o < e]
+        rows.sort()
+        return pa.table({"partition": [r[0] for r in rows], "offset": [r[1] for r in rows],
+                         "leader_epoch": [0] * len(rows), "key": pa.nulls(len(rows), pa.binary()),
+                         "value": [r[2] for r in rows], "headers": pa.nulls(len(rows), READ_SCHEMA.field("headers").type),
+                         "timestamp": pa.nulls(len(rows), READ_SCHEMA.field("timestamp").type)}).cast(READ_SCHEMA)
+
+    monkeypatch.setattr(fetch_api, "read_rows", read_rows)
+    return asked
+
+
+def _kept_tail() -> Tail:
+    """Offsets 0-2 of partition 0 committed by this server at version 5; version 6 another writer's
+    append (offsets 3-4), followed."""
+    b = decode_batches(batch(VALUES[0][:3]))[0]
+    placed = [np.zeros(3, np.int64)]
+    written = pa.table({"partition": pa.array([0, 0, 0], pa.int32()), "offset": pa.array([0, 1, 2], pa.int64()),
+                        "leader_epoch": pa.array([0, 0, 0], pa.int32()), "key": b.keys, "value": b.values,
+                        "headers": b.headers, "timestamp": b.timestamps})
+    tail = Tail(1 << 20)
+    tail.committed("s3://bucket/t", "delta-id", 5, pieces_of(written, [b], placed, [0], True))
+    tail.follow("s3://bucket/t", "delta-id", 6, lambda first, last: True)
+    return tail
+
+
+def _ask(partition: int, offset: int, limit: int = 1 << 20):
+    return SimpleNamespace(partition=partition, fetch_offset=offset, current_leader_epoch=-1, partition_max_bytes=limit)
+
+
+def test_kept_records_then_the_files_from_where_they_end(monkeypatch):
+    asked = _files(monkeypatch)
+    server = _server(_kept_tail(), 6)
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == list(enumerate(VALUES[0]))
+    assert _values(parts[1].records) == list(enumerate(VALUES[1]))
+    assert [(p, s) for p, s, _e in asked[0]] == [(0, 3), (1, 0)]  # one read, partition 0 from the kept records' end
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 1)], [1 << 20], [])
+    assert _values(parts[0].records) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 4)], [1 << 20], [])  # another writer's record: files only
+    assert _values(parts[0].records) == [(4, b"e")] and asked[-1][0][:2] == (0, 4)
+    # a snapshot past the kept run (a version it could not follow): every record from the files
+    parts = fetch_api._read_topic(_server(_kept_tail(), 7), "t", [_ask(0, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == list(enumerate(VALUES[0])) and asked[-1][0][:2] == (0, 0)
+
+
+def test_the_byte_limit_holds_over_kept_records_and_files(monkeypatch):
+    asked = _files(monkeypatch)
+    server = _server(_kept_tail(), 6)
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0, limit=10), _ask(1, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")]  # the kept batch (at least one), no more
+    assert _values(parts[1].records) == list(enumerate(VALUES[1]))
+    budget = [10]
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], budget, [])
+    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")] and parts[1].records == b""
+    assert budget[0] < 0
