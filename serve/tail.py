@@ -94,18 +94,19 @@ class Tail:
                   only_appends: Callable[[int, int], bool] | None = None) -> None:
         """This server's append committed ``version`` of the log at ``path`` with ``pieces`` (per
         partition, in offset order): kept in the log's run if it follows its top (directly, or after
-        versions ``only_appends(first, last)`` says only added files), else as a new run."""
+        versions ``only_appends(first, last)`` says only added files) or the run already holds it (a
+        fetch followed it, as another writer's, before it was kept here), else as a new run."""
         if self.max_bytes <= 0:
             return
         if only_appends is not None:
             self.follow(path, table_id, version - 1, only_appends)
         with self._lock:
             log = self._logs.get(path)
-            if log is None or log.table_id != table_id or version != log.top + 1:
+            if log is None or log.table_id != table_id or not log.base <= version <= log.top + 1:
                 if log is not None:
                     self._drop(log)
                 log = self._logs[path] = _Log(table_id, version, version)
-            log.top = version
+            log.top = max(log.top, version)
             for p, new in pieces.items():
                 kept = log.parts.setdefault(p, [])
                 if kept and kept[-1].end > new[0].first:  # records kept where the commit wrote: start again

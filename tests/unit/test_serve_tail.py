@@ -134,6 +134,19 @@ def test_a_run_follows_versions_that_only_added_files_and_stops_at_any_other():
     assert tail.pieces("/log", "id", 13 + FOLLOW_LIMIT + 1, 0, 5, 6) is None
 
 
+def test_a_commit_a_fetch_followed_before_it_was_kept_stays_in_the_run():
+    """A fetch may read the log between this server's commit and its keeping the commit's records,
+    and follow that version as another writer's append: the records are kept in the run all the same,
+    and what was kept before stays."""
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    tail.follow("/log", "id", 6, lambda first, last: True)  # version 6: the server's commit, not yet kept
+    tail.committed("/log", "id", 6, _commit({0: [b"c"]}, {0: 2}), lambda first, last: True)
+    assert [(q.first, q.end) for q in tail.pieces("/log", "id", 6, 0, 0, 3)] == [(0, 2), (2, 3)]
+    tail.committed("/log", "id", 7, _commit({0: [b"d"]}, {0: 3}), lambda first, last: True)
+    assert [q.first for q in tail.pieces("/log", "id", 7, 0, 0, 4)] == [0, 2, 3]
+
+
 def test_only_appends_reads_the_actions_of_local_commit_files(tmp_path):
     from log_store.rs_reader import only_appends
 
