@@ -40,6 +40,20 @@ def counting(monkeypatch) -> list[int]:
     return calls
 
 
+def caching(monkeypatch) -> list[int]:
+    """The produces that cached their rows (the path a changed input falls back to), one entry each."""
+    from pipelines import producer
+
+    calls, original = [], producer.place_rows
+
+    def place_rows(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(producer, "place_rows", place_rows)
+    return calls
+
+
 def check_laid(rows: list[dict], partitions: int) -> None:
     """Dense offsets; each row in its key's partition, or (unkeyed) its sequence's; sequences 0..n-1
     in the input's order, and a key's rows in the input's order."""
@@ -170,32 +184,42 @@ def check_after(rows: list[dict], mine: str, partitions: int) -> None:
                 for r in rows if r["producer_id"] == mine], partitions)
 
 
-@pytest.mark.parametrize("meanwhile", ["another producer's append", "a resize", "a layout change"])
+@pytest.mark.parametrize("meanwhile", ["another producer's append", "the same producer id's append", "a resize",
+                                       "a layout change"])
 def test_a_commit_refused_by_what_committed_during_the_write_is_written_again_and_lands_once(
         spark, root, monkeypatch, meanwhile):
     """Between the two-pass write's files and its commit: another producer appends to the same
-    partitions (the commit conflicts and the write runs again from the new log ends), the topic grows
-    from 3 to 4 partitions (the count is refused: the rows are counted again for 4 and land where 4
-    puts them), or its log moves to the arrival layout (written again in it)."""
+    partitions (the commit conflicts and the write runs again from the new log ends), another process
+    appends under the same producer id (the rows are numbered again after its records, and counted
+    again for their new places), the topic grows from 3 to 4 partitions (the count is refused: the
+    rows are counted again for 4 and land where 4 puts them), or its log moves to the arrival layout
+    (written again in it)."""
     from control_plane.controller import TopicController
 
     TopicAdmin(spark, root).create("w", 3)
-    other = Producer(spark, root, "w", "Q")
+    small = spark.createDataFrame([(f"k{i}", f"q{i}") for i in range(40)] + [(None, f"q{i}") for i in range(40, 50)],
+                                  "key string, value string")
     actions = {
-        "another producer's append": lambda: other.send(spark.createDataFrame(
-            [(f"k{i}", f"q{i}") for i in range(40)] + [(None, f"q{i}") for i in range(40, 50)], "key string, value string")),
+        "another producer's append": lambda: Producer(spark, root, "w", "Q").send(small),
+        "the same producer id's append": lambda: Producer(spark, root, "w", "P").send(small),
         "a resize": lambda: TopicController(spark, root).alter("w", 4),
         "a layout change": lambda: TopicController(spark, root).change_layout("w", "arrival"),
     }
     done = once_in_the_write(monkeypatch, actions[meanwhile])
-    calls = counting(monkeypatch)
+    calls, cached = counting(monkeypatch), caching(monkeypatch)
     result = Producer(spark, root, "w", "P").send(frame(spark))
-    assert done == [1]
+    assert done == [1] and cached == [], "the rows were cached: the two passes did not write them again"
     assert result.appended == ROWS and result.duplicates == 0
     rows = log_rows(root, "w", ["partition", "offset", "key", "value", "sequence", "producer_id"])
     if meanwhile == "a resize":
         assert calls == [1, 1] and result.metadata_refreshes == 1, "the rows were not counted again for the new count"
         check_laid(rows, 4)
+    elif meanwhile == "the same producer id's append":  # its 50 records took sequences 0-49: these follow them
+        assert calls == [1, 1], "the rows were not counted again for their places after the other process's"
+        assert sorted(r["sequence"] for r in rows if r["value"].startswith(b"q")) == list(range(50))
+        assert sorted((r["sequence"] - 50, int(r["value"])) for r in rows if not r["value"].startswith(b"q")) \
+            == [(i, i) for i in range(ROWS)]
+        check_laid([{**r, "value": str(r["sequence"])} for r in rows], 3)  # dense, in sequence order, where it puts them
     else:
         assert calls == [1] and result.commit_retries >= 1
         check_after(rows, "P", 3)
@@ -228,8 +252,9 @@ def test_a_delta_table_appended_to_between_the_passes_lands_its_rows_once(spark,
         return found
 
     monkeypatch.setattr(placed_send, "count_slots", count_slots)
+    cached = caching(monkeypatch)
     result = Producer(spark, root, "d", "P").send(spark.read.format("delta").load(source))
-    assert calls == [1]
+    assert calls == [1] and cached == [1], "the change was not seen: the rows were not written from a cache"
     assert result.appended == ROWS + 100 and result.duplicates == 0
     rows = log_rows(root, "d", ["partition", "offset", "key", "value", "sequence"])
     assert sorted(int(r["value"]) for r in rows) == list(range(ROWS + 100)), "the rows landed other than once"
@@ -247,15 +272,16 @@ def test_keys_from_a_function_spark_takes_as_deterministic_that_is_not_land_once
     TopicAdmin(spark, root).create("u", 3)
     drawn = F.udf(lambda i: None if i % 5 == 0 else f"k{random.randrange(1000)}", StringType())
     df = spark.range(0, ROWS, 1, 2).select(drawn("id").alias("key"), F.col("id").cast("string").alias("value"))
-    calls = counting(monkeypatch)
+    calls, cached = counting(monkeypatch), caching(monkeypatch)
     result = Producer(spark, root, "u", "P").send(df)
-    assert calls == [1] and result.appended == ROWS
+    assert calls == [1] and cached == [1] and result.appended == ROWS
     rows = log_rows(root, "u", ["partition", "offset", "key", "value", "sequence"])
     assert sorted(int(r["value"]) for r in rows) == list(range(ROWS)), "the rows landed other than once"
     check_laid(rows, 3)
 
 
-def test_an_input_spark_calls_non_deterministic_is_cached_and_never_read_twice(spark, root, monkeypatch):
+def test_an_input_spark_calls_non_deterministic_is_not_read_in_two_passes(spark, root, monkeypatch):
+    """Keys from ``rand()``: no count before the write (a count of rows the write would not read)."""
     TopicAdmin(spark, root).create("n", 3)
     df = spark.range(0, ROWS, 1, 2).select(
         F.concat(F.lit("k"), (F.rand(7) * 100).cast("int").cast("string")).alias("key"),
