@@ -1,6 +1,6 @@
 """The records a server keeps of its own commits (serve/tail.py) are only a faster copy of what the
-fetch's snapshot says: records another writer appended between two fetches are served (from its
-files, after the kept ones), a log start raised by delete-records is kept to, a topic created again
+fetch's snapshot says: records another writer (lakelog's producer, a second server) appended between
+two fetches are served (from its files, after the kept ones), a log start raised by delete-records is kept to, a topic created again
 under its name serves its new records, every record reads as the log holds it through a resize,
 delete-records, a compaction and a layout change, and a replicated topic's records kept above its
 high watermark wait for it. (A leader root truncated and elected again: test_replicated_reads.py.)"""
@@ -54,6 +54,27 @@ def test_records_another_writer_appends_between_two_fetches_are_served(spark, se
     assert values(fetch(client, 0, 5)) == [(5, b"f")]
     assert served.ctx.tail.hits > hits
     assert values(fetch(client, 0, 1)) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
+    # a second server over the root appends: each serves the other's records from the files, its own from memory
+    from serve.server import Server
+    from serve.settings import ServeSettings
+
+    second = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, node_id=1)).run_in_thread()
+    try:
+        other = RawClient(second.port)
+        assert values(fetch(other, 0, 4)) == [(4, b"e"), (5, b"f")]
+        assert produce(other, "t", 0, batch([b"g", b"h"])) == (NONE, 6)
+        assert produce(client, "t", 0, batch([b"i"])) == (NONE, 8)
+        log = [(4, b"e"), (5, b"f"), (6, b"g"), (7, b"h"), (8, b"i")]
+        # the first server keeps f (5) and i (8), with the second's g and h between them: from 5 it reads
+        # f from memory, then the files
+        for server, c, since, own in ((served, client, 5, 8), (second, other, 4, 6)):
+            assert values(fetch(c, 0, since)) == log[since - 4:]
+            hits = server.ctx.tail.hits
+            assert values(fetch(c, 0, own)) == [(6, b"g"), (7, b"h"), (8, b"i")][own - 6:]
+            assert server.ctx.tail.hits > hits, "a server's own newest records were not answered from memory"
+        other.close()
+    finally:
+        second.stop_thread()
     client.close()
 
 
