@@ -6,10 +6,13 @@
 Cases (each lakelog figure next to raw Delta's on the same rows; ratio = raw time / lakelog time,
 so 1.0 is parity and higher is better for lakelog):
 - stream: readStream.format("lakelog") of the topic into a Delta sink, Trigger.AvailableNow, against
-  readStream.format("delta") of a plain Delta table holding the same rows into a Delta sink;
+  readStream.format("delta") of a plain Delta table holding the same rows into a Delta sink, and of
+  the log's own table (its files and columns);
 - batch read: spark.read.format("lakelog") of the topic against spark.read.format("delta") of the
   same rows (both written to the noop sink, so every row is read);
-- write: df.write.format("lakelog") against df.write.format("delta") of the same rows;
+- write: df.write.format("lakelog") against df.write.format("delta") of the same rows, and against
+  Delta's writer alone writing the rows lakelog wrote (the log's nine columns, plain and partitioned
+  by ``partition``): the part of the gap that is the log's shape;
 - latency: a 100-record produce to visible in a running stream's Delta sink, p50 / p95, beside a raw
   100-row Delta append to visible through readStream.format("delta") into a Delta sink;
 - small produces: a 100-record produce (``Producer.send``) from local rows, from a filter of a
@@ -96,6 +99,7 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
                  f"lakelog write {tag}")
     if "write" in cases:
         out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
+        out += log_columns_floor(spark, root, work, topic, n, partitions, t_ll)
     if "batch" in cases:  # batch read of everything
         t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save(),
                       f"delta batch read {tag}")
@@ -112,10 +116,35 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
             str(work / f"ll-sink-{partitions}"), str(work / f"ll-ck-{partitions}")), f"lakelog stream {tag}")
         out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow", "lakelog_s": t_ll,
                     "delta_s": t_raw})
+        # the log's own table through Delta's source: the same files and columns lakelog's stream reads
+        location = TopicAdmin(spark, root).get(topic).location
+        t_log = timed(lambda: stream_into(spark, spark.readStream.format("delta").load(location),
+                                          str(work / f"log-sink-{partitions}"), str(work / f"log-ck-{partitions}")))
+        out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow, Delta reading the log's table",
+                    "lakelog_s": t_ll, "delta_s": t_log})
     data.unpersist()
     for r in out:
         r["ratio"] = r["delta_s"] / r["lakelog_s"]
     return out
+
+
+def log_columns_floor(spark, root: str, work: Path, topic: str, n: int, partitions: int, t_ll: float) -> list[dict]:
+    """What Delta's writer alone takes for the rows lakelog writes: the log's own nine columns
+    (read back from the topic in the input's order and cached, untimed), as a plain append and partitioned by
+    ``partition`` as the log is. The gap between these and the two-column append above is the
+    log's shape, not lakelog's work."""
+    # in the input's order and tasks (sequence order, 4 tasks), not grouped by partition as the log holds them
+    logged = spark.read.format("delta").load(TopicAdmin(spark, root).get(topic).location) \
+        .repartitionByRange(4, "sequence").sortWithinPartitions("sequence").persist()
+    logged.count()
+    plain = timed(lambda: logged.write.format("delta").save(str(work / f"floor-plain-{partitions}")))
+    parted = timed(lambda: logged.write.format("delta").partitionBy("partition")
+                   .save(str(work / f"floor-partitioned-{partitions}")))
+    logged.unpersist()
+    return [{"case": f"write 1 x {n:,} -> {partitions}, Delta with the log's 9 columns", "lakelog_s": t_ll,
+             "delta_s": plain},
+            {"case": f"write 1 x {n:,} -> {partitions}, Delta with the log's 9 columns, partitioned alike",
+             "lakelog_s": t_ll, "delta_s": parted}]
 
 
 def _rows_in(sink: str) -> int:

@@ -13,6 +13,13 @@ state and its lock are not the ones commits use, while commits go on. Nothing de
 checkpoint is written: it only shortens what a reader replays, any version may carry one, and a
 process killed before writing it leaves the next interval's to come (Delta writes checkpoints from
 any writer, beside concurrent commits, in its own design).
+
+On a local root every commit through ``DeltaTransaction`` leaves the interval out, and the
+checkpoint is written by delta-rs (``write_checkpoint``): from the commit files and the last
+checkpoint, in Rust, in tens of milliseconds and no Spark job, where Spark's took 5-12 s of CPU
+(BENCHMARKS.md). A thread that does not defer writes it right after its commit, before the commit
+call returns, as Delta would; a deferring one leaves it to the thread. On object stores Spark's own
+checkpoint stays (delta-rs would need Spark's credentials).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import queue
 import threading
 
 from pyspark.sql import SparkSession
+
+from log_store.files import local_path, reads_with_delta_rs
 
 log = logging.getLogger("lakelog.checkpoints")
 # A Hadoop option of the checkpoint writer's DeltaLog only: Delta keys its cache of DeltaLogs by the
@@ -44,7 +53,7 @@ class DeferredCheckpoints:
 
     def committed(self, path: str, version: int, interval: int) -> None:
         """``version`` of the table at ``path`` committed: queue its checkpoint when one is due."""
-        if version <= 0 or interval <= 0 or version % interval:
+        if not checkpoint_due(version, interval):
             return
         with self._lock:
             if path in self._queued:
@@ -73,14 +82,7 @@ class DeferredCheckpoints:
                     self._busy = False
 
     def _write(self, path: str) -> None:
-        """The checkpoint of the table's newest snapshot, read by the writer's own ``DeltaLog``."""
-        from log_store.delta_classes import jvm
-
-        jvm_ = self.spark._jvm
-        options = jvm_.org.apache.spark.api.python.PythonUtils.toScalaMap({WRITER_OPTION: "true"})
-        log = jvm(self.spark, "delta.DeltaLog.forTable")(self.spark._jsparkSession, jvm_.org.apache.hadoop.fs.Path(path), options)
-        none = jvm(self.spark, "scala.Option.empty()")
-        log.checkpoint(log.update(False, none, none), none)
+        write_checkpoint(self.spark, path)
 
     def stop(self, timeout: float = 60.0) -> None:
         """Write what is due, then end the thread (a server shutting down)."""
@@ -98,6 +100,31 @@ class DeferredCheckpoints:
                     return True
             time.sleep(0.05)
         return False
+
+
+def write_checkpoint(spark: SparkSession, path: str) -> None:
+    """The checkpoint of the table's newest version: by delta-rs on a local root (then the commit
+    files past the table's log retention are removed, as Delta's checkpoint does), else through a
+    ``DeltaLog`` of the table of the writer's own."""
+    if reads_with_delta_rs(path):
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(local_path(path)))
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        return
+    from log_store.delta_classes import jvm
+
+    jvm_ = spark._jvm
+    options = jvm_.org.apache.spark.api.python.PythonUtils.toScalaMap({WRITER_OPTION: "true"})
+    log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, jvm_.org.apache.hadoop.fs.Path(path), options)
+    none = jvm(spark, "scala.Option.empty()")
+    log.checkpoint(log.update(False, none, none), none)
+
+
+def checkpoint_due(version: int, interval: int) -> bool:
+    """Whether the commit of ``version`` reaches the table's checkpoint interval."""
+    return version > 0 and interval > 0 and version % interval == 0
 
 
 _HERE = threading.local()

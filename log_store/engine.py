@@ -11,6 +11,7 @@ then rejects the commit if a concurrent commit changed the metadata or the same 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,12 +26,14 @@ from pyspark.sql import DataFrame, SparkSession
 
 from log_store import checkpoints
 from log_store.arrow_files import arrow_schema, file_stats
-from log_store.files import local_checksum, write_file
+from log_store.files import local_checksum, reads_with_delta_rs, write_file
 from log_store.delta_errors import translate
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
 from log_store.errors import InvalidRecordError, LakelogError
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
+
+logger = logging.getLogger("lakelog.engine")
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,19 @@ class DeltaTransaction:
         self._actions = jvm(spark, "java.util.ArrayList")()
         self._known: dict[str, int] | None = None
         self._conf: dict[str, str] | None = None
+        self._checkpoints_after = False  # the commit leaves the checkpoint interval to ``_commit``
 
     @classmethod
     def start(cls, spark: SparkSession, path: str) -> "DeltaTransaction":
-        """A transaction on the newest snapshot; on a thread deferring checkpoints (open-source Delta),
-        one whose commit neither writes a checkpoint nor rebuilds the table state (log_store/checkpoints.py)."""
+        """A transaction on the newest snapshot; on a thread deferring checkpoints or on a local root
+        (open-source Delta), one whose commit neither writes a checkpoint nor rebuilds the table state:
+        the checkpoint is written after it (log_store/checkpoints.py)."""
         log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, path)
-        if checkpoints.deferring() is not None and spark.conf.get(INTERNALS_CONF, "oss") == "oss":
-            return cls(spark, jvm(spark, "lakelog.delta.DeferredCheckpointTransaction")(log), path)
+        if (checkpoints.deferring() is not None or reads_with_delta_rs(path)) \
+                and spark.conf.get(INTERNALS_CONF, "oss") == "oss":
+            txn = cls(spark, jvm(spark, "lakelog.delta.DeferredCheckpointTransaction")(log), path)
+            txn._checkpoints_after = True
+            return txn
         return cls(spark, log.startTransaction(), path)
 
     @property
@@ -367,8 +375,15 @@ class DeltaTransaction:
             version = int(self.jtxn.commit(seq, operation))
         except Exception as exc:  # py4j errors and pyspark's converted Delta exceptions
             raise translate(exc) from exc
-        if deferred is not None and self.path is not None:
-            deferred.committed(self.path, version, int(self.configuration().get("delta.checkpointInterval", "10")))
+        if self._checkpoints_after and self.path is not None:
+            interval = int(self.configuration().get("delta.checkpointInterval", "10"))
+            if deferred is not None:
+                deferred.committed(self.path, version, interval)
+            elif checkpoints.checkpoint_due(version, interval):
+                try:
+                    checkpoints.write_checkpoint(self.spark, self.path)
+                except Exception:  # committed all the same; the next interval's checkpoint comes
+                    logger.exception("writing the checkpoint of %s at version %s failed", self.path, version)
         return version
 
 

@@ -224,7 +224,7 @@ def _append_once(log: "TopicLog", records: DataFrame, expected_count: int, produ
     if conf.get(LAYOUT_PROP) == ARRIVAL:
         parts, max_seq = write_arrival(log.spark, log.path, txn, out, rows, producer_id, mark)
     else:
-        parts, max_seq = write_partitioned(log.path, txn, out, rows, producer_id, mark)
+        parts, max_seq = write_partitioned(log.path, txn, out, rows, producer_id, mark, len(meta.partitions))
     if placed is not None:
         placed.check(parts)
     result = _commit_parts(log, txn, meta, parts, bases, known, writable, {producer_id: max_seq} if producer_id else {},

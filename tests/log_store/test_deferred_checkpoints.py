@@ -95,3 +95,29 @@ def test_a_thread_that_does_not_defer_writes_the_checkpoint_inside_its_commit(sp
     path = _table(spark, tmp_path / "t")
     assert [_append(spark, path, i) for i in range(2)] == [1, 2]
     assert _checkpoints(path) == ["00000000000000000002.checkpoint.parquet"]
+
+
+def test_on_a_local_root_the_commit_reaching_the_interval_writes_the_checkpoint_with_no_spark_job(spark, tmp_path):
+    """Not deferring, the checkpoint is there when the commit returns, written by delta-rs without
+    the seconds of Spark jobs Delta's own takes; Spark and delta-rs read the table from it alone."""
+    from deltalake import DeltaTable
+
+    from log_store.delta_classes import delta
+
+    path = _table(spark, tmp_path / "t")
+    assert _append(spark, path, 0) == 1
+    group = f"local-commit-at-interval-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, "the commit of version 2")
+    try:
+        assert _append(spark, path, 1) == 2
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+    assert _checkpoints(path) == ["00000000000000000002.checkpoint.parquet"]
+    for f in (Path(path) / "_delta_log").glob("*.json"):
+        if int(f.name.split(".")[0]) < 2:
+            f.unlink()  # the table's state can only come from the checkpoint now
+    delta(spark).DeltaLog.clearCache()
+    assert _append(spark, path, 2) == 3
+    assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2]
+    assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == [0, 1, 2]

@@ -13,6 +13,7 @@ from pyspark.sql.types import BooleanType
 
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidRecordError
+from log_store.log_writers import GATHER_ABOVE
 from log_store.partitioner import partition_for
 from pipelines import placed_send
 from pipelines.producer import Producer
@@ -329,3 +330,25 @@ def test_an_input_that_reads_its_rows_in_another_order_the_second_time_lands_tha
     by_sequence = {r["sequence"]: int(r["value"]) for r in rows}
     assert (by_sequence[7], by_sequence[14]) == (14, 7), "the write did not land the second read as it came"
     check_laid([{**r, "value": str(swapped.get(int(r["value"]), int(r["value"])))} for r in rows], 3)
+
+
+def test_a_large_produce_writes_one_file_per_partition_in_offset_order(spark, root):
+    """Into a topic of many partitions, rows read by several Spark tasks land in one file per
+    partition, each in offset order, as delta-rs and pyarrow see them (not one file per partition
+    and task)."""
+    from deltalake import DeltaTable
+    import pyarrow.parquet as pq
+
+    from control_plane.layout import RootLayout
+
+    partitions = GATHER_ABOVE + 1
+    TopicAdmin(spark, root).create("files", partitions)
+    Producer(spark, root, "files", "P").send(frame(spark, tasks=3))
+    topics = DeltaTable(RootLayout(root).control("topics")).to_pyarrow_table().to_pylist()
+    table = DeltaTable(next(r["location"] for r in topics if r["topic"] == "files"))
+    files = table.file_uris()
+    assert len(files) == partitions, f"{len(files)} files for {partitions} partitions"
+    for uri in files:
+        offsets = pq.ParquetFile(uri.removeprefix("file://")).read(columns=["offset"])["offset"].to_pylist()
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), f"{uri}: not in offset order"
+    check_laid(log_rows(root, "files", ["partition", "offset", "key", "value", "sequence"]), partitions)
