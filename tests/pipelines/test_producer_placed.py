@@ -233,15 +233,17 @@ def test_a_commit_refused_by_what_committed_during_the_write_is_written_again_an
         assert sum(n for a in files for _lo, _hi, n in decode_ranges(a["tags"][RANGES_TAG]).values()) == ROWS
 
 
-@pytest.mark.parametrize("layout", ["partitioned", "arrival"])
-def test_a_delta_table_appended_to_between_the_passes_lands_its_rows_once(spark, root, tmp_path, monkeypatch, layout):
+@pytest.mark.parametrize("layout, partitions", [("partitioned", 3), ("arrival", 3), ("partitioned", GATHER_ABOVE + 1)])
+def test_a_delta_table_appended_to_between_the_passes_lands_its_rows_once(spark, root, tmp_path, monkeypatch, layout,
+                                                                          partitions):
     """A Delta table as the input (Spark reads its latest snapshot at each pass), appended to by its
     writer after the count: the second pass reads the new file in a Spark task the first never saw,
     so the two-pass write commits nothing, and the produce lands every row of the grown table once
-    (the cached path). (Those rows once took no sequence, and the append's floor dropped them.)"""
+    (the cached path), in either layout, its rows gathered by partition or not. (Those rows once
+    took no sequence, and the append's floor dropped them.)"""
     source = str(tmp_path / "source")
     frame(spark).write.format("delta").save(source)
-    TopicAdmin(spark, root).create("d", 3, layout=layout)
+    TopicAdmin(spark, root).create("d", partitions, layout=layout)
     calls, original = [], placed_send.count_slots
 
     def count_slots(*args, **kwargs):
@@ -259,7 +261,7 @@ def test_a_delta_table_appended_to_between_the_passes_lands_its_rows_once(spark,
     assert result.appended == ROWS + 100 and result.duplicates == 0
     rows = log_rows(root, "d", ["partition", "offset", "key", "value", "sequence"])
     assert sorted(int(r["value"]) for r in rows) == list(range(ROWS + 100)), "the rows landed other than once"
-    check_laid([{**r, "value": str(r["sequence"])} for r in rows], 3)  # dense, where keys and sequences put them
+    check_laid([{**r, "value": str(r["sequence"])} for r in rows], partitions)  # dense, where keys and sequences put them
 
 
 def test_keys_from_a_function_spark_takes_as_deterministic_that_is_not_land_once(spark, root, monkeypatch):
