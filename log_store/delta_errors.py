@@ -10,7 +10,8 @@ from py4j.protocol import Py4JJavaError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.errors import (
-    INPUT_CHANGED_MARK, NO_SEQUENCE, NO_SEQUENCE_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError, InvalidRecordError,
+    INPUT_CHANGED_MARK, NO_SEQUENCE, NO_SEQUENCE_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError,
+    InvalidRecordError,
     LakelogError, StorageError,
 )
 

@@ -141,8 +141,8 @@ class Producer:
         """Produce every record of ``records``; returns counts, retries and timing.
 
         Records with a ``sequence`` column keep it (plus ``sequence_start``): re-sending them
-        under the same producer id lands nothing twice (a null one is refused, nothing written). Records without one (and no
-        ``sequence_start``), or any with ``after_mark``, are numbered after this producer id's
+        under the same producer id lands nothing twice (a null one is refused, nothing written).
+        Records without one (and no ``sequence_start``), or any with ``after_mark``, are numbered after this producer id's
         committed mark (from ``sequence_start`` at least; with ``after_mark`` the ``sequence``
         column is each record's place in this send): the commit checks the mark it was numbered
         after, and when another process committed under the id meanwhile, the records are

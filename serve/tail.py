@@ -210,7 +210,8 @@ def pieces_of(written: pa.Table, batches: Sequence, placed: Sequence[np.ndarray]
     parts = written.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = written.column("offset").to_numpy(zero_copy_only=False)
     epochs = written.column("leader_epoch").to_numpy(zero_copy_only=False)
-    whole = np.array([wire_ok and _as_logged(b) and bool((pl == a).all()) for b, pl, a in zip(batches, placed, addressed)])
+    whole = np.array([wire_ok and _as_logged(b) and bool((pl == a).all())
+                      for b, pl, a in zip(batches, placed, addressed)])
     entry = np.repeat(np.arange(len(batches)), counts)
     starts = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
     rows = None

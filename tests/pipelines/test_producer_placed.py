@@ -229,7 +229,7 @@ def test_a_commit_refused_by_what_committed_during_the_write_is_written_again_an
         from log_store.log_files import RANGES_TAG, decode_ranges
 
         files = DeltaTransaction.start(spark, TopicAdmin(spark, root).get("w").location).files()
-        assert files and all(RANGES_TAG in (a.get("tags") or {}) for a in files), "files without the arrival layout's ranges"
+        assert files and all(RANGES_TAG in (a.get("tags") or {}) for a in files), "a file without its ranges"
         assert sum(n for a in files for _lo, _hi, n in decode_ranges(a["tags"][RANGES_TAG]).values()) == ROWS
 
 

@@ -1,9 +1,10 @@
 """The records a server keeps of its own commits (serve/tail.py) are only a faster copy of what the
 fetch's snapshot says: records another writer (lakelog's producer, a second server) appended between
-two fetches are served (from its files, after the kept ones), a log start raised by delete-records is kept to, a topic created again
-under its name serves its new records, every record reads as the log holds it through a resize,
-delete-records, a compaction and a layout change, and a replicated topic's records kept above its
-high watermark wait for it. (A leader root truncated and elected again: test_replicated_reads.py.)"""
+two fetches are served (from its files, after the kept ones), a log start raised by delete-records
+is kept to, a topic created again under its name serves its new records, every record reads as the
+log holds it through a resize, delete-records, a compaction and a layout change, and a replicated
+topic's records kept above its high watermark wait for it. (A leader root truncated and elected
+again: test_replicated_reads.py.)"""
 
 from __future__ import annotations
 

@@ -243,7 +243,8 @@ def test_a_kept_batch_reads_as_the_logs_rows_of_it_read_from_the_files():
         written = _written([b], [np.zeros(b.count, np.int64)], {0: 7})
         kept, _after = encode_kept(pieces_of(written, [b], [np.zeros(b.count, np.int64)], [0], True)[0], 7, 9,
                                    1 << 20, CREATE_TIME, 0)
-        files, _after = encode_records(written.select(READ_COLUMNS).cast(READ_SCHEMA), 1 << 20, lambda o: CREATE_TIME.code_at(0, o),
+        files, _after = encode_records(written.select(READ_COLUMNS).cast(READ_SCHEMA), 1 << 20,
+                                       lambda o: CREATE_TIME.code_at(0, o),
                                        CREATE_TIME.starts(0))
         assert _as_read(kept) == _as_read(files), f"a batch {what}: kept records read otherwise than the log's"
 
