@@ -10,7 +10,8 @@ from py4j.protocol import Py4JJavaError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.errors import (
-    INPUT_CHANGED_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError, InvalidRecordError,
+    INPUT_CHANGED_MARK, NO_SEQUENCE, NO_SEQUENCE_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError,
+    InvalidRecordError,
     LakelogError, StorageError,
 )
 
@@ -56,6 +57,8 @@ def translate(exc: Exception) -> LakelogError:
     if INPUT_CHANGED_MARK in text:  # log_store.placed_offsets: a task met rows its first pass did not count
         return InputChangedError(f"the write read other rows than its first pass counted ({_first_line(text)[:300]}); "
                                  "nothing was committed")
+    if NO_SEQUENCE_MARK in text:  # pipelines.producer: a record of a one-write produce with a null sequence
+        return InvalidRecordError(f"1 or more {NO_SEQUENCE}")
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")

@@ -136,6 +136,9 @@ class InputChangedError(OffsetCheckError):
 
 
 INPUT_CHANGED_MARK = "LAKELOG_INPUT_CHANGED"  # in the failure of a Spark task that met rows not counted
+NO_SEQUENCE_MARK = "LAKELOG_NO_SEQUENCE"  # in the failure of a Spark task that met a record with a null sequence
+NO_SEQUENCE = ("records have no sequence (a null in the 'sequence' column); give every record one, or leave the "
+               "column out to number the records by their place. Nothing was written.")
 
 
 class StorageError(LakelogError):

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log_store.errors import InvalidRecordError
+from log_store.errors import NO_SEQUENCE, InvalidRecordError
 from log_store.partitioner import partitions_for
 
 _TEXT = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
@@ -47,11 +47,13 @@ def normalized(rows: pa.Table, sequence_start: int, producer_id: str, now: datet
     """``rows`` (``is_plain``; ``sequence`` each row's place) as the log's producer columns
     without ``partition``: key and value as bytes, a missing timestamp the produce's time (as
     Kafka's producer stamps a record sent without one), sequences from ``sequence_start``. A
-    record without a value is refused, nothing written."""
+    record without a value, or with a null sequence, is refused, nothing written."""
     n = rows.num_rows
     value = rows.column("value")
     if value.null_count:
         raise InvalidRecordError(f"{value.null_count} records have no value; every record needs one. Nothing was written.")
+    if rows.column("sequence").null_count:  # the caller's own column (a row's place is never null)
+        raise InvalidRecordError(f"{rows.column('sequence').null_count} {NO_SEQUENCE}")
     key = rows.column("key").cast(pa.binary()) if "key" in rows.column_names else pa.nulls(n, pa.binary())
     stamp = pa.scalar(now or datetime.now(timezone.utc), pa.timestamp("us", tz="UTC"))
     timestamp = (pc.fill_null(rows.column("timestamp").cast(pa.timestamp("us", tz="UTC")), stamp)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from log_store.errors import InputChangedError
+from log_store.errors import INPUT_CHANGED_MARK, InputChangedError
 from log_store.partitioner import jvm_offset_index, partition_column
 from log_store.placed_offsets import INDEX_MASK, TASK_SHIFT, Placement, longs, place_column
 
@@ -103,7 +103,12 @@ class PlacedRows:
         firsts = self.first.firsts()
         starts = [firsts.get(t, 0) for t in range(max(firsts, default=0) + 1)]
         task = (F.shiftright(F.col("_place"), TASK_SHIFT) + 1).cast("int")
-        place = F.try_element_at(longs(starts), task) + F.col("_place").bitwiseAND(F.lit(INDEX_MASK))
+        # A task the first count did not see (the input read in more tasks this time) has no first
+        # place: its rows fail the write. A null sequence would not be counted anywhere: the
+        # append's floor (``sequence > mark``) drops such a row without a word.
+        first = F.coalesce(F.try_element_at(longs(starts), task), F.raise_error(F.lit(
+            f"{INPUT_CHANGED_MARK}: a task the first pass did not count met rows")).cast("long"))
+        place = first + F.col("_place").bitwiseAND(F.lit(INDEX_MASK))
         return self.normalize(self.placed.withColumn("sequence", place), sequence_start)
 
 

@@ -25,8 +25,8 @@ from pipelines.placed_send import PlacedRows, placeable
 from pipelines.settings import ProducerSettings
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
-    FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError, InvalidRecordError, LeaderNotAvailableError,
-    NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
+    NO_SEQUENCE, NO_SEQUENCE_MARK, FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError,
+    InvalidRecordError, LeaderNotAvailableError, NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
 )
 from log_store.log_metadata import Mode
 from log_store.numbering import place_rows
@@ -141,8 +141,8 @@ class Producer:
         """Produce every record of ``records``; returns counts, retries and timing.
 
         Records with a ``sequence`` column keep it (plus ``sequence_start``): re-sending them
-        under the same producer id lands nothing twice. Records without one (and no
-        ``sequence_start``), or any with ``after_mark``, are numbered after this producer id's
+        under the same producer id lands nothing twice (a null one is refused, nothing written).
+        Records without one (and no ``sequence_start``), or any with ``after_mark``, are numbered after this producer id's
         committed mark (from ``sequence_start`` at least; with ``after_mark`` the ``sequence``
         column is each record's place in this send): the commit checks the mark it was numbered
         after, and when another process committed under the id meanwhile, the records are
@@ -287,13 +287,16 @@ class Producer:
         previous one left; a batch that finds another process's records after it shifts its own
         and the later batches' sequences past them (a first batch's is the caller's to renumber)."""
         metrics = [F.count(F.lit(1)).alias("n"), F.min("sequence").alias("lo"),
-                   F.sum(F.col("value").isNull().cast("int")).alias("null_values")]
+                   F.sum(F.col("value").isNull().cast("int")).alias("null_values"),
+                   F.sum(F.col("sequence").isNull().cast("int")).alias("null_sequences")]
         counted = Observation()
         df.observe(counted, *metrics).write.format("noop").mode("overwrite").save()
         stats = observed(counted, lambda: df.agg(*metrics).first().asDict())
         if stats["null_values"]:
             raise InvalidRecordError(f"{stats['null_values']} records have no value; every record needs one. "
                                      "Nothing was written.")
+        if stats["null_sequences"]:  # (a batch is chosen by sequence: such a record would be in none)
+            raise InvalidRecordError(f"{stats['null_sequences']} {NO_SEQUENCE}")
         total = int(stats["n"])
         size = self.settings.batch_size
         n_batches = (total + size - 1) // size
@@ -329,7 +332,10 @@ class Producer:
         and a retried append reads them (or the caller's cache) again; only a committed
         attempt's rows land, and sequences dedupe them."""
         counted = Observation()
-        rows = df.observe(counted, F.count(F.lit(1)).alias("n"))
+        # a null sequence fails the write (the append's floor, ``sequence > mark``, would drop the record)
+        sequence = F.coalesce(F.col("sequence"), F.raise_error(F.lit(f"{NO_SEQUENCE_MARK}: a record's sequence is null"))
+                              .cast("long"))
+        rows = df.withColumn("sequence", sequence).observe(counted, F.count(F.lit(1)).alias("n"))
         result = self._send_batch(rows, self._nothing_sent(0, 1), rows=bound, expected_mark=expected_mark,
                                   stamps=stamps)
         # The write ran (a failed one raised), so the count is in; counted again if it got lost.

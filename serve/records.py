@@ -67,7 +67,7 @@ class ProducedBatch:
 def decode_batches(data: bytes | None) -> list[ProducedBatch]:
     """Every batch in a partition's ``records`` of a produce request; BatchError if any is not one the
     log can take (bad CRC or framing, an old message format, a transactional or control batch, a
-    record without a value, inner offsets not 0, 1, 2, ...)."""
+    record without a value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's)."""
     if not data:
         raise BatchError("CORRUPT_MESSAGE", "a partition of the produce request holds no record batch")
     out = []
@@ -141,10 +141,15 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
     else:
         headers = pa.nulls(expected, HEADERS_ARROW)
     millis = pa.array(stamps, pa.int64())
+    try:  # the log keeps microseconds: a timestamp past about the year 294,000 would wrap
+        micros = pc.multiply_checked(millis, 1000)
+    except pa.ArrowInvalid:
+        raise BatchError("INVALID_TIMESTAMP", f"a record's timestamp ({pc.max(millis).as_py()} ms) is beyond what the "
+                                              "log can hold") from None
     return ProducedBatch(
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         keys=pa.array(keys, pa.binary()), values=pa.array(values, pa.binary()), headers=headers.cast(HEADERS_ARROW),
-        timestamps=pc.if_else(pc.less(millis, 0), None, pc.multiply(millis, 1000)).cast(TIMESTAMP_ARROW),
+        timestamps=pc.if_else(pc.less(millis, 0), None, micros).cast(TIMESTAMP_ARROW),
         wire=wire,
     )
 

@@ -39,6 +39,7 @@ FOLLOW_LIMIT = 1000  # versions of other writers a run follows at once; more end
 PIECE_BYTES = 200  # what a piece costs beyond its records (the objects that hold it), counted against the limit
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
+_ATTRIBUTES_LOW, _LOG_APPEND_TIME = 22, 0x08  # a batch's timestampType bit, in the low byte of its attributes
 
 
 @dataclass(eq=False)
@@ -93,18 +94,19 @@ class Tail:
                   only_appends: Callable[[int, int], bool] | None = None) -> None:
         """This server's append committed ``version`` of the log at ``path`` with ``pieces`` (per
         partition, in offset order): kept in the log's run if it follows its top (directly, or after
-        versions ``only_appends(first, last)`` says only added files), else as a new run."""
+        versions ``only_appends(first, last)`` says only added files) or the run already holds it (a
+        fetch followed it, as another writer's, before it was kept here), else as a new run."""
         if self.max_bytes <= 0:
             return
         if only_appends is not None:
             self.follow(path, table_id, version - 1, only_appends)
         with self._lock:
             log = self._logs.get(path)
-            if log is None or log.table_id != table_id or version != log.top + 1:
+            if log is None or log.table_id != table_id or not log.base <= version <= log.top + 1:
                 if log is not None:
                     self._drop(log)
                 log = self._logs[path] = _Log(table_id, version, version)
-            log.top = version
+            log.top = max(log.top, version)
             for p, new in pieces.items():
                 kept = log.parts.setdefault(p, [])
                 if kept and kept[-1].end > new[0].first:  # records kept where the commit wrote: start again
@@ -188,19 +190,28 @@ class Tail:
             self._dead = 0
 
 
+def _as_logged(batch) -> bool:
+    """Whether ``batch``'s wire bytes read as the log's rows of it: marked CreateTime (a producer's
+    LogAppendTime mark would make a client read the batch's max timestamp as every record's, of
+    another type) and no timestamp the log keeps as none (a negative one)."""
+    return bool(batch.wire) and not batch.wire[_ATTRIBUTES_LOW] & _LOG_APPEND_TIME and batch.timestamps.null_count == 0
+
+
 def pieces_of(written: pa.Table, batches: Sequence, placed: Sequence[np.ndarray], addressed: Sequence[int],
               wire_ok: bool) -> dict[int, list[Piece]]:
     """The pieces of one commit: ``written`` (its rows as committed, in the order of ``batches``,
     each a ``serve.records.ProducedBatch`` whose records went to the partitions ``placed``, sent to
-    partition ``addressed``). A batch is kept as its wire bytes when ``wire_ok`` (a CreateTime log)
-    and all its records went to the partition it was sent to; the other rows as Arrow."""
+    partition ``addressed``). A batch is kept as its wire bytes when ``wire_ok`` (a CreateTime log),
+    all its records went to the partition it was sent to and its bytes read as the log's rows
+    (``_as_logged``); the other rows as Arrow."""
     counts = [b.count for b in batches]
     if written is None or written.num_rows != sum(counts):
         return {}
     parts = written.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = written.column("offset").to_numpy(zero_copy_only=False)
     epochs = written.column("leader_epoch").to_numpy(zero_copy_only=False)
-    whole = np.array([wire_ok and bool(b.wire) and bool((pl == a).all()) for b, pl, a in zip(batches, placed, addressed)])
+    whole = np.array([wire_ok and _as_logged(b) and bool((pl == a).all())
+                      for b, pl, a in zip(batches, placed, addressed)])
     entry = np.repeat(np.arange(len(batches)), counts)
     starts = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
     rows = None

@@ -379,3 +379,15 @@ def test_the_drivers_path_and_sparks_lay_the_same_records_alike(spark, root):
     admin.create("numbers", 2)
     Producer(spark, root, "numbers", "P").send(spark.range(3).select(F.col("id").alias("value")))
     assert sorted(r[0] for r in admin.log("numbers").table().select("value").collect()) == [b"0", b"1", b"2"]
+
+
+@pytest.mark.parametrize("rows, batch_size", [(100, 500_000), (30_000, 500_000), (30_000, 10_000)])
+def test_a_record_with_a_null_sequence_is_refused_and_nothing_written(spark, root, rows, batch_size):
+    """A ``sequence`` column with a null: refused, whichever way the rows go (in the driver, one
+    Spark write, batches counted first), never dropped as a committed sequence's duplicate."""
+    TopicAdmin(spark, root).create("q", 3)
+    df = spark.range(0, rows, 1, 2).select(F.col("id").cast("string").alias("value"),
+                                           F.when(F.col("id") == 7, None).otherwise(F.col("id")).alias("sequence"))
+    with pytest.raises(InvalidRecordError, match="no sequence.*Nothing was written"):
+        Producer(spark, root, "q", "P", settings=ProducerSettings(batch_size=batch_size)).send(df)
+    assert TopicAdmin(spark, root).log("q").table().count() == 0

@@ -41,6 +41,20 @@ def counting(monkeypatch) -> list[int]:
     return calls
 
 
+def caching(monkeypatch) -> list[int]:
+    """The produces that cached their rows (the path a changed input falls back to), one entry each."""
+    from pipelines import producer
+
+    calls, original = [], producer.place_rows
+
+    def place_rows(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(producer, "place_rows", place_rows)
+    return calls
+
+
 def check_laid(rows: list[dict], partitions: int) -> None:
     """Dense offsets; each row in its key's partition, or (unkeyed) its sequence's; sequences 0..n-1
     in the input's order, and a key's rows in the input's order."""
@@ -138,6 +152,186 @@ def test_an_input_that_changes_between_the_passes_commits_nothing_and_lands_once
     rows = log_rows(root, "c", ["partition", "offset", "key", "value", "sequence"])
     assert sorted(int(r["value"]) for r in rows) == expected, "the rows landed other than once"
     check_laid([{**r, "value": str(expected.index(int(r["value"])))} for r in rows], 3)
+
+
+def once_in_the_write(monkeypatch, action) -> list[int]:
+    """Run ``action`` once, inside the two-pass write's transaction: its files written, its commit not made."""
+    from log_store import log_append
+
+    done, original = [], log_append.crash_point
+
+    def point(name: str) -> None:
+        if name == "produce:after_write" and not done:
+            done.append(1)
+            action()
+        original(name)
+
+    monkeypatch.setattr(log_append, "crash_point", point)
+    return done
+
+
+def check_after(rows: list[dict], mine: str, partitions: int) -> None:
+    """Every partition's offsets dense from 0; producer ``mine``'s rows after the others' there,
+    laid as ``check_laid`` says."""
+    by_partition: dict[int, list[dict]] = {}
+    for r in rows:
+        by_partition.setdefault(r["partition"], []).append(r)
+    for p, found in by_partition.items():
+        found.sort(key=lambda r: r["offset"])
+        assert [r["offset"] for r in found] == list(range(len(found))), f"partition {p}: offsets not dense"
+        owners = [r["producer_id"] == mine for r in found]
+        assert owners == sorted(owners), f"partition {p}: the other producer's rows are not all before {mine}'s"
+    check_laid([{**r, "offset": r["offset"] - sum(1 for o in by_partition[r["partition"]] if o["producer_id"] != mine)}
+                for r in rows if r["producer_id"] == mine], partitions)
+
+
+@pytest.mark.parametrize("meanwhile", ["another producer's append", "the same producer id's append", "a resize",
+                                       "a layout change"])
+def test_a_commit_refused_by_what_committed_during_the_write_is_written_again_and_lands_once(
+        spark, root, monkeypatch, meanwhile):
+    """Between the two-pass write's files and its commit: another producer appends to the same
+    partitions (the commit conflicts and the write runs again from the new log ends), another process
+    appends under the same producer id (the rows are numbered again after its records, and counted
+    again for their new places), the topic grows from 3 to 4 partitions (the count is refused: the
+    rows are counted again for 4 and land where 4 puts them), or its log moves to the arrival layout
+    (written again in it)."""
+    from control_plane.controller import TopicController
+
+    TopicAdmin(spark, root).create("w", 3)
+    small = spark.createDataFrame([(f"k{i}", f"q{i}") for i in range(40)] + [(None, f"q{i}") for i in range(40, 50)],
+                                  "key string, value string")
+    actions = {
+        "another producer's append": lambda: Producer(spark, root, "w", "Q").send(small),
+        "the same producer id's append": lambda: Producer(spark, root, "w", "P").send(small),
+        "a resize": lambda: TopicController(spark, root).alter("w", 4),
+        "a layout change": lambda: TopicController(spark, root).change_layout("w", "arrival"),
+    }
+    done = once_in_the_write(monkeypatch, actions[meanwhile])
+    calls, cached = counting(monkeypatch), caching(monkeypatch)
+    result = Producer(spark, root, "w", "P").send(frame(spark))
+    assert done == [1] and cached == [], "the rows were cached: the two passes did not write them again"
+    assert result.appended == ROWS and result.duplicates == 0
+    rows = log_rows(root, "w", ["partition", "offset", "key", "value", "sequence", "producer_id"])
+    if meanwhile == "a resize":
+        assert calls == [1, 1] and result.metadata_refreshes == 1, "the rows were not counted again for the new count"
+        check_laid(rows, 4)
+    elif meanwhile == "the same producer id's append":  # its 50 records took sequences 0-49: these follow them
+        assert calls == [1, 1], "the rows were not counted again for their places after the other process's"
+        assert sorted(r["sequence"] for r in rows if r["value"].startswith(b"q")) == list(range(50))
+        assert sorted((r["sequence"] - 50, int(r["value"])) for r in rows if not r["value"].startswith(b"q")) \
+            == [(i, i) for i in range(ROWS)]
+        check_laid([{**r, "value": str(r["sequence"])} for r in rows], 3)  # dense, in sequence order, where it puts them
+    else:
+        assert calls == [1] and result.commit_retries >= 1
+        check_after(rows, "P", 3)
+    if meanwhile == "a layout change":  # every file an arrival file, with its ranges: the retry's too
+        from log_store.engine import DeltaTransaction
+        from log_store.log_files import RANGES_TAG, decode_ranges
+
+        files = DeltaTransaction.start(spark, TopicAdmin(spark, root).get("w").location).files()
+        assert files and all(RANGES_TAG in (a.get("tags") or {}) for a in files), "a file without its ranges"
+        assert sum(n for a in files for _lo, _hi, n in decode_ranges(a["tags"][RANGES_TAG]).values()) == ROWS
+
+
+@pytest.mark.parametrize("layout, partitions", [("partitioned", 3), ("arrival", 3), ("partitioned", GATHER_ABOVE + 1)])
+def test_a_delta_table_appended_to_between_the_passes_lands_its_rows_once(spark, root, tmp_path, monkeypatch, layout,
+                                                                          partitions):
+    """A Delta table as the input (Spark reads its latest snapshot at each pass), appended to by its
+    writer after the count: the second pass reads the new file in a Spark task the first never saw,
+    so the two-pass write commits nothing, and the produce lands every row of the grown table once
+    (the cached path), in either layout, its rows gathered by partition or not. (Those rows once
+    took no sequence, and the append's floor dropped them.)"""
+    source = str(tmp_path / "source")
+    frame(spark).write.format("delta").save(source)
+    TopicAdmin(spark, root).create("d", partitions, layout=layout)
+    calls, original = [], placed_send.count_slots
+
+    def count_slots(*args, **kwargs):
+        found = original(*args, **kwargs)
+        if not calls:
+            frame(spark, 100, 1).withColumn("value", (F.col("value").cast("long") + ROWS).cast("string")) \
+                .write.format("delta").mode("append").save(source)
+        calls.append(1)
+        return found
+
+    monkeypatch.setattr(placed_send, "count_slots", count_slots)
+    cached = caching(monkeypatch)
+    result = Producer(spark, root, "d", "P").send(spark.read.format("delta").load(source))
+    assert calls == [1] and cached == [1], "the change was not seen: the rows were not written from a cache"
+    assert result.appended == ROWS + 100 and result.duplicates == 0
+    rows = log_rows(root, "d", ["partition", "offset", "key", "value", "sequence"])
+    assert sorted(int(r["value"]) for r in rows) == list(range(ROWS + 100)), "the rows landed other than once"
+    check_laid([{**r, "value": str(r["sequence"])} for r in rows], partitions)  # dense, where keys and sequences put them
+
+
+def test_keys_from_a_function_spark_takes_as_deterministic_that_is_not_land_once(spark, root, monkeypatch):
+    """A Python function is deterministic to Spark unless marked otherwise: one drawing each row's
+    key at random gives the second pass other partitions than the first counted. The two-pass write
+    commits nothing, and the produce lands every row once, each where its stored key puts it."""
+    import random
+
+    from pyspark.sql.types import StringType
+
+    TopicAdmin(spark, root).create("u", 3)
+    drawn = F.udf(lambda i: None if i % 5 == 0 else f"k{random.randrange(1000)}", StringType())
+    df = spark.range(0, ROWS, 1, 2).select(drawn("id").alias("key"), F.col("id").cast("string").alias("value"))
+    calls, cached = counting(monkeypatch), caching(monkeypatch)
+    result = Producer(spark, root, "u", "P").send(df)
+    assert calls == [1] and cached == [1] and result.appended == ROWS
+    rows = log_rows(root, "u", ["partition", "offset", "key", "value", "sequence"])
+    assert sorted(int(r["value"]) for r in rows) == list(range(ROWS)), "the rows landed other than once"
+    check_laid(rows, 3)
+
+
+def test_an_input_spark_calls_non_deterministic_is_not_read_in_two_passes(spark, root, monkeypatch):
+    """Keys from ``rand()``: no count before the write (a count of rows the write would not read)."""
+    TopicAdmin(spark, root).create("n", 3)
+    df = spark.range(0, ROWS, 1, 2).select(
+        F.concat(F.lit("k"), (F.rand(7) * 100).cast("int").cast("string")).alias("key"),
+        F.col("id").cast("string").alias("value"))
+    calls = counting(monkeypatch)
+    result = Producer(spark, root, "n", "P").send(df)
+    assert calls == [] and result.appended == ROWS
+    rows = log_rows(root, "n", ["partition", "offset", "key", "value", "sequence"])
+    check_laid(rows, 3)
+
+
+@pytest.mark.slow  # a Python function over every row of both passes: about 25 s on 2 loaded cores
+def test_an_input_that_reads_its_rows_in_another_order_the_second_time_lands_that_read_once(
+        spark, root, tmp_path, monkeypatch):
+    """The same rows, counted alike, in another order the second time (two rows of one key swap
+    places in their task): nothing tells the passes apart, and the write lands the second read as
+    it came, every row once, the key's rows in that read's order."""
+    import pandas as pd
+
+    TopicAdmin(spark, root).create("o", 3)
+    marker = str(tmp_path / "second-pass")
+    swapped = {7: 14, 14: 7}  # both key k0 (id % 7), both in the first task
+
+    def value(ids: pd.Series) -> pd.Series:
+        return (ids.replace(swapped) if os.path.exists(marker) else ids).astype(str)
+
+    value.__annotations__ = {"ids": pd.Series, "return": pd.Series}  # (this module's annotations are strings)
+
+    df = spark.range(0, ROWS, 1, 2).select(F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("key"),
+                                           F.pandas_udf(value, "string")("id").alias("value"))
+    calls, original = [], placed_send.count_slots
+
+    def count_slots(*args, **kwargs):
+        calls.append(1)
+        found = original(*args, **kwargs)
+        open(marker, "w").close()
+        return found
+
+    monkeypatch.setattr(placed_send, "count_slots", count_slots)
+    cached = caching(monkeypatch)
+    result = Producer(spark, root, "o", "P").send(df)
+    assert calls == [1] and cached == [] and result.appended == ROWS
+    rows = log_rows(root, "o", ["partition", "offset", "key", "value", "sequence"])
+    assert sorted(int(r["value"]) for r in rows) == list(range(ROWS)), "the rows landed other than once"
+    by_sequence = {r["sequence"]: int(r["value"]) for r in rows}
+    assert (by_sequence[7], by_sequence[14]) == (14, 7), "the write did not land the second read as it came"
+    check_laid([{**r, "value": str(swapped.get(int(r["value"]), int(r["value"])))} for r in rows], 3)
 
 
 def test_a_large_produce_writes_one_file_per_partition_in_offset_order(spark, root):

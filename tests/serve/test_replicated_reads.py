@@ -3,7 +3,9 @@ client's position (an in-sync follower's root cut off: nothing it holds can be c
 it leaves the in-sync set). Kafka's leader answers a fetch anywhere up to its log end (above the
 high watermark: no records, no error), and OffsetForLeaderEpoch of the current epoch with its log
 end; a client told otherwise resets its position (re-delivering what it consumed) or reports a
-truncation that never happened."""
+truncation that never happened. A retried ``acks=all`` batch is acknowledged only once every in-sync
+root holds it, and a leader root truncated and elected again serves and takes what its log holds
+now, not what the server kept or remembered of it from before."""
 
 from __future__ import annotations
 
@@ -120,12 +122,15 @@ def test_a_kafka_groups_committed_leader_epoch_is_kept_and_answered(spark, serve
     assert GroupOffsets(spark, root).state("g", "t").epochs == {0: 0}
 
 
-def test_a_retry_after_its_leader_root_was_truncated_and_elected_again_lands_once(spark, served, root, tmp_path):
-    """A Kafka producer's ``acks=all`` batch was appended at /eu and not copied (/us cut off). Then /eu's
-    root is lost, /us elected (clean: still in sync), /eu back, truncated where /us's epoch began (the
-    batch and its producer mark gone) and elected again. The producer's retry reaches the same server
-    and the same log path: the producer mark the server remembers from before the elections must not
-    answer it as a duplicate of a record no log holds."""
+def test_a_leader_root_truncated_and_elected_again_serves_and_takes_what_its_log_holds_now(spark, served, root,
+                                                                                          tmp_path):
+    """A Kafka producer's ``acks=all`` batch "a" was appended at /eu and not copied (/us cut off): the
+    server keeps it as /eu's offset 0, and its producer's mark. Then /eu's root is lost, /us elected
+    (clean: still in sync) and takes "z" at offset 0; /eu, back, is truncated where /us's epoch began
+    ("a" and its mark gone), copies /us's log and is elected again, in versions the server did not
+    commit. A fetch must read "z" at 0, not the record the server once kept there; the producer's
+    retry of "a", reaching the same server and log path, must land (at 1), not be answered as a
+    duplicate from the mark the server remembers from before the elections."""
     eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
     served.ctx.admin.create("t", 1, replicas=[eu, us])
     replication = Replication(spark, root)
@@ -140,15 +145,33 @@ def test_a_retry_after_its_leader_root_was_truncated_and_elected_again_lands_onc
     replication.elect("t", us)
     restore(paths[eu])
     replication.replicate("t")  # /eu fenced, truncated at 0, back in sync
-    assert replication.elect("t", eu).leader_epoch == 2
     time.sleep(1.5)  # past the server's view of the topic (serve.batcher.VIEW_AGE)
-    answered = produce(client, "t", 0, sent)
-    for _ in range(20):  # an election seen mid-request is answered retriably, as Kafka's leader change
-        if answered[0] == NONE:
+    answered = _until_answered(lambda: produce(client, "t", 0, batch([b"z"])))
+    assert answered == (NONE, 0)
+    replication.replicate("t")
+    assert replication.elect("t", eu).leader_epoch == 2
+    time.sleep(1.5)
+    answer = _until_answered(lambda: fetch(client, 0, 0), lambda a: a.error_code == NONE and a.records)
+    assert _values(answer) == [(0, b"z")], "a record the server kept from before the elections was served"
+    answered = _until_answered(lambda: produce(client, "t", 0, sent))
+    assert answered == (NONE, 1), f"the retry was answered {answered}: taken for a duplicate of a record no log holds"
+    assert _values(fetch(client, 0, 0)) == [(0, b"z"), (1, b"a")]
+    client.close()
+    for r in (eu, us):
+        assert [row[4] for row in records_at(paths[r])] == ["b'z'", "b'a'"], f"{r} holds {records_at(paths[r])}"
+
+
+def _until_answered(call, done=lambda answered: answered[0] == NONE):
+    """``call()`` until ``done`` (an election seen mid-request is answered retriably, as Kafka's leader change)."""
+    for _ in range(20):
+        answered = call()
+        if done(answered):
             break
         time.sleep(0.5)
-        answered = produce(client, "t", 0, sent)
-    client.close()
-    assert answered == (NONE, 0)
-    for r in (eu, us):
-        assert [row[4] for row in records_at(paths[r])] == ["b'a'"], f"{r} holds {records_at(paths[r])}"
+    return answered
+
+
+def _values(answer) -> list[tuple[int, bytes]]:
+    from tests.serve.test_tail import values
+
+    return values(answer)

@@ -1,9 +1,10 @@
 """The records a server keeps of its own commits (serve/tail.py) are only a faster copy of what the
-fetch's snapshot says: records another writer appended between two fetches are served (from its
-files, after the kept ones), a log start
-raised by delete-records is kept to, a topic created again under its name serves its new records,
-and a leader root truncated and elected again serves what its log holds now, not what the server
-once committed there."""
+fetch's snapshot says: records another writer (lakelog's producer, a second server) appended between
+two fetches are served (from its files, after the kept ones), a log start raised by delete-records
+is kept to, a topic created again under its name serves its new records, every record reads as the
+log holds it through a resize, delete-records, a compaction and a layout change, and a replicated
+topic's records kept above its high watermark wait for it. (A leader root truncated and elected
+again: test_replicated_reads.py.)"""
 
 from __future__ import annotations
 
@@ -54,6 +55,27 @@ def test_records_another_writer_appends_between_two_fetches_are_served(spark, se
     assert values(fetch(client, 0, 5)) == [(5, b"f")]
     assert served.ctx.tail.hits > hits
     assert values(fetch(client, 0, 1)) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
+    # a second server over the root appends: each serves the other's records from the files, its own from memory
+    from serve.server import Server
+    from serve.settings import ServeSettings
+
+    second = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, node_id=1)).run_in_thread()
+    try:
+        other = RawClient(second.port)
+        assert values(fetch(other, 0, 4)) == [(4, b"e"), (5, b"f")]
+        assert produce(other, "t", 0, batch([b"g", b"h"])) == (NONE, 6)
+        assert produce(client, "t", 0, batch([b"i"])) == (NONE, 8)
+        log = [(4, b"e"), (5, b"f"), (6, b"g"), (7, b"h"), (8, b"i")]
+        # the first server keeps f (5) and i (8), with the second's g and h between them: from 5 it reads
+        # f from memory, then the files
+        for server, c, since, own in ((served, client, 5, 8), (second, other, 4, 6)):
+            assert values(fetch(c, 0, since)) == log[since - 4:]
+            hits = server.ctx.tail.hits
+            assert values(fetch(c, 0, own)) == [(6, b"g"), (7, b"h"), (8, b"i")][own - 6:]
+            assert server.ctx.tail.hits > hits, "a server's own newest records were not answered from memory"
+        other.close()
+    finally:
+        second.stop_thread()
     client.close()
 
 
@@ -101,47 +123,107 @@ def test_a_topic_created_again_under_its_name_serves_its_new_records(spark, serv
     client.close()
 
 
-def test_a_leader_root_truncated_and_elected_again_serves_what_its_log_holds_now(spark, served, root, tmp_path):
-    """The server appended "a" at /eu (not copied: /us cut off), so it keeps it as /eu's offset 0.
-    /us is elected and takes "z" at offset 0; /eu, back, is truncated and copies /us's log; elected
-    again, /eu's log holds "z" at 0, in versions the server did not commit; the server's next
-    commit there ("y" at 1) follows them."""
+def records_of(answer) -> list[tuple[int, int, int, int, bytes]]:
+    """(offset, batch leader epoch, timestamp type, timestamp, value) of every record of a fetched partition."""
+    assert answer.error_code == NONE, ErrorCode(answer.error_code).name
+    data, out, pos = bytes(answer.records or b""), [], 0
+    while pos + 12 <= len(data):
+        end = pos + 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+        epoch = int.from_bytes(data[pos + 12:pos + 16], "big", signed=True)
+        b = MemoryRecords(data[pos:end]).next_batch()
+        assert b.validate_crc()
+        out += [(r.offset, epoch, b.timestamp_type, r.timestamp, r.value) for r in b]
+        pos = end
+    return out
+
+
+def test_every_fetch_reads_as_the_log_through_a_days_changes(spark, served, root):
+    """Whatever a fetch answers from kept records or files, each record's offset, leader epoch,
+    timestamp and value are what the log's Delta table holds, from the log start to the high
+    watermark: after the server's and lakelog's producers' appends, keyed records placed on another
+    partition than sent to, a resize (epochs bumped), delete-records, a compaction and a move to the
+    arrival layout, each followed by more of the server's commits."""
+    from log_store.topic_log import TopicLog
+    from tests.support import log_rows
+
+    controller = TopicController(spark, root)
+    served.ctx.admin.create("t", 2)
+    client = RawClient(served.port)
+    n = [0]
+
+    def commits(partitions: int) -> None:
+        for p in range(partitions):
+            n[0] += 1
+            assert produce(client, "t", p, batch([b"%d-%d-%d" % (n[0], p, i) for i in range(3)]))[0] == NONE
+        keys = [b"key-%d" % i for i in range(6)]  # their records go where their keys do, whatever they were sent to
+        assert produce(client, "t", 0, batch([b"keyed-%d-%d" % (n[0], i) for i in range(6)], keys=keys))[0] == NONE
+
+    def check(step: str) -> None:
+        """Every partition read from its log start, then its newest three records (the server's last
+        commit there, kept in memory), each as the log holds them."""
+        time.sleep(2 * served.settings.fetch_poll_ms / 1000)  # past the view a fetch may reuse
+        log = TopicLog(spark, served.ctx.admin.get("t").location)
+        starts, ends = log.earliest_offsets(), log.log_end_offsets()
+        rows = log_rows(root, "t", ["partition", "offset", "leader_epoch", "timestamp", "value"])
+        hits = served.ctx.tail.hits
+        for p, end in ends.items():
+            expected = sorted((r["offset"], r["leader_epoch"], 0, int(r["timestamp"].timestamp() * 1000), r["value"])
+                              for r in rows if r["partition"] == p and r["offset"] >= starts[p])
+            assert records_of(fetch(client, p, end - 3)) == expected[-3:], f"{step}: partition {p}'s newest records"
+            found, at = [], starts[p]
+            while at < end:
+                more = records_of(fetch(client, p, at))
+                assert more and more[0][0] == at, f"{step}: partition {p} answered nothing at {at}"
+                found += more
+                at = more[-1][0] + 1
+            assert found == expected, f"{step}: partition {p} read otherwise than its log"
+        assert served.ctx.tail.hits > hits, f"{step}: no fetch was answered from kept records"
+
+    commits(2)
+    Producer(spark, root, "t", "lakelog-producer").send(spark.createDataFrame(
+        [(None, b"spark-%d" % i) for i in range(4)], "key binary, value binary"))
+    commits(2)
+    check("appends")
+    controller.alter("t", 3)
+    commits(3)
+    check("a resize")
+    controller.delete_records("t", {0: 4, 1: 2})
+    commits(3)
+    check("delete-records")
+    controller.compact("t")
+    commits(3)
+    check("a compaction")
+    controller.change_layout("t", "arrival")
+    commits(3)
+    check("the arrival layout")
+    client.close()
+
+
+def test_records_above_a_replicated_topics_high_watermark_are_kept_and_not_served(spark, served, root, tmp_path):
+    """An ``acks: all`` batch appended at the leader while an in-sync follower is cut off is kept in
+    memory with the server's commit, but a fetch stops at the high watermark (what every in-sync root
+    holds) until the follower has it."""
     from tests.control_plane.test_replication import cut, restore
 
-    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
-    served.ctx.admin.create("t", 1, replicas=[eu, us])
+    follower = str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[root, follower])
     replication = Replication(spark, root)
-    state = replication.state("t")
-    paths = {r: replication.path(state, r) for r in (eu, us)}
+    path = replication.path(replication.state("t"), follower)
     client = RawClient(served.port)
-    cut(paths[us])
-    assert produce(client, "t", 0, batch([b"a"]))[0] == ErrorCode.not_enough_replicas_after_append
-    restore(paths[us])
-    cut(paths[eu])
-    replication.elect("t", us)
-    restore(paths[eu])
-    replication.replicate("t")  # /eu fenced, truncated at 0, back in sync
-    time.sleep(1.5)  # past the server's view of the topic
-    for _ in range(20):  # an election seen mid-request is answered retriably
-        answered = produce(client, "t", 0, batch([b"z"]))
-        if answered[0] == NONE:
-            break
-        time.sleep(0.5)
-    assert answered == (NONE, 0)
+    assert produce(client, "t", 0, batch([b"a", b"b"])) == (NONE, 0)
+    assert fetch(client, 0, 0).high_watermark == 2  # the follower's log end read (an unreadable root counts with it)
+    cut(path)
+    assert produce(client, "t", 0, batch([b"c"]))[0] == ErrorCode.not_enough_replicas_after_append
+    time.sleep(2 * served.settings.fetch_poll_ms / 1000)  # past the server's cached high watermark
+    hits = served.ctx.tail.hits
+    answer = fetch(client, 0, 0)
+    assert answer.high_watermark == 2 and values(answer) == [(0, b"a"), (1, b"b")]
+    assert served.ctx.tail.hits > hits, "the fetch was not answered from kept records"
+    above = fetch(client, 0, 2)
+    assert above.error_code == NONE and not above.records, "a record above the high watermark was served"
+    restore(path)
     replication.replicate("t")
-    replication.elect("t", eu)
-    time.sleep(1.5)
-    for _ in range(20):
-        answer = fetch(client, 0, 0)
-        if answer.error_code == NONE and answer.records:
-            break
-        time.sleep(0.5)
-    assert values(answer) == [(0, b"z")]
-    for _ in range(20):  # the server's next commit there follows versions it did not make
-        answered = produce(client, "t", 0, batch([b"y"]))
-        if answered[0] == NONE:
-            break
-        time.sleep(0.5)
-    assert answered == (NONE, 1)
-    assert values(fetch(client, 0, 0)) == [(0, b"z"), (1, b"y")]
+    time.sleep(2 * served.settings.fetch_poll_ms / 1000)
+    answer = fetch(client, 0, 1)
+    assert answer.high_watermark == 3 and values(answer) == [(1, b"b"), (2, b"c")]
     client.close()

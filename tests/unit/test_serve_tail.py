@@ -1,19 +1,28 @@
 """The tail a server keeps of its own commits (serve.tail): served only for a snapshot inside the
 run of versions the server committed one after another, of the same Delta table; batches kept as
-their producer sent them with the offsets and epoch they were committed at; a fetch's span cut
-exactly (never a record outside it), in whole batches up to its byte limit. Spark-free."""
+their producer sent them with the offsets and epoch they were committed at, when they read as the
+log's rows; a fetch's span cut exactly (never a record outside it). A fetch (serve.apis.fetch)
+takes kept records first and reads the rest from the files from where they end, in one read; a
+partition not kept from the files as before; its byte limit over both. Spark-free: the server, the
+view and the file read are stand-ins."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from aiokafka.record._crecords import MemoryRecords
 
+from control_plane.records import PartitionState, TopicEvent, TopicRecord
+from log_store.log_metadata import LogSnapshot, TopicLogMetadata
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
+from serve.apis import fetch as fetch_api
 from serve.apis.fetch import encode_kept
-from serve.records import decode_batches
+from serve.context import TopicView
+from serve.records import READ_COLUMNS, READ_SCHEMA, BatchError, decode_batches, encode_records
 from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
@@ -125,6 +134,19 @@ def test_a_run_follows_versions_that_only_added_files_and_stops_at_any_other():
     assert tail.pieces("/log", "id", 13 + FOLLOW_LIMIT + 1, 0, 5, 6) is None
 
 
+def test_a_commit_a_fetch_followed_before_it_was_kept_stays_in_the_run():
+    """A fetch may read the log between this server's commit and its keeping the commit's records,
+    and follow that version as another writer's append: the records are kept in the run all the same,
+    and what was kept before stays."""
+    tail = Tail(1 << 20)
+    tail.committed("/log", "id", 5, _commit({0: [b"a", b"b"]}, {0: 0}))
+    tail.follow("/log", "id", 6, lambda first, last: True)  # version 6: the server's commit, not yet kept
+    tail.committed("/log", "id", 6, _commit({0: [b"c"]}, {0: 2}), lambda first, last: True)
+    assert [(q.first, q.end) for q in tail.pieces("/log", "id", 6, 0, 0, 3)] == [(0, 2), (2, 3)]
+    tail.committed("/log", "id", 7, _commit({0: [b"d"]}, {0: 3}), lambda first, last: True)
+    assert [q.first for q in tail.pieces("/log", "id", 7, 0, 0, 4)] == [0, 2, 3]
+
+
 def test_only_appends_reads_the_actions_of_local_commit_files(tmp_path):
     from log_store.rs_reader import only_appends
 
@@ -161,7 +183,7 @@ def test_pieces_of_ended_runs_are_not_held_behind_another_logs_live_ones():
     assert tail.pieces("/quiet", "id", 1, 0, 0, 1) is not None
 
 
-def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to_its_limit():
+def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches():
     tail = Tail(1 << 20)
     tail.committed("/log", "id", 1, _commit({0: [b"a", b"b", b"c"]}, {0: 0}))
     tail.committed("/log", "id", 2, _commit({0: [b"d", b"e"]}, {0: 3}))
@@ -172,9 +194,6 @@ def test_a_fetch_from_kept_records_holds_exactly_its_span_in_whole_batches_up_to
     assert after == 4
     assert _values(inside) == [(1, b"b"), (2, b"c"), (3, b"d")]  # never a record below the position or past the end
     assert _epochs(inside) == [3, 3]
-    first_only, after = encode_kept(tail.pieces("/log", "id", 2, 0, 0, 5), 0, 5, 10, CREATE_TIME, 0)
-    assert after == 3
-    assert _values(first_only) == [(0, b"a"), (1, b"b"), (2, b"c")]  # at least one batch, then the limit
 
 
 def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
@@ -185,3 +204,136 @@ def test_rows_kept_are_encoded_with_the_logs_timestamp_types():
     data, _after = encode_kept([piece], 0, 2, 1 << 20, types, 0)
     records = MemoryRecords(data)
     assert records.next_batch().timestamp_type == 1
+
+
+def _stamped(stamps: list[int], log_append_time: bool = False) -> bytes:
+    """A batch of one record per timestamp (value ``b"v<i>"``), marked LogAppendTime by its producer if asked."""
+    from aiokafka.record._crecords import DefaultRecordBatchBuilder
+    from crc32c import crc32c
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=2**30)
+    for i, stamp in enumerate(stamps):
+        builder.append(i, stamp, None, b"v%d" % i, [])
+    data = bytearray(builder.build())
+    if log_append_time:
+        data[22] |= 0x08
+        data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+def _as_read(data: bytes) -> list[tuple]:
+    """What a client reads of every record: (offset, timestamp type, timestamp, value)."""
+    records, out = MemoryRecords(data), []
+    while (b := records.next_batch()) is not None:
+        assert b.validate_crc()
+        out += [(r.offset, b.timestamp_type, r.timestamp, r.value) for r in b]
+    return out
+
+
+def test_a_kept_batch_reads_as_the_logs_rows_of_it_read_from_the_files():
+    """A fetch answered from kept records must read as one answered from the log's files: a batch a
+    producer marked LogAppendTime for a CreateTime log, or with a timestamp the log keeps as none (a
+    negative one), is kept as the rows the log holds, not as the producer sent it."""
+    sent = [(_stamped([1_700_000_000_000, 1_700_000_000_005]), "as sent"),
+            (_stamped([1_700_000_000_000, 1_700_000_000_009], log_append_time=True), "marked LogAppendTime"),
+            (_stamped([1_700_000_000_000, -5]), "a negative timestamp")]
+    for wire, what in sent:
+        b = decode_batches(wire)[0]
+        written = _written([b], [np.zeros(b.count, np.int64)], {0: 7})
+        kept, _after = encode_kept(pieces_of(written, [b], [np.zeros(b.count, np.int64)], [0], True)[0], 7, 9,
+                                   1 << 20, CREATE_TIME, 0)
+        files, _after = encode_records(written.select(READ_COLUMNS).cast(READ_SCHEMA), 1 << 20,
+                                       lambda o: CREATE_TIME.code_at(0, o),
+                                       CREATE_TIME.starts(0))
+        assert _as_read(kept) == _as_read(files), f"a batch {what}: kept records read otherwise than the log's"
+
+
+def test_a_timestamp_the_log_cannot_hold_is_refused():
+    """The log keeps microseconds in 64 bits: a CreateTime past about the year 294,000 would wrap (and
+    a fetch from kept records answer what the log does not hold); refused as Kafka refuses a
+    timestamp out of range, with nothing of the batch taken."""
+    with pytest.raises(BatchError) as refused:
+        decode_batches(_stamped([1_700_000_000_000, 9_300_000_000_000_000]))
+    assert refused.value.code == "INVALID_TIMESTAMP"
+    assert decode_batches(_stamped([9_223_372_036_854_775]))[0].timestamps.cast(pa.int64())[0].as_py() \
+        == 9_223_372_036_854_775_000
+
+
+# -- a fetch's partitions from kept records, then the log's files (serve.apis.fetch) -------------
+VALUES = {0: [b"a", b"b", b"c", b"d", b"e"], 1: [b"p", b"q"]}
+
+
+def _server(tail: Tail, version: int) -> SimpleNamespace:
+    record = TopicRecord(topic="t", topic_version=1, event=TopicEvent.CREATE, location="s3://bucket/t",
+                         partition_count=2, undeleted_partition_count=2,
+                         partitions=[PartitionState(partition=p) for p in (0, 1)])
+    snap = LogSnapshot(version=version, topic_version=1, metadata=TopicLogMetadata.initial("t", 2),
+                       log_ends={p: len(v) for p, v in VALUES.items()})
+    view = TopicView(record, snap, "topic-id", None, "delta-id")
+    ctx = SimpleNamespace(view=lambda topic, max_age=0: view, high_watermarks=lambda v: v.snapshot.log_ends, tail=tail)
+    return SimpleNamespace(ctx=ctx, settings=SimpleNamespace(fetch_poll_ms=200), record_bytes={},
+                           gates=SimpleNamespace(limits=lambda *a: {}))
+
+
+def _files(monkeypatch) -> list:
+    """The file reads asked for: every record of ``VALUES`` in the spans."""
+    asked = []
+
+    def read_rows(server, view, spans):
+        asked.append(list(spans))
+        rows = [(p, o, v) for p, s, e in spans for o, v in enumerate(VALUES[p]) if s <= o < e]
+        rows.sort()
+        return pa.table({"partition": [r[0] for r in rows], "offset": [r[1] for r in rows],
+                         "leader_epoch": [0] * len(rows), "key": pa.nulls(len(rows), pa.binary()),
+                         "value": [r[2] for r in rows], "headers": pa.nulls(len(rows), READ_SCHEMA.field("headers").type),
+                         "timestamp": pa.nulls(len(rows), READ_SCHEMA.field("timestamp").type)}).cast(READ_SCHEMA)
+
+    monkeypatch.setattr(fetch_api, "read_rows", read_rows)
+    return asked
+
+
+def _kept_tail() -> Tail:
+    """Offsets 0-2 of partition 0 committed by this server at version 5; version 6 another writer's
+    append (offsets 3-4), followed."""
+    b = decode_batches(batch(VALUES[0][:3]))[0]
+    placed = [np.zeros(3, np.int64)]
+    written = pa.table({"partition": pa.array([0, 0, 0], pa.int32()), "offset": pa.array([0, 1, 2], pa.int64()),
+                        "leader_epoch": pa.array([0, 0, 0], pa.int32()), "key": b.keys, "value": b.values,
+                        "headers": b.headers, "timestamp": b.timestamps})
+    tail = Tail(1 << 20)
+    tail.committed("s3://bucket/t", "delta-id", 5, pieces_of(written, [b], placed, [0], True))
+    tail.follow("s3://bucket/t", "delta-id", 6, lambda first, last: True)
+    return tail
+
+
+def _ask(partition: int, offset: int, limit: int = 1 << 20):
+    return SimpleNamespace(partition=partition, fetch_offset=offset, current_leader_epoch=-1, partition_max_bytes=limit)
+
+
+def test_kept_records_then_the_files_from_where_they_end(monkeypatch):
+    asked = _files(monkeypatch)
+    server = _server(_kept_tail(), 6)
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == list(enumerate(VALUES[0]))
+    assert _values(parts[1].records) == list(enumerate(VALUES[1]))
+    assert [(p, s) for p, s, _e in asked[0]] == [(0, 3), (1, 0)]  # one read, partition 0 from the kept records' end
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 1)], [1 << 20], [])
+    assert _values(parts[0].records) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 4)], [1 << 20], [])  # another writer's record: files only
+    assert _values(parts[0].records) == [(4, b"e")] and asked[-1][0][:2] == (0, 4)
+    # a snapshot past the kept run (a version it could not follow): every record from the files
+    parts = fetch_api._read_topic(_server(_kept_tail(), 7), "t", [_ask(0, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == list(enumerate(VALUES[0])) and asked[-1][0][:2] == (0, 0)
+
+
+def test_the_byte_limit_holds_over_kept_records_and_files(monkeypatch):
+    asked = _files(monkeypatch)
+    server = _server(_kept_tail(), 6)
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0, limit=10), _ask(1, 0)], [1 << 20], [])
+    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")]  # the kept batch (at least one), no more
+    assert _values(parts[1].records) == list(enumerate(VALUES[1]))
+    budget = [10]
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], budget, [])
+    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")] and parts[1].records == b""
+    assert budget[0] < 0
