@@ -104,22 +104,26 @@ class DeferredCheckpoints:
 
 def write_checkpoint(spark: SparkSession, path: str) -> None:
     """The checkpoint of the table's newest version: by delta-rs on a local root (then the commit
-    files past the table's log retention are removed, as Delta's checkpoint does), else through a
-    ``DeltaLog`` of the table of the writer's own."""
+    files past the table's log retention are removed, as Delta's checkpoint does), else, or when
+    delta-rs cannot write the table (a writer feature it lacks), through a ``DeltaLog`` of the
+    table of the writer's own."""
     if reads_with_delta_rs(path):
         from deltalake import DeltaTable
 
-        table = DeltaTable(str(local_path(path)))
-        table.create_checkpoint()
-        table.cleanup_metadata()
-        return
+        try:
+            table = DeltaTable(str(local_path(path)))
+            table.create_checkpoint()
+            table.cleanup_metadata()
+            return
+        except Exception as exc:  # noqa: BLE001 - Spark's checkpoint writes what delta-rs cannot
+            log.warning("delta-rs could not write the checkpoint of %s (%s); Spark writes it", path, exc)
     from log_store.delta_classes import jvm
 
     jvm_ = spark._jvm
     options = jvm_.org.apache.spark.api.python.PythonUtils.toScalaMap({WRITER_OPTION: "true"})
-    log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, jvm_.org.apache.hadoop.fs.Path(path), options)
+    delta_log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, jvm_.org.apache.hadoop.fs.Path(path), options)
     none = jvm(spark, "scala.Option.empty()")
-    log.checkpoint(log.update(False, none, none), none)
+    delta_log.checkpoint(delta_log.update(False, none, none), none)
 
 
 def checkpoint_due(version: int, interval: int) -> bool:

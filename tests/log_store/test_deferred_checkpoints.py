@@ -121,3 +121,18 @@ def test_on_a_local_root_the_commit_reaching_the_interval_writes_the_checkpoint_
     assert _append(spark, path, 2) == 3
     assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2]
     assert sorted(DeltaTable(path).to_pyarrow_table()["id"].to_pylist()) == [0, 1, 2]
+
+
+def test_a_table_delta_rs_cannot_checkpoint_still_gets_its_checkpoint_from_spark(spark, tmp_path, monkeypatch):
+    """delta-rs refuses tables with writer features it lacks: Spark writes the checkpoint then, and
+    the commit that reached the interval still returns with it there."""
+    from deltalake import DeltaTable
+
+    def refuse(self):
+        raise RuntimeError("Unsupported writer feature")
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", refuse)
+    path = _table(spark, tmp_path / "t")
+    assert [_append(spark, path, i) for i in range(2)] == [1, 2]
+    assert _checkpoints(path) == ["00000000000000000002.checkpoint.parquet"]
+    assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1]
