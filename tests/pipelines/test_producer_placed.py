@@ -29,30 +29,28 @@ def frame(spark, rows: int = ROWS, tasks: int = 3):
         F.col("id").cast("string").alias("value"))
 
 
-def counting(monkeypatch) -> list[int]:
-    """The first passes the produces run, one entry each."""
-    calls, original = [], placed_send.count_slots
+def calls_of(monkeypatch, module, name: str) -> list[int]:
+    """One entry per call of ``module.name`` from now on (it still runs)."""
+    calls, original = [], getattr(module, name)
 
-    def count_slots(*args, **kwargs):
+    def spy(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(placed_send, "count_slots", count_slots)
+    monkeypatch.setattr(module, name, spy)
     return calls
+
+
+def counting(monkeypatch) -> list[int]:
+    """The first passes the produces run, one entry each."""
+    return calls_of(monkeypatch, placed_send, "count_slots")
 
 
 def caching(monkeypatch) -> list[int]:
     """The produces that cached their rows (the path a changed input falls back to), one entry each."""
     from pipelines import producer
 
-    calls, original = [], producer.place_rows
-
-    def place_rows(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(producer, "place_rows", place_rows)
-    return calls
+    return calls_of(monkeypatch, producer, "place_rows")
 
 
 def check_laid(rows: list[dict], partitions: int) -> None:
