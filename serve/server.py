@@ -161,6 +161,13 @@ class Server:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         self.waits.stop()
+        # what is left (a coordinator's timer, a group write's wait, a connection's sender) ends here,
+        # not destroyed unfinished with the loop
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=10)
         self.ctx.close()
 
     def run_forever(self, on_listening=None) -> None:

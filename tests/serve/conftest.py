@@ -18,7 +18,18 @@ def served(spark, root):
     server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5,
                                                consumer_heartbeat_interval_ms=500)).run_in_thread()
     yield server
+    stopped_with_no_task_left(server)
+
+
+def stopped_with_no_task_left(server) -> None:
+    """Stop a server serving from a thread, and check its loop kept no task unfinished: a task left
+    pending is destroyed with the loop, its cleanup never run ("Task was destroyed but it is pending")."""
+    import asyncio
+
+    loop = server._loop
     server.stop_thread()
+    left = [t.get_coro() for t in asyncio.all_tasks(loop) if not t.done()]
+    assert not left, f"tasks left pending when the server stopped: {left}"
 
 
 @pytest.fixture()
@@ -31,7 +42,7 @@ def lagging(spark, root):
     server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=1000,
                                                consumer_heartbeat_interval_ms=500)).run_in_thread()
     yield server
-    server.stop_thread()
+    stopped_with_no_task_left(server)
 
 
 def bootstrap(server) -> str:
