@@ -160,6 +160,12 @@ SLOW: dict[str, Callable[[], Scenario]] = {
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
         [producer("q", "z", acks_all=False), reader("r", polls=1), chaos("x", "A"), elector("e1", "B"),
          producer("p", "y")._replace(after="e1"), copier("c")._replace(after="p"), elector("e2", "A", after="c")]),
+    # an idempotent producer's send copied by a round to B and not C; A's root lost, C elected
+    # (clean), C's root lost and B elected (clean: truncated at C's epoch start): the retry lands it
+    "retry-after-clean-truncation": lambda: Scenario(
+        created(ROOTS, held={"A": ["x"], "B": ["x"], "C": ["x"]}),
+        [producer("p", "a1", attempts=3), copier("c"), chaos("x", "A"), elector("e1", "C"),
+         chaos("y", "C", returns=False)._replace(after="e1"), elector("e2", "B", after="y")]),
     # a reader across a clean failover with two looks, and an acks: all produce at the new leader
     # taking the offset the old one used
     "reader-clean-failover-two-polls": lambda: Scenario(
