@@ -52,6 +52,12 @@ def test_every_interleaving_keeps_every_promise(name):
     ("reader-follower-cut-off", model.Variant(reader_skips_lost_roots=True), "in-sync B lacks it"),
     # readers that never compare their position with the elections since skip silently
     ("reader-unclean-election", model.Variant(no_divergence_check=True), "does not show it"),
+    # a copy that lands the records without their producer marks: the election's handover gives the
+    # new leader the record and not its mark, and the producer's retry writes it a second time
+    ("retry-across-handover", model.Variant(copy_without_marks=True), "B holds a1 twice"),
+    # a truncation that leaves the marks of the records it takes out: the retry of a record the
+    # unclean election truncated is answered as a duplicate, and the record is in no log
+    ("retry-after-truncation", model.Variant(truncation_keeps_marks=True), "answered as a duplicate at A"),
 ])
 def test_each_rule_in_its_older_form_lets_the_checker_find_its_defect(name, variant, found):
     result = model.check(name, variant)
@@ -109,3 +115,50 @@ def test_a_round_that_read_the_state_before_an_election_leaves_the_elected_log_l
     [(after, me)] = step_copier(world, stale, NEW)
     assert after.log("B") == b, "a stale round demoted the elected leader"
     assert dict(me.get("results")) == {"B": None}, "the copy to a log that leads is refused"
+
+
+def _replay(name: str, steps: list[str], variant=model.NEW):
+    """The scenario ``name`` stepped along ``steps`` ("actor: pc -> pc"), each the first move that
+    goes there; returns the world after them."""
+    from control_plane.replication.model.explore import STEPS
+
+    scenario = {**model.SCENARIOS, **model.SLOW}[name]()
+    world, actors = model.with_committed(scenario.world), list(scenario.actors)
+    for step in steps:
+        who, move = step.split(": ")
+        to = move.split(" -> ")[1]
+        i = next(i for i, a in enumerate(actors) if a.name == who)
+        world, actors[i] = next((w, a) for w, a in STEPS[actors[i].kind](world, actors[i], variant) if a.pc == to)
+        world = model.with_committed(world)
+    return world
+
+
+def test_a_retry_of_a_record_an_unclean_election_truncated_lands_it_again():
+    """The steps by which a truncation that keeps the producer's mark loses a retried record, under
+    the code's rules: the truncation of A at epoch 1's start takes ``a1`` and moves the producer's
+    mark below it (``copy.truncate_log``), so the retry (the same sequence) is appended again, once."""
+    _what, steps = model.check("retry-after-truncation", model.Variant(truncation_keeps_marks=True)).violations[0]
+    kept = _replay("retry-after-truncation", steps, model.Variant(truncation_keeps_marks=True))
+    assert kept.log("A").mark("p") == 0 and kept.log("A").records() == {"x"}, "the older rule kept the mark"
+    world = _replay("retry-after-truncation", steps)
+    a = world.log("A")
+    assert [r for _o, r, _e in sorted(a.rows)] == ["x", "a1"] and a.mark("p") == 0 and not world.phantoms
+    assert world.state.leader == "A" and world.unclean_at == world.state.replica_version
+
+
+def test_a_copy_carries_the_marks_of_the_records_it_copies_and_a_truncation_cuts_them():
+    """``copy_commit`` gives the follower its source's marks as of the version read (a mark the
+    source lacks goes); ``truncated`` moves a producer's mark below the first sequence it takes out."""
+    from control_plane.replication.model.world import FOLLOW, LEAD, Log, copy_commit, copy_read, truncated
+
+    rows = ((0, "x", 0), (1, "p0", 0), (2, "p1", 0), (3, "q0", 0))
+    leader = Log(rows=rows, end=4, role=LEAD, fence=0, data=0, pepoch=0, marks=(("p", 1), ("q", 0)))
+    follower = Log(rows=rows[:1], end=1, role=FOLLOW, fence=0, data=0, pepoch=0, marks=(("r", 5),))
+    world = model.created(("A", "B"))._replace(
+        sequences=(("p0", ("p", 0)), ("p1", ("p", 1)), ("q0", ("q", 0))))
+    world = world.with_log("A", leader).with_log("B", follower)
+    copied = copy_commit(world, copy_read(world, "A", "B", 0), "B", 0, world.state, model.NEW).log("B")
+    assert copied.rows == rows and copied.marks == (("p", 1), ("q", 0))
+    cut = truncated(world, copied, 2, model.NEW)
+    assert cut.records() == {"x", "p0"} and cut.marks == (("p", 0),)
+    assert truncated(world, copied, 2, model.Variant(truncation_keeps_marks=True)).marks == copied.marks

@@ -13,12 +13,21 @@ once, and checks after every step:
 - **agreement below the high watermark**: the in-sync roots hold the same record at every offset
   below it, and every record ever below it stays at every in-sync root (it never moves back);
 - **dense offsets**: a log holds each offset once, from 0 to its log end;
+- **idempotent producers**: no log holds a record twice (a producer's retry, the same sequence,
+  at or below the leader's mark is answered as a duplicate, never written again), and no retry is
+  answered as a duplicate by a log that lacks the record (a truncation takes the marks of the
+  records it takes out, so the retry lands them again);
 - **readers**: a record a reader delivered is at every in-sync root; after an unclean election a
   reader whose records the new leader lacks notices (fails loudly) rather than skipping: its
   position and the leader epoch it read under, against where the elections since cut the log.
 
-One partition; records are names. The rules are the code's (``rules``); the steps mirror
-``copy``, ``rounds``, ``election``, ``acks`` and the readers' high watermark and divergence check.
+One partition; records are names, each with the producer and sequence its row carries; each log
+holds its producers' marks (their set transactions). A producer is idempotent, as ``Producer``
+with a producer id and Kafka's producer are: it sends again, with the same sequence, what was not
+acknowledged. The rules are the code's (``rules``); the steps mirror ``copy`` (a copy takes its
+source's marks as of the version it read, a truncation moves a mark below the first sequence it
+takes out, each in the commit that moves the records), ``rounds``, ``election``, ``acks`` and the
+readers' high watermark and divergence check.
 ``Variant`` puts back an older form of a rule, so a test can show the checker finds what the rule
 prevents.
 

@@ -24,6 +24,11 @@ def violations(world: World) -> list[str]:
         offsets = sorted(o for o, _r, _e in log.rows)
         if offsets != list(range(log.end)):
             out.append(f"{root} holds offsets {offsets} with log end {log.end}")
+        held = [r for _o, r, _e in sorted(log.rows)]
+        for record in sorted({r for r in held if held.count(r) > 1}):
+            out.append(f"{root} holds {record} twice: a retry of an idempotent producer was written again")
+    for record, root in world.phantoms:
+        out.append(f"a retry of {record} was answered as a duplicate at {root}, which does not hold it")
     for record, version in world.acked:
         if world.unclean_at > version:
             continue

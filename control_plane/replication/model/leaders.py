@@ -7,6 +7,7 @@ from control_plane.records import ReplicaEvent
 from control_plane.replication import rules
 from control_plane.replication.model.world import (
     DONE, FOLLOW, LEAD, P, Actor, Log, Start, Step, Variant, World, copy_commit, copy_read, next_state, ordered,
+    truncated,
 )
 
 
@@ -79,7 +80,7 @@ def step_elector(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at(DONE))]
         points = rules.truncation_points(seen, log.data)
         if points and log.end > points[P]:
-            log = log._replace(rows=tuple(r for r in log.rows if r[0] < points[P]), end=points[P])
+            log = truncated(world, log, points[P], variant)
         return [(world.with_log(target, log), me.at("starts"))]
     if pc == "handover_commit":
         out = copy_commit(world, me.get("snap"), target, stamp, seen, variant)

@@ -82,6 +82,7 @@ def _paused_producer() -> tuple[World, Actor]:
     """A leads at epoch 0, B in sync; a producer's ``acks: all`` append of ``a1`` committed at A and
     it pauses before its acknowledgement reads the state."""
     world = created(("A", "B"), held={"A": ["x", "a1"], "B": ["x"]})
+    world = world.with_log("A", world.log("A").with_mark("p", 0))._replace(sequences=(("a1", ("p", 0)),))
     paused = producer("p", "a1")._replace(pc="ack_read")
     return world, paused.at("ack_read", leader="A", epoch=0)
 
@@ -124,6 +125,17 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "ack-across-re-election": lambda: Scenario(
         _paused_producer()[0], [_paused_producer()[1], chaos("x", "A"), elector("e1", "B"),
                                 copier("c")._replace(after="e1"), elector("e2", "A", after="c")]),
+    # an idempotent producer's acks: all send handed over by a clean election before it was
+    # acknowledged: its retry (the same sequence) at the new leader is answered as a duplicate
+    "retry-across-handover": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}), [producer("p", "a1"), elector("e", "B")]),
+    # an idempotent producer's send at the leader alone, its root lost and another root elected, that
+    # one lost and the first elected again (unclean: truncated at the other's epoch start): its
+    # retry lands the record again rather than being taken for a duplicate of one truncated
+    "retry-after-truncation": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
+        [producer("p", "a1"), chaos("x", "A"), elector("e1", "B"), chaos("y", "B", returns=False)._replace(after="e1"),
+         elector("e2", "A", unclean=True, after="y")]),
     # a reader while an in-sync follower's root is cut off and back (it counts with what it last
     # read there), an acks: 1 record copied by a round meanwhile
     "reader-follower-cut-off": lambda: Scenario(
@@ -148,6 +160,12 @@ SLOW: dict[str, Callable[[], Scenario]] = {
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
         [producer("q", "z", acks_all=False), reader("r", polls=1), chaos("x", "A"), elector("e1", "B"),
          producer("p", "y")._replace(after="e1"), copier("c")._replace(after="p"), elector("e2", "A", after="c")]),
+    # an idempotent producer's send copied by a round to B and not C; A's root lost, C elected
+    # (clean), C's root lost and B elected (clean: truncated at C's epoch start): the retry lands it
+    "retry-after-clean-truncation": lambda: Scenario(
+        created(ROOTS, held={"A": ["x"], "B": ["x"], "C": ["x"]}),
+        [producer("p", "a1", attempts=3), copier("c"), chaos("x", "A"), elector("e1", "C"),
+         chaos("y", "C", returns=False)._replace(after="e1"), elector("e2", "B", after="y")]),
     # a reader across a clean failover with two looks, and an acks: all produce at the new leader
     # taking the offset the old one used
     "reader-clean-failover-two-polls": lambda: Scenario(

@@ -1,5 +1,6 @@
 """The model's world: the tables at the roots and the metadata root, one copy (a read, then one
-commit at the follower), and the actors that step in it (``writers``, ``leaders``, ``readers``).
+commit at the follower) and one truncation, each moving the producers' marks with the records, and
+the actors that step in it (``writers``, ``leaders``, ``readers``).
 ``Variant`` puts back an older form of a rule."""
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Variant:
     ack_any_epoch: bool = False  # an acks: all produce is acknowledged under any epoch its leader root leads at
     reader_skips_lost_roots: bool = False  # a reader counts a root it cannot read as holding the leader's end
     re_elect_short_root: bool = False  # the named leader, back from an older copy, elected cleanly from what it holds
+    copy_without_marks: bool = False  # a copy lands the records but leaves the follower's producer marks as they were
+    truncation_keeps_marks: bool = False  # a truncation takes records out but leaves their producers' marks
 
 
 NEW = Variant()
@@ -44,6 +47,7 @@ class Log(NamedTuple):
     data: int  # the leader epoch whose history it holds (its truncation point is read from it)
     pepoch: int  # the partition epoch its appends stamp (set when it becomes leader)
     fenced_by: int = -1  # the highest epoch of an election that fenced it to elect another log
+    marks: tuple = ()  # (producer, highest sequence committed), sorted: its producer set transactions
 
     def record_at(self, offset: int) -> str | None:
         found = [r for o, r, _e in self.rows if o == offset]
@@ -51,6 +55,18 @@ class Log(NamedTuple):
 
     def records(self) -> set[str]:
         return {r for _o, r, _e in self.rows}
+
+    def mark(self, producer: str) -> int:
+        """``producer``'s mark (-1: none): a record of it at or below is answered as a duplicate."""
+        return dict(self.marks).get(producer, -1)
+
+    def with_mark(self, producer: str, mark: int) -> "Log":
+        marks = dict(self.marks)
+        if mark < 0:
+            marks.pop(producer, None)
+        else:
+            marks[producer] = mark
+        return self._replace(marks=tuple(sorted(marks.items())))
 
 
 class Start(NamedTuple):
@@ -89,6 +105,19 @@ class World(NamedTuple):
     committed: tuple  # the records ever below the high watermark, by offset
     unclean_at: int  # the replica version of the latest unclean election (-1: none)
     reader_at: tuple = (0, -1)  # the reader's position and the partition epoch it read it under
+    sequences: tuple = ()  # (record, (producer, sequence)), sorted: the producer columns of its row
+    phantoms: tuple = ()  # (record, root): a retry answered as a duplicate where the log lacks the record
+
+    def sequence_of(self, record: str) -> tuple[str, int] | None:
+        for r, ps in self.sequences:
+            if r == record:
+                return ps
+        return None
+
+    def with_sequence(self, record: str, producer: str, sequence: int) -> "World":
+        if self.sequence_of(record):
+            return self
+        return self._replace(sequences=tuple(sorted(self.sequences + ((record, (producer, sequence)),))))
 
     def log(self, root: str) -> Log:
         for r, log in self.logs:
@@ -134,6 +163,7 @@ class Snap(NamedTuple):
     source_data: int
     source_pepoch: int
     target: tuple  # (end, fence, data, role) of the follower when read
+    source_marks: tuple = ()  # the source's producer marks at the version read
 
 
 def copy_read(world: World, source: str, target: str, stamp: int) -> Snap | str:
@@ -146,13 +176,15 @@ def copy_read(world: World, source: str, target: str, stamp: int) -> Snap | str:
     src, dst = world.log(source), world.log(target)
     if src.fence != stamp:
         return "stale"
-    return Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (dst.end, dst.fence, dst.data, dst.role))
+    return Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (dst.end, dst.fence, dst.data, dst.role),
+                src.marks)
 
 
 def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State, variant: Variant) -> World | str:
     """The copy's commit at ``target``: refused if stale or a leader, retried on a conflict (the
     follower's log end or fence moved); truncates where ``state`` says its history diverges and
-    adds the source's records past its end, in this one commit."""
+    adds the source's records past its end, and takes the source's producer marks as of the version
+    read (a mark the source lacks goes), in this one commit."""
     if target in world.lost:
         return "target lost"
     dst = world.log(target)
@@ -174,8 +206,26 @@ def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State,
         return "ahead"
     added = tuple(r for r in snap.source_rows if end <= r[0] < snap.source_end)
     log = dst._replace(rows=rows + added, end=max(end, snap.source_end), fence=max(dst.fence, stamp),
-                       data=snap.source_data, pepoch=snap.source_pepoch)
+                       data=snap.source_data, pepoch=snap.source_pepoch,
+                       marks=dst.marks if variant.copy_without_marks else snap.source_marks)
     return world.with_log(target, log)
+
+
+def truncated(world: World, log: Log, point: int, variant: Variant) -> Log:
+    """``log`` truncated at ``point`` in one commit (``copy.truncate_log``): its records from
+    ``point`` out, and each producer's mark moved to one below the first sequence taken out when it
+    is at or above it (Kafka truncates a partition's producer state with its log)."""
+    cut = [world.sequence_of(r) for o, r, _e in log.rows if o >= point]
+    out = log._replace(rows=tuple(r for r in log.rows if r[0] < point), end=point)
+    if variant.truncation_keeps_marks:
+        return out
+    firsts: dict[str, int] = {}
+    for pid, seq in filter(None, cut):
+        firsts[pid] = min(seq, firsts.get(pid, seq))
+    for pid, first in firsts.items():
+        if out.mark(pid) >= first:
+            out = out.with_mark(pid, first - 1)
+    return out
 
 
 # -- actors ---------------------------------------------------------------------------------
@@ -205,9 +255,12 @@ DONE = "done"
 Step = tuple[World, Actor]
 
 
-def producer(name: str, record: str, acks_all: bool = True, attempts: int = 2, may_crash: bool = False) -> Actor:
+def producer(name: str, record: str, acks_all: bool = True, attempts: int = 2, may_crash: bool = False,
+             sequence: int = 0) -> Actor:
+    """An idempotent producer (its id: ``name``) sending ``record`` as its ``sequence``, again (the
+    same sequence) after a failed attempt, up to ``attempts`` sends, as Kafka's producer retries."""
     return Actor(name, "producer", "locate", (("acks_all", acks_all), ("attempt", 1), ("attempts", attempts),
-                                              ("record", record)), may_crash)
+                                              ("record", record), ("sequence", sequence)), may_crash)
 
 
 def copier(name: str, may_crash: bool = False) -> Actor:

@@ -19,8 +19,13 @@ def step_producer(world: World, me: Actor, variant: Variant) -> list[Step]:
         log = world.log(root)
         if root in world.lost or log.role != LEAD:
             return _retry(world, me)
-        if record not in log.records():  # else a retry: its producer mark deduplicates it
-            world = world.with_log(root, log._replace(rows=log.rows + ((log.end, record, log.pepoch),), end=log.end + 1))
+        pid, seq = me.name, me.get("sequence")
+        if seq > log.mark(pid):  # the record and the producer's new mark, in one commit
+            log = log._replace(rows=log.rows + ((log.end, record, log.pepoch),), end=log.end + 1).with_mark(pid, seq)
+            world = world.with_log(root, log).with_sequence(record, pid, seq)
+        elif record not in log.records():  # answered as a duplicate of a record the log does not hold
+            world = world._replace(phantoms=tuple(sorted(set(world.phantoms) | {(record, root)})))
+        # a duplicate waits for the acknowledgement too (its first send may not have been copied)
         return [(world, me.at("ack_read" if me.get("acks_all") else DONE))]
     if pc == "ack_read":
         state = world.state
@@ -96,7 +101,7 @@ def step_copier(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at(DONE))]
         nxt = "f_read" if pc == "leader" else "j_read"
         return [(world, me.at(nxt, leader_end=src.end,
-                              source=Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, ())))]
+                              source=Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (), src.marks)))]
     if pc in ("f_read", "j_read"):
         todo = me.get("todo") if pc == "f_read" else me.get("joining_now")
         if not todo:
