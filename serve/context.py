@@ -74,7 +74,7 @@ class ServeContext:
         self.node_id = settings.node_id if settings.node_id is not None else 0
         self.started = time.monotonic()
         self._replicated: dict[str, tuple[bool, float]] = {}
-        self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read)
+        self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read, unread roots)
         self._failures: Any = None  # acks=all produces' failure clock, one for the server (the time lag)
 
     def _pool_thread(self) -> None:
@@ -193,11 +193,18 @@ class ServeContext:
                 self.forget_topic(view.name)
                 raise LeaderNotAvailableError(f"'{view.name}' elected {state.leader} (epoch {state.leader_epoch}) "
                                               "while its log was read: read again")
-            hit = (key, replication.high_watermark(view.name, ends, state), time.monotonic())
+            hit = (key, replication.high_watermark(view.name, ends, state), time.monotonic(), replication.unread(state))
             self._marks[view.name] = hit
         from control_plane.replication.rules import below_high_watermark
 
         return below_high_watermark(ends, hit[1], view.snapshot.earliest_offsets())
+
+    def unread_roots(self, view: TopicView) -> list[str]:
+        """The in-sync (or joining) roots of a replicated topic that this server has never read, as
+        of its last ``high_watermarks(view)``: the high watermark stands at the log start until one
+        is read or leaves the set, so "latest" is not known (ListOffsets: OFFSET_NOT_AVAILABLE)."""
+        hit = self._marks.get(view.name)
+        return list(hit[3]) if hit is not None else []
 
     def replication(self):
         """The replica operations, with one failure clock for every request: an in-sync follower whose

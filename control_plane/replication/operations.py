@@ -80,6 +80,11 @@ class Replication:
         the others' ends, read after ``state`` (default: read now)."""
         return reads.high_watermark(self.spark, state or self.state(topic), leader_ends)
 
+    def unread(self, state: ReplicaState) -> list[str]:
+        """Roots the last high watermark of ``state`` counted as holding nothing, never read here
+        (``reads.unread``): until one is read or leaves the set, "latest" is not known."""
+        return reads.unread(state)
+
     def below_high_watermark(self, topic: str, snapshot_at: Callable[[str], LogSnapshot]
                              ) -> tuple[LogSnapshot, ReplicaState]:
         """The leader's snapshot (``snapshot_at(path)``) with each log end capped at the high

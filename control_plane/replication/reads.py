@@ -8,7 +8,7 @@ all of them hold of the current history (``rules.high_watermark``). Nothing abov
 delivered, so a clean election never takes back a delivered record. A root that cannot be read
 counts with what this process last read of it (``known``): the high watermark holds while an
 in-sync root is cut off, and stops rising until the root leaves the set (Kafka's leader never
-lowers its high watermark). An unclean election can (so can a root back from an older copy,
+lowers its high watermark); one this process never read (``unread``) leaves "latest" unknown. An unclean election can (so can a root back from an older copy,
 elected again with ``--unclean``); a reader then finds its position past where that election cut
 the history it read (its
 position's leader epoch against the elections since, ``rules.cut_below``: Kafka's divergence
@@ -77,6 +77,14 @@ def known(path: str, ends: dict[int, int] | None, epoch: int | None) -> tuple[di
         _KNOWN[path] = (dict(ends), epoch)
         return ends, epoch
     return _KNOWN.get(path, (None, None))
+
+
+def unread(state: ReplicaState) -> list[str]:
+    """The roots a high watermark of ``state`` counts (the leader aside) that this process has never
+    read: counted as holding nothing, they hold the high watermark at the log start, which says
+    nothing of where the log's committed end stands. A reader resolving "latest" then waits rather
+    than start there (Kafka's leader answers OFFSET_NOT_AVAILABLE until it knows its high watermark)."""
+    return sorted(r for r in rules.acknowledgers(state) - {state.leader} if log_path(state, r) not in _KNOWN)
 
 
 def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus]) -> ReplicaReport:

@@ -22,7 +22,7 @@ from control_plane.fast_reads import FastTopicReader
 from control_plane.image import TopicImage
 from control_plane.records import ExpiredRange, TopicRecord
 from log_store import rs_reader
-from log_store.errors import InvalidConfigurationError, LakelogError
+from log_store.errors import InvalidConfigurationError, LakelogError, LeaderNotAvailableError
 from log_store.files import is_remote
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
@@ -92,6 +92,7 @@ class TopicNow(NamedTuple):
     epoch: int | None = None  # a replicated topic's leader epoch when read (its log ends: the high watermark)
     history: tuple = ()  # ... and its replica states, oldest first (the divergence check reads them)
     leader_ends: dict | None = None  # ... and its leader's log ends, not capped at the high watermark
+    unread: tuple = ()  # ... and the in-sync roots this process never read (the high watermark: unknown)
 
 
 class Planner:
@@ -145,7 +146,7 @@ class Planner:
         state read again after its leader's snapshot (None if a leader epoch moved since ``first``,
         the states the snapshots' locations were taken from: the same root elected again leads
         another history)."""
-        from control_plane.replication.reads import high_watermark_by_delta_rs
+        from control_plane.replication.reads import high_watermark_by_delta_rs, unread
         from control_plane.replication.rules import below_high_watermark, same_leadership
         from control_plane.replication.state import log_path, states_of
 
@@ -167,7 +168,7 @@ class Planner:
             history = tuple(sorted((s for s in rows if s.topic == topic and s.incarnation == state.incarnation),
                                    key=lambda s: s.replica_version))
             out[topic] = now._replace(snap=snap, epoch=state.leader_epoch, history=history,
-                                      leader_ends=dict(now.snap.log_ends))
+                                      leader_ends=dict(now.snap.log_ends), unread=tuple(unread(state)))
         return out
 
     def location(self, topic: str) -> str:
@@ -242,6 +243,7 @@ class Planner:
     def initial(self) -> StreamOffset:
         """A new stream's first offset: where the read starts, each topic's incarnation and view."""
         topics = self.topics()
+        self._check_latest_known(topics)
         start = self.starting(topics)
         bounds = self.bounds(topics)
         for topic, per_partition in start.items():
@@ -256,6 +258,22 @@ class Planner:
                 start[topic] = {**per_partition, **{p: bounds[topic][p][1] for p in beyond}}
         return StreamOffset({t: TopicOffset(now.topic_id, now.snap.topic_version, start.get(t, {}), now.epoch)
                              for t, now in topics.items()})
+
+    def _check_latest_known(self, topics: dict[str, TopicNow]) -> None:
+        """A new stream starting anywhere but earliest needs each replicated topic's high watermark:
+        one counting an in-sync root this process never read (it cannot be read now) stands at the
+        log start, and "latest" taken there would read every record once the root is back. Refused
+        until the root is read or leaves the in-sync set (Kafka's leader answers OFFSET_NOT_AVAILABLE)."""
+        spec = self.opts.starting
+        if isinstance(spec, OffsetSpec) and spec.kind == "earliest":
+            return
+        for topic, now in topics.items():
+            if now.unread and now.leader_ends and any(now.snap.log_ends[p] < e for p, e in now.leader_ends.items()):
+                raise LeaderNotAvailableError(
+                    f"topic '{topic}': the in-sync root {now.unread[0]} cannot be read and this process never read it, "
+                    "so its high watermark, where startingOffsets=latest (or a time or an offset) would start, is not "
+                    "known; start again once the root is readable or has left the in-sync set "
+                    "(replication.max_lag_seconds), or start from earliest")
 
     def next_end(self, start: StreamOffset, limit: int, caps: dict[str, Positions] | None = None) -> StreamOffset:
         """Where the next micro-batch from ``start`` ends: at most ``limit`` records over every

@@ -223,12 +223,19 @@ def _list_topic(server: "Server", topic, version: int) -> dict:
     except LeaderNotAvailableError:
         return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "NOT_LEADER_OR_FOLLOWER")
                                                    for p in topic.partitions]}
+    unread = server.ctx.unread_roots(view)
     out = []
     for p in topic.partitions:
         i = p.partition_index
         error = _partition_error(view, i) or _epoch_error(view, i, getattr(p, "current_leader_epoch", -1))
         if error:
             out.append(_offset_answer(i, error))
+            continue
+        if unread and p.timestamp != EARLIEST and marks[i] < view.snapshot.log_ends[i]:
+            # an in-sync root never read here holds the high watermark at the log start: "latest" (or a
+            # time) answered from it would send a new consumer back over the whole log. Kafka's leader
+            # answers this, retriable, until it knows its high watermark.
+            out.append(_offset_answer(i, "OFFSET_NOT_AVAILABLE"))
             continue
         epoch = view.snapshot.metadata.partitions[i].leader_epoch
         try:

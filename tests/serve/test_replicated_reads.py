@@ -16,11 +16,13 @@ from kio.schema.errors import ErrorCode
 
 from control_plane.replication import Replication
 from tests.control_plane.test_replication import cut, records_at, restore
+from tests.serve.conftest import ServerProcess
 from tests.serve.raw import RawClient, batch, produce
 from tests.serve.test_epochs import end_of, fetch
 
 pytestmark = pytest.mark.kafka_clients
 NONE = 0
+EARLIEST, LATEST = -2, -1
 
 
 def test_a_position_at_the_log_end_stays_in_range_while_an_in_sync_root_cannot_be_read(spark, served, root,
@@ -45,6 +47,48 @@ def test_a_position_at_the_log_end_stays_in_range_while_an_in_sync_root_cannot_b
     assert fetch(client, 0, 3).error_code == NONE
     assert end_of(client, 0, 0) == (NONE, 0, 5), "the current epoch's end offset fell below the client's position"
     client.close()
+
+
+def offset_at(client, timestamp: int) -> tuple[int, int]:
+    answer = client.call(2, 4, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]})
+    part = answer.topics[0].partitions[0]
+    return int(part.error_code), int(part.offset)
+
+
+def test_a_server_that_never_read_an_in_sync_root_does_not_answer_latest_from_the_log_start(spark, served, root,
+                                                                                              tmp_path):
+    """A server started while an in-sync follower's root cannot be read has never read that log: it
+    counts it as holding nothing, and its high watermark stands at the log start. "latest" answered
+    from it would send a new consumer (``auto.offset.reset=latest``) back over every record once the
+    root is read again. The server answers OFFSET_NOT_AVAILABLE (retriable: Kafka's leader answers
+    so until it knows its high watermark), "earliest" as ever, and the log end once the root is read."""
+    follower = str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[root, follower])
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a", b"b", b"c"])) == (NONE, 0)  # acks all: at both roots
+    assert offset_at(client, LATEST) == (NONE, 3)
+    client.close()
+    path = Replication(spark, root).path(Replication(spark, root).state("t"), follower)
+    cut(path)  # in sync still, its log unreadable
+    restarted = ServerProcess(root, 5, linger_ms=5, fetch_poll_ms=100)
+    cut_off = True
+    try:
+        fresh = RawClient(restarted.port)
+        assert offset_at(fresh, LATEST) == (ErrorCode.offset_not_available, -1), \
+            "latest answered from a high watermark counting an unread in-sync root as empty"
+        assert offset_at(fresh, EARLIEST) == (NONE, 0)
+        restore(path)
+        cut_off = False
+        deadline = time.monotonic() + 30
+        while (found := offset_at(fresh, LATEST)) != (NONE, 3):
+            assert found[0] == ErrorCode.offset_not_available and time.monotonic() < deadline, found
+            time.sleep(0.2)
+        fresh.close()
+    finally:
+        if cut_off:
+            restore(path)
+        restarted.stop()
 
 
 def test_a_retried_acks_all_batch_is_acknowledged_only_once_every_in_sync_root_holds_it(spark, served, root, tmp_path):

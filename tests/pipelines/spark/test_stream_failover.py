@@ -95,3 +95,34 @@ def test_a_stream_writer_follows_the_topic_to_the_new_leader(lakelog, root, tmp_
     values = sorted(int(bytes(v)) for v in DeltaTable(new_leader).to_pyarrow_table(columns=["value"])["value"]
                     .to_pylist())
     assert values == list(range(400)), "the batch after the failover lands once, at the new leader"
+
+
+def test_a_new_stream_at_latest_waits_until_the_high_watermark_is_known(lakelog, root, tmp_path, monkeypatch):
+    """A process that never read an in-sync follower, now cut off (a scheduled job's next run),
+    counts it as holding nothing: its high watermark stands at the log start. A new stream at
+    startingOffsets=latest would start there and, once the root is back, read every record as new.
+    It fails naming the root instead, and once the root is read starts at the log's end."""
+    from control_plane.replication import reads
+    from tests.control_plane.test_replication import cut, restore
+
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=20))
+    replication = Replication(lakelog, root)
+    replication.replicate(T)  # the follower holds all 100, in sync
+    path = replication.path(replication.state(T), follower)
+    cut(path)
+    monkeypatch.setattr(reads, "_KNOWN", {})  # this process never read the follower's log
+    sink = str(tmp_path / "sink")
+    try:
+        with pytest.raises(Exception, match="cannot be read and this process never read it"):
+            stream_to(lakelog, sink, str(tmp_path / "ck-cut"), subscribe=T, startingOffsets="latest")
+    finally:
+        restore(path)
+    ck = str(tmp_path / "ck")
+    stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="latest")  # the root read again: at the end
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 50, keys=20, start=100))
+    replication.replicate(T)
+    stream_to(lakelog, sink, ck, subscribe=T)
+    values = sorted(int(bytes(r["value"])) for _v, batch in sink_batches(sink) for r in batch)
+    assert values == list(range(100, 150)), "a stream started at latest reads only what came after it"
