@@ -105,6 +105,7 @@ class Consumer:
         self.read_under: dict[int, int] = {}  # partition -> the leader epoch of the batch this process last delivered
         self._read_epoch = 0  # the leader epoch of the latest snapshot (a replicated topic's)
         self._leader_ends: dict[int, int] = {}  # ... and its leader's log ends (not capped at the high watermark)
+        self._unread: list[str] = []  # ... and the in-sync roots this process never read (``reads.unread``)
         self._checked: dict[int, tuple] = {}  # partition -> (replica version, position, epoch) that passed the check
 
     # -- positions ---------------------------------------------------------------------------
@@ -143,8 +144,16 @@ class Consumer:
             start = snap.first_offset(p)  # a group without a position starts at the log start
             if p in committed:
                 out[p] = committed[p]
+            elif earliest:
+                out[p] = min(start, planned.get(p, start))
             else:
-                out[p] = min(start, planned.get(p, start)) if earliest else snap.log_ends[p]
+                if self._unread and snap.log_ends[p] < self._leader_ends.get(p, 0):
+                    raise LeaderNotAvailableError(
+                        f"topic '{self.topic}' partition {p}: the in-sync root {self._unread[0]} cannot be read and this "
+                        "process never read it, so the high watermark where auto_offset_reset=latest starts is not "
+                        "known (it would start at the log start); run again once the root is readable or has left the "
+                        "in-sync set (replication.max_lag_seconds)")
+                out[p] = snap.log_ends[p]
         for p in owned:
             if p not in out and p in committed:
                 out[p] = committed[p]
@@ -244,6 +253,7 @@ class Consumer:
 
         snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
         self._read_epoch = state.leader_epoch
+        self._unread = self._replication.unread(state)
         return snap
 
     def _first_snapshot(self) -> LogSnapshot:

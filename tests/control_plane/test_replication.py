@@ -376,6 +376,41 @@ def test_a_consumer_follows_the_leader_and_reads_only_below_the_high_watermark(s
         ConsumerSettings(isolation="leader")
 
 
+def test_a_group_starting_at_latest_waits_for_a_high_watermark_this_process_never_read(spark, roots, monkeypatch):
+    """A consumer process that never read an in-sync follower, now cut off, counts it as holding
+    nothing: its high watermark stands at the log start. A new group at ``auto_offset_reset=latest``
+    started there would read every record once the root is back; it is refused naming the root,
+    nothing committed, and once the root is read starts at the log's end."""
+    from control_plane.replication import reads
+    from log_store.errors import LeaderNotAvailableError
+    from pipelines.consumer import Consumer
+    from pipelines.settings import ConsumerSettings
+
+    meta, (eu, us, _ap) = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])
+    producer = Producer(spark, meta, "orders", "p1")
+    producer.send(make_records(spark, 20))
+    replication = Replication(spark, meta)
+    replication.replicate("orders")
+    path = replication.path(replication.state("orders"), us)
+    cut(path)
+    monkeypatch.setattr(reads, "_KNOWN", {})  # this process never read the follower's log
+    seen: list[int] = []
+
+    def keep(df, _r):
+        seen.extend(r["sequence"] for r in df.select("sequence").collect())
+
+    consumer = Consumer(spark, meta, "orders", "late", ConsumerSettings(auto_offset_reset="latest"))
+    try:
+        with pytest.raises(LeaderNotAvailableError, match="never read it"):
+            consumer.run(keep)
+        assert consumer.offsets.state("late", "orders").committed == {}
+    finally:
+        restore(path)
+    started = consumer.run(keep)  # the root read again: the group starts at the log's end, not its start
+    assert (started.records, sum(started.positions.values()), seen) == (0, 20, [])
+
+
 def test_a_stream_sinks_micro_batch_mark_reaches_the_followers_so_a_replay_at_a_new_leader_lands_nothing(spark, roots):
     """A stream sink records which micro-batch it landed last in the log; a follower holds it too,
     so the batch replayed after a crash and an election finds it at the new leader, and a batch of
