@@ -24,7 +24,7 @@ from control_plane.records import (
 )
 from log_store import rs_reader
 from log_store.engine import DeltaTransaction
-from log_store.delta_errors import retry_on_conflict
+from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
@@ -243,15 +243,19 @@ class ControlTables:
             self._add_columns(name)
             _COMPLETE.add(path)
             return
-        try:
-            builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
-            for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
-                builder = builder.property(key, value)
-            builder.execute()
-        except Exception:  # a racing process created it first: fine if the table is there
-            if not DeltaTable.isDeltaTable(self.spark, path):
-                raise
-            self._add_columns(name)
+        builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
+        for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
+            builder = builder.property(key, value)
+
+        def execute() -> None:
+            try:
+                builder.execute()
+            except Exception:  # a racing process created it first: fine if the table is there
+                if not DeltaTable.isDeltaTable(self.spark, path):
+                    raise
+
+        create_racing(execute, path, f"the control table {name}")  # ... or is creating it now: wait for it
+        self._add_columns(name)
         _COMPLETE.add(path)
 
     def _add_columns(self, name: str) -> None:

@@ -92,6 +92,28 @@ def is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, ConcurrentCommitError) or conflict_name(exc) is not None
 
 
+# What Delta's create-if-not-exists says when another process is creating the same table.
+CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
+
+
+def create_racing(execute: Callable[[], None], path: str, what: str) -> None:
+    """Create a table with ``execute`` (Delta's create-if-not-exists) where other processes may be
+    creating it too: the loser sees the winner's files before its first commit, or the table half
+    made, or loses the commit itself; it waits and tries again until it finds the table made (the
+    caller then checks what is there). ``what`` names the table in the error if it never appears."""
+    def attempt() -> None:
+        try:
+            execute()
+        except Exception as exc:
+            if is_conflict(exc) or not any(sign in str(exc) for sign in CREATION_RACE):
+                raise
+            raise ConcurrentCommitError(
+                f"{what}'s location {path} is not empty but holds no Delta table yet: another process may "
+                "still be creating it; if none is, remove what is there and try again") from exc
+
+    retry_on_conflict(attempt, attempts=20)
+
+
 def retry_on_conflict(fn: Callable[[], T], attempts: int = 10, backoff_ms: float = 50) -> T:
     """Run ``fn`` until it does not lose to a concurrent commit, at most ``attempts`` times, with
     randomized exponential backoff: the one retry policy for optimistic-concurrency conflicts.

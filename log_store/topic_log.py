@@ -27,10 +27,9 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
-from log_store.delta_errors import is_conflict, retry_on_conflict
+from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.errors import (
     leader_unavailable,
-    ConcurrentCommitError,
     InvalidConfigurationError,
     StorageError,
     UnknownTopicError,
@@ -75,8 +74,6 @@ STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
 DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a new topic's, without a layout given
 CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 
-# What Delta's create-if-not-exists says when another process is creating the same table.
-_CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
 
 
 class TopicLog:
@@ -139,21 +136,8 @@ class TopicLog:
         for key, value in (properties or {}).items():
             builder = builder.property(key, value)
 
-        def execute() -> None:
-            try:
-                builder.execute()
-            except Exception as exc:
-                if is_conflict(exc) or not any(sign in str(exc) for sign in _CREATION_RACE):
-                    raise
-                raise ConcurrentCommitError(
-                    f"the log table's location {path} is not empty but holds no Delta table yet: another "
-                    "process may still be creating it; if none is, remove what is there and create the topic again"
-                ) from exc
-
-        # Two processes creating one table race for its first commit: the loser sees the
-        # winner's files before its commit, or the table half made, or loses the commit itself.
         # The retry finds the table made and does nothing; the caller compares its metadata.
-        retry_on_conflict(execute, attempts=20)
+        create_racing(builder.execute, path, "the log table")
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
         return log
