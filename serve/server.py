@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from control_plane.settings import ControllerSettings, ReplicationSettings
+from log_store.errors import InvalidConfigurationError
 from log_store.session import activate
 from serve.cluster import Broker, Cluster
 from serve.consumer_groups import ConsumerGroups
@@ -90,8 +91,13 @@ class Server:
         # are taken only once the server is registered and running: a client reconnecting to a
         # server started again on its port is refused until then, and retries, rather than reaching
         # a server that cannot yet name itself in Metadata.
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls,
-                                                  start_serving=False)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024,
+                                                      ssl=tls, start_serving=False)
+        except OSError as exc:  # a port taken, an address not this host's: the user's to change
+            raise InvalidConfigurationError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; give another --listen HOST:PORT "
+                "(serve.listen), or stop what holds it") from None
         self.port = self._server.sockets[0].getsockname()[1]
         host, port = self.advertised
         self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id,
