@@ -25,3 +25,46 @@ def test_librdkafka_lists_every_topic(served):
     producer = Producer({"bootstrap.servers": boot})
     listed = producer.list_topics(timeout=30).topics
     assert {len(listed["orders"].partitions), len(listed["payments"].partitions)} == {2}
+
+def test_a_partition_count_of_zero_or_below_minus_one_is_invalid_partitions(served):
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KafkaPythonTopic
+    from kafka.errors import InvalidPartitionsError
+
+    boot = bootstrap(served)
+    admin = AdminClient({"bootstrap.servers": boot})
+    with pytest.raises(KafkaException) as refused:
+        admin.create_topics([NewTopic("none", 0)])["none"].result(60)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    assert "0 partitions" in refused.value.args[0].str()
+    old = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        with pytest.raises(InvalidPartitionsError):
+            old.create_topics([KafkaPythonTopic("negative", -3, 1)])
+        old.create_topics([KafkaPythonTopic("defaulted", -1, 1)])  # -1: the server's default count
+    finally:
+        old.close()
+    listed = admin.list_topics(timeout=30).topics
+    assert "none" not in listed and "negative" not in listed
+    assert len(listed["defaulted"].partitions) == 1
+
+def test_incremental_alter_configs_switches_a_topic_to_log_append_time(served):
+    boot = bootstrap(served)
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic("stamped", 1)])["stamped"].result(60)
+    change = ConfigResource("topic", "stamped", incremental_configs=[
+        ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change])[change].result(60)
+    shown = admin.describe_configs([ConfigResource("topic", "stamped")])
+    assert next(iter(shown.values())).result(60)["message.timestamp.type"].value == "LogAppendTime"
+
+    producer = Producer({"bootstrap.servers": boot})
+    producer.produce("stamped", key=b"k", value=b"v", timestamp=1_000)
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": "stamps", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("stamped", 0, 0)])
+    msg = consumer.poll(30)
+    consumer.close()
+    assert msg is not None and msg.error() is None
+    kind, when = msg.timestamp()
+    assert kind == 2 and when != 1_000  # TIMESTAMP_LOG_APPEND_TIME: the commit's time, not the producer's
