@@ -26,6 +26,7 @@ def test_librdkafka_lists_every_topic(served):
     listed = producer.list_topics(timeout=30).topics
     assert {len(listed["orders"].partitions), len(listed["payments"].partitions)} == {2}
 
+
 def test_a_partition_count_of_zero_or_below_minus_one_is_invalid_partitions(served):
     from kafka.admin import KafkaAdminClient
     from kafka.admin import NewTopic as KafkaPythonTopic
@@ -48,6 +49,7 @@ def test_a_partition_count_of_zero_or_below_minus_one_is_invalid_partitions(serv
     assert "none" not in listed and "negative" not in listed
     assert len(listed["defaulted"].partitions) == 1
 
+
 def test_incremental_alter_configs_switches_a_topic_to_log_append_time(served):
     boot = bootstrap(served)
     admin = AdminClient({"bootstrap.servers": boot})
@@ -68,3 +70,23 @@ def test_incremental_alter_configs_switches_a_topic_to_log_append_time(served):
     assert msg is not None and msg.error() is None
     kind, when = msg.timestamp()
     assert kind == 2 and when != 1_000  # TIMESTAMP_LOG_APPEND_TIME: the commit's time, not the producer's
+
+
+def test_a_deleted_group_is_no_longer_listed(served):
+    boot = bootstrap(served)
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic("t", 1)])["t"].result(60)
+    producer = Producer({"bootstrap.servers": boot})
+    producer.produce("t", key=b"k", value=b"v")
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": "gone", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    msg = consumer.poll(30)
+    assert msg is not None and msg.error() is None
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert "gone" in {g.group_id for g in admin.list_consumer_groups().result(60).valid}
+
+    admin.delete_consumer_groups(["gone"])["gone"].result(60)
+    assert "gone" not in {g.group_id for g in admin.list_consumer_groups().result(60).valid}
