@@ -53,6 +53,10 @@ def _create_one(server: "Server", topic, validate_only: bool) -> dict:
     name = topic.name
     try:
         check_topic_name(name)
+    except InvalidConfigurationError as exc:  # Kafka's answer to a name it cannot take
+        return {**_result(name, topic_id=None, configs=[]), "error_code": code_of("INVALID_TOPIC_EXCEPTION"),
+                "error_message": str(exc)}
+    try:
         if not topic.assignments and (topic.num_partitions == 0 or topic.num_partitions < -1):  # -1: the default
             raise InvalidPartitionsError(f"topic '{name}': {topic.num_partitions} partitions; give 1 or more "
                                          "(or -1 for the server's serve.default_partitions)")

@@ -90,3 +90,13 @@ def test_a_deleted_group_is_no_longer_listed(served):
 
     admin.delete_consumer_groups(["gone"])["gone"].result(60)
     assert "gone" not in {g.group_id for g in admin.list_consumer_groups().result(60).valid}
+
+
+def test_a_topic_name_kafka_cannot_take_is_invalid_topic_exception(served):
+    admin = AdminClient({"bootstrap.servers": bootstrap(served)})
+    for name in ("bad name", "a/b", "x" * 250):
+        with pytest.raises(KafkaException) as refused:
+            admin.create_topics([NewTopic(name, 1)])[name].result(60)
+        assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, name  # INVALID_TOPIC_EXCEPTION, 17
+        assert "invalid topic name" in refused.value.args[0].str()
+    assert not {"bad name", "a/b"} & set(admin.list_topics(timeout=30).topics)
