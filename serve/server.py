@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from control_plane.settings import ControllerSettings, ReplicationSettings
-from log_store.errors import InvalidConfigurationError
+from log_store.errors import InvalidConfigurationError, LakelogError
 from log_store.session import activate
 from serve.cluster import Broker, Cluster
 from serve.consumer_groups import ConsumerGroups
@@ -160,14 +160,26 @@ class Server:
         await self.batcher.stop()
         self.coordinator.stop()
         self.consumer_groups.stop()
+        unmarked = None
         if getattr(self, "_beating", None):
             self._beating.cancel()
-            await self.ctx.run(self.cluster.stopped)
+            try:
+                await self.ctx.run(self.cluster.stopped)
+            except Exception as exc:  # noqa: BLE001 - the rest of the stop still runs, then it is said in one line
+                unmarked = exc
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         self.waits.stop()
         self.ctx.close()
+        if unmarked is not None:
+            from log_store.delta_errors import translate
+
+            reason = str(translate(unmarked)) if not isinstance(unmarked, LakelogError) else str(unmarked)
+            raise LakelogError(
+                f"the server stopped without marking itself down in the root ({reason[:240]}); "
+                f"the other servers stop listing it after serve.session_timeout_ms. A SIGTERM sent to the whole "
+                f"process group stops Spark's JVM with it: send SIGTERM (or Ctrl-C) to the lakelog process alone")
 
     def run_forever(self, on_listening=None) -> None:
         """Serve until SIGTERM or SIGINT, then stop: no new request is read, queued batches are
