@@ -118,7 +118,9 @@ async def delete_topics(server: "Server", conn: "Connection", request: "Request"
 def _grow_one(server: "Server", topic, validate_only: bool) -> dict:
     try:
         current = server.ctx.admin.get(topic.name).undeleted_partition_count
-        if topic.count <= current:  # Kafka's CreatePartitions only adds partitions; shrinking is lakelog's own
+        if topic.count == current:
+            raise InvalidPartitionsError(f"topic '{topic.name}' already has {current} partitions")
+        if topic.count < current:  # Kafka's CreatePartitions only adds partitions; shrinking is lakelog's own
             raise InvalidPartitionsError(f"topic '{topic.name}' has {current} partitions; CreatePartitions only "
                                          f"grows (to shrink: lakelog topics alter --partitions {topic.count})")
         if not validate_only:

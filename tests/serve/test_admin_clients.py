@@ -100,3 +100,15 @@ def test_a_topic_name_kafka_cannot_take_is_invalid_topic_exception(served):
         assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, name  # INVALID_TOPIC_EXCEPTION, 17
         assert "invalid topic name" in refused.value.args[0].str()
     assert not {"bad name", "a/b"} & set(admin.list_topics(timeout=30).topics)
+
+
+def test_create_partitions_to_the_count_a_topic_has_says_it_has_it(served):
+    from confluent_kafka.admin import NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap(served)})
+    admin.create_topics([NewTopic("t", 2)])["t"].result(60)
+    for count, said in ((2, "already has 2 partitions"), (1, "to shrink: lakelog topics alter --partitions 1")):
+        with pytest.raises(KafkaException) as refused:
+            admin.create_partitions([NewPartitions("t", count)])["t"].result(60)
+        assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+        assert said in refused.value.args[0].str() and ("shrink" in said) == ("shrink" in refused.value.args[0].str())
