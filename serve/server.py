@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from control_plane.settings import ControllerSettings, ReplicationSettings
+from log_store.errors import InvalidConfigurationError, LakelogError
 from log_store.session import activate
 from serve.cluster import Broker, Cluster
 from serve.consumer_groups import ConsumerGroups
@@ -90,8 +91,13 @@ class Server:
         # are taken only once the server is registered and running: a client reconnecting to a
         # server started again on its port is refused until then, and retries, rather than reaching
         # a server that cannot yet name itself in Metadata.
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024, ssl=tls,
-                                                  start_serving=False)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=2**20, backlog=1024,
+                                                      ssl=tls, start_serving=False)
+        except OSError as exc:  # a port taken, an address not this host's: the user's to change
+            raise InvalidConfigurationError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; give another --listen HOST:PORT "
+                "(serve.listen), or stop what holds it") from None
         self.port = self._server.sockets[0].getsockname()[1]
         host, port = self.advertised
         self.ctx.node_id = await self.ctx.run(self.cluster.register, host, port, self.settings.rack, self.settings.node_id,
@@ -154,9 +160,13 @@ class Server:
         await self.batcher.stop()
         self.coordinator.stop()
         self.consumer_groups.stop()
+        unmarked = None
         if getattr(self, "_beating", None):
             self._beating.cancel()
-            await self.ctx.run(self.cluster.stopped)
+            try:
+                await self.ctx.run(self.cluster.stopped)
+            except Exception as exc:  # noqa: BLE001 - the rest of the stop still runs, then it is said in one line
+                unmarked = exc
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -169,6 +179,14 @@ class Server:
         if rest:
             await asyncio.wait(rest, timeout=10)
         self.ctx.close()
+        if unmarked is not None:
+            from log_store.delta_errors import translate
+
+            reason = str(translate(unmarked)) if not isinstance(unmarked, LakelogError) else str(unmarked)
+            raise LakelogError(
+                f"the server stopped without marking itself down in the root ({reason[:240]}); "
+                f"the other servers stop listing it after serve.session_timeout_ms. A SIGTERM sent to the whole "
+                f"process group stops Spark's JVM with it: send SIGTERM (or Ctrl-C) to the lakelog process alone")
 
     def run_forever(self, on_listening=None) -> None:
         """Serve until SIGTERM or SIGINT, then stop: no new request is read, queued batches are

@@ -41,6 +41,6 @@ def serve(c: Context, listen: str | None, advertised: str | None, node_id: int |
                                    "node_id": s.ctx.node_id, "root": c.root}), nl=True)
         else:
             stderr.print(f"lakelog serve: node {s.ctx.node_id} on {s.host}:{s.port} (advertised {host}:{port}), "
-                         f"root {c.root}; Ctrl-C stops", highlight=False, markup=False)
+                         f"root {c.root}; Ctrl-C stops", highlight=False, markup=False, soft_wrap=True)
 
     server.run_forever(listening)

@@ -272,6 +272,7 @@ async def delete_groups(server: "Server", conn: "Connection", request: "Request"
             code = await server.ctx.run(_delete_group, server, name)
             if code == "NONE":
                 server.consumer_groups.drop(name)  # a KIP-848 group starts over, above the fence deletion left
+                server.coordinator.drop(name)  # so is a classic one, and ListGroups no longer lists it
         out.append({"group_id": name, "error_code": code_of(code)})
     return {"throttle_time": 0, "results": out}
 

@@ -9,8 +9,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from control_plane.controller import TopicController
-from control_plane.topic_config import KEYS, TIMESTAMP_TYPE, TopicConfig, check
-from log_store.errors import InvalidConfigurationError, LakelogError, OffsetCheckError, UnknownTopicError
+from control_plane.topic_config import KEYS, TIMESTAMP_TYPE, WORDS, TopicConfig, check
+from log_store.errors import (
+    InvalidConfigurationError, InvalidPartitionsError, LakelogError, OffsetCheckError, UnknownTopicError,
+)
 from log_store.names import check_topic_name
 from serve.errors import code_of, message_of
 
@@ -51,6 +53,13 @@ def _create_one(server: "Server", topic, validate_only: bool) -> dict:
     name = topic.name
     try:
         check_topic_name(name)
+    except InvalidConfigurationError as exc:  # Kafka's answer to a name it cannot take
+        return {**_result(name, topic_id=None, configs=[]), "error_code": code_of("INVALID_TOPIC_EXCEPTION"),
+                "error_message": str(exc)}
+    try:
+        if not topic.assignments and (topic.num_partitions == 0 or topic.num_partitions < -1):  # -1: the default
+            raise InvalidPartitionsError(f"topic '{name}': {topic.num_partitions} partitions; give 1 or more "
+                                         "(or -1 for the server's serve.default_partitions)")
         count = topic.num_partitions if topic.num_partitions > 0 else server.settings.default_partitions
         if topic.assignments:
             count = len(topic.assignments)
@@ -107,11 +116,11 @@ async def delete_topics(server: "Server", conn: "Connection", request: "Request"
 
 
 def _grow_one(server: "Server", topic, validate_only: bool) -> dict:
-    from log_store.errors import InvalidPartitionsError
-
     try:
         current = server.ctx.admin.get(topic.name).undeleted_partition_count
-        if topic.count <= current:  # Kafka's CreatePartitions only adds partitions; shrinking is lakelog's own
+        if topic.count == current:
+            raise InvalidPartitionsError(f"topic '{topic.name}' already has {current} partitions")
+        if topic.count < current:  # Kafka's CreatePartitions only adds partitions; shrinking is lakelog's own
             raise InvalidPartitionsError(f"topic '{topic.name}' has {current} partitions; CreatePartitions only "
                                          f"grows (to shrink: lakelog topics alter --partitions {topic.count})")
         if not validate_only:
@@ -170,10 +179,10 @@ def _alter_one(server: "Server", resource, validate_only: bool) -> dict:
         deletes = [c.name for c in resource.configs if c.config_operation == DELETE]
         if len(sets) + len(deletes) != len(resource.configs):
             raise InvalidConfigurationError("only SET and DELETE are supported (not APPEND or SUBTRACT)")
-        unknown = [c.name for c in resource.configs if c.name not in KEYS and c.name != "cleanup.policy"]
+        unknown = [c.name for c in resource.configs if c.name not in KEYS and c.name not in WORDS]
         if unknown:
             raise InvalidConfigurationError(f"unknown or unsupported topic config {unknown[0]}; lakelog keeps "
-                                            f"{', '.join(sorted(KEYS))}")
+                                            f"{', '.join(sorted([*KEYS, *WORDS]))}")
         pairs = _check_configs(sets)
         if not validate_only:
             controller(server).alter_config(resource.resource_name, pairs, deletes)

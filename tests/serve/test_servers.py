@@ -133,3 +133,33 @@ def test_a_client_knocking_while_a_server_starts_is_refused_or_answered_never_dr
         knocker.join(30)
         server.stop_thread()
     assert dropped == [] and answered and all(a == [7] for a in answered), (dropped[:3], answered[:3])
+
+
+def test_a_server_whose_whole_process_group_gets_sigterm_says_so_in_one_line(root):
+    """A service manager stopping a process group (systemd's control-group stop, timeout(1)) sends
+    SIGTERM to Spark's JVM too, whose shutdown hook may stop the session before the server marks
+    itself down: the server says so in one line and exits 1, or marks itself down and exits 0;
+    never a traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support import PROJECT
+
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--root", root, "serve", "--listen", "127.0.0.1:0", "--json"],
+                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "LAKELOG_SPARK_PROFILE": "small"})
+    try:
+        line = proc.stdout.readline()
+        assert "listening" in line, proc.stderr.read() if proc.poll() is not None else line
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in err, err[-3000:]
+    assert proc.returncode == 0 or (proc.returncode == 1 and "without marking itself down in the root" in err
+                                    and "process group" in err), (proc.returncode, err[-2000:])
