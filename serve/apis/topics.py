@@ -35,7 +35,25 @@ def _result(name: str, exc: Exception | None = None, **more) -> dict:
             **more}
 
 
+# Kafka's own topic configs that lakelog does not keep (its log has no segments, indexes or
+# flushes, and replication is lakelog's): taken at creation and not kept, as clients such as Kafka
+# Connect send some of them with every topic they create. Any other name is refused, as Kafka does.
+KAFKA_TOPIC_CONFIGS = frozenset({
+    "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",
+    "remote.log.copy.disable", "remote.log.delete.on.disable", "segment.index.bytes", "segment.jitter.ms",
+    "segment.ms", "unclean.leader.election.enable",
+})
+
+
 def _check_configs(configs) -> list[str]:
+    """The configs of a CreateTopics lakelog keeps, as ``key=value`` pairs; Kafka's others are taken
+    and not kept, an unknown name is INVALID_CONFIG (nothing is created)."""
     pairs = []
     for c in configs:
         if c.value is None:
@@ -46,6 +64,10 @@ def _check_configs(configs) -> list[str]:
         if c.name in KEYS or c.name == TIMESTAMP_TYPE:
             check(c.name, c.value)
             pairs.append(f"{c.name}={c.value}")
+        elif c.name not in KAFKA_TOPIC_CONFIGS and c.name != "cleanup.policy":
+            raise InvalidConfigurationError(
+                f"unknown topic config {c.name!r}: lakelog keeps {', '.join(sorted([*KEYS, TIMESTAMP_TYPE, 'cleanup.policy']))}"
+                " and takes Kafka's other topic configs without keeping them")
     return pairs
 
 

@@ -112,3 +112,23 @@ def test_create_partitions_to_the_count_a_topic_has_says_it_has_it(served):
             admin.create_partitions([NewPartitions("t", count)])["t"].result(60)
         assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
         assert said in refused.value.args[0].str() and ("shrink" in said) == ("shrink" in refused.value.args[0].str())
+
+
+def test_create_topics_refuses_an_unknown_config_and_takes_kafkas_others(served):
+    """Kafka refuses a topic config it does not know, and so does the server, creating nothing;
+    Kafka's own configs lakelog has no use for (segments, compression, min.insync.replicas: what
+    Kafka Connect sends with its topics) are taken and not kept."""
+    boot = bootstrap(served)
+    admin = AdminClient({"bootstrap.servers": boot})
+    with pytest.raises(KafkaException) as refused:
+        admin.create_topics([NewTopic("odd", 1, config={"flux.capacitor": "1"})])["odd"].result(60)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "flux.capacitor" in refused.value.args[0].str()
+    admin.create_topics([NewTopic("kept", 1, config={"segment.ms": "60000", "min.insync.replicas": "2",
+                                                      "retention.ms": "86400000"})])["kept"].result(60)
+    listed = admin.list_topics(timeout=30).topics
+    assert "odd" not in listed and "kept" in listed
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "kept")])
+    configs = next(iter(described.values())).result(60)
+    assert configs["retention.ms"].value == "86400000"
+    assert "segment.ms" not in configs
