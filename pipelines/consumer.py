@@ -195,6 +195,23 @@ class Consumer:
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 
+    def moved_up(self, snap: LogSnapshot, partitions: Iterable[int]) -> dict[int, int]:
+        """Where positions below their partition's first readable offset move (``snap``'s
+        ``incarnation_starts``), stamped, on a replicated topic, with the leader epoch of ``snap``,
+        as a delivered batch's ends are: that offset is one of the history ``snap`` read. Left with
+        the epoch of the position it replaces, the divergence check took the start of every epoch
+        since for a cut below it (campaign seed 1532: a position moved past records delete-records
+        removed after a clean election, "delivered up to 48, an election cut the log at 16").
+
+        The caller first checks the positions it leaves (``check_positions``, under their own
+        epochs: an election that cut below one is said, not hidden by the move), then reports
+        what they skip expired."""
+        starts = snap.incarnation_starts(partitions)
+        if self._replication is not None and starts:
+            self.read_under.update({p: self._read_epoch for p in starts})
+            self.offsets.read_under(self.topic, {p: snap.metadata.partitions[p].leader_epoch for p in starts})
+        return starts
+
     def plan(self, positions: dict[int, int], limit: int, snap: LogSnapshot | None = None) -> Ranges:
         """Ranges [position, end) to read next, at most ``limit`` records, shared over partitions.
 
@@ -399,8 +416,9 @@ class Consumer:
                 snap = snap if batches == 0 and not waits else self.snapshot()
                 below = snap.below_incarnations(positions)
                 if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
+                    self.check_positions(below, snap)
                     expired += self.report_expired(snap, below)
-                    positions.update(snap.incarnation_starts(below))
+                    positions.update(self.moved_up(snap, below))
                     pending = True
                 ranges = self.deliver(positions, limit, sink_path, handler, snap)
             except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election

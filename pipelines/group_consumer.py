@@ -257,10 +257,11 @@ class GroupConsumer:
                         continue
                     below = snap.below_incarnations(self.positions)
                     if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
+                        self.consumer.check_positions(below, snap)  # under their own epochs (moved_up)
                         expired = {self._tp(p): o for p, o in below.items()}
                         if not self._apply_fenced(lambda: self.member.report_expired(expired), sink_path):
                             continue
-                        self.held.move(snap.incarnation_starts(below))
+                        self.held.move(self.consumer.moved_up(snap, below))
                         # commit the move: a member taking the partition over next must not start
                         # from the old position, below a range already reported (campaign seed 530)
                         self._commit_due = True
