@@ -239,29 +239,25 @@ class ControlTables:
         path = self.path(name)
         if path in _COMPLETE:
             return
-        if DeltaTable.isDeltaTable(self.spark, path):
-            self._add_columns(name)
-            _COMPLETE.add(path)
-            return
-        builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
-        for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
-            builder = builder.property(key, value)
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
+            for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
+                builder = builder.property(key, value)
 
-        def execute() -> None:
-            try:
-                builder.execute()
-            except Exception:  # a racing process created it first: fine if the table is there
-                if not DeltaTable.isDeltaTable(self.spark, path):
-                    raise
+            def execute() -> None:
+                try:
+                    builder.execute()
+                except Exception:  # a racing process created it first: fine if the table is there
+                    if not DeltaTable.isDeltaTable(self.spark, path):
+                        raise
 
-        create_racing(execute, path, f"the control table {name}")  # ... or is creating it now: wait for it
+            create_racing(execute, path, f"the control table {name}")  # ... or is creating it now: wait
         self._add_columns(name)
         _COMPLETE.add(path)
 
     def _add_columns(self, name: str) -> None:
-        """Give a table made before some of its columns those columns (``commit_order``: its rows
-        stay ordered by row tracking, new rows carry a label too). Safe to race: a lost race finds
-        the column there."""
+        """Give a table made before some of its columns those columns (``commit_order``: old rows stay
+        ordered by row tracking, new ones carry a label). Safe to race: a loser finds the column."""
         path = self.path(name)
         wanted = ADDED_COLUMNS.get(name, {})
         if not wanted:

@@ -98,11 +98,8 @@ def test_a_group_member_moved_up_past_deleted_records_after_an_election_goes_on(
     assert again.run(lambda df, ranges: None, idle_timeout_s=1).records == 2
 
 
-def test_a_position_past_an_unclean_cut_is_checked_before_it_moves_up_past_deleted_records(spark, tmp_path):
-    """The divergence check of a position comes before any move up past deleted records: the group
-    delivered 0-7 from /eu alone, /us was elected unclean (cutting the history at 0) and took 11
-    records, delete-records removed 0-9. The position 8 lies past the cut, which the move to the
-    log start 10 (under the new epoch) must not hide."""
+def _eight_at_eu_alone(spark, tmp_path):
+    """A topic on /eu and /us whose /us left the in-sync set, then 8 records at /eu alone."""
     eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
     TopicAdmin(spark, eu).create("orders", 1, replicas=[eu, us])
     replication = Replication(spark, eu)
@@ -111,6 +108,15 @@ def test_a_position_past_an_unclean_cut_is_checked_before_it_moves_up_past_delet
     replication.replicate("orders")  # /us leaves the in-sync set
     restore(replication.path(state, us))
     Producer(spark, eu, "orders", "p").send(make_records(spark, 8))
+    return eu, us, replication, state
+
+
+def test_a_position_past_an_unclean_cut_is_checked_before_it_moves_up_past_deleted_records(spark, tmp_path):
+    """The divergence check of a position comes before any move up past deleted records: the group
+    delivered 0-7 from /eu alone, /us was elected unclean (cutting the history at 0) and took 11
+    records, delete-records removed 0-9. The position 8 lies past the cut, which the move to the
+    log start 10 (under the new epoch) must not hide."""
+    eu, us, replication, state = _eight_at_eu_alone(spark, tmp_path)
     consumer = Consumer(spark, eu, "orders", "g")
     assert consumer.run(lambda df, r: None).records == 8
     cut(replication.path(state, eu))
@@ -132,14 +138,7 @@ def test_a_group_member_past_an_unclean_cut_says_so_before_moving_up_past_delete
     from pipelines.group_consumer import GroupConsumer
     from pipelines.settings import ConsumerSettings
 
-    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
-    TopicAdmin(spark, eu).create("orders", 1, replicas=[eu, us])
-    replication = Replication(spark, eu)
-    state = replication.state("orders")
-    cut(replication.path(state, us))
-    replication.replicate("orders")  # /us leaves the in-sync set
-    restore(replication.path(state, us))
-    Producer(spark, eu, "orders", "p").send(make_records(spark, 8))
+    eu, us, replication, state = _eight_at_eu_alone(spark, tmp_path)
 
     def meanwhile() -> None:
         cut(replication.path(state, eu))
