@@ -62,10 +62,10 @@ def _cannot_refuse_access() -> str | None:
     return None
 
 
-def kind_param(kind: str):
+def kind_param(kind: str, *marks):
     """``kind`` as a test parameter (skipped, saying why, where it cannot be made)."""
     reason = _cannot_refuse_access() if kind == "refusing_access" else None
-    return pytest.param(kind, marks=pytest.mark.skip(reason=reason) if reason else (), id=kind)
+    return pytest.param(kind, marks=[*marks, *([pytest.mark.skip(reason=reason)] if reason else [])], id=kind)
 
 
 class Host:
