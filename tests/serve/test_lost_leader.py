@@ -43,11 +43,13 @@ def test_a_lost_leader_root_is_answered_retriably_and_a_kafka_producers_records_
         assert [(p.partition_index, p.error_code, p.leader_id) for p in listed.partitions] == [
             (0, ErrorCode.leader_not_available, -1), (1, ErrorCode.leader_not_available, -1)]
         reports = []
+        # librdkafka fails the records of a topic Metadata calls unknown once topic.metadata.propagation.max.ms
+        # (30 s) has passed; 2 s here stands for a loss longer than that
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{served.port}", "enable.idempotence": True,
-                             "acks": "all", "linger.ms": 5})
+                             "acks": "all", "linger.ms": 5, "topic.metadata.propagation.max.ms": 2000})
         for i in range(20):
             producer.produce("t", key=f"k{i % 3}", value=f"v{i}", on_delivery=lambda err, _msg: reports.append(err))
-        assert producer.flush(3) == 20 and reports == [], "the records wait for a leader"
+        assert producer.flush(4) == 20 and reports == [], f"the records wait for a leader: {reports[:1]}"
         Replication(spark, root).elect("t", us)
         assert producer.flush(60) == 0
         assert reports == [None] * 20, [str(r) for r in reports if r is not None]
