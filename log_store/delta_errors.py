@@ -3,6 +3,7 @@ for optimistic-concurrency conflicts (``retry_on_conflict``, tenacity)."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -29,6 +30,35 @@ _CONFLICTS = (
 )
 
 
+# What storage says when a root cannot be reached: its folder gone or nothing mounted there (the
+# table's files or log folder missing), a file where its folder was, or access refused. Each is a
+# lost root for every role (``lost_root``): producers, consumers, streams and the server wait it out
+# (docs/replication.md). lakelog's log store never makes a missing log folder again (its sign first).
+LOST_ROOT_SIGNS = (
+    "LAKELOG_MISSING_LOG_FOLDER", "DELTA_CANNOT_CREATE_LOG_PATH", "DELTA_TRUNCATED_TRANSACTION_LOG",
+    "FileNotFoundException", "NoSuchFileException", "FILE_NOT_EXIST", "PATH_NOT_FOUND",
+    "Not a directory", "NotDirectoryException", "ParentNotDirectoryException", "Mkdirs failed to create",
+    "AccessDeniedException", "Permission denied", "Operation not permitted",
+)
+LOST_ROOT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENODEV, errno.ESTALE})
+
+
+def lost_root(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is storage saying a root cannot be reached: missing,
+    unmounted, not a directory, or refusing access (``LOST_ROOT_SIGNS``, or an ``OSError`` of
+    those kinds from Python's own reads and writes). The one test of it; ``translate`` makes
+    such an error a ``StorageError``."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in LOST_ROOT_ERRNOS:
+            return True
+        text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
+        if any(sign in text for sign in LOST_ROOT_SIGNS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def conflict_name(exc: BaseException) -> str | None:
     """The name of the Delta conflict behind ``exc``, or None if it is not a conflict."""
     text = f"{type(exc).__name__} {exc.java_exception if isinstance(exc, Py4JJavaError) else exc}"
@@ -45,27 +75,26 @@ def translate(exc: Exception) -> LakelogError:
         kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
         return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
     text = str(exc)
-    if ("DELTA_CANNOT_CREATE_LOG_PATH" in text or "DELTA_TRUNCATED_TRANSACTION_LOG" in text
-            or "LAKELOG_MISSING_LOG_FOLDER" in text):  # lakelog's log store: the table's log folder is gone
-        return StorageError(f"the table's Delta log cannot be read or written ({_first_line(text)[:300]}): is its "
-                            "root lost, unmounted or not writable?")
+    if lost_root(exc):
+        return StorageError(f"storage refused ({first_line(text)[:300]}): the root is lost, unmounted, not a "
+                            "directory or refusing access")
     if "DUPLICATED_MAP_KEY" in text:
         return InvalidRecordError(
             "a record has two headers with one key: the table keeps headers as a map (it was made by an earlier "
             "release of lakelog), which holds one value per key. Nothing was written. Give each header key once, "
             "or write to a topic (or sink) made by this release, which keeps Kafka's list of headers")
     if INPUT_CHANGED_MARK in text:  # log_store.placed_offsets: a task met rows its first pass did not count
-        return InputChangedError(f"the write read other rows than its first pass counted ({_first_line(text)[:300]}); "
+        return InputChangedError(f"the write read other rows than its first pass counted ({first_line(text)[:300]}); "
                                  "nothing was committed")
     if NO_SEQUENCE_MARK in text:  # pipelines.producer: a record of a one-write produce with a null sequence
         return InvalidRecordError(f"1 or more {NO_SEQUENCE}")
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")
-    return LakelogError(f"Delta write failed: {_first_line(text) or type(exc).__name__}")
+    return LakelogError(f"Delta write failed: {first_line(text) or type(exc).__name__}")
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     """The line saying what went wrong: py4j's first line only names the JVM call that failed
     ("An error occurred while calling o100.commit."), the Java exception follows it."""
     lines = [line for line in text.splitlines() if line.strip()]

@@ -41,10 +41,13 @@ class LeaderNotAvailableError(RetriableError):
 
 
 def leader_unavailable(topic: str, location: str, exc: BaseException) -> LeaderNotAvailableError:
-    """What a reader or writer of ``topic``'s leader log at ``location`` says when it cannot be read."""
-    return LeaderNotAvailableError(f"the leader log of '{topic}' at {location} cannot be read "
-                                   f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
-                                   "waiting for it or an election")
+    """What a reader or writer of ``topic``'s leader log at ``location`` says when it cannot be read
+    (caused by ``exc``)."""
+    error = LeaderNotAvailableError(f"the leader log of '{topic}' at {location} cannot be read "
+                                    f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
+                                    "waiting for it or an election")
+    error.__cause__ = exc
+    return error
 
 
 class NotEnoughReplicasError(RetriableError):
@@ -161,3 +164,10 @@ class LogTruncatedError(LakelogError):
     """A reader's position lies past where the leader's records of the epoch it read under end:
     an unclean election truncated the log under records the reader delivered (Kafka's
     LogTruncationException, KIP-320). Nothing was skipped; the message says where to go back to."""
+
+
+# A lost root, as every role waits it out (pipelines/waits.py; the server answers it retriably): a
+# root storage cannot reach now (StorageError: missing, unmounted, not a directory, refusing access,
+# as log_store.delta_errors.lost_root classifies storage's own errors), or a replicated topic's
+# leader log that cannot be read or that an election is moving (LeaderNotAvailableError).
+LOST_ROOT = (LeaderNotAvailableError, StorageError)

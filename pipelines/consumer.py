@@ -31,13 +31,14 @@ from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
-    AppVersionConflictError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
+    LOST_ROOT, AppVersionConflictError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 from pipelines.sink_positions import SinkPositions, incarnation_of
+from pipelines.waits import LostRootWait
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
 ProgressFn = Callable[[int, int], None]
@@ -65,9 +66,6 @@ class ResumePoint:
     incarnations: dict[int, int]  # GroupOffsets.incarnations: what its sink ids are keyed by
     sink_ahead: dict[int, int] = field(default_factory=dict)  # positions only the sink holds
     sink_legacy: dict[str, int] = field(default_factory=dict)  # earlier releases' ids the next sink commit writes again
-
-
-LEADER_WAIT_SECONDS = 60.0  # how long a consumer outside a group waits for a lost leader (or an election)
 
 
 class Consumer:
@@ -107,6 +105,9 @@ class Consumer:
         self._leader_ends: dict[int, int] = {}  # ... and its leader's log ends (not capped at the high watermark)
         self._unread: list[str] = []  # ... and the in-sync roots this process never read (``reads.unread``)
         self._checked: dict[int, tuple] = {}  # partition -> (replica version, position, epoch) that passed the check
+        # the wait for a lost leader root (pipelines.waits); its clock runs until the log is read again
+        self.wait = LostRootWait(topic, self.settings.leader_wait_timeout_ms, "consumer.leader_wait_timeout_ms",
+                                 lambda: self.admin.replica_state(topic))
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -274,16 +275,9 @@ class Consumer:
         return snap
 
     def _first_snapshot(self) -> LogSnapshot:
-        """``snapshot``, waiting up to ``LEADER_WAIT_SECONDS`` (this process's monotonic clock) for a
-        replicated topic's lost leader or an election that moved it while it was read."""
-        started = time.monotonic()
-        while True:
-            try:
-                return self.snapshot()
-            except LeaderNotAvailableError:
-                if time.monotonic() - started > LEADER_WAIT_SECONDS:
-                    raise
-                time.sleep(1)
+        """``snapshot``, waiting (``self.wait``) for a lost leader root or an election that moved it
+        while it was read."""
+        return self.wait.run(self.snapshot)
 
     def check_positions(self, positions: dict[int, int], snap: LogSnapshot) -> None:
         """Kafka's divergence check (KIP-320) of a replicated topic's positions: a position past
@@ -404,7 +398,6 @@ class Consumer:
         positions = self.positions(sink_path, snap, committed)
         expired = self.report_expired(snap, committed, self._reported)
         delivered = batches = waits = 0
-        waiting_since: float | None = None  # when this wait for a lost leader began (the monotonic clock)
         interval = self.settings.offsets_commit_interval_ms / 1000
         # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)
         last_commit, pending = time.monotonic(), bool(self.sink_ahead)
@@ -421,14 +414,11 @@ class Consumer:
                     positions.update(self.moved_up(snap, below))
                     pending = True
                 ranges = self.deliver(positions, limit, sink_path, handler, snap)
-            except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election
+            except LOST_ROOT as exc:  # the leader root lost: wait for it or an election, up to the timeout
                 waits += 1
-                waiting_since = waiting_since or time.monotonic()
-                if time.monotonic() - waiting_since > LEADER_WAIT_SECONDS:
-                    raise
-                time.sleep(1)
+                self.wait.failed(exc)
                 continue
-            waiting_since = None
+            self.wait.ok()
             if not ranges:
                 break
             positions.update({p: end for p, (_s, end) in ranges.items()})

@@ -23,7 +23,7 @@ from control_plane.records import TopicPartition
 from control_plane.settings import GroupSettings
 from pipelines.settings import ConsumerSettings
 from log_store.crash import crash_point
-from log_store.errors import IllegalGenerationError, LeaderNotAvailableError, SinkConflictError, StorageError
+from log_store.errors import LOST_ROOT, IllegalGenerationError, SinkConflictError, leader_unavailable
 from pipelines.consumer import Consumer, Handler
 from pipelines.member_positions import MemberPositions
 
@@ -159,7 +159,7 @@ class GroupConsumer:
         position grew. Fires keys-maybe-revoked for them, as the source does."""
         try:
             snap = self.consumer.snapshot()
-        except LeaderNotAvailableError:
+        except LOST_ROOT:
             return  # published on a later batch
         meta = snap.metadata
         epochs = {p: part.leader_epoch for p, part in meta.partitions.items()}
@@ -170,29 +170,32 @@ class GroupConsumer:
             self.listener.on_partition_keys_maybe_revoked(sorted(tps, key=str))
             self.member.publish(tps)
 
-    def _riding_out_a_lost_leader(self, step, pause: float, patience_s: float = 300.0):
-        """``step()``, tried again while a replicated topic's leader log cannot be read (its root
-        lost, an election under way), as Kafka's consumer waits for a partition's new leader.
+    def _riding_out_a_lost_leader(self, step):
+        """``step()``, tried again while the topic's leader log cannot be read (its root lost, an
+        election under way), as Kafka's consumer waits for a partition's new leader, for at most
+        ``consumer.leader_wait_timeout_ms`` (the consumer's ``wait``, whose clock runs until the
+        member reads the log again); then the wait's one-line error.
 
-        A failure lakelog gives as its own "wait" (LeaderNotAvailableError, StorageError) is
-        retried whatever the leader looks like now: the root may have come back, or the election
-        finished, between the failure and the look (campaign seed 810). Any other failure is
-        retried while the leader cannot be read, and once more after it can (the failure may
-        date from before); then raised. All are raised past ``patience_s``."""
-        deadline = time.monotonic() + patience_s
+        A failure lakelog gives as its own "wait" (``pipelines.waits.LOST_ROOT``) is retried whatever
+        the leader looks like now: the root may have come back, or the election finished, between
+        the failure and the look (campaign seed 810). Any other failure of a replicated topic's
+        member is retried while the leader cannot be read, and once more after it can (the failure
+        may date from before); then raised."""
         tried_readable = False
         while True:
             try:
                 return step()
             except Exception as exc:
-                if not self.consumer.replicated or time.monotonic() > deadline:
-                    raise
-                if not isinstance(exc, (LeaderNotAvailableError, StorageError)) and self.consumer.leader_readable():
-                    if tried_readable:
+                if not isinstance(exc, LOST_ROOT):
+                    if not self.consumer.replicated:
                         raise
-                    tried_readable = True
-                    continue
-                time.sleep(pause)
+                    if self.consumer.leader_readable():
+                        if tried_readable:
+                            raise
+                        tried_readable = True
+                        continue
+                    exc = leader_unavailable(self.topic, self.consumer.log.path, exc)
+                self.consumer.wait.failed(exc)
 
     def _idle(self) -> bool:
         """Caught up with nothing to deliver because the log has nothing more, not because a gate
@@ -204,8 +207,10 @@ class GroupConsumer:
             return False
         try:
             snap = self.consumer.snapshot()
-        except LeaderNotAvailableError:
+        except LOST_ROOT as exc:  # whether the log has more is not known: wait, up to the timeout
+            self.consumer.wait.failed(exc)
             return False
+        self.consumer.wait.ok()
         if self.consumer.admin.latest_version(self.topic) != snap.topic_version:
             return False  # the controller recorded a change it has not applied yet
         gen = m.last_generation
@@ -238,8 +243,8 @@ class GroupConsumer:
         pause = max(self.member.settings.heartbeat_interval_ms / 2000, 0.05)
         try:
             while True:
-                change = self._riding_out_a_lost_leader(lambda: self.member.poll(self._tp_positions), pause)
-                self._riding_out_a_lost_leader(lambda: self._apply(change, sink_path), pause)
+                change = self._riding_out_a_lost_leader(lambda: self.member.poll(self._tp_positions))
+                self._riding_out_a_lost_leader(lambda: self._apply(change, sink_path))
                 if self._commit_due:
                     self._commit_due = False
                     if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):
@@ -252,8 +257,8 @@ class GroupConsumer:
                 if self.positions and limit > 0:
                     try:
                         snap = self.consumer.snapshot()
-                    except LeaderNotAvailableError:  # a replicated topic's leader lost: wait for it or an election
-                        time.sleep(pause)
+                    except LOST_ROOT as exc:  # the leader root lost: wait for it or an election, up to the timeout
+                        self.consumer.wait.failed(exc)
                         continue
                     below = snap.below_incarnations(self.positions)
                     if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
@@ -273,9 +278,10 @@ class GroupConsumer:
                         # its sink until the member left (campaign seed 800)
                         self._commit_due = True
                         continue
-                    except LeaderNotAvailableError:  # nothing was committed: the batch is read again
-                        time.sleep(pause)
+                    except LOST_ROOT as exc:  # nothing was committed: the batch is read again
+                        self.consumer.wait.failed(exc)
                         continue
+                    self.consumer.wait.ok()
                 if ranges:
                     self.held.advance(ranges)
                     if not self._apply_fenced(lambda: self.member.commit(self._tp_positions()), sink_path):
@@ -289,7 +295,11 @@ class GroupConsumer:
                     if on_batch:
                         on_batch(ranges, delivered)
                 else:
-                    warmed = self._warm_up(limit or 1)
+                    try:
+                        warmed = self._warm_up(limit or 1)
+                    except LOST_ROOT as exc:
+                        self.consumer.wait.failed(exc)
+                        continue
                     if not change.rebalancing and not warmed and self._idle():
                         idle_since = idle_since or time.perf_counter()
                         if time.perf_counter() - idle_since >= idle_timeout_s:

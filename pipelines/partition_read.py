@@ -8,20 +8,31 @@ from pyspark.sql import DataFrame, SparkSession
 from control_plane.replication import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidConfigurationError
+from log_store.topic_log import TopicLog
+from pipelines.settings import ConsumerSettings
+from pipelines.waits import LostRootWait
 
 
 def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
-                   max_records: int | None = None) -> DataFrame:
+                   max_records: int | None = None, settings: ConsumerSettings | None = None) -> DataFrame:
     """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
-    topic is read at its leader, below its high watermark."""
+    topic is read at its leader, below its high watermark. A lost leader root is waited for, up to
+    ``settings.leader_wait_timeout_ms`` (``pipelines.waits``)."""
     admin = TopicAdmin(spark, root)
-    if admin.replica_state(topic) is not None:
-        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
-    else:
-        log = admin.log(topic)
-        snap = log.snapshot()
+    admin.get(topic)  # UnknownTopicError first
+
+    def snapshot():
+        if admin.replica_state(topic) is not None:
+            return Replication(spark, root).leader_below_high_watermark(topic)
+        log = TopicLog(spark, admin.get(topic).location)
+        return log, log.snapshot()
+
+    wait = LostRootWait(topic, (settings or ConsumerSettings()).leader_wait_timeout_ms,
+                        "consumer.leader_wait_timeout_ms",
+                        lambda: admin.replica_state(topic))
+    log, snap = wait.run(snapshot)
     snap.metadata.check_not_deleted()
     readable = snap.readable()
     if partition not in readable:

@@ -23,16 +23,16 @@ from control_plane.topics import TopicAdmin
 from pipelines.driver_batches import is_plain, normalized, partitioned, spark_is_plain
 from pipelines.placed_send import PlacedRows, placeable
 from pipelines.settings import ProducerSettings
+from pipelines.waits import LostRootWait
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
-    NO_SEQUENCE, NO_SEQUENCE_MARK, FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError,
-    InvalidRecordError, LeaderNotAvailableError, NotEnoughReplicasError, StaleProducerSequenceError, StorageError,
+    LOST_ROOT, NO_SEQUENCE, NO_SEQUENCE_MARK, FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError,
+    InvalidRecordError, NotEnoughReplicasError, StaleProducerSequenceError, StorageError, leader_unavailable,
 )
 from log_store.log_metadata import Mode
 from log_store.numbering import place_rows
 from log_store.placed_offsets import Placement
 from log_store.partitioner import partition_column
-from log_store.engine import app_versions
 from log_store.dense_offsets import ONE_TASK_ROWS
 from log_store.frames import cached_rows, observed, row_bound
 from log_store.names import producer_app_id
@@ -106,8 +106,15 @@ class Producer:
         self._is_replicated: bool | None = None
 
     def next_sequence(self) -> int:
-        """One past the highest sequence this producer id has committed."""
-        return app_versions(self.spark, self.log.path).get(producer_app_id(self.producer_id), -1) + 1
+        """One past the highest sequence this producer id has committed (waiting for a lost root)."""
+        wait = self._lost_root_wait()
+
+        def read() -> int:
+            if wait.waiting:
+                self._follow_topic()  # an election may have moved the topic meanwhile
+            return self.log.transaction().snapshot_app_versions().get(producer_app_id(self.producer_id), -1) + 1
+
+        return wait.run(read)
 
     def normalize(self, records: DataFrame, sequence_start: int = 0) -> DataFrame:
         """Columns key/value as binary, headers, timestamp, sequence, and an explicit ``partition``
@@ -255,7 +262,7 @@ class Producer:
             return None
         try:
             count = self._partition_count or self.log.metadata().undeleted_partition_count
-        except (LeaderNotAvailableError, StorageError):
+        except LOST_ROOT:
             return None  # the batch path waits for the log
         placed = PlacedRows(self.spark, records, self.normalize)
         first = placed.counts(count)
@@ -395,7 +402,10 @@ class Producer:
         replication = self._replication()
         if replication is not None:  # acks: all refuses up front, as Kafka's leader does
             replication.check_in_sync(self.topic, self.settings.min_insync_replicas)
-        for refresh in range(self.settings.max_retries + 1):
+        wait = self._lost_root_wait()
+        tries = retries = 0
+        while True:
+            refresh, tries = tries > 0, tries + 1
             try:
                 if refresh and self._follow_topic():  # a failover moved the topic to another root's log
                     expected_mark = None
@@ -421,14 +431,20 @@ class Producer:
                     )
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas, epoch)
-            except (InvalidPartitionMetadataError, LeaderNotAvailableError, NotEnoughReplicasError, StorageError) as exc:
+            except LOST_ROOT as exc:  # the leader root lost (or an election moving it): back off, up to the timeout
+                lost = isinstance(exc, StorageError) and self._replicated()
+                wait.failed(leader_unavailable(self.topic, self.log.path, exc) if lost else exc)
+                result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
+                continue
+            except (InvalidPartitionMetadataError, NotEnoughReplicasError) as exc:
                 if isinstance(exc, InvalidPartitionMetadataError) and isinstance(batch, DataFrame) and "partition" in batch.columns:
                     self._check_explicit_partitions(batch)
-                if refresh == self.settings.max_retries or (isinstance(exc, StorageError) and not self._replicated()):
+                if retries == self.settings.max_retries:
                     raise
                 if not isinstance(exc, InvalidPartitionMetadataError) or isinstance(exc, FencedLeaderEpochError):
-                    # a replicated topic's root lost, or an election under way: back off
-                    time.sleep(min(2.0, self.settings.retry_backoff_ms / 1000 * 2 ** min(refresh, 6)))
+                    # an election under way, or an in-sync root behind: back off
+                    time.sleep(min(2.0, self.settings.retry_backoff_ms / 1000 * 2 ** min(retries, 6)))
+                retries += 1
                 result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
                 continue
             self._mark = appended.producer_mark
@@ -440,4 +456,8 @@ class Producer:
                 "commit_retries": result.commit_retries + appended.attempts - 1,
                 "per_partition": per,
             })
-        raise AssertionError("unreachable")
+
+    def _lost_root_wait(self) -> LostRootWait:
+        """How a batch waits for a lost leader root (``pipelines.waits``): up to ``delivery_timeout_ms``."""
+        return LostRootWait(self.topic, self.settings.delivery_timeout_ms, "producer.delivery_timeout_ms",
+                            lambda: self.admin.replica_state(self.topic), self.settings.retry_backoff_ms)

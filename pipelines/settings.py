@@ -13,6 +13,10 @@ class ProducerSettings(Strict):
     batch_size: int = Field(default=500_000, ge=1)
     max_retries: int = Field(default=20, ge=0)
     retry_backoff_ms: int = Field(default=50, ge=0)
+    # How long a batch may wait for a lost leader root (its return or an election) before the
+    # produce fails (Kafka's delivery.timeout.ms): pipelines/waits.py. Retries of conflicts and
+    # stale metadata count against max_retries instead.
+    delivery_timeout_ms: int = Field(default=120_000, ge=0)
     # A replicated topic's acknowledgement (docs/replication.md): "1" once the leader root committed
     # the records, "all" once every in-sync root holds them too, with at least min_insync_replicas
     # roots in the in-sync set. Unreplicated topics ignore both.
@@ -27,6 +31,9 @@ class ConsumerSettings(Strict):
     # versions): the group's offsets row follows at most this often, and at the end of a run
     # (Kafka's auto.commit.interval.ms). 0: after every batch. Without a sink: after every batch.
     offsets_commit_interval_ms: int = Field(default=5000, ge=0)
+    # How long a consumer waits for a topic's lost leader root (its return or an election) before
+    # it fails (pipelines/waits.py); Kafka's consumers wait without end, a lakelog consume is a job.
+    leader_wait_timeout_ms: int = Field(default=300_000, ge=0)
     # A replicated topic's reads (docs/replication.md): only below the high watermark, what every
     # root that may be elected cleanly holds, as Kafka's consumers read. Unreplicated topics read
     # up to the log end.

@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from log_store.errors import (
-    FencedLeaderEpochError, InvalidPartitionMetadataError, LakelogError, LeaderNotAvailableError,
-    StaleProducerSequenceError, StorageError, TopicDeletedError, UnknownTopicError,
+    LOST_ROOT, FencedLeaderEpochError, InvalidPartitionMetadataError, LakelogError, StaleProducerSequenceError, TopicDeletedError,
+    UnknownTopicError,
 )
 from log_store import rs_reader
 from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
-from serve.errors import message_of, name_of
+from serve.errors import message_of, name_of, unreachable
 from serve.placement import base_offsets, place_records
 from serve.producers import NO_PRODUCER, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
@@ -151,8 +151,10 @@ class Batcher:
         for attempt in range(ATTEMPTS):
             try:
                 view = self._view(topic, fresh=attempt > 0)
-            except (UnknownTopicError, TopicDeletedError, StorageError) as exc:
+            except (UnknownTopicError, TopicDeletedError) as exc:
                 return [Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc))] * len(entries)
+            except LOST_ROOT as exc:  # its log's root lost: the client backs off and retries (an election ends it)
+                return [Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc))] * len(entries)
             path = view.record.location
             todo = [e for e in entries if id(e) not in outcomes]
             accepted, expected = self._judge(view, todo, outcomes)
@@ -166,12 +168,17 @@ class Batcher:
                 for pid, mark in exc.marks.items():
                     self._marks[(path, pid)] = mark
                 continue
-            except (FencedLeaderEpochError, LeaderNotAvailableError, StorageError) as exc:
+            except FencedLeaderEpochError as exc:
                 self.ctx.forget(path)  # an election moving the topic: follow its record
                 if attempt == ATTEMPTS - 1:
                     return self._fill(entries, outcomes, Outcome(error=name_of(exc), message=str(exc)))
                 time.sleep(min(2.0, 0.05 * 2 ** attempt))
                 continue
+            except LOST_ROOT as exc:  # the leader's root lost, nothing appended: answered at once, as Kafka's
+                self.ctx.forget(path)  # broker does, and the client retries after its backoff
+                self._views.pop(topic, None)
+                return self._fill(entries, outcomes, Outcome(error=unreachable(self.ctx.replicated(topic)),
+                                                             message=str(exc)))
             except InvalidPartitionMetadataError:
                 self.ctx.forget(path)  # a resize committed meanwhile: judge again on the new metadata
                 continue

@@ -22,7 +22,9 @@ from log_store.files import reads_with_delta_rs
 from log_store.names import producer_app_id
 from log_store.checkpoints import DeferredCheckpoints, defer_here
 from log_store.session import activate
-from log_store.errors import LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError
+from log_store.errors import (
+    LOST_ROOT, LakelogError, LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError,
+)
 from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 from serve.settings import ServeSettings
@@ -70,6 +72,7 @@ class ServeContext:
         self.tail = Tail(settings.tail_bytes)  # the records of this server's own commits (serve/tail.py)
         self._lock = threading.Lock()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read, monotonic)
+        self._ids: dict[str, str] = {}  # topic -> its topic id as last read (Metadata lists it while its log is lost)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.node_id = settings.node_id if settings.node_id is not None else 0
         self.started = time.monotonic()
@@ -107,6 +110,7 @@ class ServeContext:
         view = TopicView(record, snap, topic_id, first, log_id)
         with self._lock:
             self._views[topic] = (view, time.monotonic())
+            self._ids[topic] = topic_id
         return view
 
     def snapshot(self, path: str) -> tuple[LogSnapshot, str, str]:
@@ -135,16 +139,24 @@ class ServeContext:
         with self._lock:
             self._views.pop(topic, None)
 
-    def views(self, names: list[str] | None) -> tuple[dict[str, TopicView], list[str]]:
-        """Views of ``names`` (every live topic if None) and the names that are not live topics."""
+    def views(self, names: list[str] | None
+              ) -> tuple[dict[str, TopicView], list[str], dict[str, tuple[TopicRecord, str | None]]]:
+        """Views of ``names`` (every live topic if None), the names that are not live topics, and the
+        records (and topic ids, as last read) of live topics whose log cannot be reached now (its
+        root lost)."""
         wanted = sorted(self.topics()) if names is None else names
-        found, missing = {}, []
+        found, missing, offline = {}, [], {}
         for name in wanted:
             try:
                 found[name] = self.view(name)
-            except (UnknownTopicError, StorageError):
+            except UnknownTopicError:
                 missing.append(name)
-        return found, missing
+            except LOST_ROOT:
+                try:
+                    offline[name] = (self.admin.get(name), self._ids.get(name))
+                except LakelogError:  # the metadata root as well: nothing is known of it
+                    missing.append(name)
+        return found, missing, offline
 
     # -- producers and replicas (called on the pool) ---------------------------------------
     def producer_marks(self, path: str, producer_ids: list[str]) -> dict[str, int]:

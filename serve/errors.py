@@ -44,6 +44,16 @@ def name_of(error: Exception) -> str:
     return ErrorCode(code_of(error)).name.upper()
 
 
+def unreachable(replicated: bool) -> str:
+    """A partition's answer while its topic's log cannot be reached (its root lost: missing,
+    unmounted, not a directory, refusing access): on a replicated topic its leader's root is lost,
+    and the answer is Kafka's for a broker that does not lead the partition, NOT_LEADER_OR_FOLLOWER
+    (clients refresh metadata and follow the election); on a topic with one root, Kafka's for a
+    log directory gone offline, KAFKA_STORAGE_ERROR. Kafka's clients retry both until their
+    ``delivery.timeout.ms``."""
+    return "NOT_LEADER_OR_FOLLOWER" if replicated else "KAFKA_STORAGE_ERROR"
+
+
 def message_of(error: Exception) -> str | None:
     """The text a response's error message carries: lakelog's own, for its errors."""
     return str(error) if isinstance(error, LakelogError) else None

@@ -42,7 +42,7 @@ from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
-from log_store.errors import ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError, StorageError
+from log_store.errors import LOST_ROOT, ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError
 from log_store.log_files import Compaction, LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import PARTITIONED, Mode
@@ -197,7 +197,7 @@ class TopicController:
                 result = self._tick(name, float(delay))
                 if latest is not None and latest.event is not TopicEvent.DELETED:
                     result = result.model_copy(update=self._maintain(name))
-            except StorageError as exc:  # one topic's lost root does not stop the others' upkeep
+            except LOST_ROOT as exc:  # one topic's lost root does not stop the others' upkeep
                 if topic is not None:
                     raise
                 result = TickResult(topic=name, topic_version=latest.topic_version if latest else 0, error=str(exc))

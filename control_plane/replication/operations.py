@@ -64,8 +64,8 @@ class Replication:
         out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
         hint = None
         if error:
-            hint = (f"lakelog topics elect-leader --topic {topic} --leader "
-                    f"{next((r for r in state.in_sync if r != state.leader), '<an in-sync root>')}")
+            hint = (rules.election_command(state)
+                    or f"lakelog topics elect-leader --topic {topic} --leader <an in-sync root>")
         elif fenced:  # a leader back from an older copy is elected again only with --unclean
             short = rules.short_of_start(state, leader_ends)
             target = election.holder(self, state) if short else state.leader
@@ -109,7 +109,7 @@ class Replication:
         logs: list[TopicLog] = []
 
         def at(path: str) -> LogSnapshot:
-            logs.append(TopicLog.for_path(self.spark, path))
+            logs.append(TopicLog.at_leader(self.spark, topic, path))
             return logs[-1].snapshot()
 
         snap, _state = self.below_high_watermark(topic, at)

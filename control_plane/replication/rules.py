@@ -170,6 +170,23 @@ def check_election(state: Any, root: str, unclean: bool) -> None:
             "to accept losing what it misses")
 
 
+def election_command(state: Any, readable: Collection[str] | None = None) -> str | None:
+    """The election that ends a lost leader root: of its first in-sync root (one of ``readable``,
+    where the caller looked which roots can be read); None if there is none."""
+    ready = [r for r in state.in_sync if r != state.leader and (readable is None or r in readable)]
+    return f"lakelog topics elect-leader --topic {state.topic} --leader {ready[0]}" if ready else None
+
+
+def election_advice(state: Any, readable: Collection[str] | None = None) -> str:
+    """What to do about a lost leader root, in words: the election to run, or without an in-sync
+    root to elect, the root back or an unclean election."""
+    command = election_command(state, readable)
+    if command:
+        return f"elect an in-sync root ({command})"
+    return (f"no in-sync root {'can be read' if readable is not None else 'is left to elect'}: bring {state.leader} "
+            "back, or elect another root with --unclean (it may lack acknowledged records)")
+
+
 def epoch_start(ends: Ends, firsts: Ends) -> dict[int, int]:
     """Where a new epoch starts, per partition of the topic (``firsts``: each partition's start
     offset): what the elected log holds (``ends``), and a partition it never held (its copies

@@ -66,7 +66,7 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
     if partition is not None:
         from pipelines.partition_read import read_partition
 
-        data = read_partition(c.spark, c.root, topic, partition, offset, max_records)
+        data = read_partition(c.spark, c.root, topic, partition, offset, max_records, c.config.consumer)
         print_batch(data, None)
         return
     if not group:

@@ -66,7 +66,8 @@ def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | No
     spark = c.spark
     register(spark, c.root)
     reader = (spark.readStream.format("lakelog").option("subscribe", topic).option("startingOffsets", starting_offsets)
-              .option("failOnDataLoss", str(fail_on_data_loss).lower()))
+              .option("failOnDataLoss", str(fail_on_data_loss).lower())
+              .option("leaderWaitTimeout", f"{c.config.consumer.leader_wait_timeout_ms}ms"))
     if group:
         reader = reader.option("group", group)
     if max_offsets_per_trigger:

@@ -29,11 +29,10 @@ def _election_hint(c: Context, topic: str, report=None) -> str | None:
     report = report or c.replica_report(topic)
     if report is None or report.leader_error is None:
         return None
-    ready = [f.root for f in report.followers if f.in_sync and f.error is None]
-    how = (f"elect an in-sync root (lakelog topics elect-leader --topic {topic} --leader {ready[0]})" if ready else
-           f"no in-sync root can be read: bring {report.leader} back, or elect another root with --unclean (it may "
-           "lack acknowledged records)")
-    return f"The leader root {report.leader} of '{topic}' cannot be read: {how}."
+    from control_plane.replication.rules import election_advice
+
+    readable = [f.root for f in report.followers if f.error is None]
+    return f"The leader root {report.leader} of '{topic}' cannot be read: {election_advice(report, readable)}."
 
 
 @contextmanager

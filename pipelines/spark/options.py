@@ -55,6 +55,10 @@ MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY = "minOffsetsPerTrigger", "maxTrigger
 MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION = "minPartitions", "maxRecordsPerPartition"
 TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source's default, 15m
+# How long a read waits for a topic's lost leader root (its return or an election) before it fails,
+# as consumers wait (pipelines/waits.py, consumer.leader_wait_timeout_ms); lakelog's own option.
+LEADER_WAIT_TIMEOUT = "leaderWaitTimeout"
+DEFAULT_LEADER_WAIT_TIMEOUT_MS = 5 * 60 * 1000
 # storage.<key>: a delta-rs storage option (credentials, endpoint) for a root in an object store.
 STORAGE_PREFIX = "storage."
 # Spark may hand a streaming query's checkpoint to the data source with the other options; it is
@@ -64,7 +68,8 @@ CHECKPOINT_LOCATION = "checkpointLocation"
 SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, ENDING_OFFSETS,
                   STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, TIMESTAMP_STRATEGY, ENDING_TIMESTAMP,
                   ENDING_OFFSETS_BY_TIMESTAMP, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
-                  MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, INCLUDE_HEADERS, GROUP)
+                  MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, INCLUDE_HEADERS, GROUP,
+                  LEADER_WAIT_TIMEOUT)
 SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID, ACKS, MIN_INSYNC_REPLICAS)
 _STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
 _IGNORED = {CHECKPOINT_LOCATION.lower()}
@@ -97,6 +102,7 @@ class SourceOptions(_Frozen):
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    leader_wait_timeout_ms: int = DEFAULT_LEADER_WAIT_TIMEOUT_MS
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     include_headers: bool = False
@@ -320,6 +326,8 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         max_offsets_per_trigger=max_offsets,
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=delay,
+        leader_wait_timeout_ms=(parse_duration_ms(LEADER_WAIT_TIMEOUT, given[LEADER_WAIT_TIMEOUT])
+                                if LEADER_WAIT_TIMEOUT in given else DEFAULT_LEADER_WAIT_TIMEOUT_MS),
         min_partitions=_positive(MIN_PARTITIONS, given, "a positive number of Spark tasks"),
         max_records_per_partition=_positive(MAX_RECORDS_PER_PARTITION, given, "a positive number of records"),
         include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,

@@ -22,13 +22,15 @@ from control_plane.fast_reads import FastTopicReader
 from control_plane.image import TopicImage
 from control_plane.records import ExpiredRange, TopicRecord
 from log_store import rs_reader
-from log_store.errors import InvalidConfigurationError, LakelogError, LeaderNotAvailableError
+from log_store.delta_errors import lost_root
+from log_store.errors import LOST_ROOT, InvalidConfigurationError, LakelogError, LeaderNotAvailableError, leader_unavailable
 from log_store.files import is_remote
 from log_store.log_metadata import LogSnapshot
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.losses import Losses, member_id
-from pipelines.spark.options import SourceOptions
+from pipelines.spark.options import LEADER_WAIT_TIMEOUT, SourceOptions
+from pipelines.waits import LostRootWait
 from pipelines.spark.reading import DataLossError, TopicRead
 from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.tasks import share_by_lag
@@ -81,6 +83,14 @@ class _OwnPositions:
         pass
 
 
+class _Unreachable(Exception):
+    """A topic's log that cannot be reached now (``Planner.topics`` waits for it)."""
+
+    def __init__(self, topic: str, error: BaseException) -> None:
+        super().__init__(topic)
+        self.topic, self.error = topic, error
+
+
 # -- planning (driver side) -----------------------------------------------------------------------
 class TopicNow(NamedTuple):
     """A topic as a plan reads it: its history, its log's snapshot, and the log's table id (the
@@ -116,6 +126,26 @@ class Planner:
         self.losses = Losses(root, opts, self._session, self.reader, self.storage)
 
     def topics(self) -> dict[str, TopicNow]:
+        """Each topic the read covers now (``_topics_now``). A topic whose log cannot be reached (its
+        leader root lost) is waited for, as consumers wait (``pipelines.waits``): read again until its
+        root is back or an election moved it, for at most ``leaderWaitTimeout``; then the error
+        names the root and the election to run."""
+        waits: dict[str, LostRootWait] = {}
+        while True:
+            try:
+                return self._topics_now()
+            except _Unreachable as lost:
+                if lost.topic not in waits:
+                    waits[lost.topic] = LostRootWait(lost.topic, self.opts.leader_wait_timeout_ms, LEADER_WAIT_TIMEOUT,
+                                                     lambda t=lost.topic: self._replica_state(t))
+                waits[lost.topic].failed(lost.error)
+
+    def _replica_state(self, topic: str):
+        """``topic``'s latest replica state (None: not replicated)."""
+        found = [s for (t, _i), s in self.reader.replica_states().items() if t == topic]
+        return max(found, key=lambda s: (s.incarnation, s.replica_version)) if found else None
+
+    def _topics_now(self) -> dict[str, TopicNow]:
         """Each topic the read covers now. The log's snapshot is read before the history the gates
         use: the controller records a resize in the history before it commits the log's metadata,
         so the history read after a snapshot holds every resize the snapshot's records follow. A
@@ -126,8 +156,14 @@ class Planner:
             live = [t for t, img in images.items() if img.latest and img.latest.event.value not in ("deleting", "deleted")]
             out: dict[str, TopicNow] = {}
             for topic in resolve_topics(self.opts, live):
-                self._locations[topic] = self._log_location(self.reader.latest(topic, images, states))
-                snap, topic_id = rs_reader.log_snapshot(self._locations[topic], storage=self.storage)
+                location = self._locations[topic] = self._log_location(self.reader.latest(topic, images, states))
+                try:
+                    snap, topic_id = rs_reader.log_snapshot(location, storage=self.storage)
+                except Exception as exc:  # its root lost (delta_errors.lost_root): waited out by ``topics``
+                    if not (isinstance(exc, LOST_ROOT) or lost_root(exc)):
+                        raise
+                    replicated = any(t == topic for t, _i in states)
+                    raise _Unreachable(topic, leader_unavailable(topic, location, exc) if replicated else exc) from exc
                 out[topic] = TopicNow(images[topic], snap, topic_id)
             if states:
                 out = self._below_high_watermark(out, images, states)

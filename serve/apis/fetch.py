@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from log_store import rs_reader
-from log_store.errors import LakelogError, LeaderNotAvailableError, StorageError, UnknownTopicError
+from log_store.delta_errors import lost_root
+from log_store.errors import LOST_ROOT, LakelogError, LeaderNotAvailableError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import Mode
 from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
-from serve.errors import code_of, name_of
+from serve.errors import code_of, name_of, unreachable
 from serve.records import READ_COLUMNS, READ_SCHEMA, encode_records
 from serve.tail import PIECE_BYTES, Piece
 
@@ -72,8 +73,10 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
     ``groups``: the consumer groups whose resize gates hold the fetching client (``serve.gates``)."""
     try:
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
-    except (UnknownTopicError, StorageError):
+    except UnknownTopicError:
         return [_Part(p.partition, "UNKNOWN_TOPIC_OR_PARTITION") for p in wanted]
+    except LOST_ROOT:  # its log's root lost: the client asks again (after an election, the new leader's log)
+        return [_Part(p.partition, unreachable(server.ctx.replicated(topic))) for p in wanted]
     try:
         marks = server.ctx.high_watermarks(view)
     except LeaderNotAvailableError:  # an election moved the leader while it was read: the client asks again
@@ -121,8 +124,16 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
             spans.append((p.partition, start, min(end, start + rows)))
     if not order:
         return parts
-    found = read_rows(server, view, spans) if spans else None
     by_part = {part.index: part for part in parts}
+    try:
+        found = read_rows(server, view, spans) if spans else None
+    except Exception as exc:  # the root lost since the view was read: the client asks again
+        if not (isinstance(exc, LOST_ROOT) or lost_root(exc)):
+            raise
+        server.ctx.forget(path)
+        for p in order:
+            by_part[p].error = unreachable(server.ctx.replicated(topic))
+        return parts
     counts, firsts, at = {}, {}, 0
     if found is not None:
         counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
@@ -215,9 +226,12 @@ def _partition_data(part: _Part) -> dict:
 def _list_topic(server: "Server", topic, version: int) -> dict:
     try:
         view = server.ctx.view(topic.name)
-    except (UnknownTopicError, StorageError):
+    except UnknownTopicError:
         return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "UNKNOWN_TOPIC_OR_PARTITION")
                                                    for p in topic.partitions]}
+    except LOST_ROOT:
+        code = unreachable(server.ctx.replicated(topic.name))
+        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, code) for p in topic.partitions]}
     try:
         marks = server.ctx.high_watermarks(view)
     except LeaderNotAvailableError:
@@ -308,9 +322,13 @@ def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int) -> 
 def _epochs_topic(server: "Server", topic) -> dict:
     try:
         view = server.ctx.view(topic.topic)
-    except (UnknownTopicError, StorageError):
+    except UnknownTopicError:
         return {"topic": topic.topic, "partitions": [
             {"error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION"), "partition": p.partition} for p in topic.partitions]}
+    except LOST_ROOT:
+        code = code_of(unreachable(server.ctx.replicated(topic.topic)))
+        return {"topic": topic.topic, "partitions": [{"error_code": code, "partition": p.partition}
+                                                     for p in topic.partitions]}
     try:
         server.ctx.high_watermarks(view)  # the view's leader still leads (else the client asks again)
     except LeaderNotAvailableError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from log_store.errors import LakelogError
+from log_store.log_metadata import Mode
 from serve.cluster import cluster_id, leader_of
 from serve.errors import code_of
 
@@ -49,30 +50,45 @@ async def metadata(server: "Server", conn: "Connection", request: "Request") -> 
     allow_create = getattr(body, "allow_auto_topic_creation", True) and server.settings.auto_create_topics
     brokers = server.brokers()
     reader = bool(server.groups_reading(request.client_id or "", conn.peer.rsplit(":", 1)[0]))
-    views, missing = await server.ctx.run(server.ctx.views, names)
+    views, missing, offline = await server.ctx.run(server.ctx.views, names)
     topics = []
     for name in missing:
         code = "UNKNOWN_TOPIC_OR_PARTITION"
         if allow_create:
             code = await server.ctx.run(_create, server, name)
             if code == "NONE":
-                found, _ = await server.ctx.run(server.ctx.views, [name])
+                found, _, _ = await server.ctx.run(server.ctx.views, [name])
                 views.update(found)
                 continue
         if not server.allowed(conn, "DESCRIBE", "TOPIC", name):
             code = "TOPIC_AUTHORIZATION_FAILED"
         topics.append({"error_code": code_of(code), "name": name, "topic_id": None, "is_internal": False, "partitions": []})
-    for name, view in sorted(views.items()):
+    for name, found in sorted({**offline, **views}.items()):
         if not server.allowed(conn, "DESCRIBE", "TOPIC", name):
             if names is None:
                 continue
             topics.append({"error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "name": name, "topic_id": None,
                            "is_internal": False, "partitions": []})
-            continue
-        topics.append({"error_code": 0, "name": name, "topic_id": view.topic_id, "is_internal": False,
-                       "partitions": partitions_of(server, view, brokers, reader)})
+        elif name in offline:
+            topics.append(_offline(*found, reader))
+        else:
+            topics.append({"error_code": 0, "name": name, "topic_id": found.topic_id, "is_internal": False,
+                           "partitions": partitions_of(server, found, brokers, reader)})
     return {"throttle_time": 0, "brokers": [b.__dict__ for b in brokers], "cluster_id": cluster_id(server.ctx.root),
             "controller_id": min(b.node_id for b in brokers), "topics": topics}
+
+
+def _offline(record, topic_id: str | None, reader: bool) -> dict:
+    """A live topic whose log cannot be reached now (its root lost), as Kafka's broker lists a topic
+    whose partitions have no leader: each partition LEADER_NOT_AVAILABLE with leader -1, which
+    clients wait out (a producer holds its records until a leader shows, up to delivery.timeout.ms)."""
+    listed = [p for p in sorted(record.partitions, key=lambda p: p.partition)
+              if p.mode is Mode.READ_WRITE and p.partition < record.undeleted_partition_count
+              or reader and p.mode is Mode.READ_ONLY]
+    return {"error_code": 0, "name": record.topic, "topic_id": topic_id, "is_internal": False, "partitions": [
+        {"error_code": code_of("LEADER_NOT_AVAILABLE"), "partition_index": p.partition, "leader_id": -1,
+         "leader_epoch": p.leader_epoch, "replica_nodes": [], "isr_nodes": [], "offline_replicas": []}
+        for p in listed]}
 
 
 def _create(server: "Server", name: str) -> str:

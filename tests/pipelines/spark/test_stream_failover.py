@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from control_plane.replication import Replication
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
+from pipelines.settings import ProducerSettings
 from tests.pipelines.spark.test_source import sink_batches, stream_to
 from tests.support import make_records
 
@@ -126,3 +127,34 @@ def test_a_new_stream_at_latest_waits_until_the_high_watermark_is_known(lakelog,
     stream_to(lakelog, sink, ck, subscribe=T)
     values = sorted(int(bytes(r["value"])) for _v, batch in sink_batches(sink) for r in batch)
     assert values == list(range(100, 150)), "a stream started at latest reads only what came after it"
+
+
+def test_a_stream_waits_out_a_lost_leader_root_and_reads_on_after_the_election(lakelog, root, tmp_path):
+    """docs/replication.md: readers wait while a leader's root is lost. A stream started while
+    /eu's folder is a file (nothing can be read or made under it) waits for it; /us, in sync, is
+    elected a few seconds later and the stream reads every record once from it. One whose
+    ``leaderWaitTimeout`` passes first fails, naming /eu and the election to run."""
+    import threading
+
+    from tests.processes.lost_roots import lose
+
+    eu, us = tmp_path / "eu", str(tmp_path / "us")
+    eu.mkdir()
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[str(eu), us])
+    Producer(lakelog, root, T, "p", ProducerSettings(acks="all")).send(make_records(lakelog, 100, keys=20))
+    replication = Replication(lakelog, root)
+    back = lose(eu, "not_a_directory")
+    try:
+        with pytest.raises(Exception, match=rf"the leader root {eu} of '{T}' could not be reached for 2 s "
+                                            rf"\(leaderWaitTimeout\).*elect-leader --topic {T} --leader {us}"):
+            stream_to(lakelog, str(tmp_path / "sink-impatient"), str(tmp_path / "ck-impatient"), subscribe=T,
+                      startingOffsets="earliest", leaderWaitTimeout="2s")
+        electing = threading.Timer(3, lambda: replication.elect(T, us))
+        electing.start()
+        sink = str(tmp_path / "sink")
+        stream_to(lakelog, sink, str(tmp_path / "ck"), subscribe=T, startingOffsets="earliest", leaderWaitTimeout="2m")
+        electing.join()
+    finally:
+        back()
+    rows = [r for _v, batch in sink_batches(sink) for r in batch]
+    assert sorted(int(bytes(r["value"])) for r in rows) == list(range(100)), "every record once, from /us"
