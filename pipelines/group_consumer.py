@@ -106,12 +106,15 @@ class GroupConsumer:
         try:
             self._apply(call(), sink_path)
         except IllegalGenerationError:
+            self.consumer.forget(self.held.owned)
             self.held.clear()
             return False
         return True
 
     def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
-        self.held.drop(tp.partition for tp in change.revoked + change.lost)
+        gone = [tp.partition for tp in change.revoked + change.lost]
+        self.held.drop(gone)
+        self.consumer.forget(gone)  # one that comes back comes with the epoch committed with it (``took``)
         if change.assigned:
             gen = self.member.last_generation  # the plan these partitions come from (seed 41)
             planned_at = gen.topic_versions.get(self.topic) if gen and gen.generation == self.member.generation else None
@@ -268,7 +271,7 @@ class GroupConsumer:
                     try:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it,
-                        self.held.move(self.consumer.positions(sink_path))
+                        self.held.move(self.consumer.positions(sink_path, owned=list(self.positions)))
                         # and commit there: nothing new may come, and the group's offsets would lag
                         # its sink until the member left (campaign seed 800)
                         self._commit_due = True
