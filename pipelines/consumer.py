@@ -23,7 +23,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange, ReplicaEvent
 from control_plane.replication import Replication, rules
-from control_plane.replication.reads import check_position
+from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
@@ -152,7 +152,7 @@ class Consumer:
             elif earliest:
                 out[p] = min(start, planned.get(p, start))
             else:
-                if self._unread and snap.log_ends[p] < self._leader_ends.get(p, 0):
+                if latest_unknown(self._unread, snap.log_ends[p], self._leader_ends.get(p, 0)):
                     raise LeaderNotAvailableError(
                         f"topic '{self.topic}' partition {p}: the in-sync root {self._unread[0]} cannot be read and this "
                         "process never read it, so the high watermark where auto_offset_reset=latest starts is not "

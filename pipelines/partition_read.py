@@ -18,7 +18,7 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     topic is read at its leader, below its high watermark."""
     admin = TopicAdmin(spark, root)
     if admin.replica_state(topic) is not None:
-        log, snap = Replication(spark, root).leader_below_high_watermark(topic)
+        log, snap, _ends, _unread = Replication(spark, root).leader_below_high_watermark(topic)
     else:
         log = admin.log(topic)
         snap = log.snapshot()

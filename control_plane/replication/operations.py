@@ -5,6 +5,7 @@ readers call them. Each operation's steps live in its own module (``rounds``, ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,15 @@ from control_plane.topics import TopicAdmin
 from log_store.errors import ConcurrentTopicChangeError, LeaderNotAvailableError, ReplicationError
 from log_store.log_metadata import LogSnapshot
 from log_store.topic_log import TopicLog
+
+
+class LeaderView(NamedTuple):
+    """A replicated topic's leader log as a reader without a group sees it."""
+
+    log: TopicLog
+    snap: LogSnapshot  # capped at the high watermark
+    leader_ends: dict[int, int]  # the leader's log ends, not capped
+    unread: list[str]  # the roots the high watermark counts that this process never read
 
 
 class Replication:
@@ -102,18 +112,23 @@ class Replication:
         ends = rules.below_high_watermark(snap.log_ends, hw, snap.earliest_offsets())
         return snap.model_copy(update={"log_ends": ends}), state
 
-    def leader_below_high_watermark(self, topic: str) -> tuple[TopicLog, LogSnapshot]:
+    def leader_below_high_watermark(self, topic: str) -> "LeaderView":
         """The leader's log and its snapshot capped at the high watermark (``below_high_watermark``):
         what a reader without a group reads, and where "latest" is for one (Kafka's ListOffsets
-        for a consumer answers the high watermark, not the leader's log end)."""
+        for a consumer answers the high watermark, not the leader's log end); with the leader's own
+        log ends and the roots never read here, which say whether "latest" is known
+        (``reads.latest_unknown``)."""
         logs: list[TopicLog] = []
+        ends: dict[int, int] = {}
 
         def at(path: str) -> LogSnapshot:
             logs.append(TopicLog.for_path(self.spark, path))
-            return logs[-1].snapshot()
+            snap = logs[-1].snapshot()
+            ends.update(snap.log_ends)
+            return snap
 
-        snap, _state = self.below_high_watermark(topic, at)
-        return logs[-1], snap
+        snap, state = self.below_high_watermark(topic, at)
+        return LeaderView(logs[-1], snap, ends, self.unread(state))
 
     # -- followers, elections, acknowledgements ----------------------------------------------
     def replicate(self, topic: str, following: bool = False, recreate: list[str] | None = None) -> ReplicaReport:

@@ -17,7 +17,7 @@ check) and says so (``LogTruncatedError``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -85,6 +85,15 @@ def unread(state: ReplicaState) -> list[str]:
     nothing of where the log's committed end stands. A reader resolving "latest" then waits rather
     than start there (Kafka's leader answers OFFSET_NOT_AVAILABLE until it knows its high watermark)."""
     return sorted(r for r in rules.acknowledgers(state) - {state.leader} if log_path(state, r) not in _KNOWN)
+
+
+def latest_unknown(unread: Collection[str], high_watermark: int, leader_end: int) -> bool:
+    """Whether a partition's "latest" (its high watermark) is unknown to this process: a root the
+    high watermark counts was never read here (``unread``: it counts as holding nothing) and the
+    high watermark stands below the leader's log end, so the committed records may end anywhere up
+    to it. A reader resolving "latest" then refuses, retriable, as Kafka's leader answers
+    ListOffsets OFFSET_NOT_AVAILABLE until it knows its high watermark."""
+    return bool(unread) and high_watermark < leader_end
 
 
 def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus]) -> ReplicaReport:

@@ -264,11 +264,14 @@ class Planner:
         one counting an in-sync root this process never read (it cannot be read now) stands at the
         log start, and "latest" taken there would read every record once the root is back. Refused
         until the root is read or leaves the in-sync set (Kafka's leader answers OFFSET_NOT_AVAILABLE)."""
+        from control_plane.replication.reads import latest_unknown
+
         spec = self.opts.starting
         if isinstance(spec, OffsetSpec) and spec.kind == "earliest":
             return
         for topic, now in topics.items():
-            if now.unread and now.leader_ends and any(now.snap.log_ends[p] < e for p, e in now.leader_ends.items()):
+            if now.leader_ends and any(latest_unknown(now.unread, now.snap.log_ends[p], e)
+                                       for p, e in now.leader_ends.items()):
                 raise LeaderNotAvailableError(
                     f"topic '{topic}': the in-sync root {now.unread[0]} cannot be read and this process never read it, "
                     "so its high watermark, where startingOffsets=latest (or a time or an offset) would start, is not "
