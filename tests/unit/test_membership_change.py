@@ -28,7 +28,8 @@ def _consumer(positions: dict[int, int]):
         held=held, positions=held.owned, topic=T, listener=RebalanceListener(), _commit_due=False,
         _publish=lambda: None,
         member=SimpleNamespace(warm=set(), last_generation=None, generation=1),
-        consumer=SimpleNamespace(positions=lambda sink, planned_at=None, owned=(): {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
+        consumer=SimpleNamespace(positions=lambda sink, planned_at=None, owned=(): {}, sink_ahead={}, forget=lambda ps: None,
+                                 gate=SimpleNamespace(limits=lambda fresh: {})),
         _tp=tp,
     )
 
