@@ -67,11 +67,12 @@ class Replication:
         path = log_path(state, state.leader)
         try:
             seen = view(self.spark, path)
-            leader_ends, error, told = seen.log_ends, None, seen.fence
+            leader_ends, error, told, kept = seen.log_ends, None, seen.fence, reads.kept_of(seen)
             fenced = not Role(seen.role, seen.fence, seen.data).leads_at(state.leader_epoch)
         except Exception as exc:  # the leader's root is lost: what the followers hold still shows
-            leader_ends, error, fenced, told = {}, reads.short(exc), False, None
-        out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
+            leader_ends, error, fenced, told, kept = {}, reads.short(exc), False, None, None
+        out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers],
+                           kept)
         hint = None
         if error:
             hint = (f"lakelog topics elect-leader --topic {topic} --leader "
@@ -84,11 +85,12 @@ class Replication:
         return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "leader_told": told,
                                       "hint": hint})
 
-    def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
-                       ) -> dict[int, int]:
+    def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None,
+                       kept: tuple[dict[int, int], int] | None = None) -> dict[int, int]:
         """Per partition, what every acknowledging root holds: ``leader_ends`` (read first) capped by
-        the others' ends, read after ``state`` (default: read now)."""
-        return reads.high_watermark(self.spark, state or self.state(topic), leader_ends)
+        the others' ends, read after ``state`` (default: read now); ``kept``: the high watermark
+        the leader's log keeps, read with ``leader_ends`` (``reads.kept_of``)."""
+        return reads.high_watermark(self.spark, state or self.state(topic), leader_ends, kept)
 
     def unread(self, state: ReplicaState) -> list[str]:
         """Roots the last high watermark of ``state`` counted as holding nothing, never read here
@@ -108,7 +110,7 @@ class Replication:
         if not rules.same_leadership(first, state):
             raise LeaderNotAvailableError(f"'{topic}' elected {state.leader} (epoch {state.leader_epoch}) while its "
                                           "log was read: read again")
-        hw = reads.high_watermark(self.spark, state, snap.log_ends)
+        hw = reads.high_watermark(self.spark, state, snap.log_ends, reads.kept_of(snap))
         ends = rules.below_high_watermark(snap.log_ends, hw, snap.earliest_offsets())
         return snap.model_copy(update={"log_ends": ends}), state
 

@@ -146,7 +146,7 @@ class Planner:
         state read again after its leader's snapshot (None if a leader epoch moved since ``first``,
         the states the snapshots' locations were taken from: the same root elected again leads
         another history)."""
-        from control_plane.replication.reads import high_watermark_by_delta_rs, unread
+        from control_plane.replication.reads import high_watermark_by_delta_rs, kept_of, unread
         from control_plane.replication.rules import below_high_watermark, same_leadership
         from control_plane.replication.state import log_path, states_of
 
@@ -160,7 +160,7 @@ class Planner:
             seen = first.get((topic, images[topic].records[0].topic_version))
             if seen is None or not same_leadership(seen, state) or log_path(state, state.leader) != self._locations[topic]:
                 return None
-            hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage)
+            hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage, kept_of(now.snap))
             ends = below_high_watermark(now.snap.log_ends, hw, now.snap.earliest_offsets())
             snap = now.snap.model_copy(update={"log_ends": ends})
             if rows is None:
