@@ -112,7 +112,7 @@ class Consumer:
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
                   point: "ResumePoint | None" = None, planned_at: int | None = None,
-                  owned: Iterable[int] = ()) -> dict[int, int]:
+                  owned: Iterable[int] = (), waiting: set[int] | None = None) -> dict[int, int]:
         """Where delivery resumes per readable partition: committed, sink, or the reset policy;
         and for the ``owned`` partitions that are no longer readable (a member assigned one that
         was retired after its assignment was planned), the committed position, where there is
@@ -134,6 +134,11 @@ class Consumer:
 
         The positions of the ``owned`` partitions (of all, if none are named) are taken with the
         leader epoch they were read under (``took``).
+
+        A partition without a position under ``latest`` while its high watermark is not known
+        (``reads.latest_unknown``) has no start: with ``waiting`` it is added there and left out
+        (a group member reads its other partitions and asks again, as Kafka's consumer retries
+        that partition's ListOffsets alone); without, LeaderNotAvailableError.
         """
         snap = snap or self.snapshot()
         if point is None:
@@ -153,6 +158,9 @@ class Consumer:
                 out[p] = min(start, planned.get(p, start))
             else:
                 if latest_unknown(self._unread, snap.log_ends[p], self._leader_ends.get(p, 0)):
+                    if waiting is not None:
+                        waiting.add(p)
+                        continue
                     raise LeaderNotAvailableError(
                         f"topic '{self.topic}' partition {p}: the in-sync root {self._unread[0]} cannot be read and this "
                         "process never read it, so the high watermark where auto_offset_reset=latest starts is not "

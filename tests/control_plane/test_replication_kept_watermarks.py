@@ -83,3 +83,73 @@ def test_a_replicate_round_keeps_the_high_watermark_and_a_follower_takes_it_with
     finally:
         restore(replication.path(state, eu))
 
+
+def _key_of(partition: int, partitions: int = 2) -> str:
+    """A key prefix whose one key (``make_records(..., keys=1, key_prefix=...)``) lands on ``partition``."""
+    from log_store.partitioner import partition_for
+
+    return next(f"k{i}-" for i in range(100) if partition_for(f"k{i}-0".encode(), partitions) == partition)
+
+
+def test_a_member_reads_its_other_partitions_while_one_waits_for_latest(spark, tmp_path, monkeypatch):
+    """A member at ``auto_offset_reset=latest`` owns two partitions: the group has a position on 0,
+    none on 1, and a process that never read in-sync /us, cut off, does not know partition 1's
+    "latest" (the leader holds records above the kept high watermark there). Kafka refuses that
+    partition's ListOffsets alone: the member reads partition 0 meanwhile (it read nothing: the
+    whole assignment waited on partition 1) and starts partition 1 at the high watermark once /us
+    is read."""
+    import threading
+    import time
+
+    from control_plane.group.offsets import GroupOffsets
+
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
+    on0, on1 = _key_of(0), _key_of(1)
+    Producer(spark, eu, "orders", "p", ALL).send(make_records(spark, 10, keys=1, key_prefix=on0))
+    Producer(spark, eu, "orders", "q", ALL).send(make_records(spark, 10, keys=1, key_prefix=on1, start=100))
+    Producer(spark, eu, "orders", "r").send(make_records(spark, 5, keys=1, key_prefix=on1, start=200))  # /eu alone
+    GroupOffsets(spark, eu).commit("g", "orders", {0: 0})  # the group's position on partition 0 only
+    replication = Replication(spark, eu)
+    follower = replication.path(replication.state("orders"), us)
+    cut(follower)
+    monkeypatch.setattr(reads, "_KNOWN", {})
+    member = GroupConsumer(spark, eu, "orders", "g", ConsumerSettings(auto_offset_reset="latest"), FAST)
+    seen: list[tuple[int, int]] = []
+    stop, failures = threading.Event(), []
+
+    def body() -> None:
+        try:
+            member.run(lambda df, r: seen.extend((x["partition"], x["sequence"])
+                                                 for x in df.select("partition", "sequence").collect()),
+                       idle_timeout_s=600, stop=stop.is_set)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            failures.append(exc)
+
+    def wait(what, why: str) -> None:
+        deadline = time.monotonic() + 60
+        while not what():
+            assert not failures, failures
+            assert time.monotonic() < deadline, why
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    restored = False
+    try:
+        wait(lambda: len(seen) >= 10, "partition 0 was not read while partition 1 waited for its latest")
+        assert 1 not in member.positions, "partition 1 started where its latest was not known"
+        restore(follower)
+        restored = True
+        wait(lambda: 1 in member.positions, "partition 1 did not start once /us was read")
+        Producer(spark, eu, "orders", "s", ALL).send(make_records(spark, 3, keys=1, key_prefix=on1, start=300))
+        wait(lambda: len(seen) >= 18, "partition 1's records after its start were not read")
+    finally:
+        stop.set()
+        if not restored:
+            restore(follower)
+        thread.join(60)
+    assert not failures, failures
+    assert sorted(s for p, s in seen if p == 0) == list(range(10))
+    assert sorted(s for p, s in seen if p == 1) == [*range(200, 205), *range(300, 303)], \
+        "partition 1 starts at the high watermark it had once /us was read (10), not at the log start"
