@@ -18,7 +18,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict
 
 from log_store.errors import FencedLeaderEpochError, TableConfigError, TopicDeletedError
-from log_store.names import log_end_app_id, log_start_app_id
+from log_store.names import high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
@@ -176,6 +176,9 @@ class LogSnapshot(BaseModel):
     log_starts: dict[int, int] = {}
     layout: str = PARTITIONED
     timestamp_types: TimestampTypes = TimestampTypes()  # what each record's timestamp is (message.timestamp.type)
+    # A replicated log's kept high watermark and the leader epoch it was kept under (``kept_high_watermark``).
+    kept_high_watermark: dict[int, int] = {}
+    kept_epoch: int = -1
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""
@@ -221,6 +224,16 @@ def log_starts(known: dict[str, int], partitions: Iterable[int]) -> dict[int, in
     """The log start offsets recorded in a snapshot's application versions (``known``): the one
     place they are read. Partitions whose log start was never raised are absent."""
     return {p: known[log_start_app_id(p)] for p in partitions if log_start_app_id(p) in known}
+
+
+def kept_high_watermark(known: dict[str, int], partitions: Iterable[int]) -> dict:
+    """A replicated log's kept high watermark in a snapshot's application versions (``known``):
+    ``LogSnapshot``'s fields ``kept_high_watermark`` (per partition) and ``kept_epoch`` (the leader
+    epoch it was kept under; -1: none kept). The one place it is read; written by
+    ``control_plane.replication.watermarks``."""
+    epoch = known.get(high_watermark_app_id(None), -1)
+    marks = {p: known[high_watermark_app_id(p)] for p in partitions if high_watermark_app_id(p) in known}
+    return {"kept_high_watermark": marks if epoch >= 0 else {}, "kept_epoch": epoch}
 
 
 RETENTION_PROP = "delta.setTransactionRetentionDuration"

@@ -27,6 +27,7 @@ PRODUCER_PREFIX = "lakelog.producer."
 STREAM_BATCH_PREFIX = "lakelog.stream_batch."
 LOG_END_PREFIX = "lakelog.log_end."
 LOG_START_PREFIX = "lakelog.log_start."
+HIGH_WATERMARK_PREFIX = "lakelog.high_watermark."
 FENCE_PREFIX = "lakelog.fence."
 GENERATION_PREFIX = "lakelog.generation."
 TOPIC_VERSION_PREFIX = "lakelog.topicVersion."
@@ -168,6 +169,12 @@ def log_start_app_id(partition: int) -> str:
     """A partition's log start offset (Kafka's logStartOffset): records below it were deleted
     (retention, delete-records). Set in the same commit that removes their files."""
     return f"{LOG_START_PREFIX}{int(partition)}"
+
+
+def high_watermark_app_id(partition: int | None) -> str:
+    """A replicated log's kept high watermark of ``partition`` (None: the leader epoch it was kept
+    under), as Kafka's leader keeps its own in its log directory's checkpoint."""
+    return f"{HIGH_WATERMARK_PREFIX}{'epoch' if partition is None else int(partition)}"
 
 
 def fence_property(group: str) -> str:

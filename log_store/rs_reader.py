@@ -26,11 +26,11 @@ from deltalake.exceptions import TableNotFoundError
 
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
-from log_store.names import log_end_app_id, log_start_app_id
+from log_store.names import high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
 from log_store.log_metadata import (
-    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, layout_of, log_end, log_starts,
-    topic_id_of,
+    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, kept_high_watermark, layout_of,
+    log_end, log_starts, topic_id_of,
 )
 
 
@@ -220,16 +220,17 @@ def log_view(path: str, version: int | None = None, storage: Storage = None
     check_set_transactions_kept(conf, path)
     metadata = TopicLogMetadata.from_properties(conf)
     known = {}
-    for p in metadata.partitions:
-        for app_id in (log_end_app_id(p), log_start_app_id(p)):
-            version = table.transaction_version(app_id)
-            if version is not None:
-                known[app_id] = version
+    for app_id in [high_watermark_app_id(None), *(a for p in metadata.partitions
+                                                  for a in (log_end_app_id(p), log_start_app_id(p),
+                                                            high_watermark_app_id(p)))]:
+        version = table.transaction_version(app_id)
+        if version is not None:
+            known[app_id] = version
     snap = LogSnapshot(
         version=table.version(), topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=metadata,
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
         log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
-        timestamp_types=TimestampTypes.of(conf),
+        timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, metadata.partitions),
     )
     return snap, topic_id_of(conf, meta.id), conf
 

@@ -44,10 +44,11 @@ from log_store.log_metadata import (
     LogSnapshot,
     TopicLogMetadata,
     check_set_transactions_kept,
+    kept_high_watermark,
     layout_of,
     log_end,
-    topic_id_of,
     log_starts,
+    topic_id_of,
 )
 from log_store.names import log_end_app_id, commit_metadata
 from log_store.timestamp_types import TimestampTypes
@@ -241,7 +242,7 @@ class TopicLog:
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
             log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
             log_starts=log_starts(known, meta.partitions), layout=layout_of(conf),
-            timestamp_types=TimestampTypes.of(conf),
+            timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, meta.partitions),
         )
 
     def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:

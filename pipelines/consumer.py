@@ -23,7 +23,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange, ReplicaEvent
 from control_plane.replication import Replication, rules
-from control_plane.replication.reads import check_position
+from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store.headers import headers_as
@@ -66,6 +66,7 @@ class ResumePoint:
     incarnations: dict[int, int]  # GroupOffsets.incarnations: what its sink ids are keyed by
     sink_ahead: dict[int, int] = field(default_factory=dict)  # positions only the sink holds
     sink_legacy: dict[str, int] = field(default_factory=dict)  # earlier releases' ids the next sink commit writes again
+    epochs: dict[int, int] = field(default_factory=dict)  # the partition epoch committed with each position (not the sink's)
 
 
 class Consumer:
@@ -100,10 +101,10 @@ class Consumer:
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
         self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
-        self.read_under: dict[int, int] = {}  # partition -> the leader epoch of the batch this process last delivered
-        self._read_epoch = 0  # the leader epoch of the latest snapshot (a replicated topic's)
-        self._leader_ends: dict[int, int] = {}  # ... and its leader's log ends (not capped at the high watermark)
-        self._unread: list[str] = []  # ... and the in-sync roots this process never read (``reads.unread``)
+        # The latest snapshot's leader log ends (a replicated topic's, not capped at the high
+        # watermark), and the in-sync roots this process never read (``reads.unread``).
+        self._leader_ends: dict[int, int] = {}
+        self._unread: list[str] = []
         self._checked: dict[int, tuple] = {}  # partition -> (replica version, position, epoch) that passed the check
         # the wait for a lost leader root (pipelines.waits); its clock runs until the log is read again
         self.wait = LostRootWait(topic, self.settings.leader_wait_timeout_ms, "consumer.leader_wait_timeout_ms",
@@ -111,8 +112,8 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
-                  committed: dict[int, int] | None = None, planned_at: int | None = None,
-                  owned: Iterable[int] = ()) -> dict[int, int]:
+                  point: "ResumePoint | None" = None, planned_at: int | None = None,
+                  owned: Iterable[int] = (), waiting: set[int] | None = None) -> dict[int, int]:
         """Where delivery resumes per readable partition: committed, sink, or the reset policy;
         and for the ``owned`` partitions that are no longer readable (a member assigned one that
         was retired after its assignment was planned), the committed position, where there is
@@ -124,19 +125,28 @@ class Consumer:
         was retired and grown back) stays there: the caller reports what the group had not
         delivered of the retired incarnation, then moves up (``LogSnapshot.below_incarnations``).
         Raising it here skipped those records unreported (campaign seed 471).
-        ``committed``: ``resume(sink_path).committed`` if the caller has just read it.
+        ``point``: ``resume(sink_path)`` if the caller has just read it.
 
         ``planned_at``: the topic version a group's assignment was planned on. A partition the
         group has no position in then starts, under ``earliest``, where that plan saw it begin:
         if its number was retired and grown back since, the position stays below the current
         incarnation, and the member reports the retired records expired before moving up rather
         than skipping them unreported (campaign seed 41).
+
+        The positions of the ``owned`` partitions (of all, if none are named) are taken with the
+        leader epoch they were read under (``took``).
+
+        A partition without a position under ``latest`` while its high watermark is not known
+        (``reads.latest_unknown``) has no start: with ``waiting`` it is added there and left out
+        (a group member reads its other partitions and asks again, as Kafka's consumer retries
+        that partition's ListOffsets alone); without, LeaderNotAvailableError.
         """
         snap = snap or self.snapshot()
-        if committed is None:
+        if point is None:
             if sink_path:
                 self._incarnations = None  # read again: an operator may have reset positions since
-            committed = self.resume(sink_path).committed
+            point = self.resume(sink_path)
+        committed = point.committed
         earliest = self.settings.auto_offset_reset == "earliest"
         planned = (self.admin.image(self.topic).starts_at(planned_at)
                    if earliest and planned_at is not None and planned_at < snap.topic_version else {})
@@ -148,17 +158,51 @@ class Consumer:
             elif earliest:
                 out[p] = min(start, planned.get(p, start))
             else:
-                if self._unread and snap.log_ends[p] < self._leader_ends.get(p, 0):
+                if latest_unknown(self._unread, snap.log_ends[p], self._leader_ends.get(p, 0)):
+                    if waiting is not None:
+                        waiting.add(p)
+                        continue
                     raise LeaderNotAvailableError(
                         f"topic '{self.topic}' partition {p}: the in-sync root {self._unread[0]} cannot be read and this "
                         "process never read it, so the high watermark where auto_offset_reset=latest starts is not "
                         "known (it would start at the log start); run again once the root is readable or has left the "
                         "in-sync set (replication.max_lag_seconds)")
                 out[p] = snap.log_ends[p]
+        owned = list(owned)
         for p in owned:
             if p not in out and p in committed:
                 out[p] = committed[p]
+        self.took({p: out[p] for p in owned if p in out} if owned else out, point, snap)
         return out
+
+    def took(self, positions: dict[int, int], point: "ResumePoint", snap: LogSnapshot) -> None:
+        """A replicated topic's ``positions``, just taken, with the leader epoch each was read under
+        (kept in ``offsets.epochs``: committed with the position, and what ``check_positions`` checks
+        it under): the one committed with it (Kafka keeps the leader epoch with a committed offset,
+        and a consumer validates a position it is assigned with it); none for a position only the
+        sink holds; ``snap``'s for a start by the reset policy, an offset of the history ``snap``
+        read. Without it, a process that took a position and never read its partition committed it
+        without an epoch, and a later unclean cut below it was checked against the log end only;
+        and a partition that came back kept the epoch this process last read it under."""
+        if self._replication is None:
+            return
+        self.forget(positions)
+        epochs = {}
+        for p, pos in positions.items():
+            if point.committed.get(p) == pos:
+                epoch = point.epochs.get(p)
+            else:
+                part = snap.metadata.partitions.get(p)
+                epoch = part.leader_epoch if part is not None else None
+            if epoch is not None:
+                epochs[p] = epoch
+        self.offsets.read_under(self.topic, epochs)
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Partitions given up (or about to be taken anew): their epochs and checks are forgotten."""
+        for p in list(partitions):
+            self.offsets.epochs.pop((self.topic, p), None)
+            self._checked.pop(p, None)
 
     def resume_point(self, sink_path: str | None = None) -> "ResumePoint":
         """Where this group resumes on the topic: its committed positions raised to what the sink
@@ -173,7 +217,8 @@ class Consumer:
             for p, v in held.current(incarnations).items():
                 if v > committed.get(p, -1):
                     committed[p] = ahead[p] = v
-        return ResumePoint(committed, state.expired, incarnations, ahead, legacy)
+        epochs = {p: e for p, e in state.epochs.items() if p not in ahead}
+        return ResumePoint(committed, state.expired, incarnations, ahead, legacy, epochs)
 
     def resume(self, sink_path: str | None = None) -> "ResumePoint":
         """``resume_point``, remembered: the expiry reports, the positions only the sink holds, the
@@ -202,14 +247,15 @@ class Consumer:
         as a delivered batch's ends are: that offset is one of the history ``snap`` read. Left with
         the epoch of the position it replaces, the divergence check took the start of every epoch
         since for a cut below it (campaign seed 1532: a position moved past records delete-records
-        removed after a clean election, "delivered up to 48, an election cut the log at 16").
+        removed after a clean election, "delivered up to 48, an election cut the log at 16"). The
+        epoch is ``snap``'s own, not that of a later snapshot the caller took meanwhile (a member's
+        expiry report that adopts a new generation reads one for the assignment's positions).
 
         The caller first checks the positions it leaves (``check_positions``, under their own
         epochs: an election that cut below one is said, not hidden by the move), then reports
         what they skip expired."""
         starts = snap.incarnation_starts(partitions)
         if self._replication is not None and starts:
-            self.read_under.update({p: self._read_epoch for p in starts})
             self.offsets.read_under(self.topic, {p: snap.metadata.partitions[p].leader_epoch for p in starts})
         return starts
 
@@ -270,7 +316,6 @@ class Consumer:
                 raise leader_unavailable(self.topic, location, exc) from exc
 
         snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
-        self._read_epoch = state.leader_epoch
         self._unread = self._replication.unread(state)
         return snap
 
@@ -283,31 +328,30 @@ class Consumer:
         """Kafka's divergence check (KIP-320) of a replicated topic's positions: a position past
         where an election since its epoch cut the history (an unclean one, or a root back from an
         older copy) raises ``LogTruncatedError``; never a silent skip. The epoch a position was
-        read under is this process's (a batch it delivered) or the one committed with it; a
-        position of unknown epoch is checked against the leader's log end (not the high watermark,
-        which may step back below a position while nothing is lost). Each position is checked
-        once per replica state: a poll that moved nothing costs one look at the replica history."""
+        read under is the partition epoch kept with it (``offsets.epochs``: of the batch this
+        process delivered, or committed with a position it took, ``took``), as the elections name
+        it (``rules.replica_epoch_at``); a position of unknown epoch is checked against the leader's
+        log end (not the high watermark, which may step back below a position while nothing is
+        lost). Each position is checked once per replica state: a poll that moved nothing costs one
+        look at the replica history."""
         if self._replication is None:
             return
         history = self.admin.replica_history(self.topic)
         if not any(s.event == ReplicaEvent.ELECT for s in history):
             return
         version = history[-1].replica_version
-        todo = {p: pos for p, pos in positions.items() if self._checked.get(p) != (version, pos, self.read_under.get(p))}
-        stored: tuple[dict[int, int], dict[int, int]] | None = None
+        kept = {p: self.offsets.epochs.get((self.topic, p)) for p in positions}
+        todo = {p: pos for p, pos in positions.items() if self._checked.get(p) != (version, pos, kept[p])}
+        records = None
         for p, pos in sorted(todo.items()):
-            epoch = self.read_under.get(p)
-            if epoch is None:
-                if stored is None:
-                    state = self.offsets.state(self.group, self.topic)
-                    stored = (state.committed, state.epochs)
-                if stored[0].get(p) == pos and p in stored[1]:
-                    records = self.admin.image(self.topic).records
-                    epoch = rules.replica_epoch_at(rules.elect_epochs(records, p), stored[1][p])
+            epoch = None
+            if kept[p] is not None:
+                records = records if records is not None else self.admin.image(self.topic).records
+                epoch = rules.replica_epoch_at(rules.elect_epochs(records, p), kept[p])
             end = self._leader_ends.get(p, snap.log_ends.get(p, pos))
             cut = end if epoch is None else rules.cut_below(history, epoch, p)
             check_position(self.topic, p, pos, cut, f"group '{self.group}'")
-            self._checked[p] = (version, pos, self.read_under.get(p))
+            self._checked[p] = (version, pos, kept[p])
 
     @property
     def replicated(self) -> bool:
@@ -349,7 +393,6 @@ class Consumer:
             self.log.metadata().check_not_deleted()  # deleted meanwhile: its files are gone; say so
             raise
         if self._replication is not None:  # what these positions were read under, committed with them
-            self.read_under.update({p: self._read_epoch for p in ranges})
             self.offsets.read_under(self.topic, {p: snap.metadata.partitions[p].leader_epoch for p in ranges})
         return ranges
 
@@ -394,9 +437,9 @@ class Consumer:
         snap = self._first_snapshot()
         if sink_path:
             self._incarnations = None  # read again: an operator may have reset positions since
-        committed = self.resume(sink_path).committed  # one read of the control plane serves all three
-        positions = self.positions(sink_path, snap, committed)
-        expired = self.report_expired(snap, committed, self._reported)
+        point = self.resume(sink_path)  # one read of the control plane serves all three
+        positions = self.positions(sink_path, snap, point)
+        expired = self.report_expired(snap, point.committed, self._reported)
         delivered = batches = waits = 0
         interval = self.settings.offsets_commit_interval_ms / 1000
         # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)

@@ -106,32 +106,58 @@ class GroupConsumer:
         try:
             self._apply(call(), sink_path)
         except IllegalGenerationError:
+            self.consumer.forget(self.held.owned)
             self.held.clear()
             return False
         return True
 
     def _apply(self, change: MembershipChange, sink_path: str | None) -> None:
-        self.held.drop(tp.partition for tp in change.revoked + change.lost)
+        gone = [tp.partition for tp in change.revoked + change.lost]
+        self.held.drop(gone)
+        self.consumer.forget(gone)  # one that comes back comes with the epoch committed with it (``took``)
         if change.assigned:
             gen = self.member.last_generation  # the plan these partitions come from (seed 41)
             planned_at = gen.topic_versions.get(self.topic) if gen and gen.generation == self.member.generation else None
+            waiting: set[int] = set()
             start = self.consumer.positions(sink_path, planned_at=planned_at,
-                                            owned=[tp.partition for tp in change.assigned])
-            self.held.assign({tp.partition: start.get(tp.partition, 0) for tp in change.assigned})
+                                            owned=[tp.partition for tp in change.assigned], waiting=waiting)
+            starts = {tp.partition: start.get(tp.partition, 0) for tp in change.assigned if tp.partition not in waiting}
             # Positions only the sink held (its commit landed, the offsets commit did not): commit
             # them now, or the group's offsets lag its sink while nothing new arrives (seed 25).
             ahead = self.consumer.sink_ahead
-            self._commit_due |= any(ahead.get(tp.partition) == self.positions[tp.partition] for tp in change.assigned)
-            fresh = {tp.partition: self.positions[tp.partition] for tp in change.assigned}
-            limits = self.consumer.gate.limits(fresh)
-            ungated = [tp for tp in change.assigned if limits.get(tp.partition, fresh[tp.partition] + 1) > fresh[tp.partition]]
-            if ungated:  # shut ones fire when their gate opens (rule 8)
-                self.listener.on_partition_keys_assigned(ungated)
-            self._publish()  # rule 10's "first time": others' gates may wait on these, and this
-            # member may deliver nothing until theirs open (two gated members waited on each other: seed 44)
+            self._commit_due |= any(ahead.get(p) == o for p, o in starts.items())
+            self._start(starts, waiting)
         earliest = self.consumer.log.earliest_offsets() if change.warmups else {}
         still_warm = {tp.partition for tp in self.member.warm if tp.topic == self.topic}
         self.held.warm_up((tp.partition for tp in change.warmups), earliest, still_warm)
+
+    def _start_waiting(self, sink_path: str | None) -> None:
+        """Ask again where the owned partitions without a start begin (their "latest" was not
+        known): those now known start there, the others wait on. Kafka's consumer retries a
+        partition's ListOffsets alone while it fetches the others."""
+        if not self.held.waiting:
+            return
+        waiting: set[int] = set()
+        try:
+            start = self.consumer.positions(sink_path, owned=sorted(self.held.waiting), waiting=waiting)
+        except LeaderNotAvailableError:
+            return
+        known = {p: start[p] for p in sorted(self.held.waiting) if p in start and p not in waiting}
+        if known:
+            self._start(known)
+
+    def _start(self, starts: dict[int, int], waiting: set[int] = frozenset()) -> None:
+        """Owned partitions now starting at ``starts`` (and ``waiting`` ones without a start yet):
+        their keys assigned where the resize gates let delivery start (rule 8: shut ones fire when
+        their gate opens), and the positions published (rule 10's "first time": others' gates may
+        wait on these, and this member may deliver nothing until theirs open; two gated members
+        waited on each other: seed 44)."""
+        self.held.assign(starts, waiting)
+        limits = self.consumer.gate.limits(starts)
+        ungated = [self._tp(p) for p, o in starts.items() if limits.get(p, o + 1) > o]
+        if ungated:
+            self.listener.on_partition_keys_assigned(ungated)
+        self._publish()
 
     def _drop_unowned(self) -> None:
         """Deliver only what the member owns now. Positions follow the membership changes, so
@@ -254,6 +280,7 @@ class GroupConsumer:
                     limit = min(limit, max_records - delivered)
                 ranges = {}
                 self._drop_unowned()
+                self._start_waiting(sink_path)
                 if self.positions and limit > 0:
                     try:
                         snap = self.consumer.snapshot()
@@ -273,7 +300,7 @@ class GroupConsumer:
                     try:
                         ranges = self.consumer.deliver(self.positions, limit, sink_path, handler, snap)
                     except SinkConflictError:  # a former owner wrote the sink first: resume after it,
-                        self.held.move(self.consumer.positions(sink_path))
+                        self.held.move(self.consumer.positions(sink_path, owned=list(self.positions)))
                         # and commit there: nothing new may come, and the group's offsets would lag
                         # its sink until the member left (campaign seed 800)
                         self._commit_due = True

@@ -15,21 +15,31 @@ class MemberPositions:
     owned: dict[int, int] = field(default_factory=dict)  # partition -> next offset to deliver
     warm: dict[int, int] = field(default_factory=dict)  # warm-up copy -> next offset to read
     published: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (position, epoch) last published
+    # owned partitions whose start is not known yet (``latest`` while the high watermark is not known)
+    waiting: set[int] = field(default_factory=set)
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Partitions given up or lost: forgotten, and published again the first time they return."""
         for p in partitions:
             self.owned.pop(p, None)
             self.published.pop(p, None)
+            self.waiting.discard(p)
 
     def clear(self) -> None:
         """The group fenced the member: it delivers nothing until it has joined again."""
         self.owned.clear()
+        self.waiting.clear()
 
-    def assign(self, starts: dict[int, int]) -> None:
-        """Partitions now owned, from ``starts``; a warm-up copy of one ends with its ownership."""
+    def assign(self, starts: dict[int, int], waiting: Iterable[int] = ()) -> None:
+        """Partitions now owned, from ``starts``, and owned ones whose start is not known yet
+        (``waiting``: asked for again, ``Consumer.positions``); a warm-up copy of one ends with its
+        ownership."""
         for p, start in starts.items():
             self.owned[p] = start
+            self.warm.pop(p, None)
+            self.waiting.discard(p)
+        for p in waiting:
+            self.waiting.add(p)
             self.warm.pop(p, None)
 
     def advance(self, ranges: dict[int, tuple[int, int]]) -> None:
@@ -45,6 +55,7 @@ class MemberPositions:
         stray = sorted(set(self.owned) - owned)
         for p in stray:
             del self.owned[p]
+        self.waiting &= owned
         return stray
 
     def warm_up(self, partitions: Iterable[int], earliest: dict[int, int], still_warm: set[int]) -> None:

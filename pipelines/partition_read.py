@@ -25,8 +25,9 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
 
     def snapshot():
         if admin.replica_state(topic) is not None:
-            return Replication(spark, root).leader_below_high_watermark(topic)
-        log = TopicLog(spark, admin.get(topic).location)
+            log, snap, _ends, _unread = Replication(spark, root).leader_below_high_watermark(topic)
+            return log, snap
+        log = admin.log(topic)
         return log, log.snapshot()
 
     wait = LostRootWait(topic, (settings or ConsumerSettings()).leader_wait_timeout_ms,

@@ -205,7 +205,10 @@ class ServeContext:
                 self.forget_topic(view.name)
                 raise LeaderNotAvailableError(f"'{view.name}' elected {state.leader} (epoch {state.leader_epoch}) "
                                               "while its log was read: read again")
-            hit = (key, replication.high_watermark(view.name, ends, state), time.monotonic(), replication.unread(state))
+            from control_plane.replication.reads import kept_of
+
+            hit = (key, replication.high_watermark(view.name, ends, state, kept_of(view.snapshot)), time.monotonic(),
+                   replication.unread(state))
             self._marks[view.name] = hit
         from control_plane.replication.rules import below_high_watermark
 

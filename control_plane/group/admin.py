@@ -21,9 +21,10 @@ from control_plane.group.store import GroupTables
 from control_plane.liveness import Liveness
 from control_plane.records import MemberState
 from control_plane.replication import Replication
+from control_plane.replication.reads import latest_unknown
 from control_plane.topics import TopicAdmin
 from log_store.names import check_group_name
-from log_store.errors import InvalidConfigurationError, UnknownGroupError
+from log_store.errors import InvalidConfigurationError, LeaderNotAvailableError, UnknownGroupError
 
 WaitFn = Callable[[float], None]  # told how many seconds the liveness watch may still take
 
@@ -90,11 +91,19 @@ class GroupAdmin:
         topics = TopicAdmin(self.spark, self.root)
         log = topics.log(topic)  # UnknownTopicError names the topic
         if topics.replica_state(topic) is not None:  # "latest" is the high watermark, as for its readers
-            log, snap = Replication(self.spark, self.root).leader_below_high_watermark(topic)
+            log, snap, leader_ends, unread = Replication(self.spark, self.root).leader_below_high_watermark(topic)
         else:
-            snap = log.snapshot()
+            snap, leader_ends, unread = log.snapshot(), {}, []
         readable = snap.readable()
         chosen = parse_partitions(partitions, readable)
+        unknown = [p for p in chosen if latest_unknown(unread, snap.log_ends[p], leader_ends.get(p, 0))]
+        if unknown and not target.to_earliest:  # every other target is clamped to "latest"
+            raise LeaderNotAvailableError(
+                f"topic '{topic}' partitions {unknown}: the in-sync root {unread[0]} cannot be read and this process "
+                f"never read it, so the high watermark, the \"latest\" that a reset to {target.describe()} is planned "
+                "against, is not known; nothing was planned or written. Run it again "
+                "once the root is readable or has left the in-sync set (replication.max_lag_seconds), or reset "
+                "--to-earliest")
         starts = log.earliest_offsets()
         at_time = None
         if target.to_datetime is not None:  # ListOffsets by timestamp, as Kafka resolves --to-datetime

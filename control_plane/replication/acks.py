@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from control_plane.records import ReplicaState
-from control_plane.replication import rules
+from control_plane.replication import rules, watermarks
 from control_plane.replication.copy import log_ends_of
-from control_plane.replication.reads import short
+from control_plane.replication.reads import FollowerStatus, short
 from control_plane.replication.rounds import copy_to
 from control_plane.replication.state import log_path
 from log_store.errors import (
@@ -53,6 +53,7 @@ def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, 
     appended under)."""
     state = check_in_sync(ctx, topic, minimum)
     covered = {state.leader}
+    held: dict[str, FollowerStatus] = {}  # what each root copied to holds (the high watermark it makes)
     for _ in range(ACK_ROUNDS):
         if log_path(state, state.leader) != appended_at:
             raise FencedLeaderEpochError(f"'{topic}' is led from {state.leader} since epoch {state.leader_epoch}: "
@@ -62,7 +63,7 @@ def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, 
                                          f"the append was made under epoch {epoch}: the records may not be in the "
                                          "history it leads, and are not acknowledged; produce again")
         try:
-            log_ends_of(ctx.spark, appended_at)
+            leader_ends = log_ends_of(ctx.spark, appended_at)
         except Exception as exc:
             raise LeaderNotAvailableError(f"the leader log of '{topic}' cannot be read ({short(exc)}): the records "
                                           "are not acknowledged; produce again once it or an elected root leads") from exc
@@ -73,6 +74,7 @@ def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, 
             failing = ctx.clock.failing_for(state, root, status.error is not None, history)
             if status.error is None:
                 covered.add(root)
+                held[root] = status
             elif root not in state.in_sync:  # joining: it starts again later
                 dropped.append(root)
             elif failing < ctx.settings.max_lag_seconds:
@@ -89,6 +91,7 @@ def acknowledge(ctx: "Replication", topic: str, appended_at: str, minimum: int, 
             raise FencedLeaderEpochError(f"'{topic}' elected {after.leader} (epoch {after.leader_epoch}) while "
                                          "the records were copied: not acknowledged; produce again")
         if rules.acknowledgers(after) <= covered:
+            _keep(ctx, after, appended_at, leader_ends, held)
             return after
         state = after  # a root started joining, or joined: copy to it too
     raise NotEnoughReplicasError(f"the in-sync set of '{topic}' kept changing while the records were copied: "
@@ -109,6 +112,18 @@ def acknowledge_change(ctx: "Replication", topic: str, changed_at: str, epoch: i
             f"{what} of '{topic}' is done at {changed_at}, but not every in-sync replica holds it ({short(exc)}); a "
             "clean election now could undo it. Run it again (it copies again) once the replicas or the elected "
             "leader can be reached") from exc
+
+
+def _keep(ctx: "Replication", after: ReplicaState, leader_path: str, leader_ends: dict[int, int],
+          held: dict[str, FollowerStatus]) -> None:
+    """The high watermark the acknowledgement established, kept at the leader (``watermarks``):
+    what every acknowledger of ``after`` (read after the copies) was copied up to, the leader's ends
+    read before it. Nothing to keep when the leader alone acknowledges."""
+    if rules.acknowledgers(after) == {after.leader}:
+        return
+    hw = rules.high_watermark(after, leader_ends, {r: f.log_ends for r, f in held.items()},
+                              {r: f.leader_epoch for r, f in held.items() if f.leader_epoch is not None})
+    watermarks.keep(ctx.spark, leader_path, after.leader_epoch, hw)
 
 
 def _drop(ctx: "Replication", state: ReplicaState, dropped: list[str], minimum: int) -> ReplicaState:

@@ -45,11 +45,12 @@ from log_store.log_metadata import (
     REPLICA_EPOCH_PROP,
     REPLICA_ROLE_PROP,
     TopicLogMetadata,
+    kept_high_watermark,
     log_end,
 )
 from log_store.names import (
-    LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, commit_metadata, log_end_app_id,
-    producer_app_id, stream_batch_app_id,
+    HIGH_WATERMARK_PREFIX, LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, commit_metadata,
+    log_end_app_id, producer_app_id, stream_batch_app_id,
 )
 from log_store.read_ranges import range_filter
 from log_store.topic_log import RECORD_SCHEMA
@@ -59,8 +60,10 @@ REPLICATE = "replicate"
 # What a follower takes from its leader's properties and application versions: the log's own
 # state, not the root's role in it or how its files are laid out.
 _OWN_PROPS = (REPLICA_ROLE_PROP, REPLICA_EPOCH_PROP, REPLICA_DATA_EPOCH_PROP, LAYOUT_PROP)
-# (a stream sink's micro-batch mark too: a replay after a failover must find it at the new leader)
-_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX)
+# (a stream sink's micro-batch mark too: a replay after a failover must find it at the new leader;
+# and the kept high watermark: a follower elected starts from the one its leader kept, as Kafka's
+# follower keeps the high watermark its leader sends it)
+_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, HIGH_WATERMARK_PREFIX)
 _MARKS = (PRODUCER_PREFIX, STREAM_BATCH_PREFIX)
 Points = Mapping[int, int]
 
@@ -83,13 +86,15 @@ class Role(NamedTuple):
 
 
 class LogView(BaseModel):
-    """A log as one snapshot shows it: its version, log ends and role."""
+    """A log as one snapshot shows it: its version, log ends, role and kept high watermark."""
 
     version: int
     log_ends: dict[int, int]
     role: str
     fence: int
     data: int
+    kept_high_watermark: dict[int, int] = {}
+    kept_epoch: int = -1
 
 
 class CopyResult(BaseModel):
@@ -134,12 +139,16 @@ def _ends(txn: DeltaTransaction, conf: Mapping[str, str]) -> dict[int, int]:
 
 
 def view(spark: SparkSession, path: str) -> LogView:
-    """The log's ends and role at one version (one snapshot: a reader's high watermark takes a
-    follower's ends only with the epoch whose history they are)."""
+    """The log's ends, role and kept high watermark at one version (one snapshot: a reader's high
+    watermark takes a follower's ends only with the epoch whose history they are)."""
     txn = open_log(spark, path)
     conf = txn.configuration()
     role = Role.of(conf)
-    return LogView(version=txn.read_version, log_ends=_ends(txn, conf), role=role.role, fence=role.fence, data=role.data)
+    meta = TopicLogMetadata.from_properties(conf)
+    known = txn.snapshot_app_versions()
+    return LogView(version=txn.read_version, log_ends={p: log_end(known, p, pm.start_offset)
+                                                       for p, pm in meta.partitions.items()},
+                   role=role.role, fence=role.fence, data=role.data, **kept_high_watermark(known, meta.partitions))
 
 
 def log_ends_of(spark: SparkSession, path: str) -> dict[int, int]:

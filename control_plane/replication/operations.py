@@ -5,6 +5,7 @@ readers call them. Each operation's steps live in its own module (``rounds``, ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,15 @@ from control_plane.topics import TopicAdmin
 from log_store.errors import ConcurrentTopicChangeError, LeaderNotAvailableError, ReplicationError
 from log_store.log_metadata import LogSnapshot
 from log_store.topic_log import TopicLog
+
+
+class LeaderView(NamedTuple):
+    """A replicated topic's leader log as a reader without a group sees it."""
+
+    log: TopicLog
+    snap: LogSnapshot  # capped at the high watermark
+    leader_ends: dict[int, int]  # the leader's log ends, not capped
+    unread: list[str]  # the roots the high watermark counts that this process never read
 
 
 class Replication:
@@ -57,11 +67,12 @@ class Replication:
         path = log_path(state, state.leader)
         try:
             seen = view(self.spark, path)
-            leader_ends, error, told = seen.log_ends, None, seen.fence
+            leader_ends, error, told, kept = seen.log_ends, None, seen.fence, reads.kept_of(seen)
             fenced = not Role(seen.role, seen.fence, seen.data).leads_at(state.leader_epoch)
         except Exception as exc:  # the leader's root is lost: what the followers hold still shows
-            leader_ends, error, fenced, told = {}, reads.short(exc), False, None
-        out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers])
+            leader_ends, error, fenced, told, kept = {}, reads.short(exc), False, None, None
+        out = reads.report(state, leader_ends, [reads.look(self.spark, state, r, leader_ends) for r in state.followers],
+                           kept)
         hint = None
         if error:
             hint = (rules.election_command(state)
@@ -74,11 +85,12 @@ class Replication:
         return out.model_copy(update={"leader_error": error, "leader_fenced": fenced, "leader_told": told,
                                       "hint": hint})
 
-    def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None
-                       ) -> dict[int, int]:
+    def high_watermark(self, topic: str, leader_ends: dict[int, int], state: ReplicaState | None = None,
+                       kept: tuple[dict[int, int], int] | None = None) -> dict[int, int]:
         """Per partition, what every acknowledging root holds: ``leader_ends`` (read first) capped by
-        the others' ends, read after ``state`` (default: read now)."""
-        return reads.high_watermark(self.spark, state or self.state(topic), leader_ends)
+        the others' ends, read after ``state`` (default: read now); ``kept``: the high watermark
+        the leader's log keeps, read with ``leader_ends`` (``reads.kept_of``)."""
+        return reads.high_watermark(self.spark, state or self.state(topic), leader_ends, kept)
 
     def unread(self, state: ReplicaState) -> list[str]:
         """Roots the last high watermark of ``state`` counted as holding nothing, never read here
@@ -98,22 +110,27 @@ class Replication:
         if not rules.same_leadership(first, state):
             raise LeaderNotAvailableError(f"'{topic}' elected {state.leader} (epoch {state.leader_epoch}) while its "
                                           "log was read: read again")
-        hw = reads.high_watermark(self.spark, state, snap.log_ends)
+        hw = reads.high_watermark(self.spark, state, snap.log_ends, reads.kept_of(snap))
         ends = rules.below_high_watermark(snap.log_ends, hw, snap.earliest_offsets())
         return snap.model_copy(update={"log_ends": ends}), state
 
-    def leader_below_high_watermark(self, topic: str) -> tuple[TopicLog, LogSnapshot]:
+    def leader_below_high_watermark(self, topic: str) -> "LeaderView":
         """The leader's log and its snapshot capped at the high watermark (``below_high_watermark``):
         what a reader without a group reads, and where "latest" is for one (Kafka's ListOffsets
-        for a consumer answers the high watermark, not the leader's log end)."""
+        for a consumer answers the high watermark, not the leader's log end); with the leader's own
+        log ends and the roots never read here, which say whether "latest" is known
+        (``reads.latest_unknown``)."""
         logs: list[TopicLog] = []
+        ends: dict[int, int] = {}
 
         def at(path: str) -> LogSnapshot:
             logs.append(TopicLog.at_leader(self.spark, topic, path))
-            return logs[-1].snapshot()
+            snap = logs[-1].snapshot()
+            ends.update(snap.log_ends)
+            return snap
 
-        snap, _state = self.below_high_watermark(topic, at)
-        return logs[-1], snap
+        snap, state = self.below_high_watermark(topic, at)
+        return LeaderView(logs[-1], snap, ends, self.unread(state))
 
     # -- followers, elections, acknowledgements ----------------------------------------------
     def replicate(self, topic: str, following: bool = False, recreate: list[str] | None = None) -> ReplicaReport:

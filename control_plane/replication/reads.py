@@ -6,9 +6,11 @@ Kafka front door) reads the leader's log first, then the replica state, then the
 other roots that acknowledge (the in-sync set and those joining it): the high watermark is what
 all of them hold of the current history (``rules.high_watermark``). Nothing above it is ever
 delivered, so a clean election never takes back a delivered record. A root that cannot be read
-counts with what this process last read of it (``known``): the high watermark holds while an
-in-sync root is cut off, and stops rising until the root leaves the set (Kafka's leader never
-lowers its high watermark); one this process never read (``unread``) leaves "latest" unknown. An unclean election can (so can a root back from an older copy,
+counts with what this process last read of it (``known``), and at least with the high watermark
+the leader's log keeps (``watermarks``, ``kept_of``): the high watermark holds while an in-sync
+root is cut off, and stops rising until the root leaves the set (Kafka's leader never lowers its
+high watermark, and keeps it across a restart); while one this process never read (``unread``)
+holds it below the leader's log end, "latest" is unknown (``latest_unknown``). An unclean election can (so can a root back from an older copy,
 elected again with ``--unclean``); a reader then finds its position past where that election cut
 the history it read (its
 position's leader epoch against the elections since, ``rules.cut_below``: Kafka's divergence
@@ -17,17 +19,18 @@ check) and says so (``LogTruncatedError``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from control_plane.records import ReplicaState
 from control_plane.replication import rules
-from control_plane.replication.copy import Role, view
+from control_plane.replication.copy import LogView, Role, view
 from log_store import rs_reader
 from control_plane.replication.state import log_path
 from log_store.errors import LogTruncatedError
+from log_store.log_metadata import LogSnapshot
 
 
 class FollowerStatus(BaseModel):
@@ -87,17 +90,31 @@ def unread(state: ReplicaState) -> list[str]:
     return sorted(r for r in rules.acknowledgers(state) - {state.leader} if log_path(state, r) not in _KNOWN)
 
 
-def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus]) -> ReplicaReport:
+def latest_unknown(unread: Collection[str], high_watermark: int, leader_end: int) -> bool:
+    """Whether a partition's "latest" (its high watermark) is unknown to this process: a root the
+    high watermark counts was never read here (``unread``: it counts as holding nothing) and the
+    high watermark stands below the leader's log end, so the committed records may end anywhere up
+    to it. A reader resolving "latest" then refuses, retriable, as Kafka's leader answers
+    ListOffsets OFFSET_NOT_AVAILABLE until it knows its high watermark."""
+    return bool(unread) and high_watermark < leader_end
+
+
+def report(state: ReplicaState, leader_ends: dict[int, int], followers: list[FollowerStatus],
+           kept: tuple[dict[int, int], int] | None = None) -> ReplicaReport:
+    """``followers`` as seen now, with the high watermark readers get (``kept``: the leader log's
+    kept high watermark, for a follower that cannot be read)."""
     ends: dict[str, dict[int, int] | None] = {}
     epochs: dict[str, int] = {}
     for f in followers:
         ends[f.root], epoch = known(log_path(state, f.root), f.log_ends, f.leader_epoch)
         if epoch is not None:
             epochs[f.root] = epoch
+    cut_off = {f.root for f in followers if f.log_ends is None}
     return ReplicaReport(
         topic=state.topic, replica_version=state.replica_version, leader=state.leader,
         leader_epoch=state.leader_epoch, replicas=state.replicas, in_sync=state.in_sync, joining=state.joining,
-        leader_log_ends=leader_ends, high_watermark=rules.high_watermark(state, leader_ends, ends, epochs),
+        leader_log_ends=leader_ends,
+        high_watermark=rules.high_watermark(state, leader_ends, ends, epochs, kept, cut_off),
         followers=[f.model_copy(update={"in_sync": f.root in state.in_sync, "joining": f.root in state.joining})
                    for f in followers])
 
@@ -113,41 +130,52 @@ def look(spark: SparkSession, state: ReplicaState, root: str, leader_ends: dict[
                           lag=rules.lag(leader_ends, seen.log_ends))
 
 
-def high_watermark(spark: SparkSession, state: ReplicaState, leader_ends: dict[int, int]) -> dict[int, int]:
+def high_watermark(spark: SparkSession, state: ReplicaState, leader_ends: dict[int, int],
+                   kept: tuple[dict[int, int], int] | None = None) -> dict[int, int]:
     """Per partition, what every acknowledging root holds of the current history: ``leader_ends``
     (read before ``state``) capped by the others' log ends, read now. A root that cannot be read
-    counts with what this process last read of it (``known``; nothing, if it never read it)."""
+    counts with what this process last read of it (``known``), and at least with ``kept``, the
+    high watermark the leader's log keeps (read with ``leader_ends``; ``rules.high_watermark``)."""
     def read(path: str) -> tuple[dict[int, int], int]:
         seen = view(spark, path)
         return seen.log_ends, seen.data
 
-    return high_watermark_with(state, leader_ends, read)
+    return high_watermark_with(state, leader_ends, read, kept)
 
 
-def high_watermark_by_delta_rs(state: ReplicaState, leader_ends: dict[int, int], storage: rs_reader.Storage = None
-                               ) -> dict[int, int]:
+def high_watermark_by_delta_rs(state: ReplicaState, leader_ends: dict[int, int], storage: rs_reader.Storage = None,
+                               kept: tuple[dict[int, int], int] | None = None) -> dict[int, int]:
     """``high_watermark``, each root's log read by delta-rs (``format("lakelog")``'s planner)."""
     def read(path: str) -> tuple[dict[int, int], int]:
         snap, _id, conf = rs_reader.log_view(path, storage=storage)
         return snap.log_ends, Role.of(conf).data
 
-    return high_watermark_with(state, leader_ends, read)
+    return high_watermark_with(state, leader_ends, read, kept)
 
 
 def high_watermark_with(state: ReplicaState, leader_ends: dict[int, int],
-                        read: Callable[[str], tuple[dict[int, int], int]]) -> dict[int, int]:
+                        read: Callable[[str], tuple[dict[int, int], int]],
+                        kept: tuple[dict[int, int], int] | None = None) -> dict[int, int]:
     ends: dict[str, dict[int, int] | None] = {}
     epochs: dict[str, int] = {}
+    cut_off: set[str] = set()
     for root in rules.acknowledgers(state) - {state.leader}:
         path = log_path(state, root)
         try:
             seen = read(path)
         except Exception:
             seen = (None, None)
+            cut_off.add(root)
         ends[root], epoch = known(path, *seen)
         if epoch is not None:
             epochs[root] = epoch
-    return rules.high_watermark(state, leader_ends, ends, epochs)
+    return rules.high_watermark(state, leader_ends, ends, epochs, kept, cut_off)
+
+
+def kept_of(snap: "LogSnapshot | LogView") -> tuple[dict[int, int], int] | None:
+    """The high watermark a leader's snapshot (or view) shows kept (``watermarks``), with the leader
+    epoch it was kept under; None when none was."""
+    return (snap.kept_high_watermark, snap.kept_epoch) if snap.kept_epoch >= 0 else None
 
 
 def check_position(topic: str, partition: int, position: int, cut: int | None, reader: str) -> None:

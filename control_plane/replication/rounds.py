@@ -17,9 +17,9 @@ import time
 from typing import TYPE_CHECKING
 
 from control_plane.records import ReplicaState, utcnow
-from control_plane.replication import rules
-from control_plane.replication.copy import copy_log, fence, has_log, replica_role, view
-from control_plane.replication.reads import FollowerStatus, ReplicaReport, report, short
+from control_plane.replication import rules, watermarks
+from control_plane.replication.copy import LogView, copy_log, fence, has_log, replica_role, view
+from control_plane.replication.reads import FollowerStatus, ReplicaReport, kept_of, report, short
 from control_plane.replication.state import log_path
 from log_store.errors import ReplicationError, StorageError
 from log_store.log_metadata import FOLLOWER, LEADER, REPLICA_DATA_EPOCH_PROP, REPLICA_EPOCH_PROP, REPLICA_ROLE_PROP
@@ -109,15 +109,24 @@ def replicate(ctx: "Replication", topic: str, following: bool = False, create: f
             joining.append(root)
     state = ctx.record_if_changed(state, rules.with_sets(state, in_sync, joining))
     if state.joining:
-        state = _join(ctx, state, leader_path, followers)
-    return report(state, leader.log_ends, list(followers.values()))
+        state, leader = _join(ctx, state, leader_path, followers)
+    # the sets and the high watermark as of a look after the copies, which the leader's last read
+    # and the followers' ends precede (the readers' order); kept at the leader if that look saw the
+    # same leadership (``watermarks``)
+    after = ctx.state(topic)
+    out = report(after, leader.log_ends, list(followers.values()), kept_of(leader))
+    if rules.same_leadership(state, after) and rules.acknowledgers(after) != {after.leader}:
+        watermarks.keep(ctx.spark, leader_path, after.leader_epoch, out.high_watermark)
+    return out
 
 
 def _join(ctx: "Replication", state: ReplicaState, leader_path: str, followers: dict[str, FollowerStatus]
-          ) -> ReplicaState:
+          ) -> tuple[ReplicaState, LogView]:
     """Copy the joining roots from a leader read made after their joining was recorded; those that
-    hold it join the in-sync set (a compare-and-set: a producer that dropped one meanwhile wins)."""
-    since = view(ctx.spark, leader_path).log_ends
+    hold it join the in-sync set (a compare-and-set: a producer that dropped one meanwhile wins).
+    Returns the state and that leader read."""
+    leader = view(ctx.spark, leader_path)
+    since = leader.log_ends
     joined = []
     for root in state.joining:
         f = copy_to(ctx, state, root, leader_path)
@@ -128,9 +137,9 @@ def _join(ctx: "Replication", state: ReplicaState, leader_path: str, followers: 
         if f.error is None and rules.may_join(state, root, since, f.log_ends, f.leader_epoch):
             joined.append(root)
     if not joined:
-        return state
+        return state, leader
     return ctx.record_if_changed(state, rules.with_sets(state, [*state.in_sync, *joined],
-                                                        [r for r in state.joining if r not in joined]))
+                                                        [r for r in state.joining if r not in joined])), leader
 
 
 def changed_at(state: ReplicaState) -> ReplicaState:

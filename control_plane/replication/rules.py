@@ -70,21 +70,46 @@ def held(state: Any, ends: Ends | None, epoch: int | None) -> dict[int, int]:
 
 
 def high_watermark(state: Any, leader_ends: Ends, ends: Mapping[str, Ends | None],
-                   epochs: Mapping[str, int] | None = None) -> dict[int, int]:
+                   epochs: Mapping[str, int] | None = None, kept: tuple[Ends, int] | None = None,
+                   cut_off: Collection[str] = ()) -> dict[int, int]:
     """Per partition, the smallest log end over the leader, the in-sync roots and the roots joining
     them (``acknowledgers``), each as far as it holds the current history (``held``, with the data
     epoch of each in ``epochs``): what every root that may be elected cleanly holds, now or once it
     has joined. ``leader_ends`` must be read *before* ``state``, and ``ends`` after it: a root that
     starts joining after the state was read then copies from a later leader read, which holds all
-    of ``leader_ends`` (docs/replication.md, "Reads")."""
+    of ``leader_ends`` (docs/replication.md, "Reads").
+
+    A root that cannot be read now (``cut_off``; ``ends`` then holds what was last read of it, or
+    None) counts at least with ``kept``: the high watermark the leader's log keeps and the leader
+    epoch it was kept under (``kept_high_watermark``), as far as it is of the current history.
+    Every root that acknowledges, then or since, holds that much: it was kept once every
+    acknowledger held it, and a root joins only holding what the leader held after it started
+    joining."""
     out = dict(leader_ends)
     epochs = epochs or {}
+    floor = held(state, kept[0], kept[1]) if kept is not None and kept[1] >= 0 else {}
     for root in acknowledgers(state):
         if root == state.leader:
             continue
         theirs = held(state, ends.get(root), epochs.get(root))
+        if root in cut_off and floor:
+            theirs = {p: max(theirs.get(p, 0), floor.get(p, 0)) for p in set(theirs) | set(floor)}
         out = {p: min(e, theirs.get(p, 0)) for p, e in out.items()}
     return out
+
+
+def kept_high_watermark(kept: Ends, kept_epoch: int, hw: Ends, epoch: int) -> dict[int, int] | None:
+    """What a leader's log keeps once a high watermark ``hw`` is established under leader epoch
+    ``epoch`` (``watermarks.keep``), given what it keeps (``kept`` under ``kept_epoch``; -1: none):
+    per partition the higher of the two under one epoch, ``hw`` alone under a later one (a
+    leader's log keeps the history it leads), None when nothing rises or the log keeps a later
+    epoch's. A high watermark never moves back (Kafka's leader never lowers its own)."""
+    if kept_epoch > epoch:
+        return None
+    if kept_epoch < epoch:
+        return dict(hw)
+    out = {**kept, **{p: max(o, kept.get(p, 0)) for p, o in hw.items()}}
+    return None if out == dict(kept) else out
 
 
 def below_high_watermark(log_ends: Ends, hw: Ends, starts: Ends) -> dict[int, int]:

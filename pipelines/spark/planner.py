@@ -182,7 +182,7 @@ class Planner:
         state read again after its leader's snapshot (None if a leader epoch moved since ``first``,
         the states the snapshots' locations were taken from: the same root elected again leads
         another history)."""
-        from control_plane.replication.reads import high_watermark_by_delta_rs, unread
+        from control_plane.replication.reads import high_watermark_by_delta_rs, kept_of, unread
         from control_plane.replication.rules import below_high_watermark, same_leadership
         from control_plane.replication.state import log_path, states_of
 
@@ -196,7 +196,7 @@ class Planner:
             seen = first.get((topic, images[topic].records[0].topic_version))
             if seen is None or not same_leadership(seen, state) or log_path(state, state.leader) != self._locations[topic]:
                 return None
-            hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage)
+            hw = high_watermark_by_delta_rs(state, now.snap.log_ends, self.storage, kept_of(now.snap))
             ends = below_high_watermark(now.snap.log_ends, hw, now.snap.earliest_offsets())
             snap = now.snap.model_copy(update={"log_ends": ends})
             if rows is None:
@@ -300,11 +300,14 @@ class Planner:
         one counting an in-sync root this process never read (it cannot be read now) stands at the
         log start, and "latest" taken there would read every record once the root is back. Refused
         until the root is read or leaves the in-sync set (Kafka's leader answers OFFSET_NOT_AVAILABLE)."""
+        from control_plane.replication.reads import latest_unknown
+
         spec = self.opts.starting
         if isinstance(spec, OffsetSpec) and spec.kind == "earliest":
             return
         for topic, now in topics.items():
-            if now.unread and now.leader_ends and any(now.snap.log_ends[p] < e for p, e in now.leader_ends.items()):
+            if now.leader_ends and any(latest_unknown(now.unread, now.snap.log_ends[p], e)
+                                       for p, e in now.leader_ends.items()):
                 raise LeaderNotAvailableError(
                     f"topic '{topic}': the in-sync root {now.unread[0]} cannot be read and this process never read it, "
                     "so its high watermark, where startingOffsets=latest (or a time or an offset) would start, is not "

@@ -378,9 +378,11 @@ def test_a_consumer_follows_the_leader_and_reads_only_below_the_high_watermark(s
 
 def test_a_group_starting_at_latest_waits_for_a_high_watermark_this_process_never_read(spark, roots, monkeypatch):
     """A consumer process that never read an in-sync follower, now cut off, counts it as holding
-    nothing: its high watermark stands at the log start. A new group at ``auto_offset_reset=latest``
-    started there would read every record once the root is back; it is refused naming the root,
-    nothing committed, and once the root is read starts at the log's end."""
+    what the leader's kept high watermark says (20, kept by the round), while the leader holds 5
+    more, copied nowhere: the high watermark may be anywhere from 20 to 25. A new group at
+    ``auto_offset_reset=latest`` started at 20 would read records produced before it started once
+    the root is back; it is refused naming the root, nothing committed, and once the root is read
+    starts at the high watermark."""
     from control_plane.replication import reads
     from log_store.errors import LeaderNotAvailableError
     from pipelines.consumer import Consumer
@@ -392,6 +394,7 @@ def test_a_group_starting_at_latest_waits_for_a_high_watermark_this_process_neve
     producer.send(make_records(spark, 20))
     replication = Replication(spark, meta)
     replication.replicate("orders")
+    producer.send(make_records(spark, 5, start=20))  # at the leader alone
     path = replication.path(replication.state("orders"), us)
     cut(path)
     monkeypatch.setattr(reads, "_KNOWN", {})  # this process never read the follower's log

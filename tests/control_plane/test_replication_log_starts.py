@@ -22,6 +22,6 @@ def test_the_high_watermark_is_never_below_the_log_start(spark, tmp_path):
     controller = TopicController(spark, eu)
     controller.alter_config("orders", ["retention.bytes=0"], [])
     controller.tick("orders")  # retention at the leader: every file, log start 10
-    _log, snap = Replication(spark, eu).leader_below_high_watermark("orders")
+    snap = Replication(spark, eu).leader_below_high_watermark("orders").snap
     assert snap.first_offset(0) == 10
     assert snap.log_ends[0] == 10, f"latest {snap.log_ends[0]} below earliest 10"

@@ -152,3 +152,38 @@ def test_describe_never_shows_the_high_watermark_below_the_log_start(run, spark,
     shown = {int(p): o for p, o in desc["replication"]["high_watermark"].items()}
     assert sum(starts.values()) == 30
     assert shown == starts
+
+
+def test_reset_offsets_is_refused_while_the_high_watermark_counts_a_root_never_read(run, spark, tmp_path, root,
+                                                                                    monkeypatch):
+    """A `groups reset-offsets` process that never read the in-sync follower, cut off now, counts it
+    as holding nothing: the high watermark, Kafka's "latest" for a consumer, is not known. Every
+    target clamped to it (--to-latest, --to-offset, --shift-by, --to-datetime) is refused, exit 1,
+    nothing written (as a reader resolving "latest" refuses); --to-earliest goes on; once the root is
+    read, --to-latest moves the group to the high watermark."""
+    from control_plane.group.offsets import GroupOffsets
+    from control_plane.replication import Replication, reads
+    from tests.control_plane.test_replication import cut, restore
+
+    eu, us = root, str(tmp_path / "us")
+    lines = replicated_orders(run, tmp_path, eu, us)
+    assert run("replicate", "--topic", "orders").exit_code == 0  # /us holds all 30, in sync
+    assert run("produce", "--topic", "orders", "--input", str(lines)).exit_code == 0  # 30 more at /eu alone (acks 1)
+    replication = Replication(spark, eu)
+    follower = replication.path(replication.state("orders"), us)
+    cut(follower)
+    monkeypatch.setattr(reads, "_KNOWN", {})  # this process never read the follower's log
+    try:
+        for target in (["--to-latest"], ["--to-offset", "3"], ["--shift-by", "2"], ["--to-datetime", "2000-01-01"]):
+            res = run("groups", "reset-offsets", "--group", "g", "--topic", "orders", *target, "--execute")
+            said = " ".join(res.output.split())
+            assert res.exit_code == 1, (target, res.output)
+            assert "LeaderNotAvailableError" in said and f"in-sync root {us} cannot be read" in said, said
+        assert GroupOffsets(spark, eu).committed("g", "orders") == {}, "nothing written"
+        res = run("groups", "reset-offsets", "--group", "g", "--topic", "orders", "--to-earliest", "--json")
+        assert res.exit_code == 0 and all(r["new_offset"] == 0 for r in json.loads(res.stdout)["partitions"])
+    finally:
+        restore(follower)
+    res = run("groups", "reset-offsets", "--group", "g", "--topic", "orders", "--to-latest", "--execute", "--json")
+    assert res.exit_code == 0, res.output
+    assert sum(r["new_offset"] for r in json.loads(res.stdout)["partitions"]) == 30, "the high watermark, not 60"

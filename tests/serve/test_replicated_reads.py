@@ -59,15 +59,18 @@ def offset_at(client, timestamp: int) -> tuple[int, int]:
 def test_a_server_that_never_read_an_in_sync_root_does_not_answer_latest_from_the_log_start(spark, served, root,
                                                                                               tmp_path):
     """A server started while an in-sync follower's root cannot be read has never read that log: it
-    counts it as holding nothing, and its high watermark stands at the log start. "latest" answered
-    from it would send a new consumer (``auto.offset.reset=latest``) back over every record once the
-    root is read again. The server answers OFFSET_NOT_AVAILABLE (retriable: Kafka's leader answers
-    so until it knows its high watermark), "earliest" as ever, and the log end once the root is read."""
+    counts it as holding what the leader's kept high watermark says (3), while the leader holds 2
+    more, copied nowhere: the high watermark may be anywhere from 3 to 5. "latest" answered from it
+    could send a new consumer (``auto.offset.reset=latest``) over records produced before it started
+    once the root is read again. The server answers OFFSET_NOT_AVAILABLE (retriable: Kafka's leader
+    answers so until it knows its high watermark), "earliest" as ever, and the high watermark once
+    the root is read."""
     follower = str(tmp_path / "us")
     served.ctx.admin.create("t", 1, replicas=[root, follower])
     client = RawClient(served.port)
     assert produce(client, "t", 0, batch([b"a", b"b", b"c"])) == (NONE, 0)  # acks all: at both roots
     assert offset_at(client, LATEST) == (NONE, 3)
+    assert produce(client, "t", 0, batch([b"d", b"e"]), acks=1) == (NONE, 3)  # at the leader alone
     client.close()
     path = Replication(spark, root).path(Replication(spark, root).state("t"), follower)
     cut(path)  # in sync still, its log unreadable
@@ -88,6 +91,31 @@ def test_a_server_that_never_read_an_in_sync_root_does_not_answer_latest_from_th
     finally:
         if cut_off:
             restore(path)
+        restarted.stop()
+
+
+def test_a_restarted_server_serves_up_to_the_high_watermark_the_leader_kept(spark, served, root, tmp_path):
+    """A server started while an in-sync follower's root cannot be read serves what the leader's
+    kept high watermark covers (kept by the ``acks=all`` acknowledgement), as Kafka's broker reads
+    its high watermark checkpoint back on a restart: it counted the root as holding nothing, and
+    served nothing. Never the record at the leader alone."""
+    follower = str(tmp_path / "us")
+    served.ctx.admin.create("t", 1, replicas=[root, follower])
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a", b"b", b"c"])) == (NONE, 0)  # acks all: at both roots
+    assert produce(client, "t", 0, batch([b"d"]), acks=1) == (NONE, 3)  # at the leader alone
+    client.close()
+    path = Replication(spark, root).path(Replication(spark, root).state("t"), follower)
+    cut(path)  # in sync still, its log unreadable
+    restarted = ServerProcess(root, 5, linger_ms=5, fetch_poll_ms=100)
+    try:
+        fresh = RawClient(restarted.port)
+        answer = fetch(fresh, 0, 0)
+        assert (answer.error_code, answer.high_watermark) == (NONE, 3)
+        assert _values(answer) == [(0, b"a"), (1, b"b"), (2, b"c")]
+        fresh.close()
+    finally:
+        restore(path)
         restarted.stop()
 
 

@@ -24,13 +24,17 @@ def tp(p: int) -> TopicPartition:
 def _consumer(positions: dict[int, int]):
     """The parts of a GroupConsumer that ``_apply`` touches, without Spark."""
     held = MemberPositions(owned=dict(positions))
-    return SimpleNamespace(
+    stub = SimpleNamespace(
         held=held, positions=held.owned, topic=T, listener=RebalanceListener(), _commit_due=False,
         _publish=lambda: None,
         member=SimpleNamespace(warm=set(), last_generation=None, generation=1),
-        consumer=SimpleNamespace(positions=lambda sink, planned_at=None, owned=(): {}, sink_ahead={}, gate=SimpleNamespace(limits=lambda fresh: {})),
+        consumer=SimpleNamespace(positions=lambda sink, planned_at=None, owned=(), waiting=None: {}, sink_ahead={},
+                                 forget=lambda ps: None,
+                                 gate=SimpleNamespace(limits=lambda fresh: {})),
         _tp=tp,
     )
+    stub._start = lambda starts, waiting=frozenset(): GroupConsumer._start(stub, starts, waiting)
+    return stub
 
 
 def test_assigned_then_revoked_in_one_poll_leaves_no_position():

@@ -7,7 +7,8 @@ import pytest
 
 from control_plane.replication.rules import (
     acknowledgers, check_election, check_roots, cut_below, divergence, elected, elections_recorded, held,
-    high_watermark, initial_state, may_join, may_start_joining, stays_in_sync, truncation_points, unclean,
+    high_watermark, initial_state, kept_high_watermark, may_join, may_start_joining, stays_in_sync, truncation_points,
+    unclean,
     with_sets,
 )
 from log_store.errors import ReplicationError
@@ -165,3 +166,29 @@ def test_a_partition_grown_after_an_election_was_read_under_that_election():
     assert replica_epoch_at(elect_epochs(records, 1), 0) == 1, "read after the first election: it did not cut it"
     assert replica_epoch_at(elect_epochs(records, 1), 1) == 2
     assert [replica_epoch_at(elect_epochs(records, 0), e) for e in (0, 1, 2, 3)] == [0, 1, 1, 2]
+
+
+def test_a_root_that_cannot_be_read_counts_at_least_at_the_kept_high_watermark():
+    """``rules.high_watermark``'s ``kept``: a root cut off (never read, or read lower) counts at the
+    high watermark the leader's log keeps; a root read now counts at what it holds, even below it
+    (a root joining); a kept high watermark of an older epoch counts only up to where the next
+    epoch began (an unclean election cut the history below it)."""
+    state = initial_state("t", 1, ROOTS[:2], [0, 1])
+    leader = {0: 30, 1: 30}
+    assert high_watermark(state, leader, {"/us": None}) == {0: 0, 1: 0}
+    assert high_watermark(state, leader, {"/us": None}, {}, ({0: 20, 1: 25}, 0), {"/us"}) == {0: 20, 1: 25}
+    assert high_watermark(state, leader, {"/us": {0: 22, 1: 10}}, {"/us": 0}, ({0: 20, 1: 25}, 0), {"/us"}) \
+        == {0: 22, 1: 25}, "what it was last read to hold counts where higher"
+    assert high_watermark(state, leader, {"/us": {0: 10, 1: 10}}, {"/us": 0}, ({0: 20, 1: 25}, 0)) \
+        == {0: 10, 1: 10}, "a root read now counts at what it holds"
+    cut = elected(state, "/us", {0: 15, 1: 15}, leader_fenced=False, unclean=True)
+    cut = cut.model_copy(update={"in_sync": ROOTS[:2]})
+    assert high_watermark(cut, {0: 40, 1: 40}, {"/eu": None}, {}, ({0: 20, 1: 25}, 0), {"/eu"}) == {0: 15, 1: 15}
+
+
+def test_a_kept_high_watermark_only_rises_within_an_epoch_and_a_later_epoch_replaces_it():
+    assert kept_high_watermark({}, -1, {0: 5}, 0) == {0: 5}
+    assert kept_high_watermark({0: 5, 1: 7}, 0, {0: 9, 1: 3}, 0) == {0: 9, 1: 7}
+    assert kept_high_watermark({0: 5}, 0, {0: 4}, 0) is None, "nothing rises: nothing to write"
+    assert kept_high_watermark({0: 50}, 0, {0: 4}, 1) == {0: 4}, "a later epoch's history replaces it"
+    assert kept_high_watermark({0: 5}, 2, {0: 9}, 1) is None, "a later epoch's is kept already"

@@ -58,6 +58,9 @@ def test_every_interleaving_keeps_every_promise(name):
     # a truncation that leaves the marks of the records it takes out: the retry of a record the
     # unclean election truncated is answered as a duplicate, and the record is in no log
     ("retry-after-truncation", model.Variant(truncation_keeps_marks=True), "answered as a duplicate at A"),
+    # a leader's log keeping its own log end as the high watermark: an acks: 1 record no follower
+    # holds is counted as held by every root a reader cannot read
+    ("restarted-reader-kept-watermark", model.Variant(keep_leader_end=True), "above what in-sync B holds"),
 ])
 def test_each_rule_in_its_older_form_lets_the_checker_find_its_defect(name, variant, found):
     result = model.check(name, variant)
@@ -162,3 +165,28 @@ def test_a_copy_carries_the_marks_of_the_records_it_copies_and_a_truncation_cuts
     cut = truncated(world, copied, 2, model.NEW)
     assert cut.records() == {"x", "p0"} and cut.marks == (("p", 0),)
     assert truncated(world, copied, 2, model.Variant(truncation_keeps_marks=True)).marks == copied.marks
+
+
+def _each_in_turn(name: str, order: list[str]):
+    """The scenario ``name`` with each actor of ``order`` run to its end in turn (its first move each step)."""
+    from control_plane.replication.model.explore import STEPS
+
+    scenario = model.SCENARIOS[name]()
+    world, actors = model.with_committed(scenario.world), {a.name: a for a in scenario.actors}
+    for who in order:
+        while actors[who].pc != model.DONE:
+            world, actors[who] = STEPS[actors[who].kind](world, actors[who], model.NEW)[0]
+            world = model.with_committed(world)
+    return world
+
+
+def test_a_reader_started_anew_counts_a_root_it_cannot_read_at_the_kept_high_watermark():
+    """An acks: all produce keeps the high watermark at the leader (``acks._keep``); an acks: 1
+    record follows; B is lost; a reader that never read B counts it at the kept high watermark:
+    it delivers what B holds, not the record at the leader alone (it delivered nothing before the
+    leader kept one: B counted as holding nothing)."""
+    world = _each_in_turn("restarted-reader-kept-watermark", ["p", "q", "x", "r"])
+    assert world.log("A").kept == (2, 0)
+    assert world.delivered == ((0, "x"), (1, "a1"))
+    round_kept = _each_in_turn("restarted-reader-round-kept", ["q", "c", "s", "x", "r"])
+    assert round_kept.log("A").kept == (2, 0) and round_kept.delivered == ((0, "x"), (1, "b1"))

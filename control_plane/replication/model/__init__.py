@@ -17,6 +17,8 @@ once, and checks after every step:
   at or below the leader's mark is answered as a duplicate, never written again), and no retry is
   answered as a duplicate by a log that lacks the record (a truncation takes the marks of the
   records it takes out, so the retry lands them again);
+- **kept high watermarks**: the high watermark a log keeps (``watermarks``) is held by every
+  in-sync root, as far as it is of the current history;
 - **readers**: a record a reader delivered is at every in-sync root; after an unclean election a
   reader whose records the new leader lacks notices (fails loudly) rather than skipping: its
   position and the leader epoch it read under, against where the elections since cut the log.

@@ -35,6 +35,13 @@ def violations(world: World) -> list[str]:
         for root in state.in_sync:
             if record not in world.log(root).records():
                 out.append(f"acknowledged {record} is not at in-sync root {root}")
+    for root, log in world.logs:  # a kept high watermark: what every in-sync root holds, as far as it is of the history
+        if log.kept:
+            kept = rules.held(state, {P: log.kept[0]}, log.kept[1]).get(P, 0)
+            for r in state.in_sync:
+                if rules.held(state, {P: world.log(r).end}, world.log(r).data).get(P, 0) < kept:
+                    out.append(f"{root} keeps the high watermark {log.kept[0]} (epoch {log.kept[1]}), above what "
+                               f"in-sync {r} holds")
     hw = high_watermark(world)
     for offset in range(hw):
         held = {world.log(r).record_at(offset) for r in state.in_sync}

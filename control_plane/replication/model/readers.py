@@ -8,10 +8,11 @@ from control_plane.replication.model.world import DONE, P, Actor, Step, Variant,
 
 
 def step_reader(world: World, me: Actor, variant: Variant) -> list[Step]:
-    """A group member, consumer or stream planning a batch: the leader's log first, then the
-    replica state, then the other acknowledgers' log ends (one it cannot read counts with what it
-    last read there, ``reads.known``); it delivers below the high watermark, and before each later
-    batch checks its position against the leader's epochs."""
+    """A group member, consumer or stream planning a batch: the leader's log first (with the high
+    watermark it keeps), then the replica state, then the other acknowledgers' log ends (one it
+    cannot read counts with what it last read there, ``reads.known``, and at least with the kept
+    high watermark); it delivers below the high watermark (``rules.high_watermark``), and before
+    each later batch checks its position against the leader's epochs."""
     pc = me.pc
     if pc == "locate":
         return [(world, me.at("snap", first=world.state))]
@@ -20,7 +21,7 @@ def step_reader(world: World, me: Actor, variant: Variant) -> list[Step]:
         if root in world.lost:
             return [(world, me.at("check"))]
         log = world.log(root)
-        return [(world, me.at("state", snap=(tuple(sorted(log.rows)), log.end, log.pepoch)))]
+        return [(world, me.at("state", snap=(tuple(sorted(log.rows)), log.end, log.pepoch, log.kept)))]
     if pc == "state":
         state, first = world.state, me.get("first")
         if (state.leader != first.leader if variant.reader_compares_roots else state.leader_epoch != first.leader_epoch):
@@ -37,11 +38,14 @@ def step_reader(world: World, me: Actor, variant: Variant) -> list[Step]:
             last = known.get(root)  # a root that cannot be read counts with what it last read there
             if root in world.lost and variant.reader_skips_lost_roots:
                 last = (me.get("snap")[1], me.get("second").leader_epoch)
-            held = {} if last is None else rules.held(me.get("second"), {P: last[0]}, last[1])
-            return [(world, me.at("ends", todo=todo[1:], ends=me.get("ends") + (held.get(P, 0),),
+            return [(world, me.at("ends", todo=todo[1:], ends=me.get("ends") + ((root, last, root in world.lost),),
                                   known=tuple(sorted(known.items()))))]
-        rows, end, pepoch = me.get("snap")
-        hw = end if variant.read_above_hw else min((end, *me.get("ends")))
+        rows, end, pepoch, kept = me.get("snap")
+        ends = {r: {P: last[0]} for r, last, _lost in me.get("ends") if last}
+        epochs = {r: last[1] for r, last, _lost in me.get("ends") if last}
+        cut_off = {r for r, _last, lost in me.get("ends") if lost}
+        hw = end if variant.read_above_hw else rules.high_watermark(
+            me.get("second"), {P: end}, ends, epochs, (({P: kept[0]}, kept[1]) if kept else None), cut_off)[P]
         pos = me.get("pos")
         if hw > pos:
             got = tuple((o, r) for o, r, _e in rows if pos <= o < hw)

@@ -141,6 +141,20 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "reader-follower-cut-off": lambda: Scenario(
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
         [reader("r", polls=3), producer("p", "b1", acks_all=False), chaos("x", "B"), copier("c")]),
+    # a reader started anew (it never read B) while in-sync B is cut off: it counts B at the high
+    # watermark the acks: all produce kept at the leader, never above it (an acks: 1 record races it;
+    # B may be lost before the copy: the producer drops it, or fails)
+    "restarted-reader-kept-watermark": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
+        [producer("p", "a1"), producer("q", "b1", acks_all=False), chaos("x", "B", returns=False),
+         reader("r", polls=1)._replace(after="x")]),
+    # the same with a replicate round keeping it (acks: 1 records), then the leader's root lost and
+    # B, back, elected: nothing the reader delivered is taken back
+    "restarted-reader-round-kept": lambda: Scenario(
+        created(("A", "B"), held={"A": ["x"], "B": ["x"]}),
+        [producer("q", "b1", acks_all=False), copier("c")._replace(after="q"), producer("s", "b2", acks_all=False),
+         chaos("x", "B")._replace(after="c"), reader("r", polls=1)._replace(after="c"),
+         chaos("y", "A", returns=False)._replace(after="r"), elector("e", "B", after="y")]),
     # a reader across a clean failover, an acks: 1 record at the leader alone before it
     "reader-clean-failover": lambda: Scenario(
         created(("A", "B"), held={"A": ["x"], "B": ["x"]}),

@@ -33,6 +33,7 @@ class Variant:
     re_elect_short_root: bool = False  # the named leader, back from an older copy, elected cleanly from what it holds
     copy_without_marks: bool = False  # a copy lands the records but leaves the follower's producer marks as they were
     truncation_keeps_marks: bool = False  # a truncation takes records out but leaves their producers' marks
+    keep_leader_end: bool = False  # the high watermark a leader's log keeps is its own log end
 
 
 NEW = Variant()
@@ -48,6 +49,7 @@ class Log(NamedTuple):
     pepoch: int  # the partition epoch its appends stamp (set when it becomes leader)
     fenced_by: int = -1  # the highest epoch of an election that fenced it to elect another log
     marks: tuple = ()  # (producer, highest sequence committed), sorted: its producer set transactions
+    kept: tuple = ()  # (high watermark, leader epoch) it keeps (``watermarks``); empty: none
 
     def record_at(self, offset: int) -> str | None:
         found = [r for o, r, _e in self.rows if o == offset]
@@ -91,6 +93,7 @@ class State(NamedTuple):
     joining: tuple
     epoch_starts: tuple
     topic: str = "t"
+    incarnation: int = 1
 
 
 class World(NamedTuple):
@@ -164,6 +167,7 @@ class Snap(NamedTuple):
     source_pepoch: int
     target: tuple  # (end, fence, data, role) of the follower when read
     source_marks: tuple = ()  # the source's producer marks at the version read
+    source_kept: tuple = ()  # ... and the high watermark it keeps
 
 
 def copy_read(world: World, source: str, target: str, stamp: int) -> Snap | str:
@@ -177,14 +181,14 @@ def copy_read(world: World, source: str, target: str, stamp: int) -> Snap | str:
     if src.fence != stamp:
         return "stale"
     return Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (dst.end, dst.fence, dst.data, dst.role),
-                src.marks)
+                src.marks, src.kept)
 
 
 def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State, variant: Variant) -> World | str:
     """The copy's commit at ``target``: refused if stale or a leader, retried on a conflict (the
     follower's log end or fence moved); truncates where ``state`` says its history diverges and
     adds the source's records past its end, and takes the source's producer marks as of the version
-    read (a mark the source lacks goes), in this one commit."""
+    read (a mark the source lacks goes) and the high watermark it keeps, in this one commit."""
     if target in world.lost:
         return "target lost"
     dst = world.log(target)
@@ -207,7 +211,8 @@ def copy_commit(world: World, snap: Snap, target: str, stamp: int, state: State,
     added = tuple(r for r in snap.source_rows if end <= r[0] < snap.source_end)
     log = dst._replace(rows=rows + added, end=max(end, snap.source_end), fence=max(dst.fence, stamp),
                        data=snap.source_data, pepoch=snap.source_pepoch,
-                       marks=dst.marks if variant.copy_without_marks else snap.source_marks)
+                       marks=dst.marks if variant.copy_without_marks else snap.source_marks,
+                       kept=snap.source_kept or dst.kept)
     return world.with_log(target, log)
 
 
@@ -282,6 +287,18 @@ def reader(name: str, polls: int = 2) -> Actor:
 def chaos(name: str, root: str, returns: bool = True) -> Actor:
     """Loses ``root`` once, and brings it back once if ``returns``."""
     return Actor(name, "chaos", "lose", (("returns", returns), ("root", root)))
+
+
+def keep(world: World, root: str, epoch: int, hw: int) -> World:
+    """``watermarks.keep``: one commit at ``root``'s log keeping ``hw``, established under leader
+    epoch ``epoch``, if the log leads at that epoch and it rises (``rules.kept_high_watermark``);
+    nothing when the root is lost or the log was fenced."""
+    log = world.log(root)
+    if root in world.lost or not (log.role == LEAD and log.fence == epoch and log.data == epoch):
+        return world
+    kept, kept_epoch = log.kept if log.kept else (0, -1)
+    raised = rules.kept_high_watermark({P: kept} if log.kept else {}, kept_epoch, {P: hw}, epoch)
+    return world if raised is None else world.with_log(root, log._replace(kept=(raised[P], epoch)))
 
 
 def _retry(world: World, me: Actor) -> list[Step]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from control_plane.records import ReplicaEvent
 from control_plane.replication import rules
 from control_plane.replication.model.world import (
-    DONE, FOLLOW, LEAD, P, Actor, Step, Snap, Variant, World, _retry, copy_commit, copy_read, next_state, ordered,
+    DONE, FOLLOW, LEAD, P, Actor, Step, Snap, Variant, World, _retry, copy_commit, copy_read, keep, next_state,
+    ordered,
 )
 
 
@@ -33,7 +34,11 @@ def step_producer(world: World, me: Actor, variant: Variant) -> list[Step]:
             return _retry(world, me)
         covered = (me.get("leader"),)
         targets = tuple(sorted(rules.acknowledgers(state) - set(covered)))
-        return [(world, me.at("copy_read" if targets else "ack_check", seen=state, covered=covered, targets=targets))]
+        # the leader's end, read before the state the acknowledgement ends with (``acks._keep``);
+        # none while the leader alone acknowledges: nothing to keep
+        end = world.log(me.get("leader")).end if targets else None
+        return [(world, me.at("copy_read" if targets else "ack_check", seen=state, covered=covered, targets=targets,
+                              leader_end=end, held=()))]
     if pc == "copy_read":
         state, target = me.get("seen"), me.get("targets")[0]
         snap = copy_read(world, me.get("leader"), target, state.leader_epoch)
@@ -48,15 +53,25 @@ def step_producer(world: World, me: Actor, variant: Variant) -> list[Step]:
         if isinstance(out, str):
             return _copy_failed(world, me, target, out)
         rest = me.get("targets")[1:]
-        return [(out, me.at("copy_read" if rest else "ack_check", covered=me.get("covered") + (target,), targets=rest))]
+        dst = out.log(target)
+        return [(out, me.at("copy_read" if rest else "ack_check", covered=me.get("covered") + (target,), targets=rest,
+                            held=me.get("held") + ((target, dst.end, dst.data),)))]
     if pc == "ack_check":  # the replica state read again: the epoch unmoved, every acknowledger covered
         state, seen = world.state, me.get("seen")
         if state.leader_epoch != seen.leader_epoch or state.leader != me.get("leader"):
             return _retry(world, me)
         missing = tuple(sorted(rules.acknowledgers(state) - set(me.get("covered"))))
         if not missing:
-            return [(world._replace(acked=world.acked | {(record, state.replica_version)}), me.at(DONE))]
-        return [(world, me.at("copy_read", seen=state, targets=missing))]
+            acked = world._replace(acked=world.acked | {(record, state.replica_version)})
+            if rules.acknowledgers(state) == {state.leader} or me.get("leader_end") is None:
+                return [(acked, me.at(DONE))]
+            held = me.get("held")
+            hw = rules.high_watermark(state, {P: me.get("leader_end")}, {r: {P: e} for r, e, _d in held},
+                                      {r: d for r, _e, d in held})[P]
+            return [(acked, _keeping(me, me.get("leader"), state.leader_epoch, hw))]
+        return [(world, me.at("copy_read", seen=state, targets=missing, leader_end=world.log(me.get("leader")).end))]
+    if pc == "keep":  # ``acks._keep``: the high watermark the acknowledgement established, at the leader
+        return [_kept(world, me, variant)]
     if pc == "shrink":  # a root that cannot take the copy, recorded out of the sets (compare-and-set)
         seen, target = me.get("seen"), me.get("targets")[0]
         nxt = next_state(seen, ReplicaEvent.SHRINK_ISR, in_sync=tuple(r for r in seen.in_sync if r != target),
@@ -101,7 +116,8 @@ def step_copier(world: World, me: Actor, variant: Variant) -> list[Step]:
             return [(world, me.at(DONE))]
         nxt = "f_read" if pc == "leader" else "j_read"
         return [(world, me.at(nxt, leader_end=src.end,
-                              source=Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (), src.marks)))]
+                              source=Snap(tuple(sorted(src.rows)), src.end, src.data, src.pepoch, (), src.marks,
+                                          src.kept)))]
     if pc in ("f_read", "j_read"):
         todo = me.get("todo") if pc == "f_read" else me.get("joining_now")
         if not todo:
@@ -159,12 +175,36 @@ def step_copier(world: World, me: Actor, variant: Variant) -> list[Step]:
         joined = [r for r in seen.joining
                   if results.get(r) and rules.may_join(seen, r, {P: me.get("leader_end")}, {P: results[r][0]}, results[r][1])]
         if not joined:
-            return [(world, me.at(DONE))]
+            return [(world, me.at("keep_state"))]
         nxt = next_state(seen, ReplicaEvent.EXPAND_ISR, in_sync=ordered(seen, [*seen.in_sync, *joined]),
                          joining=tuple(r for r in seen.joining if r not in joined))
         after = world.recorded(nxt)
-        return [(after if after is not None else world, me.at(DONE))]
+        return [(after if after is not None else world, me.at("keep_state"))]
+    if pc == "keep_state":  # the state read again after the copies: the high watermark they make
+        state, seen, results = world.state, me.get("seen"), dict(me.get("results"))
+        if not rules.same_leadership(seen, state) or rules.acknowledgers(state) == {state.leader}:
+            return [(world, me.at(DONE))]
+        got = {r: v for r, v in results.items() if v}
+        kept = me.get("source").source_kept  # the leader's, as its last read showed it
+        hw = rules.high_watermark(state, {P: me.get("leader_end")}, {r: {P: e} for r, (e, _d) in got.items()},
+                                  {r: d for r, (_e, d) in got.items()}, ({P: kept[0]}, kept[1]) if kept else None,
+                                  {r for r in results if not results[r]})[P]
+        return [(world, _keeping(me, state.leader, state.leader_epoch, hw))]
+    if pc == "keep":  # ``rounds``: kept at the leader (``watermarks``)
+        return [_kept(world, me, variant)]
     raise ValueError(pc)
+
+
+def _keeping(me: Actor, leader: str, epoch: int, hw: int) -> Actor:
+    """An actor about to keep ``hw`` at ``leader``'s log: what it read before is not needed any more."""
+    return me._replace(pc="keep", v=(("epoch", epoch), ("hw", hw), ("leader", leader)))
+
+
+def _kept(world: World, me: Actor, variant: Variant) -> Step:
+    """``watermarks.keep`` at the actor's leader (the older rule: the leader's own log end kept)."""
+    root = me.get("leader")
+    hw = world.log(root).end if variant.keep_leader_end else me.get("hw")
+    return keep(world, root, me.get("epoch"), hw), me._replace(pc=DONE, v=())
 
 
 def _failed_in_sync(me: Actor) -> bool:
@@ -201,10 +241,10 @@ def _sets(world: World, me: Actor, variant: Variant, drop_failed: bool) -> Step:
         nxt = next_state(seen, event, in_sync=ordered(seen, in_sync), joining=ordered(seen, joining))
         after = world.recorded(nxt)
         if after is None:
-            return world, me.at(DONE)
+            return world, me.at("keep_state")
     if not nxt.joining:
-        return after, me.at(DONE)
-    return after, me.at("again", seen=nxt, joining_now=nxt.joining, results=())
+        return after, me.at("keep_state", seen=nxt)
+    return after, me.at("again", seen=nxt, joining_now=nxt.joining)
 
 
 def _copied(me: Actor, read_pc: str, target: str, result) -> Actor:

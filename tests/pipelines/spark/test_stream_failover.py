@@ -100,9 +100,10 @@ def test_a_stream_writer_follows_the_topic_to_the_new_leader(lakelog, root, tmp_
 
 def test_a_new_stream_at_latest_waits_until_the_high_watermark_is_known(lakelog, root, tmp_path, monkeypatch):
     """A process that never read an in-sync follower, now cut off (a scheduled job's next run),
-    counts it as holding nothing: its high watermark stands at the log start. A new stream at
-    startingOffsets=latest would start there and, once the root is back, read every record as new.
-    It fails naming the root instead, and once the root is read starts at the log's end."""
+    counts it as holding what the leader's kept high watermark says (100, kept by the round) while
+    the leader holds 20 more, copied nowhere: "latest" may be anywhere between. A new stream at
+    startingOffsets=latest started at 100 would read records produced before it started. It fails
+    naming the root instead, and once the root is read starts at the high watermark."""
     from control_plane.replication import reads
     from tests.control_plane.test_replication import cut, restore
 
@@ -111,6 +112,7 @@ def test_a_new_stream_at_latest_waits_until_the_high_watermark_is_known(lakelog,
     Producer(lakelog, root, T, "p").send(make_records(lakelog, 100, keys=20))
     replication = Replication(lakelog, root)
     replication.replicate(T)  # the follower holds all 100, in sync
+    Producer(lakelog, root, T, "q").send(make_records(lakelog, 20, keys=20, start=1000))  # at the leader alone
     path = replication.path(replication.state(T), follower)
     cut(path)
     monkeypatch.setattr(reads, "_KNOWN", {})  # this process never read the follower's log
@@ -126,7 +128,8 @@ def test_a_new_stream_at_latest_waits_until_the_high_watermark_is_known(lakelog,
     replication.replicate(T)
     stream_to(lakelog, sink, ck, subscribe=T)
     values = sorted(int(bytes(r["value"])) for _v, batch in sink_batches(sink) for r in batch)
-    assert values == list(range(100, 150)), "a stream started at latest reads only what came after it"
+    assert values == [*range(100, 150), *range(1000, 1020)], \
+        "a stream started at latest reads what lay above the high watermark and what came after, nothing below"
 
 
 def test_a_stream_waits_out_a_lost_leader_root_and_reads_on_after_the_election(lakelog, root, tmp_path):
