@@ -82,7 +82,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
     for p in wanted:
         part = _Part(p.partition)
         parts.append(part)
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
         if error:
             part.error = error
             continue
@@ -147,6 +147,12 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
             by_part[p].records = data
             budget[0] -= len(data)
     return parts
+
+
+def _leader_epoch(partition) -> int:
+    """A requested partition's current_leader_epoch; -1 (none given) where its version has none
+    (Fetch before v9, ListOffsets before v4)."""
+    return getattr(partition, "current_leader_epoch", -1)
 
 
 def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, types: TimestampTypes,
@@ -227,7 +233,7 @@ def _list_topic(server: "Server", topic, version: int) -> dict:
     out = []
     for p in topic.partitions:
         i = p.partition_index
-        error = _partition_error(view, i) or _epoch_error(view, i, getattr(p, "current_leader_epoch", -1))
+        error = _partition_error(view, i) or _epoch_error(view, i, _leader_epoch(p))
         if error:
             out.append(_offset_answer(i, error))
             continue
@@ -318,7 +324,7 @@ def _epochs_topic(server: "Server", topic) -> dict:
             {"error_code": code_of("NOT_LEADER_OR_FOLLOWER"), "partition": p.partition} for p in topic.partitions]}
     out = []
     for p in topic.partitions:
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
         if error:
             out.append({"error_code": code_of(error), "partition": p.partition})
             continue
