@@ -136,10 +136,15 @@ class ServeContext:
             self._views.pop(topic, None)
 
     def views(self, names: list[str] | None) -> tuple[dict[str, TopicView], list[str]]:
-        """Views of ``names`` (every live topic if None) and the names that are not live topics."""
-        wanted = sorted(self.topics()) if names is None else names
+        """Views of ``names`` (every live topic if None) and the names that are not live topics
+        (looked up once: a Metadata request may name a hundred thousand that are not)."""
+        live = self.topics()
+        wanted = sorted(live) if names is None else names
         found, missing = {}, []
         for name in wanted:
+            if name not in live:
+                missing.append(name)
+                continue
             try:
                 found[name] = self.view(name)
             except (UnknownTopicError, StorageError):
