@@ -37,6 +37,7 @@ class ServeSettings(Strict):
     connections_max_idle_ms: int = Field(default=600_000, ge=100)  # connections.max.idle.ms
     max_connections: int = Field(default=4096, ge=1)  # max.connections
     max_connections_per_ip: int = Field(default=1024, ge=1)  # max.connections.per.ip
+    fetch_max_bytes: int = Field(default=57_671_680, ge=1024)  # fetch.max.bytes: a fetch response's records
     fetch_poll_ms: int = Field(default=200, ge=10)  # how often a waiting fetch looks for others' commits
     session_timeout_ms: int = Field(default=10_000, ge=100)  # a server unseen this long is not listed
     heartbeat_interval_ms: int = Field(default=1_000, ge=10)
