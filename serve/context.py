@@ -141,12 +141,16 @@ class ServeContext:
 
     def views(self, names: list[str] | None
               ) -> tuple[dict[str, TopicView], list[str], dict[str, tuple[TopicRecord, str | None]]]:
-        """Views of ``names`` (every live topic if None), the names that are not live topics, and the
-        records (and topic ids, as last read) of live topics whose log cannot be reached now (its
-        root lost)."""
-        wanted = sorted(self.topics()) if names is None else names
+        """Views of ``names`` (every live topic if None), the names that are not live topics (looked
+        up once: a Metadata request may name a hundred thousand that are not), and the records (and
+        topic ids, as last read) of live topics whose log cannot be reached now (its root lost)."""
+        live = self.topics()
+        wanted = sorted(live) if names is None else names
         found, missing, offline = {}, [], {}
         for name in wanted:
+            if name not in live:
+                missing.append(name)
+                continue
             try:
                 found[name] = self.view(name)
             except UnknownTopicError:

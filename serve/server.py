@@ -2,8 +2,10 @@
 
 A connection's requests are read as they arrive and answered in the order they came: each is a
 task, and one writer per connection awaits them in order. A frame larger than
-``serve.max_request_bytes`` or one that is not a request closes the connection (Kafka's broker
-does the same); the server keeps serving every other connection.
+``serve.max_request_bytes`` (before SASL authentication, ``serve.sasl_max_receive_bytes``) or one
+that is not a request closes the connection (Kafka's broker does the same); the server keeps
+serving every other connection. What clients may hold in all (connections, bytes of frames being
+read, time idle) is bounded as docs/serve.md's "Limits" says.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ from serve.group_tables import GroupRecords
 from serve.log_reads import LogReads
 from serve.groups import Coordinator
 from serve.gates import KafkaGates
+from serve.connections import Admission, FrameBytes
 from serve.settings import ServeSettings, split_address
-from serve.wire import API_VERSIONS_KEY, MalformedRequest, Request, UnsupportedVersion, parse_request, peek_header, response_frame
+from serve.wire import (
+    API_VERSIONS_KEY, AT_ONCE_BYTES, MalformedRequest, Request, UnsupportedVersion, read_request, response_frame,
+)
 
 log = logging.getLogger("lakelog.serve")
 _SIZE = struct.Struct(">i")
+READ_BYTES = 1 << 20  # a large frame is read in pieces of at most this many bytes
+ENCODE_APART_ELEMENTS = 1000  # the answer to a request of more array elements is written on the pool
 Handler = Callable[["Server", "Connection", Request], Awaitable[dict | None]]
 
 
@@ -46,6 +53,8 @@ class Connection:
     authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
     closing: bool = False  # close once the answer being written is out (a failed authentication)
     state: dict = field(default_factory=dict)
+    active: float = field(default_factory=time.monotonic)  # when bytes last came or went
+    pending: int = 0  # requests read and not yet answered
 
 
 class Server:
@@ -77,7 +86,9 @@ class Server:
         self.consumer_groups = ConsumerGroups(self.records, self.ctx, self.settings, self.gates)  # KIP-848's
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, Connection] = {}
+        self.admission = Admission(self.settings.max_connections, self.settings.max_connections_per_ip)
+        self.frame_bytes = FrameBytes(self.settings.queued_max_request_bytes, AT_ONCE_BYTES)
         self.host, self.port = split_address(self.settings.listen)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -107,6 +118,7 @@ class Server:
         self.coordinator.start()
         self.consumer_groups.start()
         self._beating = asyncio.get_running_loop().create_task(self._beat())
+        self._sweeping = asyncio.get_running_loop().create_task(self._sweep())
         await self._server.start_serving()
         log.info("lakelog serve listening on %s:%s", self.host, self.port)
 
@@ -161,6 +173,8 @@ class Server:
         self.coordinator.stop()
         self.consumer_groups.stop()
         unmarked = None
+        if getattr(self, "_sweeping", None):
+            self._sweeping.cancel()
         if getattr(self, "_beating", None):
             self._beating.cancel()
             try:
@@ -234,24 +248,44 @@ class Server:
 
     # -- connections -------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        address = peer[0] if peer else "?"
+        refused = self.admission.enter(address)
+        if refused:  # closed as soon as accepted (docs/serve.md, "Limits")
+            log.info("refusing a connection from %s: %s", address, refused)
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
         conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?",
                           authenticated=not self.settings.security_protocol.startswith("SASL"))
         conn.principal = tls_principal(writer.get_extra_info("peercert")) or conn.principal
+        self._connections[task] = conn
         answers: asyncio.Queue = asyncio.Queue(maxsize=self.settings.max_in_flight)
         sender = asyncio.create_task(self._send(answers, writer, conn))
         try:
             while True:
                 head = await reader.readexactly(4)
+                conn.active = time.monotonic()
                 size = _SIZE.unpack(head)[0]
-                if size < 8 or size > self.settings.max_request_bytes:
-                    log.warning("closing %s: a request frame of %d bytes (limit %d)", conn.peer, size,
-                                self.settings.max_request_bytes)
+                limit = self.settings.max_request_bytes
+                if not conn.authenticated:  # Kafka's sasl.server.max.receive.size (CVE-2022-34917)
+                    limit = min(limit, self.settings.sasl_max_receive_bytes)
+                if size < 8 or size > limit:
+                    log.warning("closing %s: a request frame of %d bytes (limit %d%s)", conn.peer, size, limit,
+                                "" if conn.authenticated else " before authentication")
                     break
-                frame = await reader.readexactly(size)
-                await answers.put(asyncio.create_task(self._answer(conn, frame)))
+                await self.frame_bytes.take(size)
+                try:
+                    frame = await self._read_frame(reader, size, conn)
+                    try:
+                        parsed: Request | Exception = await read_request(frame, self.versions)
+                    except (UnsupportedVersion, MalformedRequest) as exc:  # answered in turn
+                        parsed = exc
+                    del frame
+                finally:
+                    self.frame_bytes.give(size)
+                conn.pending += 1
+                await answers.put(asyncio.create_task(self._answer(conn, parsed)))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -260,7 +294,34 @@ class Server:
                 if pending is not None:
                     pending.cancel()
             writer.close()
-            self._connections.discard(task)
+            self._connections.pop(task, None)
+            self.admission.leave(address)
+
+    @staticmethod
+    async def _read_frame(reader: asyncio.StreamReader, size: int, conn: Connection) -> bytes | memoryview:
+        """A frame's ``size`` bytes; a large one in pieces, each one the connection's activity."""
+        if size <= AT_ONCE_BYTES:
+            return await reader.readexactly(size)
+        frame = bytearray()  # grown as bytes come: a frame announced and never sent takes no memory
+        while len(frame) < size:
+            piece = await reader.read(min(size - len(frame), READ_BYTES))
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", size)
+            frame += piece
+            conn.active = time.monotonic()
+        return memoryview(frame).toreadonly()
+
+    async def _sweep(self) -> None:
+        """Close each connection that has sent and been sent nothing for
+        ``serve.connections_max_idle_ms`` and has no request in progress (Kafka's connections.max.idle.ms)."""
+        idle = self.settings.connections_max_idle_ms / 1000
+        while True:
+            await asyncio.sleep(min(idle / 4, 1.0))
+            now = time.monotonic()
+            for task, conn in list(self._connections.items()):
+                if conn.pending == 0 and now - conn.active > idle:
+                    log.info("closing %s: idle for %.0f s", conn.peer, now - conn.active)
+                    task.cancel()
 
     async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, conn: Connection) -> None:
         """Write each answer in request order; a request that failed closes the connection."""
@@ -280,23 +341,23 @@ class Server:
             if frame:
                 writer.write(frame)
                 await writer.drain()
+            conn.pending -= 1
+            conn.active = time.monotonic()
             if conn.closing:
                 writer.close()
                 return
 
-    async def _answer(self, conn: Connection, frame: bytes) -> bytes | None | object:
-        try:
-            request = parse_request(frame, self.versions)
-        except UnsupportedVersion as exc:
-            if exc.api_key == API_VERSIONS_KEY:  # KIP-511: answer v0 with the versions served
+    async def _answer(self, conn: Connection, request: Request | Exception) -> bytes | None | object:
+        if isinstance(request, UnsupportedVersion):
+            if request.api_key == API_VERSIONS_KEY:  # KIP-511: answer v0 with the versions served
                 from serve.apis.meta import api_versions_body
 
-                return response_frame(API_VERSIONS_KEY, 0, exc.correlation_id,
+                return response_frame(API_VERSIONS_KEY, 0, request.correlation_id,
                                       api_versions_body(self, error="UNSUPPORTED_VERSION"))
-            log.warning("closing %s: %s", conn.peer, exc)
+            log.warning("closing %s: %s", conn.peer, request)
             return _CLOSE
-        except MalformedRequest as exc:
-            log.warning("closing %s: %s", conn.peer, exc)
+        if isinstance(request, Exception):
+            log.warning("closing %s: %s", conn.peer, request)
             return _CLOSE
         if not conn.authenticated and request.api_key not in PRE_AUTHENTICATION:
             log.warning("closing %s: API %d before SASL authentication", conn.peer, request.api_key)
@@ -311,6 +372,8 @@ class Server:
             return None
         if values is _CLOSE:
             return _CLOSE
+        if request.elements > ENCODE_APART_ELEMENTS:  # as long to write as it was to read: off the loop
+            return await self.ctx.run(response_frame, request.api_key, request.version, request.correlation_id, values)
         return response_frame(request.api_key, request.version, request.correlation_id, values)
 
 

@@ -31,6 +31,13 @@ class ServeSettings(Strict):
     batch_bytes: int = Field(default=16 * MIB, ge=1024)  # ... or until they hold this many bytes
     max_request_bytes: int = Field(default=100 * MIB, ge=1024)  # Kafka's socket.request.max.bytes
     max_in_flight: int = Field(default=64, ge=1)  # requests of one connection being answered at once
+    # What clients may hold (docs/serve.md, "Limits"), by Kafka's names
+    sasl_max_receive_bytes: int = Field(default=512 * 1024, ge=1024)  # sasl.server.max.receive.size: before authentication
+    queued_max_request_bytes: int = Field(default=256 * MIB, ge=1024)  # queued.max.request.bytes: frames being read
+    connections_max_idle_ms: int = Field(default=600_000, ge=100)  # connections.max.idle.ms
+    max_connections: int = Field(default=4096, ge=1)  # max.connections
+    max_connections_per_ip: int = Field(default=1024, ge=1)  # max.connections.per.ip
+    fetch_max_bytes: int = Field(default=57_671_680, ge=1024)  # fetch.max.bytes: a fetch response's records
     fetch_poll_ms: int = Field(default=200, ge=10)  # how often a waiting fetch looks for others' commits
     session_timeout_ms: int = Field(default=10_000, ge=100)  # a server unseen this long is not listed
     heartbeat_interval_ms: int = Field(default=1_000, ge=10)
@@ -63,6 +70,13 @@ class ServeSettings(Strict):
             raise ValueError(f"security_protocol {self.security_protocol} needs ssl_certfile (and ssl_keyfile)")
         if self.security_protocol.startswith("SASL") and not self.users:
             raise ValueError(f"security_protocol {self.security_protocol} needs users (principal name: password)")
+        return self
+
+    @model_validator(mode="after")
+    def _limits(self) -> "ServeSettings":
+        if self.queued_max_request_bytes < self.max_request_bytes:
+            raise ValueError(f"queued_max_request_bytes ({self.queued_max_request_bytes}) must be at least "
+                             f"max_request_bytes ({self.max_request_bytes}): a frame of that size could never be read")
         return self
 
     @field_validator("listen", "advertised")

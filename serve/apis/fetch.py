@@ -30,6 +30,16 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
 @dataclass
+class _Budget:
+    """The bytes a fetch response's records may still take: the request's max_bytes, at most
+    ``serve.fetch_max_bytes`` (Kafka's fetch.max.bytes). Until a partition has records (``first``),
+    one whole batch is sent even if larger than the limits (KIP-74), so a large record is read."""
+
+    left: int
+    first: bool = True
+
+
+@dataclass
 class _Part:
     index: int
     error: str = "NONE"
@@ -68,9 +78,9 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
     return found.cast(READ_SCHEMA)  # delta-rs gives views (binary_view, string_view); the codec reads plain
 
 
-def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], groups: list[str]) -> list[_Part]:
-    """One topic's partitions of a fetch (on the pool). ``budget``: bytes the response may still take;
-    ``groups``: the consumer groups whose resize gates hold the fetching client (``serve.gates``)."""
+def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str]) -> list[_Part]:
+    """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
+    groups whose resize gates hold the fetching client (``serve.gates``)."""
     try:
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
     except UnknownTopicError:
@@ -85,7 +95,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
     for p in wanted:
         part = _Part(p.partition)
         parts.append(part)
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
         if error:
             part.error = error
             continue
@@ -107,11 +117,11 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
         server.ctx.tail.follow(path, view.log_id, version, lambda a, b: rs_reader.only_appends(path, a, b))
     for p in readable:
         end = min(marks[p.partition], gated.get(p.partition, marks[p.partition]))
-        if p.fetch_offset < end and budget[0] > 0:
+        if p.fetch_offset < end and (budget.left > 0 or budget.first):
             order.append(p.partition)
             limits[p.partition] = p.partition_max_bytes
             start = p.fetch_offset
-            room = min(p.partition_max_bytes, budget[0])
+            room = min(p.partition_max_bytes, budget.left)
             pieces = server.ctx.tail.pieces(path, view.log_id, version, p.partition, start, end)
             if pieces:  # from this server's own commits, in memory (serve/tail.py); the rest from the files
                 kept[p.partition] = (pieces, start, min(end, pieces[-1].end))
@@ -141,23 +151,52 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: list[int], g
         firsts[p], at = at, at + counts[p]
     types = view.snapshot.timestamp_types
     for p in order:
-        if budget[0] <= 0:
+        room = min(limits[p], budget.left)
+        if room <= 0 and not budget.first:
             continue
-        room = min(limits[p], budget[0])
         data, at = b"", None
         if p in kept:
-            data, at = encode_kept(*kept[p], room, types, p)
+            pieces, start, stop = kept[p]
+            data, at = _within(lambda n, p=p, pieces=pieces, start=start, stop=stop: encode_kept(
+                pieces, start, stop if n is None else min(stop, start + n), room, types, p), room, budget.first, start)
         mine = found.slice(firsts.get(p, 0), counts.get(p, 0)) if p in counts else None
         if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
-            more, after = encode_records(mine, room - len(data), lambda o, p=p: types.code_at(p, o), types.starts(p))
-            sent = after - mine.column("offset")[0].as_py()
+            first_offset, left = mine.column("offset")[0].as_py(), room - len(data)
+            more, after = _within(lambda n, mine=mine, p=p, left=left: encode_records(
+                mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
+                left, budget.first and not data, first_offset)
+            sent = after - first_offset if more else 0
             if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
                 server.record_bytes[topic] = max(len(more) / sent, 8)
             data += more
         if data:
             by_part[p].records = data
-            budget[0] -= len(data)
+            budget.left = max(budget.left - len(data), 0)
+            budget.first = False
     return parts
+
+
+def _within(encode, room: int, first: bool, start: int) -> tuple[bytes, int | None]:
+    """What ``encode(n)`` (at most ``n`` records from offset ``start``, None: as many as it cuts
+    at) gives within ``room`` bytes. The encoder's cut is an estimate (headers are not counted)
+    and it gives at least one record, so an answer over ``room`` is encoded again with fewer
+    records, as many as its own bytes a record say fit. When not even one record fits: with
+    ``first`` (KIP-74) that record, else (b"", None)."""
+    n = None
+    while True:
+        data, after = encode(n)
+        sent = after - start
+        if len(data) <= room or (first and sent <= 1):
+            return data, after
+        if sent <= 1:
+            return b"", None
+        n = max(min(sent - 1, sent * room // len(data)), 1)
+
+
+def _leader_epoch(partition) -> int:
+    """A requested partition's current_leader_epoch; -1 (none given) where its version has none
+    (Fetch before v9, ListOffsets before v4)."""
+    return getattr(partition, "current_leader_epoch", -1)
 
 
 def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, types: TimestampTypes,
@@ -190,10 +229,10 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
 
 def _read_all(server: "Server", topics: list, max_bytes: int,
               groups: dict[str, list[str]]) -> tuple[dict[str, list[_Part]], int]:
-    budget = [max_bytes]
+    budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
     out = {t.topic: _read_topic(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []))
            for t in topics}
-    return out, max_bytes - budget[0]
+    return out, sum(len(p.records) for parts in out.values() for p in parts)
 
 
 async def fetch(server: "Server", conn: "Connection", request: "Request") -> dict:
@@ -241,7 +280,7 @@ def _list_topic(server: "Server", topic, version: int) -> dict:
     out = []
     for p in topic.partitions:
         i = p.partition_index
-        error = _partition_error(view, i) or _epoch_error(view, i, getattr(p, "current_leader_epoch", -1))
+        error = _partition_error(view, i) or _epoch_error(view, i, _leader_epoch(p))
         if error:
             out.append(_offset_answer(i, error))
             continue
@@ -336,7 +375,7 @@ def _epochs_topic(server: "Server", topic) -> dict:
             {"error_code": code_of("NOT_LEADER_OR_FOLLOWER"), "partition": p.partition} for p in topic.partitions]}
     out = []
     for p in topic.partitions:
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, p.current_leader_epoch)
+        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
         if error:
             out.append({"error_code": code_of(error), "partition": p.partition})
             continue

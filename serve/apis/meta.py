@@ -3,12 +3,14 @@ each topic's partitions with their leaders and leader epochs."""
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
-from log_store.errors import LakelogError
+from log_store.errors import InvalidConfigurationError, LakelogError, TopicExistsError
 from log_store.log_metadata import Mode
+from log_store.names import check_topic_name
 from serve.cluster import cluster_id, leader_of
-from serve.errors import code_of
+from serve.errors import code_of, name_of
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
@@ -43,37 +45,9 @@ def partitions_of(server: "Server", view, brokers, reader: bool = False) -> list
 
 
 async def metadata(server: "Server", conn: "Connection", request: "Request") -> dict:
-    body = request.body
-    names = None if body.topics is None else [t.name for t in body.topics]
-    if request.version == 0 and not names:
-        names = None  # v0: an empty list means every topic
-    allow_create = getattr(body, "allow_auto_topic_creation", True) and server.settings.auto_create_topics
     brokers = server.brokers()
     reader = bool(server.groups_reading(request.client_id or "", conn.peer.rsplit(":", 1)[0]))
-    views, missing, offline = await server.ctx.run(server.ctx.views, names)
-    topics = []
-    for name in missing:
-        code = "UNKNOWN_TOPIC_OR_PARTITION"
-        if allow_create:
-            code = await server.ctx.run(_create, server, name)
-            if code == "NONE":
-                found, _, _ = await server.ctx.run(server.ctx.views, [name])
-                views.update(found)
-                continue
-        if not server.allowed(conn, "DESCRIBE", "TOPIC", name):
-            code = "TOPIC_AUTHORIZATION_FAILED"
-        topics.append({"error_code": code_of(code), "name": name, "topic_id": None, "is_internal": False, "partitions": []})
-    for name, found in sorted({**offline, **views}.items()):
-        if not server.allowed(conn, "DESCRIBE", "TOPIC", name):
-            if names is None:
-                continue
-            topics.append({"error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "name": name, "topic_id": None,
-                           "is_internal": False, "partitions": []})
-        elif name in offline:
-            topics.append(_offline(*found, reader))
-        else:
-            topics.append({"error_code": 0, "name": name, "topic_id": found.topic_id, "is_internal": False,
-                           "partitions": partitions_of(server, found, brokers, reader)})
+    topics = await server.ctx.run(_topics, server, conn, request, brokers, reader)
     return {"throttle_time": 0, "brokers": [b.__dict__ for b in brokers], "cluster_id": cluster_id(server.ctx.root),
             "controller_id": min(b.node_id for b in brokers), "topics": topics}
 
@@ -91,12 +65,77 @@ def _offline(record, topic_id: str | None, reader: bool) -> dict:
         for p in listed]}
 
 
+def _topics(server: "Server", conn: "Connection", request: "Request", brokers, reader: bool) -> list[dict]:
+    """Metadata's topics, on the pool (a request may name a hundred thousand), as Kafka's broker
+    answers them (KafkaApis.handleTopicMetadataRequest): each name once; one the caller may not
+    describe is TOPIC_AUTHORIZATION_FAILED (left out of a request for every topic); one that does
+    not exist is TOPIC_AUTHORIZATION_FAILED if it would be auto-created and the caller may not
+    create it, INVALID_TOPIC_EXCEPTION if its name is not a topic name, and else made (with
+    ``serve.auto_create_topics`` and the request's allow_auto_topic_creation) or
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    body = request.body
+    every = body.topics is None or (request.version == 0 and not body.topics)  # v0: an empty list means all
+    names = None
+    if not every:
+        ids = {}  # v12 may name a topic by its id alone
+        if any(t.name is None for t in body.topics):
+            ids = {view.topic_id: name for name, view in server.ctx.views(None)[0].items()}
+        names = list(dict.fromkeys(t.name if t.name is not None else ids.get(str(t.topic_id), t.topic_id or uuid.UUID(int=0))
+                                   for t in body.topics))
+    create = (not every and getattr(body, "allow_auto_topic_creation", True) and server.settings.auto_create_topics)
+    out = []
+    if names is not None:
+        for name in names:
+            if isinstance(name, uuid.UUID):  # a topic id no live topic has
+                out.append(_absent(None, "UNKNOWN_TOPIC_ID", topic_id=name))
+            elif not server.allowed(conn, "DESCRIBE", "TOPIC", name):
+                out.append(_absent(name, "TOPIC_AUTHORIZATION_FAILED"))
+        names = [n for n in names if isinstance(n, str) and server.allowed(conn, "DESCRIBE", "TOPIC", n)]
+    views, missing, offline = server.ctx.views(names)
+    for name in missing:
+        code = "UNKNOWN_TOPIC_OR_PARTITION"
+        if create and not server.allowed(conn, "CREATE", "TOPIC", name):
+            code = "TOPIC_AUTHORIZATION_FAILED"
+        elif not _legal(name):
+            code = "INVALID_TOPIC_EXCEPTION"
+        elif create:
+            code = _create(server, name)
+            if code == "NONE":
+                views.update(server.ctx.views([name])[0])
+                continue
+        out.append(_absent(name, code))
+    for name, found in sorted({**offline, **views}.items()):
+        if every and not server.allowed(conn, "DESCRIBE", "TOPIC", name):
+            continue
+        if name in offline:
+            out.append(_offline(*found, reader))
+        else:
+            out.append({"error_code": 0, "name": name, "topic_id": found.topic_id, "is_internal": False,
+                        "partitions": partitions_of(server, found, brokers, reader)})
+    return out
+
+
+def _absent(name: str | None, code: str, topic_id=None) -> dict:
+    return {"error_code": code_of(code), "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
+
+
+def _legal(name: str) -> bool:
+    try:
+        check_topic_name(name)
+        return True
+    except InvalidConfigurationError:
+        return False
+
+
 def _create(server: "Server", name: str) -> str:
+    """Auto-create ``name``: "NONE" once it exists (made here or by another at the same time), else the error's code name."""
     try:
         server.ctx.admin.create(name, server.settings.default_partitions)
-        return "NONE"
+    except TopicExistsError:
+        pass
     except LakelogError as exc:
-        return code_of(exc)
+        return name_of(exc)
+    return "NONE"
 
 
 async def describe_cluster(server: "Server", conn: "Connection", request: "Request") -> dict:

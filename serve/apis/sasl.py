@@ -14,16 +14,21 @@ if TYPE_CHECKING:
 
 
 async def sasl_handshake(server: "Server", conn: "Connection", request: "Request") -> dict:
+    if conn.authenticated:  # a listener without SASL, or a connection authenticated already: as Kafka's KafkaApis
+        return {"error_code": code_of("ILLEGAL_SASL_STATE"), "mechanisms": []}
     mechanisms = list(server.settings.sasl_mechanisms)
-    if not server.settings.security_protocol.startswith("SASL") or request.body.mechanism not in mechanisms:
+    if request.body.mechanism not in mechanisms:
         return {"error_code": code_of("UNSUPPORTED_SASL_MECHANISM"), "mechanisms": mechanisms}
     conn.state["sasl"] = Authenticator(request.body.mechanism, server.settings.users, server.scram)
     return {"error_code": 0, "mechanisms": mechanisms}
 
 
 async def sasl_authenticate(server: "Server", conn: "Connection", request: "Request") -> dict:
+    if conn.authenticated:  # as Kafka's KafkaApis: answered, the connection kept
+        return {"error_code": code_of("ILLEGAL_SASL_STATE"), "auth_bytes": b"", "session_lifetime": 0,
+                "error_message": "SaslAuthenticate request received after successful authentication"}
     auth: Authenticator | None = conn.state.get("sasl")
-    if auth is None or conn.authenticated:
+    if auth is None:
         conn.closing = True
         return {"error_code": code_of("ILLEGAL_SASL_STATE"), "error_message": "SaslHandshake first",
                 "auth_bytes": b"", "session_lifetime": 0}
