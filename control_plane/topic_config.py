@@ -41,10 +41,10 @@ class TopicConfig(BaseModel):
     retention_bytes: int = Field(default=-1, alias="retention.bytes")
     segment_bytes: int = Field(default=DEFAULT_TARGET_BYTES, alias="segment.bytes")  # compaction's target file size
     cleanup_policy: str = Field(default="delete", alias="cleanup.policy")
+    placement: str | None = Field(default=None, alias="lakelog.placement")  # None: the server's serve.placement
     # CreateTime: the producer's time; LogAppendTime: the append's (the log's property decides appends
     # and reads: log_store.timestamp_types)
     message_timestamp_type: str = Field(default=CREATE_TIME, alias="message.timestamp.type")
-    placement: str | None = Field(default=None, alias="lakelog.placement")  # None: the server's serve.placement
 
     def as_kafka(self) -> dict[str, str]:
         """Every config with its value; ``lakelog.placement`` only when the topic sets it."""

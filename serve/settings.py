@@ -38,13 +38,13 @@ class ServeSettings(Strict):
     tail_bytes: int = Field(default=256 * MIB, ge=0)  # the newest records of its own commits a server keeps (0: none)
     auto_create_topics: bool = False  # Kafka's auto.create.topics.enable
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
+    placement: Literal["key", "client"] = "key"  # where a topic without lakelog.placement has its records placed
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
     # KIP-848's consumer protocol (group.protocol=consumer): Kafka's group.consumer.* settings
     consumer_session_timeout_ms: int = Field(default=45_000, ge=100)  # a member silent this long is removed
     consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
     consumer_assignor: Literal["uniform", "range"] = "uniform"  # for groups whose members name none
-    placement: Literal["key", "client"] = "key"  # where a topic without lakelog.placement has its records placed
 
     # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
     # (principal name -> password), and permissions (none: everyone may do everything).

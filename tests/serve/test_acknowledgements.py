@@ -146,6 +146,11 @@ def test_a_servers_placement_is_its_topics_default_and_a_topic_config_overrides_
         made = admin.create_topics([NewTopic("plain", 3, 1), NewTopic("keyed", 3, 1, config={"lakelog.placement": "key"})])
         for f in made.values():
             f.result(60)
+        for name, shown in (("plain", ("client", ConfigSource.STATIC_BROKER_CONFIG.value)),
+                            ("keyed", ("key", ConfigSource.DYNAMIC_TOPIC_CONFIG.value))):
+            resource = ConfigResource("topic", name)
+            entry = admin.describe_configs([resource])[resource].result(60)["lakelog.placement"]
+            assert (entry.value, int(entry.source)) == shown
         client = RawClient(server.port)
         keys = [f"r{i}".encode() for i in range(12)]
         values = [b"v%d" % i for i in range(12)]
@@ -182,8 +187,8 @@ def test_lakelog_placement_is_set_described_and_checked_as_kafkas_topic_configs_
         return entry.value, int(entry.source), entry.is_default
 
     assert described() == ("key", ConfigSource.DEFAULT_CONFIG.value, True)  # the server's serve.placement
-    admin.incremental_alter_configs([ConfigResource("topic", "t", incremental_configs=[
-        ConfigEntry("lakelog.placement", "client", incremental_operation=AlterConfigOpType.SET)])])[resource].result(60)
+    kafka("configs", "--bootstrap-server", boot, "--alter", "--entity-type", "topics", "--entity-name", "t",
+          "--add-config", "lakelog.placement=client")
     assert described() == ("client", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False)
     bad = admin.incremental_alter_configs([ConfigResource("topic", "t", incremental_configs=[
         ConfigEntry("lakelog.placement", "murmur2", incremental_operation=AlterConfigOpType.SET)])])[resource]
@@ -191,8 +196,8 @@ def test_lakelog_placement_is_set_described_and_checked_as_kafkas_topic_configs_
         bad.result(60)
     assert described()[0] == "client"
 
-    kafka("configs", "--bootstrap-server", boot, "--alter", "--entity-type", "topics", "--entity-name", "t",
-          "--delete-config", "lakelog.placement")
+    admin.incremental_alter_configs([ConfigResource("topic", "t", incremental_configs=[
+        ConfigEntry("lakelog.placement", None, incremental_operation=AlterConfigOpType.DELETE)])])[resource].result(60)
     assert described()[0] == "key"
     out = CliRunner().invoke(cli, ["--root", root, "topics", "alter", "--topic", "t", "--config", "lakelog.placement=client"])
     assert out.exit_code == 0, out.output
