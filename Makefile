@@ -49,10 +49,11 @@ test-slow: setup
 test-s3: setup
 	$(BIN)/pytest -q -m s3
 
-# Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/ on
-# first use; docs/testing.md).
+# Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/, Go
+# clients built into .go-clients/, on first use; docs/testing.md).
 test-kafka-clients: setup
 	$(BIN)/python -c "from benchmarks.kafka_broker import jars; jars()"
+	$(BIN)/python -c "from tests.serve.go_clients import go_client; go_client('sarama-producer')"
 	$(BIN)/pytest -q -m kafka_clients
 
 # The fault campaign: SCHEDULES seeds from SEED (or SEEDS=3,7,10-12); see RELIABILITY.md.
@@ -108,4 +109,4 @@ bench-all: setup
 	$(BIN)/python benchmarks/all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .jars .jars-kafka lakelog-data chaos-runs log_store/jvm/target
+	rm -rf $(VENV) .jars .jars-kafka .go-clients lakelog-data chaos-runs log_store/jvm/target

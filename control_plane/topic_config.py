@@ -12,6 +12,8 @@ is the configuration. ``record_deletions`` holds one row per raised log start: t
 
 Defaults differ from Kafka's in one place: ``retention.ms`` is -1 (keep forever), not seven days,
 so a topic made before retention existed keeps every record until someone sets a retention.
+One config is lakelog's own: ``lakelog.placement``, where ``lakelog serve`` puts a Kafka producer's
+records (docs/serve.md, "Placement"); a topic that sets none takes its server's ``serve.placement``.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ class TopicConfig(BaseModel):
     retention_bytes: int = Field(default=-1, alias="retention.bytes")
     segment_bytes: int = Field(default=DEFAULT_TARGET_BYTES, alias="segment.bytes")  # compaction's target file size
     cleanup_policy: str = Field(default="delete", alias="cleanup.policy")
+    placement: str | None = Field(default=None, alias="lakelog.placement")  # None: the server's serve.placement
     # CreateTime: the producer's time; LogAppendTime: the append's (the log's property decides appends
     # and reads: log_store.timestamp_types)
     message_timestamp_type: str = Field(default=CREATE_TIME, alias="message.timestamp.type")
 
     def as_kafka(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.model_dump(by_alias=True).items()}
+        """Every config with its value; ``lakelog.placement`` only when the topic sets it."""
+        return {k: str(v) for k, v in self.model_dump(by_alias=True).items() if v is not None}
 
     @classmethod
     def of(cls, config: dict[str, str]) -> "TopicConfig":
@@ -54,7 +58,9 @@ class TopicConfig(BaseModel):
 KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, 2**31 - 1)}
 POLICIES = ("delete",)
 TIMESTAMP_TYPE = "message.timestamp.type"
-WORDS = ("cleanup.policy", TIMESTAMP_TYPE)  # the keys whose values are words, not numbers
+PLACEMENT = "lakelog.placement"
+PLACEMENTS = ("key", "client")  # by the key's murmur2 hash, or where the client addressed it (serve.placement)
+WORDS = ("cleanup.policy", TIMESTAMP_TYPE, PLACEMENT)  # the keys whose values are words, not numbers
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -79,6 +85,12 @@ def check(key: str, value: str) -> None:
         return
     if key == TIMESTAMP_TYPE:
         check_kind(value)
+        return
+    if key == PLACEMENT:
+        if value not in PLACEMENTS:
+            raise InvalidConfigurationError(
+                f"{PLACEMENT}={value}: give key (keyed records by their key's murmur2 hash: each key's order across "
+                "resizes) or client (every record where the client addressed it: Kafka's acknowledgements)")
         return
     if key not in KEYS:
         raise InvalidConfigurationError(

@@ -28,7 +28,7 @@ from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of, unreachable
-from serve.placement import base_offsets, place_records
+from serve.placement import UNKNOWN, base_offsets, place_records
 from serve.producers import NO_PRODUCER, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
 from serve.tail import pieces_of
@@ -84,6 +84,7 @@ class Batcher:
         self._tasks: set[asyncio.Task] = set()
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read), used by commits
         self._epochs: dict[str, int | None] = {}  # topic -> the leader epoch its last view was read at
+        self._placements: dict[str, str] = {}  # topic -> its placement (serve.placement), read with its view
         self.committed = 0  # Delta commits made (for the benchmark's commits a second)
         self.on_commit = None  # called with the topic after each commit (fetches waiting on it)
 
@@ -201,6 +202,7 @@ class Batcher:
         hit = self._views.get(topic)
         if fresh or hit is None or time.monotonic() - hit[1] > VIEW_AGE:
             hit = (self.ctx.view(topic), time.monotonic())
+            self._placements[topic] = self.ctx.placement(hit[0])
             self._views[topic] = hit
             self._follow_leadership(hit[0])
         return hit[0]
@@ -222,13 +224,13 @@ class Batcher:
     def _fill(entries: list[Entry], outcomes: dict[int, Outcome], rest: Outcome) -> list[Outcome]:
         return [outcomes.get(id(e), rest) for e in entries]
 
-    @staticmethod
-    def place(view: TopicView, entries: list[Entry]) -> list[np.ndarray]:
-        """The partition of each entry's records, under the count the append is fenced with
-        (``serve.placement``): keyed records where their key goes, unkeyed ones where addressed."""
+    def place(self, view: TopicView, entries: list[Entry]) -> list[np.ndarray]:
+        """The partition of each entry's records, under the count the append is fenced with and the
+        topic's placement (``serve.placement``)."""
         count = view.snapshot.metadata.undeleted_partition_count
         writable = view.writable()
-        return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable) for e in entries]
+        placement = self._placements.get(view.name, self.ctx.settings.placement)
+        return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable, placement) for e in entries]
 
     def _judge(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> tuple[list[Entry], dict[str, int]]:
         """The entries to append now, and the mark each producer's rows are numbered after; the
@@ -259,7 +261,7 @@ class Batcher:
                 running[pid] = verdict.first + e.batch.count - 1
                 accepted.append(e)
             elif verdict.kind == "duplicate":
-                outcomes[id(e)] = self._duplicate(path, pid, verdict.first)
+                outcomes[id(e)] = self._duplicate(path, pid, verdict.first, e)
             else:
                 outcomes[id(e)] = Outcome(error=verdict.error, message=f"producer {e.batch.producer_id} epoch "
                                           f"{e.batch.producer_epoch} sequence {e.batch.base_sequence} on partition "
@@ -282,12 +284,13 @@ class Batcher:
 
     def _answer(self, view: TopicView, path: str, accepted: list[Entry], ranges: dict[int, tuple[int, int]],
                 outcomes: dict[int, Outcome]) -> None:
-        """Each appended entry's base offset: where its first record was placed, numbered after the
-        rows queued before it in that partition."""
+        """Each appended entry's base offset (``serve.placement.base_offsets``): its first record's,
+        numbered after the rows queued before it in that partition, when the whole batch is where the
+        client addressed it, else -1 (unknown): a client numbers its records from it there."""
         starts = view.snapshot.earliest_offsets()
         placed = [e.placed for e in accepted]
-        for e, parts, base in zip(accepted, placed, base_offsets(placed, ranges)):
-            outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(int(parts[0]), 0))
+        for e, base in zip(accepted, base_offsets(placed, [e.partition for e in accepted], ranges)):
+            outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(e.partition, 0))
             if e.producer is not None:
                 self._marks[(path, e.producer)] = e.first + e.batch.count - 1
                 self._remember((path, e.producer, e.first), base)
@@ -332,13 +335,18 @@ class Batcher:
             for pid, mark in self.ctx.producer_marks(path, new).items():
                 self._marks[(path, pid)] = mark
 
-    def _duplicate(self, path: str, pid: str, first: int) -> Outcome:
-        """A retried batch: answered with the offset its first record was written at."""
+    def _duplicate(self, path: str, pid: str, first: int, entry: Entry) -> Outcome:
+        """A retried batch: answered as its first send was, with the offset its first record was
+        written at if the whole batch is at consecutive offsets of the partition addressed, else -1."""
         offset = self._recent.get((path, pid, first))
         if offset is None:
-            offset = self.ctx.offset_of(path, pid, first)
-        if offset is None:  # written, but no longer in the log (retention): Kafka's answer for it
-            return Outcome(error="DUPLICATE_SEQUENCE_NUMBER")
+            found = self.ctx.record_of(path, pid, first)
+            if found is None:  # written, but no longer in the log (retention): Kafka's answer for it
+                return Outcome(error="DUPLICATE_SEQUENCE_NUMBER")
+            partition, offset = found
+            last = found if entry.batch.count == 1 else self.ctx.record_of(path, pid, first + entry.batch.count - 1)
+            if partition != entry.partition or last != (partition, offset + entry.batch.count - 1):
+                offset = UNKNOWN
         return Outcome(base_offset=offset)
 
     def _remember(self, key: tuple[str, str, int], offset: int) -> None:

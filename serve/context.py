@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.records import TopicRecord
+from control_plane.topic_config import PLACEMENT, latest_config
 from control_plane.topics import TopicAdmin
 from log_store import rs_reader
 from log_store.engine import app_versions, table_version
@@ -79,6 +80,7 @@ class ServeContext:
         self._replicated: dict[str, tuple[bool, float]] = {}
         self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read, unread roots)
         self._failures: Any = None  # acks=all produces' failure clock, one for the server (the time lag)
+        self._configs: tuple[int, list[dict]] | None = None  # (version, rows) of topic_configs, as last read
 
     def _pool_thread(self) -> None:
         activate(self.spark)
@@ -170,15 +172,27 @@ class ServeContext:
         known = app_versions(self.spark, path)
         return {pid: known.get(producer_app_id(pid), -1) for pid in producer_ids}
 
-    def offset_of(self, path: str, producer_id: str, sequence: int) -> int | None:
-        """The offset of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
+    def record_of(self, path: str, producer_id: str, sequence: int) -> tuple[int, int] | None:
+        """(partition, offset) of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
         if reads_with_delta_rs(path):
-            found = rs_reader.record_of(path, producer_id, sequence)
-        else:
-            row = (TopicLog(self.spark, path).table().where((F.col("producer_id") == producer_id)
-                                                            & (F.col("sequence") == sequence)).select("offset").first())
-            found = None if row is None else (0, int(row["offset"]))
-        return None if found is None else found[1]
+            return rs_reader.record_of(path, producer_id, sequence)
+        row = (TopicLog(self.spark, path).table().where((F.col("producer_id") == producer_id)
+                                                        & (F.col("sequence") == sequence))
+               .select("partition", "offset").first())
+        return None if row is None else (int(row["partition"]), int(row["offset"]))
+
+    def placement(self, view: TopicView) -> str:
+        """Where the server places the topic's records (serve/placement.py): its ``lakelog.placement``,
+        else the server's ``serve.placement``; the topic configs are read again when their table moved."""
+        tables = self.admin.tables
+        version = table_version(self.spark, tables.path("topic_configs"))
+        with self._lock:
+            hit = self._configs
+        if hit is None or hit[0] != version:
+            hit = (version, tables.rows_at("topic_configs", version))
+            with self._lock:
+                self._configs = hit
+        return latest_config(hit[1], view.record.location)[1].get(PLACEMENT, self.settings.placement)
 
     def replicated(self, topic: str) -> bool:
         """Whether ``topic`` keeps replicas (looked up again every ten seconds)."""

@@ -45,6 +45,7 @@ class ServeSettings(Strict):
     tail_bytes: int = Field(default=256 * MIB, ge=0)  # the newest records of its own commits a server keeps (0: none)
     auto_create_topics: bool = False  # Kafka's auto.create.topics.enable
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
+    placement: Literal["key", "client"] = "key"  # where a topic without lakelog.placement has its records placed
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
     # KIP-848's consumer protocol (group.protocol=consumer): Kafka's group.consumer.* settings

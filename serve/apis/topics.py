@@ -9,18 +9,20 @@ import logging
 from typing import TYPE_CHECKING
 
 from control_plane.controller import TopicController
-from control_plane.topic_config import KEYS, TIMESTAMP_TYPE, WORDS, TopicConfig, check
+from control_plane.topic_config import KEYS, PLACEMENT, TIMESTAMP_TYPE, WORDS, TopicConfig, check
 from log_store.errors import (
     InvalidConfigurationError, InvalidPartitionsError, LakelogError, OffsetCheckError, UnknownTopicError,
 )
 from log_store.names import check_topic_name
 from serve.errors import code_of, message_of
+from serve.settings import ServeSettings
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
     from serve.wire import Request
 
 TOPIC, BROKER = 2, 4  # Kafka's config resource types
+TOPIC_SET, SERVER_SET, DEFAULT = 1, 4, 5  # Kafka's config sources (dynamic topic, static broker, default)
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 DEFAULTS = TopicConfig().as_kafka()
 log = logging.getLogger("lakelog.serve")
@@ -51,6 +53,16 @@ KAFKA_TOPIC_CONFIGS = frozenset({
 })
 
 
+def _sourced(server: "Server", config: dict[str, str]) -> list[tuple[str, str, int]]:
+    """A topic's configs, each with its value and Kafka's config source: a topic that sets no
+    ``lakelog.placement`` has its server's ``serve.placement``."""
+    out = {k: (v, DEFAULT if v == DEFAULTS.get(k) else TOPIC_SET) for k, v in config.items()}
+    if PLACEMENT not in out:
+        mine = server.settings.placement
+        out[PLACEMENT] = (mine, DEFAULT if mine == ServeSettings.model_fields["placement"].default else SERVER_SET)
+    return [(k, v, source) for k, (v, source) in sorted(out.items())]
+
+
 def _check_configs(configs) -> list[str]:
     """The configs of a CreateTopics lakelog keeps, as ``key=value`` pairs; Kafka's others are taken
     and not kept, an unknown name is INVALID_CONFIG (nothing is created)."""
@@ -61,12 +73,12 @@ def _check_configs(configs) -> list[str]:
         if c.name == "cleanup.policy" and c.value != "delete":
             raise InvalidConfigurationError(f"cleanup.policy={c.value} is not supported: lakelog keeps every record "
                                             "of a key (delete is the only policy)")
-        if c.name in KEYS or c.name == TIMESTAMP_TYPE:
+        if c.name in KEYS or c.name in (TIMESTAMP_TYPE, PLACEMENT):
             check(c.name, c.value)
             pairs.append(f"{c.name}={c.value}")
         elif c.name not in KAFKA_TOPIC_CONFIGS and c.name != "cleanup.policy":
             raise InvalidConfigurationError(
-                f"unknown topic config {c.name!r}: lakelog keeps {', '.join(sorted([*KEYS, TIMESTAMP_TYPE, 'cleanup.policy']))}"
+                f"unknown topic config {c.name!r}: lakelog keeps {', '.join(sorted([*KEYS, *WORDS]))}"
                 " and takes Kafka's other topic configs without keeping them")
     return pairs
 
@@ -99,8 +111,8 @@ def _create_one(server: "Server", topic, validate_only: bool) -> dict:
         config = server.ctx.admin.describe(name).config
         return _result(name, num_partitions=record.undeleted_partition_count, replication_factor=1,
                        topic_id=view.topic_id, configs=[
-                           {"name": k, "value": v, "read_only": False, "config_source": 5 if v == DEFAULTS.get(k) else 1,
-                            "is_sensitive": False} for k, v in sorted(config.items())])
+                           {"name": k, "value": v, "read_only": False, "config_source": source, "is_sensitive": False}
+                           for k, v, source in _sourced(server, config)])
     except LakelogError as exc:
         return _result(name, exc, topic_id=None, configs=[])
 
@@ -174,10 +186,9 @@ def _describe_one(server: "Server", resource) -> dict:
     except LakelogError as exc:
         return {**base, "error_code": code_of(exc), "error_message": str(exc), "configs": []}
     keys = resource.configuration_keys
-    configs = [{"name": k, "value": v, "read_only": False, "is_default": v == DEFAULTS.get(k),
-                "config_source": 5 if v == DEFAULTS.get(k) else 1, "is_sensitive": False, "synonyms": [],
-                "config_type": 0, "documentation": None}
-               for k, v in sorted(config.items()) if keys is None or k in keys]
+    configs = [{"name": k, "value": v, "read_only": False, "is_default": source == DEFAULT,
+                "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None}
+               for k, v, source in _sourced(server, config) if keys is None or k in keys]
     return {**base, "error_code": 0, "error_message": None, "configs": configs}
 
 

@@ -56,8 +56,9 @@ def test_a_librdkafka_producer_and_a_java_group_keep_every_keys_order_across_a_g
     if partitioner == "murmur2_random":
         assert all(told)  # librdkafka was told where each record is
     else:
-        # CRC32 addressed other partitions than murmur2: librdkafka was told its own choice and
-        # consecutive offsets there, which mostly hold other records (the log says where they are)
+        # CRC32 addressed other partitions than murmur2: a batch placed elsewhere is answered -1
+        # (offset unknown, which confluent-kafka gives as None), and librdkafka numbers the batch's
+        # later records 0, 1, ... from it, places of other records (docs/serve.md, "Placement")
         assert told.count(False) > len(told) / 2, (told.count(False), len(told))
 
 

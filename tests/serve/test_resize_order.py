@@ -4,12 +4,8 @@ places keyed records under the count it commits with (serve/placement.py, docs/s
 
 from __future__ import annotations
 
-import json
-import queue
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -21,6 +17,7 @@ from control_plane.settings import ControllerSettings
 from pipelines.consumer import Consumer
 from pipelines.settings import ConsumerSettings
 from tests.serve.conftest import bootstrap
+from tests.serve.line_clients import java_producers
 from tests.support import log_rows
 
 pytestmark = pytest.mark.kafka_clients
@@ -109,18 +106,18 @@ def first_key_placed_apart(count: int, addressed: int) -> bytes:
     return next(k for k in (f"r{i}".encode() for i in range(1000)) if kafka_default(k, count) != addressed)
 
 
-def test_a_re_placed_batch_retried_after_a_grow_is_a_duplicate_answered_with_its_first_offset(spark, served, root):
+def test_a_re_placed_batch_retried_after_a_grow_is_a_duplicate_answered_as_its_first_send_was(spark, served, root):
     from tests.serve.raw import RawClient, batch, produce
 
     served.ctx.admin.create("t", 2)
     client = RawClient(served.port)
     key = first_key_placed_apart(2, 0)  # the client addresses 0; the key belongs in 1
     first = batch([b"a", b"b"], producer_id=91, epoch=0, sequence=0, keys=[key, key])
-    assert produce(client, "t", 0, first) == (0, 0)  # placed at offset 0 of partition 1
+    assert produce(client, "t", 0, first) == (0, -1)  # placed at offsets 0-1 of partition 1: not where addressed
     TopicController(spark, root).alter("t", 3)
-    assert produce(client, "t", 0, first) == (0, 0)  # the retry: judged by its stream, not placed again
+    assert produce(client, "t", 0, first) == (0, -1)  # the retry: judged by its stream, not placed again
     served.batcher._recent.clear()  # answered from the log, as after a restart
-    assert produce(client, "t", 0, first) == (0, 0)
+    assert produce(client, "t", 0, first) == (0, -1)
     nxt = batch([b"c"], producer_id=91, epoch=0, sequence=2, keys=[key])
     assert produce(client, "t", 0, nxt)[0] == 0
     client.close()
@@ -181,50 +178,6 @@ def test_a_stale_producer_a_custom_partitioner_and_a_marked_partition_get_what_t
     assert where[b"unkeyed|retired"] == 0 and where[b"keyed|retired"] == kafka_default(b"m", 5)
 
 
-class StaleProducers:
-    """Idempotent Java producers with a custom partitioner (tests/serve/java/StaleProducers.java:
-    every record to the last partition the producer knows of), driven line by line."""
-
-    def __init__(self, boot: str, topic: str, folder: Path) -> None:
-        from tests.serve.group_resize import java
-
-        source = Path(__file__).parent / "java" / "StaleProducers.java"
-        self.err = folder / "producers.err"
-        self.proc = subprocess.Popen([*java(), str(source), boot, topic], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=open(self.err, "wb"), text=True)
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
-        self.outcomes: list[dict] = []
-
-    def tell(self, line: str) -> None:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def ask(self, line: str, answer: str) -> dict:
-        """Send ``line``; the first JSON line whose event is ``answer`` (outcomes on the way are kept)."""
-        self.tell(line)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                out = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {answer} for {line!r}: {self.err.read_text()[-3000:]}") from None
-            if out.startswith("{"):
-                event = json.loads(out)
-                if event["event"] in ("acked", "failed"):
-                    self.outcomes.append(event)
-                if event["event"] == answer:
-                    return event
-
-    def count(self, name: str) -> int:
-        return self.ask(f"count {name}", "count")["count"]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.ask("quit", "closed")
-        self.proc.wait(60)
-
-
 def test_java_producers_with_stale_metadata_and_a_custom_partitioner_get_what_the_docs_say(
         spark, served, root, tmp_path):
     """docs/serve.md, "Placement": a producer's count may be old after a resize (Java's producer
@@ -238,7 +191,7 @@ def test_java_producers_with_stale_metadata_and_a_custom_partitioner_get_what_th
     boot = bootstrap(served)
     served.ctx.admin.create("t", 4)
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True, delete_delay_seconds=0))
-    producers = StaleProducers(boot, "t", tmp_path)
+    producers = java_producers(boot, "t", tmp_path)
     sent = [0]  # a counter across producers: each key's records in the order they were sent
 
     def burst(name: str) -> tuple[list[str], str]:

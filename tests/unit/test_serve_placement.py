@@ -1,9 +1,13 @@
 """The server's placement of Kafka producers' records (serve/placement.py), without Spark."""
 
 import numpy as np
+import pytest
 from kafka.partitioner.default import murmur2
 
-from serve.placement import base_offsets, place_records
+from control_plane.topic_config import PLACEMENTS, TopicConfig, changed, parse_pairs
+from log_store.errors import InvalidConfigurationError
+from serve.placement import CLIENT, KEY, UNKNOWN, base_offsets, place_records
+from serve.settings import ServeSettings
 
 
 def kafka_default(key: bytes, n: int) -> int:
@@ -41,7 +45,45 @@ def test_a_batch_mixing_keyed_and_unkeyed_records_is_placed_record_by_record():
 
 
 def test_base_offsets_number_records_in_queue_order_within_each_partition():
-    placed = [np.array([1, 0, 1]), np.array([0]), np.array([2, 1])]
-    ranges = {0: (10, 12), 1: (20, 23), 2: (5, 6)}
-    # batch 1: first record at 1's start; batch 2 after batch 1's record in 0; batch 3 first in 2
-    assert base_offsets(placed, ranges) == [20, 11, 5]
+    placed = [np.array([1, 1]), np.array([0]), np.array([1]), np.array([2, 2])]
+    ranges = {0: (10, 11), 1: (20, 23), 2: (5, 7)}
+    # batch 3 after batch 1's two records in 1; batches 2 and 4 first in theirs
+    assert base_offsets(placed, [1, 0, 1, 2], ranges) == [20, 10, 22, 5]
+
+
+def test_a_batch_not_wholly_where_it_was_addressed_is_answered_offset_unknown():
+    """A client numbers a batch's records from its base offset in the partition it addressed: a
+    batch with a record elsewhere has no such base (Kafka's -1), and still takes its rows' places."""
+    placed = [np.array([1, 0, 1]), np.array([0]), np.array([2, 1]), np.array([1])]
+    ranges = {0: (10, 12), 1: (20, 24), 2: (5, 6)}
+    assert base_offsets(placed, [1, 0, 2, 1], ranges) == [UNKNOWN, 11, UNKNOWN, 23]
+    assert UNKNOWN == -1
+    assert base_offsets([np.array([], dtype=np.int32)], [0], {}) == [UNKNOWN]  # no record: nothing to number
+
+
+def test_client_placement_keeps_every_record_where_addressed_while_that_partition_is_writable():
+    for addressed in (0, 3, 5):
+        assert place_records(KEYS, addressed, 6, range(6), CLIENT).tolist() == [addressed] * len(KEYS)
+    assert place_records([None, b"a"], 2, 6, range(6), CLIENT).tolist() == [2, 2]
+    # a stale producer after a grow 4 -> 6: its keys stay in the old partitions it chose
+    assert place_records(KEYS, 1, 6, range(6), CLIENT).tolist() == [1] * len(KEYS)
+
+
+def test_client_placement_places_a_batch_addressed_to_a_partition_a_shrink_took_as_key_placement_does():
+    for addressed, count in ((5, 5), (7, 4)):  # marked by a shrink 6 -> 5; retired by an earlier one
+        keys = [*KEYS[:20], None]
+        assert place_records(keys, addressed, count, range(count), CLIENT).tolist() == \
+            place_records(keys, addressed, count, range(count), KEY).tolist()
+
+
+def test_lakelog_placement_is_a_topic_config_of_two_words():
+    assert PLACEMENTS == (KEY, CLIENT) == ("key", "client")
+    assert parse_pairs(["lakelog.placement=client"]) == {"lakelog.placement": "client"}
+    with pytest.raises(InvalidConfigurationError, match="give key .* or client"):
+        parse_pairs(["lakelog.placement=murmur2"])
+    assert "lakelog.placement" not in TopicConfig().as_kafka()  # unset: the server's serve.placement
+    assert TopicConfig.of({"lakelog.placement": "client"}).as_kafka()["lakelog.placement"] == "client"
+    assert changed({"lakelog.placement": "client"}, {}, ["lakelog.placement"]) == {}
+    assert ServeSettings().placement == "key" and ServeSettings(placement="client").placement == "client"
+    with pytest.raises(ValueError):
+        ServeSettings(placement="murmur2")

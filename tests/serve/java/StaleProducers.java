@@ -16,15 +16,16 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * answer a JSON line on standard output. Run as a source file:
  * java -cp KAFKA_JARS StaleProducers.java BOOTSTRAP TOPIC
  *
- *   new NAME MAX_AGE_MS        a producer with metadata.max.age.ms=MAX_AGE_MS, answers its count
+ *   new NAME MAX_AGE_MS [kafka] a producer with metadata.max.age.ms=MAX_AGE_MS, answers its count;
+ *                              "kafka": with Kafka's default partitioner instead of LastPartition
  *   count NAME                 the topic's partition count in NAME's metadata, as it stands
  *   send NAME KEY VALUE PART   KEY "-" for none, PART "-" for the partitioner's choice
  *   flush NAME                 every send's outcome (acked: the partition and offset the producer
- *                              was told; failed: the exception), then "flushed"
+ *                              was told, -1 when it has none; failed: the exception), then "flushed"
  *   quit
  *
- * The partitioner, {@link LastPartition}, sends every record to the last partition its producer
- * knows of, keyed or not.
+ * The partitioner, {@link LastPartition} unless "kafka" is asked for, sends every record to the last
+ * partition its producer knows of, keyed or not.
  */
 public class StaleProducers {
     /** Every record to the highest partition number in the producer's metadata. */
@@ -62,7 +63,9 @@ public class StaleProducers {
                     props.put("acks", "all");
                     props.put("linger.ms", "5");
                     props.put("metadata.max.age.ms", w[2]);
-                    props.put("partitioner.class", LastPartition.class);
+                    if (w.length < 4 || !w[3].equals("kafka")) {
+                        props.put("partitioner.class", LastPartition.class);
+                    }
                     props.put("key.serializer", StringSerializer.class.getName());
                     props.put("value.serializer", StringSerializer.class.getName());
                     KafkaProducer<String, String> p = new KafkaProducer<>(props);
