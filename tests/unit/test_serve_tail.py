@@ -314,26 +314,26 @@ def _ask(partition: int, offset: int, limit: int = 1 << 20):
 def test_kept_records_then_the_files_from_where_they_end(monkeypatch):
     asked = _files(monkeypatch)
     server = _server(_kept_tail(), 6)
-    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], [1 << 20], [])
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], fetch_api._Budget(1 << 20), [])
     assert _values(parts[0].records) == list(enumerate(VALUES[0]))
     assert _values(parts[1].records) == list(enumerate(VALUES[1]))
     assert [(p, s) for p, s, _e in asked[0]] == [(0, 3), (1, 0)]  # one read, partition 0 from the kept records' end
-    parts = fetch_api._read_topic(server, "t", [_ask(0, 1)], [1 << 20], [])
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 1)], fetch_api._Budget(1 << 20), [])
     assert _values(parts[0].records) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
-    parts = fetch_api._read_topic(server, "t", [_ask(0, 4)], [1 << 20], [])  # another writer's record: files only
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 4)], fetch_api._Budget(1 << 20), [])  # another writer's record: files only
     assert _values(parts[0].records) == [(4, b"e")] and asked[-1][0][:2] == (0, 4)
     # a snapshot past the kept run (a version it could not follow): every record from the files
-    parts = fetch_api._read_topic(_server(_kept_tail(), 7), "t", [_ask(0, 0)], [1 << 20], [])
+    parts = fetch_api._read_topic(_server(_kept_tail(), 7), "t", [_ask(0, 0)], fetch_api._Budget(1 << 20), [])
     assert _values(parts[0].records) == list(enumerate(VALUES[0])) and asked[-1][0][:2] == (0, 0)
 
 
 def test_the_byte_limit_holds_over_kept_records_and_files(monkeypatch):
     asked = _files(monkeypatch)
     server = _server(_kept_tail(), 6)
-    parts = fetch_api._read_topic(server, "t", [_ask(0, 0, limit=10), _ask(1, 0)], [1 << 20], [])
-    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")]  # the kept batch (at least one), no more
+    parts = fetch_api._read_topic(server, "t", [_ask(0, 0, limit=10), _ask(1, 0)], fetch_api._Budget(1 << 20), [])
+    assert _values(parts[0].records) == [(0, b"a")]  # past the partition's limit: its first record only (KIP-74)
     assert _values(parts[1].records) == list(enumerate(VALUES[1]))
-    budget = [10]
+    budget = fetch_api._Budget(10)
     parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], budget, [])
-    assert _values(parts[0].records) == [(0, b"a"), (1, b"b"), (2, b"c")] and parts[1].records == b""
-    assert budget[0] < 0
+    assert _values(parts[0].records) == [(0, b"a")] and parts[1].records == b""
+    assert budget.left == 0 and not budget.first  # the first batch went out whole, past the limit (KIP-74)
