@@ -40,6 +40,8 @@ class ServeSettings(Strict):
     default_partitions: int = Field(default=1, ge=1)  # Kafka's num.partitions, for auto-created topics
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = Field(default=6_000, ge=1)  # Kafka's group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)  # Kafka's group.max.session.timeout.ms
     # KIP-848's consumer protocol (group.protocol=consumer): Kafka's group.consumer.* settings
     consumer_session_timeout_ms: int = Field(default=45_000, ge=100)  # a member silent this long is removed
     consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
@@ -63,6 +65,13 @@ class ServeSettings(Strict):
             raise ValueError(f"security_protocol {self.security_protocol} needs ssl_certfile (and ssl_keyfile)")
         if self.security_protocol.startswith("SASL") and not self.users:
             raise ValueError(f"security_protocol {self.security_protocol} needs users (principal name: password)")
+        return self
+
+    @model_validator(mode="after")
+    def _session_bounds(self) -> "ServeSettings":
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
+                             f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): no JoinGroup could join")
         return self
 
     @field_validator("listen", "advertised")

@@ -65,8 +65,12 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     body = request.body
     base = {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
             "member_id": body.member_id, "members": []}
+    settings = server.settings
+    session = _ms(body.session_timeout)
     refused = await _guard(server, conn, body.group_id)
-    if not refused and server.consumer_groups.live(body.group_id):
+    if not refused and not settings.group_min_session_timeout_ms <= session <= settings.group_max_session_timeout_ms:
+        refused = "INVALID_SESSION_TIMEOUT"  # group.min/max.session.timeout.ms
+    elif not refused and server.consumer_groups.live(body.group_id):
         refused = "INCONSISTENT_GROUP_PROTOCOL"  # its members use KIP-848's protocol (group.protocol=consumer)
     elif not refused:
         server.consumer_groups.drop(body.group_id)  # an empty KIP-848 group becomes a classic one
@@ -76,7 +80,7 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     try:
         answer = await server.coordinator.join(
             body.group_id, body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
-            conn.peer.rsplit(":", 1)[0], _ms(body.session_timeout), rebalance, body.protocol_type,
+            conn.peer.rsplit(":", 1)[0], session, rebalance, body.protocol_type,
             [(p.name, p.metadata) for p in body.protocols], require_known_id=request.version >= 4)
     except GroupError as exc:
         return {**base, "error_code": code_of(exc.code), "member_id": exc.member_id or body.member_id}

@@ -1,0 +1,85 @@
+"""Classic and KIP-848 groups against clients that are broken or hostile, answered as Kafka 4's group
+coordinator answers them: a member id given out and never used expires after its session timeout;
+a session timeout outside the server's bounds is refused; OffsetFetch answers a topic the caller may
+not describe with an error, not by leaving it out; DescribeGroups on a KIP-848 group; a classic
+group whose members left is listed as empty by lakelog's CLI and by ListGroups."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from click.testing import CliRunner
+from kio.schema.errors import ErrorCode
+
+from serve.server import Server
+from serve.settings import ServeSettings
+from tests.serve.conftest import bootstrap, stopped_with_no_task_left
+from tests.serve.raw import RawClient
+
+pytestmark = pytest.mark.kafka_clients
+
+
+@pytest.fixture()
+def serve(spark, root):
+    """``serve(**settings)``: a server in a thread of the test process, stopped at the test's end."""
+    started = []
+
+    def start(**settings) -> Server:
+        server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, **settings)).run_in_thread()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        stopped_with_no_task_left(server)
+
+
+def coordinated(server: Server, group: str = "g") -> RawClient:
+    """A raw client of ``server``, which has taken ``group`` (FindCoordinator)."""
+    client = RawClient(server.port)
+    found = client.call(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
+    assert (found.error_code, found.port) == (0, server.port)
+    return client
+
+
+def join(client: RawClient, member_id: str, session_ms: int = 10_000, rebalance_ms: int = 10_000, group: str = "g"):
+    return client.call(11, 5, {"group_id": group, "session_timeout": session_ms, "rebalance_timeout": rebalance_ms,
+                               "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
+                               "protocols": [{"name": "range", "metadata": b""}]})
+
+
+def joined(client: RawClient, rebalance_ms: int = 10_000):
+    """A member in group g: its id given out (KIP-394), then its join's answer."""
+    asked = join(client, "", rebalance_ms=rebalance_ms)
+    assert asked.error_code == ErrorCode.member_id_required and asked.member_id
+    return join(client, asked.member_id, rebalance_ms=rebalance_ms)
+
+
+def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_session_timeout(serve):
+    """group.min.session.timeout.ms (6 s) and group.max.session.timeout.ms (30 min), Kafka's names
+    and defaults: a JoinGroup asking for less or more is refused before it joins."""
+    server = serve()
+    client = coordinated(server)
+    for session_ms in (5_999, 1_800_001):
+        refused = join(client, "m-1", session_ms=session_ms)
+        assert (refused.error_code, refused.member_id, refused.generation_id) == (
+            ErrorCode.invalid_session_timeout, "m-1", -1), session_ms
+        assert join(client, "", session_ms=session_ms).error_code == ErrorCode.invalid_session_timeout
+    for session_ms in (6_000, 1_800_000):
+        assert join(client, "", session_ms=session_ms).error_code == ErrorCode.member_id_required, session_ms
+    client.close()
+
+    lenient = serve(group_min_session_timeout_ms=1_000, group_max_session_timeout_ms=20_000)
+    client = coordinated(lenient, "g2")  # g is the first server's
+    assert join(client, "", session_ms=1_000, group="g2").error_code == ErrorCode.member_id_required
+    assert join(client, "", session_ms=999, group="g2").error_code == ErrorCode.invalid_session_timeout
+    assert join(client, "", session_ms=20_001, group="g2").error_code == ErrorCode.invalid_session_timeout
+    client.close()
+
+
+def test_session_timeout_bounds_that_cross_are_refused_with_both_values():
+    with pytest.raises(ValueError, match=r"group_min_session_timeout_ms \(9000\).*group_max_session_timeout_ms \(8000\)"):
+        ServeSettings(group_min_session_timeout_ms=9_000, group_max_session_timeout_ms=8_000)
