@@ -58,6 +58,41 @@ def joined(client: RawClient, rebalance_ms: int = 10_000):
     return join(client, asked.member_id, rebalance_ms=rebalance_ms)
 
 
+def test_a_member_id_given_out_and_never_used_expires_after_its_session_timeout(serve):
+    """A JoinGroup without a member id is answered MEMBER_ID_REQUIRED with an id the server keeps
+    pending; a client that never joins with it must not hold the group's rebalances for their
+    whole rebalance timeout (max.poll.interval.ms, 300 s by default): Kafka drops the pending id
+    after the session timeout that JoinGroup asked for."""
+    server = serve(group_min_session_timeout_ms=500)
+    a, b, hostile = coordinated(server), RawClient(server.port), RawClient(server.port)
+    first = joined(a, rebalance_ms=20_000)
+    assert first.error_code == 0 and first.leader == first.member_id
+    synced = a.call(14, 3, {"group_id": "g", "generation_id": first.generation_id, "member_id": first.member_id,
+                            "group_instance_id": None, "assignments": [{"member_id": first.member_id, "assignment": b""}]})
+    assert synced.error_code == 0
+
+    left_pending = join(hostile, "", session_ms=1000)  # never followed up
+    started = time.monotonic()
+    assert left_pending.error_code == ErrorCode.member_id_required
+    with ThreadPoolExecutor(2) as pool:
+        second = pool.submit(joined, b, 20_000)
+        while True:  # the stable member learns of the rebalance from its heartbeat, and joins again
+            beat = a.call(12, 3, {"group_id": "g", "generation_id": first.generation_id,
+                                  "member_id": first.member_id, "group_instance_id": None})
+            if beat.error_code == ErrorCode.rebalance_in_progress:
+                break
+            assert beat.error_code == 0 and time.monotonic() - started < 10
+            time.sleep(0.05)
+        again = pool.submit(join, a, first.member_id, 10_000, 20_000)
+        answers = [second.result(60), again.result(60)]
+    took = time.monotonic() - started
+    assert [x.error_code for x in answers] == [0, 0] and answers[0].generation_id == answers[1].generation_id
+    assert len(next(x for x in answers if x.members).members) == 2  # the pending id is no member
+    assert took < 5, f"the rebalance waited {took:.1f} s: the pending member id held it (its session: 1 s)"
+    for c in (a, b, hostile):
+        c.close()
+
+
 def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_session_timeout(serve):
     """group.min.session.timeout.ms (6 s) and group.max.session.timeout.ms (30 min), Kafka's names
     and defaults: a JoinGroup asking for less or more is refused before it joins."""
