@@ -118,3 +118,30 @@ def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_ses
 def test_session_timeout_bounds_that_cross_are_refused_with_both_values():
     with pytest.raises(ValueError, match=r"group_min_session_timeout_ms \(9000\).*group_max_session_timeout_ms \(8000\)"):
         ServeSettings(group_min_session_timeout_ms=9_000, group_max_session_timeout_ms=8_000)
+
+
+def test_offset_fetch_answers_a_topic_the_caller_may_not_describe_with_topic_authorization_failed(serve, spark, root):
+    """A committed offset of a topic the caller may not describe is not shown, and the partition is
+    answered TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis): left out of the answer, a client takes
+    it for a partition without a committed offset and resets it. Asking for all the group's
+    topics leaves such a topic out, as Kafka does."""
+    from control_plane.group.offsets import GroupOffsets
+
+    acls = [{"principal": "User:ANONYMOUS", "resource": "topic", "name": "orders", "operations": ["read"]},
+            {"principal": "User:ANONYMOUS", "resource": "group", "name": "g", "operations": ["read"]}]
+    server = serve(acls=acls)
+    for topic in ("orders", "secret"):
+        server.ctx.admin.create(topic, 2)
+        GroupOffsets(spark, root).commit("g", topic, {0: 5, 1: 7})
+    client = coordinated(server)
+    for version in (1, 5, 7):
+        answer = client.call(9, version, {"group_id": "g", "require_stable": False, "topics": [
+            {"name": "secret", "partition_indexes": [0, 1]}, {"name": "orders", "partition_indexes": [1]}]})
+        got = {(t.name, p.partition_index): (p.error_code, p.committed_offset) for t in answer.topics for p in t.partitions}
+        assert got == {("orders", 1): (0, 7), ("secret", 0): (ErrorCode.topic_authorization_failed, -1),
+                       ("secret", 1): (ErrorCode.topic_authorization_failed, -1)}, version
+        if version >= 2:
+            assert answer.error_code == 0
+    every = client.call(9, 7, {"group_id": "g", "require_stable": False, "topics": None})
+    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in every.topics] == [("orders", [5, 7])]
+    client.close()
