@@ -234,28 +234,34 @@ async def describe_groups(server: "Server", conn: "Connection", request: "Reques
     out = []
     for name in request.body.groups:
         base = {"group_id": name, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
-                "authorized_operations": -2147483648}
+                "authorized_operations": -2147483648, "error_code": 0, "error_message": None}
         refused = await _guard(server, conn, name, "DESCRIBE")
         if refused:
             out.append({**base, "error_code": code_of(refused)})
             continue
-        if server.consumer_groups.live(name):  # Kafka's answer: ConsumerGroupDescribe describes it
-            out.append({**base, "error_code": code_of("GROUP_ID_NOT_FOUND"),
-                        "error_message": f"Group {name} is not a classic group."})
+        if name in server.consumer_groups.groups:  # KIP-848's, with members or not: ConsumerGroupDescribe describes it
+            out.append(_not_found(base, f"Group {name} is not a classic group.", request.version))
             continue
         group = server.coordinator.groups.get(name)
         if group is None or not group.members:
-            known = name in await server.records.run(server.records.known_groups)
-            out.append({**base, "error_code": 0, "group_state": "Empty" if known else "Dead",
-                        "protocol_type": "consumer" if known else ""})
+            if name not in await server.records.run(server.records.known_groups):
+                out.append(_not_found(base, f"Group {name} not found.", request.version))
+            else:
+                out.append({**base, "group_state": "Empty", "protocol_type": "consumer"})
             continue
-        out.append({**base, "error_code": 0, "group_state": group.state, "protocol_type": group.protocol_type or "",
+        out.append({**base, "group_state": group.state, "protocol_type": group.protocol_type or "",
                     "protocol_data": group.protocol or "", "members": [
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                          "client_host": "/" + m.client_host, "member_metadata": m.metadata(group.protocol or ""),
                          "member_assignment": m.assignment if group.state == STABLE else b""}
                         for m in group.members.values()]})
     return {"throttle_time": 0, "groups": out}
+
+
+def _not_found(base: dict, message: str, version: int) -> dict:
+    """Kafka 4's answer for a group DescribeGroups does not describe (none, or not a classic group):
+    GROUP_ID_NOT_FOUND with a message from version 6 (KIP-1043), a Dead group without an error before."""
+    return {**base, "error_code": code_of("GROUP_ID_NOT_FOUND"), "error_message": message} if version >= 6 else base
 
 
 def _delete_group(server: "Server", name: str) -> str:
@@ -295,6 +301,6 @@ HANDLERS = {
     8: (2, 9, offset_commit),
     9: (1, 7, offset_fetch),
     16: (0, 4, list_groups),
-    15: (0, 5, describe_groups),
+    15: (0, 6, describe_groups),
     42: (0, 2, delete_groups),
 }

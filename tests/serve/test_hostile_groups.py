@@ -145,3 +145,38 @@ def test_offset_fetch_answers_a_topic_the_caller_may_not_describe_with_topic_aut
     every = client.call(9, 7, {"group_id": "g", "require_stable": False, "topics": None})
     assert [(t.name, [p.committed_offset for p in t.partitions]) for t in every.topics] == [("orders", [5, 7])]
     client.close()
+
+
+def test_describe_groups_on_a_kip_848_group_answers_as_kafka_4(served):
+    """Kafka 4's DescribeGroups describes classic groups only: a KIP-848 group, with members or
+    without, is answered GROUP_ID_NOT_FOUND "Group g is not a classic group." from version 6
+    (KIP-1043), and as a Dead group without an error before it; a group that does not exist is
+    GROUP_ID_NOT_FOUND "Group nobody not found." from version 6. ConsumerGroupDescribe describes
+    the KIP-848 group either way."""
+    served.ctx.admin.create("t", 1)
+    client = coordinated(served)
+
+    def beat(**values):
+        return client.call(68, 1, {"group_id": "g", "member_id": "m1", "member_epoch": 0, "rebalance_timeout": 60000,
+                                   "subscribed_topic_names": ["t"], "topic_partitions": [], **values})
+
+    def described(version: int, group: str = "g"):
+        group = client.call(15, version, {"groups": [group], "include_authorized_operations": False}).groups[0]
+        return (group.error_code, getattr(group, "error_message", None), group.group_state, group.protocol_type,
+                group.members)
+
+    def check(state: str) -> None:
+        for version in (0, 5):
+            assert described(version) == (0, None, "Dead", "", ()), (state, version)
+        assert described(6) == (ErrorCode.group_id_not_found, "Group g is not a classic group.", "Dead", "", ()), state
+        group = client.call(69, 1, {"group_ids": ["g"], "include_authorized_operations": False}).groups[0]
+        assert (group.error_code, group.group_state) == (0, state)
+
+    assert beat().error_code == 0
+    check("Stable")
+    assert beat(member_epoch=-1, rebalance_timeout=-1, subscribed_topic_names=None, topic_partitions=None).error_code == 0
+    check("Empty")
+    assert client.call(10, 4, {"key_type": 0, "coordinator_keys": ["nobody"]}).coordinators[0].error_code == 0
+    assert described(5, "nobody") == (0, None, "Dead", "", ())
+    assert described(6, "nobody") == (ErrorCode.group_id_not_found, "Group nobody not found.", "Dead", "", ())
+    client.close()
