@@ -180,3 +180,42 @@ def test_describe_groups_on_a_kip_848_group_answers_as_kafka_4(served):
     assert described(5, "nobody") == (0, None, "Dead", "", ())
     assert described(6, "nobody") == (ErrorCode.group_id_not_found, "Group nobody not found.", "Dead", "", ())
     client.close()
+
+
+def test_a_classic_group_whose_members_left_is_listed_empty(served, root):
+    """Two Kafka consumers join a classic group through the server and leave: `lakelog groups list`
+    counts no member and says Empty, as `groups describe` and Kafka's ListGroups do."""
+    from kafka import KafkaConsumer
+
+    from jobs.cli import cli
+
+    served.ctx.admin.create("t", 2)
+    boot = bootstrap(served)
+    consumers = [KafkaConsumer("t", bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest",
+                               heartbeat_interval_ms=300) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(c.assignment() for c in consumers) or len({p for c in consumers for p in c.assignment()}) < 2:
+        assert time.monotonic() < deadline, "the two consumers did not share the topic"
+        for c in consumers:
+            c.poll(100)
+    for c in consumers:
+        c.close()  # LeaveGroup
+
+    def cli_json(*args):
+        out = CliRunner().invoke(cli, ["--root", root, *args, "--json"], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout)
+
+    deadline = time.monotonic() + 15
+    while True:
+        listed = {g["group"]: g for g in cli_json("groups", "list")}
+        if listed["g"]["members"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (listed["g"]["members"], listed["g"].get("state")) == (0, "Empty"), listed
+    described = cli_json("groups", "describe", "--group", "g")
+    assert described["state"] == "Empty" and not any(m["live"] for m in described["members"])
+    client = RawClient(served.port)
+    groups = client.call(16, 4, {"states_filter": []}).groups
+    assert [(x.group_id, x.group_state) for x in groups] == [("g", "Empty")]
+    client.close()
