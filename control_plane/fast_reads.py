@@ -83,6 +83,7 @@ class FastGroupReader:
         self.layout = RootLayout(root)
         self.topics = FastTopicReader(root)
         self._rows: dict[str, list[dict]] = {}
+        self._ticks: dict[str, tuple[int, int | None]] | None = None
 
     def _table(self, name: str, ordered: bool = True) -> list[dict]:
         if name not in self._rows:
@@ -119,11 +120,12 @@ class FastGroupReader:
         return member_states_of(self._table("group_members"), group)
 
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
-        path = self.layout.control("group_heartbeats")
-        version = rs_reader.version(path)
-        if version < 0:
-            return {}
-        return ticks_of(rs_reader.app_version_changes(path, max(version - TICK_WINDOW, -1), HEARTBEAT_PREFIX), group)
+        if self._ticks is None:  # read once: `groups list` asks for every group's
+            path = self.layout.control("group_heartbeats")
+            version = rs_reader.version(path)
+            self._ticks = {} if version < 0 else rs_reader.app_version_changes(
+                path, max(version - TICK_WINDOW, -1), HEARTBEAT_PREFIX)
+        return ticks_of(self._ticks, group)
 
     def expired_ranges(self, group: str) -> list[ExpiredRange]:
         rows = [r for r in self._table("offset_commits") if r["group"] == group and r["kind"] == CommitKind.EXPIRED.value]

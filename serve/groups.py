@@ -63,7 +63,7 @@ class Group:
     protocol: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending: set[str] = field(default_factory=set)  # member ids given out, not yet joined (KIP-394)
+    pending: dict[str, float] = field(default_factory=dict)  # member ids given out, not yet joined (KIP-394): until when
     timer: asyncio.TimerHandle | None = None
     completing: bool = False
     commits: int = 0  # OffsetCommits of this generation being written (the next one waits for them)
@@ -118,12 +118,12 @@ class Coordinator:
             raise GroupError("INCONSISTENT_GROUP_PROTOCOL")
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_id:  # KIP-394: the client joins again with the id
-                group.pending.add(member_id)
+            if require_known_id:  # KIP-394: the client joins again with the id, within the session timeout it asked
+                group.pending[member_id] = time.monotonic() + session_timeout_ms / 1000
                 raise GroupError("MEMBER_ID_REQUIRED", member_id)
         elif member_id not in group.members and member_id not in group.pending:
             raise GroupError("UNKNOWN_MEMBER_ID")
-        group.pending.discard(member_id)
+        group.pending.pop(member_id, None)
         member = group.members.get(member_id)
         if member is None:
             member = Member(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
@@ -138,9 +138,15 @@ class Coordinator:
         member.joining = asyncio.get_running_loop().create_future()
         if group.state != PREPARING:
             self._prepare(group)
-        elif all(m.joining is not None for m in group.members.values()) and not group.pending:
-            self._complete_soon(group)
+        else:
+            self._complete_if_joined(group)
         return await member.joining
+
+    def _complete_if_joined(self, group: Group) -> None:
+        """Complete a rebalance being prepared once every member has joined again and no member id
+        given out is still to join with (Kafka's ``hasAllMembersJoined``)."""
+        if group.state == PREPARING and not group.pending and all(m.joining is not None for m in group.members.values()):
+            self._complete_soon(group)
 
     def _common(self, group: Group, protocols: list[tuple[str, bytes]]) -> bool:
         names = {n for n, _ in protocols}
@@ -353,6 +359,12 @@ class Coordinator:
             await asyncio.sleep(0.25)
             now = time.monotonic()
             for group in list(self.groups.values()):
+                expired = [mid for mid, until in group.pending.items() if now > until]
+                for mid in expired:  # never joined with the id it was given: it holds no rebalance longer
+                    log.info("pending member %s of %s expired", mid, group.name)
+                    del group.pending[mid]
+                if expired:
+                    self._complete_if_joined(group)
                 for mid, m in list(group.members.items()):
                     waiting = m.joining is not None and not m.joining.done()
                     if not waiting and (now - m.seen) * 1000 > m.session_timeout_ms:

@@ -48,6 +48,8 @@ class ServeSettings(Strict):
     placement: Literal["key", "client"] = "key"  # where a topic without lakelog.placement has its records placed
     min_insync_replicas: int = Field(default=1, ge=1)  # acks=all on a replicated topic (docs/replication.md)
     group_initial_rebalance_delay_ms: int = Field(default=0, ge=0)  # Kafka's group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = Field(default=6_000, ge=1)  # Kafka's group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)  # Kafka's group.max.session.timeout.ms
     # KIP-848's consumer protocol (group.protocol=consumer): Kafka's group.consumer.* settings
     consumer_session_timeout_ms: int = Field(default=45_000, ge=100)  # a member silent this long is removed
     consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
@@ -78,6 +80,9 @@ class ServeSettings(Strict):
         if self.queued_max_request_bytes < self.max_request_bytes:
             raise ValueError(f"queued_max_request_bytes ({self.queued_max_request_bytes}) must be at least "
                              f"max_request_bytes ({self.max_request_bytes}): a frame of that size could never be read")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
+                             f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): no JoinGroup could join")
         return self
 
     @field_validator("listen", "advertised")

@@ -61,12 +61,7 @@ class GroupReads(Protocol):
 
 
 def describe_group(tables: GroupReads, group: str) -> GroupDescription:
-    """Members, generation, protocol, each member's partitions, committed offsets and lag.
-
-    For display only, a member's ``live`` and heartbeat age compare the epoch time its last
-    heartbeat carries with this host's clock. The group's own decisions never do that: members
-    judge each other by observation (control_plane.liveness).
-    """
+    """Members, generation, protocol, each member's partitions, committed offsets and lag."""
     if group in tables.deleted_groups():
         raise UnknownGroupError(f"group '{group}' was deleted (groups delete); its history stays in the control tables")
     gens = tables.generations(group)
@@ -77,6 +72,24 @@ def describe_group(tables: GroupReads, group: str) -> GroupDescription:
             raise
         lags = []
     gen = gens[-1] if gens else None
+    members, state = _members(tables, group, gen)
+    return GroupDescription(
+        group=group, state=state, generation=gen.generation if gen else 0, protocol=gen.protocol if gen else "",
+        assignor=gen.assignor if gen else "", leader=gen.leader if gen else "", rebalances=len(gens),
+        revoked_last=gen.revoked if gen else 0, revoked_total=sum(g.revoked for g in gens),
+        members=members, partitions=lags, expired=tables.expired_ranges(group),
+    )
+
+
+def _members(tables: GroupReads, group: str, gen: GenerationRecord | None) -> tuple[list[MemberDescription], str]:
+    """The members ``groups describe`` shows (the live ones, and those of the latest generation
+    that left or expired, as not live) and the group's state: Empty without a live member, Stable
+    when the live members are the latest generation's and none is joining, else PreparingRebalance.
+
+    For display only, a member's ``live`` and heartbeat age compare the epoch time its last
+    heartbeat carries with this host's clock. The group's own decisions never do that: members
+    judge each other by observation (control_plane.liveness).
+    """
     now_ms = time.time() * 1000
     beats = tables.member_states(group)
     ticks = tables.ticks(group)
@@ -103,22 +116,21 @@ def describe_group(tables: GroupReads, group: str) -> GroupDescription:
         state = "Stable"
     else:
         state = "PreparingRebalance"
-    return GroupDescription(
-        group=group, state=state, generation=gen.generation if gen else 0, protocol=gen.protocol if gen else "",
-        assignor=gen.assignor if gen else "", leader=gen.leader if gen else "", rebalances=len(gens),
-        revoked_last=gen.revoked if gen else 0, revoked_total=sum(g.revoked for g in gens),
-        members=members, partitions=lags, expired=tables.expired_ranges(group),
-    )
+    return members, state
 
 
 def list_groups(tables: GroupReads) -> list[dict]:
-    """Every group that ever had a generation or a commit and was not deleted since, with its latest generation."""
+    """Every group that ever had a generation or a commit and was not deleted since, with its latest
+    generation, its state and how many members it has now (as ``groups describe`` counts them live:
+    members that left or expired are not counted)."""
     out = []
     for name in sorted(tables.group_names() - tables.deleted_groups()):
         gens = tables.generations(name)
         gen = gens[-1] if gens else None
-        out.append({"group": name, "generation": gen.generation if gen else 0, "protocol": gen.protocol if gen else "",
-                    "assignor": gen.assignor if gen else "", "members": len(gen.members) if gen else 0})
+        members, state = _members(tables, name, gen)
+        out.append({"group": name, "state": state, "generation": gen.generation if gen else 0,
+                    "protocol": gen.protocol if gen else "", "assignor": gen.assignor if gen else "",
+                    "members": sum(m.live for m in members)})
     return out
 
 

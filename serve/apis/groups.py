@@ -65,8 +65,12 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     body = request.body
     base = {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
             "member_id": body.member_id, "members": []}
+    settings = server.settings
+    session = _ms(body.session_timeout)
     refused = await _guard(server, conn, body.group_id)
-    if not refused and server.consumer_groups.live(body.group_id):
+    if not refused and not settings.group_min_session_timeout_ms <= session <= settings.group_max_session_timeout_ms:
+        refused = "INVALID_SESSION_TIMEOUT"  # group.min/max.session.timeout.ms
+    elif not refused and server.consumer_groups.live(body.group_id):
         refused = "INCONSISTENT_GROUP_PROTOCOL"  # its members use KIP-848's protocol (group.protocol=consumer)
     elif not refused:
         server.consumer_groups.drop(body.group_id)  # an empty KIP-848 group becomes a classic one
@@ -76,7 +80,7 @@ async def join_group(server: "Server", conn: "Connection", request: "Request") -
     try:
         answer = await server.coordinator.join(
             body.group_id, body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
-            conn.peer.rsplit(":", 1)[0], _ms(body.session_timeout), rebalance, body.protocol_type,
+            conn.peer.rsplit(":", 1)[0], session, rebalance, body.protocol_type,
             [(p.name, p.metadata) for p in body.protocols], require_known_id=request.version >= 4)
     except GroupError as exc:
         return {**base, "error_code": code_of(exc.code), "member_id": exc.member_id or body.member_id}
@@ -181,11 +185,16 @@ async def offset_fetch(server: "Server", conn: "Connection", request: "Request")
         wanted = await server.ctx.run(_existing, server, {tp for tp in committed})
     else:
         wanted = {t.name: list(t.partition_indexes) for t in body.topics}
+    hidden = [t for t in wanted if not server.allowed(conn, "DESCRIBE", "TOPIC", t)]
     topics = [{"name": t, "partitions": [
         {"partition_index": p, "committed_offset": committed.get((t, p), (-1, -1))[0],
          "committed_leader_epoch": committed.get((t, p), (-1, -1))[1], "metadata": "", "error_code": 0}
         for p in sorted(ps)]}
-        for t, ps in sorted(wanted.items()) if server.allowed(conn, "DESCRIBE", "TOPIC", t)]
+        for t, ps in sorted(wanted.items()) if t not in hidden]
+    if body.topics is not None:  # as Kafka: a topic asked for by name is refused, not left out (all topics: left out)
+        topics += [{"name": t, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": code_of("TOPIC_AUTHORIZATION_FAILED")} for p in wanted[t]]} for t in hidden]
     return {"throttle_time": 0, "error_code": 0, "topics": topics}
 
 
@@ -225,28 +234,34 @@ async def describe_groups(server: "Server", conn: "Connection", request: "Reques
     out = []
     for name in request.body.groups:
         base = {"group_id": name, "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
-                "authorized_operations": -2147483648}
+                "authorized_operations": -2147483648, "error_code": 0, "error_message": None}
         refused = await _guard(server, conn, name, "DESCRIBE")
         if refused:
             out.append({**base, "error_code": code_of(refused)})
             continue
-        if server.consumer_groups.live(name):  # Kafka's answer: ConsumerGroupDescribe describes it
-            out.append({**base, "error_code": code_of("GROUP_ID_NOT_FOUND"),
-                        "error_message": f"Group {name} is not a classic group."})
+        if name in server.consumer_groups.groups:  # KIP-848's, with members or not: ConsumerGroupDescribe describes it
+            out.append(_not_found(base, f"Group {name} is not a classic group.", request.version))
             continue
         group = server.coordinator.groups.get(name)
         if group is None or not group.members:
-            known = name in await server.records.run(server.records.known_groups)
-            out.append({**base, "error_code": 0, "group_state": "Empty" if known else "Dead",
-                        "protocol_type": "consumer" if known else ""})
+            if name not in await server.records.run(server.records.known_groups):
+                out.append(_not_found(base, f"Group {name} not found.", request.version))
+            else:
+                out.append({**base, "group_state": "Empty", "protocol_type": "consumer"})
             continue
-        out.append({**base, "error_code": 0, "group_state": group.state, "protocol_type": group.protocol_type or "",
+        out.append({**base, "group_state": group.state, "protocol_type": group.protocol_type or "",
                     "protocol_data": group.protocol or "", "members": [
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                          "client_host": "/" + m.client_host, "member_metadata": m.metadata(group.protocol or ""),
                          "member_assignment": m.assignment if group.state == STABLE else b""}
                         for m in group.members.values()]})
     return {"throttle_time": 0, "groups": out}
+
+
+def _not_found(base: dict, message: str, version: int) -> dict:
+    """Kafka 4's answer for a group DescribeGroups does not describe (none, or not a classic group):
+    GROUP_ID_NOT_FOUND with a message from version 6 (KIP-1043), a Dead group without an error before."""
+    return {**base, "error_code": code_of("GROUP_ID_NOT_FOUND"), "error_message": message} if version >= 6 else base
 
 
 def _delete_group(server: "Server", name: str) -> str:
@@ -286,6 +301,6 @@ HANDLERS = {
     8: (2, 9, offset_commit),
     9: (1, 7, offset_fetch),
     16: (0, 4, list_groups),
-    15: (0, 5, describe_groups),
+    15: (0, 6, describe_groups),
     42: (0, 2, delete_groups),
 }

@@ -167,8 +167,8 @@ def test_the_answers_of_a_kip_848_group_on_the_wire(served):
     assert (member.member_id, member.member_epoch, member.member_type) == ("m1", joined.member_epoch, 1)
     assert [(tp.topic_name, tp.partitions) for tp in member.assignment.topic_partitions] == [("t", (0, 1))]
     assert described[1].error_code == ErrorCode.group_id_not_found  # the admin client asks DescribeGroups next
-    classic = client.call(15, 5, {"groups": ["g"], "include_authorized_operations": False}).groups[0]
-    assert classic.error_code == ErrorCode.group_id_not_found
+    classic = client.call(15, 6, {"groups": ["g"], "include_authorized_operations": False}).groups[0]
+    assert (classic.error_code, classic.error_message) == (ErrorCode.group_id_not_found, "Group g is not a classic group.")
     joining = client.call(11, 5, {"group_id": "g", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
                                   "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
     assert joining.error_code == ErrorCode.inconsistent_group_protocol
