@@ -186,3 +186,28 @@ def test_init_producer_id_needs_a_write_permission_and_always_gives_a_new_id(spa
         client.close()
     finally:
         stopped_with_no_task_left(open_)
+
+
+def _latencies(client: RawClient, n: int = 7) -> list[float]:
+    out = []
+    for _ in range(n):
+        started = time.monotonic()
+        assert produce(client, "t", 0, batch([b"x"]))[0] == 0
+        out.append(time.monotonic() - started)
+    return sorted(out)
+
+
+def test_a_flood_of_producer_ids_does_not_slow_later_produces(served, root):
+    """One request of 2,000 one-record batches under 2,000 producer ids: past the 1,000 set
+    transactions Delta's checksum keeps, each version's would be rebuilt by a Spark job (about a
+    second, every produce after, for good); the server reads them on from the commit files."""
+    served.ctx.admin.create("t", 1)
+    client = RawClient(served.port, timeout=300)
+    before = _latencies(client)
+    flood = b"".join(batch([b"f"], producer_id=10_000 + i, epoch=0, sequence=0) for i in range(2_000))
+    assert produce(client, "t", 0, flood)[0] == 0
+    after = _latencies(client)
+    client.close()
+    median_before, median_after = before[len(before) // 2], after[len(after) // 2]
+    assert median_after < median_before + 0.25, f"produce took {median_after:.3f} s after the flood, " \
+                                                f"{median_before:.3f} s before"
