@@ -31,6 +31,8 @@ READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("le
                          ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
                          ("timestamp", TIMESTAMP_ARROW)])
 NO_TIMESTAMP = -1
+LAST_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+LARGEST_BATCH = 2**31 - 1  # what a batch's length field can say
 BATCH_HEADER = 61  # bytes of a v2 batch before its first record
 RECORD_OVERHEAD = 12  # about what a record adds to its key and value (varints, attributes); headers not counted
 _LEADER_EPOCH = struct.Struct(">i")
@@ -79,13 +81,14 @@ class Budget:
         self.left = left
 
 
-def decode_batches(data: bytes | None, max_batch: int, budget: Budget) -> list[ProducedBatch]:
+def decode_batches(data: bytes | None, max_batch: int = LARGEST_BATCH, budget: Budget | None = None) -> list[ProducedBatch]:
     """Every batch in a partition's ``records`` of a produce request; BatchError if any is not one the
     log can take: a batch larger than ``max_batch`` bytes (the topic's ``max.message.bytes``) as
-    sent or uncompressed, or inflating past what is left of ``budget``; bad CRC or framing, an old
-    message format, a transactional or control batch, a batch of no records, a record without a
-    value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's. Nothing is inflated before
-    the batch's size and CRC are checked, and nothing past the bounds."""
+    sent or uncompressed, or inflating past what is left of ``budget``; bad CRC or framing, a base
+    offset other than 0, an old message format, a transactional or control batch, a batch of no
+    records, a record without a value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's.
+    Nothing is inflated before the batch's size and CRC are checked, and nothing past the bounds."""
+    budget = budget if budget is not None else Budget(LARGEST_BATCH)
     if not data:
         raise BatchError("CORRUPT_MESSAGE", "a partition of the produce request holds no record batch")
     data = bytes(data)
@@ -102,9 +105,17 @@ def decode_batches(data: bytes | None, max_batch: int, budget: Budget) -> list[P
                                                                "supported; use magic 2")
         if length < BATCH_HEADER - 12:
             raise BatchError("CORRUPT_MESSAGE", f"a record batch of {length + 12} bytes is shorter than its header")
+        if _BASE_OFFSET.unpack_from(data, pos)[0] != 0:  # the broker numbers a produced batch's records
+            raise BatchError("INVALID_RECORD", f"a produced batch's base offset must be 0, not "
+                                               f"{_BASE_OFFSET.unpack_from(data, pos)[0]}")
         out.append(_checked(data[pos:end], max_batch, budget))
         pos = end
     return out
+
+
+def decode_kept(wire: bytes) -> ProducedBatch:
+    """A batch this server took, read again (``serve.tail``: its base offset is the log's by now)."""
+    return _checked(wire, LARGEST_BATCH, Budget(LARGEST_BATCH))
 
 
 def _checked(wire: bytes, max_batch: int, budget: Budget) -> ProducedBatch:
@@ -188,11 +199,11 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
     else:
         headers = pa.nulls(expected, HEADERS_ARROW)
     millis = pa.array(stamps, pa.int64())
-    try:  # the log keeps microseconds: a timestamp past about the year 294,000 would wrap
-        micros = pc.multiply_checked(millis, 1000)
-    except pa.ArrowInvalid:
-        raise BatchError("INVALID_TIMESTAMP", f"a record's timestamp ({pc.max(millis).as_py()} ms) is beyond what the "
-                                              "log can hold") from None
+    latest = pc.max(millis).as_py()
+    if latest > LAST_TIMESTAMP_MS:  # the log's timestamps (Spark's, Delta's statistics) end with the year 9999
+        raise BatchError("INVALID_TIMESTAMP", f"a record's timestamp ({latest} ms) is beyond what the log can hold "
+                                              f"(at most {LAST_TIMESTAMP_MS} ms, the end of the year 9999)")
+    micros = pc.multiply(millis, 1000)
     return ProducedBatch(
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         keys=pa.array(keys, pa.binary()), values=pa.array(values, pa.binary()), headers=headers.cast(HEADERS_ARROW),
