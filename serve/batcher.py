@@ -329,9 +329,8 @@ class Batcher:
         path = view.record.location
         accepted: list[Entry] = []
         expected: dict[str, int] = {}
+        known = self._read_marks(path, todo)
         running: dict[str, tuple[int, list | None]] = {}  # pid -> (mark, its last batches, None: not known)
-        now = time.monotonic()
-        self._read_marks(path, todo)
         for unit in _by_unit(todo):
             before, kept, verdicts, refused = dict(running), dict(expected), [], None
             for e in unit:
@@ -341,7 +340,7 @@ class Batcher:
                 pid = lakelog_producer_id(e.batch.producer_id, e.partition)
                 e.producer = pid
                 if pid not in running:
-                    running[pid] = (self._producers.mark((path, pid), now), self._producers.recent((path, pid)))
+                    running[pid] = known[pid]
                 mark, recent = running[pid]
                 verdict = judge(mark, e.batch.producer_epoch, e.batch.base_sequence, e.batch.count, recent)
                 if verdict.appends:
@@ -431,16 +430,19 @@ class Batcher:
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
 
-    def _read_marks(self, path: str, entries: list[Entry]) -> None:
-        """The marks of the producers of ``entries`` this server does not know (never met, or
-        forgotten once idle), read from the log in one read; the others stay as this server last
-        saw them (the append checks them all)."""
-        new = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
-        new = [pid for pid in new if (path, pid) not in self._producers]
+    def _read_marks(self, path: str, entries: list[Entry]) -> dict[str, tuple[int, list | None]]:
+        """(mark, last batches) of each producer of ``entries``: as this server last saw them (the
+        append checks the marks), or, for those it does not know (never met, or forgotten once
+        idle), the log's marks, read in one read."""
+        pids = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
+        now = time.monotonic()
+        found = {pid: state for (_path, pid), state in self._producers.known([(path, p) for p in pids], now).items()}
+        new = [pid for pid in pids if pid not in found]
         if new:
-            now = time.monotonic()
             for pid, mark in self.ctx.producer_marks(path, new).items():
                 self._producers.learned((path, pid), mark, now)
+                found[pid] = (mark, None)
+        return found
 
     def _duplicate(self, path: str, pid: str, first: int) -> Outcome:
         """A retried batch: answered with the offset its first record was written at."""

@@ -12,6 +12,7 @@ what a server keeps of each producer between commits, forgotten once idle as Kaf
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -92,12 +93,13 @@ class ProducerStates:
     its mark as last seen, and the batches it saw appended that end at that mark (at most
     ``BATCHES_KEPT``). A producer unused for ``expiration_ms`` (Kafka's ``producer.id.expiration.ms``)
     is forgotten: its mark is read from the log again if it comes back. Times are the caller's
-    monotonic clock."""
+    monotonic clock. Commits of several topics use it at once, from the pool's threads."""
 
     def __init__(self, expiration_ms: int) -> None:
         self.expiration = expiration_ms / 1000
         self._states: dict[tuple[str, str], _State] = {}
         self._swept = 0.0
+        self._lock = threading.Lock()
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._states
@@ -105,42 +107,47 @@ class ProducerStates:
     def __len__(self) -> int:
         return len(self._states)
 
-    def mark(self, key: tuple[str, str], now: float) -> int:
-        state = self._states[key]
-        state.used = now
-        return state.mark
-
-    def recent(self, key: tuple[str, str]) -> list[tuple[int, int]] | None:
-        """The producer's last batches, if those known reach its mark (else None: not known)."""
-        state = self._states.get(key)
-        if state is None or not state.batches or state.batches[-1][1] != state.mark:
-            return None
-        return list(state.batches)
+    def known(self, keys: Collection[tuple[str, str]], now: float) -> dict[tuple[str, str], tuple[int, list | None]]:
+        """(mark, last batches) of each of ``keys`` the server knows, each marked used ``now``; the
+        batches are None when those known do not reach the mark (not known)."""
+        out = {}
+        with self._lock:
+            for key in keys:
+                state = self._states.get(key)
+                if state is not None:
+                    state.used = now
+                    reach = bool(state.batches) and state.batches[-1][1] == state.mark
+                    out[key] = (state.mark, list(state.batches) if reach else None)
+        return out
 
     def learned(self, key: tuple[str, str], mark: int, now: float) -> None:
         """The log holds ``mark`` for the producer (read, or refused an append with it)."""
-        state = self._states.get(key)
-        if state is None:
-            self._states[key] = _State(mark, now)
-        elif state.mark != mark:
-            state.mark, state.used = mark, now
-            state.batches.clear()
+        with self._lock:
+            state = self._states.get(key)
+            if state is None:
+                self._states[key] = _State(mark, now)
+            elif state.mark != mark:
+                state.mark, state.used = mark, now
+                state.batches.clear()
 
     def appended(self, key: tuple[str, str], first: int, last: int, now: float) -> None:
-        state = self._states.setdefault(key, _State(first - 1, now))
-        if state.mark != first - 1:  # not the batch after the last one known: those no longer reach the mark
-            state.batches.clear()
-        state.batches.append((first, last))
-        state.mark, state.used = last, now
+        with self._lock:
+            state = self._states.setdefault(key, _State(first - 1, now))
+            if state.mark != first - 1:  # not the batch after the last one known: those no longer reach the mark
+                state.batches.clear()
+            state.batches.append((first, last))
+            state.mark, state.used = last, now
 
     def forget(self, path: str) -> None:
-        for key in [k for k in self._states if k[0] == path]:
-            del self._states[key]
+        with self._lock:
+            for key in [k for k in self._states if k[0] == path]:
+                del self._states[key]
 
     def expire(self, now: float) -> None:
         """Forget producers unused for the expiration (looked at once a minute at most)."""
-        if now - self._swept < min(60.0, self.expiration):
-            return
-        self._swept = now
-        for key in [k for k, s in self._states.items() if now - s.used > self.expiration]:
-            del self._states[key]
+        with self._lock:
+            if now - self._swept < min(60.0, self.expiration):
+                return
+            self._swept = now
+            for key in [k for k, s in self._states.items() if now - s.used > self.expiration]:
+                del self._states[key]

@@ -134,21 +134,24 @@ def _checked(wire: bytes, max_batch: int, budget: Budget) -> ProducedBatch:
         raise BatchError("INVALID_RECORD", f"a record batch claims {count} records and a last offset delta of "
                                            f"{last_delta}: a batch holds one record or more, numbered 0, 1, 2, ...")
     codec = attributes & _CODEC
+    bound = min(max_batch, BATCH_HEADER + budget.left) - BATCH_HEADER
+    too_many = BatchError("RECORD_LIST_TOO_LARGE", "the produce request's records uncompressed are larger than "
+                                                   "serve.max_request_bytes; send fewer at a time")
     plain = wire
     if codec:
-        bound = min(max_batch, BATCH_HEADER + budget.left) - BATCH_HEADER
         try:
             records = inflate(codec, wire[BATCH_HEADER:], bound)
         except TooLarge:
             if bound + BATCH_HEADER < max_batch:
-                raise BatchError("RECORD_LIST_TOO_LARGE", "the produce request's records uncompressed are larger "
-                                                          "than serve.max_request_bytes; send fewer at a time") from None
+                raise too_many from None
             raise BatchError("MESSAGE_TOO_LARGE", f"a record batch uncompressed is larger than the topic's "
                                                   f"max.message.bytes ({max_batch})") from None
         except Corrupt as exc:
             raise BatchError("CORRUPT_MESSAGE", f"a record batch's compressed records cannot be read: {exc}") from None
-        budget.left -= len(records)
         plain = _uncompressed(wire, records)
+    elif len(wire) - BATCH_HEADER > bound:
+        raise too_many
+    budget.left -= len(plain) - BATCH_HEADER
     try:
         return _decode(MemoryRecords(plain).next_batch(), wire)
     except CorruptRecordException as exc:

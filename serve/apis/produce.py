@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 ACKS = (0, 1, -1)  # Kafka's: none, the leader's, every in-sync replica's
 
 
-def _prepare(server: "Server", principal_allowed, parts: list[tuple[str, int, bytes | None]]) -> list[list | Outcome]:
+def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str, int, bytes | None]]) -> list[list | Outcome]:
     """Each partition's batches, or the outcome it is answered with, checked in Kafka's order:
     WRITE on the topic, a legal name, a live topic, then the batches (their size against the
     topic's ``max.message.bytes``, their CRC, then their records, inflated within the limits).
@@ -30,7 +30,7 @@ def _prepare(server: "Server", principal_allowed, parts: list[tuple[str, int, by
     out: list[list | Outcome] = []
     budget = Budget(server.settings.max_request_bytes)
     for topic, _partition, data in parts:
-        if not principal_allowed(topic):
+        if not may_write[topic]:
             out.append(Outcome(error="TOPIC_AUTHORIZATION_FAILED"))
             continue
         try:
@@ -92,7 +92,7 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
     answers: dict[tuple[str, int], Outcome] = {}
     try:
         may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
-        prepared = await server.ctx.run(_prepare, server, may_write.__getitem__, parts)
+        prepared = await server.ctx.run(_prepare, server, may_write, parts)
         if earlier is not None:
             await asyncio.shield(earlier)
         for (topic, partition, data), batches in zip(parts, prepared):

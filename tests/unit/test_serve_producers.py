@@ -63,9 +63,9 @@ def test_a_server_keeps_a_producers_last_five_batches_and_forgets_an_idle_one():
     states.learned(key, -1, now=0.0)
     for s in range(7):
         states.appended(key, s, s, now=0.0)
-    assert states.recent(key) == [(s, s) for s in range(2, 7)] and states.mark(key, now=0.5) == 6
+    assert states.known([key], now=0.5) == {key: (6, [(s, s) for s in range(2, 7)])}
     states.learned(key, 9, now=0.5)  # another server wrote 7..9: the batches known no longer reach the mark
-    assert states.recent(key) is None
+    assert states.known([key], now=0.5) == {key: (9, None)}
     other = ("/log", "kafka-6-0")
     states.learned(other, 3, now=1.4)
     states.expire(now=1.6)  # key last used at 0.5: idle past the expiration
