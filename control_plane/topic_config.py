@@ -1,5 +1,5 @@
 """Per-topic configuration as Kafka names it (``retention.ms``, ``retention.bytes``,
-``segment.bytes``), kept in the ``topic_configs`` control table, and the record of every log start
+``segment.bytes``, ``max.message.bytes``, ...), kept in the ``topic_configs`` control table, and the record of every log start
 offset raised (``record_deletions``).
 
 ``topic_configs`` holds one row per change: the topic's whole configuration after it, numbered by
@@ -30,6 +30,8 @@ LOG_START_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition 
                     "previous_offset BIGINT, log_start_offset BIGINT NOT NULL, reason STRING, files_removed INT, "
                     "log_version BIGINT, changed_at TIMESTAMP_NTZ, changed_by STRING")
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's default: 1 MiB and a batch's offset and length
 
 
 class TopicConfig(BaseModel):
@@ -45,6 +47,8 @@ class TopicConfig(BaseModel):
     # CreateTime: the producer's time; LogAppendTime: the append's (the log's property decides appends
     # and reads: log_store.timestamp_types)
     message_timestamp_type: str = Field(default=CREATE_TIME, alias="message.timestamp.type")
+    # the largest record batch a Kafka client may produce (lakelog serve), as sent and uncompressed
+    max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, alias="max.message.bytes")
 
     def as_kafka(self) -> dict[str, str]:
         """Every config with its value; ``lakelog.placement`` only when the topic sets it."""
@@ -55,7 +59,8 @@ class TopicConfig(BaseModel):
         return cls.model_validate({k: v for k, v in config.items()})
 
 
-KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, 2**31 - 1)}
+KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, INT_MAX),
+        "max.message.bytes": (0, INT_MAX)}
 POLICIES = ("delete",)
 TIMESTAMP_TYPE = "message.timestamp.type"
 PLACEMENT = "lakelog.placement"

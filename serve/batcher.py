@@ -2,10 +2,12 @@
 ``serve.batch_bytes``) become one fenced append, ``TopicLog.append_rows`` (docs/serve.md).
 
 The loop thread queues batches and starts commits; each commit runs on the pool. One commit per
-topic is in flight at a time; batches arriving meanwhile wait for the next. A commit judges each
+topic is in flight at a time; batches arriving meanwhile wait for the next. A partition's batches
+of one request are queued together (a unit) and go in one commit, all or none. A commit judges each
 idempotent batch against its producer's mark (``serve.producers.judge``), appends what is new in
 one Delta commit, answers duplicates with the offsets they were first written at, and answers
-what the log refused batch by batch, so one bad batch never fails the others.
+what the log refused unit by unit: one unit's failure never fails another, and a batch once
+appended is never answered with an error its retry would write again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from itertools import count as counter
 
 import numpy as np
 import pyarrow as pa
@@ -29,14 +33,17 @@ from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of, unreachable
 from serve.placement import UNKNOWN, base_offsets, place_records
-from serve.producers import NO_PRODUCER, judge, lakelog_producer_id
+from serve.producers import BATCHES_KEPT, NO_PRODUCER, ProducerStates, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
 from serve.tail import pieces_of
+from serve.topic_limits import TopicLimits
 
 log = logging.getLogger("lakelog.serve")
 ATTEMPTS = 20  # commits of one flush refused by a resize, an election or another server's marks
 VIEW_AGE = 1.0  # seconds a commit may plan on a topic's view: the append checks its metadata itself
 RECENT = 100_000  # batches remembered for answering duplicates without reading the log
+STOP_WAIT = 30  # seconds a stopping server waits for requests being queued and commits under way
+_units = counter()
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class Entry:
     first: int = -1  # its first sequence value, once judged
     size: int = 0
     placed: np.ndarray | None = None  # the partition of each record, as the last attempt placed them
+    unit: int = field(default_factory=lambda: next(_units))  # shared by a partition's batches of one request: all or none
 
 
 @dataclass
@@ -79,12 +87,15 @@ class Batcher:
     def __init__(self, ctx: ServeContext) -> None:
         self.ctx = ctx
         self._queues: dict[str, _Queue] = {}
-        self._marks: dict[tuple[str, str], int] = {}  # (log path, producer id) -> its mark as last seen
+        self._producers = ProducerStates(ctx.settings.producer_id_expiration_ms)
+        self.limits = TopicLimits(ctx)  # each topic's max.message.bytes, for the produce requests checked
         self._recent: OrderedDict[tuple[str, str, int], int] = OrderedDict()  # (path, producer, first) -> offset
         self._tasks: set[asyncio.Task] = set()
+        self._arriving: set[asyncio.Task] = set()  # produce requests being decoded and queued
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read), used by commits
         self._epochs: dict[str, int | None] = {}  # topic -> the leader epoch its last view was read at
         self._placements: dict[str, str] = {}  # topic -> its placement (serve.placement), read with its view
+        self._stopping = False
         self.committed = 0  # Delta commits made (for the benchmark's commits a second)
         self.on_commit = None  # called with the topic after each commit (fetches waiting on it)
 
@@ -92,26 +103,47 @@ class Batcher:
         pass
 
     async def stop(self) -> None:
-        for q in self._queues.values():
-            if q.timer:
-                q.timer.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=30)
+        """Queue the requests already read, commit every batch queued, and wait for the commits
+        (at most ``STOP_WAIT`` seconds for each step)."""
+        self._stopping = True
+        if self._arriving:
+            await asyncio.wait(self._arriving, timeout=STOP_WAIT)
+        for topic in list(self._queues):
+            self._flush(topic)
+        deadline = time.monotonic() + STOP_WAIT
+        while self._tasks and time.monotonic() < deadline:  # a commit flushes what queued behind it
+            await asyncio.wait(self._tasks, timeout=deadline - time.monotonic())
 
     # -- on the loop ---------------------------------------------------------------------------
-    def submit(self, entry: Entry) -> None:
-        """Queue ``entry`` for its topic's next commit (called on the loop thread)."""
-        q = self._queues.setdefault(entry.topic, _Queue())
+    def arriving(self, queueing: Coroutine) -> asyncio.Task:
+        """Run ``queueing`` (a produce request's decoding and queueing) as a task of its own: a
+        connection that closes does not cancel it, so every request read is appended (Kafka's
+        broker appends every request it has read); a stopping server waits for it."""
+        task = self.ctx.loop.create_task(queueing)
+        self._arriving.add(task)
+        task.add_done_callback(self._arriving.discard)
+        return task
+
+    def submit(self, entries: list[Entry]) -> None:
+        """Queue one partition's batches of one request for their topic's next commit, together
+        (called on the loop thread)."""
+        if not entries:
+            return
+        unit = entries[0].unit
+        topic = entries[0].topic
+        q = self._queues.setdefault(topic, _Queue())
         if not q.entries:
             q.since = time.monotonic()
-        q.entries.append(entry)
-        q.bytes += entry.size
+        for entry in entries:
+            entry.unit = unit
+            q.entries.append(entry)
+            q.bytes += entry.size
         if q.committing:
             return
-        if q.bytes >= self.ctx.settings.batch_bytes or self.ctx.settings.linger_ms == 0:
-            self._flush(entry.topic)
+        if q.bytes >= self.ctx.settings.batch_bytes or self.ctx.settings.linger_ms == 0 or self._stopping:
+            self._flush(topic)
         elif q.timer is None:
-            q.timer = self.ctx.loop.call_later(self.ctx.settings.linger_ms / 1000, self._flush, entry.topic)
+            q.timer = self.ctx.loop.call_later(self.ctx.settings.linger_ms / 1000, self._flush, topic)
 
     def _flush(self, topic: str) -> None:
         q = self._queues[topic]
@@ -128,8 +160,8 @@ class Batcher:
     async def _commit(self, topic: str, entries: list[Entry]) -> None:
         try:
             outcomes = await self.ctx.run(self.commit, topic, entries)
-        except Exception as exc:  # a bug or a lost JVM: every batch of the commit is answered with it
-            log.exception("a commit of %s failed", topic)
+        except Exception as exc:  # the pool itself failed (shut down): nothing of the commit ran
+            log.exception("a commit of %s could not run", topic)
             outcomes = [Outcome(error=name_of(exc), message=str(exc)[:300])] * len(entries)
         for entry, outcome in zip(entries, outcomes):
             if not entry.future.done():
@@ -140,60 +172,97 @@ class Batcher:
             self.on_commit(topic)
         if q.entries:
             wait = self.ctx.settings.linger_ms / 1000 - (time.monotonic() - q.since)
-            if wait <= 0 or q.bytes >= self.ctx.settings.batch_bytes:
+            if wait <= 0 or q.bytes >= self.ctx.settings.batch_bytes or self._stopping:
                 self._flush(topic)
             else:
                 q.timer = self.ctx.loop.call_later(wait, self._flush, topic)
 
     # -- on the pool ---------------------------------------------------------------------------
     def commit(self, topic: str, entries: list[Entry]) -> list[Outcome]:
-        """Append ``entries`` in one commit (retrying on what a retry can fix); an outcome each."""
+        """Append ``entries`` in one commit (retrying on what a retry can fix); an outcome each. An
+        error nobody foresaw (a bug) is answered to the entries not yet appended, and only to them."""
         outcomes: dict[int, Outcome] = {}
+        try:
+            self._attempts(topic, entries, outcomes)
+        except Exception as exc:  # noqa: BLE001 - each entry not yet answered is answered with it
+            log.exception("a commit of %s failed", topic)
+            return self._fill(entries, outcomes, Outcome(error="UNKNOWN_SERVER_ERROR",
+                                                         message=f"the commit failed: {exc!r}"[:300]))
+        finally:
+            self._producers.expire(time.monotonic())
+        return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
+
+    def _attempts(self, topic: str, entries: list[Entry], outcomes: dict[int, Outcome]) -> None:
         for attempt in range(ATTEMPTS):
             try:
                 view = self._view(topic, fresh=attempt > 0)
             except (UnknownTopicError, TopicDeletedError) as exc:
-                return [Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc))] * len(entries)
+                self._fail(entries, outcomes, Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
+                return
             except LOST_ROOT as exc:  # its log's root lost: the client backs off and retries (an election ends it)
-                return [Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc))] * len(entries)
+                self._fail(entries, outcomes, Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc)))
+                return
             path = view.record.location
             todo = [e for e in entries if id(e) not in outcomes]
-            accepted, expected = self._judge(view, todo, outcomes)
+            placed = self._place(view, todo, outcomes)
+            accepted, expected = self._judge(view, placed, outcomes)
             if not accepted:
                 self._acknowledge(view, todo, outcomes)  # retries answered as duplicates wait as well
-                break
+                return
             try:
                 result = TopicLog(self.ctx.spark, path).append_rows(
-                    self._rows(view, accepted), view.snapshot.metadata.undeleted_partition_count, expected)
+                    self._rows(accepted), view.snapshot.metadata.undeleted_partition_count, expected)
             except StaleProducerSequenceError as exc:  # another server committed for these producers
                 for pid, mark in exc.marks.items():
-                    self._marks[(path, pid)] = mark
+                    self._producers.learned((path, pid), mark, time.monotonic())
                 continue
             except FencedLeaderEpochError as exc:
                 self.ctx.forget(path)  # an election moving the topic: follow its record
                 if attempt == ATTEMPTS - 1:
-                    return self._fill(entries, outcomes, Outcome(error=name_of(exc), message=str(exc)))
+                    self._fail(entries, outcomes, Outcome(error=name_of(exc), message=str(exc)))
+                    return
                 time.sleep(min(2.0, 0.05 * 2 ** attempt))
                 continue
             except LOST_ROOT as exc:  # the leader's root lost, nothing appended: answered at once, as Kafka's
                 self.ctx.forget(path)  # broker does, and the client retries after its backoff
                 self._views.pop(topic, None)
-                return self._fill(entries, outcomes, Outcome(error=unreachable(self.ctx.replicated(topic)),
-                                                             message=str(exc)))
+                self._fail(entries, outcomes, Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc)))
+                return
             except InvalidPartitionMetadataError:
                 self.ctx.forget(path)  # a resize committed meanwhile: judge again on the new metadata
                 continue
             except (UnknownTopicError, TopicDeletedError) as exc:
-                return self._fill(entries, outcomes, Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
+                self._fail(entries, outcomes, Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
+                return
             except LakelogError as exc:
-                return self._fill(entries, outcomes, Outcome(error=name_of(exc), message=message_of(exc)))
+                self._fail(entries, outcomes, Outcome(error=name_of(exc), message=message_of(exc)))
+                return
+            for e in accepted:  # appended: whatever fails from here on, never answered with an error
+                outcomes[id(e)] = Outcome()
             self.committed += 1
             self.ctx.forget(path)
-            self._answer(view, path, accepted, result.ranges, outcomes)
-            self._keep(path, accepted, result)
+            self._answered(view, path, accepted, result, outcomes)
             self._acknowledge(view, todo, outcomes)
-            break
-        return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
+            return
+
+    def _answered(self, view: TopicView, path: str, accepted: list[Entry], result, outcomes: dict[int, Outcome]) -> None:
+        """After an append: each entry's offsets, its producer's batches, the records kept in the
+        tail. A failure here leaves the entries answered as appended (without their offsets)."""
+        now = time.monotonic()
+        for e in accepted:
+            if e.producer is not None:
+                self._producers.appended((path, e.producer), e.first, e.first + e.batch.count - 1, now)
+        try:
+            self._answer(view, path, accepted, result.ranges, outcomes)
+        except Exception:  # noqa: BLE001 - the records are in the log: answered as appended
+            log.exception("answering a commit of %s failed; its batches are answered without offsets", path)
+        self._keep(path, accepted, result)
+
+    @staticmethod
+    def _fail(entries: list[Entry], outcomes: dict[int, Outcome], outcome: Outcome) -> None:
+        """Answer every entry not yet answered with ``outcome``."""
+        for e in entries:
+            outcomes.setdefault(id(e), outcome)
 
     def _view(self, topic: str, fresh: bool) -> TopicView:
         """The topic as the last commit planned on it, read again after ``VIEW_AGE`` seconds or when
@@ -214,8 +283,7 @@ class Batcher:
         epoch = view.leadership.leader_epoch if view.leadership is not None else None
         if self._epochs.get(view.name, epoch) != epoch:
             path = view.record.location
-            for key in [k for k in self._marks if k[0] == path]:
-                del self._marks[key]
+            self._producers.forget(path)
             for key in [k for k in self._recent if k[0] == path]:
                 del self._recent[key]
         self._epochs[view.name] = epoch
@@ -232,47 +300,89 @@ class Batcher:
         placement = self._placements.get(view.name, self.ctx.settings.placement)
         return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable, placement) for e in entries]
 
+    def _place(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> list[Entry]:
+        """``todo`` with each entry's records placed; a unit one of whose entries cannot be taken
+        (a partition that never was, records the log cannot hold, a placement that failed) is
+        answered as a whole, and the others go on."""
+        meta = view.snapshot.metadata
+        writable = view.writable()
+        for e in todo:
+            e.placed = None
+        failed: dict[int, Outcome] = {}
+        for e in todo:
+            if e.unit in failed:
+                continue
+            if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
+                failed[e.unit] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
+                                         message=f"partition {e.partition} of {view.name} does not exist")
+                continue
+            b = e.batch
+            if not b.count or not len(b.keys) == len(b.headers) == len(b.timestamps) == b.count:
+                failed[e.unit] = Outcome(error="INVALID_RECORD", message="a batch of no records, or of columns of "
+                                                                         "different lengths, cannot be appended")
+                continue
+            try:
+                e.placed = self.place(view, [e])[0]
+            except Exception as exc:  # noqa: BLE001 - a bug placing one unit fails that unit alone
+                log.exception("placing a batch of %s failed", view.name)
+                failed[e.unit] = Outcome(error="UNKNOWN_SERVER_ERROR", message=f"placing the batch failed: {exc!r}"[:300])
+        for e in todo:
+            if e.unit in failed:
+                outcomes[id(e)] = failed[e.unit]
+        return [e for e in todo if e.unit not in failed]
+
     def _judge(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> tuple[list[Entry], dict[str, int]]:
         """The entries to append now, and the mark each producer's rows are numbered after; the
-        others get their outcome (a partition not writable, a duplicate, a sequence error)."""
-        meta = view.snapshot.metadata
-        writable = set(view.writable())
+        others get their outcome (a duplicate, a sequence error). A unit is appended all or none:
+        one of its batches refused refuses the unit's others (with the first refusal), and the
+        producers' running marks go back to where they were before it."""
         path = view.record.location
         accepted: list[Entry] = []
         expected: dict[str, int] = {}
-        running: dict[str, int] = {}
-        self._read_marks(path, [e for e in todo if e.partition in meta.partitions and writable])
-        for e in todo:
-            if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
-                outcomes[id(e)] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
-                                          message=f"partition {e.partition} of {view.name} does not exist")
+        known = self._read_marks(path, todo)
+        running: dict[str, tuple[int, list | None]] = {}  # pid -> (mark, its last batches, None: not known)
+        for unit in _by_unit(todo):
+            before, kept, verdicts, refused = dict(running), dict(expected), [], None
+            for e in unit:
+                if e.batch.producer_id == NO_PRODUCER:
+                    verdicts.append((e, None))
+                    continue
+                pid = lakelog_producer_id(e.batch.producer_id, e.partition)
+                e.producer = pid
+                if pid not in running:
+                    running[pid] = known[pid]
+                mark, recent = running[pid]
+                verdict = judge(mark, e.batch.producer_epoch, e.batch.base_sequence, e.batch.count, recent)
+                if verdict.appends:
+                    expected.setdefault(pid, mark)
+                    e.first = verdict.first
+                    last = verdict.first + e.batch.count - 1
+                    running[pid] = (last, None if recent is None or mark != e.first - 1
+                                    else [*recent, (e.first, last)][-BATCHES_KEPT:])
+                    verdicts.append((e, None))
+                elif verdict.kind == "duplicate":
+                    verdicts.append((e, self._duplicate(path, pid, verdict.first, e)))
+                else:
+                    refused = refused or Outcome(
+                        error=verdict.error, message=f"producer {e.batch.producer_id} epoch {e.batch.producer_epoch} "
+                        f"sequence {e.batch.base_sequence} on partition {e.partition}: {verdict.error}")
+            if refused is not None:
+                running, expected = before, kept
+                for e in unit:
+                    outcomes[id(e)] = refused
                 continue
-            if e.batch.producer_id == NO_PRODUCER:
-                accepted.append(e)
-                continue
-            pid = lakelog_producer_id(e.batch.producer_id, e.partition)
-            e.producer = pid
-            if pid not in running:
-                running[pid] = self._marks[(path, pid)]
-            verdict = judge(running[pid], e.batch.producer_epoch, e.batch.base_sequence, e.batch.count)
-            if verdict.appends:
-                expected.setdefault(pid, running[pid])
-                e.first = verdict.first
-                running[pid] = verdict.first + e.batch.count - 1
-                accepted.append(e)
-            elif verdict.kind == "duplicate":
-                outcomes[id(e)] = self._duplicate(path, pid, verdict.first, e)
-            else:
-                outcomes[id(e)] = Outcome(error=verdict.error, message=f"producer {e.batch.producer_id} epoch "
-                                          f"{e.batch.producer_epoch} sequence {e.batch.base_sequence} on partition "
-                                          f"{e.partition}: {verdict.error}")
+            for e, outcome in verdicts:
+                if outcome is None:
+                    accepted.append(e)
+                else:
+                    outcomes[id(e)] = outcome
         return accepted, expected
 
-    def _rows(self, view: TopicView, accepted: list[Entry]) -> pa.Table:
+    @staticmethod
+    def _rows(accepted: list[Entry]) -> pa.Table:
+        """The rows of the placed ``accepted`` entries, with their producers' sequences."""
         records = rows_of([e.batch for e in accepted])
         counts = [e.batch.count for e in accepted]
-        for e, parts in zip(accepted, self.place(view, accepted)):
-            e.placed = parts
         partitions = np.concatenate([e.placed for e in accepted])
         producers = pa.array(np.repeat(np.array([e.producer for e in accepted], dtype=object), counts), pa.string())
         firsts = np.repeat(np.array([e.first for e in accepted], dtype=np.int64), counts)
@@ -292,7 +402,6 @@ class Batcher:
         for e, base in zip(accepted, base_offsets(placed, [e.partition for e in accepted], ranges)):
             outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(e.partition, 0))
             if e.producer is not None:
-                self._marks[(path, e.producer)] = e.first + e.batch.count - 1
                 self._remember((path, e.producer, e.first), base)
 
     def _keep(self, path: str, accepted: list[Entry], result) -> None:
@@ -312,28 +421,39 @@ class Batcher:
         """acks=all on a replicated topic: answered once every in-sync root holds the records, under
         the leader epoch the view was read at. A retry answered as a duplicate waits too (its first
         send may have been appended and not copied), as Kafka's leader holds a duplicate's answer
-        until the high watermark passes it."""
+        until the high watermark passes it. A wait that fails unforeseen is NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+        the records are in the log, not known to be copied."""
         waiting = [e for e in entries if e.acks == -1 and outcomes.get(id(e), Outcome(error="?")).error == "NONE"]
-        if not waiting or not self.ctx.replicated(view.name):
+        if not waiting:
             return
-        epoch = view.leadership.leader_epoch if view.leadership is not None else -1
         try:
+            if not self.ctx.replicated(view.name):
+                return
+            epoch = view.leadership.leader_epoch if view.leadership is not None else -1
             self.ctx.replication().acknowledge(view.name, view.record.location, self.ctx.settings.min_insync_replicas,
                                                epoch)
-        except LakelogError as exc:
+        except Exception as exc:  # noqa: BLE001 - each waiting batch is answered with it
+            if not isinstance(exc, LakelogError):
+                log.exception("waiting for the replicas of %s failed", view.name)
             self._views.pop(view.name, None)  # an election since the view: the next request reads it again
-            code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND" if name_of(exc) == "NOT_ENOUGH_REPLICAS" else name_of(exc)
+            code = name_of(exc) if isinstance(exc, LakelogError) else "NOT_ENOUGH_REPLICAS"
+            code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND" if code == "NOT_ENOUGH_REPLICAS" else code
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
 
-    def _read_marks(self, path: str, entries: list[Entry]) -> None:
-        """The marks of the producers of ``entries`` this server has not seen yet, read from the log
-        in one read; the others stay as this server last saw them (the append checks them all)."""
-        new = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
-        new = [pid for pid in new if (path, pid) not in self._marks]
+    def _read_marks(self, path: str, entries: list[Entry]) -> dict[str, tuple[int, list | None]]:
+        """(mark, last batches) of each producer of ``entries``: as this server last saw them (the
+        append checks the marks), or, for those it does not know (never met, or forgotten once
+        idle), the log's marks, read in one read."""
+        pids = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
+        now = time.monotonic()
+        found = {pid: state for (_path, pid), state in self._producers.known([(path, p) for p in pids], now).items()}
+        new = [pid for pid in pids if pid not in found]
         if new:
             for pid, mark in self.ctx.producer_marks(path, new).items():
-                self._marks[(path, pid)] = mark
+                self._producers.learned((path, pid), mark, now)
+                found[pid] = (mark, None)
+        return found
 
     def _duplicate(self, path: str, pid: str, first: int, entry: Entry) -> Outcome:
         """A retried batch: answered as its first send was, with the offset its first record was
@@ -353,3 +473,11 @@ class Batcher:
         self._recent[key] = offset
         if len(self._recent) > RECENT:
             self._recent.popitem(last=False)
+
+
+def _by_unit(entries: list[Entry]) -> list[list[Entry]]:
+    """``entries`` grouped by unit, in the order each unit's first entry came."""
+    units: dict[int, list[Entry]] = {}
+    for e in entries:
+        units.setdefault(e.unit, []).append(e)
+    return list(units.values())

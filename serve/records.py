@@ -1,5 +1,6 @@
-"""Kafka record batches (magic 2) to Arrow rows and back, with aiokafka's compiled record codec
-(CRC-32C checked, gzip, snappy, lz4 and zstd through cramjam); no record codec is written here.
+"""Kafka record batches (magic 2) to Arrow rows and back, with aiokafka's compiled record codec;
+a produced batch's header is checked here and its records inflated within bounds (serve/inflate.py)
+before the codec reads them; no record codec is written here.
 
 A produced batch becomes the log's columns (``key``, ``value``, ``headers``, ``timestamp``) and
 what the idempotence rules need (producer id, epoch, first sequence, count). Records read from the
@@ -20,6 +21,7 @@ from aiokafka.record._crecords import DefaultRecordBatch, DefaultRecordBatchBuil
 from crc32c import crc32c
 
 from log_store.headers import HEADERS_TYPE
+from serve.inflate import Corrupt, TooLarge, inflate
 
 HEADERS_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_ARROW = pa.timestamp("us")
@@ -29,12 +31,19 @@ READ_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("le
                          ("key", pa.binary()), ("value", pa.binary()), ("headers", HEADERS_ARROW),
                          ("timestamp", TIMESTAMP_ARROW)])
 NO_TIMESTAMP = -1
+LAST_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+LARGEST_BATCH = 2**31 - 1  # what a batch's length field can say
 BATCH_HEADER = 61  # bytes of a v2 batch before its first record
 RECORD_OVERHEAD = 12  # about what a record adds to its key and value (varints, attributes); headers not counted
 _LEADER_EPOCH = struct.Struct(">i")
 _ATTRIBUTES = struct.Struct(">h")
 _CRC = struct.Struct(">I")
 _BASE_OFFSET = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_ATTRIBUTES_DELTA = struct.Struct(">hi")
+_MAGIC, _CRC_AT, _ATTRIBUTES_AT, _COUNT_AT = 16, 17, 21, 57  # where a v2 batch's header fields are
+_SMALLEST_MESSAGE = 14  # bytes after the length of the smallest v0 message (its CRC, magic, attributes, key and value lengths)
+_CODEC, _TRANSACTIONAL, _CONTROL = 0x07, 0x10, 0x20  # bits of a batch's attributes
 assert HEADERS_TYPE.simpleString() == "array<struct<key:string,value:binary>>"
 
 
@@ -64,53 +73,105 @@ class ProducedBatch:
         return len(self.values)
 
 
-def decode_batches(data: bytes | None) -> list[ProducedBatch]:
+class Budget:
+    """What a produce request's batches may still inflate to, together (``serve.max_request_bytes``:
+    a request of batches sent uncompressed can hold no more)."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+def decode_batches(data: bytes | None, max_batch: int = LARGEST_BATCH, budget: Budget | None = None) -> list[ProducedBatch]:
     """Every batch in a partition's ``records`` of a produce request; BatchError if any is not one the
-    log can take (bad CRC or framing, an old message format, a transactional or control batch, a
-    record without a value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's)."""
+    log can take: a batch larger than ``max_batch`` bytes (the topic's ``max.message.bytes``) as
+    sent or uncompressed, or inflating past what is left of ``budget``; bad CRC or framing, a base
+    offset other than 0, an old message format, a transactional or control batch, a batch of no
+    records, a record without a value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's.
+    Nothing is inflated before the batch's size and CRC are checked, and nothing past the bounds."""
+    budget = budget if budget is not None else Budget(LARGEST_BATCH)
     if not data:
         raise BatchError("CORRUPT_MESSAGE", "a partition of the produce request holds no record batch")
-    out = []
-    try:
-        data = bytes(data)
-        records = MemoryRecords(data)
-        if not records.has_next():
-            raise BatchError("CORRUPT_MESSAGE", "the records are shorter than one batch's header")
-        pos = 0
-        while records.has_next():
-            batch = records.next_batch()
-            if not isinstance(batch, DefaultRecordBatch):
-                raise BatchError("UNSUPPORTED_FOR_MESSAGE_FORMAT", "message format v0/v1 is not supported; use magic 2")
-            end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]  # the reader's own framing
-            out.append(_decode(batch, data[pos:end]))
-            pos = end
-        if records.size_in_bytes() and _trailing(data):
+    data = bytes(data)
+    out, pos = [], 0
+    while pos < len(data):
+        if len(data) - pos < _MAGIC + 1:
             raise BatchError("CORRUPT_MESSAGE", "the records end with a partial batch")
-    except CorruptRecordException as exc:
-        raise BatchError("CORRUPT_MESSAGE", f"corrupt record batch: {exc}") from None
-    except (ValueError, IndexError, UnicodeDecodeError, OverflowError) as exc:
-        raise BatchError("CORRUPT_MESSAGE", f"corrupt record batch: {exc!r}") from None
+        length = _LENGTH.unpack_from(data, pos + 8)[0]
+        end = pos + 12 + length
+        if length < _SMALLEST_MESSAGE or end > len(data):
+            raise BatchError("CORRUPT_MESSAGE", "the records end with a partial batch")
+        if data[pos + _MAGIC] != 2:
+            raise BatchError("UNSUPPORTED_FOR_MESSAGE_FORMAT", f"message format v{data[pos + _MAGIC]} is not "
+                                                               "supported; use magic 2")
+        if length < BATCH_HEADER - 12:
+            raise BatchError("CORRUPT_MESSAGE", f"a record batch of {length + 12} bytes is shorter than its header")
+        if _BASE_OFFSET.unpack_from(data, pos)[0] != 0:  # the broker numbers a produced batch's records
+            raise BatchError("INVALID_RECORD", f"a produced batch's base offset must be 0, not "
+                                               f"{_BASE_OFFSET.unpack_from(data, pos)[0]}")
+        out.append(_checked(data[pos:end], max_batch, budget))
+        pos = end
     return out
 
 
-def _trailing(data: bytes) -> bool:
-    """Whether ``data`` is not a whole number of batches (aiokafka's reader stops at a partial one)."""
-    pos = 0
-    while pos + 12 <= len(data):
-        length = struct.unpack_from(">i", data, pos + 8)[0]
-        if length < 0:
-            return True
-        pos += 12 + length
-    return pos != len(data)
+def decode_kept(wire: bytes) -> ProducedBatch:
+    """A batch this server took, read again (``serve.tail``: its base offset is the log's by now)."""
+    return _checked(wire, LARGEST_BATCH, Budget(LARGEST_BATCH))
+
+
+def _checked(wire: bytes, max_batch: int, budget: Budget) -> ProducedBatch:
+    """One batch: its size, CRC and header checked as Kafka's broker checks them before anything is
+    inflated (``UnifiedLog.analyzeAndValidateRecords``, ``LogValidator``), then its records."""
+    if len(wire) > max_batch:
+        raise BatchError("MESSAGE_TOO_LARGE", f"a record batch of {len(wire)} bytes is larger than the topic's "
+                                              f"max.message.bytes ({max_batch})")
+    if crc32c(wire[_ATTRIBUTES_AT:]) != _CRC.unpack_from(wire, _CRC_AT)[0]:
+        raise BatchError("CORRUPT_MESSAGE", "a record batch's CRC does not match its contents")
+    attributes, last_delta = _ATTRIBUTES_DELTA.unpack_from(wire, _ATTRIBUTES_AT)
+    count = _LENGTH.unpack_from(wire, _COUNT_AT)[0]
+    if attributes & (_TRANSACTIONAL | _CONTROL):
+        raise BatchError("INVALID_RECORD", "transactions are not supported: a transactional or control batch was sent")
+    if count <= 0 or last_delta + 1 != count:
+        raise BatchError("INVALID_RECORD", f"a record batch claims {count} records and a last offset delta of "
+                                           f"{last_delta}: a batch holds one record or more, numbered 0, 1, 2, ...")
+    codec = attributes & _CODEC
+    bound = min(max_batch, BATCH_HEADER + budget.left) - BATCH_HEADER
+    too_many = BatchError("RECORD_LIST_TOO_LARGE", "the produce request's records uncompressed are larger than "
+                                                   "serve.max_request_bytes; send fewer at a time")
+    plain = wire
+    if codec:
+        try:
+            records = inflate(codec, wire[BATCH_HEADER:], bound)
+        except TooLarge:
+            if bound + BATCH_HEADER < max_batch:
+                raise too_many from None
+            raise BatchError("MESSAGE_TOO_LARGE", f"a record batch uncompressed is larger than the topic's "
+                                                  f"max.message.bytes ({max_batch})") from None
+        except Corrupt as exc:
+            raise BatchError("CORRUPT_MESSAGE", f"a record batch's compressed records cannot be read: {exc}") from None
+        plain = _uncompressed(wire, records)
+    elif len(wire) - BATCH_HEADER > bound:
+        raise too_many
+    budget.left -= len(plain) - BATCH_HEADER
+    try:
+        return _decode(MemoryRecords(plain).next_batch(), wire)
+    except CorruptRecordException as exc:
+        raise BatchError("CORRUPT_MESSAGE", f"corrupt record batch: {exc}") from None
+    except (ValueError, IndexError, UnicodeDecodeError, OverflowError, TypeError) as exc:
+        raise BatchError("CORRUPT_MESSAGE", f"corrupt record batch: {exc!r}") from None
+
+
+def _uncompressed(wire: bytes, records: bytes) -> bytes:
+    """The batch ``wire`` with its records as ``records``, uncompressed: its codec bits cleared and its
+    length and CRC made again, for aiokafka's codec to read without inflating anything."""
+    head = bytearray(wire[:BATCH_HEADER])
+    _LENGTH.pack_into(head, 8, BATCH_HEADER - 12 + len(records))
+    _ATTRIBUTES.pack_into(head, _ATTRIBUTES_AT, _ATTRIBUTES.unpack_from(head, _ATTRIBUTES_AT)[0] & ~_CODEC)
+    _CRC.pack_into(head, _CRC_AT, crc32c(records, crc32c(bytes(head[_ATTRIBUTES_AT:]))))
+    return bytes(head) + records
 
 
 def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
-    if batch.magic != 2:
-        raise BatchError("UNSUPPORTED_FOR_MESSAGE_FORMAT", f"message format v{batch.magic} is not supported; use magic 2")
-    if not batch.validate_crc():
-        raise BatchError("CORRUPT_MESSAGE", "a record batch's CRC does not match its contents")
-    if batch.is_control_batch or batch.is_transactional:
-        raise BatchError("INVALID_RECORD", "transactions are not supported: a transactional or control batch was sent")
+    """The records of ``batch`` (uncompressed, its header checked) as Arrow arrays."""
     keys, values, stamps = [], [], []
     header_offsets, header_keys, header_values, no_headers = [0], [], [], []
     expected = 0
@@ -141,11 +202,11 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
     else:
         headers = pa.nulls(expected, HEADERS_ARROW)
     millis = pa.array(stamps, pa.int64())
-    try:  # the log keeps microseconds: a timestamp past about the year 294,000 would wrap
-        micros = pc.multiply_checked(millis, 1000)
-    except pa.ArrowInvalid:
-        raise BatchError("INVALID_TIMESTAMP", f"a record's timestamp ({pc.max(millis).as_py()} ms) is beyond what the "
-                                              "log can hold") from None
+    latest = pc.max(millis).as_py()
+    if latest > LAST_TIMESTAMP_MS:  # the log's timestamps (Spark's, Delta's statistics) end with the year 9999
+        raise BatchError("INVALID_TIMESTAMP", f"a record's timestamp ({latest} ms) is beyond what the log can hold "
+                                              f"(at most {LAST_TIMESTAMP_MS} ms, the end of the year 9999)")
+    micros = pc.multiply(millis, 1000)
     return ProducedBatch(
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         keys=pa.array(keys, pa.binary()), values=pa.array(values, pa.binary()), headers=headers.cast(HEADERS_ARROW),

@@ -18,7 +18,8 @@ from pydantic import Field
 
 from log_store.config import Strict
 
-Operation = Literal["read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs", "all"]
+Operation = Literal["read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs",
+                    "idempotent_write", "all"]
 IMPLIES = {"describe": {"read", "write", "delete", "alter"}, "describe_configs": {"alter_configs"}}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -54,6 +55,16 @@ def allowed(acls: list[Acl] | None, super_users: list[str], principal: str, oper
         return True
     return (resource == "topic" and operation == "create"
             and any(a.matches(principal, "cluster", "kafka-cluster") and a.grants("create") for a in acls))
+
+
+def allowed_on_some(acls: list[Acl] | None, super_users: list[str], principal: str, operation: str,
+                    resource: str) -> bool:
+    """Whether ``principal`` may do ``operation`` on at least one ``resource`` (Kafka's
+    ``authorizeByResourceType``: InitProducerId needs WRITE on some topic, or IDEMPOTENT_WRITE)."""
+    if acls is None or principal in super_users:
+        return True
+    operation, resource = operation.lower(), resource.lower()
+    return any(a.principal in (principal, "User:*") and a.resource == resource and a.grants(operation) for a in acls)
 
 
 def tls_context(certfile: str, keyfile: str | None, cafile: str | None, client_auth: bool) -> ssl.SSLContext:

@@ -54,6 +54,7 @@ class ServeSettings(Strict):
     consumer_session_timeout_ms: int = Field(default=45_000, ge=100)  # a member silent this long is removed
     consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
     consumer_assignor: Literal["uniform", "range"] = "uniform"  # for groups whose members name none
+    producer_id_expiration_ms: int = Field(default=86_400_000, ge=1)  # Kafka's producer.id.expiration.ms
 
     # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
     # (principal name -> password), and permissions (none: everyone may do everything).

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from serve.records import READ_COLUMNS, READ_SCHEMA, decode_batches
+from serve.records import READ_COLUMNS, READ_SCHEMA, decode_kept
 
 FOLLOW_LIMIT = 1000  # versions of other writers a run follows at once; more end it (their commit files are read)
 PIECE_BYTES = 200  # what a piece costs beyond its records (the objects that hold it), counted against the limit
@@ -61,7 +61,7 @@ class Piece:
         """The records ``[start, stop)`` of this piece as Arrow (``READ_SCHEMA``)."""
         if self.rows is not None:
             return self.rows.slice(start - self.first, stop - start)
-        batch = decode_batches(self.wire)[0]
+        batch = decode_kept(self.wire)
         n = batch.count
         table = pa.table({"partition": pa.nulls(n, pa.int32()), "offset": pa.array(np.arange(self.first, self.end)),
                           "leader_epoch": pa.array(np.full(n, self.epoch, dtype=np.int32)), "key": batch.keys,

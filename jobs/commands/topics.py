@@ -74,7 +74,8 @@ def _describe_lost_leader(c: Context, topic: str, error: Exception, as_json: boo
 @click.option("--topic", required=True)
 @click.option("--partitions", required=True, type=int)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="A topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
+              help="A topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, ...); "
+                   "repeat for several.")
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
               help="The log's files: a Delta partition per log partition (partitioned), or a file per "
                    "write holding every partition, compacted into files per partition (arrival).")
@@ -237,7 +238,8 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
 @click.option("--topic", required=True)
 @click.option("--partitions", default=None, type=int, help="The new number of undeleted partitions.")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="Set a topic config (retention.ms, retention.bytes, segment.bytes); repeat for several.")
+              help="Set a topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, ...); "
+                   "repeat for several.")
 @click.option("--delete-config", "delete_configs", multiple=True, metavar="KEY",
               help="Remove a topic config (back to its default); repeat for several.")
 @click.option("--delete-partition-enable/--no-delete-partition-enable", default=None,

@@ -1,6 +1,6 @@
-"""Produce (and InitProducerId): each partition's batches decoded and queued for their topic's
-group commit (``serve.batcher``); the request is answered once every batch of it is committed
-(acks 1 or all), or not at all (acks 0)."""
+"""Produce (and InitProducerId): each partition's batches checked, decoded and queued for their
+topic's group commit (``serve.batcher``); the request is answered once every batch of it is
+committed (acks 1 or all), or not at all (acks 0)."""
 
 from __future__ import annotations
 
@@ -8,64 +8,70 @@ import asyncio
 import secrets
 from typing import TYPE_CHECKING
 
+from log_store.errors import InvalidConfigurationError, StorageError, TopicDeletedError, UnknownTopicError
+from log_store.names import check_topic_name
 from serve.batcher import Entry, Outcome
 from serve.errors import code_of
-from serve.records import BatchError, decode_batches
+from serve.records import BatchError, Budget, decode_batches
+from serve.security import allowed_on_some
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
     from serve.wire import Request
 
-MAX_EPOCH = 32767
+ACKS = (0, 1, -1)  # Kafka's: none, the leader's, every in-sync replica's
 
 
-def _decode(parts: list[tuple[str, int, bytes | None]]) -> list[list | BatchError]:
-    out = []
-    for _topic, _partition, data in parts:
+def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str, int, bytes | None]]) -> list[list | Outcome]:
+    """Each partition's batches, or the outcome it is answered with, checked in Kafka's order:
+    WRITE on the topic, a legal name, a live topic, then the batches (their size against the
+    topic's ``max.message.bytes``, their CRC, then their records, inflated within the limits).
+    Nothing of a partition the caller may not write to is read."""
+    out: list[list | Outcome] = []
+    budget = Budget(server.settings.max_request_bytes)
+    for topic, _partition, data in parts:
+        if not may_write[topic]:
+            out.append(Outcome(error="TOPIC_AUTHORIZATION_FAILED"))
+            continue
         try:
-            out.append(decode_batches(data))
+            check_topic_name(topic)
+        except InvalidConfigurationError as exc:
+            out.append(Outcome(error="INVALID_TOPIC_EXCEPTION", message=str(exc)))
+            continue
+        try:
+            limit = server.batcher.limits.max_message_bytes(topic)
+        except (UnknownTopicError, TopicDeletedError, StorageError) as exc:
+            out.append(Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
+            continue
+        try:
+            out.append(decode_batches(data, limit, budget))
         except BatchError as exc:
-            out.append(exc)
+            out.append(Outcome(error=exc.code, message=str(exc)))
     return out
 
 
 async def produce(server: "Server", conn: "Connection", request: "Request") -> dict | None:
     """Queue each partition's batches for the group commit and answer once they are committed.
 
-    A connection's produce requests reach the batcher in the order they came, though decoding
-    runs on the pool, where a small request may finish before a large one sent earlier: an
-    idempotent producer's next batch queued first would start a producer the log does not know at
-    the later sequence, and the earlier batch would then be answered as a duplicate, never written.
-    (Kafka's brokers keep this order by reading one request of a connection at a time.) The turn is
-    taken before the first await, so in the order the connection's requests were read."""
+    The request is queued by a task of the batcher's (``Batcher.arriving``), which the end of the
+    connection does not cancel: an ``acks=0`` producer that closes at once has every request it
+    sent appended. A connection's produce requests reach the batcher in the order they came,
+    though decoding runs on the pool, where a small request may finish before a large one sent
+    earlier: an idempotent producer's next batch queued first would start a producer the log does
+    not know at the later sequence, and the earlier batch would then be answered as a duplicate,
+    never written. (Kafka's brokers keep this order by reading one request of a connection at a
+    time.) The turn is taken before the first await, so in the order the connection's requests
+    were read."""
     body = request.body
     if body.transactional_id is not None:
         return _answer(body, {}, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
-    parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+    if body.acks not in ACKS:
+        return _answer(body, {}, "INVALID_REQUIRED_ACKS")
     loop = asyncio.get_running_loop()
     earlier, turn = conn.state.get("produce_turn"), loop.create_future()
     conn.state["produce_turn"] = turn
-    waiting: dict[tuple[str, int], list[asyncio.Future]] = {}
-    answers: dict[tuple[str, int], Outcome] = {}
-    try:
-        decoded = await server.ctx.run(_decode, parts)
-        if earlier is not None:
-            await asyncio.shield(earlier)
-        for (topic, partition, data), batches in zip(parts, decoded):
-            key = (topic, partition)
-            if not server.allowed(conn, "WRITE", "TOPIC", topic):
-                answers[key] = Outcome(error="TOPIC_AUTHORIZATION_FAILED")
-            elif isinstance(batches, BatchError):
-                answers[key] = Outcome(error=batches.code, message=str(batches))
-            else:
-                for batch in batches:
-                    future = loop.create_future()
-                    server.batcher.submit(Entry(topic=topic, partition=partition, batch=batch, acks=body.acks,
-                                                future=future, size=len(data) // max(len(batches), 1)))
-                    waiting.setdefault(key, []).append(future)
-    finally:
-        if not turn.done():
-            turn.set_result(None)
+    queued = server.batcher.arriving(_queue(server, conn, body, earlier, turn))
+    answers, waiting = await asyncio.shield(queued)
     if body.acks == 0:
         return None
     for key, futures in waiting.items():
@@ -73,6 +79,35 @@ async def produce(server: "Server", conn: "Connection", request: "Request") -> d
         failed = next((o for o in outcomes if o.error != "NONE"), None)
         answers[key] = failed or outcomes[0]
     return _answer(body, answers)
+
+
+async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Future | None,
+                 turn: asyncio.Future) -> tuple[dict, dict]:
+    """Check and decode the request's partitions, wait for the connection's earlier request to be
+    queued, then queue each partition's batches as one unit: (the answers already known, the
+    futures of what was queued)."""
+    loop = asyncio.get_running_loop()
+    parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+    waiting: dict[tuple[str, int], list[asyncio.Future]] = {}
+    answers: dict[tuple[str, int], Outcome] = {}
+    try:
+        may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
+        prepared = await server.ctx.run(_prepare, server, may_write, parts)
+        if earlier is not None:
+            await asyncio.shield(earlier)
+        for (topic, partition, data), batches in zip(parts, prepared):
+            key = (topic, partition)
+            if isinstance(batches, Outcome):
+                answers[key] = batches
+                continue
+            entries = [Entry(topic=topic, partition=partition, batch=batch, acks=body.acks, future=loop.create_future(),
+                             size=len(data) // len(batches)) for batch in batches]
+            server.batcher.submit(entries)
+            waiting.setdefault(key, []).extend(e.future for e in entries)
+    finally:
+        if not turn.done():
+            turn.set_result(None)
+    return answers, waiting
 
 
 def _answer(body, answers: dict[tuple[str, int], Outcome], every: str | None = None) -> dict:
@@ -90,17 +125,25 @@ def _partition(index: int, outcome: Outcome | None, every: str | None) -> dict:
 
 
 async def init_producer_id(server: "Server", conn: "Connection", request: "Request") -> dict:
-    """A producer id for an idempotent producer; transactions are not supported. A client that
-    holds an id and epoch (KIP-360) gets the epoch after it, or a new id once the epoch is spent."""
+    """A new producer id for an idempotent producer, as Kafka's coordinator gives one when there is
+    no transactional id (a client that holds an id and epoch, KIP-360, gets a new id too: the
+    epoch of an id is bumped only for a transactional producer). The caller needs IDEMPOTENT_WRITE
+    on the cluster or WRITE on some topic (``KafkaApis.handleInitProducerIdRequest``); transactions
+    are not supported."""
     body = request.body
+
+    def answer(error: str, producer_id: int = -1, epoch: int = -1) -> dict:
+        return {"throttle_time": 0, "error_code": code_of(error), "producer_id": producer_id, "producer_epoch": epoch}
+
     if body.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": code_of("TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
-                "producer_id": -1, "producer_epoch": -1}
-    held = getattr(body, "producer_id", -1)
-    epoch = getattr(body, "producer_epoch", -1)
-    if held >= 0 and 0 <= epoch < MAX_EPOCH:
-        return {"throttle_time": 0, "error_code": 0, "producer_id": held, "producer_epoch": epoch + 1}
-    return {"throttle_time": 0, "error_code": 0, "producer_id": secrets.randbits(62) + 1, "producer_epoch": 0}
+        return answer("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    if not (server.allowed(conn, "IDEMPOTENT_WRITE", "CLUSTER", "kafka-cluster")
+            or allowed_on_some(server.settings.acls, server.settings.super_users, conn.principal, "WRITE", "TOPIC")):
+        return answer("CLUSTER_AUTHORIZATION_FAILED")
+    held, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+    if (held == -1) != (epoch == -1):  # an id without its epoch, or an epoch without an id
+        return answer("INVALID_REQUEST")
+    return answer("NONE", secrets.randbits(62) + 1, 0)
 
 
 HANDLERS = {

@@ -44,7 +44,7 @@ KAFKA_TOPIC_CONFIGS = frozenset({
     "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
     "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms", "max.message.bytes",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
     "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",

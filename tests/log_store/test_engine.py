@@ -47,6 +47,13 @@ def test_properties_app_versions_and_written_files_match_the_table(spark, tmp_pa
     assert jvm["lakelog.test.a"][0] == 4 and jvm["lakelog.test.a"][1] is not None
     assert app_version_changes(spark, path, version, "other.") == {}
     assert app_version_changes(spark, path, version - 1, "other.")["other.b"][0] == 9
+    # the fallback's set transactions carried on through the commit files (log_store.app_versions), never rebuilt
+    txn = DeltaTransaction.start(spark, path)
+    txn.commit({"lakelog.test.a": 5, "lakelog.test.c": 1})
+    carried = DeltaTransaction.start(spark, path)
+    carried._from_checksum = lambda: None
+    carried.jtxn.snapshot = None  # the Spark job's way would fail: not taken
+    assert carried.snapshot_app_versions() == {"lakelog.test.a": 5, "lakelog.test.c": 1, "other.b": 9}
 
 
 def test_commits_go_through_lakelogs_log_store_which_refuses_a_version_that_exists(spark, tmp_path):

@@ -51,13 +51,20 @@ class RawClient:
 
     def call(self, api_key: int, version: int, values: dict):
         """Send one request and return kio's response dataclass."""
+        self.send(api_key, version, values)
+        return self.receive(api_key, version)
+
+    def send(self, api_key: int, version: int, values: dict) -> None:
+        """Send one request; ``receive`` reads its answer (several may be sent first)."""
         self._correlation += 1
         self.send_bytes(frame(api_key, version, values, self._correlation))
+
+    def receive(self, api_key: int, version: int):
+        """kio's response dataclass of the next answer, to a request of ``api_key`` at ``version``."""
         data = self.read_frame()
         assert data is not None, "the server closed the connection"
         schema = load_response_schema(api_key, version)
         header, used = entity_reader(schema.__header_schema__ if api_key != 18 else _header_v0())(data, 0)
-        assert header.correlation_id == self._correlation
         return entity_reader(schema)(data, used)[0]
 
     def close(self) -> None:
@@ -81,7 +88,28 @@ def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, sequence:
 
 def produce(client: RawClient, topic: str, partition: int, records: bytes, acks: int = -1, version: int = 9):
     """(error code, base offset) of one partition's produce."""
-    response = client.call(0, version, {"transactional_id": None, "acks": acks, "timeout": 30000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+    response = client.call(0, version, produce_request(topic, partition, records, acks))
     answer = response.responses[0].partition_responses[0]
     return int(answer.error_code), int(answer.base_offset)
+
+
+def produce_request(topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
+    """A Produce request's values: ``records`` for one partition."""
+    return {"transactional_id": None, "acks": acks, "timeout": 30000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+
+
+def rebuilt(data: bytes, count: int | None = None, last_delta: int | None = None, records: bytes | None = None,
+            attributes: int | None = None) -> bytes:
+    """The batch ``data`` with other header fields or records, its length and CRC made to match (a
+    batch a broken or hostile client could send)."""
+    from crc32c import crc32c
+
+    head = bytearray(data[:61])
+    body = data[61:] if records is None else records
+    for at, fmt, value in ((57, ">i", count), (23, ">i", last_delta), (21, ">h", attributes)):
+        if value is not None:
+            struct.pack_into(fmt, head, at, value)
+    struct.pack_into(">i", head, 8, 49 + len(body))
+    struct.pack_into(">I", head, 17, crc32c(bytes(head[21:]) + body))
+    return bytes(head) + body

@@ -77,6 +77,17 @@ def test_topic_configs_are_checked_and_versioned():
     assert TopicConfig.of({"retention.ms": "9"}).retention_ms == 9 and TopicConfig().retention_ms == -1
 
 
+def test_max_message_bytes_is_a_topic_config_with_kafkas_default_and_range():
+    """``lakelog topics create/alter --config max.message.bytes=N``, as CreateTopics and
+    IncrementalAlterConfigs set it; Kafka's default is 1 MiB and a batch's 12 bytes of offset and length."""
+    assert TopicConfig().max_message_bytes == 1_048_588 == int(TopicConfig().as_kafka()["max.message.bytes"])
+    assert parse_pairs(["max.message.bytes=4194304"]) == {"max.message.bytes": "4194304"}
+    assert TopicConfig.of({"max.message.bytes": "100"}).max_message_bytes == 100
+    for bad in ("max.message.bytes=-1", f"max.message.bytes={2**31}"):
+        with pytest.raises(InvalidConfigurationError, match="from 0"):
+            parse_pairs([bad])
+
+
 def arrival_add(path: str, ranges: dict[int, tuple[int, int, int]], size: int = 1_000) -> dict:
     from log_store.log_files import RANGES_TAG, encode_ranges
 

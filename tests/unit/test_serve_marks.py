@@ -12,9 +12,12 @@ import pyarrow as pa
 from serve.batcher import Batcher, Entry
 from serve.producers import lakelog_producer_id
 from serve.records import ProducedBatch
+from serve.settings import ServeSettings
 
 
 class _Ctx:
+    settings = ServeSettings()
+
     def __init__(self, marks: dict[str, int]) -> None:
         self.marks = marks
         self.reads: list[list[str]] = []
@@ -32,7 +35,8 @@ def _entry(producer: int, partition: int, sequence: int, count: int = 2) -> Entr
 
 
 def _view(partitions: list[int], writable: list[int]) -> SimpleNamespace:
-    return SimpleNamespace(snapshot=SimpleNamespace(metadata=SimpleNamespace(partitions={p: None for p in partitions})),
+    return SimpleNamespace(snapshot=SimpleNamespace(metadata=SimpleNamespace(partitions={p: None for p in partitions},
+                                                                         undeleted_partition_count=len(writable))),
                            writable=lambda: writable, record=SimpleNamespace(location="/log"), name="t")
 
 
@@ -43,13 +47,13 @@ def test_new_producers_marks_are_read_in_one_read_and_a_not_writable_partition_i
     view = _view([0, 1, 2], writable=[0, 1])  # partition 2: in the metadata, not writable (above the count)
     todo = [_entry(7, 0, 4), _entry(8, 1, 0), _entry(9, 2, 0), _entry(8, 5, 0)]  # 5: not a partition
     outcomes: dict = {}
-    accepted, expected = batcher._judge(view, todo, outcomes)
+    accepted, expected = batcher._judge(view, batcher._place(view, todo, outcomes), outcomes)
     assert ctx.reads == [sorted([known, lakelog_producer_id(8, 1), lakelog_producer_id(9, 2)])]
     assert [e.partition for e in accepted] == [0, 1, 2]
     assert expected == {known: 3, lakelog_producer_id(8, 1): -1, lakelog_producer_id(9, 2): -1}
     assert [o.error for o in outcomes.values()] == ["UNKNOWN_TOPIC_OR_PARTITION"]
 
     ctx.marks[known] = 100  # another server wrote meanwhile: this one keeps what it saw until the append says
-    again, expected = batcher._judge(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {})
+    again, expected = batcher._judge(view, batcher._place(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {}), {})
     assert ctx.reads[1:] == [[lakelog_producer_id(10, 0)]]
     assert expected[known] == 3 and len(again) == 2

@@ -18,17 +18,18 @@ class _Server:
 
     def __init__(self, delays: list[float]) -> None:
         self.queued: list[str] = []
-        self.batcher = SimpleNamespace(submit=self._submit)
+        self.batcher = SimpleNamespace(submit=self._submit, arriving=asyncio.ensure_future)
         self.ctx = SimpleNamespace(run=self._decode)
         self._delays = delays
 
-    async def _decode(self, _fn, parts):
+    async def _decode(self, _fn, *args):
         await asyncio.sleep(self._delays.pop(0))
-        return [[SimpleNamespace(name=data.decode())] for _t, _p, data in parts]
+        return [[SimpleNamespace(name=data.decode())] for _t, _p, data in args[-1]]
 
-    def _submit(self, entry) -> None:
-        self.queued.append(entry.batch.name)
-        entry.future.set_result(Outcome(base_offset=len(self.queued) - 1))
+    def _submit(self, entries) -> None:
+        for entry in entries:
+            self.queued.append(entry.batch.name)
+            entry.future.set_result(Outcome(base_offset=len(self.queued) - 1))
 
     @staticmethod
     def allowed(*_args) -> bool:
@@ -65,14 +66,14 @@ def test_a_request_decoded_in_order_is_not_held_up():
 def test_a_failed_decode_releases_the_connection_for_the_next_request():
     server, conn = _Server([0.0]), Connection(peer="test")
 
-    async def failing(_fn, _parts):
-        raise RuntimeError("decode failed")
+    async def failing(_fn, *args):
+        if args[-1][0][2] == b"first":
+            raise RuntimeError("decode failed")
+        return await server._decode(_fn, *args)
 
     async def both():
         server.ctx.run = failing
         first = asyncio.ensure_future(produce(server, conn, _request("first")))
-        await asyncio.sleep(0)
-        server.ctx.run = server._decode
         second = asyncio.ensure_future(produce(server, conn, _request("second")))
         results = await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 5)
         return results

@@ -1,6 +1,6 @@
 """Kafka's idempotent-producer checks over lakelog's marks (serve.producers.judge)."""
 
-from serve.producers import SEQ_SPAN, judge, sequence_value
+from serve.producers import SEQ_SPAN, ProducerStates, judge, sequence_value
 
 
 def test_the_next_sequence_appends_after_the_mark():
@@ -46,3 +46,27 @@ def test_a_sequence_wrapping_past_its_maximum_stays_above_the_mark():
 def test_bad_fields_are_refused():
     assert judge(-1, 0, -1, 1).error == "INVALID_RECORD"
     assert judge(-1, 0, 0, 0).error == "INVALID_RECORD"
+
+
+def test_a_retry_is_a_duplicate_only_among_the_producers_last_five_batches():
+    recent = [(sequence_value(0, s), sequence_value(0, s)) for s in range(2, 7)]  # batches 2..6, one record each
+    mark = sequence_value(0, 6)
+    assert judge(mark, 0, 3, 1, recent).kind == "duplicate"
+    assert judge(mark, 0, 1, 1, recent).error == "OUT_OF_ORDER_SEQUENCE_NUMBER"  # six back: no longer known
+    assert judge(mark, 0, 3, 2, recent).error == "OUT_OF_ORDER_SEQUENCE_NUMBER"  # not a batch that was sent
+    assert judge(mark, 0, 1, 1).kind == "duplicate"  # batches not known (a restart): the log's mark decides
+
+
+def test_a_server_keeps_a_producers_last_five_batches_and_forgets_an_idle_one():
+    states = ProducerStates(expiration_ms=1000)
+    key = ("/log", "kafka-5-0")
+    states.learned(key, -1, now=0.0)
+    for s in range(7):
+        states.appended(key, s, s, now=0.0)
+    assert states.known([key], now=0.5) == {key: (6, [(s, s) for s in range(2, 7)])}
+    states.learned(key, 9, now=0.5)  # another server wrote 7..9: the batches known no longer reach the mark
+    assert states.known([key], now=0.5) == {key: (9, None)}
+    other = ("/log", "kafka-6-0")
+    states.learned(other, 3, now=1.4)
+    states.expire(now=1.6)  # key last used at 0.5: idle past the expiration
+    assert key not in states and other in states and len(states) == 1

@@ -22,7 +22,7 @@ from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes
 from serve.apis import fetch as fetch_api
 from serve.apis.fetch import encode_kept
 from serve.context import TopicView
-from serve.records import READ_COLUMNS, READ_SCHEMA, BatchError, decode_batches, encode_records
+from serve.records import LAST_TIMESTAMP_MS, READ_COLUMNS, READ_SCHEMA, BatchError, decode_batches, encode_records
 from serve.tail import FOLLOW_LIMIT, PIECE_BYTES, Tail, pieces_of
 from tests.serve.raw import batch
 
@@ -250,14 +250,16 @@ def test_a_kept_batch_reads_as_the_logs_rows_of_it_read_from_the_files():
 
 
 def test_a_timestamp_the_log_cannot_hold_is_refused():
-    """The log keeps microseconds in 64 bits: a CreateTime past about the year 294,000 would wrap (and
-    a fetch from kept records answer what the log does not hold); refused as Kafka refuses a
-    timestamp out of range, with nothing of the batch taken."""
-    with pytest.raises(BatchError) as refused:
-        decode_batches(_stamped([1_700_000_000_000, 9_300_000_000_000_000]))
-    assert refused.value.code == "INVALID_TIMESTAMP"
-    assert decode_batches(_stamped([9_223_372_036_854_775]))[0].timestamps.cast(pa.int64())[0].as_py() \
-        == 9_223_372_036_854_775_000
+    """The log's timestamps end with the year 9999 (Spark's, and Delta's statistics of a file): a
+    CreateTime past it would fail the commit it is in (and past about the year 294,000 wrap the
+    log's microseconds); refused as Kafka refuses a timestamp out of range, with nothing of the
+    batch taken."""
+    for late in (LAST_TIMESTAMP_MS + 1, 9_300_000_000_000_000):
+        with pytest.raises(BatchError) as refused:
+            decode_batches(_stamped([1_700_000_000_000, late]))
+        assert refused.value.code == "INVALID_TIMESTAMP"
+    assert decode_batches(_stamped([LAST_TIMESTAMP_MS]))[0].timestamps.cast(pa.int64())[0].as_py() \
+        == LAST_TIMESTAMP_MS * 1000
 
 
 # -- a fetch's partitions from kept records, then the log's files (serve.apis.fetch) -------------
