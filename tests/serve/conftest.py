@@ -21,6 +21,25 @@ def served(spark, root):
     stopped_with_no_task_left(server)
 
 
+@pytest.fixture()
+def serve_with(spark, root):
+    """``serve_with(**settings)``: a server with those settings, in a thread of the test process,
+    stopped at the test's end."""
+    from serve.server import Server
+    from serve.settings import ServeSettings
+
+    started = []
+
+    def start(**settings):
+        server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, **settings)).run_in_thread()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        stopped_with_no_task_left(server)
+
+
 def stopped_with_no_task_left(server) -> None:
     """Stop a server serving from a thread, and check its loop kept no task unfinished: a task left
     pending is destroyed with the loop, its cleanup never run ("Task was destroyed but it is pending")."""

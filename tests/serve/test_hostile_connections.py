@@ -13,29 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from serve.server import Server
-from serve.settings import ServeSettings
-from tests.serve.conftest import ServerProcess, stopped_with_no_task_left
-from tests.serve.raw import RawClient
+from tests.serve.conftest import ServerProcess
+from tests.serve.raw import RawClient, metadata_request, sized
 
 pytestmark = pytest.mark.kafka_clients
 API_VERSIONS = {"client_software_name": "t", "client_software_version": "1"}
 MIB = 1 << 20
-
-
-@pytest.fixture()
-def serve_with(spark, root):
-    """Start a server (in a thread of this process) with the given settings."""
-    started = []
-
-    def start(**settings) -> Server:
-        server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, **settings)).run_in_thread()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        stopped_with_no_task_left(server)
 
 
 def closed_by_server(sock: socket.socket, within: float = 10) -> bool:
@@ -72,20 +55,6 @@ def test_a_large_frame_before_sasl_authentication_closes_the_connection(serve_wi
     client.close()
 
 
-def _metadata_naming(name: bytes, times: int) -> bytes:
-    """A Metadata v12 request frame naming ``name`` ``times`` times, built without kio (fast)."""
-    def uvarint(n: int) -> bytes:
-        out = bytearray()
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        return bytes(out + bytes([n]))
-
-    body = (struct.pack(">hhih", 3, 12, 1, 3) + b"raw" + b"\0" + uvarint(times + 1)
-            + (b"\0" * 16 + uvarint(len(name) + 1) + name + b"\0") * times + b"\0\0\0")
-    return struct.pack(">i", len(body)) + body
-
-
 def test_large_frames_are_parsed_while_every_other_connection_is_served(spark, root):
     from kio.schema.metadata.v12.response import MetadataResponse
     from kio.serial import entity_reader
@@ -101,8 +70,8 @@ def test_large_frames_are_parsed_while_every_other_connection_is_served(spark, r
         client.close()
 
     try:
-        senders = [threading.Thread(target=send, args=("valid", _metadata_naming(name, 90_000))),  # 24 MiB
-                   threading.Thread(target=send, args=("too many", _metadata_naming(b"junk", 1_500_000)))]  # 31 MiB
+        senders = [threading.Thread(target=send, args=("valid", sized(metadata_request(name, 90_000)))),  # 24 MiB
+                   threading.Thread(target=send, args=("too many", sized(metadata_request(b"junk", 1_500_000))))]  # 31 MiB
         pinger = RawClient(server.port, timeout=120)
         assert api_versions_ok(pinger)
         for thread in senders:

@@ -16,25 +16,10 @@ from kio.schema.errors import ErrorCode
 
 from serve.server import Server
 from serve.settings import ServeSettings
-from tests.serve.conftest import bootstrap, stopped_with_no_task_left
+from tests.serve.conftest import bootstrap
 from tests.serve.raw import RawClient
 
 pytestmark = pytest.mark.kafka_clients
-
-
-@pytest.fixture()
-def serve(spark, root):
-    """``serve(**settings)``: a server in a thread of the test process, stopped at the test's end."""
-    started = []
-
-    def start(**settings) -> Server:
-        server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5, **settings)).run_in_thread()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        stopped_with_no_task_left(server)
 
 
 def coordinated(server: Server, group: str = "g") -> RawClient:
@@ -58,12 +43,12 @@ def joined(client: RawClient, rebalance_ms: int = 10_000):
     return join(client, asked.member_id, rebalance_ms=rebalance_ms)
 
 
-def test_a_member_id_given_out_and_never_used_expires_after_its_session_timeout(serve):
+def test_a_member_id_given_out_and_never_used_expires_after_its_session_timeout(serve_with):
     """A JoinGroup without a member id is answered MEMBER_ID_REQUIRED with an id the server keeps
     pending; a client that never joins with it must not hold the group's rebalances for their
     whole rebalance timeout (max.poll.interval.ms, 300 s by default): Kafka drops the pending id
     after the session timeout that JoinGroup asked for."""
-    server = serve(group_min_session_timeout_ms=500)
+    server = serve_with(group_min_session_timeout_ms=500)
     a, b, hostile = coordinated(server), RawClient(server.port), RawClient(server.port)
     first = joined(a, rebalance_ms=20_000)
     assert first.error_code == 0 and first.leader == first.member_id
@@ -93,10 +78,10 @@ def test_a_member_id_given_out_and_never_used_expires_after_its_session_timeout(
         c.close()
 
 
-def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_session_timeout(serve):
+def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_session_timeout(serve_with):
     """group.min.session.timeout.ms (6 s) and group.max.session.timeout.ms (30 min), Kafka's names
     and defaults: a JoinGroup asking for less or more is refused before it joins."""
-    server = serve()
+    server = serve_with()
     client = coordinated(server)
     for session_ms in (5_999, 1_800_001):
         refused = join(client, "m-1", session_ms=session_ms)
@@ -107,7 +92,7 @@ def test_a_join_with_a_session_timeout_outside_the_servers_bounds_is_invalid_ses
         assert join(client, "", session_ms=session_ms).error_code == ErrorCode.member_id_required, session_ms
     client.close()
 
-    lenient = serve(group_min_session_timeout_ms=1_000, group_max_session_timeout_ms=20_000)
+    lenient = serve_with(group_min_session_timeout_ms=1_000, group_max_session_timeout_ms=20_000)
     client = coordinated(lenient, "g2")  # g is the first server's
     assert join(client, "", session_ms=1_000, group="g2").error_code == ErrorCode.member_id_required
     assert join(client, "", session_ms=999, group="g2").error_code == ErrorCode.invalid_session_timeout
@@ -120,7 +105,7 @@ def test_session_timeout_bounds_that_cross_are_refused_with_both_values():
         ServeSettings(group_min_session_timeout_ms=9_000, group_max_session_timeout_ms=8_000)
 
 
-def test_offset_fetch_answers_a_topic_the_caller_may_not_describe_with_topic_authorization_failed(serve, spark, root):
+def test_offset_fetch_answers_a_topic_the_caller_may_not_describe_with_topic_authorization_failed(serve_with, spark, root):
     """A committed offset of a topic the caller may not describe is not shown, and the partition is
     answered TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis): left out of the answer, a client takes
     it for a partition without a committed offset and resets it. Asking for all the group's
@@ -129,7 +114,7 @@ def test_offset_fetch_answers_a_topic_the_caller_may_not_describe_with_topic_aut
 
     acls = [{"principal": "User:ANONYMOUS", "resource": "topic", "name": "orders", "operations": ["read"]},
             {"principal": "User:ANONYMOUS", "resource": "group", "name": "g", "operations": ["read"]}]
-    server = serve(acls=acls)
+    server = serve_with(acls=acls)
     for topic in ("orders", "secret"):
         server.ctx.admin.create(topic, 2)
         GroupOffsets(spark, root).commit("g", topic, {0: 5, 1: 7})

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import struct
 import time
 
 import pytest
 
 from serve.apis import handlers
 from serve.wire import MAX_ELEMENTS, MalformedRequest, parse_request, parse_request_stepwise
-from tests.serve.raw import frame
+from tests.serve.raw import frame, metadata_request
 from tests.serve.requests import plausible
 
 VERSIONS = {k: (lo, hi) for k, (lo, hi, _h) in handlers().items()}
@@ -53,21 +52,8 @@ def test_a_cut_frame_is_malformed_stepwise_too():
             asyncio.run(parse_request_stepwise(data[:cut], VERSIONS))
 
 
-def _metadata_naming(name: bytes, times: int) -> bytes:
-    """A Metadata v12 request naming ``name`` ``times`` times, built without kio (fast)."""
-    def uvarint(n: int) -> bytes:
-        out = bytearray()
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        return bytes(out + bytes([n]))
-
-    head = struct.pack(">hhih", 3, 12, 1, 3) + b"raw" + b"\0"
-    return head + uvarint(times + 1) + (b"\0" * 16 + uvarint(len(name) + 1) + name + b"\0") * times + b"\0\0\0"
-
-
 def test_the_event_loop_is_served_while_a_large_frame_is_read():
-    data = _metadata_naming(b"junk", MAX_ELEMENTS)  # 2 MiB: about 0.1 s of kio's reader at once
+    data = metadata_request(b"junk", MAX_ELEMENTS)  # 2 MiB: about 0.1 s of kio's reader at once
 
     async def main() -> float:
         worst, done = 0.0, False
@@ -94,7 +80,7 @@ def test_the_event_loop_is_served_while_a_large_frame_is_read():
 
 
 def test_a_frame_of_more_elements_than_any_client_sends_is_refused_before_they_are_read():
-    data = _metadata_naming(b"junk", 1_500_000)  # 31 MiB
+    data = metadata_request(b"junk", 1_500_000)  # 31 MiB
     started = time.monotonic()
     with pytest.raises(MalformedRequest, match="more than 100000 array elements"):
         asyncio.run(parse_request_stepwise(data, VERSIONS))
