@@ -10,6 +10,7 @@ a V2 checkpoint (``delta.feature.v2Checkpoint``) is refused rather than misread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -39,6 +40,15 @@ def commit_actions(fs: pafs.FileSystem, log_dir: str, version: int) -> list[dict
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def commit_digest(fs: pafs.FileSystem, log_dir: str, version: int) -> str | None:
+    """A digest of commit ``version``'s bytes (None if absent): what tells one history from another."""
+    try:
+        with fs.open_input_stream(f"{log_dir}/{version:020d}.json") as stream:
+            return hashlib.sha1(stream.read()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def _checkpoint_parts(fs: pafs.FileSystem, log_dir: str, version: int) -> tuple[int, list[str]]:

@@ -52,35 +52,21 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from log_store import app_versions as carried_versions
-from log_store import delta_log
+from log_store import delta_log, rs_tables
 from log_store.arrow_files import WrittenFile, arrow_schema, file_stats, fit_rows, split_by, stats_columns
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
-from log_store.files import is_remote, local_path, write_file
+from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
 
 Storage = Mapping[str, str] | None
 TAGS_KEY = "lakelog.tags"  # an add action's tags, inside its statistics JSON
 DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
                "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
-
-
-def _uri(path: str) -> str:
-    return path if is_remote(path) else str(local_path(path))
-
-
-def open_table(path: str, storage: Storage = None) -> DeltaTable:
-    """The newest snapshot of the table at ``path``; ``StorageError`` if there is none."""
-    try:
-        return DeltaTable(_uri(path), storage_options=dict(storage) if storage else None)
-    except TableNotFoundError:
-        raise StorageError(f"no Delta table at {path}: is its root lost or not mounted?") from None
-    except Exception as exc:  # delta-rs's errors of the store: endpoint, bucket, credentials
-        raise translate(exc) from exc
 
 
 def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_table: bool) -> str | None:
@@ -116,22 +102,25 @@ class RsTransaction:
 
     def __init__(self, path: str, table: DeltaTable, storage: Storage = None) -> None:
         self.path = path
-        self._table = table
+        self._table: DeltaTable | None = table  # lent by rs_tables until the commit
         self._storage = storage
         self._fs, self._root = arrow_filesystem(path, storage)
         self.read_version = table.version()
         self._metadata = table.metadata()
+        self._schema_json = table.schema().to_json()
         self._depends: set[str] = set()
         self._whole_table = False
         self._actions: list[AddAction | RemoveAction] = []
         self._removing: set[str] = set()
         self._properties: dict[str, str] = {}
-        self._known: dict[str, int] | None = None
+        self._known: dict[str, int] | None = None  # every application version of the read version
+        self._read: dict[str, int] = {}  # those read one by one (a remote table)
         self._txn_id = str(uuid.uuid4())  # in the commit info: tells this commit from others
 
     @classmethod
     def start(cls, path: str, storage: Storage = None) -> "RsTransaction":
-        return cls(path, open_table(path, storage), storage)
+        """A transaction on the newest snapshot of the table at ``path`` (``StorageError`` if none)."""
+        return cls(path, rs_tables.borrow(path, storage), storage)
 
     # -- reads inside the transaction -------------------------------------------------------------
     def table_id(self) -> str:
@@ -143,7 +132,7 @@ class RsTransaction:
         return {k: v for k, v in self._metadata.configuration.items() if v != ""}
 
     def schema_json(self) -> str:
-        return self._table.schema().to_json()
+        return self._schema_json
 
     def snapshot_app_versions(self) -> dict[str, int]:
         """Every application version of the read version, *without* depending on them. From those
@@ -158,12 +147,18 @@ class RsTransaction:
         return dict(self._known)
 
     def app_version(self, app_id: str) -> int:
-        """The version committed for ``app_id`` (-1 if none); the commit conflicts if it moves."""
+        """The version committed for ``app_id`` (-1 if none); the commit conflicts if it moves.
+        On a local table from ``snapshot_app_versions`` (one commit file read, once this process
+        has read the table); on a remote one from delta-rs, about 1-3 ms an id."""
         self._depends.add(app_id)
+        if self._known is None and not is_remote(self.path):
+            self.snapshot_app_versions()
         if self._known is not None:
             return self._known.get(app_id, -1)
-        version = self._table.transaction_version(app_id)
-        return -1 if version is None else int(version)
+        if app_id not in self._read:
+            version = self._open().transaction_version(app_id)
+            self._read[app_id] = -1 if version is None else int(version)
+        return self._read[app_id]
 
     def depend_on(self, app_ids: Iterable[str]) -> None:
         """The commit conflicts if any of ``app_ids`` moves."""
@@ -260,36 +255,41 @@ class RsTransaction:
         info |= {"lakelog.operation": operation} if operation else {}
         props = CommitProperties(custom_metadata=info, max_commit_retries=0,
                                  app_transactions=[Transaction(a, v, now) for a, v in versions.items()])
-        base = self.read_version
-        while True:
-            try:
-                self._commit_at(props)
-                version = base + 1
-                break
-            except CommitFailedError as exc:
-                won = self._winners(base, exc)
-            base += len(won)
-            mine = next((v for v, actions in won if _txn_id(actions) == self._txn_id), None)
-            if mine is not None:  # it landed; its answer was lost
-                version = mine
-                break
-            for _v, actions in won:
-                name = conflict(actions, self._depends, self._removing, self._whole_table)
-                if name:
-                    raise conflict_error(name)
-        if self._known is not None and version == self.read_version + 1 \
-                and len(self._known) + len(versions) >= carried_versions.MANY:
-            carried_versions.remember(self.path, self.table_id(), version, {**self._known, **versions})
+        base, moved = self.read_version, {}
+        try:
+            while True:
+                try:
+                    self._commit_at(props)
+                    version = base + 1
+                    break
+                except CommitFailedError as exc:
+                    won = self._winners(base, exc)
+                base += len(won)
+                moved |= {a["txn"]["appId"]: int(a["txn"]["version"]) for _v, acts in won for a in acts if "txn" in a}
+                mine = next((v for v, actions in won if _txn_id(actions) == self._txn_id), None)
+                if mine is not None:  # it landed; its answer was lost
+                    version = mine
+                    break
+                for _v, actions in won:
+                    name = conflict(actions, self._depends, self._removing, self._whole_table)
+                    if name:
+                        raise conflict_error(name)
+        finally:
+            if self._table is not None:  # for the next transaction on the table
+                table, self._table = self._table, None
+                rs_tables.give_back(self.path, self._storage, table)
+        if self._known is not None and version == base + 1:  # every commit since the read was read
+            carried_versions.remember(self.path, self.table_id(), version, {**self._known, **moved, **versions})
         return version
 
     def _commit_at(self, props: CommitProperties) -> None:
         """One try at the version after the table object's snapshot."""
         try:
             if self._properties:
-                self._table.alter.set_table_properties(self._properties, raise_if_not_exists=False,
+                self._open().alter.set_table_properties(self._properties, raise_if_not_exists=False,
                                                        commit_properties=props)
             else:
-                self._table.create_write_transaction(self._actions, "append", self._table.schema(),
+                self._open().create_write_transaction(self._actions, "append", self._open().schema(),
                                                      self._metadata.partition_columns, commit_properties=props)
         except CommitFailedError:
             raise
@@ -300,10 +300,10 @@ class RsTransaction:
         """The commits after ``base`` that took the version this one tried, each with its actions;
         the table object moves to the newest snapshot. Without any, the failure was not a lost race."""
         try:
-            self._table.update_incremental()
+            self._open().update_incremental()
         except Exception as exc:
             raise translate(exc) from exc
-        newest = self._table.version()
+        newest = self._open().version()
         if newest <= base:
             raise translate(failure) from failure
         won = []
@@ -313,6 +313,11 @@ class RsTransaction:
                 raise ConcurrentCommitError(f"commit {v} of {self.path} won the race and cannot be read; retry")
             won.append((v, actions))
         return won
+
+    def _open(self) -> DeltaTable:
+        if self._table is None:
+            raise LakelogError("this transaction has committed (or failed to); start another")
+        return self._table
 
     @property
     def _log(self) -> str:
@@ -343,7 +348,7 @@ def create_table(path: str, schema: pa.Schema, partition_by: str | None = None,
     given = dict(properties or {})
     delta_props = {k: v for k, v in given.items() if k.startswith("delta.")}
     try:
-        DeltaTable.create(_uri(path), schema, partition_by=[partition_by] if partition_by else None,
+        DeltaTable.create(rs_tables.uri(path), schema, partition_by=[partition_by] if partition_by else None,
                           mode="ignore", configuration=delta_props or None,
                           storage_options=dict(storage) if storage else None,
                           commit_properties=CommitProperties(max_commit_retries=0))

@@ -227,3 +227,24 @@ def test_conflicts_follow_deltas_rules_and_order():
     assert conflict([compacted], set(), set(), True) is None
     assert conflict([remove], set(), set(), True) == "ConcurrentDeleteReadException"
     assert conflict([remove], set(), {"r"}, False) == "ConcurrentDeleteDeleteException"
+
+
+def test_a_table_made_again_at_its_path_is_read_anew_never_from_the_one_kept_open(tmp_path):
+    """Tables stay open between transactions (log_store.rs_tables); a topic deleted and created
+    again at the same path has another history, which must not be applied onto the old state."""
+    import shutil
+
+    path = str(tmp_path / "log")
+    create_table(path, SCHEMA, "partition", {"lakelog.count": "1"})
+    old = RsTransaction.start(path)
+    old.write_rows(rows(0, 0))
+    old.commit({END0: 1})  # the table is kept open at its last version
+    shutil.rmtree(path)
+    create_table(path, SCHEMA, "partition", {"lakelog.count": "2"})
+    new = RsTransaction.start(path)
+    new.write_rows(rows(1, 0))
+    new.commit({END1: 1})
+    txn = RsTransaction.start(path)
+    assert txn.table_id() == DeltaTable(path).metadata().id != old.table_id()
+    assert txn.configuration()["lakelog.count"] == "2" and txn.app_version(END0) == -1
+    assert [f["partitionValues"] for f in txn.files()] == [{"partition": "1"}]
