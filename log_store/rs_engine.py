@@ -264,6 +264,12 @@ class RsTransaction:
                     break
                 except CommitFailedError as exc:
                     won = self._winners(base, exc)
+                except LakelogError:  # the store, or a step after the commit (delta-rs's checkpoint)
+                    landed = self._landed(base)
+                    if landed is None:
+                        raise
+                    version = landed
+                    break
                 base += len(won)
                 moved |= {a["txn"]["appId"]: int(a["txn"]["version"]) for _v, acts in won for a in acts if "txn" in a}
                 mine = next((v for v, actions in won if _txn_id(actions) == self._txn_id), None)
@@ -314,6 +320,21 @@ class RsTransaction:
             won.append((v, actions))
         return won
 
+    def _landed(self, base: int) -> int | None:
+        """The version this transaction's commit landed at after ``base``, if it did (read from the
+        commit files: None if they cannot be read)."""
+        v = base + 1
+        while True:
+            try:
+                actions = delta_log.commit_actions(self._fs, self._log, v)
+            except OSError:
+                return None
+            if actions is None:
+                return None
+            if _txn_id(actions) == self._txn_id:
+                return v
+            v += 1
+
     def _open(self) -> DeltaTable:
         if self._table is None:
             raise LakelogError("this transaction has committed (or failed to); start another")
@@ -356,6 +377,7 @@ def create_table(path: str, schema: pa.Schema, partition_by: str | None = None,
         pass  # another process made version 0 first
     except Exception as exc:
         raise translate(exc) from exc
+
     def finish() -> int:
         txn = RsTransaction.start(path, storage)
         missing = {k: v for k, v in given.items() if k not in txn.configuration()}

@@ -190,23 +190,27 @@ def test_tags_ride_in_the_statistics_and_come_back_from_commits_and_checkpoints(
     assert RsTransaction.start(table).files()[0]["tags"] == {"lakelog.ranges": "0:0-1"}
 
 
-def test_a_commit_that_landed_though_its_answer_was_lost_is_not_made_twice(table, monkeypatch):
+@pytest.mark.parametrize("failure", [CommitFailedError("the store's answer was lost"),
+                                     LakelogError("delta-rs's checkpoint after the commit failed")])
+def test_a_commit_that_landed_though_its_answer_was_lost_is_not_made_twice(table, monkeypatch, failure):
     txn = RsTransaction.start(table)
     txn.write_rows(rows(0, 0))
     real = RsTransaction._commit_at
 
     def lands_then_fails(self, props):
         real(self, props)
-        raise CommitFailedError("the store's answer was lost")
+        raise failure
 
     monkeypatch.setattr(RsTransaction, "_commit_at", lands_then_fails)
     assert txn.commit({END0: 1}) == txn.read_version + 1
     assert DeltaTable(table).version() == txn.read_version + 1 and values(table) == ["0:0"]
 
 
-def test_a_failed_commit_with_no_commit_past_it_is_not_taken_for_a_lost_race(table, monkeypatch):
+@pytest.mark.parametrize("failure", [CommitFailedError("Failed to commit transaction: storage refused"),
+                                     LakelogError("Delta write failed: storage refused")])
+def test_a_failed_commit_with_no_commit_past_it_is_not_taken_for_a_lost_race(table, monkeypatch, failure):
     def fails(self, props):
-        raise CommitFailedError("Failed to commit transaction: storage refused")
+        raise failure
 
     monkeypatch.setattr(RsTransaction, "_commit_at", fails)
     with pytest.raises(LakelogError) as raised:
