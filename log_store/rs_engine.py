@@ -36,8 +36,12 @@ Commit shapes delta-rs's public API cannot express in one commit, and what this 
 - tags on add actions: ``AddAction`` has none. They are kept in the file's statistics JSON under
   ``lakelog.tags`` (delta-rs and Delta's readers ignore keys they do not know, and checkpoints
   keep the JSON as written); ``files`` puts them back in ``tags``.
-- change data files (``cdc`` actions): not written; lakelog adds and removes whole files, whose
-  rows the change feed reads from the add and remove actions (``dataChange`` true).
+- change data files (``cdc`` actions): not written. Appends and retention add and remove whole
+  files, whose rows the change feed reads from the actions (``dataChange`` true). Deleting some
+  rows of a shared (arrival) file, which today rewrites it and marks the deleted rows in a change
+  data file, becomes two commits: one that only rearranges (``dataChange`` false: the deleted
+  rows into files of their own, the kept ones into others), then one removing those files with
+  ``dataChange`` true, read by the change feed as exactly those deletes.
 - Delta's operation names (DELETE, OPTIMIZE): history shows WRITE (or SET TBLPROPERTIES); the
   name given to ``commit`` is kept in the commit info as ``lakelog.operation``.
 """
