@@ -119,7 +119,7 @@ def test_the_fence_rejects_across_engines_both_ways(spark, log):
     assert TopicLog.for_path(spark, log).log_end_offsets() == {0: 3, 1: 1}
 
 
-def test_tags_in_statistics_survive_sparks_checkpoint_and_a_removed_file_shows_in_the_change_feed(spark, log):
+def test_tags_in_statistics_survive_sparks_checkpoint_and_the_change_feed_reads_removals_as_deletes(spark, log):
     rs_append(log, 0, 2, tags={"lakelog.ranges": "0:0-1"})
     rs_append(log, 1, 1)
     delta_log = delta(spark).DeltaLog.forTable(spark._jsparkSession, log)
@@ -140,3 +140,18 @@ def test_tags_in_statistics_survive_sparks_checkpoint_and_a_removed_file_shows_i
                .load(log).collect())
     assert [(r["_change_type"], bytes(r["value"]).decode()) for r in changes] == [("delete", "1:0")]
     assert spark_values(spark, log) == ["0:0", "0:1"]
+
+    # some rows of a file deleted without change data files: a rearranging commit, then a removal
+    (shared,) = [f for f in RsTransaction.start(log).files() if f["partitionValues"] == {"partition": "0"}]
+    txn = RsTransaction.start(log)
+    txn.remove([shared], data_change=False)
+    (doomed,) = txn.write_rows(records(0, 0, 1), data_change=False)
+    txn.write_rows(records(0, 1, 1), data_change=False)
+    rearranged_at = txn.commit()
+    txn = RsTransaction.start(log)
+    txn.remove([f for f in txn.files() if f["path"] == doomed.path], data_change=True)
+    txn.commit()
+    changes = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", rearranged_at)
+               .load(log).collect())
+    assert [(r["_change_type"], bytes(r["value"]).decode()) for r in changes] == [("delete", "0:0")]
+    assert spark_values(spark, log) == ["0:1"]
