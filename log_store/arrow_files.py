@@ -1,13 +1,30 @@
 """What a Parquet file written outside Spark needs to join a Delta table as Delta's own writer
-would leave it: the table's schema in Arrow's terms, and Delta's statistics of the file's rows."""
+would leave it: the table's schema in Arrow's terms, rows made to fit it and split by the
+partition column, and Delta's statistics of the file's rows."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from log_store.errors import InvalidRecordError, LakelogError
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What Delta recorded about one data file written in a transaction (for counting)."""
+
+    partition_values: dict[str, str]
+    num_records: int | None  # None when Delta collected no statistics
+    min_values: dict
+    max_values: dict
+    path: str = ""  # relative to the table, as the add action names it
+    add: dict | None = None  # the add action, where the caller adds it (``write(..., hold=True)``)
+
 
 _ARROW_SCHEMAS: dict[str, tuple[pa.Schema, frozenset[str]]] = {}
 
@@ -55,3 +72,38 @@ def file_stats(rows: pa.Table, columns: frozenset[str] | None = None) -> dict:
 def delta_time(value) -> str:
     """A UTC instant as Delta's statistics write it: ``2026-11-27T12:00:00.123Z``."""
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def fit_rows(rows: pa.Table, schema: pa.Schema, required: frozenset[str], where: str) -> pa.Table:
+    """``rows`` made to fit a table's schema, as Delta's writer would: each column cast to the
+    table's type (a value that does not fit raises), absent nullable columns null; a column the
+    table (at ``where``) lacks, or a null in a NOT NULL column, refused with nothing written."""
+    unknown = sorted(set(rows.column_names) - set(schema.names))
+    if unknown:
+        raise LakelogError(f"the table at {where} has no column {unknown[0]}; nothing was written")
+    columns = []
+    for f in schema:
+        column = rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        if f.name in required and column.null_count:
+            raise InvalidRecordError(f"a record has no {f.name}; every record needs one. Nothing was written.")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def split_by(table: pa.Table, partition_by: str | None) -> list[tuple[dict[str, str], pa.Table]]:
+    """The rows of each value of the partition column ``partition_by`` (by value), without the
+    column, with the partition values Delta records: as Delta's writer lays out files. The whole
+    table, as one part, when there is no partition column."""
+    if partition_by is None:
+        return [({}, table)]
+    values = table.column(partition_by)
+    if values.null_count:
+        raise InvalidRecordError(f"a record has no {partition_by}; every record needs one. Nothing was written.")
+    rest = table.drop_columns([partition_by])
+    return [({partition_by: str(v)}, rest.filter(pc.equal(values, v))) for v in sorted(pc.unique(values).to_pylist())]
+
+
+def stats_columns(configuration: dict[str, str]) -> frozenset[str] | None:
+    """The columns a table keeps statistics of (``delta.dataSkippingStatsColumns``; None: all)."""
+    listed = configuration.get("delta.dataSkippingStatsColumns")
+    return frozenset(c.strip() for c in listed.split(",")) if listed else None

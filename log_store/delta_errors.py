@@ -68,12 +68,18 @@ def conflict_name(exc: BaseException) -> str | None:
     return None
 
 
+def conflict_error(name: str) -> ConcurrentCommitError:
+    """lakelog's error for Delta's conflict ``name`` (one of ``_CONFLICTS``): whoever decided it,
+    Delta's JVM or lakelog's own check of the commits that won (log_store.rs_engine)."""
+    kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
+    return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
+
+
 def translate(exc: Exception) -> LakelogError:
     """Map Delta's errors to lakelog's, in one place."""
     name = conflict_name(exc)
     if name:
-        kind = AppVersionConflictError if name == "ConcurrentTransactionException" else ConcurrentCommitError
-        return kind(f"a concurrent commit changed the table first ({name}); retry from a fresh read")
+        return conflict_error(name)
     text = str(exc)
     if lost_root(exc):
         return StorageError(f"storage refused ({first_line(text)[:300]}): the root is lost, unmounted, not a "

@@ -16,37 +16,23 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from log_store import checkpoints
 from log_store import app_versions as carried_versions
-from log_store.arrow_files import arrow_schema, file_stats
+from log_store.arrow_files import WrittenFile, arrow_schema, file_stats, fit_rows, split_by
+from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import local_checksum, reads_with_delta_rs, write_file
 from log_store.delta_errors import translate
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
-from log_store.errors import InvalidRecordError, LakelogError
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
 
 logger = logging.getLogger("lakelog.engine")
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    """What Delta recorded about one data file written in a transaction (for counting)."""
-
-    partition_values: dict[str, str]
-    num_records: int | None  # None when Delta collected no statistics
-    min_values: dict
-    max_values: dict
-    path: str = ""  # relative to the table, as the add action names it
-    add: dict | None = None  # the add action, where the caller adds it (``write(..., hold=True)``)
 
 
 class DeltaTransaction:
@@ -243,32 +229,9 @@ class DeltaTransaction:
         if rows.num_rows == 0:
             return []
         schema, required = arrow_schema(self.jtxn.metadata().schemaString())
-        unknown = sorted(set(rows.column_names) - set(schema.names))
-        if unknown:
-            raise LakelogError(f"the table at {self.jtxn.deltaLog().dataPath().toString()} has no column {unknown[0]}; "
-                               "nothing was written")
-        columns = []
-        for field in schema:
-            if field.name in rows.column_names:
-                column = rows.column(field.name).cast(field.type)
-            else:
-                column = pa.nulls(rows.num_rows, field.type)
-            if field.name in required and column.null_count:
-                raise InvalidRecordError(f"a record has no {field.name}; every record needs one. Nothing was written.")
-            columns.append(column)
-        table = pa.Table.from_arrays(columns, schema=schema)
-        if partition_by is None:
-            parts = [({}, table)]
-        else:
-            values = table.column(partition_by)
-            if values.null_count:
-                raise InvalidRecordError(f"a record has no {partition_by}; every record needs one. Nothing was written.")
-            rest = table.drop_columns([partition_by])
-            parts = [({partition_by: str(v)}, rest.filter(pc.equal(values, v)))
-                     for v in sorted(pc.unique(values).to_pylist())]
         data_path = self.jtxn.deltaLog().dataPath().toString()
-        listed = self.configuration().get("delta.dataSkippingStatsColumns")
-        stats_columns = frozenset(c.strip() for c in listed.split(",")) if listed else None
+        parts = split_by(fit_rows(rows, schema, required, data_path), partition_by)
+        stats_columns = table_stats_columns(self.configuration())
         written, adds = [], []
         for partition_values, part in parts:
             out = pa.BufferOutputStream()

@@ -1,0 +1,393 @@
+"""A fenced transaction on one Delta table through delta-rs's public API: no JVM, no Delta internals.
+
+The shape is ``log_store.engine.DeltaTransaction``'s: start on the newest snapshot, read its
+metadata and application versions (set transactions) *inside* the transaction, write Parquet files
+(pyarrow), commit them with new application versions. The fence keeps Delta's meaning: the commit
+is rejected (``ConcurrentCommitError``; ``AppVersionConflictError`` for an id) when, since the read
+version, another commit changed the metadata or protocol, or set an application id this
+transaction read (``app_version``, ``depend_on``) or sets; with ``read_whole_table``, also when it
+added or removed data; and when it removed a file this one removes. Any other commit that won the
+race is passed over, as Delta rebases a commit that does not conflict.
+
+How: delta-rs commits at the snapshot's version + 1 with ``max_commit_retries=0``, so a lost race
+raises ``CommitFailedError`` without delta-rs's own conflict check (which knows nothing of ids a
+transaction only read). The transaction then reads the commits that won (``log_store.delta_log``)
+and either raises lakelog's conflict or commits again on the newer snapshot. A commit whose answer
+was lost but landed is recognised by the ``txnId`` it carries in its commit info. delta-rs accepts
+an id's version going down (5, then 4); a commit here refuses it, and always depends on the ids it
+sets, so no concurrent commit can raise one between the check and the commit. Put-if-absent is
+delta-rs's store: a hard link on a local disk, a conditional PUT (``If-None-Match``) on S3.
+
+Commit shapes delta-rs's public API cannot express in one commit, and what this module does:
+
+- table properties with files: a property change is its own commit (``alter.set_table_properties``,
+  which takes application versions but no files; ``create_write_transaction`` takes files but no
+  metadata). ``commit`` refuses the pair before anything is committed. A fence that must land
+  with rows is an application version the fenced writers depend on.
+- property removal: delta-rs has no UNSET (delta-io/delta-rs#2073). ``drop`` sets the value to
+  the empty string, which ``configuration`` reads as absent (other readers see ``key = ''``);
+  ``delta.*`` properties cannot be dropped.
+- custom properties at creation (refused by delta-rs's parser): ``create_table`` makes the table
+  with its ``delta.*`` properties, then sets the others in a second commit; it finishes a table
+  another process left half made.
+- partition column change (the layout move): refused. ``create_table_with_add_actions`` with
+  ``mode="overwrite"`` does it in one commit, but gives the table a new id, refuses custom
+  properties, rewrites the protocol and removes the old files with ``dataChange`` true.
+- tags on add actions: ``AddAction`` has none. They are kept in the file's statistics JSON under
+  ``lakelog.tags`` (delta-rs and Delta's readers ignore keys they do not know, and checkpoints
+  keep the JSON as written); ``files`` puts them back in ``tags``.
+- change data files (``cdc`` actions): not written. Appends and retention add and remove whole
+  files, whose rows the change feed reads from the actions (``dataChange`` true). Deleting some
+  rows of a shared (arrival) file, which today rewrites it and marks the deleted rows in a change
+  data file, becomes two commits: one that only rearranges (``dataChange`` false: the deleted
+  rows into files of their own, the kept ones into others), then one removing those files with
+  ``dataChange`` true, read by the change feed as exactly those deletes.
+- Delta's operation names (DELETE, OPTIMIZE): history shows WRITE (or SET TBLPROPERTIES); the
+  name given to ``commit`` is kept in the commit info as ``lakelog.operation``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from log_store import app_versions as carried_versions
+from log_store import delta_log, rs_tables
+from log_store.arrow_files import WrittenFile, arrow_schema, file_stats, fit_rows, split_by, stats_columns
+from log_store.delta_errors import conflict_error, retry_on_conflict, translate
+from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
+from log_store.files import is_remote, write_file
+from log_store.object_store import arrow_filesystem
+
+Storage = Mapping[str, str] | None
+TAGS_KEY = "lakelog.tags"  # an add action's tags, inside its statistics JSON
+DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
+               "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
+
+
+def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_table: bool) -> str | None:
+    """The Delta conflict a winning commit's ``actions`` make for a transaction that depends on the
+    application ids ``depends``, removes the files ``removing`` and maybe read the whole table;
+    None if it has none (Delta's names, first in the order Delta's checker tries them)."""
+    found = set()
+    for action in actions:
+        if "protocol" in action:
+            found.add("ProtocolChangedException")
+        elif "metaData" in action:
+            found.add("MetadataChangedException")
+        elif "txn" in action and action["txn"]["appId"] in depends:
+            found.add("ConcurrentTransactionException")
+        elif "add" in action and whole_table and action["add"].get("dataChange", True):
+            found.add("ConcurrentAppendException")
+        elif "remove" in action:
+            if action["remove"]["path"] in removing:
+                found.add("ConcurrentDeleteDeleteException")
+            elif whole_table:
+                found.add("ConcurrentDeleteReadException")
+    return next((name for name in DELTA_ORDER if name in found), None)
+
+
+def with_tags(add: dict) -> dict:
+    """An add action with the tags kept in its statistics (``TAGS_KEY``) back in ``tags``."""
+    kept = json.loads(add.get("stats") or "{}").get(TAGS_KEY)
+    return {**add, "tags": {**(add.get("tags") or {}), **kept}} if kept else add
+
+
+class RsTransaction:
+    """One open optimistic transaction on a Delta table (see module docstring)."""
+
+    def __init__(self, path: str, table: DeltaTable, storage: Storage = None) -> None:
+        self.path = path
+        self._table: DeltaTable | None = table  # lent by rs_tables until the commit
+        self._storage = storage
+        self._fs, self._root = arrow_filesystem(path, storage)
+        self.read_version = table.version()
+        self._metadata = table.metadata()
+        self._schema_json = table.schema().to_json()
+        self._depends: set[str] = set()
+        self._whole_table = False
+        self._actions: list[AddAction | RemoveAction] = []
+        self._removing: set[str] = set()
+        self._properties: dict[str, str] = {}
+        self._known: dict[str, int] | None = None  # every application version of the read version
+        self._read: dict[str, int] = {}  # those read one by one (a remote table)
+        self._txn_id = str(uuid.uuid4())  # in the commit info: tells this commit from others
+
+    @classmethod
+    def start(cls, path: str, storage: Storage = None) -> "RsTransaction":
+        """A transaction on the newest snapshot of the table at ``path`` (``StorageError`` if none)."""
+        return cls(path, rs_tables.borrow(path, storage), storage)
+
+    # -- reads inside the transaction -------------------------------------------------------------
+    def table_id(self) -> str:
+        """The table's id: a UUID given at creation, never reused."""
+        return self._metadata.id
+
+    def configuration(self) -> dict[str, str]:
+        """The table properties as of the read version; a dropped property (empty) is absent."""
+        return {k: v for k, v in self._metadata.configuration.items() if v != ""}
+
+    def schema_json(self) -> str:
+        return self._schema_json
+
+    def snapshot_app_versions(self) -> dict[str, int]:
+        """Every application version of the read version, *without* depending on them. From those
+        this process kept of an earlier version and the commit files since (a local table), else
+        from the last checkpoint and the commits after it."""
+        if self._known is None:
+            known = carried_versions.moved_on(self.path, self.table_id(), self.read_version)
+            if known is None:
+                known = delta_log.replay(self._fs, self._log, self.read_version).txns
+                carried_versions.remember(self.path, self.table_id(), self.read_version, known)
+            self._known = known
+        return dict(self._known)
+
+    def app_version(self, app_id: str) -> int:
+        """The version committed for ``app_id`` (-1 if none); the commit conflicts if it moves.
+        On a local table from ``snapshot_app_versions`` (one commit file read, once this process
+        has read the table); on a remote one from delta-rs, about 1-3 ms an id."""
+        self._depends.add(app_id)
+        if self._known is None and not is_remote(self.path):
+            self.snapshot_app_versions()
+        if self._known is not None:
+            return self._known.get(app_id, -1)
+        if app_id not in self._read:
+            version = self._open().transaction_version(app_id)
+            self._read[app_id] = -1 if version is None else int(version)
+        return self._read[app_id]
+
+    def depend_on(self, app_ids: Iterable[str]) -> None:
+        """The commit conflicts if any of ``app_ids`` moves."""
+        self._depends.update(app_ids)
+
+    def read_whole_table(self) -> None:
+        """The commit conflicts with any concurrent commit that adds or removes rows."""
+        self._whole_table = True
+
+    def files(self) -> list[dict]:
+        """Every data file of the read version as Delta's add action (tags included), *without*
+        depending on them; a concurrent removal of one this commit removes conflicts."""
+        found = delta_log.replay(self._fs, self._log, self.read_version, with_files=True).files or {}
+        return [with_tags(add) for add in found.values()]
+
+    # -- changes ----------------------------------------------------------------------------------
+    def write_rows(self, rows: pa.Table, tags: Mapping[str, str] | None = None,
+                   data_change: bool = True) -> list[WrittenFile]:
+        """Write ``rows`` as Parquet files of this transaction (not visible until the commit), laid
+        out by the table's partition column as Delta's writer would, made to fit its schema first
+        (``arrow_files.fit_rows``); each file with Delta's statistics and ``tags``."""
+        if rows.num_rows == 0:
+            return []
+        schema, required = arrow_schema(self.schema_json())
+        columns = self._metadata.partition_columns
+        if len(columns) > 1:
+            raise LakelogError(f"the table at {self.path} is partitioned by {columns}: lakelog writes one column only")
+        parts = split_by(fit_rows(rows, schema, required, self.path), columns[0] if columns else None)
+        wanted = stats_columns(self.configuration())
+        written = []
+        for partition_values, part in parts:
+            out = pa.BufferOutputStream()
+            pq.write_table(part, out, compression="snappy")
+            data = out.getvalue().to_pybytes()
+            folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
+            name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
+            self._put(name, data)
+            stats = file_stats(part, wanted)
+            self.add_files([{"path": name, "partitionValues": partition_values, "size": len(data),
+                             "modificationTime": int(time.time() * 1000), "dataChange": data_change,
+                             "stats": json.dumps(stats), "tags": dict(tags or {})}])
+            written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
+                                       min_values=stats["minValues"], max_values=stats["maxValues"], path=name))
+        return written
+
+    def add_files(self, adds: Iterable[dict]) -> None:
+        """Add files already in the table's folder (written by Spark's tasks, or ``write_rows``),
+        given as Delta's add actions; their ``tags`` go into the statistics (``TAGS_KEY``)."""
+        for add in adds:
+            stats = json.loads(add.get("stats") or "{}")
+            if add.get("tags"):
+                stats[TAGS_KEY] = dict(add["tags"])
+            self._actions.append(AddAction(add["path"], int(add["size"]), dict(add.get("partitionValues") or {}),
+                                           int(add["modificationTime"]), bool(add.get("dataChange", True)),
+                                           json.dumps(stats)))
+
+    def remove(self, files: Iterable[dict], data_change: bool) -> None:
+        """Remove ``files`` (from ``files()``) in this commit. ``data_change``: their records leave
+        the table (retention) rather than move to other files (compaction)."""
+        now = int(time.time() * 1000)
+        for f in files:
+            self._actions.append(RemoveAction(f["path"], data_change, now, int(f["size"]),
+                                              dict(f.get("partitionValues") or {})))
+            self._removing.add(f["path"])
+
+    def set_properties(self, properties: Mapping[str, str], drop: Iterable[str] = ()) -> None:
+        """Change (and drop) table properties in this commit: a metadata change, so every
+        concurrent commit to the table conflicts; it cannot carry files (module docstring)."""
+        dropped = list(drop)
+        if any(k.startswith("delta.") for k in dropped) or "" in properties.values():
+            raise InvalidConfigurationError("a Delta property cannot be dropped, nor any set to the empty string, "
+                                            "through delta-rs (the empty string marks a dropped property)")
+        self._properties.update(properties)
+        self._properties.update({k: "" for k in dropped if k in self._metadata.configuration})
+
+    # -- the commit -------------------------------------------------------------------------------
+    def commit(self, app_versions: Mapping[str, int] | None = None, user_metadata: str | None = None,
+               operation: str | None = None) -> int:
+        """Commit the changes and set ``app_versions`` in one commit; return its version.
+        Raises lakelog's conflict errors (retry from a fresh read), or ``LakelogError`` for a
+        version that would fall or a shape delta-rs cannot commit, with nothing committed."""
+        versions = {a: int(v) for a, v in (app_versions or {}).items()}
+        if self._properties and self._actions:
+            raise LakelogError("table properties and files cannot change in one commit through delta-rs; "
+                               "nothing was committed")
+        for app_id, version in versions.items():
+            before = self.app_version(app_id)  # the commit depends on every id it sets
+            if version < before:
+                raise LakelogError(f"the application version of {app_id} would fall from {before} to {version}; "
+                                   "nothing was committed")
+        now = int(time.time() * 1000)
+        info = {"txnId": self._txn_id, "readVersion": self.read_version}
+        info |= {"userMetadata": user_metadata} if user_metadata else {}
+        info |= {"lakelog.operation": operation} if operation else {}
+        props = CommitProperties(custom_metadata=info, max_commit_retries=0,
+                                 app_transactions=[Transaction(a, v, now) for a, v in versions.items()])
+        base, moved = self.read_version, {}
+        try:
+            while True:
+                try:
+                    self._commit_at(props)
+                    version = base + 1
+                    break
+                except CommitFailedError as exc:
+                    won = self._winners(base, exc)
+                except LakelogError:  # the store, or a step after the commit (delta-rs's checkpoint)
+                    landed = self._landed(base)
+                    if landed is None:
+                        raise
+                    version = landed
+                    break
+                base += len(won)
+                moved |= {a["txn"]["appId"]: int(a["txn"]["version"]) for _v, acts in won for a in acts if "txn" in a}
+                mine = next((v for v, actions in won if _txn_id(actions) == self._txn_id), None)
+                if mine is not None:  # it landed; its answer was lost
+                    version = mine
+                    break
+                for _v, actions in won:
+                    name = conflict(actions, self._depends, self._removing, self._whole_table)
+                    if name:
+                        raise conflict_error(name)
+        finally:
+            if self._table is not None:  # for the next transaction on the table
+                table, self._table = self._table, None
+                rs_tables.give_back(self.path, self._storage, table)
+        if self._known is not None and version == base + 1:  # every commit since the read was read
+            carried_versions.remember(self.path, self.table_id(), version, {**self._known, **moved, **versions})
+        return version
+
+    def _commit_at(self, props: CommitProperties) -> None:
+        """One try at the version after the table object's snapshot."""
+        try:
+            if self._properties:
+                self._open().alter.set_table_properties(self._properties, raise_if_not_exists=False,
+                                                       commit_properties=props)
+            else:
+                self._open().create_write_transaction(self._actions, "append", self._open().schema(),
+                                                     self._metadata.partition_columns, commit_properties=props)
+        except CommitFailedError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    def _winners(self, base: int, failure: CommitFailedError) -> list[tuple[int, list[dict]]]:
+        """The commits after ``base`` that took the version this one tried, each with its actions;
+        the table object moves to the newest snapshot. Without any, the failure was not a lost race."""
+        try:
+            self._open().update_incremental()
+        except Exception as exc:
+            raise translate(exc) from exc
+        newest = self._open().version()
+        if newest <= base:
+            raise translate(failure) from failure
+        won = []
+        for v in range(base + 1, newest + 1):
+            actions = delta_log.commit_actions(self._fs, self._log, v)
+            if actions is None:  # cleaned up already: what it changed is unknown
+                raise ConcurrentCommitError(f"commit {v} of {self.path} won the race and cannot be read; retry")
+            won.append((v, actions))
+        return won
+
+    def _landed(self, base: int) -> int | None:
+        """The version this transaction's commit landed at after ``base``, if it did (read from the
+        commit files: None if they cannot be read)."""
+        v = base + 1
+        while True:
+            try:
+                actions = delta_log.commit_actions(self._fs, self._log, v)
+            except OSError:
+                return None
+            if actions is None:
+                return None
+            if _txn_id(actions) == self._txn_id:
+                return v
+            v += 1
+
+    def _open(self) -> DeltaTable:
+        if self._table is None:
+            raise LakelogError("this transaction has committed (or failed to); start another")
+        return self._table
+
+    @property
+    def _log(self) -> str:
+        return f"{self._root}/_delta_log"
+
+    def _put(self, name: str, data: bytes) -> None:
+        """A data file in the table's folder (which must exist: a lost root is a StorageError)."""
+        if not is_remote(self.path):
+            write_file(None, f"{self._root}/{name}", data, in_table=True)
+            return
+        try:
+            with self._fs.open_output_stream(f"{self._root}/{name}") as out:
+                out.write(data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.path}/{name}: {exc}; nothing was committed") from exc
+
+
+def _txn_id(actions: list[dict]) -> str | None:
+    return next((a["commitInfo"].get("txnId") for a in actions if "commitInfo" in a), None)
+
+
+def create_table(path: str, schema: pa.Schema, partition_by: str | None = None,
+                 properties: Mapping[str, str] | None = None, storage: Storage = None) -> int:
+    """Make the table at ``path`` if there is none, with ``properties``; return its version.
+    Racing creators: one makes it, the others find it. delta-rs takes only ``delta.*`` properties
+    at creation; the others follow in a commit of their own, made by whichever process finds them
+    missing (a creator killed between the two leaves them to the next)."""
+    given = dict(properties or {})
+    delta_props = {k: v for k, v in given.items() if k.startswith("delta.")}
+    try:
+        DeltaTable.create(rs_tables.uri(path), schema, partition_by=[partition_by] if partition_by else None,
+                          mode="ignore", configuration=delta_props or None,
+                          storage_options=dict(storage) if storage else None,
+                          commit_properties=CommitProperties(max_commit_retries=0))
+    except CommitFailedError:
+        pass  # another process made version 0 first
+    except Exception as exc:
+        raise translate(exc) from exc
+
+    def finish() -> int:
+        txn = RsTransaction.start(path, storage)
+        missing = {k: v for k, v in given.items() if k not in txn.configuration()}
+        if not missing:
+            return txn.read_version
+        txn.set_properties(missing)
+        return txn.commit()  # a conflict: another creator set them, or changed the table; look again
+
+    return retry_on_conflict(finish)
