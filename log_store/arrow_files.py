@@ -5,11 +5,14 @@ partition column, and Delta's statistics of the file's rows."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from dataclasses import dataclass
 from datetime import timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from log_store.errors import InvalidRecordError, LakelogError
 
@@ -107,3 +110,25 @@ def stats_columns(configuration: dict[str, str]) -> frozenset[str] | None:
     """The columns a table keeps statistics of (``delta.dataSkippingStatsColumns``; None: all)."""
     listed = configuration.get("delta.dataSkippingStatsColumns")
     return frozenset(c.strip() for c in listed.split(",")) if listed else None
+
+
+def parquet_files(parts: list[tuple[dict[str, str], pa.Table]], wanted: frozenset[str] | None, data_change: bool,
+                  tags: dict[str, str] | None = None) -> list[tuple[bytes, dict, WrittenFile]]:
+    """Each part (from ``split_by``) as a Parquet file's bytes under a new name in its partition's
+    folder, with the add action Delta would record for it (statistics of the ``wanted`` columns,
+    ``tags`` if any) and what was written, for the caller to store and commit."""
+    files = []
+    for partition_values, part in parts:
+        out = pa.BufferOutputStream()
+        pq.write_table(part, out, compression="snappy")
+        data = out.getvalue().to_pybytes()
+        folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
+        name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
+        stats = file_stats(part, wanted)
+        add = {"path": name, "partitionValues": partition_values, "size": len(data),
+               "modificationTime": int(time.time() * 1000), "dataChange": data_change, "stats": json.dumps(stats)}
+        if tags:
+            add["tags"] = dict(tags)
+        files.append((data, add, WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
+                                             min_values=stats["minValues"], max_values=stats["maxValues"], path=name)))
+    return files

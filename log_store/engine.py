@@ -13,18 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from log_store import checkpoints
 from log_store import app_versions as carried_versions
-from log_store.arrow_files import WrittenFile, arrow_schema, file_stats, fit_rows, split_by
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by
 from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import local_checksum, reads_with_delta_rs, write_file
 from log_store.delta_errors import translate
@@ -231,25 +229,11 @@ class DeltaTransaction:
         schema, required = arrow_schema(self.jtxn.metadata().schemaString())
         data_path = self.jtxn.deltaLog().dataPath().toString()
         parts = split_by(fit_rows(rows, schema, required, data_path), partition_by)
-        stats_columns = table_stats_columns(self.configuration())
-        written, adds = [], []
-        for partition_values, part in parts:
-            out = pa.BufferOutputStream()
-            pq.write_table(part, out, compression="snappy")
-            data = out.getvalue().to_pybytes()
-            folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
-            name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
-            write_file(self.spark, f"{data_path}/{name}", data, in_table=True)
-            stats = file_stats(part, stats_columns)
-            add = {"path": name, "partitionValues": partition_values, "size": len(data),
-                   "modificationTime": int(time.time() * 1000), "dataChange": data_change, "stats": json.dumps(stats)}
-            if tags:
-                add["tags"] = dict(tags)
-            adds.append(add)
-            written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
-                                       min_values=stats["minValues"], max_values=stats["maxValues"], path=name))
-        self._add_parsed(adds, "AddFile")
-        return written
+        files = parquet_files(parts, table_stats_columns(self.configuration()), data_change, tags)
+        for data, add, _written in files:
+            write_file(self.spark, f"{data_path}/{add['path']}", data, in_table=True)
+        self._add_parsed([add for _data, add, _written in files], "AddFile")
+        return [written for _data, _add, written in files]
 
     def _add_parsed(self, docs: list[dict], kind: str) -> None:
         """Add actions of Delta's class ``kind`` (``AddFile``, ``RemoveFile``, ``SetTransaction``)

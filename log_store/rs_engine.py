@@ -54,14 +54,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from log_store import app_versions as carried_versions
 from log_store import delta_log, rs_tables
-from log_store.arrow_files import WrittenFile, arrow_schema, file_stats, fit_rows, split_by, stats_columns
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
 from log_store.files import is_remote, write_file
@@ -191,22 +190,11 @@ class RsTransaction:
         if len(columns) > 1:
             raise LakelogError(f"the table at {self.path} is partitioned by {columns}: lakelog writes one column only")
         parts = split_by(fit_rows(rows, schema, required, self.path), columns[0] if columns else None)
-        wanted = stats_columns(self.configuration())
-        written = []
-        for partition_values, part in parts:
-            out = pa.BufferOutputStream()
-            pq.write_table(part, out, compression="snappy")
-            data = out.getvalue().to_pybytes()
-            folder = "".join(f"{k}={v}/" for k, v in partition_values.items())
-            name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"  # a new name: nothing to overwrite
-            self._put(name, data)
-            stats = file_stats(part, wanted)
-            self.add_files([{"path": name, "partitionValues": partition_values, "size": len(data),
-                             "modificationTime": int(time.time() * 1000), "dataChange": data_change,
-                             "stats": json.dumps(stats), "tags": dict(tags or {})}])
-            written.append(WrittenFile(partition_values=partition_values, num_records=stats["numRecords"],
-                                       min_values=stats["minValues"], max_values=stats["maxValues"], path=name))
-        return written
+        files = parquet_files(parts, stats_columns(self.configuration()), data_change, dict(tags or {}))
+        for data, add, _written in files:
+            self._put(add["path"], data)
+        self.add_files([add for _data, add, _written in files])
+        return [written for _data, _add, written in files]
 
     def add_files(self, adds: Iterable[dict]) -> None:
         """Add files already in the table's folder (written by Spark's tasks, or ``write_rows``),

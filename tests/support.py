@@ -39,6 +39,26 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
     )
 
 
+def race_together(worker: str, argvs: list[list[str]], go: Path) -> list[dict]:
+    """Start one ``worker`` (a script in tests/processes) per argument list, wait until each says it
+    is ready (its session made, its table read), touch ``go`` so they start at one instant, and
+    return every JSON line they printed."""
+    import json
+
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / worker), *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=PROJECT) for argv in argvs]
+    for proc in procs:
+        line = proc.stdout.readline()
+        assert line and "ready" in json.loads(line), proc.stderr.read()[-3000:]
+    go.touch()
+    told = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        told += [json.loads(line) for line in out.splitlines()]
+    return told
+
+
 def pausing_at(folder: Path, *points: str) -> dict[str, str]:
     """The environment that makes a worker wait at each ``step@n`` of ``points`` (log_store/crash.py)."""
     return {"LAKELOG_PAUSE_AT": ",".join(points), "LAKELOG_PAUSE_DIR": str(folder)}

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.support import PROJECT, WORKERS
+from tests.support import PROJECT, WORKERS, race_together
 
 CONTROL = "lakelog.storage.testing.CheckThenWriteLogStore"
 LAKELOG = "default"  # what build_session sets: lakelog.storage.PutIfAbsentLogStore
@@ -34,19 +34,8 @@ def race(table: str, store: str, go: Path, workers: int = 3, commits: int = 6, p
     (acknowledged commits), the commits Delta refused with an error, and the table's rows."""
     if create:
         write_deltalake(table, pa.table({"writer": [], "i": []}, SCHEMA), storage_options=storage)
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "commit_workers.py"), table, f"w{n}", str(commits),
-                               str(go), store, str(pause_ms), s3],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
-             for n in range(workers)]
-    for proc in procs:  # each has its session and has read the table: start them together
-        line = proc.stdout.readline()
-        assert line and "ready" in json.loads(line), proc.stderr.read()[-3000:]
-    go.touch()
-    told = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        told += [json.loads(line) for line in out.splitlines()]
+    told = race_together("commit_workers.py", [[table, f"w{n}", str(commits), str(go), store, str(pause_ms), s3]
+                                               for n in range(workers)], go)
     rows = DeltaTable(table, storage_options=storage).to_pyarrow_table().to_pylist()
     return [t for t in told if "version" in t], [t for t in told if "error" in t], rows
 

@@ -9,8 +9,6 @@ acknowledged commits through the same race (delta-rs does not probe for it; lake
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from log_store import delta_log
 from log_store.names import log_end_app_id
 from log_store.object_store import arrow_filesystem
 from log_store.rs_engine import create_table
-from tests.support import PROJECT, WORKERS
+from tests.support import race_together
 
 SCHEMA = pa.schema([("writer", pa.string()), ("i", pa.int32()), ("offset", pa.int64())])
 FENCES = {"w0": log_end_app_id(0), "w1": log_end_app_id(0), "w2": log_end_app_id(1), "w3": log_end_app_id(1)}
@@ -32,19 +30,8 @@ FENCES = {"w0": log_end_app_id(0), "w1": log_end_app_id(0), "w2": log_end_app_id
 def race(table: str, go: Path, commits: int, storage: dict | None = None) -> list[dict]:
     """Make the table, run the four workers together; one entry per acknowledged commit."""
     create_table(table, SCHEMA, storage=storage)
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "rs_commit_workers.py"), table, writer, fence,
-                               str(commits), str(go), json.dumps(storage or {})],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
-             for writer, fence in FENCES.items()]
-    for proc in procs:
-        line = proc.stdout.readline()
-        assert line and "ready" in json.loads(line), proc.stderr.read()[-3000:]
-    go.touch()
-    told = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        told += [json.loads(line) for line in out.splitlines()]
+    told = race_together("rs_commit_workers.py", [[table, writer, fence, str(commits), str(go),
+                                                    json.dumps(storage or {})] for writer, fence in FENCES.items()], go)
     assert len(told) == commits * len(FENCES)
     return told
 
