@@ -38,16 +38,17 @@ demo: setup
 test: setup
 	$(BIN)/pytest -q
 
-# Long attacks kept out of the default suite for its time (CI runs them after make test).
+# Long attacks kept out of the default suite for its time (CI runs them after make test). Those
+# through Kafka's own clients run with make test-kafka-clients.
 test-long: setup
-	$(BIN)/pytest -q -m long
+	$(BIN)/pytest -q -m 'long and not kafka_clients'
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow
 
 # Roots on S3 against a local S3 emulator the tests start (S3A's jars come with make setup).
 test-s3: setup
-	$(BIN)/pytest -q -m s3
+	$(BIN)/pytest -q -m 's3 and not slow'
 
 # Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/, Go
 # clients built into .go-clients/, on first use; docs/testing.md).

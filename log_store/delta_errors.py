@@ -128,7 +128,7 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 # What Delta's create-if-not-exists says when another process is creating the same table.
-CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND")
+CREATION_RACE = ("DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE")
 
 
 def create_racing(execute: Callable[[], None], path: str, what: str) -> None:

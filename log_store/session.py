@@ -267,12 +267,17 @@ def attach(gateway: str) -> SparkSession:
         jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(jvm.org.apache.spark.SparkContext.getOrCreate())
         sc = SparkContext(gateway=gw, jsc=jsc)
     jclass = sc._jvm.org.apache.spark.sql.SparkSession
-    host_default = jclass.getDefaultSession()
-    session = SparkSession(sc, jsparkSession=jclass.builder().getOrCreate().newSession())
-    # PySpark made the new session the JVM's default; the host's threads without an active
-    # session of their own would then run with this process's SQL conf: give it back.
-    if host_default.isDefined():
-        jclass.setDefaultSession(host_default.get())
+    # PySpark makes the first session a process constructs the JVM's default; the host's threads
+    # without an active session of their own would then run with this process's SQL conf. Reading
+    # the default and setting it back races other attaching processes (one may give back
+    # another's): the attached session never becomes the default at all.
+    should_update = SparkSession._should_update_active_session
+    SparkSession._should_update_active_session = staticmethod(lambda: False)
+    try:
+        session = SparkSession(sc, jsparkSession=jclass.builder().getOrCreate().newSession())
+    finally:
+        SparkSession._should_update_active_session = should_update
+    SparkSession._instantiatedSession = SparkSession._activeSession = session
     activate(session)
     _ATTACHED[gateway] = session
     return session

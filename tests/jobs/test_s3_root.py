@@ -85,6 +85,9 @@ def values(rows) -> Counter:
     return Counter((json.loads(bytes(r["value"]))["p"], json.loads(bytes(r["value"]))["n"]) for r in rows)
 
 
+# About 9 minutes (a JVM for each CLI command, every commit through the emulator): slow; format("lakelog") below
+# and tests/pipelines/spark/test_remote.py keep producers, groups and streams on S3 in make test-s3.
+@pytest.mark.slow
 def test_the_cli_on_an_s3_root_produces_consumes_resizes_retires_and_audits(session, s3, bucket, conf, tmp_path):
     root, sink = f"s3a://{bucket}/lakelog", f"s3a://{bucket}/sinks/billing"
     cli(conf, "topics", "create", "--topic", T, "--partitions", "3")

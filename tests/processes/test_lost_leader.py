@@ -157,8 +157,12 @@ def _fails_after_its_timeout_in_one_line(cmd: Command, *said: str) -> None:
         assert words in lines[0], (words, lines[0])
 
 
-# About 35 s each: the finding's kind (a file where the root's folder was) in the default suite, the others long.
-@pytest.mark.parametrize("kind", [kind_param(k, *([] if k == "not_a_directory" else [pytest.mark.long])) for k in KINDS])
+# About 35-80 s each: the finding's kind (a file where the root's folder was) in the default suite, an unmounted
+# root long, the others slow (the unit tests of lost roots cover how each kind is told apart).
+SUITE_OF_KIND = {"not_a_directory": [], "unmounted": [pytest.mark.long]}
+
+
+@pytest.mark.parametrize("kind", [kind_param(k, *SUITE_OF_KIND.get(k, [pytest.mark.slow])) for k in KINDS])
 def test_producers_and_consumers_wait_out_a_lost_leader_root_until_an_election(jvm, tmp_path, kind):
     """/eu lost while a producer has written its second batch's files and a group member has
     delivered the first records; another producer and another group's member (to the terminal)
