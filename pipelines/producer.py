@@ -29,6 +29,7 @@ from log_store.errors import (
     LOST_ROOT, NO_SEQUENCE, NO_SEQUENCE_MARK, FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError,
     InvalidRecordError, NotEnoughReplicasError, StaleProducerSequenceError, StorageError, leader_unavailable,
 )
+from log_store.log_append import AppendResult
 from log_store.log_metadata import Mode
 from log_store.numbering import place_rows
 from log_store.placed_offsets import Placement
@@ -388,7 +389,7 @@ class Producer:
         if self.settings.acks != "all":
             return None
         if self._replicas is None:
-            from control_plane.replication import Replication
+            from control_plane.replication.operations import Replication
 
             replication = Replication(self.spark, self.admin.layout.root, self.replication_settings)
             self._replicas = replication if self._replicated() else False
@@ -404,8 +405,15 @@ class Producer:
             replication.check_in_sync(self.topic, self.settings.min_insync_replicas)
         wait = self._lost_root_wait()
         tries = retries = 0
+        # This batch's commit, once made: its acknowledgement failing (a follower behind, the leader
+        # root lost) is retried by appending again in dedupe mode, which finds the records already
+        # numbered and committed (at this log, or copied to a new leader's) and writes none of them
+        # twice. Numbering them after the mark once more would land them again.
+        landed: AppendResult | None = None
         while True:
             refresh, tries = tries > 0, tries + 1
+            if landed is not None:
+                expected_mark = None
             try:
                 if refresh and self._follow_topic():  # a failover moved the topic to another root's log
                     expected_mark = None
@@ -429,6 +437,8 @@ class Producer:
                         max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, rows=rows,
                         expected_mark=expected_mark, stamps=stamps, placed=placement(count) if placement else None,
                     )
+                if landed is None:
+                    landed = appended
                 if replication is not None:  # acknowledged once every in-sync root holds the records
                     replication.acknowledge(self.topic, self.log.path, self.settings.min_insync_replicas, epoch)
             except LOST_ROOT as exc:  # the leader root lost (or an election moving it): back off, up to the timeout
@@ -447,6 +457,9 @@ class Producer:
                 retries += 1
                 result = result.model_copy(update={"metadata_refreshes": result.metadata_refreshes + 1})
                 continue
+            if appended is not landed and not appended.appended:  # a retry that found the batch committed
+                marks = [m for m in (landed.producer_mark, appended.producer_mark) if m is not None]
+                appended = landed.model_copy(update={"producer_mark": max(marks, default=None)})
             self._mark = appended.producer_mark
             per = dict(result.per_partition)
             for p, (lo, hi) in appended.ranges.items():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.records import utcnow
 from control_plane.replication.rules import with_sets
 from control_plane.settings import ReplicationSettings
@@ -203,6 +203,29 @@ def cut(path: str) -> None:
 def restore(path: str) -> None:
     os.unlink(path)
     os.rename(path + ".real", path)
+
+
+def test_a_producer_numbering_after_its_mark_lands_a_batch_once_when_its_acknowledgement_is_retried(spark, roots):
+    """Records without sequences are numbered after the producer's mark (as the stream sink's and a
+    batch write's without a sequence column are). The batch commits at the leader, then its
+    ``acks: all`` acknowledgement is refused while a cut-off follower is within the time lag: each
+    retry finds the batch committed and lands none of it again, and the next batch follows it."""
+    meta, replicas = roots
+    TopicAdmin(spark, meta).create("orders", 2, replicas=replicas)
+    replication = Replication(spark, meta)
+    state = replication.state("orders")
+    leader, us = replication.path(state, replicas[0]), replication.path(state, replicas[1])
+    cut(us)
+    producer = Producer(spark, meta, "orders", "p", ProducerSettings(acks="all", min_insync_replicas=2),
+                        ReplicationSettings(max_lag_seconds=4.0))  # longer than a cold first commit
+    sent = producer.send(make_records(spark, 5).drop("sequence"))
+    assert sent.metadata_refreshes >= 1, "the acknowledgement was never refused: nothing was attacked"
+    assert (sent.appended, sent.duplicates) == (5, 0)
+    producer.send(make_records(spark, 3, start=5).drop("sequence"))
+    rows = DeltaTable(leader).to_pyarrow_table(columns=["value", "sequence"]).to_pylist()
+    assert sorted(int(r["value"]) for r in rows) == list(range(8)), "a batch landed more than once"
+    assert sorted(r["sequence"] for r in rows) == list(range(8)), "the next batch was not numbered after it"
+    restore(us)
 
 
 def test_a_follower_whose_copies_fail_leaves_the_in_sync_set_after_the_time_lag(spark, roots):
