@@ -204,39 +204,30 @@ class Batcher:
                 return
             path = view.record.location
             todo = [e for e in entries if id(e) not in outcomes]
-            placed = self._place(view, todo, outcomes)
-            accepted, expected = self._judge(view, placed, outcomes)
+            try:
+                placed = self._place(view, todo, outcomes)
+                accepted, expected = self._judge(view, placed, outcomes)
+            except LOST_ROOT as exc:  # the log's marks or a duplicate's record read from a lost root
+                for e in todo:
+                    outcomes.pop(id(e), None)
+                self._refused(topic, path, entries, outcomes, exc, attempt)
+                return
             if not accepted:
                 self._acknowledge(view, todo, outcomes)  # retries answered as duplicates wait as well
                 return
             try:
                 result = TopicLog(self.ctx.spark, path).append_rows(
                     self._rows(accepted), view.snapshot.metadata.undeleted_partition_count, expected)
-            except StaleProducerSequenceError as exc:  # another server committed for these producers
-                for pid, mark in exc.marks.items():
-                    self._producers.learned((path, pid), mark, time.monotonic())
-                continue
-            except FencedLeaderEpochError as exc:
-                self.ctx.forget(path)  # an election moving the topic: follow its record
-                if attempt == ATTEMPTS - 1:
-                    self._fail(entries, outcomes, Outcome(error=name_of(exc), message=str(exc)))
+            except Exception as exc:
+                # Nothing appended: what this attempt judged (duplicates, sequence refusals, places)
+                # is judged again by the next on a fresh view, or answered with the failure. A
+                # duplicate kept as answered would skip the wait for the replicas its first send
+                # may never have reached (acks=all), or keep an answer from a history since replaced.
+                for e in todo:
+                    outcomes.pop(id(e), None)
+                if self._refused(topic, path, entries, outcomes, exc, attempt):
                     return
-                time.sleep(min(2.0, 0.05 * 2 ** attempt))
                 continue
-            except LOST_ROOT as exc:  # the leader's root lost, nothing appended: answered at once, as Kafka's
-                self.ctx.forget(path)  # broker does, and the client retries after its backoff
-                self._views.pop(topic, None)
-                self._fail(entries, outcomes, Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc)))
-                return
-            except InvalidPartitionMetadataError:
-                self.ctx.forget(path)  # a resize committed meanwhile: judge again on the new metadata
-                continue
-            except (UnknownTopicError, TopicDeletedError) as exc:
-                self._fail(entries, outcomes, Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
-                return
-            except LakelogError as exc:
-                self._fail(entries, outcomes, Outcome(error=name_of(exc), message=message_of(exc)))
-                return
             for e in accepted:  # appended: whatever fails from here on, never answered with an error
                 outcomes[id(e)] = Outcome()
             self.committed += 1
@@ -244,6 +235,36 @@ class Batcher:
             self._answered(view, path, accepted, result, outcomes)
             self._acknowledge(view, todo, outcomes)
             return
+
+    def _refused(self, topic: str, path: str, entries: list[Entry], outcomes: dict[int, Outcome], exc: Exception,
+                 attempt: int) -> bool:
+        """An append refused (nothing appended): True once every entry not yet answered is answered
+        with the refusal, False to judge them again on a fresh view. A refusal nobody foresaw is raised."""
+        if isinstance(exc, StaleProducerSequenceError):  # another server committed for these producers
+            for pid, mark in exc.marks.items():
+                self._producers.learned((path, pid), mark, time.monotonic())
+            return False
+        if isinstance(exc, FencedLeaderEpochError):
+            self.ctx.forget(path)  # an election moving the topic: follow its record
+            if attempt < ATTEMPTS - 1:
+                time.sleep(min(2.0, 0.05 * 2 ** attempt))
+                return False
+            outcome = Outcome(error=name_of(exc), message=str(exc))
+        elif isinstance(exc, LOST_ROOT):  # the leader's root lost, nothing appended: answered at once, as Kafka's
+            self.ctx.forget(path)  # broker does, and the client retries after its backoff
+            self._views.pop(topic, None)
+            outcome = Outcome(error=unreachable(self.ctx.replicated(topic)), message=str(exc))
+        elif isinstance(exc, InvalidPartitionMetadataError):
+            self.ctx.forget(path)  # a resize committed meanwhile: judge again on the new metadata
+            return False
+        elif isinstance(exc, (UnknownTopicError, TopicDeletedError)):
+            outcome = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc))
+        elif isinstance(exc, LakelogError):
+            outcome = Outcome(error=name_of(exc), message=message_of(exc))
+        else:
+            raise exc
+        self._fail(entries, outcomes, outcome)
+        return True
 
     def _answered(self, view: TopicView, path: str, accepted: list[Entry], result, outcomes: dict[int, Outcome]) -> None:
         """After an append: each entry's offsets, its producer's batches, the records kept in the
@@ -335,11 +356,32 @@ class Batcher:
         """The entries to append now, and the mark each producer's rows are numbered after; the
         others get their outcome (a duplicate, a sequence error). A unit is appended all or none:
         one of its batches refused refuses the unit's others (with the first refusal), and the
-        producers' running marks go back to where they were before it."""
+        producers' running marks go back to where they were before it. A refusal judged on a mark
+        from this server's memory is judged again on the log's: another server may have written
+        for the producer since (its partition's leader moved there and back)."""
         path = view.record.location
+        known, remembered = self._read_marks(path, todo)
+        accepted, expected, judged, doubtful = self._verdicts(path, todo, known, remembered)
+        if doubtful:  # the log's marks, where they moved past memory (the last batches known no more)
+            now = time.monotonic()
+            moved = {pid: mark for pid, mark in self.ctx.producer_marks(path, sorted(doubtful)).items()
+                     if mark != known[pid][0]}
+            for pid, mark in moved.items():
+                self._producers.learned((path, pid), mark, now)
+                known[pid] = (mark, None)
+            if moved:
+                accepted, expected, judged, _ = self._verdicts(path, todo, known, set())
+        outcomes.update(judged)
+        return accepted, expected
+
+    def _verdicts(self, path: str, todo: list[Entry], known: dict[str, tuple[int, list | None]], remembered: set[str]
+                  ) -> tuple[list[Entry], dict[str, int], dict[int, Outcome], set[str]]:
+        """``_judge``'s pass over ``todo`` with the marks ``known``: (accepted, expected, the others'
+        outcomes, the producers from ``remembered`` whose units were refused)."""
         accepted: list[Entry] = []
         expected: dict[str, int] = {}
-        known = self._read_marks(path, todo)
+        judged: dict[int, Outcome] = {}
+        doubtful: set[str] = set()
         running: dict[str, tuple[int, list | None]] = {}  # pid -> (mark, its last batches, None: not known)
         for unit in _by_unit(todo):
             before, kept, verdicts, refused = dict(running), dict(expected), [], None
@@ -363,20 +405,21 @@ class Batcher:
                 elif verdict.kind == "duplicate":
                     verdicts.append((e, self._duplicate(path, pid, verdict.first, e)))
                 else:
+                    doubtful |= {pid} & remembered
                     refused = refused or Outcome(
                         error=verdict.error, message=f"producer {e.batch.producer_id} epoch {e.batch.producer_epoch} "
                         f"sequence {e.batch.base_sequence} on partition {e.partition}: {verdict.error}")
             if refused is not None:
                 running, expected = before, kept
                 for e in unit:
-                    outcomes[id(e)] = refused
+                    judged[id(e)] = refused
                 continue
             for e, outcome in verdicts:
                 if outcome is None:
                     accepted.append(e)
                 else:
-                    outcomes[id(e)] = outcome
-        return accepted, expected
+                    judged[id(e)] = outcome
+        return accepted, expected, judged, doubtful
 
     @staticmethod
     def _rows(accepted: list[Entry]) -> pa.Table:
@@ -441,19 +484,20 @@ class Batcher:
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
 
-    def _read_marks(self, path: str, entries: list[Entry]) -> dict[str, tuple[int, list | None]]:
+    def _read_marks(self, path: str, entries: list[Entry]) -> tuple[dict[str, tuple[int, list | None]], set[str]]:
         """(mark, last batches) of each producer of ``entries``: as this server last saw them (the
         append checks the marks), or, for those it does not know (never met, or forgotten once
-        idle), the log's marks, read in one read."""
+        idle), the log's marks, read in one read; and which of them came from memory."""
         pids = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
         now = time.monotonic()
         found = {pid: state for (_path, pid), state in self._producers.known([(path, p) for p in pids], now).items()}
+        remembered = set(found)
         new = [pid for pid in pids if pid not in found]
         if new:
             for pid, mark in self.ctx.producer_marks(path, new).items():
                 self._producers.learned((path, pid), mark, now)
                 found[pid] = (mark, None)
-        return found
+        return found, remembered
 
     def _duplicate(self, path: str, pid: str, first: int, entry: Entry) -> Outcome:
         """A retried batch: answered as its first send was, with the offset its first record was

@@ -8,10 +8,10 @@ import asyncio
 import secrets
 from typing import TYPE_CHECKING
 
-from log_store.errors import InvalidConfigurationError, StorageError, TopicDeletedError, UnknownTopicError
+from log_store.errors import LOST_ROOT, InvalidConfigurationError, TopicDeletedError, UnknownTopicError
 from log_store.names import check_topic_name
 from serve.batcher import Entry, Outcome
-from serve.errors import code_of
+from serve.errors import code_of, unreachable
 from serve.records import BatchError, Budget, decode_batches
 from serve.security import allowed_on_some
 
@@ -40,8 +40,11 @@ def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str
             continue
         try:
             limit = server.batcher.limits.max_message_bytes(topic)
-        except (UnknownTopicError, TopicDeletedError, StorageError) as exc:
+        except (UnknownTopicError, TopicDeletedError) as exc:
             out.append(Outcome(error="UNKNOWN_TOPIC_OR_PARTITION", message=str(exc)))
+            continue
+        except LOST_ROOT as exc:  # its log's root lost: retriable, as the commit answers it
+            out.append(Outcome(error=unreachable(server.batcher.ctx.replicated(topic)), message=str(exc)))
             continue
         try:
             out.append(decode_batches(data, limit, budget))
@@ -89,7 +92,8 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
     loop = asyncio.get_running_loop()
     parts = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
     waiting: dict[tuple[str, int], list[asyncio.Future]] = {}
-    answers: dict[tuple[str, int], Outcome] = {}
+    answers = _named_twice(parts)
+    parts = [part for part in parts if part[:2] not in answers]
     try:
         may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
         prepared = await server.ctx.run(_prepare, server, may_write, parts)
@@ -108,6 +112,17 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
         if not turn.done():
             turn.set_result(None)
     return answers, waiting
+
+
+def _named_twice(parts: list[tuple[str, int, bytes | None]]) -> dict[tuple[str, int], Outcome]:
+    """A partition named more than once in one request, each of its entries answered
+    INVALID_REQUEST and none of its batches read: one answer a partition could not say which of
+    its batches landed (Kafka's broker keeps one entry a partition; no client sends two)."""
+    seen: dict[tuple[str, int], int] = {}
+    for topic, partition, _data in parts:
+        seen[(topic, partition)] = seen.get((topic, partition), 0) + 1
+    return {key: Outcome(error="INVALID_REQUEST", message=f"partition {key[1]} of {key[0]} is named {n} times in one "
+                         "request; send each partition's batches in one entry") for key, n in seen.items() if n > 1}
 
 
 def _answer(body, answers: dict[tuple[str, int], Outcome], every: str | None = None) -> dict:

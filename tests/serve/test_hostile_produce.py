@@ -1,8 +1,8 @@
 """Produce against broken or hostile clients: a batch of no records, a compression bomb, batches
 past the topic's max.message.bytes, a partition's batches split over commits, acks=0 records
-of a producer that closes at once, acks and topic names Kafka refuses, old sequences, and
-InitProducerId's permissions. Each is refused (or taken) as Kafka's broker does, at no other
-client's cost, and nothing partial is written."""
+of a producer that closes at once, acks and topic names Kafka refuses, old sequences,
+InitProducerId's permissions and a partition named twice in one request. Each is refused (or
+taken) as Kafka's broker does, at no other client's cost, and nothing partial is written."""
 
 from __future__ import annotations
 
@@ -50,6 +50,22 @@ def test_a_batch_of_no_records_is_refused_alone_and_the_others_in_its_commit_are
     assert _answers(good.receive(0, 9)) == [(0, 0)]  # once: no error, so no retry
     broken.close(), good.close()
     assert _values(root, "t") == [b"a", b"b"]
+
+
+def test_a_partition_named_twice_in_one_request_is_refused_whole_and_the_others_are_taken(served, root):
+    """A corrupt batch and a good one for the same partition, as two entries of one request: no
+    answer may say NONE for a batch never written, so neither is taken; partition 1 is."""
+    served.ctx.admin.create("t", 2)
+    corrupt = bytearray(batch([b"bad"]))
+    corrupt[-1] ^= 0xFF  # its CRC no longer holds
+    request = produce_request("t", 0, bytes(corrupt))
+    request["topic_data"][0]["partition_data"] += [{"index": 0, "records": batch([b"good"])},
+                                                   {"index": 1, "records": batch([b"other"])}]
+    client = RawClient(served.port)
+    client.send(0, 9, request)
+    assert _answers(client.receive(0, 9)) == [(ErrorCode.invalid_request, -1)] * 2 + [(0, 0)]
+    client.close()
+    assert _values(root, "t") == [b"other"]
 
 
 def test_a_partitions_batches_of_one_request_are_appended_in_one_commit_all_or_none(gathering, root):

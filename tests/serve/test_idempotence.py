@@ -56,6 +56,31 @@ def test_a_retry_to_another_server_or_after_a_restart_lands_once(spark, served, 
     assert sorted((r["offset"], r["value"]) for r in log_rows(root, "t")) == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
+def test_a_producer_back_at_a_server_after_another_wrote_its_batches_goes_on_and_its_retries_are_duplicates(
+        spark, served, root):
+    """A partition's leader moves to another server and back (a rolling restart): the producer's
+    sequences 1-4 were written through the other server, whose answer to 3-4 was lost. Back at the
+    first server, which still remembers sequence 0, the retry of 3-4 is a duplicate answered with
+    its offsets and the next batch goes on: neither is OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    _topic(served)
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, batch([b"a"], producer_id=9, epoch=0, sequence=0)) == (NONE, 0)
+    other = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5)).run_in_thread()
+    try:
+        elsewhere = RawClient(other.port)
+        assert produce(elsewhere, "t", 0, batch([b"b", b"c"], 9, 0, 1)) == (NONE, 1)
+        lost = batch([b"d", b"e"], 9, 0, 3)
+        assert produce(elsewhere, "t", 0, lost) == (NONE, 3)
+        elsewhere.close()
+    finally:
+        other.stop_thread()
+    assert produce(client, "t", 0, lost) == (NONE, 3)
+    assert produce(client, "t", 0, batch([b"f"], 9, 0, 5)) == (NONE, 5)
+    assert produce(client, "t", 0, batch([b"z"], 9, 0, 9))[0] == OUT_OF_ORDER  # a real gap still is
+    client.close()
+    assert [r["value"] for r in sorted(log_rows(root, "t"), key=lambda r: r["offset"])] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
 def test_two_servers_racing_one_producers_retry_commit_it_once(spark, served, root):
     """The same batch to two servers at once (a client that reconnected elsewhere and retried): the
     log's mark, moved in the append's own commit, lets one append and answers the other as a retry."""

@@ -94,3 +94,84 @@ def test_a_unit_is_appended_all_or_none(batcher):
     assert _Log.appended == [b"c"]
     again = _entry([b"a"], producer=4, sequence=0)  # the producer's mark went back with the unit
     assert batcher.commit("t", [again])[0].error == "NONE" and _Log.appended == [b"c", b"a"]
+
+
+class _Replication:
+    """Every acknowledgement refused: a follower behind."""
+
+    def acknowledge(self, *_args) -> None:
+        from log_store.errors import NotEnoughReplicasError
+
+        raise NotEnoughReplicasError("the follower could not take the records")
+
+
+@pytest.fixture()
+def replicated(batcher) -> Batcher:
+    ctx = batcher.ctx
+    ctx.topic.leadership = SimpleNamespace(leader_epoch=0)
+    ctx.replicated = lambda _topic: True
+    ctx.replication = lambda: _Replication()
+    return batcher
+
+
+def _all(entry: Entry) -> Entry:
+    entry.acks = -1
+    return entry
+
+
+@pytest.mark.parametrize("refusal", ["a lost root", "another server's marks"])
+def test_a_retry_answered_as_a_duplicate_waits_for_the_replicas_whatever_its_commit_meets(replicated, monkeypatch,
+                                                                                          refusal):
+    """acks=all: a batch appended and not copied is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND; its
+    retry, a duplicate, shares a commit with another client's batch whose append fails (the leader
+    root lost) or is refused once (another server committed for one of its producers). The
+    duplicate is never answered as acknowledged without the wait for the replicas."""
+    from log_store.errors import StaleProducerSequenceError, StorageError
+
+    first = replicated.commit("t", [_all(_entry([b"a"], producer=4, sequence=0))])
+    assert first[0].error == "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    appends = []
+    original = _Log.append_rows
+
+    def refusing(self, rows, count, marks):
+        appends.append(1)
+        if refusal == "a lost root":
+            raise StorageError("the root /eu is lost")
+        if len(appends) == 1:
+            raise StaleProducerSequenceError("another server committed", marks={})
+        return original(self, rows, count, marks)
+
+    monkeypatch.setattr(_Log, "append_rows", refusing)
+    retry, other = _all(_entry([b"a"], producer=4, sequence=0)), _all(_entry([b"b"], producer=9, sequence=0))
+    outcomes = replicated.commit("t", [retry, other])
+    assert outcomes[0].error != "NONE", "the duplicate was acknowledged without its records on every in-sync root"
+    assert outcomes[0].error == outcomes[1].error, outcomes
+
+
+def test_a_producers_marks_unreadable_from_a_lost_root_answer_the_commit_retriably(batcher, monkeypatch):
+    """A producer the server does not know has its mark read from the log: with the root lost,
+    every entry of the commit is answered as for a lost root (retriable), not UNKNOWN_SERVER_ERROR."""
+    from log_store.errors import StorageError
+
+    def lost(_path, _ids):
+        raise StorageError("the root /eu is lost")
+
+    monkeypatch.setattr(batcher.ctx, "producer_marks", lost, raising=False)
+    outcomes = batcher.commit("t", [_entry([b"a"], producer=4, sequence=0), _entry([b"b"])])
+    assert [o.error for o in outcomes] == ["KAFKA_STORAGE_ERROR"] * 2 and _Log.appended == []
+
+
+@pytest.mark.parametrize("replicated, code", [(True, "NOT_LEADER_OR_FOLLOWER"), (False, "KAFKA_STORAGE_ERROR")])
+def test_a_topic_whose_limits_cannot_be_read_from_a_lost_root_is_answered_retriably(replicated, code):
+    """The topic's max.message.bytes is read again every second: from a lost root, the produce is
+    answered as the commit answers a lost root, not UNKNOWN_TOPIC_OR_PARTITION."""
+    from log_store.errors import StorageError
+    from serve.apis.produce import _prepare
+
+    def lost(_topic):
+        raise StorageError("no topic log at /eu/topics/t: its root is lost or not mounted")
+
+    server = SimpleNamespace(settings=ServeSettings(), batcher=SimpleNamespace(
+        limits=SimpleNamespace(max_message_bytes=lost), ctx=SimpleNamespace(replicated=lambda _t: replicated)))
+    [outcome] = _prepare(server, {"t": True}, [("t", 0, b"")])
+    assert outcome.error == code

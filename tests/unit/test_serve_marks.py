@@ -57,3 +57,22 @@ def test_new_producers_marks_are_read_in_one_read_and_a_not_writable_partition_i
     again, expected = batcher._judge(view, batcher._place(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {}), {})
     assert ctx.reads[1:] == [[lakelog_producer_id(10, 0)]]
     assert expected[known] == 3 and len(again) == 2
+
+
+def test_a_batch_refused_on_a_remembered_mark_is_judged_again_on_the_logs():
+    """Another server wrote sequences 4-100 for producer 7 on partition 0 (its leader moved there
+    and back); this server still remembers 3. The next batch (101) is appended after the log's
+    mark, not refused OUT_OF_ORDER_SEQUENCE_NUMBER; a real gap is still refused, after one read."""
+    known = lakelog_producer_id(7, 0)
+    ctx = _Ctx({known: 3})
+    batcher = Batcher(ctx)
+    view = _view([0], writable=[0])
+    batcher._judge(view, batcher._place(view, [_entry(7, 0, 4)], {}), {})
+    ctx.marks[known] = 100
+    accepted, expected = batcher._judge(view, batcher._place(view, [_entry(7, 0, 101)], {}), outcomes := {})
+    assert (len(accepted), expected, outcomes) == (1, {known: 100}, {})
+    assert ctx.reads[-1] == [known]
+    reads = len(ctx.reads)
+    accepted, _ = batcher._judge(view, batcher._place(view, [_entry(7, 0, 150)], {}), outcomes := {})
+    assert accepted == [] and [o.error for o in outcomes.values()] == ["OUT_OF_ORDER_SEQUENCE_NUMBER"]
+    assert len(ctx.reads) == reads + 1
