@@ -33,7 +33,7 @@ sys.path.insert(0, str(PROJECT))
 def main(records: int = 1_000_000, repeats: int = 20, as_json: bool = False) -> dict:
     from pyspark.sql import functions as F
 
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
     from control_plane.topics import TopicAdmin
     from log_store.config import SparkSettings
     from log_store.session import build_session

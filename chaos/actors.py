@@ -35,7 +35,7 @@ def create(spark, a: dict) -> None:
 
 
 def replicate(spark, a: dict) -> None:
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
 
     report = Replication(spark, a["root"]).replicate(a["topic"])
     say("replicated", copied={f.root: f.copied for f in report.followers}, in_sync=report.in_sync)
@@ -58,7 +58,7 @@ def diverge(spark, a: dict) -> None:
 
 
 def elect(spark, a: dict) -> None:
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
 
     replication = Replication(spark, a["root"])
     leader = a["leader"]

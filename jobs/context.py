@@ -76,7 +76,7 @@ class Context:
         return answer(GroupTables(self.spark, self.root))
 
     def replication(self):
-        from control_plane.replication import Replication
+        from control_plane.replication.operations import Replication
 
         return Replication(self.spark, self.root, self.config.replication)
 

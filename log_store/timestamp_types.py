@@ -109,31 +109,3 @@ def check_kind(kind: str) -> str:
             f"message.timestamp.type={kind}: give CreateTime (the producer's time, the default) or LogAppendTime "
             "(the time of the append)")
     return kind
-
-
-def switch_timestamp_type(spark, path: str, kind: str) -> bool:
-    """Switch the log at ``path`` to ``kind`` from its current log ends on, in one metadata commit
-    that fails if an append moved a log end meanwhile (and which every open append then conflicts
-    with); False if ``kind`` is already the log's."""
-    from log_store.delta_errors import retry_on_conflict
-    from log_store.engine import DeltaTransaction
-    from log_store.log_metadata import TopicLogMetadata, log_end
-    from log_store.names import log_end_app_id
-
-    check_kind(kind)
-
-    def attempt() -> bool:
-        txn = DeltaTransaction.start(spark, path)
-        conf = txn.configuration()
-        known = txn.snapshot_app_versions()
-        meta = TopicLogMetadata.from_properties(conf)
-        switched = TimestampTypes.of(conf).switched(
-            kind, {p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()})
-        if switched is None:
-            return False
-        for p in meta.partitions:
-            txn.app_version(log_end_app_id(p))
-        txn.commit_properties({TIMESTAMP_TYPES_PROP: switched.to_property()})
-        return True
-
-    return retry_on_conflict(attempt)

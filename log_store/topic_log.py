@@ -51,7 +51,7 @@ from log_store.log_metadata import (
     topic_id_of,
 )
 from log_store.names import log_end_app_id, commit_metadata
-from log_store.timestamp_types import TimestampTypes
+from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes, check_kind
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
 
 RECORD_SCHEMA = StructType(
@@ -194,6 +194,28 @@ class TopicLog:
         known = txn.snapshot_app_versions()
         txn.commit_properties(metadata.to_properties(), app_versions={
             log_end_app_id(p): pm.start_offset for p, pm in metadata.partitions.items() if log_end_app_id(p) not in known})
+
+    def switch_timestamp_type(self, kind: str) -> bool:
+        """Switch the log to ``kind`` from its current log ends on, in one metadata commit that fails
+        if an append moved a log end meanwhile (and which every open append then conflicts with);
+        False if ``kind`` is already the log's."""
+        check_kind(kind)
+
+        def attempt() -> bool:
+            txn = DeltaTransaction.start(self.spark, self.path)
+            conf = txn.configuration()
+            known = txn.snapshot_app_versions()
+            meta = TopicLogMetadata.from_properties(conf)
+            switched = TimestampTypes.of(conf).switched(
+                kind, {p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()})
+            if switched is None:
+                return False
+            for p in meta.partitions:
+                txn.app_version(log_end_app_id(p))
+            txn.commit_properties({TIMESTAMP_TYPES_PROP: switched.to_property()})
+            return True
+
+        return retry_on_conflict(attempt)
 
     # -- the fenced append (log_store/log_append.py) -------------------------------------------
     append = append

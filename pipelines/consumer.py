@@ -22,7 +22,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
 from control_plane.records import ExpiredRange, ReplicaEvent
-from control_plane.replication import Replication, rules
+from control_plane.replication import rules
+from control_plane.replication.operations import Replication
 from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings

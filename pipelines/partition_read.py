@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidConfigurationError
 from log_store.topic_log import TopicLog

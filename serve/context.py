@@ -242,7 +242,7 @@ class ServeContext:
     def replication(self):
         """The replica operations, with one failure clock for every request: an in-sync follower whose
         copies fail leaves the set after the time lag, counted across produces."""
-        from control_plane.replication import Replication
+        from control_plane.replication.operations import Replication
 
         replication = Replication(self.spark, self.root, self.replication_settings)
         with self._lock:

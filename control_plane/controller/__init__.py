@@ -102,7 +102,7 @@ class TopicController:
         record = self.resume(topic)
         changes = self.logs.delete_records(record, offsets)
         if state is not None:  # even when nothing changed here: a run again copies what a failed one left
-            from control_plane.replication import Replication
+            from control_plane.replication.operations import Replication
 
             Replication(self.spark, self.layout.root).acknowledge_change(topic, record.location, state.leader_epoch,
                                                                          "delete-records")

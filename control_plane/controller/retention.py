@@ -27,7 +27,7 @@ from log_store.frames import arrow_rows
 from log_store.log_files import (
     Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,
 )
-from log_store.timestamp_types import CREATE_TIME, switch_timestamp_type
+from log_store.timestamp_types import CREATE_TIME
 from log_store.topic_log import TopicLog
 
 
@@ -68,7 +68,7 @@ class LogMaintenance:
         if TIMESTAMP_TYPE in set_ or TIMESTAMP_TYPE in delete:
             # The log's own property decides appends and reads: switched first, so a change recorded
             # here is in force (running the command again after a crash in between records it).
-            switch_timestamp_type(self.spark, record.location, set_.get(TIMESTAMP_TYPE, CREATE_TIME))
+            TopicLog(self.spark, record.location).switch_timestamp_type(set_.get(TIMESTAMP_TYPE, CREATE_TIME))
         return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
 
     # -- log starts ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from control_plane.group.reset import ResetStep, ResetTarget, parse_partitions, 
 from control_plane.group.store import GroupTables
 from control_plane.liveness import Liveness
 from control_plane.records import MemberState
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.replication.reads import latest_unknown
 from control_plane.topics import TopicAdmin
 from log_store.names import check_group_name

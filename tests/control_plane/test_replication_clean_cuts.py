@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from control_plane.replication import Replication, rules
+from control_plane.replication import rules
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.topic_log import TopicLog
 from log_store.errors import LogTruncatedError, ReplicationError

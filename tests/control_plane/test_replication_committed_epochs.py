@@ -14,7 +14,7 @@ import pytest
 
 from control_plane.controller import TopicController
 from control_plane.group.offsets import GroupOffsets
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.settings import GroupSettings
 from control_plane.topics import TopicAdmin
 from log_store.errors import LogTruncatedError

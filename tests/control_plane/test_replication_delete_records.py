@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from control_plane.controller import TopicController
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import LogTruncatedError
 from log_store.topic_log import TopicLog

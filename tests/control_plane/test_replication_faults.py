@@ -10,7 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
-from control_plane.replication import Replication, election, rounds
+from control_plane.replication import election, rounds
+from control_plane.replication.operations import Replication
 from control_plane.replication.copy import Role, copy_log, replica_role
 from control_plane.topics import TopicAdmin
 from log_store.errors import (

@@ -7,7 +7,8 @@ the roots it read is empty."""
 
 from __future__ import annotations
 
-from control_plane.replication import Replication, reads
+from control_plane.replication import reads
+from control_plane.replication.operations import Replication
 from control_plane.settings import GroupSettings
 from control_plane.topics import TopicAdmin
 from log_store.topic_log import TopicLog

@@ -9,7 +9,7 @@ temp dirs."""
 from __future__ import annotations
 
 from control_plane.controller import TopicController
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
 from tests.support import make_records

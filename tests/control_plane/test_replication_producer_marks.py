@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.settings import ReplicationSettings
 from control_plane.topics import TopicAdmin
 from log_store.errors import NotEnoughReplicasError

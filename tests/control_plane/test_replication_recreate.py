@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from control_plane.replication import Replication, copy
+from control_plane.replication import copy
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import ReplicationError
 from log_store.topic_log import TopicLog

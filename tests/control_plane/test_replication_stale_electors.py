@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from control_plane.replication import Replication, election
+from control_plane.replication import election
+from control_plane.replication.operations import Replication
 from control_plane.replication.copy import replica_role
 from control_plane.topics import TopicAdmin
 from log_store.errors import ConcurrentTopicChangeError, FencedLeaderEpochError

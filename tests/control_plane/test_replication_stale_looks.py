@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from control_plane.replication import Replication, election
+from control_plane.replication import election
+from control_plane.replication.operations import Replication
 from control_plane.replication.copy import Role, open_log
 from control_plane.topics import TopicAdmin
 from log_store.errors import LakelogError

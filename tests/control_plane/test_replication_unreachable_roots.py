@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from control_plane.group.offsets import GroupOffsets
-from control_plane.replication import Replication, reads
+from control_plane.replication import reads
+from control_plane.replication.operations import Replication
 from control_plane.replication.copy import replica_role
 from control_plane.topics import TopicAdmin
 from log_store.errors import ReplicationError

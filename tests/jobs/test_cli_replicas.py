@@ -108,7 +108,7 @@ def test_a_leader_back_from_an_older_copy_is_said_as_such_and_its_clean_re_elect
     elects it."""
     import shutil
 
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
     from pipelines.producer import Producer
     from pipelines.settings import ProducerSettings
     from tests.control_plane.test_replication_faults import elect_killed_at
@@ -162,7 +162,8 @@ def test_reset_offsets_is_refused_while_the_high_watermark_counts_a_root_never_r
     nothing written (as a reader resolving "latest" refuses); --to-earliest goes on; once the root is
     read, --to-latest moves the group to the high watermark."""
     from control_plane.group.offsets import GroupOffsets
-    from control_plane.replication import Replication, reads
+    from control_plane.replication import reads
+    from control_plane.replication.operations import Replication
     from tests.control_plane.test_replication import cut, restore
 
     eu, us = root, str(tmp_path / "us")

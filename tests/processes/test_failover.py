@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from chaos.crashpoints import TOPIC, Scene
 from chaos.host import GATEWAY_ENV
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from pipelines.audit.run import run_audit
 

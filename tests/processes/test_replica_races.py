@@ -12,7 +12,7 @@ import json
 
 from deltalake import DeltaTable
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from tests.support import pausing_at, resume, spawn_worker, while_paused
 

@@ -100,7 +100,7 @@ def compact(root: str, topic: str, stop_file: str, segment_bytes: str) -> None:
 
 def replicate(root: str, topic: str) -> None:
     """One replication round of ``topic`` (a copier another process races)."""
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
 
     report = Replication(_session(), root).replicate(topic)
     print(json.dumps({"copied": [f.copied for f in report.followers], "errors": [f.error for f in report.followers]}),

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 from kio.schema.errors import ErrorCode
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from tests.processes.lost_roots import lose
 from tests.serve.raw import RawClient, batch, produce
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from tests.control_plane.test_replication import cut, records_at, restore
 from tests.serve.conftest import ServerProcess
 from tests.serve.raw import RawClient, batch, produce

@@ -15,7 +15,7 @@ from aiokafka.record._crecords import MemoryRecords
 from kio.schema.errors import ErrorCode
 
 from control_plane.controller import TopicController
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from pipelines.producer import Producer
 from tests.serve.raw import RawClient, batch, produce
 from tests.serve.test_epochs import fetch

@@ -191,7 +191,7 @@ def test_an_explicit_partition_column_sends_rows_there_and_null_to_the_keys_part
 def test_acks_all_lands_in_every_in_sync_root_before_the_write_returns(lakelog, root, tmp_path):
     from deltalake import DeltaTable
 
-    from control_plane.replication import Replication
+    from control_plane.replication.operations import Replication
 
     follower = str(tmp_path / "us")
     TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])

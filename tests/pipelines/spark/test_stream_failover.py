@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from control_plane.replication import Replication
+from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
