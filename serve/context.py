@@ -69,6 +69,9 @@ class ServeContext:
         self.checkpoints = DeferredCheckpoints(spark)
         self.pool = ThreadPoolExecutor(max_workers=settings.threads, thread_name_prefix="lakelog-serve",
                                        initializer=self._pool_thread)
+        # The server's liveness tick on a thread of its own: queued behind the pool's work (large
+        # requests decoding, commits), a late tick makes the other servers take this one's groups.
+        self.beats = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakelog-beat", initializer=self._pool_thread)
         self._snaps: dict[str, tuple[int, LogSnapshot, str, str]] = {}  # log path -> (version, snapshot, topic id, Delta id)
         self.tail = Tail(settings.tail_bytes)  # the records of this server's own commits (serve/tail.py)
         self._lock = threading.Lock()
@@ -89,6 +92,10 @@ class ServeContext:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, awaited without blocking the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def run_beat(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the liveness tick's own thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.beats, fn, *args)
 
     # -- topics (called on the pool) ----------------------------------------------------------
     def topics(self) -> dict[str, TopicRecord]:
@@ -253,4 +260,5 @@ class ServeContext:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.beats.shutdown(wait=False, cancel_futures=True)
         self.checkpoints.stop()

@@ -72,6 +72,11 @@ class ProducedBatch:
     def count(self) -> int:
         return len(self.values)
 
+    @property
+    def nbytes(self) -> int:
+        """What the batch holds in memory, decoded and as sent."""
+        return sum(a.nbytes for a in (self.keys, self.values, self.headers, self.timestamps)) + len(self.wire)
+
 
 class Budget:
     """What a produce request's batches may still inflate to, together (``serve.max_request_bytes``:

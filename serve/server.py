@@ -31,7 +31,7 @@ from serve.group_tables import GroupRecords
 from serve.log_reads import LogReads
 from serve.groups import Coordinator
 from serve.gates import KafkaGates
-from serve.connections import Admission, FrameBytes
+from serve.connections import Admission, DecodedBytes, FrameBytes
 from serve.settings import ServeSettings, split_address
 from serve.wire import (
     API_VERSIONS_KEY, AT_ONCE_BYTES, MalformedRequest, Request, UnsupportedVersion, read_request, response_frame,
@@ -77,7 +77,7 @@ class Server:
         self.batcher = Batcher(self.ctx)
         self.waits = Waits(self.ctx)
         self.reads = LogReads()
-        self.record_bytes: dict[str, float] = {}  # topic -> bytes a record took in the last large fetch
+        self.record_bytes: dict[tuple[str, int], float] = {}  # (topic, partition) -> bytes a row of its last read took
         self.batcher.on_commit = self.waits.notify
         self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
         self.records = GroupRecords(self.ctx)
@@ -89,6 +89,7 @@ class Server:
         self._connections: dict[asyncio.Task, Connection] = {}
         self.admission = Admission(self.settings.max_connections, self.settings.max_connections_per_ip)
         self.frame_bytes = FrameBytes(self.settings.queued_max_request_bytes, AT_ONCE_BYTES)
+        self.decoded = DecodedBytes(self.settings.queued_max_request_bytes, max(1, self.settings.threads // 2))
         self.host, self.port = split_address(self.settings.listen)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -139,9 +140,9 @@ class Server:
         while True:
             await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
             try:
-                await self.ctx.run(self.cluster.beat)
+                await self.ctx.run_beat(self.cluster.beat)
                 for name in set(self.coordinator.groups) | set(self.consumer_groups.groups):
-                    if not await self.ctx.run(self.cluster.holds, name):
+                    if not await self.ctx.run_beat(self.cluster.holds, name):
                         self.coordinator.drop(name)
                         self.consumer_groups.drop(name)
             except Exception:  # noqa: BLE001 - a tick that failed is tried again next time
@@ -274,7 +275,8 @@ class Server:
                     log.warning("closing %s: a request frame of %d bytes (limit %d%s)", conn.peer, size, limit,
                                 "" if conn.authenticated else " before authentication")
                     break
-                await self.frame_bytes.take(size)
+                owner = address if conn.authenticated else ""  # all the unauthenticated: one owner
+                await self.frame_bytes.take(size, owner)
                 try:
                     frame = await self._read_frame(reader, size, conn)
                     try:
@@ -283,7 +285,7 @@ class Server:
                         parsed = exc
                     del frame
                 finally:
-                    self.frame_bytes.give(size)
+                    self.frame_bytes.give(size, owner)
                 conn.pending += 1
                 await answers.put(asyncio.create_task(self._answer(conn, parsed)))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):

@@ -25,7 +25,13 @@ if TYPE_CHECKING:
     from serve.server import Connection, Server
     from serve.wire import Request
 
-FIRST_GUESS_BYTES = 64  # a record's size on the wire before a topic's fetches have measured it
+# A partition's rows read from the files are sized by what its last read's rows took in memory
+# (Arrow, per partition and server). Until one is measured, a few rows: a read sized by a guess
+# could meet records of up to max.message.bytes each. Arrow takes up to about twice the wire's
+# bytes for tiny records, so a read asks for twice what a measured size says fit: at most about
+# twice a partition's byte limit in memory, and across partitions twice the fetch's.
+PROBE_ROWS = 16
+READ_MARGIN = 2.0
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -112,6 +118,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             server.gates.report_expired(group, view)
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
     kept, order = {}, []
+    planned = budget.left  # what the spans' reads may take together
     path, version = view.record.location, view.snapshot.version
     if readable and reads_with_delta_rs(path):  # another writer's appends since this server's last commit
         server.ctx.tail.follow(path, view.log_id, version, lambda a, b: rs_reader.only_appends(path, a, b))
@@ -129,8 +136,14 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 room -= sum(piece.size - PIECE_BYTES for piece in pieces)
                 if start >= end or room <= 0:
                     continue
-            size = server.record_bytes.get(topic, FIRST_GUESS_BYTES)  # rows a byte budget holds, with room
-            rows = max(int(room / size * 1.25), 1)
+            size = server.record_bytes.get((topic, p.partition))
+            if size is None:
+                rows = PROBE_ROWS
+            elif planned > 0 or not spans:
+                rows = max(int(min(room, max(planned, 0)) / size * READ_MARGIN), 1)
+                planned -= rows * size / READ_MARGIN
+            else:  # the fetch's reads already hold its whole budget
+                continue
             spans.append((p.partition, start, min(end, start + rows)))
     if not order:
         return parts
@@ -160,14 +173,13 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             data, at = _within(lambda n, p=p, pieces=pieces, start=start, stop=stop: encode_kept(
                 pieces, start, stop if n is None else min(stop, start + n), room, types, p), room, budget.first, start)
         mine = found.slice(firsts.get(p, 0), counts.get(p, 0)) if p in counts else None
+        if mine is not None and mine.num_rows:  # what its rows take, for its next read
+            server.record_bytes[(topic, p)] = max(mine.nbytes / mine.num_rows, 8)
         if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
             first_offset, left = mine.column("offset")[0].as_py(), room - len(data)
             more, after = _within(lambda n, mine=mine, p=p, left=left: encode_records(
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
                 left, budget.first and not data, first_offset)
-            sent = after - first_offset if more else 0
-            if sent >= 100:  # what this topic's records take on the wire, for the next fetch's read
-                server.record_bytes[topic] = max(len(more) / sent, 8)
             data += more
         if data:
             by_part[p].records = data

@@ -96,7 +96,8 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
     parts = [part for part in parts if part[:2] not in answers]
     try:
         may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
-        prepared = await server.ctx.run(_prepare, server, may_write, parts)
+        async with server.decoded.decoding():
+            prepared = await server.ctx.run(_prepare, server, may_write, parts)
         if earlier is not None:
             await asyncio.shield(earlier)
         for (topic, partition, data), batches in zip(parts, prepared):
@@ -106,6 +107,8 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
                 continue
             entries = [Entry(topic=topic, partition=partition, batch=batch, acks=body.acks, future=loop.create_future(),
                              size=len(data) // len(batches)) for batch in batches]
+            for entry in entries:
+                server.decoded.hold(entry.batch.nbytes, entry.future)
             server.batcher.submit(entries)
             waiting.setdefault(key, []).extend(e.future for e in entries)
     finally:

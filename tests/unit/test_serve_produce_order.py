@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from serve.apis.produce import produce
 from serve.batcher import Outcome
+from serve.connections import DecodedBytes
 from serve.server import Connection
 
 
@@ -20,11 +21,12 @@ class _Server:
         self.queued: list[str] = []
         self.batcher = SimpleNamespace(submit=self._submit, arriving=asyncio.ensure_future)
         self.ctx = SimpleNamespace(run=self._decode)
+        self.decoded = DecodedBytes(1 << 30, 8)
         self._delays = delays
 
     async def _decode(self, _fn, *args):
         await asyncio.sleep(self._delays.pop(0))
-        return [[SimpleNamespace(name=data.decode())] for _t, _p, data in args[-1]]
+        return [[SimpleNamespace(name=data.decode(), nbytes=len(data))] for _t, _p, data in args[-1]]
 
     def _submit(self, entries) -> None:
         for entry in entries:

@@ -266,12 +266,12 @@ def test_a_timestamp_the_log_cannot_hold_is_refused():
 VALUES = {0: [b"a", b"b", b"c", b"d", b"e"], 1: [b"p", b"q"]}
 
 
-def _server(tail: Tail, version: int) -> SimpleNamespace:
+def _server(tail: Tail, version: int, ends: dict[int, int] | None = None) -> SimpleNamespace:
     record = TopicRecord(topic="t", topic_version=1, event=TopicEvent.CREATE, location="s3://bucket/t",
                          partition_count=2, undeleted_partition_count=2,
                          partitions=[PartitionState(partition=p) for p in (0, 1)])
     snap = LogSnapshot(version=version, topic_version=1, metadata=TopicLogMetadata.initial("t", 2),
-                       log_ends={p: len(v) for p, v in VALUES.items()})
+                       log_ends=ends or {p: len(v) for p, v in VALUES.items()})
     view = TopicView(record, snap, "topic-id", None, "delta-id")
     ctx = SimpleNamespace(view=lambda topic, max_age=0: view, high_watermarks=lambda v: v.snapshot.log_ends, tail=tail)
     return SimpleNamespace(ctx=ctx, settings=SimpleNamespace(fetch_poll_ms=200), record_bytes={},
@@ -339,3 +339,31 @@ def test_the_byte_limit_holds_over_kept_records_and_files(monkeypatch):
     parts = fetch_api._read_topic(server, "t", [_ask(0, 0), _ask(1, 0)], budget, [])
     assert _values(parts[0].records) == [(0, b"a")] and parts[1].records == b""
     assert budget.left == 0 and not budget.first  # the first batch went out whole, past the limit (KIP-74)
+
+
+def test_a_read_from_the_files_holds_what_its_own_partitions_records_take(monkeypatch):
+    """Partition 1 holds records of 64 KiB behind partition 0's of 10 bytes, both with backlogs.
+    No read takes more rows than a few, or than twice a partition's byte limit holds at that
+    partition's own measured size: neither a guess nor another partition's small records size it
+    (each row read here is made; a read sized so would take gigabytes)."""
+    sizes, asked = {0: 10, 1: 1 << 16}, []
+
+    def read_rows(server, view, spans):
+        asked.append(list(spans))
+        rows = [(p, o) for p, s, e in spans for o in range(s, e)]
+        assert sum(sizes[p] for p, _o in rows) <= 3 * (1 << 20) or len(rows) <= fetch_api.PROBE_ROWS, spans
+        return pa.table({"partition": [p for p, _o in rows], "offset": [o for _p, o in rows],
+                         "leader_epoch": [0] * len(rows), "key": pa.nulls(len(rows), pa.binary()),
+                         "value": [b"v" * sizes[p] for p, _o in rows],
+                         "headers": pa.nulls(len(rows), READ_SCHEMA.field("headers").type),
+                         "timestamp": pa.nulls(len(rows), READ_SCHEMA.field("timestamp").type)}).cast(READ_SCHEMA)
+
+    monkeypatch.setattr(fetch_api, "read_rows", read_rows)
+    server = _server(Tail(1 << 20), 6, ends={0: 200_000, 1: 200_000})
+    at = {0: 0, 1: 0}
+    for _ in range(4):
+        parts = fetch_api._read_topic(server, "t", [_ask(0, at[0]), _ask(1, at[1])], fetch_api._Budget(50 << 20), [])
+        for part in parts:
+            at[part.index] = _values(part.records)[-1][0] + 1
+    assert [[e - s for _p, s, e in spans] for spans in asked][0] == [fetch_api.PROBE_ROWS] * 2  # first: a probe each
+    assert at[1] > 3 * fetch_api.PROBE_ROWS and at[0] > 3 * at[1]  # then sized by each one's own records
