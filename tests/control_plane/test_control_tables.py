@@ -5,7 +5,7 @@ server that never started)."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import threading
 import time
 from pathlib import Path
@@ -22,10 +22,13 @@ def test_a_control_table_another_process_is_still_making_is_waited_for(spark, ro
     path = tables.path("servers")
     (Path(path) / "_delta_log").mkdir(parents=True)  # the other creator's, before its first commit lands
 
+    made_aside = str(Path(root) / "made-aside")
+    DeltaTable.createIfNotExists(spark).location(made_aside).addColumns(struct_of(spark, TABLES["servers"])).execute()
+
     def other_creator_finishes() -> None:
         time.sleep(8)  # past this process's first attempt
-        shutil.rmtree(path)
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(struct_of(spark, TABLES["servers"])).execute()
+        first = "00000000000000000000.json"  # its first commit lands whole, as a creator's does
+        os.rename(Path(made_aside) / "_delta_log" / first, Path(path) / "_delta_log" / first)
 
     other = threading.Thread(target=other_creator_finishes)
     other.start()
