@@ -336,8 +336,8 @@ class GroupConsumer:
                     time.sleep(pause)
                 if (max_records is not None and delivered >= max_records) or (stop and stop()):
                     break
-        finally:
-            self.member.close(self._tp_positions)
+        finally:  # leaving revokes, which reads the log: a lost root is waited out (campaign seed 1576)
+            self._riding_out_a_lost_leader(lambda: self.member.close(self._tp_positions))
         return GroupConsumeResult(
             topic=self.topic, group=self.member.group, member_id=self.member_id, records=delivered, batches=batches,
             expired=sum(r.records for r in self.member.reported),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -296,3 +297,48 @@ def test_a_member_fenced_between_its_sink_commit_and_its_offsets_commit_rejoins_
     assert member.consumer.offsets.committed("g", topic) == ends
     assert result.generation > 1
     assert ownership_violations(spark, root, "g") == []
+
+
+def test_a_member_stopped_while_its_topics_root_is_lost_leaves_once_the_root_is_back(spark, root):
+    """Campaign seed 1576: a member asked to stop while its topic's root was lost failed to leave:
+    its revocation reads the log's starts (the expiry reports it owes), and that read failed at
+    once. It waits the loss out, as the member's other steps do (up to
+    ``consumer.leader_wait_timeout_ms``), then leaves with its positions committed."""
+    from tests.processes.lost_roots import lose
+
+    topic, sink = "stoplost", f"{root}/sink"
+    TopicAdmin(spark, root).create(topic, 2)
+    Producer(spark, root, topic, "p").send(make_records(spark, 20, keys=5))
+    member = GroupConsumer(spark, root, topic, "g", group_settings=SETTINGS, member_id="m")
+    ends = member.consumer.log.log_end_offsets()
+    lost: dict = {}
+    delivered = [0]
+    closing = threading.Event()
+    close = member.member.close
+
+    def closing_close(positions) -> None:
+        closing.set()
+        close(positions)
+
+    member.member.close = closing_close
+
+    def stop() -> bool:  # everything delivered: the root is lost, and the member told to stop
+        if delivered[0] >= 20 and not lost:
+            lost["back"] = lose(Path(member.consumer.log.path), "missing")
+        return bool(lost)
+
+    def back_after_a_while() -> None:
+        if closing.wait(120):
+            time.sleep(2)
+        lost.get("back", lambda: None)()
+
+    restorer = threading.Thread(target=back_after_a_while, daemon=True)
+    restorer.start()
+    try:
+        result = member.run(sink_path=sink, idle_timeout_s=60, stop=stop,
+                            on_batch=lambda ranges, total: delivered.__setitem__(0, total))
+    finally:
+        closing.set()
+        restorer.join(10)
+    assert result.records == 20
+    assert GroupOffsets(spark, root).committed("g", topic) == ends
