@@ -12,7 +12,9 @@ One after another (only one of them uses the machine at a time):
 2. produce latency at a steady rate (ProducerPerformance --throughput), p50 and p99;
 3. end-to-end latency (Kafka's EndToEndLatency: a record produced, then consumed), p50 and p99;
 4. 1, 8 and 32 concurrent producers (librdkafka, one process): aggregate records a second and the
-   topic's Delta commits a second.
+   topic's Delta commits a second;
+5. the server's own cost over all of it: start to listening, CPU seconds of its Python and of its
+   JVM, resident memory at the end.
 
 Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
@@ -63,12 +65,39 @@ class LakelogServer:
             conf = yaml.safe_load((HERE.parent / "conf" / "local.yaml").read_text()) | {"serve": serve}
             env["LAKELOG_CONF"] = f"{folder}/conf.yaml"
             Path(env["LAKELOG_CONF"]).write_text(yaml.safe_dump(conf))
+        env["PYTHONPATH"] = str(HERE.parent)  # this checkout's code, whichever the virtualenv was made in
+        began = time.monotonic()
         self.process = subprocess.Popen([str(HERE.parent / ".venv" / "bin" / "lakelog"), "--root", self.root, "serve",
                                          "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True,
                                         env=env)
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError("lakelog serve did not start")
+        self.start_s = round(time.monotonic() - began, 2)  # start to listening
+
+    def usage(self) -> dict:
+        """CPU seconds so far of the server's Python and of its JVM (a child, if it started one),
+        and their resident memory now (MiB), from /proc."""
+        tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick,
+                                          int(fields[21]) * page / 2**20)
+        tree, grew = {self.process.pid}, True
+        while grew:
+            found = {pid for pid, (ppid, _c, _r) in stats.items() if ppid in tree} - tree
+            tree |= found
+            grew = bool(found)
+        python = stats.get(self.process.pid, (0, 0.0, 0.0))
+        others = [stats[p] for p in tree - {self.process.pid} if p in stats]
+        return {"start_s": self.start_s, "python_cpu_s": round(python[1], 1),
+                "jvm_cpu_s": round(sum(c for _p, c, _r in others), 1),
+                "rss_mib": round(python[2] + sum(r for _p, _c, r in others))}
 
     def commits(self, topic: str) -> int:
         """The topic log's Delta version: its commits so far."""
@@ -162,6 +191,9 @@ def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
             mine, theirs = figures[side]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
             if mine and theirs:
                 print(f"{side} {what}: {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
+    u = ll["server"]
+    print(f"server: {u['start_s']} s to listen; CPU {u['python_cpu_s']} s in Python, {u['jvm_cpu_s']} s in the JVM; "
+          f"{u['rss_mib']} MiB resident at the end")
     print(f"figures: {out}")
 
 
@@ -204,6 +236,7 @@ def main() -> None:
         step("lakelog", "e2e", lambda: end_to_end(s, 100))
         for producers in PRODUCERS:
             step("lakelog", f"concurrent_{producers}", lambda: concurrent(server, producers, n, parts))
+        step("lakelog", "server", server.usage)
     finally:
         server.stop()
     figures["load_after"] = os.getloadavg()
@@ -223,6 +256,9 @@ def main() -> None:
     for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS):
         print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
               f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
+    u = ll["server"]
+    print(f"server: {u['start_s']} s to listen; CPU {u['python_cpu_s']} s in Python, {u['jvm_cpu_s']} s in the JVM; "
+          f"{u['rss_mib']} MiB resident at the end")
     print(f"figures: {out}")
 
 
