@@ -22,8 +22,8 @@ def last_commit_info(table: str) -> dict:
 
 
 def by_delta_rs(table: str) -> bool:
-    """Each engine names itself in its commit info (``engineInfo``)."""
-    return last_commit_info(table)["engineInfo"].startswith("delta-rs")
+    """rs_engine's commits carry its transaction id in the commit info; Delta's JVM ones do not."""
+    return "txnId" in last_commit_info(table)
 
 
 def test_ticks_rows_and_positions_commit_through_delta_rs_and_the_fence_raise_through_delta(spark, root):
