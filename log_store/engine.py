@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from log_store import checkpoints, delta_log
 from log_store import app_versions as carried_versions
-from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, with_tags
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by
 from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
 from log_store.object_store import arrow_filesystem
@@ -269,7 +269,7 @@ class DeltaTransaction:
         """Every data file of this transaction's snapshot, as Delta's add actions (path, size,
         partitionValues, stats as JSON text), *without* depending on them: a concurrent append
         does not make the commit conflict; a concurrent removal of a file this commit removes does."""
-        return [with_tags(json.loads(text)) for text in self.jtxn.snapshot().allFiles().toJSON().collectAsList()]
+        return [json.loads(text) for text in self.jtxn.snapshot().allFiles().toJSON().collectAsList()]
 
     def remove(self, files: Iterable[dict], data_change: bool) -> None:
         """Remove ``files`` (from ``files()``) in this transaction's commit. ``data_change``: their

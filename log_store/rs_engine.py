@@ -60,13 +60,14 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from log_store import app_versions as carried_versions
 from log_store import delta_log, rs_tables
-from log_store.arrow_files import TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns, with_tags
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
 from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
 
 Storage = Mapping[str, str] | None
+TAGS_KEY = "lakelog.tags"  # an add action's tags, inside its statistics JSON
 DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
                "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
 
@@ -91,6 +92,12 @@ def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_t
             elif whole_table:
                 found.add("ConcurrentDeleteReadException")
     return next((name for name in DELTA_ORDER if name in found), None)
+
+
+def with_tags(add: dict) -> dict:
+    """An add action with the tags kept in its statistics (``TAGS_KEY``) back in ``tags``."""
+    kept = json.loads(add.get("stats") or "{}").get(TAGS_KEY)
+    return {**add, "tags": {**(add.get("tags") or {}), **kept}} if kept else add
 
 
 class RsTransaction:
