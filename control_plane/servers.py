@@ -85,7 +85,7 @@ class ServerRegistry:
 
     def _write(self, record: ServerRecord) -> None:
         def attempt() -> None:
-            txn = self.tables.rows_transaction(TABLE)
+            txn = DeltaTransaction.start(self.spark, self.path)
             self.tables.write_labelled(txn, TABLE, [record.model_dump()])
             txn.commit({}, commit_metadata("server", node_id=record.node_id, state=record.state))
 

@@ -20,14 +20,12 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from log_store import checkpoints, delta_log
+from log_store import checkpoints
 from log_store import app_versions as carried_versions
 from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by
 from log_store.arrow_files import stats_columns as table_stats_columns
-from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
-from log_store.object_store import arrow_filesystem
+from log_store.files import local_checksum, reads_with_delta_rs, write_file
 from log_store.delta_errors import translate
-from log_store.errors import LakelogError
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
@@ -85,24 +83,16 @@ class DeltaTransaction:
         only ids later passed to ``app_version`` make the commit conflict when they move.
 
         Read from the snapshot's checksum file (``.crc``), where Delta keeps every set
-        transaction, when it has them (up to 1,000; delta-rs's commits leave none); otherwise, on a
-        local table, from those this process read of an earlier version and the commit files since
-        (``log_store.app_versions``), or from the last checkpoint and the commit files after it
-        (``log_store.delta_log``); else from the snapshot's state, which Delta reconstructs with a
-        Spark job (about 0.5 s a snapshot, a second and more with thousands of producers).
+        transaction, when it has them (up to 1,000); otherwise, on a local table, from those this
+        process read of an earlier version and the commit files since (``log_store.app_versions``);
+        else from the snapshot's state, which Delta reconstructs with a Spark job (about 0.5 s a
+        snapshot, a second and more with thousands of producers).
         """
         if self._known is None:
             self._known = self._from_checksum()
             if self._known is None:
                 table_id = self.table_id()
                 self._known = carried_versions.moved_on(self.path, table_id, self.read_version)
-                if self._known is None and self.path is not None and not is_remote(self.path):
-                    # the commit files themselves: no crc after delta-rs's commits, and no Spark job
-                    fs, local = arrow_filesystem(self.path)
-                    try:
-                        self._known = delta_log.replay(fs, f"{local}/_delta_log", self.read_version).txns
-                    except LakelogError:  # a V2 checkpoint: Delta's own state
-                        pass
                 if self._known is None:
                     self._known = {str(k): int(v) for k, v in jvm_json(self.spark, self.jtxn.snapshot().transactions()).items()}
                     carried_versions.remember(self.path, table_id, self.read_version, self._known)

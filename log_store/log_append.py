@@ -266,10 +266,11 @@ def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata
     versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
     for pid, mark in marks.items():
         versions[producer_app_id(pid)] = mark
+    versions.update(stamps or {})
     ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
     extra = {"producer_id": producer_id} if producer_id or not marks else {"producers": len(marks)}
     version = txn.commit(versions, commit_metadata(
         "append", **extra, undeleted_partition_count=expected_count,
-        ranges={str(p): list(r) for p, r in sorted(ranges.items())}), counters=stamps)
+        ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
     crash_point("produce:after_commit")
     return AppendResult(version=version, ranges=ranges)

@@ -234,9 +234,8 @@ class RsTransaction:
     def commit(self, app_versions: Mapping[str, int] | None = None, user_metadata: str | None = None,
                operation: str | None = None, counters: Mapping[str, int] | None = None) -> int:
         """Commit the changes and set ``app_versions`` in one commit; return its version.
-        ``counters``: application ids set as they are, free to fall (liveness ticks, a stream
-        batch's digest: read as "changed", never as "rose"), depended on only if read or named
-        in ``depend_on``. Raises lakelog's conflict errors
+        ``counters``: application ids set as they are, depending on nothing and free to fall
+        (liveness ticks, read as "changed", never as "rose"). Raises lakelog's conflict errors
         (retry from a fresh read), or ``LakelogError`` for a version that would fall or a shape
         delta-rs cannot commit, with nothing committed."""
         versions = {a: int(v) for a, v in (app_versions or {}).items()}
