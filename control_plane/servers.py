@@ -15,7 +15,6 @@ from pyspark.sql import SparkSession
 from control_plane.layout import RootLayout
 from control_plane.records import ServerRecord
 from control_plane.tables import ControlTables
-from log_store import commits
 from log_store.delta_errors import retry_on_conflict
 from log_store.engine import DeltaTransaction, app_version_changes, table_version
 from log_store.names import commit_metadata
@@ -93,8 +92,8 @@ class ServerRegistry:
 
     def tick(self, node_id: int, beat: int) -> None:
         """This server is alive: one commit setting its counter to ``beat``."""
-        retry_on_conflict(lambda: commits.start(self.spark, self.path, "the servers table")
-                          .commit({}, counters={f"{TICK_PREFIX}{node_id}": beat}), attempts=20, backoff_ms=10)
+        retry_on_conflict(lambda: DeltaTransaction.start(self.spark, self.path).commit({f"{TICK_PREFIX}{node_id}": beat}),
+                          attempts=20, backoff_ms=10)
 
     def ticks(self) -> dict[int, int]:
         """Counters of servers that ticked since the last call (the first call: in the last commits)."""

@@ -284,10 +284,8 @@ class DeltaTransaction:
             jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jmap))
         return self._commit(app_versions or {}, operation)
 
-    def commit(self, app_versions: Mapping[str, int], user_metadata: str | None = None,
-               counters: Mapping[str, int] | None = None) -> int:
-        """Commit the written files and set ``app_versions`` (and ``counters``, ids that may fall:
-        ``rs_engine.RsTransaction.commit``) in one commit; return the version.
+    def commit(self, app_versions: Mapping[str, int], user_metadata: str | None = None) -> int:
+        """Commit the written files and set ``app_versions`` in one commit; return the version.
 
         Recorded as a WRITE (append) with ``user_metadata`` in the commit info, so history shows
         it. (A "Manual Update" operation made Delta recompute the table state on every commit:
@@ -297,9 +295,8 @@ class DeltaTransaction:
         meta = jvm(self.spark, "scala.Some")(user_metadata) if user_metadata else none
         write_op = jvm(self.spark, "delta.DeltaOperations$Write")
         # Delta 4.4's WRITE: mode, partitionBy, predicate, userMetadata, then five options unset.
-        return self._commit({**(counters or {}), **app_versions},
-                            write_op(jvm(self.spark, "org.apache.spark.sql.SaveMode.Append"), none, none,
-                                     meta, none, none, none, none, none))
+        return self._commit(app_versions, write_op(jvm(self.spark, "org.apache.spark.sql.SaveMode.Append"), none, none,
+                                                   meta, none, none, none, none, none))
 
     def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
         """Commit as Delta's DELETE or OPTIMIZE (what history shows), with ``app_versions``."""

@@ -232,12 +232,10 @@ class RsTransaction:
 
     # -- the commit -------------------------------------------------------------------------------
     def commit(self, app_versions: Mapping[str, int] | None = None, user_metadata: str | None = None,
-               operation: str | None = None, counters: Mapping[str, int] | None = None) -> int:
+               operation: str | None = None) -> int:
         """Commit the changes and set ``app_versions`` in one commit; return its version.
-        ``counters``: application ids set as they are, depending on nothing and free to fall
-        (liveness ticks, read as "changed", never as "rose"). Raises lakelog's conflict errors
-        (retry from a fresh read), or ``LakelogError`` for a version that would fall or a shape
-        delta-rs cannot commit, with nothing committed."""
+        Raises lakelog's conflict errors (retry from a fresh read), or ``LakelogError`` for a
+        version that would fall or a shape delta-rs cannot commit, with nothing committed."""
         versions = {a: int(v) for a, v in (app_versions or {}).items()}
         if self._properties and self._actions:
             raise LakelogError("table properties and files cannot change in one commit through delta-rs; "
@@ -247,7 +245,6 @@ class RsTransaction:
             if version < before:
                 raise LakelogError(f"the application version of {app_id} would fall from {before} to {version}; "
                                    "nothing was committed")
-        versions |= {a: int(v) for a, v in (counters or {}).items() if a not in versions}
         now = int(time.time() * 1000)
         info = {"txnId": self._txn_id, "readVersion": self.read_version}
         info |= {"userMetadata": user_metadata} if user_metadata else {}
