@@ -178,21 +178,17 @@ class RsTransaction:
         return [with_tags(add) for add in found.values()]
 
     # -- changes ----------------------------------------------------------------------------------
-    def write_rows(self, rows: pa.Table, partition_by: str | None = None, tags: Mapping[str, str] | None = None,
+    def write_rows(self, rows: pa.Table, tags: Mapping[str, str] | None = None,
                    data_change: bool = True) -> list[WrittenFile]:
         """Write ``rows`` as Parquet files of this transaction (not visible until the commit), laid
         out by the table's partition column as Delta's writer would, made to fit its schema first
-        (``arrow_files.fit_rows``); each file with Delta's statistics and ``tags``. ``partition_by``
-        (``engine.DeltaTransaction``'s argument) must name the table's own partition column."""
+        (``arrow_files.fit_rows``); each file with Delta's statistics and ``tags``."""
         if rows.num_rows == 0:
             return []
         schema, required = arrow_schema(self.schema_json())
         columns = self._metadata.partition_columns
         if len(columns) > 1:
             raise LakelogError(f"the table at {self.path} is partitioned by {columns}: lakelog writes one column only")
-        if partition_by is not None and [partition_by] != columns:
-            raise LakelogError(f"the table at {self.path} is partitioned by {columns or 'nothing'}, not {partition_by}; "
-                               "nothing was written")
         parts = split_by(fit_rows(rows, schema, required, self.path), columns[0] if columns else None)
         files = parquet_files(parts, stats_columns(self.configuration()), data_change, dict(tags or {}))
         for data, add, _written in files:

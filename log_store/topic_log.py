@@ -27,8 +27,6 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
-from log_store.files import is_remote
-from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.errors import (
     leader_unavailable,
@@ -180,19 +178,6 @@ class TopicLog:
         if txn.read_version < 0:
             raise StorageError(f"no topic log at {self.path}: its root is lost or not mounted")
         return txn
-
-    def rows_transaction(self) -> "DeltaTransaction | RsTransaction":
-        """A transaction for an append of rows already in the driver: delta-rs's (``rs_engine``,
-        no JVM) on a local root, Delta's through Spark on a remote one (delta-rs would need the
-        store's credentials, which Spark holds). StorageError if the table is gone."""
-        if is_remote(self.path):
-            return self.transaction()
-        try:
-            return RsTransaction.start(self.path)
-        except StorageError:
-            raise
-        except Exception as exc:  # the store refused the read: a lost root
-            raise StorageError(f"the topic log at {self.path} cannot be read: {str(exc).strip().splitlines()[0][:300]}") from exc
 
     def table_id(self) -> str:
         """The log table's Delta id (the topic id: new for a topic created again with the name)."""
