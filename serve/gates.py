@@ -95,8 +95,9 @@ class KafkaGates:
         return out
 
     def report_expired(self, group: str, view: TopicView) -> None:
-        """Report, once, the records below ``group``'s committed offsets that the log no longer
-        holds (a partition retired, or its prefix removed), as lakelog's consumers do."""
+        """Report, once, the records the log no longer holds that ``group`` neither delivered nor
+        reported (below its committed offsets, or all of a partition retired since its view began
+        that it never committed on), as lakelog's consumers do."""
         key = (group, view.name, view.snapshot.version)
         with self._lock:
             if key in self._looked:
@@ -104,10 +105,14 @@ class KafkaGates:
             self._looked.add(key)
         positions = _Committed(self.records, group, view.name).committed()
         offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
+        upto = view.snapshot.topic_version
+        first = self.records.tables.first_topic_versions(group).get(view.name)
+        # partitions retired since the group's view began that it never committed on: all skipped
+        since = None if first is None else (lambda: self.ctx.admin.image(view.name).retired_between(first, upto))
         ranges = unreported_expiry(
             view.name, view.snapshot, list(positions), positions,
-            lambda: self.ctx.admin.image(view.name).retired_between(-1, view.snapshot.topic_version),
-            lambda: offsets.expired(group, view.name))
+            lambda: self.ctx.admin.image(view.name).retired_between(-1, upto),
+            lambda: offsets.expired(group, view.name), since)
         offsets.report_expired(group, ranges, member_id="lakelog-serve")
 
     def report_expired_on(self, group: str, topics: list[str]) -> None:

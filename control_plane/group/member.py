@@ -368,10 +368,7 @@ class GroupMember:
         if gen is None:
             return []
         owned = {tp for b in joined for tp in b.owned}
-        first = {}
-        for g in self.tables.generations(self.group):
-            for topic, version in g.topic_versions.items():
-                first.setdefault(topic, version)
+        first = self.tables.first_topic_versions(self.group)
         out: list[ExpiredRange] = []
         for topic, upto in versions.items():
             after = first.get(topic, gen.topic_versions.get(topic))

@@ -116,6 +116,16 @@ class GroupTables:
 
         return self._cached("group_generations", (group,), load, at_version=True)
 
+    def first_topic_versions(self, group: str) -> dict[str, int]:
+        """The version of each topic at the first generation of ``group`` that subscribed to it:
+        where the group's view of the topic starts (what a retirement took before was never the
+        group's to deliver; what it took since, the group delivers or reports expired)."""
+        first: dict[str, int] = {}
+        for g in self.generations(group):
+            for topic, version in g.topic_versions.items():
+                first.setdefault(topic, version)
+        return first
+
     # -- what groups list/describe read (control_plane.group.describe.GroupReads) ----------------
     def deleted_groups(self) -> set[str]:
         return self.offsets.deleted()

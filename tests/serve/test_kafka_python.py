@@ -136,3 +136,45 @@ def test_a_group_that_first_joins_after_a_retirement_owes_none_of_the_retired_re
     consumer.close()
     view = delivery_view(spark, root, "late", "orders")
     assert view.first_topic_version > 0 and view.before_view.get(1) == 10, view
+
+
+def test_a_partition_retired_before_the_group_committed_on_it_is_reported_expired_whole(spark, served, root):
+    """A group that joined while partition 1 was live, committed only on partition 0, and saw
+    partition 1 retired past the delete delay undelivered: the server reports all of partition 1's
+    records expired for the group at its next rebalance, as lakelog's members report a retired
+    partition they never held a position on (the campaign's seed 1572 found it unreported)."""
+    from kafka.structs import OffsetAndMetadata
+
+    from control_plane.controller import TopicController
+    from control_plane.group.offsets import GroupOffsets
+    from control_plane.records import ExpiredRange
+    from control_plane.settings import ControllerSettings
+
+    boot = bootstrap(served)
+    served.ctx.admin.create("orders", 2)
+    producer = KafkaProducer(bootstrap_servers=boot, linger_ms=5)
+    for i in range(10):
+        producer.send("orders", value=b"p1-%d" % i, partition=1)
+    for i in range(5):
+        producer.send("orders", value=b"p0-%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    settings = dict(bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    first = KafkaConsumer("orders", **settings)
+    deadline = time.monotonic() + 60
+    while len(first.assignment()) < 2:  # joined: a generation whose view includes partition 1
+        assert time.monotonic() < deadline, first.assignment()
+        first.poll(timeout_ms=500)
+    first.commit({TopicPartition("orders", 0): OffsetAndMetadata(5, "", -1)})  # partition 1: nothing delivered
+    first.close()
+    controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    controller.alter("orders", 1)
+    assert controller.tick("orders", 0.0)[0].retired == [1]  # past the delay, undrained
+    second = KafkaConsumer("orders", **settings)
+    offsets = GroupOffsets(spark, root)
+    deadline = time.monotonic() + 60
+    while not offsets.expired_ranges("g"):  # reported once the server sees the group rebalance
+        assert time.monotonic() < deadline, "partition 1's records were not reported expired"
+        second.poll(timeout_ms=500)
+    second.close()
+    assert offsets.expired_ranges("g") == [ExpiredRange(topic="orders", partition=1, first=0, end=10)]
