@@ -245,7 +245,9 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
                      check: bool = True) -> list[LogStartChange]:
     """Raise each partition's log start to ``wanted[p]`` (a lower one is left as it is): one
     commit removing the files wholly below the new log starts. ``check``: refuse an offset past
-    the log end (delete-records), with nothing changed; retention passes offsets it read there."""
+    the log end (delete-records), with nothing changed, and a partition retired or missing;
+    retention passes offsets it read there, and a partition retired since it read is left out
+    (its records went with it)."""
 
     def attempt() -> list[LogStartChange]:
         txn = DeltaTransaction.start(spark, path)
@@ -257,6 +259,8 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
         changes: dict[int, tuple[int, int]] = {}
         for p, target in sorted(wanted.items()):
             pm = meta.partitions.get(p)
+            if (pm is None or pm.mode is Mode.NONE) and not check:
+                continue
             if pm is None or pm.mode is Mode.NONE:
                 state = "does not exist" if pm is None else "was retired"
                 raise InvalidConfigurationError(

@@ -90,6 +90,26 @@ def test_delete_records_past_the_log_end_is_refused_with_nothing_changed(spark, 
     assert DeltaTable(location).version() == version
 
 
+def test_retention_planned_before_a_retirement_leaves_the_retired_partition_out(spark, root):
+    """Retention reads the log ends, then commits: a partition retired in between is left out
+    (its records went with it) and the others' log starts rise; delete-records naming it is
+    refused (the campaign's seed 1593: retention failed on a partition retired meanwhile)."""
+    from control_plane.settings import ControllerSettings
+    from log_store.errors import InvalidConfigurationError
+    from log_store.log_files import raise_log_starts
+
+    produce_batches(spark, root, 2)
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    location = TopicAdmin(spark, root).get(T).location
+    planned = {p: 2 for p in (0, 1)}  # what retention read while both partitions were live
+    ctl.alter(T, 1)
+    assert ctl.tick(T, 0.0)[0].retired == [1]
+    changes = raise_log_starts(spark, location, planned, check=False)
+    assert [(c.partition, c.log_start) for c in changes] == [(0, 2)]
+    with pytest.raises(InvalidConfigurationError, match="partition 1 of 'ret' was retired"):
+        raise_log_starts(spark, location, {1: 1}, check=True)
+
+
 @pytest.mark.long
 def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(spark, root):
     produce_batches(spark, root, 4)
