@@ -86,6 +86,15 @@ class TopicImage:
         then = self.at(version).latest
         return {p.partition: p.start_offset for p in then.partitions if p.mode is not Mode.NONE} if then else {}
 
+    def view_start(self, planned: Iterable[int]) -> int | None:
+        """Where a group's view of this incarnation of the topic begins: the first of ``planned``
+        (the topic versions its generations planned with, oldest first) at or after the
+        incarnation's creation; None if no generation saw it. Versions run on across a delete and
+        create again, so a generation of the topic deleted since does not count: its retirements
+        were another topic's."""
+        created = self.records[0].topic_version if self.records else 0
+        return next((v for v in planned if v >= created), None)
+
     def changes(self) -> list[Change]:
         """What each record changed, oldest first (the first record: everything it created)."""
         if self._changes is None:

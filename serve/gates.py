@@ -98,22 +98,27 @@ class KafkaGates:
         """Report, once, the records the log no longer holds that ``group`` neither delivered nor
         reported (below its committed offsets, or all of a partition retired since its view began
         that it never committed on), as lakelog's consumers do."""
-        key = (group, view.name, view.snapshot.version)
+        key = (group, view.name, view.record.location, view.snapshot.version)  # a topic made again starts at 0
         with self._lock:
             if key in self._looked:
                 return
             self._looked.add(key)
-        positions = _Committed(self.records, group, view.name).committed()
-        offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
-        upto = view.snapshot.topic_version
-        first = self.records.tables.first_topic_versions(group).get(view.name)
-        # partitions retired since the group's view began that it never committed on: all skipped
-        since = None if first is None else (lambda: self.ctx.admin.image(view.name).retired_between(first, upto))
-        ranges = unreported_expiry(
-            view.name, view.snapshot, list(positions), positions,
-            lambda: self.ctx.admin.image(view.name).retired_between(-1, upto),
-            lambda: offsets.expired(group, view.name), since)
-        offsets.report_expired(group, ranges, member_id="lakelog-serve")
+        try:
+            positions = _Committed(self.records, group, view.name).committed()
+            offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
+            upto = view.snapshot.topic_version
+            first = self.records.tables.view_start(group, view.name)
+            # partitions retired since the group's view began that it never committed on: all skipped
+            since = None if first is None else (lambda: self.ctx.admin.image(view.name).retired_between(first, upto))
+            ranges = unreported_expiry(
+                view.name, view.snapshot, list(positions), positions,
+                lambda: self.ctx.admin.image(view.name).retired_between(-1, upto),
+                lambda: offsets.expired(group, view.name), since)
+            offsets.report_expired(group, ranges, member_id="lakelog-serve")
+        except BaseException:
+            with self._lock:  # not looked at after all: the next rebalance or fetch tries again
+                self._looked.discard(key)
+            raise
 
     def report_expired_on(self, group: str, topics: list[str]) -> None:
         """``report_expired`` on each of ``topics`` (a rebalance: a retirement changed the partitions)."""

@@ -150,7 +150,7 @@ class DeliveryView(BaseModel):
 
 def delivery_view(spark: SparkSession, root: str, group: str, topic: str) -> DeliveryView:
     tables = GroupTables(spark, root)
-    first = tables.first_topic_versions(group).get(topic, 0)
+    first = tables.view_start(group, topic) or 0
     before: dict[int, int] = {}
     for p, _start, end in tables.retired_between(topic, 0, first):
         before[p] = max(before.get(p, 0), end)

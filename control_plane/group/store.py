@@ -116,15 +116,13 @@ class GroupTables:
 
         return self._cached("group_generations", (group,), load, at_version=True)
 
-    def first_topic_versions(self, group: str) -> dict[str, int]:
-        """The version of each topic at the first generation of ``group`` that subscribed to it:
-        where the group's view of the topic starts (what a retirement took before was never the
-        group's to deliver; what it took since, the group delivers or reports expired)."""
-        first: dict[str, int] = {}
-        for g in self.generations(group):
-            for topic, version in g.topic_versions.items():
-                first.setdefault(topic, version)
-        return first
+    def view_start(self, group: str, topic: str) -> int | None:
+        """The topic's version at the first generation of ``group`` that planned with the topic's
+        current incarnation (``TopicImage.view_start``): what a retirement took before it was
+        never the group's to deliver; what it took since, the group delivers or reports expired.
+        None if no generation of the group saw this incarnation."""
+        planned = [g.topic_versions[topic] for g in self.generations(group) if topic in g.topic_versions]
+        return self.topics.image(topic).view_start(planned) if planned else None
 
     # -- what groups list/describe read (control_plane.group.describe.GroupReads) ----------------
     def deleted_groups(self) -> set[str]:

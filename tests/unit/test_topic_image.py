@@ -64,3 +64,17 @@ def test_barriers_follow_the_image_and_a_retirement_prunes_the_retired_incarnati
     after = barriers_of(image)
     assert [(b.version, b.before, b.marked) for b in after] == [
         (2, {0: 0, 1: 0}, []), (3, {0: 1, 1: 1, 2: 0}, []), (5, {0: 2, 1: 2, 2: 1}, [])]
+
+
+def test_a_groups_view_begins_at_its_first_generation_that_saw_the_current_incarnation():
+    """Versions run on across a delete and create again: a generation planned with the deleted
+    topic does not start the group's view of the new one, whose retirements it never owed."""
+    first = life()  # versions 1-5
+    gone = first[-1].model_copy(update={"topic_version": 6, "event": TopicEvent.DELETED})
+    again = TopicRecord(topic="t", topic_version=7, event=TopicEvent.CREATE, location="/y", partition_count=2,
+                        undeleted_partition_count=2, partitions=[PartitionState(partition=p) for p in range(2)])
+    assert TopicImage("t", first).view_start([2, 4]) == 2
+    assert TopicImage("t", first).view_start([]) is None
+    made_again = TopicImage("t", [*first, gone, again])
+    assert made_again.view_start([1, 3, 5]) is None  # every generation planned with the deleted topic
+    assert made_again.view_start([3, 7, 8]) == 7
