@@ -140,7 +140,8 @@ class GroupConsumer:
         waiting: set[int] = set()
         try:
             start = self.consumer.positions(sink_path, owned=sorted(self.held.waiting), waiting=waiting)
-        except LeaderNotAvailableError:
+        except LOST_ROOT as exc:  # the leader root lost: ask again after a pause, within the wait's timeout
+            self.consumer.wait.failed(exc)
             return
         known = {p: start[p] for p in sorted(self.held.waiting) if p in start and p not in waiting}
         if known:

@@ -103,6 +103,7 @@ class GroupMember:
         # The group's positions on a topic when this member leads (the consumer adds its sink's).
         self.group_positions = group_positions or (lambda topic: self.tables.offsets.committed(self.group, topic))
         self.reported: list[ExpiredRange] = []  # expiry reports this member wrote
+        self._told_revoked: set[TopicPartition] = set()  # the listener heard of their revocation, not yet landed
         self.last_generation: GenerationRecord | None = None
         self.heartbeats = Heartbeats(self.tables, group, self.member_id, self.settings.heartbeat_interval_ms)
         self.heartbeats.start(lambda: self.view.generation > 0 or self.view.phase is Phase.JOINING)
@@ -278,7 +279,9 @@ class GroupMember:
                 self.tables.offsets.commit_positions(self.group, rows, action.generation, self.member_id,
                                                      CommitKind.REVOKE, expired)
             except IllegalGenerationError:
+                self._told_revoked -= set(action.partitions)
                 return "revocation fenced"
+            self._told_revoked -= set(action.partitions)
             crash_point("group:after_revoke")
             self.reported.extend(expired)
             change.given_up(action.partitions)
@@ -291,8 +294,10 @@ class GroupMember:
                 return "claim fenced"
             crash_point("group:after_acquire")
             change.assigned.extend(action.partitions)
+            self._told_revoked -= set(action.partitions)
             self.listener.on_partitions_assigned(action.partitions)
         elif isinstance(action, Lose):
+            self._told_revoked -= set(action.partitions)
             change.given_up(action.partitions, lost=True)
             self.listener.on_partitions_lost(action.partitions)
         self.view = after
@@ -314,7 +319,9 @@ class GroupMember:
             raised = self.tables.offsets.adopt(self.group, gen.generation, gen.leader, gen.expired, self.member_id,
                                                revoked, revoked_expired, a.claim + a.kept)
         except IllegalGenerationError:
+            self._told_revoked -= set(a.gone)
             return "adoption fenced"
+        self._told_revoked -= set(a.gone)
         self.view = after
         if raised:
             self.reported.extend(gen.expired)
@@ -325,6 +332,7 @@ class GroupMember:
         if a.claim or a.kept:
             crash_point("group:after_acquire")
             change.assigned.extend(a.claim)
+            self._told_revoked -= set(a.claim)
             if a.claim:  # keys_assigned fires where delivery starts: the consumer's gate decides (rule 8)
                 self.listener.on_partitions_assigned(a.claim)
         self._beat_now()
@@ -360,7 +368,7 @@ class GroupMember:
         on revoking).
 
         A group's view starts at its first generation (or at the first one that subscribed to a
-        topic): partitions retired before it were never the group's to deliver. Not only since
+        topic, in its current incarnation: ``GroupTables.view_start``): partitions retired before it were never the group's to deliver. Not only since
         the previous generation: an owner that led the generation dropping its retired partition
         and died before revoking it left the report to no one (campaign seed 94); what was
         delivered or reported already is left out by ``owed_expiry``.
@@ -368,11 +376,10 @@ class GroupMember:
         if gen is None:
             return []
         owned = {tp for b in joined for tp in b.owned}
-        first = self.tables.first_topic_versions(self.group)
         out: list[ExpiredRange] = []
         for topic, upto in versions.items():
-            after = first.get(topic, gen.topic_versions.get(topic))
-            if after is None:
+            after = self.tables.view_start(self.group, topic)
+            if after is None:  # no generation saw this incarnation of the topic: nothing is owed
                 continue
             retired = [r for r in self.tables.retired_between(topic, after, upto)
                        if TopicPartition(topic=topic, partition=r[0]) not in owned]
@@ -384,11 +391,15 @@ class GroupMember:
     def _revocation(self, partitions: list[TopicPartition],
                     positions: PositionsFn) -> tuple[dict[TopicPartition, int], list[ExpiredRange]]:
         """Before giving ``partitions`` up: the listener's callbacks (the consumer commits there),
-        then the positions and expiry reports the revoking commit carries."""
+        then the positions and expiry reports the revoking commit carries. A revocation tried
+        again (its reads met a lost root) tells the listener once, as Kafka's consumer does."""
         if not partitions:
             return {}, []
-        self.listener.on_partition_keys_maybe_revoked(partitions)
-        self.listener.on_partitions_revoked(partitions)
+        news = [tp for tp in partitions if tp not in self._told_revoked]
+        if news:
+            self.listener.on_partition_keys_maybe_revoked(news)
+            self.listener.on_partitions_revoked(news)
+            self._told_revoked |= set(news)
         rows = self._positions_of(partitions, positions)
         return rows, self._expired_of(rows)
 

@@ -321,6 +321,9 @@ def test_a_member_stopped_while_its_topics_root_is_lost_leaves_once_the_root_is_
         close(positions)
 
     member.member.close = closing_close
+    told: list[list] = []  # each revocation the listener heard of
+    revoked = member.member.listener.on_partitions_revoked
+    member.member.listener.on_partitions_revoked = lambda tps: (told.append(sorted(tps, key=str)), revoked(tps))
 
     def stop() -> bool:  # everything delivered: the root is lost, and the member told to stop
         if delivered[0] >= 20 and not lost:
@@ -342,3 +345,4 @@ def test_a_member_stopped_while_its_topics_root_is_lost_leaves_once_the_root_is_
         restorer.join(10)
     assert result.records == 20
     assert GroupOffsets(spark, root).committed("g", topic) == ends
+    assert len(told) == 1, told  # the revocation tried again while the root was lost: the listener told once
