@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from control_plane.layout import RootLayout
 from control_plane.records import ServerRecord
 from control_plane.tables import ControlTables
+from log_store import commits
 from log_store.delta_errors import retry_on_conflict
 from log_store.engine import DeltaTransaction, app_version_changes, table_version
 from log_store.names import commit_metadata
@@ -84,7 +85,7 @@ class ServerRegistry:
 
     def _write(self, record: ServerRecord) -> None:
         def attempt() -> None:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = self.tables.rows_transaction(TABLE)
             self.tables.write_labelled(txn, TABLE, [record.model_dump()])
             txn.commit({}, commit_metadata("server", node_id=record.node_id, state=record.state))
 
@@ -92,8 +93,8 @@ class ServerRegistry:
 
     def tick(self, node_id: int, beat: int) -> None:
         """This server is alive: one commit setting its counter to ``beat``."""
-        retry_on_conflict(lambda: DeltaTransaction.start(self.spark, self.path).commit({f"{TICK_PREFIX}{node_id}": beat}),
-                          attempts=20, backoff_ms=10)
+        retry_on_conflict(lambda: commits.start(self.spark, self.path, "the servers table")
+                          .commit({}, counters={f"{TICK_PREFIX}{node_id}": beat}), attempts=20, backoff_ms=10)
 
     def ticks(self) -> dict[int, int]:
         """Counters of servers that ticked since the last call (the first call: in the last commits)."""

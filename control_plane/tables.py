@@ -22,8 +22,9 @@ from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
     MemberHeartbeat,
 )
-from log_store import rs_reader
+from log_store import commits, rs_reader
 from log_store.engine import DeltaTransaction
+from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
@@ -359,7 +360,7 @@ class ControlTables:
         self.ensure()
 
         def attempt() -> None:
-            txn = DeltaTransaction.start(self.spark, self.path(name))
+            txn = self.rows_transaction(name)
             if name in ORDERED_TABLES:
                 self.write_labelled(txn, name, rows)
             else:
@@ -367,6 +368,14 @@ class ControlTables:
             txn.commit({})
 
         retry_on_conflict(attempt, attempts=50, backoff_ms=10)
+
+    def rows_transaction(self, name: str) -> "DeltaTransaction | RsTransaction":
+        """A transaction for rows and application versions (no table properties with rows): the
+        engine ``log_store.commits`` chooses, but Delta's for a table ordered by row tracking,
+        which delta-rs does not write."""
+        if self.row_tracked(name):
+            return DeltaTransaction.start(self.spark, self.path(name))
+        return commits.start(self.spark, self.path(name), f"the control table {name}")
 
     def insert_versioned(self, name: str, prop: str, version: int, row: dict, metadata: str) -> bool:
         """Insert ``row`` as version ``version`` of what the table property ``prop`` counts: True if
@@ -386,7 +395,7 @@ class ControlTables:
 
         return retry_on_conflict(attempt, attempts=20, backoff_ms=10)
 
-    def write_labelled(self, txn: DeltaTransaction, name: str, rows: list[dict]) -> None:
+    def write_labelled(self, txn: "DeltaTransaction | RsTransaction", name: str, rows: list[dict]) -> None:
         """Write ``rows`` into ``txn`` with their ``commit_order``: one more than the version ``txn`` read."""
         label = txn.read_version + 1
         txn.write_rows(arrow_rows(self.spark, [{**r, COMMIT_ORDER_COLUMN: label} for r in rows], TABLES[name]))

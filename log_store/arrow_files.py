@@ -16,6 +16,16 @@ import pyarrow.parquet as pq
 
 from log_store.errors import InvalidRecordError, LakelogError
 
+TAGS_KEY = "lakelog.tags"  # an add action's tags as delta-rs commits them: inside its statistics JSON
+
+
+def with_tags(add: dict) -> dict:
+    """An add action with the tags kept in its statistics (``TAGS_KEY``: ``AddAction`` of delta-rs
+    has no tags) back in ``tags``, whichever engine committed it."""
+    kept = json.loads(add.get("stats") or "{}").get(TAGS_KEY)
+    return {**add, "tags": {**(add.get("tags") or {}), **kept}} if kept else add
+
+
 
 @dataclass(frozen=True)
 class WrittenFile:

@@ -20,12 +20,14 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from log_store import checkpoints
+from log_store import checkpoints, delta_log
 from log_store import app_versions as carried_versions
-from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, with_tags
 from log_store.arrow_files import stats_columns as table_stats_columns
-from log_store.files import local_checksum, reads_with_delta_rs, write_file
+from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
+from log_store.object_store import arrow_filesystem
 from log_store.delta_errors import translate
+from log_store.errors import LakelogError
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
@@ -83,16 +85,24 @@ class DeltaTransaction:
         only ids later passed to ``app_version`` make the commit conflict when they move.
 
         Read from the snapshot's checksum file (``.crc``), where Delta keeps every set
-        transaction, when it has them (up to 1,000); otherwise, on a local table, from those this
-        process read of an earlier version and the commit files since (``log_store.app_versions``);
-        else from the snapshot's state, which Delta reconstructs with a Spark job (about 0.5 s a
-        snapshot, a second and more with thousands of producers).
+        transaction, when it has them (up to 1,000; delta-rs's commits leave none); otherwise, on a
+        local table, from those this process read of an earlier version and the commit files since
+        (``log_store.app_versions``), or from the last checkpoint and the commit files after it
+        (``log_store.delta_log``); else from the snapshot's state, which Delta reconstructs with a
+        Spark job (about 0.5 s a snapshot, a second and more with thousands of producers).
         """
         if self._known is None:
             self._known = self._from_checksum()
             if self._known is None:
                 table_id = self.table_id()
                 self._known = carried_versions.moved_on(self.path, table_id, self.read_version)
+                if self._known is None and self.path is not None and not is_remote(self.path):
+                    # the commit files themselves: no crc after delta-rs's commits, and no Spark job
+                    fs, local = arrow_filesystem(self.path)
+                    try:
+                        self._known = delta_log.replay(fs, f"{local}/_delta_log", self.read_version).txns
+                    except LakelogError:  # a V2 checkpoint: Delta's own state
+                        pass
                 if self._known is None:
                     self._known = {str(k): int(v) for k, v in jvm_json(self.spark, self.jtxn.snapshot().transactions()).items()}
                     carried_versions.remember(self.path, table_id, self.read_version, self._known)
@@ -259,7 +269,7 @@ class DeltaTransaction:
         """Every data file of this transaction's snapshot, as Delta's add actions (path, size,
         partitionValues, stats as JSON text), *without* depending on them: a concurrent append
         does not make the commit conflict; a concurrent removal of a file this commit removes does."""
-        return [json.loads(text) for text in self.jtxn.snapshot().allFiles().toJSON().collectAsList()]
+        return [with_tags(json.loads(text)) for text in self.jtxn.snapshot().allFiles().toJSON().collectAsList()]
 
     def remove(self, files: Iterable[dict], data_change: bool) -> None:
         """Remove ``files`` (from ``files()``) in this transaction's commit. ``data_change``: their
@@ -284,8 +294,10 @@ class DeltaTransaction:
             jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jmap))
         return self._commit(app_versions or {}, operation)
 
-    def commit(self, app_versions: Mapping[str, int], user_metadata: str | None = None) -> int:
-        """Commit the written files and set ``app_versions`` in one commit; return the version.
+    def commit(self, app_versions: Mapping[str, int], user_metadata: str | None = None,
+               counters: Mapping[str, int] | None = None) -> int:
+        """Commit the written files and set ``app_versions`` (and ``counters``, ids that may fall:
+        ``rs_engine.RsTransaction.commit``) in one commit; return the version.
 
         Recorded as a WRITE (append) with ``user_metadata`` in the commit info, so history shows
         it. (A "Manual Update" operation made Delta recompute the table state on every commit:
@@ -295,8 +307,9 @@ class DeltaTransaction:
         meta = jvm(self.spark, "scala.Some")(user_metadata) if user_metadata else none
         write_op = jvm(self.spark, "delta.DeltaOperations$Write")
         # Delta 4.4's WRITE: mode, partitionBy, predicate, userMetadata, then five options unset.
-        return self._commit(app_versions, write_op(jvm(self.spark, "org.apache.spark.sql.SaveMode.Append"), none, none,
-                                                   meta, none, none, none, none, none))
+        return self._commit({**(counters or {}), **app_versions},
+                            write_op(jvm(self.spark, "org.apache.spark.sql.SaveMode.Append"), none, none,
+                                     meta, none, none, none, none, none))
 
     def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
         """Commit as Delta's DELETE or OPTIMIZE (what history shows), with ``app_versions``."""

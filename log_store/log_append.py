@@ -46,6 +46,7 @@ from log_store.placed_offsets import Placement
 from log_store.timestamp_types import LOG_APPEND_TIME, TimestampTypes, stamp_log_append_time
 
 if TYPE_CHECKING:
+    from log_store.rs_engine import RsTransaction
     from log_store.topic_log import TopicLog
 
 # What a producer hands to ``append``: the record schema less what the append assigns.
@@ -132,7 +133,7 @@ def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Map
     result's ``producer_mark`` is the one producer's mark after it, when there is one."""
 
     def attempt() -> AppendResult:
-        txn, conf, meta, writable, known, bases = open_append(log, expected_count)
+        txn, conf, meta, writable, known, bases = open_append(log, expected_count, log.rows_transaction())
         expected = dict(marks or {})
         todo = drop_committed(rows, known, expected)
         check_marks(known, expected, meta.topic)
@@ -156,12 +157,13 @@ def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Map
         raise ConcurrentAppendError(f"the append lost to concurrent commits {max_retries + 1} times ({exc}); "
                                     "produce again") from exc
 
-def open_append(log: "TopicLog", expected_count: int) -> tuple[DeltaTransaction, dict[str, str], TopicLogMetadata,
-                                                     list[int], dict[str, int], dict[int, int]]:
-    """An append's transaction and what it reads inside it: the table's properties, the partition
-    metadata (refused if deleted, fenced as a follower, or counting other than ``expected_count``),
-    the writable partitions, the application versions and each writable partition's log end."""
-    txn = log.transaction()
+def open_append(log: "TopicLog", expected_count: int, txn: "DeltaTransaction | RsTransaction | None" = None
+                ) -> tuple[DeltaTransaction, dict[str, str], TopicLogMetadata, list[int], dict[str, int], dict[int, int]]:
+    """An append's transaction (``txn``, else one of Spark's Delta) and what it reads inside it:
+    the table's properties, the partition metadata (refused if deleted, fenced as a follower, or
+    counting other than ``expected_count``), the writable partitions, the application versions
+    and each writable partition's log end."""
+    txn = txn or log.transaction()
     conf = txn.configuration()
     check_set_transactions_kept(conf, log.path)
     meta = TopicLogMetadata.from_properties(conf)
@@ -264,11 +266,10 @@ def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata
     versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
     for pid, mark in marks.items():
         versions[producer_app_id(pid)] = mark
-    versions.update(stamps or {})
     ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
     extra = {"producer_id": producer_id} if producer_id or not marks else {"producers": len(marks)}
     version = txn.commit(versions, commit_metadata(
         "append", **extra, undeleted_partition_count=expected_count,
-        ranges={str(p): list(r) for p, r in sorted(ranges.items())}))
+        ranges={str(p): list(r) for p, r in sorted(ranges.items())}), counters=stamps)
     crash_point("produce:after_commit")
     return AppendResult(version=version, ranges=ranges)

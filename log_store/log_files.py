@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from log_store.arrow_files import with_tags
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict, translate
@@ -111,7 +112,7 @@ def data_file(add: dict) -> DataFile | None:
 def data_files(add: dict) -> list[DataFile]:
     """The ``DataFile`` of each partition in Delta's add action: one for a file of one partition,
     one per partition for an arrival file (its ``lakelog.ranges`` tag); none without statistics."""
-    ranges = (add.get("tags") or {}).get(RANGES_TAG)
+    ranges = (with_tags(add).get("tags") or {}).get(RANGES_TAG)
     if not ranges:
         f = data_file(add)
         return [] if f is None else [f]

@@ -60,14 +60,13 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from log_store import app_versions as carried_versions
 from log_store import delta_log, rs_tables
-from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns
+from log_store.arrow_files import TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns, with_tags
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
 from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
 
 Storage = Mapping[str, str] | None
-TAGS_KEY = "lakelog.tags"  # an add action's tags, inside its statistics JSON
 DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
                "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
 
@@ -92,12 +91,6 @@ def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_t
             elif whole_table:
                 found.add("ConcurrentDeleteReadException")
     return next((name for name in DELTA_ORDER if name in found), None)
-
-
-def with_tags(add: dict) -> dict:
-    """An add action with the tags kept in its statistics (``TAGS_KEY``) back in ``tags``."""
-    kept = json.loads(add.get("stats") or "{}").get(TAGS_KEY)
-    return {**add, "tags": {**(add.get("tags") or {}), **kept}} if kept else add
 
 
 class RsTransaction:
@@ -178,17 +171,21 @@ class RsTransaction:
         return [with_tags(add) for add in found.values()]
 
     # -- changes ----------------------------------------------------------------------------------
-    def write_rows(self, rows: pa.Table, tags: Mapping[str, str] | None = None,
+    def write_rows(self, rows: pa.Table, partition_by: str | None = None, tags: Mapping[str, str] | None = None,
                    data_change: bool = True) -> list[WrittenFile]:
         """Write ``rows`` as Parquet files of this transaction (not visible until the commit), laid
         out by the table's partition column as Delta's writer would, made to fit its schema first
-        (``arrow_files.fit_rows``); each file with Delta's statistics and ``tags``."""
+        (``arrow_files.fit_rows``); each file with Delta's statistics and ``tags``. ``partition_by``
+        (``engine.DeltaTransaction``'s argument) must name the table's own partition column."""
         if rows.num_rows == 0:
             return []
         schema, required = arrow_schema(self.schema_json())
         columns = self._metadata.partition_columns
         if len(columns) > 1:
             raise LakelogError(f"the table at {self.path} is partitioned by {columns}: lakelog writes one column only")
+        if partition_by is not None and [partition_by] != columns:
+            raise LakelogError(f"the table at {self.path} is partitioned by {columns or 'nothing'}, not {partition_by}; "
+                               "nothing was written")
         parts = split_by(fit_rows(rows, schema, required, self.path), columns[0] if columns else None)
         files = parquet_files(parts, stats_columns(self.configuration()), data_change, dict(tags or {}))
         for data, add, _written in files:
@@ -228,10 +225,13 @@ class RsTransaction:
 
     # -- the commit -------------------------------------------------------------------------------
     def commit(self, app_versions: Mapping[str, int] | None = None, user_metadata: str | None = None,
-               operation: str | None = None) -> int:
+               operation: str | None = None, counters: Mapping[str, int] | None = None) -> int:
         """Commit the changes and set ``app_versions`` in one commit; return its version.
-        Raises lakelog's conflict errors (retry from a fresh read), or ``LakelogError`` for a
-        version that would fall or a shape delta-rs cannot commit, with nothing committed."""
+        ``counters``: application ids set as they are, free to fall (liveness ticks, a stream
+        batch's digest: read as "changed", never as "rose"), depended on only if read or named
+        in ``depend_on``. Raises lakelog's conflict errors
+        (retry from a fresh read), or ``LakelogError`` for a version that would fall or a shape
+        delta-rs cannot commit, with nothing committed."""
         versions = {a: int(v) for a, v in (app_versions or {}).items()}
         if self._properties and self._actions:
             raise LakelogError("table properties and files cannot change in one commit through delta-rs; "
@@ -241,6 +241,7 @@ class RsTransaction:
             if version < before:
                 raise LakelogError(f"the application version of {app_id} would fall from {before} to {version}; "
                                    "nothing was committed")
+        versions |= {a: int(v) for a, v in (counters or {}).items() if a not in versions}
         now = int(time.time() * 1000)
         info = {"txnId": self._txn_id, "readVersion": self.read_version}
         info |= {"userMetadata": user_metadata} if user_metadata else {}

@@ -27,6 +27,8 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
+from log_store import commits
+from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.errors import (
     leader_unavailable,
@@ -178,6 +180,11 @@ class TopicLog:
         if txn.read_version < 0:
             raise StorageError(f"no topic log at {self.path}: its root is lost or not mounted")
         return txn
+
+    def rows_transaction(self) -> "DeltaTransaction | RsTransaction":
+        """A transaction for an append of rows already in the driver: delta-rs's on a local root
+        (no JVM), Delta's through Spark on a remote one (``log_store.commits``)."""
+        return commits.start(self.spark, self.path, "the topic log")
 
     def table_id(self) -> str:
         """The log table's Delta id (the topic id: new for a topic created again with the name)."""

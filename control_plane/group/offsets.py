@@ -284,7 +284,9 @@ class GroupOffsets:
         path = self.tables.path("offset_commits")
 
         def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, path)
+            txn = self.tables.rows_transaction("offset_commits")
+            if raise_version is not None and int(txn.configuration().get(fence_property(group), 0)) < raise_version:
+                txn = DeltaTransaction.start(self.spark, path)  # a table property with rows: Delta's engine
             fence = int(txn.configuration().get(fence_property(group), 0))
             raising = raise_version is not None and fence < raise_version
             if not raising and not rows:

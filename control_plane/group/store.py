@@ -16,6 +16,7 @@ from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, Me
 from control_plane.tables import TABLES, ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
 from log_store.engine import DeltaTransaction, app_version_changes, table_version
+from log_store import commits
 from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
@@ -73,8 +74,8 @@ class GroupTables:
     def tick(self, group: str, member_id: str, beat: int) -> None:
         """A member is alive: one commit setting its heartbeat counter to ``beat``, no data written."""
         self.tables.ensure()
-        txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
-        txn.commit({heartbeat_app_id(group, member_id): beat})
+        txn = commits.start(self.spark, self.tables.path("group_heartbeats"), "the group heartbeats table")
+        txn.commit({}, counters={heartbeat_app_id(group, member_id): beat})
 
     def tick_members(self, group: str, beats: dict[str, int]) -> None:
         """Several members are alive: one commit setting each one's heartbeat counter (a group
@@ -82,8 +83,8 @@ class GroupTables:
         if not beats:
             return
         self.tables.ensure()
-        txn = DeltaTransaction.start(self.spark, self.tables.path("group_heartbeats"))
-        txn.commit({heartbeat_app_id(group, m): beat for m, beat in beats.items()})
+        txn = commits.start(self.spark, self.tables.path("group_heartbeats"), "the group heartbeats table")
+        txn.commit({}, counters={heartbeat_app_id(group, m): beat for m, beat in beats.items()})
 
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         """Latest heartbeat counter of each member, with the writer's epoch ms (for display only),

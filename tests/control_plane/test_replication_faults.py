@@ -258,7 +258,7 @@ def test_a_producer_whose_leader_root_is_lost_mid_write_retries_and_lands_at_the
     import os
     import threading
 
-    from log_store import engine
+    from log_store import engine, rs_engine
 
     meta, (eu, us, _ap) = roots
     TopicAdmin(spark, meta).create("orders", 2, replicas=[eu, us])
@@ -275,7 +275,8 @@ def test_a_producer_whose_leader_root_is_lost_mid_write_retries_and_lands_at_the
             open(leader, "w").close()
         return real_write(spark_, path, data, in_table)
 
-    monkeypatch.setattr(engine, "write_file", the_mount_goes_away)
+    monkeypatch.setattr(engine, "write_file", the_mount_goes_away)  # either engine writes the batch's files
+    monkeypatch.setattr(rs_engine, "write_file", the_mount_goes_away)
     electing = threading.Thread(target=lambda: (lost.wait(60), replication.elect("orders", us)))
     electing.start()
     sent = Producer(spark, meta, "orders", "p", ProducerSettings(retry_backoff_ms=200)).send(make_records(spark, 10))

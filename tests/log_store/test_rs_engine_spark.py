@@ -13,13 +13,14 @@ import pytest
 from log_store import rs_reader
 from log_store.delta_classes import delta, jvm
 from log_store.engine import DeltaTransaction
-from log_store.errors import AppVersionConflictError, ConcurrentCommitError
+from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidPartitionMetadataError
 from log_store.log_metadata import TopicLogMetadata
 from log_store.names import log_end_app_id
 from log_store.rs_engine import RsTransaction
 from log_store.topic_log import TopicLog
 
 END0, END1 = log_end_app_id(0), log_end_app_id(1)
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 def records(partition: int, start: int, n: int, epoch: int = 0) -> pa.Table:
@@ -155,3 +156,29 @@ def test_tags_in_statistics_survive_sparks_checkpoint_and_the_change_feed_reads_
                .load(log).collect())
     assert [(r["_change_type"], bytes(r["value"]).decode()) for r in changes] == [("delete", "0:0")]
     assert spark_values(spark, log) == ["0:1"]
+
+
+def driver_rows(n: int) -> pa.Table:
+    """``n`` records for partition 0 as a producer hands them to ``append_rows`` (``ROW_COLUMNS``)."""
+    return pa.table({"partition": pa.array([0] * n, pa.int32()), "key": [b"k"] * n,
+                     "value": [f"0:{o}".encode() for o in range(n)], "headers": pa.nulls(n, HEADERS),
+                     "timestamp": [datetime(2026, 1, 1, tzinfo=timezone.utc)] * n, "producer_id": ["p"] * n,
+                     "sequence": list(range(n))})
+
+
+@pytest.mark.parametrize("layout", ["partitioned", "arrival"])
+def test_an_append_of_driver_rows_is_committed_by_delta_rs_and_fenced_by_sparks_engine(spark, tmp_path, layout):
+    """``TopicLog.append_rows`` on a local root commits through rs_engine (its commit info names
+    delta-rs), Spark reads what it wrote, and a partition count changed through
+    Spark's engine since the producer looked refuses the next append, nothing written."""
+    path = str(tmp_path / "log")
+    log = TopicLog.create(spark, path, TopicLogMetadata.initial("t", 2), layout=layout)
+    result = log.append_rows(driver_rows(3), 2, {"p": -1})
+    info = next(json.loads(line)["commitInfo"] for line in open(f"{path}/_delta_log/{result.version:020d}.json")
+                if "commitInfo" in line)
+    assert info["engineInfo"].startswith("delta-rs"), "the append was not committed by rs_engine"
+    assert spark_values(spark, path) == ["0:0", "0:1", "0:2"] and log.log_end_offsets() == {0: 3, 1: 0}
+    log.set_metadata(TopicLogMetadata.initial("t", 3))  # a grow, committed by Spark's engine
+    with pytest.raises(InvalidPartitionMetadataError):
+        log.append_rows(driver_rows(3), 2, {"p": 2})
+    assert spark_values(spark, path) == ["0:0", "0:1", "0:2"]

@@ -66,13 +66,13 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     TopicAdmin(spark, root).create("s", 2)
     df = spark.range(10).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
     other = Producer(spark, root, "s", "same")
-    original, calls = log_append.open_append, []
+    original, calls, others = log_append.open_append, [], []
 
     def open_append(log, *args, **kwargs):  # the append's transaction, in either path
         if log is mine.log:
             calls.append(1)
             if len(calls) in (1, 3):  # inside the first batch, and the second (after the first's retry)
-                other.send(df)
+                others.append(other.send(df).appended)
         return original(log, *args, **kwargs)
 
     mine = Producer(spark, root, "s", "same", ProducerSettings(batch_size=batch_size))
@@ -81,7 +81,8 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     monkeypatch.undo()
     assert result.appended == 10 and result.duplicates == 0
     seqs = sorted(r[0] for r in TopicAdmin(spark, root).log("s").table().select("sequence").collect())
-    assert len(seqs) == len(set(seqs)) == 10 + 10 * (2 if batch_size == 4 else 1)
+    assert len(others) == 2 and others == [10, 10], "the other producer committed in the first send's appends"
+    assert len(seqs) == len(set(seqs)) == 10 + sum(others)
 
 
 def test_records_without_value_are_rejected_and_nothing_written(spark, root):

@@ -134,6 +134,17 @@ def test_a_falling_application_version_is_refused_with_nothing_committed(table):
     assert again.commit({END0: 5}) == first.read_version + 2
 
 
+def test_a_counter_may_fall_and_concurrent_commits_of_it_both_land(table):
+    """A liveness tick (a server's, a group member's) is a counter read as "changed": a restarted
+    process starts it anywhere, and two commits setting it race without either being refused."""
+    first = RsTransaction.start(table)
+    first.commit({}, counters={"lakelog.tick.1": 9})
+    mine, theirs = RsTransaction.start(table), RsTransaction.start(table)
+    theirs.commit({}, counters={"lakelog.tick.1": 3})
+    assert mine.commit({}, counters={"lakelog.tick.1": 2}) == first.read_version + 3
+    assert RsTransaction.start(table).snapshot_app_versions() == {"lakelog.tick.1": 2}
+
+
 def test_a_removed_file_leaves_the_snapshot_and_a_concurrent_removal_of_it_rejects(table):
     txn = RsTransaction.start(table)
     txn.write_rows(rows(0, 0, 1))
