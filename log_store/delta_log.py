@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -40,6 +41,17 @@ def commit_actions(fs: pafs.FileSystem, log_dir: str, version: int) -> list[dict
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def latest_local_version(log_dir: str) -> int:
+    """The newest commit's version in a local table's ``_delta_log`` (-1 if there is none): one
+    listing, no table opened. A store that refuses the listing raises (``OSError``)."""
+    try:
+        names = [e.name for e in os.scandir(log_dir)]
+    except FileNotFoundError:
+        return -1
+    versions = [int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+    return max(versions, default=-1)
 
 
 def commit_digest(fs: pafs.FileSystem, log_dir: str, version: int) -> str | None:

@@ -27,7 +27,7 @@ from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
 from log_store.object_store import arrow_filesystem
 from log_store.delta_errors import translate
-from log_store.errors import LakelogError
+from log_store.errors import LakelogError, StorageError
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
@@ -63,6 +63,9 @@ class DeltaTransaction:
     @property
     def read_version(self) -> int:
         return int(self.jtxn.readVersion())
+
+    def release(self) -> None:
+        """End a transaction that only read (``RsTransaction.release``); Delta's needs nothing."""
 
     def table_id(self) -> str:
         """The table's id: a UUID Delta gives a table when it is created, never reused."""
@@ -374,7 +377,13 @@ def commit_user_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
 
 
 def table_version(spark: SparkSession, path: str) -> int:
-    """The table's latest version (-1 if there is no table): a listing, no Spark job."""
+    """The table's latest version (-1 if there is no table): a listing, no Spark job; on a local
+    disk without the JVM."""
+    if not is_remote(path):
+        try:
+            return delta_log.latest_local_version(f"{arrow_filesystem(path)[1]}/_delta_log")
+        except OSError as exc:
+            raise StorageError(f"the table at {path} cannot be read ({exc}): is its root lost or not mounted?") from exc
     log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, path)
     none = jvm(spark, "scala.Option.empty()")
     return int(log.update(False, none, none).version())
@@ -383,20 +392,40 @@ def table_version(spark: SparkSession, path: str) -> int:
 def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
     """Latest (version, lastUpdated ms of the writer's clock) of each application id starting with
     ``prefix`` set in commits after ``since``, read from the commit files themselves: no Spark
-    job, no state reconstruction."""
-    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
+    job, no state reconstruction (on a local disk, no JVM either)."""
     found: dict[str, tuple[int, int | None]] = {}
+
+    def take(txn: dict) -> None:
+        if txn is not None and txn["appId"].startswith(prefix):
+            updated = txn.get("lastUpdated")
+            found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
+
+    if not is_remote(path):
+        fs, local = arrow_filesystem(path)
+        for v in range(since + 1, table_version(spark, path) + 1):
+            for action in delta_log.commit_actions(fs, f"{local}/_delta_log", v) or []:
+                take(action.get("txn"))
+        return found
+    log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
     changes = log.getChanges(since + 1, spark._jvm.scala.Option.empty(), False)
     while changes.hasNext():
         actions = spark._jvm.scala.collection.JavaConverters.seqAsJavaList(changes.next()._2())
         for i in range(actions.size()):  # by index: a py4j iterator ends in a converted Java exception
-            txn = json.loads(actions.get(i).json()).get("txn")
-            if txn is not None and txn["appId"].startswith(prefix):
-                updated = txn.get("lastUpdated")
-                found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
+            take(json.loads(actions.get(i).json()).get("txn"))
     return found
 
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:
-    """All application transaction versions of a table's latest snapshot."""
+    """All application transaction versions of a table's latest snapshot (on a local disk through
+    delta-rs's transaction: no JVM)."""
+    if not is_remote(path):
+        from log_store.rs_engine import RsTransaction
+
+        if table_version(spark, path) < 0:
+            return {}
+        txn = RsTransaction.start(path)
+        try:
+            return txn.snapshot_app_versions()
+        finally:
+            txn.release()
     return DeltaTransaction.start(spark, path).snapshot_app_versions()

@@ -274,9 +274,7 @@ class RsTransaction:
                     if name:
                         raise conflict_error(name)
         finally:
-            if self._table is not None:  # for the next transaction on the table
-                table, self._table = self._table, None
-                rs_tables.give_back(self.path, self._storage, table)
+            self.release()  # the table, for the next transaction on it
         if self._known is not None and version == base + 1:  # every commit since the read was read
             carried_versions.remember(self.path, self.table_id(), version, {**self._known, **moved, **versions})
         return version
@@ -327,6 +325,12 @@ class RsTransaction:
             if _txn_id(actions) == self._txn_id:
                 return v
             v += 1
+
+    def release(self) -> None:
+        """End a transaction that only read: its table is kept for the next one (it cannot commit)."""
+        if self._table is not None:
+            table, self._table = self._table, None
+            rs_tables.give_back(self.path, self._storage, table)
 
     def _open(self) -> DeltaTable:
         if self._table is None:

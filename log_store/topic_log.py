@@ -10,6 +10,8 @@ the fenced append (``log_store.log_append``) reads both inside its own transacti
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +57,8 @@ from log_store.log_metadata import (
 from log_store.names import log_end_app_id, commit_metadata
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes, check_kind
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
+
+T = TypeVar("T")
 
 RECORD_SCHEMA = StructType(
     [
@@ -166,10 +170,22 @@ class TopicLog:
     # -- metadata --------------------------------------------------------------------------
     def layout(self) -> str:
         """How the log's files are laid out (``TopicLog.create``)."""
-        return layout_of(DeltaTransaction.start(self.spark, self.path).configuration())
+        return layout_of(self._read(lambda txn: txn.configuration()))
 
     def metadata(self) -> TopicLogMetadata:
-        return TopicLogMetadata.from_properties(self.transaction().configuration())
+        return TopicLogMetadata.from_properties(self._read(lambda txn: txn.configuration()))
+
+    def app_versions(self) -> dict[str, int]:
+        """Every application version of the log's latest snapshot (log ends, producer marks)."""
+        return self._read(lambda txn: txn.snapshot_app_versions())
+
+    def _read(self, fn: Callable[["DeltaTransaction | RsTransaction"], T]) -> T:
+        """``fn`` of a transaction that only reads (``rows_transaction``'s engine), then released."""
+        txn = self.rows_transaction()
+        try:
+            return fn(txn)
+        finally:
+            txn.release()
 
     def transaction(self) -> DeltaTransaction:
         """A transaction on the log; StorageError if the table is gone (its root lost or unmounted)."""
@@ -188,8 +204,7 @@ class TopicLog:
 
     def table_id(self) -> str:
         """The log table's Delta id (the topic id: new for a topic created again with the name)."""
-        txn = DeltaTransaction.start(self.spark, self.path)
-        return topic_id_of(txn.configuration(), txn.table_id())
+        return self._read(lambda txn: topic_id_of(txn.configuration(), txn.table_id()))
 
     def set_metadata(self, metadata: TopicLogMetadata) -> None:
         """Replace the partition metadata in one commit; conflicts with every concurrent append.
@@ -257,12 +272,13 @@ class TopicLog:
         keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
         return found.repartition(shuffle_partitions, F.expr(by_partition(keys))).sortWithinPartitions(position)
 
-    def snapshot(self, ends: bool = True, txn: DeltaTransaction | None = None) -> LogSnapshot:
+    def snapshot(self, ends: bool = True, txn: "DeltaTransaction | RsTransaction | None" = None) -> LogSnapshot:
         """The log's latest version (or ``txn``'s), metadata and log ends, all from one Delta snapshot.
 
         ``ends=False`` skips the log ends (reading them costs a Spark job; the metadata does not).
         """
-        txn = txn or self.transaction()
+        if txn is None:
+            return self._read(lambda own: self.snapshot(ends, own))
         conf = txn.configuration()
         check_set_transactions_kept(conf, self.path)
         meta = TopicLogMetadata.from_properties(conf)
@@ -276,8 +292,8 @@ class TopicLog:
 
     def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:
         """``snapshot()``, the topic id and the table's Delta id, all of one Delta snapshot."""
-        txn = self.transaction()
-        return self.snapshot(txn=txn), topic_id_of(txn.configuration(), txn.table_id()), txn.table_id()
+        return self._read(lambda txn: (self.snapshot(txn=txn), topic_id_of(txn.configuration(), txn.table_id()),
+                                       txn.table_id()))
 
     def log_end_offsets(self) -> dict[int, int]:
         """Next offset to be written, per partition (Kafka's log end offset)."""

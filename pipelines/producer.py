@@ -113,7 +113,7 @@ class Producer:
         def read() -> int:
             if wait.waiting:
                 self._follow_topic()  # an election may have moved the topic meanwhile
-            return self.log.transaction().snapshot_app_versions().get(producer_app_id(self.producer_id), -1) + 1
+            return self.log.app_versions().get(producer_app_id(self.producer_id), -1) + 1
 
         return wait.run(read)
 
