@@ -49,6 +49,7 @@ Commit shapes delta-rs's public API cannot express in one commit, and what this 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -56,10 +57,10 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake.transaction import AddAction, CommitProperties, PostCommitHookProperties, RemoveAction, Transaction
 
 from log_store import app_versions as carried_versions
-from log_store import delta_log, rs_tables
+from log_store import checkpoints, delta_log, rs_tables
 from log_store.arrow_files import TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns, with_tags
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
@@ -67,6 +68,7 @@ from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
 
 Storage = Mapping[str, str] | None
+logger = logging.getLogger("lakelog.rs_engine")
 DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
                "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
 
@@ -273,6 +275,7 @@ class RsTransaction:
                     name = conflict(actions, self._depends, self._removing, self._whole_table)
                     if name:
                         raise conflict_error(name)
+            self._checkpoint(version)
         finally:
             self.release()  # the table, for the next transaction on it
         if self._known is not None and version == base + 1:  # every commit since the read was read
@@ -280,14 +283,17 @@ class RsTransaction:
         return version
 
     def _commit_at(self, props: CommitProperties) -> None:
-        """One try at the version after the table object's snapshot."""
+        """One try at the version after the table object's snapshot; the checkpoint is left to
+        ``_checkpoint`` (delta-rs would write it inside the commit)."""
+        hooks = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
         try:
             if self._properties:
                 self._open().alter.set_table_properties(self._properties, raise_if_not_exists=False,
-                                                       commit_properties=props)
+                                                       commit_properties=props, post_commithook_properties=hooks)
             else:
                 self._open().create_write_transaction(self._actions, "append", self._open().schema(),
-                                                     self._metadata.partition_columns, commit_properties=props)
+                                                     self._metadata.partition_columns, commit_properties=props,
+                                                     post_commithook_properties=hooks)
         except CommitFailedError:
             raise
         except Exception as exc:
@@ -325,6 +331,25 @@ class RsTransaction:
             if _txn_id(actions) == self._txn_id:
                 return v
             v += 1
+
+    def _checkpoint(self, version: int) -> None:
+        """The checkpoint due at ``version`` (the table's interval): left to the calling thread's
+        deferral (a server's pool: ``log_store.checkpoints``), else written now, as Delta writes
+        it in the commit that reaches the interval. A failure leaves it to the next interval."""
+        interval = int(self.configuration().get("delta.checkpointInterval", "100"))
+        if not checkpoints.checkpoint_due(version, interval):
+            return
+        deferred = checkpoints.deferring()
+        if deferred is not None:
+            deferred.committed(self.path, version, interval)
+            return
+        try:
+            table = self._open()
+            table.update_incremental()
+            table.create_checkpoint()
+            table.cleanup_metadata()
+        except Exception:  # noqa: BLE001 - committed all the same
+            logger.exception("writing the checkpoint of %s at version %s failed", self.path, version)
 
     def release(self) -> None:
         """End a transaction that only read: its table is kept for the next one (it cannot commit)."""

@@ -263,3 +263,36 @@ def test_a_table_made_again_at_its_path_is_read_anew_never_from_the_one_kept_ope
     assert txn.table_id() == DeltaTable(path).metadata().id != old.table_id()
     assert txn.configuration()["lakelog.count"] == "2" and txn.app_version(END0) == -1
     assert [f["partitionValues"] for f in txn.files()] == [{"partition": "1"}]
+
+
+def test_the_checkpoint_due_is_written_after_the_commit_or_left_to_a_deferring_thread(tmp_path):
+    """delta-rs would write it inside the commit; lakelog writes it after (Delta's interval), or
+    leaves it to the deferral of a thread that defers (a server's pool), as Spark's engine does."""
+    from log_store import checkpoints
+
+    path = str(tmp_path / "t")
+    create_table(path, SCHEMA, "partition", {"delta.checkpointInterval": "3"})
+    log = Path(path, "_delta_log")
+    RsTransaction.start(path).commit({END0: 1})
+    RsTransaction.start(path).commit({END0: 2})
+    assert not list(log.glob("*.checkpoint.parquet"))
+    RsTransaction.start(path).commit({END0: 3})  # version 3
+    assert [f.name for f in log.glob("*.checkpoint.parquet")] == [f"{3:020d}.checkpoint.parquet"]
+
+    class Deferral:
+        def __init__(self) -> None:
+            self.due: list[tuple[str, int, int]] = []
+
+        def committed(self, path: str, version: int, interval: int) -> None:
+            self.due.append((path, version, interval))
+
+    deferral = Deferral()
+    checkpoints.defer_here(deferral)
+    try:
+        for v in (4, 5, 6):
+            RsTransaction.start(path).commit({END0: v})
+    finally:
+        checkpoints.defer_here(None)
+    assert len(list(log.glob("*.checkpoint.parquet"))) == 1
+    assert (6, 3) in [(v, i) for _p, v, i in deferral.due]
+    assert RsTransaction.start(path).snapshot_app_versions() == {END0: 6}
