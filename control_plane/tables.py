@@ -308,10 +308,13 @@ class ControlTables:
         """Whether an ordered table is ordered by row tracking (made before ``commit_order``)."""
         path = self.path(name)
         if path not in _ROW_TRACKED:
-            if not self.exists(name):
+            if not (rs_reader.exists(path) if reads_with_delta_rs(path) else self.exists(name)):
                 return False
-            conf = DeltaTransaction.start(self.spark, path).configuration()
-            _ROW_TRACKED[path] = conf.get("delta.enableRowTracking") == "true"
+            if reads_with_delta_rs(path):
+                _ROW_TRACKED[path] = rs_reader.row_tracked(path)
+            else:
+                conf = DeltaTransaction.start(self.spark, path).configuration()
+                _ROW_TRACKED[path] = conf.get("delta.enableRowTracking") == "true"
         return _ROW_TRACKED[path]
 
     def reads_without_spark(self, name: str) -> bool:
