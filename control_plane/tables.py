@@ -23,7 +23,7 @@ from control_plane.records import (
     MemberHeartbeat,
 )
 from log_store import commits, rs_reader
-from log_store.engine import DeltaTransaction
+from log_store.engine import DeltaTransaction, table_version
 from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import create_racing, retry_on_conflict
 from log_store.files import reads_with_delta_rs
@@ -274,7 +274,10 @@ class ControlTables:
                     raise
 
     def exists(self, name: str) -> bool:
-        return DeltaTable.isDeltaTable(self.spark, self.path(name))
+        path = self.path(name)
+        if reads_with_delta_rs(path):  # a commit there (a table half made by a racing creator is not one yet)
+            return table_version(self.spark, path) >= 0
+        return DeltaTable.isDeltaTable(self.spark, path)
 
     def read(self, name: str) -> DataFrame:
         """The table's rows (none if it does not exist yet; ``_metadata`` only when it does)."""
