@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-replication bench-serve bench-realtime bench-all clean check-tools
+.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-serve bench-realtime bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -96,6 +96,9 @@ bench-commit: setup
 # A fenced commit through delta-rs (log_store/rs_engine.py) beside delta-rs's plain append; no JVM.
 bench-rs-commit: setup
 	$(BIN)/python benchmarks/rs_commit.py $(BENCH_ARGS)
+
+bench-commit-growth: setup
+	$(BIN)/python benchmarks/commit_growth.py $(BENCH_ARGS)
 
 bench-replication: setup
 	$(BIN)/python benchmarks/replication.py $(BENCH_ARGS)
