@@ -23,7 +23,7 @@ from log_store.files import is_remote, list_names, local_path, read_file, write_
 from log_store.frames import frame_of
 from log_store.object_store import is_s3, storage_from_s3a
 from log_store.session import hadoop_settings, install_format_side
-from pipelines.spark import sink
+import pipelines.spark.sink as sink
 from pipelines.spark.offsets import StreamOffset
 from pipelines.spark.options import parse_source_options
 from pipelines.spark.planner import UNLIMITED, Planner

@@ -49,3 +49,49 @@ def test_the_wheel_holds_every_package_of_the_source_tree():
                if str(init.parent.relative_to(PROJECT)).split("/")[0] in roots}
     assert on_disk and on_disk <= packaged, sorted(on_disk - packaged)
     assert {"control_plane.group", "pipelines.spark"} <= packaged
+
+
+def _module_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The product modules ``path`` imports when it is loaded (not inside functions, not under
+    ``TYPE_CHECKING``): ``from a.b import c`` names ``a.b.c`` if that is a module, else ``a.b``."""
+    out: set[str] = set()
+    stack = list(ast.parse(path.read_text()).body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.If, ast.Try)):
+            stack += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                      *(n for h in getattr(node, "handlers", []) for n in h.body)]
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                out.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module)
+    return out & known
+
+
+def test_no_import_cycles():
+    """No module imports, while it loads, a module that imports it back (through any chain): a
+    cycle makes the order of imports matter and a half-loaded module fail."""
+    paths = {}
+    for layer in LAYERS:
+        for p in (PROJECT / layer).rglob("*.py"):
+            name = ".".join(p.relative_to(PROJECT).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = p
+    graph = {m: _module_level_imports(p, set(paths)) - {m} for m, p in paths.items()}
+    cycles, state = [], {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycles.append(trail[trail.index(n):] + [n])
+            elif n not in state:
+                visit(n, trail + [n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
 
-from control_plane.replication.model import invariants
+import control_plane.replication.model.invariants as invariants
 from control_plane.replication.model.invariants import final_violations
 from control_plane.replication.model.leaders import step_elector, step_finisher
 from control_plane.replication.model.readers import step_chaos, step_reader
