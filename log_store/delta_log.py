@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from log_store.errors import LakelogError
+from log_store.errors import LakelogError, StorageError
+
+class V2CheckpointError(LakelogError):
+    """The table has a V2 checkpoint, which this reader does not read: Delta's own state is needed."""
+
 
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 
@@ -81,7 +85,7 @@ def _checkpoint_parts(fs: pafs.FileSystem, log_dir: str, version: int) -> tuple[
     for info in fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True)):
         if ".checkpoint." in info.base_name and not _CHECKPOINT.match(info.base_name) \
                 and int(info.base_name[:20]) <= version:
-            raise LakelogError(f"{log_dir}: the table has a V2 checkpoint ({info.base_name}), which lakelog's "
+            raise V2CheckpointError(f"{log_dir}: the table has a V2 checkpoint ({info.base_name}), which lakelog's "
                                "engine does not read; nothing was committed")
         m = _CHECKPOINT.match(info.base_name)
         if m and int(m.group(1)) <= version:
@@ -102,7 +106,15 @@ def _plain(value):
 
 def replay(fs: pafs.FileSystem, log_dir: str, version: int, with_files: bool = False) -> LogState:
     """The set transactions (and live files' add actions, ``with_files``) of ``version``: the
-    newest checkpoint at or below it, then each commit after it."""
+    newest checkpoint at or below it, then each commit after it. A log that cannot be read (a lost
+    root, refused access) is a ``StorageError``."""
+    try:
+        return _replay(fs, log_dir, version, with_files)
+    except OSError as exc:
+        raise StorageError(f"{log_dir}: the table's log cannot be read ({exc})") from exc
+
+
+def _replay(fs: pafs.FileSystem, log_dir: str, version: int, with_files: bool) -> LogState:
     since, parts = _checkpoint_parts(fs, log_dir, version)
     state = LogState(files={} if with_files else None)
     columns = ["txn", "add"] if with_files else ["txn"]
@@ -119,6 +131,9 @@ def replay(fs: pafs.FileSystem, log_dir: str, version: int, with_files: bool = F
     for v in range(since + 1, version + 1):
         actions = commit_actions(fs, log_dir, v)
         if actions is None:
+            if fs.get_file_info(log_dir).type == pafs.FileType.NotFound:
+                raise StorageError(f"{log_dir}: the table's log is gone (its root lost or moved?); "
+                                   "nothing can be read of it")
             raise LakelogError(f"{log_dir}: commit {v} is missing (cleaned up past the last checkpoint?); "
                                "the table's state cannot be read")
         apply(state, actions)

@@ -104,7 +104,7 @@ class DeltaTransaction:
                     fs, local = arrow_filesystem(self.path)
                     try:
                         self._known = delta_log.replay(fs, f"{local}/_delta_log", self.read_version).txns
-                    except LakelogError:  # a V2 checkpoint: Delta's own state
+                    except delta_log.V2CheckpointError:  # Delta's own state
                         pass
                 if self._known is None:
                     self._known = {str(k): int(v) for k, v in jvm_json(self.spark, self.jtxn.snapshot().transactions()).items()}
