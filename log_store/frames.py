@@ -18,19 +18,26 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from log_store.ddl import parse_columns
+
 _SCHEMAS: dict[str, tuple[StructType, pa.Schema]] = {}
 _LOCK = Lock()
 
 
-def _schemas(spark: SparkSession, schema: str | StructType) -> tuple[StructType, pa.Schema]:
-    """The Spark and Arrow forms of ``schema`` (a DDL string is parsed by Spark once per process)."""
+def _schemas(spark: SparkSession | None, schema: str | StructType) -> tuple[StructType, pa.Schema]:
+    """The Spark and Arrow forms of ``schema`` (a DDL string is parsed once per process)."""
     if isinstance(schema, StructType):
         return schema, _arrow_schema(schema)
     with _LOCK:
         if schema not in _SCHEMAS:
-            struct = spark.createDataFrame([], schema).schema  # parses the DDL; runs no job
+            struct = parse_columns(schema)  # as Spark parses it, without a session
             _SCHEMAS[schema] = (struct, _arrow_schema(struct))
         return _SCHEMAS[schema]
+
+
+def arrow_schema_of(schema: str | StructType) -> pa.Schema:
+    """``schema`` (a StructType or a column list) as Arrow writes it (timestamps in UTC)."""
+    return _schemas(None, schema)[1]
 
 
 def _arrow_schema(struct: StructType) -> pa.Schema:
