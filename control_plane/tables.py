@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,14 +21,15 @@ from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
     MemberHeartbeat,
 )
-from log_store import commits, rs_reader
-from log_store.engine import DeltaTransaction, table_version
+from log_store import commits, rs_reader, rs_tables
+from log_store.engine import DeltaTransaction
 from log_store.rs_engine import RsTransaction
-from log_store.delta_errors import create_racing, retry_on_conflict
+from log_store.delta_errors import retry_on_conflict
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
+from log_store.table_create import create_table, finish, half_made, table_exists
 
 _CHECKED: set[str] = set()
 _COMPLETE: set[str] = set()  # control table paths known to exist with every column
@@ -185,9 +185,10 @@ def views_named(query: str) -> set[str] | None:
     return {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
 
 
-# The topics table keeps each topic's latest record version as the property
+# The topics table keeps each topic's latest record version as the application version
 # ``log_store.names.topic_version_property(topic)``, raised in the record's own commit: the
-# compare-and-set of topic changes (control_plane/topics.py). The marker says the table has kept
+# compare-and-set of topic changes (control_plane/topics.py). Earlier releases kept it as a table
+# property of that name; the version is the higher of the two. The marker says the table has kept
 # them from the start; a table made before it has them from its first change by this lakelog on.
 TOPIC_VERSIONS_KEPT = "lakelog.topicVersions"
 # Tables written about every second checkpoint every 100 commits, not Delta's 10 (BENCHMARKS.md).
@@ -197,6 +198,14 @@ TABLE_PROPERTIES = {"group_heartbeats": {"delta.checkpointInterval": "100"},
                     "group_members": {"delta.checkpointInterval": "100"},
                     "group_generations": {"delta.checkpointInterval": "100"},
                     "topics": {TOPIC_VERSIONS_KEPT: "true"}}
+
+
+def counted(txn: "DeltaTransaction | RsTransaction", name: str) -> int:
+    """What ``name`` counts in ``txn``'s snapshot (a topic's record version, a group's generation or
+    fence): its application version, or the table property of that name where an earlier release
+    kept it (the higher; 0 for neither). The commit then conflicts with a concurrent raise of it,
+    which sets the application version."""
+    return max(int(txn.configuration().get(name, 0)), txn.app_version(name), 0)
 
 
 class ControlTables:
@@ -214,8 +223,14 @@ class ControlTables:
         if self.layout.root in _CHECKED:
             return
         path = self.path("topics")
-        if DeltaTable.isDeltaTable(self.spark, path):
-            found = DeltaTransaction.start(self.spark, path).configuration().get(FORMAT_PROP)
+        if half_made(path, FORMAT_PROP):  # by a process making the root now: finished here
+            finish(path, COMMON_PROPERTIES, "the control table topics")
+        if table_exists(self.spark, path):
+            txn = commits.start(self.spark, path, "the control table topics")
+            try:
+                found = txn.configuration().get(FORMAT_PROP)
+            finally:
+                txn.release()
             if found != str(FORMAT_VERSION):
                 raise StorageError(
                     f"the root {self.layout.root} was written by an older lakelog (control-plane format "
@@ -240,19 +255,8 @@ class ControlTables:
         path = self.path(name)
         if path in _COMPLETE:
             return
-        if not DeltaTable.isDeltaTable(self.spark, path):
-            builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(struct_of(self.spark, TABLES[name]))
-            for key, value in {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})}.items():
-                builder = builder.property(key, value)
-
-            def execute() -> None:
-                try:
-                    builder.execute()
-                except Exception:  # a racing process created it first: fine if the table is there
-                    if not DeltaTable.isDeltaTable(self.spark, path):
-                        raise
-
-            create_racing(execute, path, f"the control table {name}")  # ... or is creating it now: wait
+        create_table(self.spark, path, struct_of(self.spark, TABLES[name]), {**COMMON_PROPERTIES, **TABLE_PROPERTIES.get(name, {})},
+                     what=f"the control table {name}")
         self._add_columns(name)
         _COMPLETE.add(path)
 
@@ -263,7 +267,9 @@ class ControlTables:
         wanted = ADDED_COLUMNS.get(name, {})
         if not wanted:
             return
-        have = set(self.spark.read.format("delta").load(path).columns)
+        have = set(self._columns(path))
+        if all(column in have for column in wanted):
+            return
         for column, kind in wanted.items():
             if column in have:
                 continue
@@ -273,11 +279,13 @@ class ControlTables:
                 if column not in self.spark.read.format("delta").load(path).columns:
                     raise
 
+    def _columns(self, path: str) -> list[str]:
+        if reads_with_delta_rs(path):
+            return [field.name for field in rs_tables.open_table(path).schema().fields]
+        return self.spark.read.format("delta").load(path).columns
+
     def exists(self, name: str) -> bool:
-        path = self.path(name)
-        if reads_with_delta_rs(path):  # a commit there (a table half made by a racing creator is not one yet)
-            return table_version(self.spark, path) >= 0
-        return DeltaTable.isDeltaTable(self.spark, path)
+        return table_exists(self.spark, self.path(name))
 
     def read(self, name: str) -> DataFrame:
         """The table's rows (none if it does not exist yet; ``_metadata`` only when it does)."""
@@ -384,19 +392,19 @@ class ControlTables:
         return commits.start(self.spark, self.path(name), f"the control table {name}")
 
     def insert_versioned(self, name: str, prop: str, version: int, row: dict, metadata: str) -> bool:
-        """Insert ``row`` as version ``version`` of what the table property ``prop`` counts: True if
-        it became that version, False if the property already reached it. The property is read and
-        raised in the row's own commit, a metadata change that conflicts with every concurrent
-        commit, so of two writers of one version one wins (retried on conflicts with others)."""
+        """Insert ``row`` as version ``version`` of what ``prop`` counts (``counted``): True if it
+        became that version, False if the count already reached it. The count is read and raised
+        in the row's own commit, so of two writers of one version one wins (retried on conflicts
+        with others)."""
         self.ensure_table(name)
 
         def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, self.path(name))
-            if int(txn.configuration().get(prop, 0)) >= version:
+            txn = self.rows_transaction(name)
+            if counted(txn, prop) >= version:
+                txn.release()
                 return False
-            txn.set_properties({prop: str(version)})
             txn.write_rows(arrow_rows(self.spark, [row], TABLES[name]))
-            txn.commit({}, metadata)
+            txn.commit({prop: version}, metadata)
             return True
 
         return retry_on_conflict(attempt, attempts=20, backoff_ms=10)

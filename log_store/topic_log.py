@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -29,9 +28,11 @@ from pyspark.sql.types import (
 from log_store.headers import HEADERS_TYPE
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
-from log_store import commits
+from log_store import commits, rs_reader
+from log_store.files import reads_with_delta_rs
 from log_store.rs_engine import RsTransaction
-from log_store.delta_errors import create_racing, retry_on_conflict
+from log_store.delta_errors import retry_on_conflict
+from log_store.table_create import create_table, table_exists
 from log_store.errors import (
     leader_unavailable,
     InvalidConfigurationError,
@@ -93,7 +94,7 @@ class TopicLog:
     # -- factories -------------------------------------------------------------------------
     @classmethod
     def for_path(cls, spark: SparkSession, path: str) -> "TopicLog":
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not table_exists(spark, path):
             raise UnknownTopicError(f"no topic log table at {path}")
         return cls(spark, path)
 
@@ -110,7 +111,7 @@ class TopicLog:
     @classmethod
     def create(cls, spark: SparkSession, path: str, metadata: TopicLogMetadata, topic_version: int = 1,
                layout: str | None = None, properties: dict[str, str] | None = None) -> "TopicLog":
-        """Create the log table with its initial metadata in one commit (no-op if it exists).
+        """Create the log table with its initial metadata (no-op if it exists; ``table_create``).
         ``topic_version``: the creating record's (above 1 for a topic created again after a deletion).
         ``layout``: ``partitioned`` (a Delta partition per log partition) or ``arrival`` (a file per
         write holding every partition it got, compacted into files per partition; docs/design.md).
@@ -120,31 +121,22 @@ class TopicLog:
             where = "" if given else " (from LAKELOG_LAYOUT)"
             raise InvalidConfigurationError(f"unknown layout {layout!r}{where}: give one of {', '.join(LAYOUTS)}")
         arrival = layout == ARRIVAL
-        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(RECORD_SCHEMA)
-        if arrival:
-            builder = builder.property(LAYOUT_PROP, ARRIVAL)
-        else:
-            builder = builder.partitionedBy("partition")
-        builder = (
-            builder
+        properties = {
             # The change feed keeps every record ever appended readable (``table_changes``)
             # after a retired partition's rows are deleted, for the ordering audit.
-            .property("delta.enableChangeDataFeed", "true")
-            .property("delta.dataSkippingStatsColumns", f"partition,{STATS_COLUMNS}" if arrival else STATS_COLUMNS)
+            "delta.enableChangeDataFeed": "true",
+            "delta.dataSkippingStatsColumns": f"partition,{STATS_COLUMNS}" if arrival else STATS_COLUMNS,
             # Each checkpoint lists every file removed in the last week (compaction removes one
             # per produce and partition): one every 10 commits, Delta's default, made the log
             # folder of a soaked topic almost all checkpoints (BENCHMARKS.md, soak).
-            .property("delta.checkpointInterval", CHECKPOINT_INTERVAL)
-        )
-        for key, value in metadata.to_properties().items():
-            builder = builder.property(key, value)
-        if topic_version != 1:
-            builder = builder.property(TOPIC_VERSION_PROP, str(topic_version))
-        for key, value in (properties or {}).items():
-            builder = builder.property(key, value)
-
-        # The retry finds the table made and does nothing; the caller compares its metadata.
-        create_racing(builder.execute, path, "the log table")
+            "delta.checkpointInterval": CHECKPOINT_INTERVAL,
+            **({LAYOUT_PROP: ARRIVAL} if arrival else {}),
+            **metadata.to_properties(),
+            **({TOPIC_VERSION_PROP: str(topic_version)} if topic_version != 1 else {}),
+            **(properties or {}),
+        }
+        # A racing creator's table is found made; the caller compares its metadata.
+        create_table(spark, path, RECORD_SCHEMA, properties, None if arrival else "partition", "the log table")
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
         return log
@@ -156,7 +148,7 @@ class TopicLog:
         expired set transaction, and the append refuses to guess (it would reuse offsets).
         """
         def attempt() -> None:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = commits.start(self.spark, self.path, "the log table")
             known = txn.snapshot_app_versions()
             missing = [p for p in partitions if log_end_app_id(p) not in known]
             if not missing:
@@ -212,7 +204,7 @@ class TopicLog:
         New partitions get their log end in the same commit (the controller's apply does the
         same, with more bookkeeping).
         """
-        txn = DeltaTransaction.start(self.spark, self.path)
+        txn = self.rows_transaction()
         known = txn.snapshot_app_versions()
         txn.commit_properties(metadata.to_properties(), app_versions={
             log_end_app_id(p): pm.start_offset for p, pm in metadata.partitions.items() if log_end_app_id(p) not in known})
@@ -224,7 +216,7 @@ class TopicLog:
         check_kind(kind)
 
         def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = self.rows_transaction()
             conf = txn.configuration()
             known = txn.snapshot_app_versions()
             meta = TopicLogMetadata.from_properties(conf)
@@ -305,20 +297,30 @@ class TopicLog:
         delete-records. A retired partition holds nothing: its log start is its log end."""
         return self.snapshot().earliest_offsets()
 
-    def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:
-        """Earliest offset whose timestamp is at or after ``timestamp_ms`` (ListOffsets)."""
+    def offset_for_timestamp(self, partition: int, timestamp_ms: int, version: int | None = None,
+                             start: int = 0) -> int | None:
+        """Earliest offset at or above ``start`` whose timestamp is at or after ``timestamp_ms``
+        (ListOffsets), as of ``version`` (default the latest); read by delta-rs on a local root."""
+        if reads_with_delta_rs(self.path):
+            return rs_reader.first_offset_at(self.path, version, partition, start, timestamp_ms)
+        table = self.table() if version is None else self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         row = (
-            self.table()
-            .where((F.col("partition") == partition) & (F.col("timestamp") >= F.timestamp_millis(F.lit(timestamp_ms))))
+            table
+            .where((F.col("partition") == partition) & (F.col("offset") >= start)
+                   & (F.col("timestamp") >= F.timestamp_millis(F.lit(timestamp_ms))))
             .agg(F.min("offset").alias("o"))
             .first()
         )
         return None if row is None or row["o"] is None else int(row["o"])
 
-    def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
-        """Largest offset in ``partition`` with ``leader_epoch <= epoch``; -1 if none (rule 3)."""
+    def last_offset_of_epoch(self, partition: int, epoch: int, version: int | None = None) -> int:
+        """Largest offset in ``partition`` with ``leader_epoch <= epoch``; -1 if none (rule 3). As of
+        ``version`` (default the latest); read by delta-rs on a local root."""
+        if reads_with_delta_rs(self.path):
+            return rs_reader.last_offset_of_epoch(self.path, partition, epoch, version)
+        table = self.table() if version is None else self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         row = (
-            self.table()
+            table
             .where((F.col("partition") == partition) & (F.col("leader_epoch") <= epoch))
             .agg(F.max("offset").alias("o"))
             .first()
