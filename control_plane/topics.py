@@ -19,7 +19,7 @@ from control_plane.layout import RootLayout
 from control_plane.records import MAX_PARTITIONS, PartitionState, ReplicaState, TopicEvent, TopicRecord
 from control_plane.replication.rules import check_roots, initial_state
 from control_plane.replication.state import ReplicaStore, latest_states, located
-from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables
+from control_plane.tables import TABLES, TOPIC_VERSIONS_KEPT, ControlTables, counted
 from control_plane.topic_config import TopicConfig, latest_config
 from log_store.errors import (
     ConcurrentCommitError,
@@ -31,6 +31,7 @@ from log_store.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from log_store import commits
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, table_version
 from log_store.delta_errors import retry_on_conflict
@@ -263,29 +264,31 @@ class TopicAdmin:
         """Append ``target`` as its topic's version ``target.topic_version``: True if it became
         that version, False if another process recorded that version first.
 
-        The compare-and-set is the table property ``lakelog.topicVersion.<topic>``, read and
-        raised in the record's own commit (as a group's generation is): a property change
-        conflicts with every concurrent commit to the table, so of two records of one version one
-        wins; a conflict with another topic's change is retried. A table made before the
-        properties (no ``lakelog.topicVersions`` marker) gets every topic's version from its rows
-        at the transaction's version, in the same commit (its commit then conflicts with any
-        concurrent one adding rows, as an older lakelog's MERGE would).
+        The compare-and-set is the application version ``lakelog.topicVersion.<topic>`` (a table
+        property of that name in earlier releases: the higher of the two counts), read and raised
+        in the record's own commit (as a group's generation is): of two commits raising it from one
+        version one wins, and a change to another topic does not conflict. A table made before
+        versions were kept (no ``lakelog.topicVersions`` marker) gets every topic's version from its
+        rows at the transaction's version, as properties, in one commit through Spark's engine (it
+        then conflicts with any concurrent one adding rows, as an older lakelog's MERGE would).
         """
         self.tables.ensure()
         path = self.tables.path("topics")
         prop = topic_version_property(target.topic)
+        metadata = commit_metadata("topic", topic=target.topic, topic_version=target.topic_version,
+                                   event=target.event.value)
 
         def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, path)
+            txn = commits.start(self.spark, path, "the control table topics")
             conf = txn.configuration()
-            versions = {prop: int(conf.get(prop, 0))} if conf.get(TOPIC_VERSIONS_KEPT) else self._versions_in_rows(txn)
-            if versions.get(prop, 0) >= target.topic_version:
+            if not conf.get(TOPIC_VERSIONS_KEPT):
+                txn.release()
+                return self._record_in_properties(path, prop, target, metadata)
+            if counted(txn, prop) >= target.topic_version:
+                txn.release()
                 return False
-            raised = {k: str(v) for k, v in versions.items()} | {prop: str(target.topic_version), TOPIC_VERSIONS_KEPT: "true"}
-            txn.set_properties(raised)
             txn.write_rows(arrow_rows(self.spark, [target.row()], TABLES["topics"]))
-            txn.commit({}, commit_metadata("topic", topic=target.topic, topic_version=target.topic_version,
-                                           event=target.event.value))
+            txn.commit({prop: target.topic_version}, metadata)
             return True
 
         try:
@@ -293,6 +296,20 @@ class TopicAdmin:
         except ConcurrentCommitError:
             raise ConcurrentTopicChangeError(f"could not record the change to '{target.topic}' against concurrent "
                                              "changes to other topics; run it again") from None
+
+    def _record_in_properties(self, path: str, prop: str, target: TopicRecord, metadata: str) -> bool:
+        """``record`` on a table made before topic versions were kept: every topic's version from
+        the rows, set as properties with the record (Spark's engine: properties and rows in one
+        commit), and the marker; later records raise application versions."""
+        txn = DeltaTransaction.start(self.spark, path)
+        versions = self._versions_in_rows(txn)
+        if versions.get(prop, 0) >= target.topic_version:
+            return False
+        raised = {k: str(v) for k, v in versions.items()} | {prop: str(target.topic_version), TOPIC_VERSIONS_KEPT: "true"}
+        txn.set_properties(raised)
+        txn.write_rows(arrow_rows(self.spark, [target.row()], TABLES["topics"]))
+        txn.commit({}, metadata)
+        return True
 
     def _versions_in_rows(self, txn: DeltaTransaction) -> dict[str, int]:
         """Each topic's latest version property, from the rows of a table made before the

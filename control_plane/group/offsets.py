@@ -1,12 +1,13 @@
 """Consumer groups' committed positions (Kafka's ``__consumer_offsets``, as a Delta table).
 
-The same table holds the generation fence of every group: a table property
-``lakelog.fence.<group>``, raised to a new generation by the first commit that adopts it (the
-leader's, with its own claims, unless it died first; then another member's). A member's commit
-reads that property inside its own Delta transaction; raising it is a metadata change, which
-makes every concurrent commit to the table fail and retry. So a commit from an older generation
-(an expelled member, a zombie) is always rejected. Ownership claims (acquire, revoke) are rows
-of the same fenced kind, so the table's history shows who owned what and when.
+The same table holds the generation fence of every group: the application version
+``lakelog.fence.<group>`` (a table property in earlier releases; ``ControlTables.counted``),
+raised to a new generation by the first commit that adopts it (the leader's, with its own claims,
+unless it died first; then another member's). A member's fenced commit reads the fence inside its
+own Delta transaction and depends on it, so a raise committed meanwhile makes the commit fail and
+retry against the new fence. So a commit from an older generation (an expelled member, a zombie)
+is always rejected. Ownership claims (acquire, revoke) are rows of the same fenced kind, so the
+table's history shows who owned what and when.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, latest_position_rows, reduced_commits
+from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, counted, latest_position_rows, reduced_commits
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import IllegalGenerationError, UnknownGroupError
 from log_store.names import check_group_name, commit_metadata, fence_property
@@ -208,8 +208,11 @@ class GroupOffsets:
         """The group's current generation fence (0 before its first generation)."""
         if not self.tables.exists("offset_commits"):
             return 0
-        conf = DeltaTransaction.start(self.spark, self.tables.path("offset_commits")).configuration()
-        return int(conf.get(fence_property(group), 0))
+        txn = self.tables.rows_transaction("offset_commits")
+        try:
+            return counted(txn, fence_property(group))
+        finally:
+            txn.release()
 
     def raise_fence(self, group: str, generation: int, leader: str, expired: list[ExpiredRange] = ()) -> bool:
         """Raise the fence to ``generation`` (idempotent); False if it already was there.
@@ -281,15 +284,14 @@ class GroupOffsets:
         (IllegalGenerationError). With ``raise_version``, the same commit raises the fence to it
         and writes ``raise_rows`` too, unless the fence is there already; True if it raised it."""
         self.tables.ensure()
-        path = self.tables.path("offset_commits")
+        fence_id = fence_property(group)
 
         def attempt() -> bool:
             txn = self.tables.rows_transaction("offset_commits")
-            if raise_version is not None and int(txn.configuration().get(fence_property(group), 0)) < raise_version:
-                txn = DeltaTransaction.start(self.spark, path)  # a table property with rows: Delta's engine
-            fence = int(txn.configuration().get(fence_property(group), 0))
+            fence = counted(txn, fence_id)
             raising = raise_version is not None and fence < raise_version
             if not raising and not rows:
+                txn.release()
                 return False
             if fence > generation:
                 raise IllegalGenerationError(
@@ -297,11 +299,9 @@ class GroupOffsets:
                     f"on generation {fence}: it was expelled or missed a rebalance; it must rejoin"
                 )
             written = [*raise_rows, *rows] if raising else list(rows)
-            if raising:
-                txn.set_properties({fence_property(group): str(raise_version)})
             self.tables.write_labelled(txn, "offset_commits", written)
             kinds = ",".join(dict.fromkeys(r["kind"] for r in written))
-            txn.commit({}, commit_metadata(kinds, group=group, generation=generation))
+            txn.commit({fence_id: raise_version} if raising else {}, commit_metadata(kinds, group=group, generation=generation))
             return raising
 
         return retry_on_conflict(attempt, attempts=50, backoff_ms=10)

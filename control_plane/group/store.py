@@ -13,12 +13,10 @@ from pyspark.sql import SparkSession
 from control_plane.group.offsets import GroupOffsets, PartitionLag
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, GenerationRecord, MemberHeartbeat, TopicPartition
-from control_plane.tables import TABLES, ControlTables, member_states_of
+from control_plane.tables import ControlTables, member_states_of
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction, app_version_changes, table_version
+from log_store.engine import app_version_changes, table_version
 from log_store import commits
-from log_store.delta_errors import retry_on_conflict
-from log_store.frames import arrow_rows
 from log_store.names import commit_metadata, generation_property, heartbeat_app_id, heartbeat_member
 from log_store.errors import ConcurrentCommitError, LeaderNotAvailableError, StorageError
 from log_store.log_metadata import LogSnapshot, Mode
@@ -144,23 +142,14 @@ class GroupTables:
     def propose(self, record: GenerationRecord) -> bool:
         """Write a generation if nobody wrote that number first (one leader per generation).
 
-        The compare-and-set is the table property ``lakelog.generation.<group>``, read and raised
-        in the same commit as the row: cheaper than a MERGE, and any concurrent proposal conflicts.
+        The compare-and-set is the count ``lakelog.generation.<group>`` (``ControlTables.counted``),
+        read and raised in the same commit as the row: any concurrent proposal for the group conflicts.
         """
         self.tables.ensure()
-        prop = generation_property(record.group)
-
-        def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, self.tables.path("group_generations"))
-            if int(txn.configuration().get(prop, 0)) >= record.generation:
-                return False
-            txn.set_properties({prop: str(record.generation)})
-            txn.write_rows(arrow_rows(self.spark, [record.model_dump()], TABLES["group_generations"]))
-            txn.commit({}, commit_metadata("generation", group=record.group, generation=record.generation))
-            return True
-
+        metadata = commit_metadata("generation", group=record.group, generation=record.generation)
         try:
-            return retry_on_conflict(attempt, attempts=20, backoff_ms=10)
+            return self.tables.insert_versioned("group_generations", generation_property(record.group),
+                                                record.generation, record.model_dump(), metadata)
         except ConcurrentCommitError:
             return False  # others keep proposing: this member leads another time
 
