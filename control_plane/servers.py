@@ -17,7 +17,7 @@ from control_plane.records import ServerRecord
 from control_plane.tables import ControlTables
 from log_store import commits
 from log_store.delta_errors import retry_on_conflict
-from log_store.engine import DeltaTransaction, app_version_changes, table_version
+from log_store.engine import app_version_changes, table_version
 from log_store.names import commit_metadata
 
 TABLE = "servers"
@@ -72,7 +72,7 @@ class ServerRegistry:
 
     def _allocate(self) -> int:
         def attempt() -> int:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = commits.start(self.spark, self.path, "the servers table")
             known = max([int(txn.configuration().get(NODE_IDS, -1)), *self.servers()], default=-1)
             txn.set_properties({NODE_IDS: str(known + 1)})
             txn.commit({}, commit_metadata("node_id", node_id=known + 1))
@@ -110,7 +110,11 @@ class ServerRegistry:
         """(node id, lease number) of ``group``'s coordinator lease, if anyone ever held it."""
         if not self.tables.exists(TABLE):
             return None
-        return parse_lease(DeltaTransaction.start(self.spark, self.path).configuration().get(lease_property(group)))
+        txn = commits.start(self.spark, self.path, "the servers table")
+        try:
+            return parse_lease(txn.configuration().get(lease_property(group)))
+        finally:
+            txn.release()
 
     def take_lease(self, group: str, node_id: int, seen: tuple[int, int] | None) -> tuple[int, int]:
         """Make ``node_id`` ``group``'s coordinator if the lease is still ``seen``; the lease after."""
@@ -118,7 +122,7 @@ class ServerRegistry:
         prop = lease_property(group)
 
         def attempt() -> tuple[int, int]:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = commits.start(self.spark, self.path, "the servers table")
             current = parse_lease(txn.configuration().get(prop))
             if current != seen:
                 return current

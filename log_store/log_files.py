@@ -29,10 +29,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from log_store.arrow_files import with_tags
+from log_store import commits
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict, translate
-from log_store.errors import InvalidConfigurationError, OffsetCheckError
+from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
+from log_store.files import is_remote
 from log_store.log_metadata import (
     ARRIVAL,
     Mode,
@@ -251,7 +253,7 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
     (its records went with it)."""
 
     def attempt() -> list[LogStartChange]:
-        txn = DeltaTransaction.start(spark, path)
+        txn = commits.start(spark, path, "the log table")
         conf = txn.configuration()
         check_set_transactions_kept(conf, path)
         meta = TopicLogMetadata.from_properties(conf)
@@ -294,6 +296,36 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
                 for p, (old, new) in sorted(changes.items())]
 
     return retry_on_conflict(attempt)
+
+
+def purge(spark: SparkSession | None, path: str) -> None:
+    """Delete every row of a fenced log and remove its files at once (VACUUM without retention:
+    nothing may read a deleted topic). Through delta-rs on a local root; Spark's DELETE and VACUUM
+    elsewhere. Safe to repeat and to race (a lost race deletes again, finding nothing)."""
+    if not is_remote(path):
+        from deltalake.exceptions import CommitFailedError
+
+        from log_store.rs_tables import open_table
+
+        def delete() -> None:
+            try:
+                open_table(path).delete()
+            except CommitFailedError as exc:
+                raise ConcurrentCommitError(f"the log at {path} changed while it was emptied") from exc
+
+        if open_table(path).file_uris():
+            retry_on_conflict(delete)
+        open_table(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        return
+    if commits.start(spark, path, "the log table").file_count():  # any layout, any file
+        retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{path}`"))
+    conf = "spark.databricks.delta.retentionDurationCheck.enabled"
+    before = spark.conf.get(conf, "true")
+    spark.conf.set(conf, "false")
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set(conf, before)
 
 
 def meta_layout(txn: DeltaTransaction) -> str:

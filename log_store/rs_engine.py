@@ -225,6 +225,22 @@ class RsTransaction:
         self._properties.update(properties)
         self._properties.update({k: "" for k in dropped if k in self._metadata.configuration})
 
+    def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
+        """Commit, naming Delta's ``operation`` (DELETE, OPTIMIZE) in the commit's metadata
+        (``engine.DeltaTransaction``'s method; delta-rs records the commit itself as a WRITE)."""
+        return self.commit(app_versions, operation=operation)
+
+    def file_count(self) -> int:
+        """How many data files the snapshot has."""
+        return len(self._open().file_uris())
+
+    def commit_properties(self, properties: Mapping[str, str], drop: Iterable[str] = (),
+                          app_versions: Mapping[str, int] | None = None) -> int:
+        """One commit that only changes table properties (and sets ``app_versions``), recorded as
+        SET TBLPROPERTIES in the table's history (``engine.DeltaTransaction``'s method)."""
+        self.set_properties(properties, drop)
+        return self.commit(app_versions)
+
     # -- the commit -------------------------------------------------------------------------------
     def commit(self, app_versions: Mapping[str, int] | None = None, user_metadata: str | None = None,
                operation: str | None = None, counters: Mapping[str, int] | None = None) -> int:

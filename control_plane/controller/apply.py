@@ -13,8 +13,10 @@ from pyspark.sql import SparkSession
 from control_plane.controller.rules import log_metadata
 from control_plane.records import TopicRecord
 from control_plane.topics import TopicAdmin
+from log_store import commits
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
+from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.names import log_end_app_id
@@ -52,7 +54,7 @@ class TopicChanges:
         record = record or self.latest(topic)
 
         def attempt() -> bool:
-            txn = DeltaTransaction.start(self.spark, record.location)
+            txn = commits.start(self.spark, record.location, f"the log of '{topic}'")
             change = metadata_change(txn, txn.configuration(), record)
             if change is None:
                 return False
@@ -66,7 +68,7 @@ class TopicChanges:
             raise ConcurrentTopicChangeError(f"the log of '{topic}' kept changing under the controller; run it again") from None
 
 
-def metadata_change(txn: DeltaTransaction, conf: dict[str, str], record: TopicRecord
+def metadata_change(txn: "DeltaTransaction | RsTransaction", conf: dict[str, str], record: TopicRecord
                     ) -> tuple[dict[str, str], list[str], dict[str, int]] | None:
     """What applying ``record`` to the log of ``txn`` (properties ``conf``) sets, drops and
     starts (new partitions' log ends), or None if the log holds it or a newer one already. Each

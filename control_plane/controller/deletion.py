@@ -18,7 +18,6 @@ anywhere is finished by running ``topics delete`` again or ``controller tick``. 
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
@@ -27,8 +26,8 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.replication.state import log_path
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction
-from log_store.delta_errors import retry_on_conflict
+from log_store.log_files import purge
+from log_store.table_create import table_exists
 from log_store.errors import ConcurrentTopicChangeError, UnknownTopicError
 
 
@@ -64,7 +63,7 @@ def finish_deletion(spark: SparkSession, root: str, changes: TopicChanges, delet
     state = changes.admin.replica_state(deleting.topic)
     for root in state.replicas if state else []:  # a replicated topic's followers go too
         path = log_path(state, root)
-        if path != deleting.location and DeltaTable.isDeltaTable(spark, path):
+        if path != deleting.location and table_exists(spark, path):
             empty_log(spark, path)
     crash_point("delete:after_purge")
     GroupOffsets(spark, root).topic_deleted(deleting.topic, deleting.topic_version)
@@ -79,14 +78,6 @@ def finish_deletion(spark: SparkSession, root: str, changes: TopicChanges, delet
 
 
 def empty_log(spark: SparkSession, location: str) -> None:
-    """Delete every row of a fenced log and remove its files at once (VACUUM without retention:
-    nothing may read a deleted topic, and a consumer that tries is told so)."""
-    if DeltaTransaction.start(spark, location).file_count():  # any layout, any file
-        retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{location}`"), ATTEMPTS)
-    conf = "spark.databricks.delta.retentionDurationCheck.enabled"
-    before = spark.conf.get(conf, "true")
-    spark.conf.set(conf, "false")
-    try:
-        spark.sql(f"VACUUM delta.`{location}` RETAIN 0 HOURS")
-    finally:
-        spark.conf.set(conf, before)
+    """Delete every row of a fenced log and remove its files at once (``log_files.purge``):
+    nothing may read a deleted topic, and a consumer that tries is told so."""
+    purge(spark, location)
