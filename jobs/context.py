@@ -34,10 +34,10 @@ class Context:
 
     @cached_property
     def spark(self):
-        from log_store.session import build_session
+        from log_store.session import LazySession, build_session
 
         settings = self.config.spark
-        return build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings)
+        return LazySession(lambda: build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings))
 
     def topic_admin(self):
         from control_plane.topics import TopicAdmin

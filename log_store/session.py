@@ -184,6 +184,39 @@ def build_session(settings: SparkSettings) -> SparkSession:
     return spark
 
 
+NO_JVM_ENV = "LAKELOG_NO_JVM"
+
+
+class LazySession:
+    """A Spark session built the first time something of it is used: commands and a server whose
+    commits and reads go through delta-rs never start a JVM. With ``LAKELOG_NO_JVM=1`` in the
+    environment, a use is an error naming what needed Spark (how the tests show that a command
+    runs without a JVM)."""
+
+    def __init__(self, build) -> None:
+        self._build = build
+        self._session: SparkSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def session(self) -> SparkSession:
+        if self._session is None:
+            if os.environ.get(NO_JVM_ENV) == "1":
+                import traceback
+
+                where = "".join(traceback.format_stack(limit=14)[:-2])
+                raise SetupError(f"{NO_JVM_ENV}=1, and this needs a Spark session (a JVM); called from:\n{where}")
+            self._session = self._build()
+        return self._session
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.session(), name)
+
+
 def gateway_of(spark: SparkSession) -> str | None:
     """``port:secret`` of the py4j gateway this Python process drives ``spark``'s JVM through,
     for ``attach``; None where there is none (Spark Connect)."""
@@ -236,7 +269,12 @@ def activate(spark: SparkSession) -> None:
     default session, which is whichever session a process last attached (``attach``) or built,
     with that session's SQL conf. Some of Delta's paths read only the thread's own active session
     and fail with DELTA_SPARK_SESSION_NOT_SET. So every thread lakelog starts to talk to Delta
-    (a server's pool, a heartbeat thread) calls this first. No-op on Spark Connect."""
+    (a server's pool, a heartbeat thread) calls this first. No-op on Spark Connect, and for a
+    ``LazySession`` not started (when it starts, it is the JVM's default session)."""
+    if isinstance(spark, LazySession):
+        if not spark.started:
+            return
+        spark = spark.session()
     jvm = getattr(spark, "_jvm", None)
     if jvm is not None and getattr(spark, "_jsparkSession", None) is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +28,8 @@ from control_plane.replication.operations import Replication
 from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
+from log_store import rs_reader
+from log_store.files import reads_with_delta_rs
 from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
@@ -42,6 +45,18 @@ from pipelines.sink_positions import SinkPositions, incarnation_of
 from pipelines.waits import LostRootWait
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
+
+
+class ArrowHandler:
+    """A handler that takes each batch as an Arrow table (ordered by partition and offset) rather
+    than a DataFrame: on a local root the batch is read with delta-rs, no Spark job and no JVM
+    (how ``lakelog consume`` prints records); elsewhere it is Spark's read, brought to the driver."""
+
+    def __init__(self, fn: Callable[[pa.Table, dict[int, tuple[int, int]]], None]) -> None:
+        self.fn = fn
+
+    def __call__(self, batch: pa.Table, ranges: dict[int, tuple[int, int]]) -> None:
+        self.fn(batch, ranges)
 ProgressFn = Callable[[int, int], None]
 Ranges = dict[int, tuple[int, int]]
 # A sink row is a log record plus its topic, so a sink can be audited against the log.
@@ -379,11 +394,14 @@ class Consumer:
             ranges = self.plan(positions, limit, snap)
             if not ranges:
                 return ranges
-            data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
-            if sink_path:
-                self._write_sink(sink_path, data, ranges)
+            if isinstance(handler, ArrowHandler) and not sink_path:
+                handler(self._arrow_batch(ranges, snap.version), ranges)
             else:
-                handler(data, ranges)
+                data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
+                if sink_path:
+                    self._write_sink(sink_path, data, ranges)
+                else:
+                    handler(data, ranges)
         except Exception as exc:
             # a replicated topic's leader root lost while the batch was planned or read: read it
             # again, also when the root is back by now (a file of the snapshot was missing: seed 1235)
@@ -396,6 +414,13 @@ class Consumer:
         if self._replication is not None:  # what these positions were read under, committed with them
             self.offsets.read_under(self.topic, {p: snap.metadata.partitions[p].leader_epoch for p in ranges})
         return ranges
+
+    def _arrow_batch(self, ranges: Ranges, version: int) -> pa.Table:
+        """The batch for an ``ArrowHandler``: read with delta-rs where the log is local."""
+        if not reads_with_delta_rs(self.log.path):
+            return self.log.read(ranges, ordered=True, version=version).toArrow()
+        batch = rs_reader.log_ranges(self.log.path, version, ranges, RECORD_SCHEMA.fieldNames())
+        return batch.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = DeltaTransaction.start(self.spark, sink_path)

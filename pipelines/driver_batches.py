@@ -3,9 +3,9 @@ pyarrow and Python, and appended with ``TopicLog.append_rows`` (the path ``lakel
 group commit takes), so a 100-record produce runs no Spark job of its own and few py4j calls.
 
 Only batches whose columns mean here what the Spark path makes of them: ``key`` and ``value`` as
-bytes or text (UTF-8), ``timestamp`` as a timestamp, and no ``headers`` or ``partition``; any
-other batch takes the Spark path (``Producer.normalize``), which converts other types as Spark
-casts them."""
+bytes or text (UTF-8), ``timestamp`` as a timestamp, ``headers`` as the log keeps them, and no
+``partition``; any other batch takes the Spark path (``Producer.normalize``), which converts other
+types as Spark casts them."""
 
 from __future__ import annotations
 
@@ -17,13 +17,17 @@ import pyarrow.compute as pc
 from log_store.errors import NO_SEQUENCE, InvalidRecordError
 from log_store.partitioner import partitions_for
 
+# The log's headers (``log_store.headers.HEADERS_TYPE``): Kafka's list of (key, value) pairs.
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _TEXT = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
 
 
 def is_plain(schema: pa.Schema) -> bool:
     """True if every column of ``schema`` is one the driver's path takes as the Spark path would."""
     kinds = {f.name: f.type for f in schema}
-    if "value" not in kinds or set(kinds) - {"key", "value", "timestamp", "sequence"}:
+    if "value" not in kinds or set(kinds) - {"key", "value", "timestamp", "sequence", "headers"}:
+        return False
+    if "headers" in kinds and not (pa.types.is_null(kinds["headers"]) or kinds["headers"] == HEADERS):
         return False
     text = all(any(test(kinds[c]) for test in _TEXT) for c in ("key", "value") if c in kinds)
     # an instant: a timestamp without a zone (Spark's TIMESTAMP_NTZ) is read in the session's zone there
@@ -60,7 +64,9 @@ def normalized(rows: pa.Table, sequence_start: int, producer_id: str, now: datet
                  if "timestamp" in rows.column_names else pa.array([stamp.as_py()] * n, pa.timestamp("us", tz="UTC")))
     sequence = pc.add(rows.column("sequence").cast(pa.int64()), pa.scalar(sequence_start, pa.int64()))
     return pa.table({
-        "key": key, "value": value.cast(pa.binary()), "headers": pa.nulls(n), "timestamp": timestamp,
+        "key": key, "value": value.cast(pa.binary()),
+        "headers": rows.column("headers").cast(HEADERS) if "headers" in rows.column_names else pa.nulls(n, HEADERS),
+        "timestamp": timestamp,
         "producer_id": pa.array([producer_id] * n, pa.string()), "sequence": sequence,
     })
 

@@ -6,8 +6,12 @@ value or a bad timestamp is reported with its line number and nothing is produce
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
+
+import pyarrow as pa
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -67,11 +71,7 @@ def read_json_lines(spark: SparkSession, path: str) -> DataFrame:
     bad = checked.where(F.col("_error").isNotNull()).orderBy("line").limit(MAX_REPORTED).collect()
     if bad:
         checked.unpersist()
-        where = "; ".join(f"line {r['line']}: {r['_error']}" for r in bad)
-        raise InvalidRecordError(
-            f"{path}: {where}. Each line must be a JSON object with 'key' (string or null), 'value', "
-            "optional 'headers' (object of strings) and 'timestamp' (epoch ms or ISO-8601). Nothing was produced."
-        )
+        _refuse(path, [(r["line"], r["_error"]) for r in bad])
     return checked.select(
         (F.col("line") - 1).cast("long").alias("sequence"),
         F.col("r.key").cast("binary").alias("key"),
@@ -79,6 +79,106 @@ def read_json_lines(spark: SparkSession, path: str) -> DataFrame:
         F.transform_values("r.headers", lambda _k, v: v.cast("binary")).alias("headers"),
         ts.alias("timestamp"),
     )
+
+
+def _refuse(path: str, bad: list[tuple[int, str]]) -> None:
+    where = "; ".join(f"line {line}: {error}" for line, error in bad[:MAX_REPORTED])
+    raise InvalidRecordError(
+        f"{path}: {where}. Each line must be a JSON object with 'key' (string or null), 'value', "
+        "optional 'headers' (object of strings) and 'timestamp' (epoch ms or ISO-8601). Nothing was produced."
+    )
+
+
+def _text(value) -> str | None:
+    """A JSON value read into a STRING field, as Spark's JSON reader makes it (a string as it is,
+    anything else as its JSON text)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _instant(text: str) -> datetime | None:
+    """Epoch milliseconds or an ISO-8601 time (UTC without a zone); None if neither."""
+    try:
+        if text.lstrip("-").isdigit():
+            return datetime.fromtimestamp(int(text) / 1000, timezone.utc)
+        stamp = datetime.fromisoformat(text)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp.astimezone(timezone.utc)
+
+
+LOCAL_RECORD_TYPES = pa.schema([
+    ("key", pa.string()), ("value", pa.string()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("sequence", pa.int64()),
+])
+
+
+def read_local_json_lines(path: str, limit: int) -> pa.Table | None:
+    """The records of a local JSON Lines file of at most ``limit`` records, read and checked in
+    Python as ``read_json_lines`` reads and checks them in Spark (same columns, same errors), so a
+    small produce starts no JVM; None for a larger file (Spark reads it)."""
+    if _check_readable(path).is_dir():
+        raise InvalidRecordError(f"input {path} is a directory and cannot be read as JSON Lines; pass a file")
+    rows, bad = [], []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            if len(rows) + len(bad) >= limit:
+                return None
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                bad.append((line, "malformed JSON object"))
+                continue
+            headers = record.get("headers")
+            if headers is not None and not isinstance(headers, dict):
+                bad.append((line, "malformed JSON object"))
+                continue
+            if record.get("value") is None:
+                bad.append((line, "record has no 'value'"))
+                continue
+            stamp_text = _text(record.get("timestamp"))
+            stamp = None if stamp_text is None else _instant(stamp_text)
+            if stamp_text is not None and stamp is None:
+                bad.append((line, f"bad timestamp {stamp_text}"))
+                continue
+            rows.append({"key": _text(record.get("key")), "value": _text(record["value"]),
+                         "headers": None if headers is None else [
+                             {"key": k, "value": None if v is None else _text(v).encode()} for k, v in headers.items()],
+                         "timestamp": stamp, "sequence": line - 1})
+    if bad:
+        _refuse(path, bad)
+    return pa.Table.from_pylist(rows, schema=LOCAL_RECORD_TYPES)
+
+
+def read_local_input(path: str, limit: int) -> pa.Table | None:
+    """A local input file of at most ``limit`` records as Arrow, read without Spark (JSON Lines
+    as ``read_local_json_lines``; Parquet as its columns are); None where Spark reads it (a
+    larger file, a remote one, a folder)."""
+    if is_remote(path) or Path(path).is_dir():
+        return None
+    suffix = Path(path).suffix.lower()
+    if suffix in _JSON_SUFFIXES:
+        return read_local_json_lines(path, limit)
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        _check_readable(path)
+        try:
+            if pq.ParquetFile(path).metadata.num_rows > limit:
+                return None
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise InvalidRecordError(f"{path}: not a readable Parquet file ({exc}); nothing was produced") from exc
+        if "value" not in table.column_names:
+            raise InvalidRecordError(f"{path}: Parquet input needs a 'value' column; found {table.column_names}")
+        return table
+    raise InvalidRecordError(f"{path}: unknown input format '{suffix}'; use .jsonl (JSON Lines) or .parquet")
 
 
 def read_parquet(spark: SparkSession, path: str) -> DataFrame:

@@ -139,7 +139,7 @@ class Producer:
 
     def send(
         self,
-        records: DataFrame,
+        records: DataFrame | pa.Table,
         sequence_start: int | None = None,
         on_progress: ProgressFn | None = None,
         rows: int | None = None,
@@ -160,8 +160,12 @@ class Producer:
         live source). ``stamps``: application versions committed with the records.
         """
         started = time.perf_counter()
-        after_mark = after_mark or ("sequence" not in records.columns and sequence_start is None)
-        records = self._local_if_small(records, rows)
+        columns = records.column_names if isinstance(records, pa.Table) else records.columns
+        after_mark = after_mark or ("sequence" not in columns and sequence_start is None)
+        if isinstance(records, pa.Table):  # rows read in the driver (``inputs.read_local_input``)
+            records = self._driver_batch(records)
+        else:
+            records = self._local_if_small(records, rows)
         if not after_mark:
             result = self._send(records, sequence_start or 0, None, on_progress, rows, stamps)
             return result.model_copy(update={"seconds": time.perf_counter() - started})
@@ -175,6 +179,15 @@ class Producer:
                 if attempt == self.settings.max_retries:
                     raise
         return result.model_copy(update={"seconds": time.perf_counter() - started})
+
+    def _driver_batch(self, rows: pa.Table) -> DataFrame | pa.Table:
+        """Rows already in the driver: produced from there (no JVM) when ``driver_batches.is_plain``
+        and one batch, else as a Spark frame through the Spark path."""
+        if "sequence" not in rows.column_names:  # each row's place, as the rows came
+            rows = rows.append_column("sequence", pa.array(range(rows.num_rows), pa.int64()))
+        if is_plain(rows.schema) and rows.num_rows <= self.settings.batch_size:
+            return rows
+        return self.spark.createDataFrame(rows)
 
     def _local_if_small(self, records: DataFrame, rows: int | None) -> DataFrame | pa.Table:
         """``records`` in the driver when they turn out to be few, whatever their origin (local

@@ -18,8 +18,6 @@ import logging
 import threading
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
-from log_store import rs_reader
-from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import LogSnapshot
 from log_store.topic_log import TopicLog
 from pipelines.gating import OffsetGate, Positions
@@ -42,8 +40,6 @@ class _TopicReads:
         return self.ctx.view(self.topic).snapshot
 
     def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
-        if reads_with_delta_rs(self.location):
-            return rs_reader.last_offset_of_epoch(self.location, partition, epoch)
         return TopicLog(self.ctx.spark, self.location).last_offset_of_epoch(partition, epoch)
 
 

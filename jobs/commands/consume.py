@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timezone
 
 import click
 
@@ -43,7 +44,7 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
     ``Partition:P  Offset:O  key  value`` (Kafka's console consumer with key, partition and offset
     shown); --json prints one JSON object per record.
     """
-    from pipelines.consumer import Consumer
+    from pipelines.consumer import ArrowHandler, Consumer
     from pipelines.group_consumer import GroupConsumer
 
     if (partition is None) != (offset is None):
@@ -51,17 +52,24 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
     if partition is not None and (group or output or standalone):
         raise click.UsageError("--partition reads without a group: drop --group, --output and --standalone")
 
-    def print_batch(df, _ranges) -> None:
-        for row in df.toLocalIterator():
+    def print_rows(rows) -> None:
+        for row in rows:
+            stamp = row["timestamp"]  # naive UTC, as Spark's rows give it, whichever read it
+            stamp = stamp.astimezone(timezone.utc).replace(tzinfo=None) if stamp is not None and stamp.tzinfo else stamp
             rec = {
                 "partition": row["partition"], "offset": row["offset"], "leader_epoch": row["leader_epoch"],
                 "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
                 "value": bytes(row["value"]).decode("utf-8", "replace"),
-                "timestamp": str(row["timestamp"]),
+                "timestamp": str(stamp),
             }
             line = json.dumps(rec) if as_json else \
                 f"Partition:{rec['partition']}\tOffset:{rec['offset']}\t{rec['key'] if rec['key'] is not None else 'null'}\t{rec['value']}"
             sys.stdout.write(line + "\n")
+
+    def print_batch(df, _ranges) -> None:
+        print_rows(df.toLocalIterator())
+
+    print_arrow = ArrowHandler(lambda batch, _ranges: print_rows(batch.to_pylist()))
 
     if partition is not None:
         from pipelines.partition_read import read_partition
@@ -85,10 +93,10 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
         update = lambda done, total: bar.update(task, completed=done, total=max_records)  # noqa: E731
         if standalone:
             consumer = Consumer(c.spark, c.root, topic, group, consumer_settings, member_id)
-            result = consumer.run_to_sink(output, max_records, update) if output else consumer.run(print_batch, max_records, update)
+            result = consumer.run_to_sink(output, max_records, update) if output else consumer.run(print_arrow, max_records, update)
         else:
             member = GroupConsumer(c.spark, c.root, topic, group, consumer_settings, settings, member_id)
-            result = member.run(None if output else print_batch, output, max_records, idle_timeout,
+            result = member.run(None if output else print_arrow, output, max_records, idle_timeout,
                                 on_batch=lambda _r, done: update(done, max_records))
     if output or not as_json:
         summary = result.model_dump()

@@ -17,12 +17,15 @@ from jobs.output import emit
 @pass_ctx
 def produce(c: Context, topic: str, input_path: str, producer_id: str | None, sequence_start: int, as_json: bool) -> None:
     """Produce the records of an input file to TOPIC."""
-    from pipelines.inputs import read_input
+    from log_store.dense_offsets import ONE_TASK_ROWS
+    from pipelines.inputs import read_input, read_local_input
     from pipelines.producer import Producer
 
     c.config
     producer = Producer(c.spark, c.root, topic, producer_id, c.config.producer, c.config.replication)
-    records = read_input(c.spark, input_path)
+    records = read_local_input(input_path, ONE_TASK_ROWS)  # a small local file: no JVM
+    if records is None:
+        records = read_input(c.spark, input_path)
     with progress_bar("producing batches") as bar:
         task = bar.add_task("produce", total=None)
         result = producer.send(records, sequence_start, lambda done, total: bar.update(task, completed=done, total=total))

@@ -323,10 +323,7 @@ def _offset_for(server: "Server", view: TopicView, partition: int, timestamp: in
         return high, -1
     path = view.record.location
     start = view.snapshot.first_offset(partition)
-    if reads_with_delta_rs(path):
-        found = rs_reader.first_offset_at(path, view.snapshot.version, partition, start, timestamp)
-    else:
-        found = TopicLog(server.ctx.spark, path).offset_for_timestamp(partition, timestamp)
+    found = TopicLog(server.ctx.spark, path).offset_for_timestamp(partition, timestamp, view.snapshot.version, start)
     if found is None or found >= high:
         return -1, -1  # no record at or after it: Kafka answers -1
     row = read_rows(server, view, [(partition, found, found + 1)])
@@ -361,10 +358,7 @@ def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int) -> 
     if epoch >= current:
         return current, high
     path = view.record.location
-    if reads_with_delta_rs(path):
-        last = rs_reader.last_offset_of_epoch(path, partition, epoch, view.snapshot.version)
-    else:
-        last = TopicLog(server.ctx.spark, path).last_offset_of_epoch(partition, epoch)
+    last = TopicLog(server.ctx.spark, path).last_offset_of_epoch(partition, epoch, view.snapshot.version)
     # epochs never fall as offsets rise: the first record of a later epoch follows the last of this one
     end = last + 1 if last >= 0 else view.snapshot.first_offset(partition)
     return epoch, min(end, high)

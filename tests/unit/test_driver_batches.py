@@ -9,7 +9,7 @@ import pytest
 
 from log_store.errors import InvalidRecordError
 from log_store.partitioner import partition_for, partition_for_unkeyed
-from pipelines.driver_batches import is_plain, normalized, partitioned, spark_is_plain
+from pipelines.driver_batches import HEADERS, is_plain, normalized, partitioned, spark_is_plain
 
 
 def batch(**columns):
@@ -23,7 +23,9 @@ def test_only_batches_whose_columns_mean_the_same_in_both_paths_are_plain():
     assert not is_plain(batch(key=["a"]).schema)  # no value: the Spark path says what is missing
     assert not is_plain(batch(key=[1], value=["x"]).schema)  # a number as text is Spark's cast
     assert not is_plain(batch(value=["x"], partition=[0]).schema)
-    assert not is_plain(batch(value=["x"], headers=[None]).schema)
+    assert is_plain(batch(value=["x"], headers=[None]).schema)  # none: as the Spark path leaves them
+    assert is_plain(batch(value=["x"], headers=pa.array([[{"key": "h", "value": b"v"}]], HEADERS)).schema)
+    assert not is_plain(batch(value=["x"], headers=[{"h": "v"}]).schema)  # a map: the Spark path converts it
     # a timestamp without a zone is read in the Spark session's zone by the Spark path
     assert not is_plain(batch(value=["x"], timestamp=pa.array([datetime(2026, 1, 1)], pa.timestamp("us"))).schema)
 
@@ -56,3 +58,10 @@ def test_keyed_records_go_where_kafka_puts_their_key_and_unkeyed_ones_by_sequenc
     out = partitioned(normalized(batch(key=["a", None, "b", None], value=["1", "2", "3", "4"]), 5, "p"), 3)
     assert out.column("partition").to_pylist() == [partition_for(b"a", 3), partition_for_unkeyed(6, 3),
                                                    partition_for(b"b", 3), partition_for_unkeyed(8, 3)]
+
+
+def test_headers_in_the_logs_form_are_kept_as_given():
+    headers = pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}], None], HEADERS)
+    out = normalized(batch(value=["v", "w"], headers=headers, sequence=[0, 1]), 0, "p")
+    assert out.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}], None]
+    assert normalized(batch(value=["v"], sequence=[0]), 0, "p").column("headers").to_pylist() == [None]
