@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from log_store.arrow_files import with_tags
-from log_store import commits
+from log_store import commits, rs_reader
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict, translate
@@ -417,7 +417,7 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
     file per partition. ``listing`` holds the files of the last commit this call made; they are
     this transaction's too if no other commit came since (its own commits only changed ``done``
     partitions), else they are listed again."""
-    txn = DeltaTransaction.start(spark, path)
+    txn = commits.start(spark, path, "the log table")
     if listing and listing[0].version == txn.read_version:
         files = listing[0].files
     else:
@@ -441,14 +441,21 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
     arrival = meta_layout(txn) == ARRIVAL
     if arrival:
         runs = whole_files(runs, files)
-    log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+    in_driver = not is_remote(path)  # read with delta-rs, written with pyarrow: no Spark job
+    log = None if in_driver else spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
     merged = {p: 0 for p in runs}
     removed: dict[str, DataFile] = {}
     for k in range(max(len(found) for found in runs.values())):
         ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
         where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
+        rows = rs_reader.log_ranges(path, txn.read_version, ranges) if in_driver else None
         if arrival:
-            written_by = write_segments(txn, to_arrow(log.where(where)), [(p, a, b) for p, (a, b) in ranges.items()])
+            rows = rows if in_driver else to_arrow(log.where(where))
+            written_by = write_segments(txn, rows, [(p, a, b) for p, (a, b) in ranges.items()])
+        elif in_driver:
+            written = txn.write_rows(rows.sort_by([("partition", "ascending"), ("offset", "ascending")]),
+                                     data_change=False)
+            written_by = {p: [f for f in written if f.partition_values.get("partition") == str(p)] for p in ranges}
         else:
             written = txn.write(log.where(where).coalesce(1).sortWithinPartitions("partition", "offset"),
                                 data_change=False)

@@ -9,10 +9,12 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from log_store import commits
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
-from log_store.errors import InvalidConfigurationError, OffsetCheckError
+from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
+from log_store.files import is_remote
 from log_store.log_files import (
     COMMIT_BYTES,
     RANGES_TAG,
@@ -36,7 +38,10 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     the deleted rows go to the change feed as deletes, as Delta's DELETE writes them, so the feed
     shows no row inserted twice. Raises ConcurrentCommitError when another commit removed a file
     first (the caller retries)."""
-    txn = DeltaTransaction.start(spark, path)
+    txn = commits.start(spark, path, "the log table")
+    if meta_layout(txn) == ARRIVAL and not isinstance(txn, DeltaTransaction):
+        txn.release()  # an arrival log's rewrite writes the change feed's rows with Spark's writer
+        txn = DeltaTransaction.start(spark, path)
     files = partition_files(txn)
 
     def doomed(f: DataFile) -> bool:
@@ -46,6 +51,10 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     if not holding:
         return []
     if meta_layout(txn) != ARRIVAL:
+        if not is_remote(path):  # delta-rs's DELETE (it writes the change feed's deletes as Delta's does)
+            txn.release()
+            _delete_with_delta_rs(path, " OR ".join(f'("partition" = {p} AND "offset" < {ends[p]})' for p in holding))
+            return holding
         cond = " OR ".join(f"(partition = {p} AND offset < {ends[p]})" for p in holding)
         spark.sql(f"DELETE FROM delta.`{path}` WHERE {cond}")
         return holding
@@ -82,6 +91,17 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     txn.remove((vs[0].action() for vs in batch), data_change=True)
     txn.commit_as("DELETE", {})
     return sorted({f.partition for vs in batch for f in vs if doomed(f)})
+
+
+def _delete_with_delta_rs(path: str, predicate: str) -> None:
+    from deltalake.exceptions import CommitFailedError
+
+    from log_store.rs_tables import open_table
+
+    try:
+        open_table(path).delete(predicate)
+    except CommitFailedError as exc:
+        raise ConcurrentCommitError(f"the log at {path} changed while rows were deleted") from exc
 
 
 class LayoutChange(BaseModel):

@@ -103,9 +103,11 @@ def arrow(path: str, version: int | None = None, storage: Storage = None) -> pa.
     return _scan(path, _table(path, version, storage), "SELECT * FROM t")
 
 
-def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str]) -> pa.Table:
-    """The records of a local topic log in [start, end) of each partition, as of ``version``: a
-    small read without a Spark job (Spark's read at a version rebuilds that version's state)."""
+def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str] | None = None
+               ) -> pa.Table:
+    """The records of a local topic log in [start, end) of each partition, as of ``version``
+    (``columns``, default all): a small read without a Spark job (Spark's read at a version
+    rebuilds that version's state)."""
     import pyarrow.compute as pc
 
     want = None

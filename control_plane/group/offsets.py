@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
 from control_plane.records import CommitKind, ExpiredRange, OffsetCommit, TopicPartition
-from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, counted, latest_position_rows, reduced_commits
+from control_plane.tables import ORDER_TIEBREAK, ControlTables, commit_key, counted, latest_rows, latest_position_rows, reduced_commits
 from control_plane.topics import TopicAdmin
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import IllegalGenerationError, UnknownGroupError
@@ -359,6 +359,9 @@ class GroupOffsets:
         """Groups whose latest row (in commit order) is a deletion: nothing happened since."""
         if not self.tables.exists("offset_commits"):
             return set()
+        if self.tables.reads_without_spark("offset_commits"):
+            latest = latest_rows("offset_commits", self.tables.ordered_rows("offset_commits"), "group")
+            return {group for (group,), r in latest.items() if r["kind"] == CommitKind.DELETED.value}
         rows = (self.tables.ordered("offset_commits").groupBy("group")
                 .agg(F.max_by("kind", F.struct("_order", *ORDER_TIEBREAK["offset_commits"])).alias("kind"))
                 .where(F.col("kind") == CommitKind.DELETED.value).select("group").collect())
@@ -367,6 +370,11 @@ class GroupOffsets:
     def interested_groups(self, topic: str) -> list[str]:
         """Groups that subscribed to ``topic`` (a member joined for it) or committed on it, and
         were not deleted since."""
+        if self.tables.reads_without_spark("offset_commits") and self.tables.reads_without_spark("group_members"):
+            found = {r["group"] for r in self.tables.ordered_rows("offset_commits")
+                     if r["topic"] == topic and r["partition"] >= 0}
+            found |= {r["group"] for r in self.tables.ordered_rows("group_members") if topic in (r["topics"] or [])}
+            return sorted(found - self.deleted())
         commits = self.tables.read("offset_commits").where((F.col("topic") == topic) & (F.col("partition") >= 0))
         members = self.tables.read("group_members").where(F.array_contains("topics", topic))
         rows = commits.select("group").union(members.select("group")).distinct().collect()

@@ -59,6 +59,16 @@ def test_topics_produce_consume_and_groups_start_no_jvm(tmp_path):
     lakelog(root, "produce", "--topic", "t", "--input", records_file(tmp_path, 10, "more.jsonl"))
     assert len(consumed(root, "t", "g")) == 10  # the group goes on from its positions after the resize
 
+    compacted = json.loads(lakelog(root, "topics", "compact", "--topic", "t", "--json").stdout)
+    assert compacted and all(c["files_after"] < c["files_before"] for c in compacted)
+    again = consumed(root, "t", "fresh")
+    assert len(again) == 110 and len({(r["partition"], r["offset"]) for r in again}) == 110
+    lakelog(root, "topics", "alter", "--topic", "t", "--partitions", "4", "--delete-partition-enable")
+    lakelog(root, "controller", "tick")
+    shrunk = json.loads(lakelog(root, "topics", "describe", "--topic", "t", "--json").stdout)
+    # every interested group drained partition 4: retired at once, its rows deleted (delta-rs's DELETE)
+    assert [p["mode"] for p in shrunk["partitions"]][:5] == ["ReadWrite"] * 4 + ["None"]
+
     lakelog(root, "topics", "delete", "--topic", "t")
     lakelog(root, "topics", "create", "--topic", "t", "--partitions", "2")
     lakelog(root, "produce", "--topic", "t", "--input", records_file(tmp_path, 5, "new.jsonl"), "--producer-id", "P")
