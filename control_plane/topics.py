@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
@@ -41,6 +40,7 @@ from log_store.log_metadata import (
     FOLLOWER, LEADER, PARTITIONED, REPLICA_EPOCH_PROP, REPLICA_ROLE_PROP, TOPIC_ID_PROP, LogSnapshot, Mode,
     TopicLogMetadata,
 )
+from log_store.table_create import table_exists
 from log_store.topic_log import DEFAULT_LAYOUT, TopicLog
 
 
@@ -232,7 +232,7 @@ class TopicAdmin:
         by creating again. Returns the leader's log location."""
         paths = [RootLayout(r).topic(topic) + (f"~{version}" if again else "") for r in roots]
         # one topic id for every root's log: the first root's, if a crashed attempt made it already
-        topic_id = TopicLog(self.spark, paths[0]).table_id() if DeltaTable.isDeltaTable(self.spark, paths[0]) \
+        topic_id = TopicLog(self.spark, paths[0]).table_id() if table_exists(self.spark, paths[0]) \
             else str(uuid.uuid4())
         for i, path in enumerate(paths):
             TopicLog.create(self.spark, path, wanted, version, PARTITIONED,

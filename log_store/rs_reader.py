@@ -261,6 +261,14 @@ def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], co
     return _query(path, version, f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"', storage)
 
 
+def first_sequences(path: str, version: int, points: Mapping[int, int], storage: Storage = None) -> list[dict]:
+    """Each producer's first sequence (``{"producer_id", "first"}``) among the records at and
+    above ``points`` (partition -> offset) of the log at ``path`` as of ``version``."""
+    where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(o)})' for p, o in sorted(points.items()))
+    return _query(path, version, f'SELECT producer_id, min("sequence") AS first FROM t WHERE ({where}) '
+                                 "AND producer_id IS NOT NULL GROUP BY producer_id", storage).to_pylist()
+
+
 def first_offset_at(path: str, version: int, partition: int, start: int, timestamp_ms: int,
                     storage: Storage = None) -> int | None:
     """The first offset at or after ``start`` of ``partition`` whose record's timestamp is at or

@@ -29,11 +29,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.replication.rules import truncation_points
-from log_store import rs_reader
+from log_store import commits, rs_reader
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
+from log_store.rs_engine import RsTransaction
+from log_store.table_create import table_exists
 from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import (
@@ -113,11 +115,12 @@ class CopyResult(BaseModel):
         return sum(self.copied.values())
 
 
-def open_log(spark: SparkSession, path: str) -> DeltaTransaction:
-    """A transaction on the log at ``path``; StorageError if there is none (a root lost or not
-    mounted): Delta would otherwise start a new table there."""
+def open_log(spark: SparkSession, path: str, with_spark: bool = False) -> "DeltaTransaction | RsTransaction":
+    """A transaction on the log at ``path`` (the engine ``log_store.commits`` chooses; Delta's
+    with ``with_spark``); StorageError if there is none (a root lost or not mounted): Delta would
+    otherwise start a new table there."""
     try:
-        txn = DeltaTransaction.start(spark, path)
+        txn = DeltaTransaction.start(spark, path) if with_spark else commits.start(spark, path, "the log")
     except StorageError:
         raise
     except Exception as exc:
@@ -129,7 +132,7 @@ def open_log(spark: SparkSession, path: str) -> DeltaTransaction:
 
 def has_log(spark: SparkSession, path: str) -> bool:
     """Whether a log is at ``path`` (its Delta log read now, not a cached view of it)."""
-    return DeltaTransaction.start(spark, path).read_version >= 0
+    return table_exists(spark, path)
 
 
 def _ends(txn: DeltaTransaction, conf: Mapping[str, str]) -> dict[int, int]:
@@ -220,6 +223,8 @@ def _write_ranges(spark: SparkSession, txn: DeltaTransaction, source: str, versi
     pyarrow from the driver, as a small produce is: Spark's read at a version and its write job cost
     about 1.2 s for 100 records."""
     columns = [f.name for f in RECORD_SCHEMA.fields]
+    if isinstance(txn, RsTransaction):  # a local log: read with delta-rs, written by pyarrow, no Spark job
+        return txn.write_rows(rs_reader.log_ranges(source, version, ranges, columns), partition_by="partition")
     if use_one_task(sum(b - a for a, b in ranges.values())):
         if reads_with_delta_rs(source):
             rows = rs_reader.log_ranges(source, version, ranges, columns)
@@ -269,8 +274,12 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
     sknown = src.snapshot_app_versions()
     s_ends = {p: log_end(sknown, p, pm.start_offset) for p, pm in smeta.partitions.items()}
 
+    # delta-rs commits table properties or files, not both: a copy that changes the follower's
+    # properties (a resize, an election's epochs) with records goes through Delta's engine
+    with_spark = [False]
+
     def attempt() -> CopyResult:
-        txn = open_log(spark, target)
+        txn = open_log(spark, target, with_spark[0])
         tconf = txn.configuration()
         trole = Role.of(tconf)
         if trole.fence > stamp:  # the seed's stateChangeListener
@@ -315,10 +324,17 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),
                   REPLICA_DATA_EPOCH_PROP: str(srole.data)}
         drop = [k for k in tconf if k.startswith("lakelog.") and k not in props and k not in _OWN_PROPS]
-        changed = {k: v for k, v in props.items() if tconf.get(k) != v}
+        # the role as ``Role.of`` reads it (a log made without its epochs holds epoch 0's)
+        effective = {**tconf, REPLICA_ROLE_PROP: trole.role, REPLICA_EPOCH_PROP: str(trole.fence),
+                     REPLICA_DATA_EPOCH_PROP: str(trole.data)}
+        changed = {k: v for k, v in props.items() if effective.get(k) != v}
         if not ranges and not apps and not changed and not drop and not truncated:
             return CopyResult(source_version=src.read_version, version=None, copied={}, log_ends=t_ends,
                               data_epoch=trole.data)
+        if (changed or drop) and (ranges or truncated) and isinstance(txn, RsTransaction):
+            txn.release()
+            with_spark[0] = True
+            return attempt()
         copied: dict[int, int] = {}
         if ranges:
             copied = _counted(_write_ranges(spark, txn, source, src.read_version, ranges))
@@ -376,10 +392,13 @@ def _marks_truncated(spark: SparkSession, path: str, version: int, points: Point
     dropped (Kafka truncates a partition's producer state with its log): a retry of those records,
     or the replay of their micro-batch, lands them again rather than being taken for a duplicate of
     records the log no longer holds. (A copy takes its source's marks instead.)"""
-    cond = " OR ".join(f"(partition = {p} AND offset >= {o})" for p, o in sorted(points.items()))
-    firsts = (spark.read.format("delta").option("versionAsOf", version).load(path).where(cond)
-              .where(F.col("producer_id").isNotNull()).groupBy("producer_id")
-              .agg(F.min("sequence").alias("first")).collect())
+    if reads_with_delta_rs(path):
+        firsts = rs_reader.first_sequences(path, version, points)
+    else:
+        cond = " OR ".join(f"(partition = {p} AND offset >= {o})" for p, o in sorted(points.items()))
+        firsts = (spark.read.format("delta").option("versionAsOf", version).load(path).where(cond)
+                  .where(F.col("producer_id").isNotNull()).groupBy("producer_id")
+                  .agg(F.min("sequence").alias("first")).collect())
     out: dict[str, int] = {}
     for row in firsts:
         if row["first"] is None:
