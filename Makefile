@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-serve bench-realtime bench-all clean check-tools
+.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-serve bench-cli bench-realtime bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -106,6 +106,10 @@ bench-replication: setup
 # lakelog serve beside a Kafka 4.4 broker, with Kafka's own performance tools (about 15 minutes).
 bench-serve: setup
 	$(BIN)/python benchmarks/serve.py $(BENCH_ARGS)
+
+# Small commands as a user types them (a new process each), beside a raw delta-rs append.
+bench-cli: setup
+	$(BIN)/python benchmarks/cli_commands.py $(BENCH_ARGS)
 
 # Spark's real-time mode with Kafka at both ends, through lakelog serve and a Kafka broker.
 bench-realtime: setup

@@ -1,6 +1,7 @@
 """``lakelog serve`` beside a Kafka 4.4 broker on the same machine, with Kafka's own tools.
 
     .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--cases all|consume] [--json-out FILE]
+                                         [--before CHECKOUT]
 
 One after another (only one of them uses the machine at a time):
 
@@ -14,7 +15,9 @@ One after another (only one of them uses the machine at a time):
 4. 1, 8 and 32 concurrent producers (librdkafka, one process): aggregate records a second and the
    topic's Delta commits a second;
 5. the server's own cost over all of it: start to listening, CPU seconds of its Python and of its
-   JVM, resident memory at the end.
+   JVM (if it starts one), resident memory at the end;
+6. with ``--before CHECKOUT`` (a worktree of an earlier commit), that checkout's server through
+   steps 1-3 and 5 too, for a before/after column in the same run.
 
 Prints each measurement as it is made, then one table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/serve-<time>.json``) after every
@@ -51,7 +54,7 @@ OBJECT_STORE_PRODUCER = ["batch.size=1048576", "linger.ms=50", "buffer.memory=26
 class LakelogServer:
     """``lakelog serve`` in a process of its own over a fresh root."""
 
-    def __init__(self, serve: dict | None = None) -> None:
+    def __init__(self, serve: dict | None = None, checkout: Path = HERE.parent) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -65,11 +68,11 @@ class LakelogServer:
             conf = yaml.safe_load((HERE.parent / "conf" / "local.yaml").read_text()) | {"serve": serve}
             env["LAKELOG_CONF"] = f"{folder}/conf.yaml"
             Path(env["LAKELOG_CONF"]).write_text(yaml.safe_dump(conf))
-        env["PYTHONPATH"] = str(HERE.parent)  # this checkout's code, whichever the virtualenv was made in
+        env["PYTHONPATH"] = str(checkout)  # that checkout's code, whichever the virtualenv was made in
         began = time.monotonic()
-        self.process = subprocess.Popen([str(HERE.parent / ".venv" / "bin" / "lakelog"), "--root", self.root, "serve",
+        self.process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--root", self.root, "serve",
                                          "--listen", self.bootstrap, "--json"], stdout=subprocess.PIPE, text=True,
-                                        env=env)
+                                        env=env, cwd=checkout)
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError("lakelog serve did not start")
@@ -191,9 +194,6 @@ def consume_only(n: int, parts: int, step, figures: dict, out: Path) -> None:
             mine, theirs = figures[side]["acks1"].get(key), figures["kafka"]["acks1"].get(key)
             if mine and theirs:
                 print(f"{side} {what}: {mine:,.0f} rec/s, Kafka 4.4 {theirs:,.0f} rec/s, ratio {mine / theirs:.2f}")
-    u = ll["server"]
-    print(f"server: {u['start_s']} s to listen; CPU {u['python_cpu_s']} s in Python, {u['jvm_cpu_s']} s in the JVM; "
-          f"{u['rss_mib']} MiB resident at the end")
     print(f"figures: {out}")
 
 
@@ -203,6 +203,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--cases", choices=["all", "consume"], default="all")
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--before", default=None, help="another checkout (an earlier commit) whose server runs the "
+                        "produce, steady and end-to-end cases too, in the same run, for a before/after column")
     args = parser.parse_args()
     n, parts = args.records, args.partitions
     figures: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
@@ -239,9 +241,21 @@ def main() -> None:
         step("lakelog", "server", server.usage)
     finally:
         server.stop()
+    if args.before:
+        earlier = LakelogServer(checkout=Path(args.before).resolve())
+        try:
+            s = earlier.bootstrap
+            step("before", "acks1", lambda: perf(s, n, parts, "1"))
+            step("before", "acks_all", lambda: perf(s, n, parts, "all"))
+            step("before", "steady", lambda: steady(s, parts, 5000, 10))
+            step("before", "e2e", lambda: end_to_end(s, 100))
+            step("before", "server", earlier.usage)
+        finally:
+            earlier.stop()
     figures["load_after"] = os.getloadavg()
     out.write_text(json.dumps(figures, indent=2))
     k, ll = figures["kafka"], figures["lakelog"]
+    b = figures.get("before")
     rows = [("produce acks=1, rec/s", ll["acks1"]["produce_rec_s"], k["acks1"]["produce_rec_s"]),
             ("produce acks=all, rec/s", ll["acks_all"]["produce_rec_s"], k["acks_all"]["produce_rec_s"]),
             ("produce acks=1, object-store producer settings, rec/s", ll["acks1_object_store_settings"]["produce_rec_s"],
@@ -250,15 +264,23 @@ def main() -> None:
             ("produce p99 at 5,000 rec/s, ms", ll["steady"]["p99_ms"], k["steady"]["p99_ms"]),
             ("end-to-end p50, ms", ll["e2e"]["p50_ms"], k["e2e"]["p50_ms"]),
             ("end-to-end p99, ms", ll["e2e"]["p99_ms"], k["e2e"]["p99_ms"])]
-    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12} {'ratio':>8}")
+    earlier = {"produce acks=1, rec/s": ("acks1", "produce_rec_s"), "produce acks=all, rec/s": ("acks_all", "produce_rec_s"),
+               "consume, rec/s": ("acks1", "consume_rec_s"), "produce p99 at 5,000 rec/s, ms": ("steady", "p99_ms"),
+               "end-to-end p50, ms": ("e2e", "p50_ms"), "end-to-end p99, ms": ("e2e", "p99_ms")}
+    print(f"{'case':60} {'lakelog serve':>14} {'Kafka 4.4':>12} {'ratio':>8}" + (f" {'before':>12} {'ratio':>8}" if b else ""))
     for what, mine, theirs in rows:
-        print(f"{what:60} {mine:14,.1f} {theirs:12,.1f} {mine / theirs if theirs else float('nan'):8.2f}")
+        line = f"{what:60} {mine:14,.1f} {theirs:12,.1f} {mine / theirs if theirs else float('nan'):8.2f}"
+        if b and what in earlier:
+            then = b[earlier[what][0]][earlier[what][1]]
+            line += f" {then:12,.1f} {then / theirs if theirs else float('nan'):8.2f}"
+        print(line)
     for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS):
         print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
               f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
-    u = ll["server"]
-    print(f"server: {u['start_s']} s to listen; CPU {u['python_cpu_s']} s in Python, {u['jvm_cpu_s']} s in the JVM; "
-          f"{u['rss_mib']} MiB resident at the end")
+    for name, u in (("server", ll["server"]), ("before", b["server"] if b else None)):
+        if u:
+            print(f"{name}: {u['start_s']} s to listen; CPU {u['python_cpu_s']} s in Python, {u['jvm_cpu_s']} s in the "
+                  f"JVM; {u['rss_mib']} MiB resident at the end")
     print(f"figures: {out}")
 
 

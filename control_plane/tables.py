@@ -29,7 +29,7 @@ from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
-from log_store.table_create import create_table, finish, half_made, table_exists
+from log_store.table_create import create_table, table_exists
 
 _CHECKED: set[str] = set()
 _COMPLETE: set[str] = set()  # control table paths known to exist with every column
@@ -223,8 +223,6 @@ class ControlTables:
         if self.layout.root in _CHECKED:
             return
         path = self.path("topics")
-        if half_made(path, FORMAT_PROP):  # by a process making the root now: finished here
-            finish(path, COMMON_PROPERTIES, "the control table topics")
         if table_exists(self.spark, path):
             txn = commits.start(self.spark, path, "the control table topics")
             try:

@@ -35,11 +35,6 @@ def _schemas(spark: SparkSession | None, schema: str | StructType) -> tuple[Stru
         return _SCHEMAS[schema]
 
 
-def arrow_schema_of(schema: str | StructType) -> pa.Schema:
-    """``schema`` (a StructType or a column list) as Arrow writes it (timestamps in UTC)."""
-    return _schemas(None, schema)[1]
-
-
 def _arrow_schema(struct: StructType) -> pa.Schema:
     """Spark's Arrow form of ``struct``; a TIMESTAMP (an instant) as microseconds in UTC."""
     return to_arrow_schema(struct, timezone="UTC")

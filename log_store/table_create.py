@@ -1,38 +1,61 @@
-"""Making a table lakelog writes (a topic's log, a control table): through delta-rs on a local root,
-through Spark's Delta builder on an object store (whose credentials Spark's session holds). Either
-way it is safe to race: a process that loses finds the table made, and the caller compares what it
-finds with what it wanted.
+"""Making a table lakelog writes (a topic's log, a control table): on a local root by writing its
+first commit as Delta's protocol describes it, on an object store through Spark's Delta builder
+(whose credentials Spark's session holds). Either way it is safe to race: a process that loses
+finds the table made, and the caller compares what it finds with what it wanted.
 
-delta-rs refuses properties outside ``delta.*`` when a table is made, so a table is made in two
-commits: version 0 with the schema and Delta's properties, then lakelog's own properties. A table
-at version 0 without them is half made; whoever finds it so finishes it (``finish``), and readers
-treat it as not made yet (``half_made``).
+Why lakelog writes version 0 itself on a local root rather than through delta-rs's
+``DeltaTable.create``: delta-rs 1.6.6 refuses properties outside ``delta.*`` at creation (lakelog
+keeps a topic's partition metadata in ``lakelog.*`` properties, so a table made by delta-rs would
+need a second commit, and be half made in between), and it lists no ``invariants`` writer feature
+for a table-features protocol whose schema has NOT NULL columns, which Spark's Delta then refuses
+to read at that version ("enabled in metadata but not listed in protocol"). The commit is one
+JSON file linked into ``_delta_log`` under version 0's name (a hard link fails if the name
+exists: put-if-absent, as delta-rs commits on a local disk).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from pyspark.sql.types import DataType, StructType, TimestampNTZType
 
 from log_store import delta_log
-from log_store.delta_errors import create_racing, retry_on_conflict
-from log_store.errors import ConcurrentCommitError, StorageError
-from log_store.files import is_remote
-from log_store.frames import arrow_schema_of
-from log_store.object_store import arrow_filesystem
+from log_store.delta_errors import create_racing
+from log_store.errors import StorageError
+from log_store.files import is_remote, local_path
+
+# What a table with a TIMESTAMP_NTZ column needs (reader 3, writer 7 with table features), and the
+# features of writer version 4 a table-features protocol must list once in use (NOT NULL columns:
+# invariants; the change feed), as Spark's Delta makes such a table.
+NTZ_PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["timestampNtz"],
+                "writerFeatures": ["appendOnly", "invariants", "changeDataFeed", "timestampNtz"]}
+PLAIN_PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 4}
 
 
-def create_table(spark: SparkSession | None, path: str, schema: StructType, properties: dict[str, str],
-                 partition_by: str | None = None, what: str = "the table") -> None:
-    """Make the table at ``path`` unless it is there (or finish one half made)."""
+def create_table(spark, path: str, schema: StructType, properties: dict[str, str], partition_by: str | None = None,
+                 what: str = "the table") -> None:
+    """Make the table at ``path`` unless it is there."""
     if is_remote(path):
         _create_with_spark(spark, path, schema, properties, partition_by, what)
     else:
-        _create_with_delta_rs(path, schema, properties, partition_by, what)
+        _create_local(path, schema, properties, partition_by, what)
 
 
-def _create_with_spark(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str],
-                       partition_by: str | None, what: str) -> None:
+def table_exists(spark, path: str) -> bool:
+    """Whether a table is at ``path`` (on a local root: a commit listed, no JVM)."""
+    if is_remote(path):
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(spark, path)
+    return _version(path) >= 0
+
+
+def _create_with_spark(spark, path: str, schema: StructType, properties: dict[str, str], partition_by: str | None,
+                       what: str) -> None:
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
@@ -51,74 +74,50 @@ def _create_with_spark(spark: SparkSession, path: str, schema: StructType, prope
     create_racing(execute, path, what)  # ... or is creating it now: wait
 
 
-def _create_with_delta_rs(path: str, schema: StructType, properties: dict[str, str], partition_by: str | None,
-                          what: str) -> None:
-    from deltalake import DeltaTable
+def first_commit(schema: StructType, properties: dict[str, str], partition_by: str | None, now_ms: int) -> list[dict]:
+    """Version 0 of a new table: commit info, protocol and metadata (Delta's protocol)."""
+    protocol = NTZ_PROTOCOL if _has(schema, TimestampNTZType) else PLAIN_PROTOCOL
+    partitions = [partition_by] if partition_by else []
+    meta = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}}, "schemaString": schema.json(),
+            "partitionColumns": partitions, "configuration": dict(properties), "createdTime": now_ms}
+    info = {"timestamp": now_ms, "operation": "CREATE TABLE",
+            "operationParameters": {"partitionBy": json.dumps(partitions), "properties": json.dumps(properties)},
+            "isBlindAppend": True, "engineInfo": "lakelog"}
+    return [{"commitInfo": info}, {"protocol": protocol}, {"metaData": meta}]
 
-    from log_store.rs_tables import uri
 
-    if _version(path) < 0:
-        delta_props = {k: v for k, v in properties.items() if k.startswith("delta.")}
+def _create_local(path: str, schema: StructType, properties: dict[str, str], partition_by: str | None, what: str) -> None:
+    if _version(path) >= 0:
+        return
+    log_dir = Path(local_path(path)) / "_delta_log"
+    body = "".join(json.dumps(action) + "\n" for action in first_commit(schema, properties, partition_by,
+                                                                         int(time.time() * 1000)))
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        staged = log_dir / f".{uuid.uuid4().hex}.json.tmp"
+        staged.write_text(body)
         try:
-            DeltaTable.create(uri(path), arrow_schema_of(schema), partition_by=[partition_by] if partition_by else None,
-                              configuration=delta_props, mode="ignore")
-        except Exception as exc:  # noqa: BLE001 - a racing process made version 0 first: fine if it is there
-            if _version(path) < 0:
-                raise StorageError(f"{what} at {path} could not be made: {str(exc).strip().splitlines()[0][:300]}") from exc
-    finish(path, properties, what)
+            os.link(staged, log_dir / f"{0:020d}.json")
+        except FileExistsError:
+            pass  # a racing creator's version 0: the caller compares what it made
+        finally:
+            staged.unlink(missing_ok=True)
+    except OSError as exc:
+        raise StorageError(f"{what} at {path} could not be made ({exc}): is its root lost or read-only?") from exc
 
 
-def finish(path: str, properties: dict[str, str], what: str = "the table") -> None:
-    """Give a table made by delta-rs lakelog's own ``properties`` if it lacks them (one commit;
-    a racing finisher's commit wins, and this one then finds them set)."""
-    from deltalake import CommitProperties
-    from deltalake.exceptions import CommitFailedError
-
-    from log_store.rs_tables import open_table
-
-    own = {k: v for k, v in properties.items() if not k.startswith("delta.")}
-
-    def attempt() -> None:
-        table = open_table(path)
-        configuration = table.metadata().configuration
-        if all(k in configuration for k in own):
-            return
-        try:
-            table.alter.set_table_properties(own, raise_if_not_exists=False,
-                                             commit_properties=CommitProperties(max_commit_retries=0))
-        except CommitFailedError as exc:
-            raise ConcurrentCommitError(f"{what} at {path} was being finished by another process") from exc
-
-    if own:
-        retry_on_conflict(attempt, attempts=20)
-
-
-def table_exists(spark: SparkSession | None, path: str) -> bool:
-    """Whether a table is at ``path`` (on a local root: a commit listed, no JVM)."""
-    if is_remote(path):
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(spark, path)
-    return _version(path) >= 0
-
-
-def half_made(path: str, prop: str) -> bool:
-    """Whether the local table at ``path`` is one delta-rs made whose own properties are not set
-    yet: at version 0, without ``prop``, and made by delta-rs (an earlier lakelog made its tables
-    with Spark, in one commit)."""
-    if is_remote(path) or _version(path) != 0:
-        return False
-    fs, local = arrow_filesystem(path)
-    actions = delta_log.commit_actions(fs, f"{local}/_delta_log", 0) or []
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    meta = next((a["metaData"] for a in actions if "metaData" in a), {})
-    return str(info.get("engineInfo", "")).startswith("delta-rs") and prop not in (meta.get("configuration") or {})
+def _has(kind: DataType, wanted: type) -> bool:
+    """Whether ``kind`` is, or holds anywhere inside it, a ``wanted`` type."""
+    if isinstance(kind, wanted):
+        return True
+    if isinstance(kind, StructType):
+        return any(_has(f.dataType, wanted) for f in kind.fields)
+    inner = [getattr(kind, a) for a in ("elementType", "keyType", "valueType") if hasattr(kind, a)]
+    return any(_has(k, wanted) for k in inner)
 
 
 def _version(path: str) -> int:
-    fs, local = arrow_filesystem(path)
     try:
-        return delta_log.latest_local_version(f"{local}/_delta_log")
+        return delta_log.latest_local_version(str(Path(local_path(path)) / "_delta_log"))
     except OSError as exc:
         raise StorageError(f"the table at {path} cannot be read ({exc}): is its root lost or not mounted?") from exc
-

@@ -19,7 +19,8 @@ from jobs.output import emit, stdout
 def audit(c: Context, topic: str, sink: str | None, report_path: str | None, samples: int, group: str | None,
           as_json: bool) -> None:
     """Check TOPIC's log (dense offsets, non-decreasing epochs) and a sink (no loss, no
-    duplicate, per-key order). Exits 1 when a check fails; the report says which records."""
+    duplicate, per-key order). Exits 1 when a check fails; the report says which records.
+    Runs Spark jobs (starts a JVM)."""
     from pipelines.audit import run_audit
 
     c.config

@@ -21,7 +21,8 @@ from jobs.output import emit, stderr
 @click.option("--partition", type=click.IntRange(min=0), default=None,
               help="Read this one partition without a group (needs --offset; commits nothing).")
 @click.option("--offset", default=None, metavar="N|earliest|latest", help="With --partition: where to start.")
-@click.option("--output", default=None, help="Delta sink table path: records are written there exactly once.")
+@click.option("--output", default=None, help="Delta sink table path: records are written there exactly once "
+              "(by Spark: starts a JVM; to the terminal, on a local root, none starts).")
 @click.option("--max-records", default=None, type=click.IntRange(min=1))
 @click.option("--member-id", default=None, help="Name this member (default: a random id).")
 @click.option("--protocol", type=click.Choice(["eager", "cooperative"]), default=None, help="Rebalance protocol (conf: group.protocol).")

@@ -11,7 +11,8 @@ from jobs.context import Context, json_option, pass_ctx
 @json_option
 @pass_ctx
 def demo(c: Context, as_json: bool) -> None:
-    """Create a topic, produce keyed records, consume them with a group, and show what happened."""
+    """Create a topic, produce keyed records, consume them with a group, and show what happened.
+    Runs Spark jobs (starts a JVM)."""
     from jobs.demo import run_demo
 
     run_demo(c.spark, c.root, c.config, as_json)

@@ -30,7 +30,8 @@ from log_store.errors import LakelogError
 @pass_ctx
 def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
            max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None, as_json: bool) -> None:
-    """Stream TOPIC into the Delta table OUTPUT, exactly once through the query's CHECKPOINT."""
+    """Stream TOPIC into the Delta table OUTPUT, exactly once through the query's CHECKPOINT.
+    A Spark Structured Streaming query (starts a JVM)."""
     query = None
     try:
         query = _start(c, topic, output, checkpoint, group, starting_offsets, max_offsets_per_trigger,

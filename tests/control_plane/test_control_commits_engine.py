@@ -1,7 +1,7 @@
-"""Which engine commits the control plane's frequent writes on a local root: delta-rs (no JVM) for
-liveness ticks, control-table rows and positions; Delta's through Spark for a commit that raises a
-table property with rows (a group's generation fence), which delta-rs cannot make in one commit.
-The fence holds across the two: a position of a generation the fence passed is refused."""
+"""Which engine commits the control plane's writes on a local root: delta-rs (no JVM) for liveness
+ticks, control-table rows, positions and a group's generation fence (an application version raised
+with its rows). A fence an earlier release kept as a table property still fences, and a raise
+passes it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def by_delta_rs(table: str) -> bool:
     return last_commit_info(table)["engineInfo"].startswith("delta-rs")
 
 
-def test_ticks_rows_and_positions_commit_through_delta_rs_and_the_fence_raise_through_delta(spark, root):
+def test_ticks_rows_positions_and_fence_raises_commit_through_delta_rs(spark, root):
     servers = ServerRegistry(spark, root)
     node = servers.register("localhost", 9092)
     assert by_delta_rs(servers.path), "a server's row"
@@ -39,10 +39,30 @@ def test_ticks_rows_and_positions_commit_through_delta_rs_and_the_fence_raise_th
     offsets.commit("standalone", "t", {0: 5})  # outside any group: a plain append
     assert by_delta_rs(table)
     assert offsets.raise_fence("g", 2, "m1")
-    assert not by_delta_rs(table), "the fence's property and its rows in one commit: Delta's engine"
+    assert by_delta_rs(table), "the fence is an application version raised with its rows"
+    assert not offsets.raise_fence("g", 2, "m2")  # raised once, whoever comes second
     offsets.commit("g", "t", {0: 10, 1: 4}, generation=2, member_id="m1")
     assert by_delta_rs(table)
     assert offsets.committed("g", "t") == {0: 10, 1: 4}
     with pytest.raises(IllegalGenerationError):
         offsets.commit("g", "t", {0: 11}, generation=1, member_id="m0")  # a zombie of an older generation
     assert offsets.committed("g", "t") == {0: 10, 1: 4}
+
+
+def test_a_fence_kept_as_a_table_property_by_an_earlier_release_still_fences(spark, root):
+    from log_store.engine import DeltaTransaction
+    from log_store.names import fence_property
+
+    offsets = GroupOffsets(spark, root)
+    offsets.commit("standalone", "t", {0: 1})  # the table made
+    table = offsets.tables.path("offset_commits")
+    DeltaTransaction.start(spark, table).commit_properties({fence_property("old"): "3"})  # as an earlier release
+    assert offsets.fence("old") == 3
+    with pytest.raises(IllegalGenerationError):
+        offsets.commit("old", "t", {0: 7}, generation=2, member_id="zombie")
+    assert not offsets.raise_fence("old", 3, "m")  # already there
+    assert offsets.raise_fence("old", 4, "m") and offsets.fence("old") == 4
+    with pytest.raises(IllegalGenerationError):
+        offsets.commit("old", "t", {0: 7}, generation=3, member_id="m")
+    offsets.commit("old", "t", {0: 8}, generation=4, member_id="m")
+    assert offsets.committed("old", "t") == {0: 8}

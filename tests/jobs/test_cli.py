@@ -214,7 +214,9 @@ def test_a_jvm_that_cannot_start_is_one_clear_error_and_nothing_written(tmp_path
         (home / "bin" / "java").chmod(0o755)
     root = tmp_path / "r"
     exe = Path(sys.executable).parent / "lakelog"
-    proc = subprocess.run([str(exe), "topics", "create", "--topic", "t", "--partitions", "2", "--root", str(root)],
+    # a Structured Streaming query: Spark's (``topics create`` and most commands start no JVM on a local root)
+    proc = subprocess.run([str(exe), "stream", "--topic", "t", "--output", str(tmp_path / "o"), "--checkpoint",
+                           str(tmp_path / "c"), "--root", str(root)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "JAVA_HOME": str(home)})
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
