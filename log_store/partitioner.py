@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from functools import lru_cache
 
-from kafka.partitioner.default import murmur2
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
@@ -32,6 +31,8 @@ _log = logging.getLogger("lakelog.partitioner")
 
 @lru_cache(maxsize=262_144)
 def _positive_hash(key: bytes) -> int:
+    from kafka.partitioner.default import murmur2  # kafka-python's package costs 0.17 s to import: when needed
+
     return murmur2(key) & 0x7FFFFFFF
 
 

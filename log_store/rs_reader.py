@@ -117,9 +117,18 @@ def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], c
     return _table(path, version).to_pyarrow_dataset().to_table(columns=columns, filter=want)
 
 
+def arrow_table(found) -> pa.Table:
+    """What delta-rs returned (an Arrow stream or table of its own Arrow library) as a pyarrow
+    table, through the Arrow C interface: ``pa.table`` would first import pandas to ask whether it
+    was given a DataFrame (about 0.35 s of every CLI command's start)."""
+    if hasattr(found, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(found).read_all()
+    return pa.table(found)
+
+
 def _scan(path: str, table: DeltaTable, sql: str) -> pa.Table:
     with _remote_errors(path):
-        return pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+        return arrow_table(QueryBuilder().register("t", table).execute(sql))
 
 
 class FastReadUnavailable(Exception):
@@ -154,7 +163,7 @@ def rows_in_commit_order(path: str, label: str = "commit_order", storage: Storag
     if not row_tracked(path, storage):
         return [{**r, "_order": r[label]} for r in rows(path, storage=storage)]
     try:
-        feed = pa.table(_table(path, storage=storage).load_cdf(starting_version=0).read_all())
+        feed = arrow_table(_table(path, storage=storage).load_cdf(starting_version=0))
     except Exception as exc:  # delta-rs raises several kinds for missing commit files
         raise FastReadUnavailable(f"the change feed of {path} is not complete: {exc}") from None
     out = []
@@ -316,7 +325,7 @@ def range_files(path: str, version: int, spans: list[tuple[int, int, int]], stor
     if conf.get(_NEEDS_DELTA[0], "false").lower() == "true" or conf.get(_NEEDS_DELTA[1], "none").lower() != "none":
         return None
     with _remote_errors(path):
-        adds = pa.table(table.get_add_actions(flatten=True))
+        adds = arrow_table(table.get_add_actions(flatten=True))
     names = set(adds.column_names)
     rows = adds.to_pydict()
     paths, sizes, times = [], [], []

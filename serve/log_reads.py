@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+
+from log_store import rs_reader
 from deltalake import DeltaTable, QueryBuilder
 
 
@@ -32,8 +34,8 @@ class LogReads:
         with lock:
             if table.version() != version:
                 table.load_as_version(version)
-            return pa.table(QueryBuilder().register("t", table).execute(
-                f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"').read_all())
+            return rs_reader.arrow_table(QueryBuilder().register("t", table).execute(
+                f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"'))
 
     def forget(self, path: str) -> None:
         with self._lock:
