@@ -349,11 +349,21 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                     ranges={str(p): list(r) for p, r in sorted(ranges.items())})
         if truncated:  # readers of the change feed take these deletes out of what the log appended
             meta["points"] = {str(p): o for p, o in sorted(truncated.items())}
-        version = txn.commit(apps, commit_metadata(TRUNCATE if truncated else REPLICATE, **meta))
+        version = commit_values(txn, apps, tknown, commit_metadata(TRUNCATE if truncated else REPLICATE, **meta))
         return CopyResult(source_version=src.read_version, version=version, copied=copied, truncated=truncated,
                           log_ends={p: max(t_ends[p], s_ends[p]) for p in s_ends}, data_epoch=srole.data)
 
     return retry_on_conflict(attempt, attempts=20)
+
+
+def commit_values(txn: "DeltaTransaction | RsTransaction", apps: Mapping[str, int], known: Mapping[str, int],
+            metadata: str) -> int:
+    """Commit ``apps``: those that rise as application versions, those a truncation lowers (log
+    ends, producer marks, batch stamps; a high watermark kept under a later epoch) as values set as
+    they are (``counters``), which the engines never refuse for falling. The ids the caller read
+    it depends on either way."""
+    rising = {k: v for k, v in apps.items() if v >= known.get(k, -1)}
+    return txn.commit(rising, metadata, counters={k: v for k, v in apps.items() if k not in rising})
 
 
 def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict[int, int]:
@@ -376,10 +386,11 @@ def truncate_log(spark: SparkSession, path: str, stamp: int, state: Any) -> dict
             return {}
         for p in points:
             txn.app_version(log_end_app_id(p))
-        marks = _marks_truncated(spark, path, txn.read_version, points, txn.snapshot_app_versions())
+        known = txn.snapshot_app_versions()
+        marks = _marks_truncated(spark, path, txn.read_version, points, known)
         _truncate_in(spark, txn, path, points)
-        txn.commit({**{log_end_app_id(p): o for p, o in points.items()}, **marks},
-                   commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(points.items())}, leader_epoch=stamp))
+        commit_values(txn, {**{log_end_app_id(p): o for p, o in points.items()}, **marks}, known,
+                commit_metadata(TRUNCATE, points={str(p): o for p, o in sorted(points.items())}, leader_epoch=stamp))
         return points
 
     return retry_on_conflict(attempt, attempts=20)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from control_plane.replication import rules
-from control_plane.replication.copy import Role, open_log
+from control_plane.replication.copy import Role, commit_values, open_log
 from log_store.delta_errors import retry_on_conflict
 from log_store.log_metadata import TopicLogMetadata, kept_high_watermark
 from log_store.names import commit_metadata, high_watermark_app_id
@@ -45,14 +45,16 @@ def keep(spark: SparkSession, path: str, epoch: int, hw: Mapping[int, int]) -> b
         conf = txn.configuration()
         if not Role.of(conf).leads_at(epoch):
             return False
-        now = kept_high_watermark(txn.snapshot_app_versions(), TopicLogMetadata.from_properties(conf).partitions)
+        known = txn.snapshot_app_versions()
+        now = kept_high_watermark(known, TopicLogMetadata.from_properties(conf).partitions)
         raised = rules.kept_high_watermark(now["kept_high_watermark"], now["kept_epoch"], hw, epoch)
         if raised is None:
             return False
         ids = [high_watermark_app_id(None), *(high_watermark_app_id(p) for p in raised)]
         txn.depend_on(ids)  # two keeps racing: one retries, and keeps the higher
-        txn.commit({high_watermark_app_id(None): epoch, **{high_watermark_app_id(p): o for p, o in raised.items()}},
-                   commit_metadata(KEEP, leader_epoch=epoch))
+        # under a later epoch a partition's kept value may fall: set as it is (``commit_values``)
+        commit_values(txn, {high_watermark_app_id(None): epoch, **{high_watermark_app_id(p): o for p, o in raised.items()}},
+                      known, commit_metadata(KEEP, leader_epoch=epoch))
         return True
 
     try:
