@@ -32,12 +32,18 @@ from log_store.names import log_view_names
 from log_store.table_create import create_table, table_exists
 
 _CHECKED: set[str] = set()
+_RAISED: set[str] = set()  # roots whose format this process raised or found current
 _COMPLETE: set[str] = set()  # control table paths known to exist with every column
 _ROW_TRACKED: dict[str, bool] = {}  # ordered table path -> ordered by row tracking (fixed at creation)
 
 # The layout of the tables under a root; a root written by another layout is refused, not misread.
+# Format 3 keeps the compare-and-set counters (topic versions, generations, fences) as application
+# versions; a release of format 2 reads only the table properties and would miss a raise, so a
+# format-2 root is raised to 3 by this release's first write to it (``ensure``), after which a
+# format-2 release refuses it. Format 2's tables are the same otherwise.
 FORMAT_PROP = "lakelog.format"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READ_FORMATS = ("2", "3")
 
 TABLES = {
     "topics": TOPIC_SCHEMA,
@@ -222,26 +228,49 @@ class ControlTables:
         """Refuse a root whose control tables were written in another layout (once per root)."""
         if self.layout.root in _CHECKED:
             return
-        path = self.path("topics")
-        if table_exists(self.spark, path):
-            txn = commits.start(self.spark, path, "the control table topics")
-            try:
-                found = txn.configuration().get(FORMAT_PROP)
-            finally:
-                txn.release()
-            if found != str(FORMAT_VERSION):
-                raise StorageError(
-                    f"the root {self.layout.root} was written by an older lakelog (control-plane format "
-                    f"{found or 1}; this lakelog writes format {FORMAT_VERSION}): nothing was read or written. "
-                    "Use a new --root, or move the old root aside"
-                )
+        found = self._format()
+        if found is not None and found not in READ_FORMATS:
+            newer = found.isdigit() and int(found) > FORMAT_VERSION
+            raise StorageError(
+                f"the root {self.layout.root} was written by {'a newer' if newer else 'an older'} lakelog "
+                f"(control-plane format {found or 1}; this lakelog reads formats {', '.join(READ_FORMATS)}): "
+                "nothing was read or written. " + ("Use that release" if newer else
+                                                   "Use a new --root, or move the old root aside"))
         _CHECKED.add(self.layout.root)
+
+    def _format(self) -> str | None:
+        """The root's format (the ``topics`` table's property; None before the table exists)."""
+        path = self.path("topics")
+        if not table_exists(self.spark, path):
+            return None
+        txn = commits.start(self.spark, path, "the control table topics")
+        try:
+            return txn.configuration().get(FORMAT_PROP, "")
+        finally:
+            txn.release()
+
+    def _raise_format(self) -> None:
+        """A format-2 root raised to this release's format before its first write here."""
+        path = self.path("topics")
+
+        def attempt() -> None:
+            txn = commits.start(self.spark, path, "the control table topics")
+            if txn.configuration().get(FORMAT_PROP) == str(FORMAT_VERSION):
+                txn.release()
+                return
+            txn.commit_properties({FORMAT_PROP: str(FORMAT_VERSION)})
+
+        retry_on_conflict(attempt)
 
     def ensure(self) -> None:
         """Create any missing control table (safe to race: a lost race finds the table made)."""
         if getattr(self, "_ensured", False):
             return
         self.check_format()
+        if self.layout.root not in _RAISED:
+            if self._format() not in (None, str(FORMAT_VERSION)):
+                self._raise_format()
+            _RAISED.add(self.layout.root)
         for name in TABLES:
             if name not in ON_DEMAND:
                 self.ensure_table(name)

@@ -12,6 +12,10 @@ from log_store.errors import StorageError
 from log_store.files import is_remote
 from log_store.rs_engine import RsTransaction
 
+# Table features delta-rs 1.6.6 cannot write (control tables made by an earlier release track rows):
+# such a table's commits go through Delta's engine.
+DELTA_ONLY_FEATURES = frozenset({"rowTracking", "domainMetadata"})
+
 
 def start(spark: SparkSession, path: str, what: str = "the table") -> DeltaTransaction | RsTransaction:
     """A transaction on the newest snapshot of the table at ``path``; ``StorageError`` (naming
@@ -19,8 +23,12 @@ def start(spark: SparkSession, path: str, what: str = "the table") -> DeltaTrans
     if is_remote(path):
         return DeltaTransaction.start(spark, path)
     try:
-        return RsTransaction.start(path)
+        txn = RsTransaction.start(path)
     except StorageError:
         raise
     except Exception as exc:  # noqa: BLE001 - the store refused the read
         raise StorageError(f"{what} at {path} cannot be read: {str(exc).strip().splitlines()[0][:300]}") from exc
+    if txn.writer_features() & DELTA_ONLY_FEATURES:  # row tracking (tables of an earlier release)
+        txn.release()
+        return DeltaTransaction.start(spark, path)
+    return txn

@@ -74,7 +74,9 @@ class DeltaTransaction:
     def configuration(self) -> dict[str, str]:
         """The table properties as of this transaction's snapshot (read once)."""
         if self._conf is None:
-            self._conf = {str(k): str(v) for k, v in jvm_json(self.spark, self.jtxn.metadata().configuration()).items()}
+            # a property delta-rs dropped is set to the empty string (``rs_engine.set_properties``)
+            self._conf = {str(k): str(v) for k, v in jvm_json(self.spark, self.jtxn.metadata().configuration()).items()
+                          if str(v) != ""}
         return dict(self._conf)
 
     def column_type(self, name: str):

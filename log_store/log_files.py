@@ -315,7 +315,8 @@ def purge(spark: SparkSession | None, path: str) -> None:
 
         if open_table(path).file_uris():
             retry_on_conflict(delete)
-        open_table(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        # full: every file the table does not reference (the change feed's, a lost commit's), as Spark's VACUUM
+        open_table(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
         return
     if commits.start(spark, path, "the log table").file_count():  # any layout, any file
         retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{path}`"))

@@ -98,6 +98,7 @@ class TopicLogMetadata(BaseModel):
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> "TopicLogMetadata":
         fields: dict[int, dict] = {}
+        props = {k: v for k, v in props.items() if v != ""}  # empty: a property dropped through delta-rs
         for key, value in props.items():
             parts = key.split(".")
             if len(parts) == 4 and key.startswith("lakelog.partition."):

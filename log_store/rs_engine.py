@@ -125,6 +125,10 @@ class RsTransaction:
         """The table's id: a UUID given at creation, never reused."""
         return self._metadata.id
 
+    def writer_features(self) -> set[str]:
+        """The table features a writer of this table must support."""
+        return set(self._open().protocol().writer_features or [])
+
     def configuration(self) -> dict[str, str]:
         """The table properties as of the read version; a dropped property (empty) is absent."""
         return {k: v for k, v in self._metadata.configuration.items() if v != ""}

@@ -227,7 +227,7 @@ def log_view(path: str, version: int | None = None, storage: Storage = None
     """``log_snapshot`` with the log's table properties (a replica's role and epochs among them)."""
     table = _table(path, version, storage)
     meta = table.metadata()
-    conf = dict(meta.configuration)
+    conf = {k: v for k, v in meta.configuration.items() if v != ""}  # empty: dropped through delta-rs
     check_set_transactions_kept(conf, path)
     metadata = TopicLogMetadata.from_properties(conf)
     known = {}

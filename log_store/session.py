@@ -11,6 +11,7 @@ import logging
 
 import os
 import shutil
+import threading
 import sys
 from pathlib import Path
 
@@ -196,19 +197,28 @@ class LazySession:
     def __init__(self, build) -> None:
         self._build = build
         self._session: SparkSession | None = None
+        self._lock = threading.Lock()
+        self._threads = threading.local()  # whether this thread made the session its active one
 
     @property
     def started(self) -> bool:
         return self._session is not None
 
     def session(self) -> SparkSession:
+        """The session, built on first use (once, whichever thread asks first), and made the
+        active one of each thread that uses it (``activate``: thread pools started before it)."""
         if self._session is None:
-            if os.environ.get(NO_JVM_ENV) == "1":
-                import traceback
+            with self._lock:
+                if self._session is None:
+                    if os.environ.get(NO_JVM_ENV) == "1":
+                        import traceback
 
-                where = "".join(traceback.format_stack(limit=14)[:-2])
-                raise SetupError(f"{NO_JVM_ENV}=1, and this needs a Spark session (a JVM); called from:\n{where}")
-            self._session = self._build()
+                        where = "".join(traceback.format_stack(limit=14)[:-2])
+                        raise SetupError(f"{NO_JVM_ENV}=1, and this needs a Spark session (a JVM); called from:\n{where}")
+                    self._session = self._build()
+        if not getattr(self._threads, "active", False):
+            self._threads.active = True
+            activate(self._session)
         return self._session
 
     def __getattr__(self, name: str):

@@ -95,7 +95,10 @@ def _create_local(path: str, schema: StructType, properties: dict[str, str], par
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
         staged = log_dir / f".{uuid.uuid4().hex}.json.tmp"
-        staged.write_text(body)
+        with open(staged, "w") as fh:  # on disk before its name is: a crash leaves no empty version 0
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
         try:
             os.link(staged, log_dir / f"{0:020d}.json")
         except FileExistsError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -91,18 +92,32 @@ def _refuse(path: str, bad: list[tuple[int, str]]) -> None:
 
 def _text(value) -> str | None:
     """A JSON value read into a STRING field, as Spark's JSON reader makes it (a string as it is,
-    anything else as its JSON text)."""
+    anything else as its compact JSON text)."""
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_MILLIS = re.compile(r"-?[0-9]+")
+# The dates Spark's timestamp parser takes that Python's ISO parser does not: a year, a year and a
+# month, or a date with one-digit month or day (``2024``, ``2024-01``, ``2024-1-5``).
+_SHORT_DATE = re.compile(r"([0-9]{4})(?:-([0-9]{1,2}))?(?:-([0-9]{1,2}))?")
 
 
 def _instant(text: str) -> datetime | None:
-    """Epoch milliseconds or an ISO-8601 time (UTC without a zone); None if neither."""
+    """Epoch milliseconds or an ISO-8601 time (UTC without a zone), as the Spark reader takes them;
+    None if neither."""
     try:
-        if text.lstrip("-").isdigit():
+        if _MILLIS.fullmatch(text):
             return datetime.fromtimestamp(int(text) / 1000, timezone.utc)
-        stamp = datetime.fromisoformat(text)
+        short = _SHORT_DATE.fullmatch(text.strip(" "))
+        if short:
+            year, month, day = (int(g) if g else 1 for g in short.groups())
+            stamp = datetime(year, month, day)
+        elif "W" in text or not text[:4].isascii():  # ISO week dates: Python takes them, Spark does not
+            return None
+        else:
+            stamp = datetime.fromisoformat(text)
     except (ValueError, OverflowError, OSError):
         return None
     return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp.astimezone(timezone.utc)
@@ -124,12 +139,13 @@ def read_local_json_lines(path: str, limit: int) -> pa.Table | None:
     rows, bad = [], []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line, raw in enumerate(fh, start=1):
-            if not raw.strip():
+            text = raw.rstrip("\r\n").strip(" ")  # Spark's trim: spaces only
+            if not text:
                 continue
             if len(rows) + len(bad) >= limit:
                 return None
             try:
-                record = json.loads(raw)
+                record = json.loads(text) if text.startswith("{") else None
             except ValueError:
                 record = None
             if not isinstance(record, dict):

@@ -303,6 +303,18 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
             txn.app_version(log_end_app_id(p))
         crash_point("replicate:after_read")
         truncated = _diverged(state, trole, held, firsts)
+        props = {k: v for k, v in sconf.items() if k.startswith("lakelog.") and k not in _OWN_PROPS}
+        props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),
+                  REPLICA_DATA_EPOCH_PROP: str(srole.data)}
+        drop = [k for k in tconf if k.startswith("lakelog.") and k not in props and k not in _OWN_PROPS]
+        # the role as ``Role.of`` reads it (a log made without its epochs holds epoch 0's)
+        effective = {**tconf, REPLICA_ROLE_PROP: trole.role, REPLICA_EPOCH_PROP: str(trole.fence),
+                     REPLICA_DATA_EPOCH_PROP: str(trole.data)}
+        changed = {k: v for k, v in props.items() if effective.get(k) != v}
+        if (changed or drop) and truncated and isinstance(txn, RsTransaction):  # before any file is written
+            txn.release()
+            with_spark[0] = True
+            return attempt()
         if truncated:
             _truncate_in(spark, txn, target, truncated)
             t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
@@ -320,14 +332,6 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         apps |= {k: -1 for k in tknown if k.startswith(_MARKS) and k not in sknown and tknown[k] != -1}
         apps |= {log_end_app_id(p): o for p, o in truncated.items() if p not in s_ends}
         apps = {k: v for k, v in apps.items() if tknown.get(k) != v}
-        props = {k: v for k, v in sconf.items() if k.startswith("lakelog.") and k not in _OWN_PROPS}
-        props |= {REPLICA_ROLE_PROP: FOLLOWER, REPLICA_EPOCH_PROP: str(max(trole.fence, stamp)),
-                  REPLICA_DATA_EPOCH_PROP: str(srole.data)}
-        drop = [k for k in tconf if k.startswith("lakelog.") and k not in props and k not in _OWN_PROPS]
-        # the role as ``Role.of`` reads it (a log made without its epochs holds epoch 0's)
-        effective = {**tconf, REPLICA_ROLE_PROP: trole.role, REPLICA_EPOCH_PROP: str(trole.fence),
-                     REPLICA_DATA_EPOCH_PROP: str(trole.data)}
-        changed = {k: v for k, v in props.items() if effective.get(k) != v}
         if not ranges and not apps and not changed and not drop and not truncated:
             return CopyResult(source_version=src.read_version, version=None, copied={}, log_ends=t_ends,
                               data_epoch=trole.data)

@@ -33,7 +33,7 @@ def test_tables_made_without_a_jvm_are_read_by_spark_at_version_0_with_their_pro
         conf = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
         assert conf.get("delta.enableChangeDataFeed") == "true", path
         if "control" in path:
-            assert conf.get(FORMAT_PROP) == "2", path
+            assert conf.get(FORMAT_PROP) == "3", path
         else:
             assert TopicLogMetadata.from_properties(conf) == TopicLogMetadata.initial("t", 3)
     assert spark.read.format("delta").load(log.path).schema == RECORD_SCHEMA
@@ -63,3 +63,49 @@ def test_processes_racing_to_make_one_table_make_it_once(tmp_path):
     assert names == [f"{0:020d}.json"], "one version 0, no staged file left behind"
     meta = next(a["metaData"] for a in actions(path) if "metaData" in a)
     assert meta["configuration"]["lakelog.x"] == "1" and meta["partitionColumns"] == ["partition"]
+
+
+def test_a_root_of_the_format_before_is_raised_by_the_first_write_and_others_are_refused(spark, tmp_path):
+    """Format 2 kept its counters as table properties only: its releases would miss a raise kept as
+    an application version, so this release's first write raises the root to 3, which they refuse."""
+    import pytest
+
+    from control_plane.tables import _CHECKED, _RAISED
+    from log_store.engine import DeltaTransaction
+    from log_store.errors import StorageError
+
+    for name, found, refused in (("two", "2", None), ("four", "4", "a newer lakelog"), ("one", None, "an older")):
+        root = str(tmp_path / name)
+        ControlTables(spark, RootLayout(root)).ensure()
+        txn = DeltaTransaction.start(spark, RootLayout(root).control("topics"))
+        txn.commit_properties({FORMAT_PROP: found} if found else {FORMAT_PROP: "1"})
+        _CHECKED.discard(root)
+        _RAISED.discard(root)
+        tables = ControlTables(spark, RootLayout(root))
+        if refused:
+            with pytest.raises(StorageError, match=refused):
+                tables.ensure()
+            continue
+        tables.check_format()  # a read leaves the format as it is
+        assert DeltaTransaction.start(spark, tables.path("topics")).configuration()[FORMAT_PROP] == "2"
+        tables.ensure()
+        assert DeltaTransaction.start(spark, tables.path("topics")).configuration()[FORMAT_PROP] == "3"
+
+
+def test_a_table_that_tracks_rows_commits_through_deltas_engine(spark, tmp_path):
+    """delta-rs cannot write row tracking (control tables of an earlier release have it): such a
+    table's commits go through Delta's engine, chosen by ``commits.start``."""
+    from delta.tables import DeltaTable as SparkTable
+
+    from log_store import commits
+    from log_store.engine import DeltaTransaction
+    from log_store.rs_engine import RsTransaction
+
+    tracked, plain = str(tmp_path / "tracked"), str(tmp_path / "plain")
+    (SparkTable.createIfNotExists(spark).location(tracked).addColumn("group", "STRING")
+     .property("delta.enableRowTracking", "true").execute())
+    create_table(None, plain, RECORD_SCHEMA, {"delta.enableChangeDataFeed": "true"}, "partition")
+    assert isinstance(commits.start(spark, tracked), DeltaTransaction)
+    assert isinstance(commits.start(spark, plain), RsTransaction)
+    commits.start(spark, tracked).commit({}, counters={"lakelog.heartbeat.g.m": 1})
+    assert DeltaTransaction.start(spark, tracked).snapshot_app_versions()["lakelog.heartbeat.g.m"] == 1
