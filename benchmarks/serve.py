@@ -1,6 +1,6 @@
 """``lakelog serve`` beside a Kafka 4.4 broker on the same machine, with Kafka's own tools.
 
-    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--cases all|consume] [--json-out FILE]
+    .venv/bin/python benchmarks/serve.py [--records 500000] [--partitions 16] [--cases all|aims|consume] [--json-out FILE]
                                          [--before CHECKOUT]
 
 One after another (only one of them uses the machine at a time):
@@ -201,7 +201,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=16)
-    parser.add_argument("--cases", choices=["all", "consume"], default="all")
+    parser.add_argument("--cases", choices=["all", "aims", "consume"], default="all",
+                        help="aims: only the cases the engine's aims name (no object-store settings, no concurrent producers)")
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--before", default=None, help="another checkout (an earlier commit) whose server runs the "
                         "produce, steady and end-to-end cases too, in the same run, for a before/after column")
@@ -233,10 +234,11 @@ def main() -> None:
         s = server.bootstrap
         step("lakelog", "acks1", lambda: perf(s, n, parts, "1"))
         step("lakelog", "acks_all", lambda: perf(s, n, parts, "all"))
-        step("lakelog", "acks1_object_store_settings", lambda: perf(s, n, parts, "1", OBJECT_STORE_PRODUCER))
+        if args.cases == "all":
+            step("lakelog", "acks1_object_store_settings", lambda: perf(s, n, parts, "1", OBJECT_STORE_PRODUCER))
         step("lakelog", "steady", lambda: steady(s, parts, 5000, 10))
         step("lakelog", "e2e", lambda: end_to_end(s, 100))
-        for producers in PRODUCERS:
+        for producers in PRODUCERS if args.cases == "all" else ():
             step("lakelog", f"concurrent_{producers}", lambda: concurrent(server, producers, n, parts))
         step("lakelog", "server", server.usage)
     finally:
@@ -258,8 +260,8 @@ def main() -> None:
     b = figures.get("before")
     rows = [("produce acks=1, rec/s", ll["acks1"]["produce_rec_s"], k["acks1"]["produce_rec_s"]),
             ("produce acks=all, rec/s", ll["acks_all"]["produce_rec_s"], k["acks_all"]["produce_rec_s"]),
-            ("produce acks=1, object-store producer settings, rec/s", ll["acks1_object_store_settings"]["produce_rec_s"],
-             k["acks1"]["produce_rec_s"]),
+            *([("produce acks=1, object-store producer settings, rec/s", ll["acks1_object_store_settings"]["produce_rec_s"],
+                k["acks1"]["produce_rec_s"])] if "acks1_object_store_settings" in ll else []),
             ("consume, rec/s", ll["acks1"]["consume_rec_s"], k["acks1"]["consume_rec_s"]),
             ("produce p99 at 5,000 rec/s, ms", ll["steady"]["p99_ms"], k["steady"]["p99_ms"]),
             ("end-to-end p50, ms", ll["e2e"]["p50_ms"], k["e2e"]["p50_ms"]),
@@ -274,7 +276,7 @@ def main() -> None:
             then = b[earlier[what][0]][earlier[what][1]]
             line += f" {then:12,.1f} {then / theirs if theirs else float('nan'):8.2f}"
         print(line)
-    for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS):
+    for c in (ll[f"concurrent_{producers}"] for producers in PRODUCERS if f"concurrent_{producers}" in ll):
         print(f"{c['producers']:3} librdkafka producers into lakelog serve: {c['rec_s']:10,.0f} rec/s, "
               f"{c['commits_s']:5.1f} Delta commits/s, {c['records_per_commit']:8,.0f} records a commit")
     for name, u in (("server", ll["server"]), ("before", b["server"] if b else None)):
