@@ -405,10 +405,19 @@ def _txn_id(actions: list[dict]) -> str | None:
 def create_table(path: str, schema: pa.Schema, partition_by: str | None = None,
                  properties: Mapping[str, str] | None = None, storage: Storage = None) -> int:
     """Make the table at ``path`` if there is none, with ``properties``; return its version.
-    Racing creators: one makes it, the others find it. delta-rs takes only ``delta.*`` properties
-    at creation; the others follow in a commit of their own, made by whichever process finds them
-    missing (a creator killed between the two leaves them to the next)."""
+    Racing creators: one makes it, the others find it. On a local disk as lakelog makes its tables
+    (``log_store.table_create``: one commit). In an object store (``storage``) through delta-rs,
+    which takes only ``delta.*`` properties at creation; the others follow in a commit of their
+    own, made by whichever process finds them missing (a creator killed between the two leaves them
+    to the next)."""
     given = dict(properties or {})
+    if storage is None and not is_remote(path):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from log_store.table_create import create_table as create_local
+
+        create_local(None, path, from_arrow_schema(schema), given, partition_by)
+        return RsTransaction.start(path).read_version
     delta_props = {k: v for k, v in given.items() if k.startswith("delta.")}
     try:
         DeltaTable.create(rs_tables.uri(path), schema, partition_by=[partition_by] if partition_by else None,
