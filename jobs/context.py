@@ -37,7 +37,8 @@ class Context:
         from log_store.session import LazySession, build_session
 
         settings = self.config.spark
-        return LazySession(lambda: build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings))
+        return LazySession(lambda: build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings),
+                           settings.conf)
 
     def topic_admin(self):
         from control_plane.topics import TopicAdmin

@@ -39,6 +39,15 @@ class WrittenFile:
     add: dict | None = None  # the add action, where the caller adds it (``write(..., hold=True)``)
 
 
+def written_file(add: dict, held: bool = False) -> WrittenFile:
+    """What an add action (Delta's JSON) says of its file; ``held``: kept with it (``add``)."""
+    stats = json.loads(add.get("stats") or "{}")
+    return WrittenFile(partition_values={str(k): str(v) for k, v in (add.get("partitionValues") or {}).items()},
+                       num_records=int(stats["numRecords"]) if "numRecords" in stats else None,
+                       min_values=stats.get("minValues", {}), max_values=stats.get("maxValues", {}),
+                       path=add["path"], add=add if held else None)
+
+
 _ARROW_SCHEMAS: dict[str, tuple[pa.Schema, frozenset[str]]] = {}
 
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from log_store import checkpoints, delta_log
 from log_store import app_versions as carried_versions
-from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, with_tags
+from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, with_tags, written_file
 from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
 from log_store.object_store import arrow_filesystem
@@ -205,14 +205,7 @@ class DeltaTransaction:
                 self._actions.add(action)
             if add is None:
                 continue
-            stats = json.loads(add.get("stats") or "{}")
-            out.append(WrittenFile(
-                partition_values={str(k): str(v) for k, v in (add.get("partitionValues") or {}).items()},
-                num_records=int(stats["numRecords"]) if "numRecords" in stats else None,
-                min_values=stats.get("minValues", {}),
-                max_values=stats.get("maxValues", {}),
-                path=add["path"], add=add if hold else None,
-            ))
+            out.append(written_file(add, held=hold))
         return out
 
     def add(self, files: Iterable[WrittenFile], tags: Mapping[str, Mapping[str, str]]) -> None:

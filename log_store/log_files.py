@@ -29,12 +29,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from log_store.arrow_files import with_tags
-from log_store import commits, rs_reader
+from log_store import commits, put_if_absent, rs_reader
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
 from log_store.files import is_remote
+from log_store.object_store import is_s3, s3_storage
 from log_store.log_metadata import (
     ARRIVAL,
     Mode,
@@ -300,23 +301,26 @@ def raise_log_starts(spark: SparkSession, path: str, wanted: dict[int, int],
 
 def purge(spark: SparkSession | None, path: str) -> None:
     """Delete every row of a fenced log and remove its files at once (VACUUM without retention:
-    nothing may read a deleted topic). Through delta-rs on a local root; Spark's DELETE and VACUUM
-    elsewhere. Safe to repeat and to race (a lost race deletes again, finding nothing)."""
-    if not is_remote(path):
+    nothing may read a deleted topic). Through delta-rs on a local root and on S3; Spark's DELETE
+    and VACUUM elsewhere. Safe to repeat and to race (a lost race deletes again, finding nothing)."""
+    if not is_remote(path) or is_s3(path):
         from deltalake.exceptions import CommitFailedError
 
         from log_store.rs_tables import open_table
 
+        storage = s3_storage(spark, path) if is_s3(path) else None
+        put_if_absent.check(path, storage)
+
         def delete() -> None:
             try:
-                open_table(path).delete()
+                open_table(path, storage).delete()
             except CommitFailedError as exc:
                 raise ConcurrentCommitError(f"the log at {path} changed while it was emptied") from exc
 
-        if open_table(path).file_uris():
+        if open_table(path, storage).file_uris():
             retry_on_conflict(delete)
         # full: every file the table does not reference (the change feed's, a lost commit's), as Spark's VACUUM
-        open_table(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        open_table(path, storage).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
         return
     if commits.start(spark, path, "the log table").file_count():  # any layout, any file
         retry_on_conflict(lambda: spark.sql(f"DELETE FROM delta.`{path}`"))

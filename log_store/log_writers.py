@@ -11,7 +11,8 @@ from log_store.delta_errors import translate
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
 from log_store.errors import OffsetCheckError, TableConfigError
-from log_store.log_files import RANGES_TAG, encode_ranges, written_ranges
+from log_store.log_files import RANGES_TAG, decode_ranges, encode_ranges, written_ranges
+from log_store.rs_engine import RsTransaction
 
 
 def _arrow_ranges(table: pa.Table) -> dict[int, tuple[int, int, int]]:
@@ -95,6 +96,9 @@ def write_arrival(spark: SparkSession, path: str, txn: DeltaTransaction, out: Da
         except Exception as exc:
             raise translate(exc) from exc
         written, per_file = _arrival_file(txn, table)
+    elif isinstance(txn, RsTransaction):  # each task tags its file with the ranges of its rows
+        written = txn.write(out, tags_of=ranges_tags)
+        per_file = {f.path: decode_ranges(f.add["tags"][RANGES_TAG]) for f in written}
     else:
         written = txn.write(out, hold=True)
         per_file = written_ranges(spark, txn, written)
@@ -107,6 +111,11 @@ def write_arrival_rows(path: str, txn: DeltaTransaction, table: pa.Table) -> lis
     first, last offset) per partition, as ``write_arrival`` does."""
     written, per_file = _arrival_file(txn, table)
     return _arrival_parts(path, written, per_file, None, -1)[0]
+
+
+def ranges_tags(rows: pa.Table) -> dict[str, str]:
+    """An arrival file's tags: the (first, last, rows) of each partition among its ``rows``."""
+    return {RANGES_TAG: encode_ranges(_arrow_ranges(rows))}
 
 
 def _arrival_file(txn: DeltaTransaction, table: pa.Table) -> tuple[list, dict[str, dict[int, tuple[int, int, int]]]]:

@@ -85,3 +85,11 @@ def arrow_filesystem(uri: str, storage: Mapping[str, str] | None = None) -> tupl
             kwargs[key] = value
     parsed = urlparse(uri)
     return pafs.S3FileSystem(**kwargs), f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def s3_storage(spark, uri: str) -> dict[str, str]:
+    """delta-rs storage options for the S3 root ``uri`` from ``spark``'s S3A settings (of a session
+    not started yet, those its configuration gives: ``session.s3a_settings``)."""
+    from log_store.session import s3a_settings
+
+    return storage_from_s3a(s3a_settings(spark), uri)

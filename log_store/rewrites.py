@@ -14,7 +14,7 @@ from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
-from log_store.files import is_remote
+from log_store.rs_engine import RsTransaction
 from log_store.log_files import (
     COMMIT_BYTES,
     RANGES_TAG,
@@ -51,9 +51,10 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     if not holding:
         return []
     if meta_layout(txn) != ARRIVAL:
-        if not is_remote(path):  # delta-rs's DELETE (it writes the change feed's deletes as Delta's does)
+        if isinstance(txn, RsTransaction):  # delta-rs's DELETE (it writes the change feed's deletes as Delta's does)
             txn.release()
-            _delete_with_delta_rs(path, " OR ".join(f'("partition" = {p} AND "offset" < {ends[p]})' for p in holding))
+            _delete_with_delta_rs(path, " OR ".join(f'("partition" = {p} AND "offset" < {ends[p]})' for p in holding),
+                                  txn.storage)
             return holding
         cond = " OR ".join(f"(partition = {p} AND offset < {ends[p]})" for p in holding)
         spark.sql(f"DELETE FROM delta.`{path}` WHERE {cond}")
@@ -93,13 +94,13 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     return sorted({f.partition for vs in batch for f in vs if doomed(f)})
 
 
-def _delete_with_delta_rs(path: str, predicate: str) -> None:
+def _delete_with_delta_rs(path: str, predicate: str, storage: dict[str, str] | None) -> None:
     from deltalake.exceptions import CommitFailedError
 
     from log_store.rs_tables import open_table
 
     try:
-        open_table(path).delete(predicate)
+        open_table(path, storage).delete(predicate)
     except CommitFailedError as exc:
         raise ConcurrentCommitError(f"the log at {path} changed while rows were deleted") from exc
 

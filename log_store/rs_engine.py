@@ -53,6 +53,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -61,11 +62,17 @@ from deltalake.transaction import AddAction, CommitProperties, PostCommitHookPro
 
 from log_store import app_versions as carried_versions
 from log_store import checkpoints, delta_log, rs_tables
-from log_store.arrow_files import TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns, with_tags
+from log_store.arrow_files import (TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns,
+                                  with_tags, written_file)
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
 from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from log_store import spark_files
 
 Storage = Mapping[str, str] | None
 logger = logging.getLogger("lakelog.rs_engine")
@@ -119,6 +126,11 @@ class RsTransaction:
     def start(cls, path: str, storage: Storage = None) -> "RsTransaction":
         """A transaction on the newest snapshot of the table at ``path`` (``StorageError`` if none)."""
         return cls(path, rs_tables.borrow(path, storage), storage)
+
+    @property
+    def storage(self) -> dict[str, str] | None:
+        """The store's options the table was opened with (None: a local table, or the environment's)."""
+        return dict(self._storage) if self._storage else None
 
     # -- reads inside the transaction -------------------------------------------------------------
     def table_id(self) -> str:
@@ -198,6 +210,31 @@ class RsTransaction:
             self._put(add["path"], data)
         self.add_files([add for _data, add, _written in files])
         return [written for _data, _add, written in files]
+
+    def write(self, data: "DataFrame", data_change: bool = True, hold: bool = False,
+              tags_of: "spark_files.TagsOf | None" = None) -> list[WrittenFile]:
+        """Write ``data``'s rows as files of this transaction in one Spark job, each task its own
+        files (``spark_files``), laid out and described as ``write_rows`` does; ``tags_of`` gives a
+        file's tags from its rows, in the task. ``hold``: the files join the commit only through
+        ``add`` (``engine.DeltaTransaction``'s arguments)."""
+        from log_store import spark_files
+
+        columns = self._metadata.partition_columns
+        adds = spark_files.write_frame(data, self.path, self.schema_json(), columns[0] if columns else None,
+                                       stats_columns(self.configuration()), data_change, tags_of, self._storage)
+        if not hold:
+            self.add_files(adds)
+        return [written_file(add, held=True) for add in adds]
+
+    def add(self, files: Iterable[WrittenFile], tags: Mapping[str, Mapping[str, str]]) -> None:
+        """Add files written with ``hold=True``, each with ``tags[path]`` besides its own."""
+        self.add_files({**f.add, "tags": {**(f.add.get("tags") or {}), **tags.get(f.path, {})}} for f in files)
+
+    def column_type(self, name: str):
+        """The Spark type of the table's column ``name`` as of the read version."""
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(self._schema_json))[name].dataType
 
     def add_files(self, adds: Iterable[dict]) -> None:
         """Add files already in the table's folder (written by Spark's tasks, or ``write_rows``),

@@ -71,7 +71,10 @@ def borrow(path: str, storage: Storage = None) -> DeltaTable:
 def give_back(path: str, storage: Storage, table: DeltaTable) -> None:
     """Keep ``table`` for the next transaction on ``path`` (its commit file read to know it again)."""
     version = table.version()
-    digest = _digest(path, storage, version)
+    try:
+        digest = _digest(path, storage, version)
+    except Exception:  # noqa: BLE001 - the store cannot be read now (a lost root): not kept
+        return
     if digest is None:
         return
     with _LOCK:

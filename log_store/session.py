@@ -194,8 +194,9 @@ class LazySession:
     environment, a use is an error naming what needed Spark (how the tests show that a command
     runs without a JVM)."""
 
-    def __init__(self, build) -> None:
+    def __init__(self, build, conf: dict[str, str] | None = None) -> None:
         self._build = build
+        self.conf_given = dict(conf or {})  # the Spark settings it will be built with
         self._session: SparkSession | None = None
         self._lock = threading.Lock()
         self._threads = threading.local()  # whether this thread made the session its active one
@@ -244,6 +245,16 @@ def hadoop_settings(spark: SparkSession, prefix: str) -> dict[str, str]:
         return {}
     props = spark._jsc.hadoopConfiguration().getPropsWithPrefix(prefix)
     return {str(k): str(v) for k, v in jvm_json(spark, props).items()}
+
+
+def s3a_settings(spark) -> dict[str, str]:
+    """S3A's settings (``fs.s3a.*``, without the prefix) of ``spark``; of a ``LazySession`` not
+    started yet, those its configuration gives (``spark.hadoop.fs.s3a.*``), so a commit to S3
+    through delta-rs starts no JVM."""
+    if isinstance(spark, LazySession) and not spark.started:
+        prefix = "spark.hadoop.fs.s3a."
+        return {k[len(prefix):]: v for k, v in spark.conf_given.items() if k.startswith(prefix)}
+    return hadoop_settings(spark, "fs.s3a.")
 
 
 ROOT_CONF = "lakelog.root"  # lakelog.spark.Bridge.ROOT_CONF: the session's default root for format("lakelog")

@@ -1,6 +1,6 @@
-"""Making a table lakelog writes (a topic's log, a control table): on a local root by writing its
-first commit as Delta's protocol describes it, on an object store through Spark's Delta builder
-(whose credentials Spark's session holds). Either way it is safe to race: a process that loses
+"""Making a table lakelog writes (a topic's log, a control table): on a local root and on S3 by
+writing its first commit as Delta's protocol describes it, on other object stores through Spark's
+Delta builder (whose credentials Spark's session holds). Either way it is safe to race: a process that loses
 finds the table made, and the caller compares what it finds with what it wanted.
 
 Why lakelog writes version 0 itself on a local root rather than through delta-rs's
@@ -10,7 +10,8 @@ need a second commit, and be half made in between), and it lists no ``invariants
 for a table-features protocol whose schema has NOT NULL columns, which Spark's Delta then refuses
 to read at that version ("enabled in metadata but not listed in protocol"). The commit is one
 JSON file linked into ``_delta_log`` under version 0's name (a hard link fails if the name
-exists: put-if-absent, as delta-rs commits on a local disk).
+exists: put-if-absent, as delta-rs commits on a local disk); on S3 one ``PUT`` with
+``If-None-Match: *`` (``put_if_absent``), as delta-rs commits there.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from pathlib import Path
 
 from pyspark.sql.types import DataType, StructType, TimestampNTZType
 
-from log_store import delta_log
+from log_store import delta_log, put_if_absent
 from log_store.delta_errors import create_racing
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
+from log_store.object_store import is_s3, s3_storage
 
 # What a table with a TIMESTAMP_NTZ column needs (reader 3, writer 7 with table features), and the
 # features of writer version 4 a table-features protocol must list once in use (NOT NULL columns:
@@ -39,14 +41,18 @@ PLAIN_PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 4}
 def create_table(spark, path: str, schema: StructType, properties: dict[str, str], partition_by: str | None = None,
                  what: str = "the table") -> None:
     """Make the table at ``path`` unless it is there."""
-    if is_remote(path):
+    if is_s3(path):
+        _create_on_s3(spark, path, schema, properties, partition_by)
+    elif is_remote(path):
         _create_with_spark(spark, path, schema, properties, partition_by, what)
     else:
         _create_local(path, schema, properties, partition_by, what)
 
 
 def table_exists(spark, path: str) -> bool:
-    """Whether a table is at ``path`` (on a local root: a commit listed, no JVM)."""
+    """Whether a table is at ``path`` (on a local root or S3: a commit listed, no JVM)."""
+    if is_s3(path):
+        return put_if_absent.listed(f"{path.rstrip('/')}/_delta_log/", s3_storage(spark, path))
     if is_remote(path):
         from delta.tables import DeltaTable
 
@@ -84,6 +90,17 @@ def first_commit(schema: StructType, properties: dict[str, str], partition_by: s
             "operationParameters": {"partitionBy": json.dumps(partitions), "properties": json.dumps(properties)},
             "isBlindAppend": True, "engineInfo": "lakelog"}
     return [{"commitInfo": info}, {"protocol": protocol}, {"metaData": meta}]
+
+
+def _create_on_s3(spark, path: str, schema: StructType, properties: dict[str, str], partition_by: str | None) -> None:
+    """Version 0 created put-if-absent (``If-None-Match``) in a store that honours it."""
+    storage = s3_storage(spark, path)
+    put_if_absent.check(path, storage)
+    if table_exists(spark, path):
+        return
+    body = "".join(json.dumps(action) + "\n" for action in first_commit(schema, properties, partition_by,
+                                                                         int(time.time() * 1000)))
+    put_if_absent.create(f"{path.rstrip('/')}/_delta_log/{0:020d}.json", body.encode(), storage)
 
 
 def _create_local(path: str, schema: StructType, properties: dict[str, str], partition_by: str | None, what: str) -> None:

@@ -179,10 +179,13 @@ class TopicLog:
         finally:
             txn.release()
 
-    def transaction(self) -> DeltaTransaction:
-        """A transaction on the log; StorageError if the table is gone (its root lost or unmounted)."""
+    def transaction(self) -> "DeltaTransaction | RsTransaction":
+        """A transaction on the log for an append of a Spark job's rows (``log_store.commits``'s
+        engine); StorageError if the table is gone (its root lost or unmounted)."""
         try:
-            txn = DeltaTransaction.start(self.spark, self.path)
+            txn = commits.start(self.spark, self.path, "the topic log")
+        except StorageError:
+            raise
         except Exception as exc:  # Delta cannot read the log's own files
             raise StorageError(f"the topic log at {self.path} cannot be read: {str(exc).strip().splitlines()[0][:300]}") from exc
         if txn.read_version < 0:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
-from delta.tables import DeltaTable
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,12 +32,13 @@ from log_store.files import reads_with_delta_rs
 from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
-from log_store.engine import DeltaTransaction
+from log_store import commits
 from log_store.errors import (
     LOST_ROOT, AppVersionConflictError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
+from log_store.table_create import create_table, table_exists
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 from pipelines.sink_positions import SinkPositions, incarnation_of
@@ -227,7 +227,7 @@ class Consumer:
         state = self.offsets.state(self.group, self.topic)  # one read: positions, reports, incarnations
         incarnations = self._incarnations if self._incarnations is not None else state.incarnations
         committed, ahead, legacy = dict(state.committed), {}, {}
-        if sink_path and DeltaTable.isDeltaTable(self.spark, sink_path):
+        if sink_path and table_exists(self.spark, sink_path):
             held = SinkPositions.read(self.spark, sink_path, self.group, self.topic)
             legacy = held.carry_over(self.group, self.topic)
             for p, v in held.current(incarnations).items():
@@ -295,24 +295,9 @@ class Consumer:
         return self._loop(sink_path, None, max_records, on_progress)
 
     def ensure_sink(self, sink_path: str) -> None:
-        """Create the sink table if missing (members of a group may race to create it)."""
-        for attempt in range(20):
-            if DeltaTable.isDeltaTable(self.spark, sink_path):
-                return
-            try:
-                (
-                    DeltaTable.createIfNotExists(self.spark)
-                    .location(sink_path)
-                    .addColumns(SINK_SCHEMA)
-                    # The change feed's _commit_version is the delivery order the ordering audit checks.
-                    .property("delta.enableChangeDataFeed", "true")
-                    .execute()
-                )
-                return
-            except Exception:  # another member is creating it: wait until its commit lands
-                if attempt == 19:
-                    raise
-                time.sleep(0.5)
+        """Create the sink table if missing (members of a group may race to create it). The
+        change feed's ``_commit_version`` is the delivery order the ordering audit checks."""
+        create_table(self.spark, sink_path, SINK_SCHEMA, {"delta.enableChangeDataFeed": "true"}, what="the sink")
 
     def snapshot(self) -> LogSnapshot:
         """The log snapshot a batch is planned and read on. A replicated topic's log is first
@@ -377,7 +362,7 @@ class Consumer:
         """The log this consumer reads is still the topic's leader and can be opened."""
         try:
             return (self.admin.get(self.topic).location == self.log.path
-                    and DeltaTransaction.start(self.spark, self.log.path).read_version >= 0)
+                    and self.log.transaction().read_version >= 0)
         except Exception:
             return False
 
@@ -423,7 +408,7 @@ class Consumer:
         return batch.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
-        txn = DeltaTransaction.start(self.spark, sink_path)
+        txn = commits.start(self.spark, sink_path, "the sink")
         check_set_transactions_kept(txn.configuration(), sink_path)
         ids = {p: self._sink_app_id(p) for p in ranges}
         carried = self._sink_legacy  # read inside the transaction: a racing writer of one fails this commit

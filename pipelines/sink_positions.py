@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from log_store.engine import DeltaTransaction
+from log_store import commits
 from log_store.log_metadata import check_set_transactions_kept
 from log_store.names import legacy_sink_id, parse_sink_app_id, sink_app_id
 
@@ -42,9 +42,12 @@ class SinkPositions:
     def read(cls, spark: SparkSession, sink_path: str, group: str, topic: str,
              versions: dict[str, int] | None = None) -> "SinkPositions":
         if versions is None:
-            txn = DeltaTransaction.start(spark, sink_path)
-            check_set_transactions_kept(txn.configuration(), sink_path)
-            versions = txn.snapshot_app_versions()
+            txn = commits.start(spark, sink_path, "the sink")
+            try:
+                check_set_transactions_kept(txn.configuration(), sink_path)
+                versions = txn.snapshot_app_versions()
+            finally:
+                txn.release()
         held = {}
         for app_id, v in versions.items():
             sid = parse_sink_app_id(app_id)

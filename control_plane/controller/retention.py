@@ -21,7 +21,6 @@ from control_plane.topic_config import (
     TopicConfig, changed, latest_config, parse_pairs, recorded_log_starts,
 )
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.log_files import (
@@ -55,7 +54,7 @@ class LogMaintenance:
         path = self.tables.path("topic_configs")
 
         def attempt() -> ConfigChange:
-            txn = DeltaTransaction.start(self.spark, path)
+            txn = self.tables.rows_transaction("topic_configs")
             txn.read_whole_table()  # a concurrent change makes this one read again
             version, current = latest_config(self.tables.rows("topic_configs", txn.read_version), record.location)
             config = changed(current, set_, delete)
@@ -85,9 +84,13 @@ class LogMaintenance:
         if config.retention_ms < 0 and config.retention_bytes < 0:
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        txn = DeltaTransaction.start(self.spark, record.location)  # log ends and files of one version
-        snap = TopicLog(self.spark, record.location).snapshot(txn=txn)
-        files = partition_files(txn)
+        log = TopicLog(self.spark, record.location)
+        txn = log.rows_transaction()  # log ends and files of one version
+        try:
+            snap = log.snapshot(txn=txn)
+            files = partition_files(txn)
+        finally:
+            txn.release()
         wanted = {}
         for p in snap.readable():
             start = retention_start(files.get(p, []), snap.first_offset(p), snap.log_ends[p], now_ms,

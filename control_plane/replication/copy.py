@@ -223,7 +223,7 @@ def _write_ranges(spark: SparkSession, txn: DeltaTransaction, source: str, versi
     pyarrow from the driver, as a small produce is: Spark's read at a version and its write job cost
     about 1.2 s for 100 records."""
     columns = [f.name for f in RECORD_SCHEMA.fields]
-    if isinstance(txn, RsTransaction):  # a local log: read with delta-rs, written by pyarrow, no Spark job
+    if isinstance(txn, RsTransaction) and reads_with_delta_rs(source):  # read with delta-rs, written by pyarrow
         return txn.write_rows(rs_reader.log_ranges(source, version, ranges, columns), partition_by="partition")
     if use_one_task(sum(b - a for a, b in ranges.values())):
         if reads_with_delta_rs(source):

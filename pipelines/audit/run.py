@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from control_plane.group.describe import DeliveryView, delivery_view
 from control_plane.layout import RootLayout
 from control_plane.topics import TopicAdmin
-from log_store.engine import DeltaTransaction
+from log_store import commits
 from log_store.errors import InvalidConfigurationError
 from log_store.files import write_file
 from log_store.names import legacy_sink_pairs, parse_commit_metadata, parse_sink_app_id
@@ -39,7 +39,10 @@ def sink_groups(spark: SparkSession, sink_path: str, topic: str) -> list[str]:
     """The groups that wrote ``topic``'s records to the sink (from its application ids; ids in
     the earlier releases' dotted form name every group they can stand for)."""
     out = set()
-    for app_id in DeltaTransaction.start(spark, sink_path).snapshot_app_versions():
+    txn = commits.start(spark, sink_path, "the sink")
+    versions = txn.snapshot_app_versions()
+    txn.release()
+    for app_id in versions:
         sid = parse_sink_app_id(app_id)
         if sid is not None:
             if sid.topic == topic:

@@ -170,3 +170,13 @@ def test_format_lakelog_writes_streams_and_reads_with_a_group_on_an_s3_root(sess
     assert batch.count() == 500
     positions = DeltaTable(f"{root}/control/offset_commits", storage_options=s3.environment()).to_pyarrow_table()
     assert set(positions.column("group").to_pylist()) == {"to-silver"}, "the group's positions are committed on S3"
+    log = TopicAdmin(session, root).get("clicks").location
+    for table in (log, f"{root}/control/offset_commits"):
+        made_by = committed_by(table, s3.environment())
+        assert made_by[1:] and all(e.startswith("delta-rs") for e in made_by[1:]), f"{table}: {made_by}"
+
+
+def committed_by(table: str, storage: dict) -> list[str]:
+    """The engine of each commit of ``table``, by version (its commit info's ``engineInfo``)."""
+    history = DeltaTable(table, storage_options=storage).history()
+    return [h.get("engineInfo", "") for h in sorted(history, key=lambda h: h["version"])]

@@ -145,13 +145,16 @@ def test_set_transaction_retention_is_refused_and_nothing_written(spark, log):
 
 
 def test_append_without_statistics_is_refused_and_log_end_kept(spark, log):
+    """The append counts and checks its records from the files' statistics: a table told to keep
+    none of the offsets (``delta.dataSkippingStatsColumns``) gets nothing appended."""
     log.append(batch(spark, 0, 9), 3, "p1")
-    spark.conf.set("spark.databricks.delta.stats.collect", "false")
+    kept = log.rows_transaction().configuration()["delta.dataSkippingStatsColumns"]
+    log.rows_transaction().commit_properties({"delta.dataSkippingStatsColumns": "leader_epoch"})
     try:
         with pytest.raises(TableConfigError, match="without statistics"):
             log.append(batch(spark, 9, 9), 3, "p1")
     finally:
-        spark.conf.unset("spark.databricks.delta.stats.collect")
+        log.rows_transaction().commit_properties({"delta.dataSkippingStatsColumns": kept})
     assert log.table().count() == 9 and log.log_end_offsets() == {0: 3, 1: 3, 2: 3}
     log.append(batch(spark, 9, 9), 3, "p1")
     assert offsets_by_partition(log)[0] == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12), (5, 15)]

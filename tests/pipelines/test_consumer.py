@@ -150,24 +150,24 @@ def test_a_sink_commit_that_loses_to_another_member_is_a_sink_conflict_with_noth
     (SIGSTOP past its session) while the new owner wrote the same partitions to the sink. Its
     commit loses on the sink positions it read; that is a SinkConflictError (the group consumer
     resumes from the sink's positions), not a crash, and nothing of its batch is committed."""
-    from log_store.engine import DeltaTransaction
+    from log_store.rs_engine import RsTransaction  # the engine of a sink on a local root
     from log_store.errors import SinkConflictError
 
     sink = str(tmp_path / "sink")
     paused = Consumer(spark, root, topic, "g-race", ConsumerSettings(max_records_per_batch=100), member_id="paused")
     owner = Consumer(spark, root, topic, "g-race", ConsumerSettings(max_records_per_batch=100), member_id="owner")
     paused.ensure_sink(sink)
-    real_commit = DeltaTransaction.commit
+    real_commit = RsTransaction.commit
     raced = {"done": False}
 
     def new_owner_first(self, *a, **kw):
-        if not raced["done"]:  # the paused member's sink commit: the new owner's batch lands first
+        if not raced["done"] and self.path == sink:  # the paused member's sink commit: the new owner's batch lands first
             raced["done"] = True
-            monkeypatch.setattr(DeltaTransaction, "commit", real_commit)
+            monkeypatch.setattr(RsTransaction, "commit", real_commit)
             owner.deliver({0: 0, 1: 0, 2: 0}, 100, sink_path=sink)
         return real_commit(self, *a, **kw)
 
-    monkeypatch.setattr(DeltaTransaction, "commit", new_owner_first)
+    monkeypatch.setattr(RsTransaction, "commit", new_owner_first)
     with pytest.raises(SinkConflictError, match="nothing of the batch was committed"):
         paused.deliver({0: 0, 1: 0, 2: 0}, 100, sink_path=sink)
     rows = spark.read.format("delta").load(sink).select("sequence").collect()

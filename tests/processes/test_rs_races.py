@@ -97,3 +97,35 @@ def test_racing_processes_on_s3_lose_nothing_and_through_a_store_ignoring_condit
         acked = race(table, tmp_path / "go-ignorant", commits=10, storage=storage)
         lost, _ = lost_and_doubled(acked, read_back(table, storage)[1])
     assert lost, "the negative control: a store that replaces commit files loses acknowledged commits"
+
+
+@pytest.mark.s3
+def test_commits_to_a_store_that_ignores_conditional_writes_are_refused_and_the_probe_leaves_nothing(s3):
+    """lakelog's commits to S3 go through delta-rs, configured from the session's S3A settings
+    (here a session not started: no JVM). The first to a store probes it; a store that takes a
+    second create of one commit file is refused, with nothing committed; one that refuses it is
+    used; the probe's scratch table is removed either way."""
+    from log_store import commits
+    from log_store.errors import StorageError
+    from log_store.session import LazySession
+    from tests.s3_emulator import S3Emulator
+
+    def unbuilt(emulator):
+        return LazySession(lambda: pytest.fail("a JVM was started"), emulator.spark_conf())
+
+    def keys(emulator, bucket):
+        return [o["Key"] for o in emulator.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+    with S3Emulator(conditional_writes=False) as ignorant:
+        bucket = ignorant.create_bucket("ignorant-commits")
+        with pytest.raises(StorageError, match="does not honour conditional writes"):
+            commits.start(unbuilt(ignorant), f"s3a://{bucket}/root/topics/t")
+        assert keys(ignorant, bucket) == [], "the probe's scratch object is removed, nothing else written"
+
+    bucket = s3.create_bucket("honouring-commits")
+    table = f"s3a://{bucket}/root/t"
+    create_table(table, pa.schema([("x", pa.int64())]), storage=s3.environment())
+    txn = commits.start(unbuilt(s3), table)
+    txn.write_rows(pa.table({"x": [1, 2]}))
+    assert txn.commit({"writer": 0}) == 1
+    assert not [k for k in keys(s3, bucket) if "_lakelog_probe" in k]

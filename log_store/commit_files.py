@@ -1,0 +1,66 @@
+"""A commit file lakelog writes itself, as Delta's protocol describes it, for the commit shapes
+delta-rs's public API cannot make in one commit: table properties (or the partition columns) with
+files, and change data files (``cdc`` actions). The file is made put-if-absent, as delta-rs makes
+its own: on a local disk written under a temporary name, flushed, then hard-linked to the
+version's name (``link(2)`` fails if the name exists); on S3 one ``PUT`` with ``If-None-Match: *``
+(``put_if_absent``). Losing the race is the same answer delta-rs gives, so the transaction
+(``rs_engine``) reads the winners and applies the same conflict rules to either kind of commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from deltalake.transaction import AddAction, RemoveAction
+
+from log_store import put_if_absent
+from log_store.errors import StorageError
+from log_store.files import is_remote, local_path
+
+
+def create_local(target: Path, data: bytes) -> bool:
+    """Make the local file ``target`` holding ``data`` unless it exists: True if this call made
+    it. On disk under a temporary name first, so a crash never leaves a partial file named."""
+    staged = target.parent / f".{uuid.uuid4().hex}.json.tmp"
+    with open(staged, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(staged, target)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def write_commit(path: str, storage: Mapping[str, str] | None, version: int, actions: list[dict]) -> bool:
+    """Commit ``actions`` as ``version`` of the table at ``path``: True if this call made it, False
+    if that version exists (another writer's, or this one's retried)."""
+    data = "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
+    name = f"_delta_log/{version:020d}.json"
+    if is_remote(path):
+        return put_if_absent.create(f"{path.rstrip('/')}/{name}", data, storage)
+    try:
+        return create_local(Path(local_path(path)) / name, data)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}/{name}: {exc.strerror or exc} (the root is lost, not mounted or "
+                           "not writable); nothing was committed") from exc
+
+
+def action_json(action: AddAction | RemoveAction | dict) -> dict:
+    """A delta-rs action (or an action already in Delta's JSON) as its line in a commit file."""
+    if isinstance(action, dict):
+        return action
+    if isinstance(action, AddAction):
+        return {"add": {"path": action.path, "partitionValues": dict(action.partition_values or {}),
+                        "size": action.size, "modificationTime": action.modification_time,
+                        "dataChange": action.data_change, "stats": action.stats}}
+    return {"remove": {"path": action.path, "deletionTimestamp": action.deletion_timestamp,
+                       "dataChange": action.data_change, "extendedFileMetadata": True,
+                       "partitionValues": dict(action.partition_values or {}), "size": action.size}}
