@@ -33,6 +33,7 @@ from log_store.errors import (
 from log_store import commits
 from log_store.crash import crash_point
 from log_store.engine import DeltaTransaction, table_version
+from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.names import check_topic_name, commit_metadata, topic_version_property
@@ -299,9 +300,9 @@ class TopicAdmin:
 
     def _record_in_properties(self, path: str, prop: str, target: TopicRecord, metadata: str) -> bool:
         """``record`` on a table made before topic versions were kept: every topic's version from
-        the rows, set as properties with the record (Spark's engine: properties and rows in one
-        commit), and the marker; later records raise application versions."""
-        txn = DeltaTransaction.start(self.spark, path)
+        the rows, set as properties with the record (in one commit), and the marker; later records
+        raise application versions."""
+        txn = self.tables.rows_transaction("topics")
         versions = self._versions_in_rows(txn)
         if versions.get(prop, 0) >= target.topic_version:
             return False
@@ -311,7 +312,7 @@ class TopicAdmin:
         txn.commit({}, metadata)
         return True
 
-    def _versions_in_rows(self, txn: DeltaTransaction) -> dict[str, int]:
+    def _versions_in_rows(self, txn: "DeltaTransaction | RsTransaction") -> dict[str, int]:
         """Each topic's latest version property, from the rows of a table made before the
         properties, as of ``txn``'s version."""
         txn.read_whole_table()

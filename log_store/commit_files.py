@@ -1,4 +1,5 @@
-"""A commit file lakelog writes itself, as Delta's protocol describes it, for the commit shapes
+"""Commit files: the conflict a winning commit makes for a transaction (Delta's rules, applied by
+``rs_engine`` to whichever engine's commit won), and a commit file lakelog writes itself, as Delta's protocol describes it, for the commit shapes
 delta-rs's public API cannot make in one commit: table properties (or the partition columns) with
 files, and change data files (``cdc`` actions). The file is made put-if-absent, as delta-rs makes
 its own: on a local disk written under a temporary name, flushed, then hard-linked to the
@@ -13,6 +14,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from deltalake.transaction import AddAction, RemoveAction
@@ -64,3 +66,55 @@ def action_json(action: AddAction | RemoveAction | dict) -> dict:
     return {"remove": {"path": action.path, "deletionTimestamp": action.deletion_timestamp,
                        "dataChange": action.data_change, "extendedFileMetadata": True,
                        "partitionValues": dict(action.partition_values or {}), "size": action.size}}
+
+
+@dataclass(frozen=True)
+class OwnCommit:
+    """What a commit lakelog writes carries besides its files: the commit info's entries, the
+    application versions it sets, its time and Delta's operation name."""
+
+    info: dict
+    versions: dict[str, int]
+    now: int
+    operation: str | None
+
+
+def commit_lines(own: OwnCommit, meta, schema_json: str, partition_columns: list[str],
+                 configuration: dict[str, str], actions: list) -> list[dict]:
+    """A commit's lines: commit info, the table's metadata (delta-rs's ``Metadata`` ``meta`` with
+    ``partition_columns`` and ``configuration``), its application versions, then ``actions``."""
+    metadata = {"id": meta.id, "name": meta.name, "description": meta.description,
+                "format": {"provider": "parquet", "options": {}}, "schemaString": schema_json,
+                "partitionColumns": partition_columns, "configuration": configuration,
+                "createdTime": meta.created_time}
+    info = {"timestamp": own.now, "operation": own.operation or "WRITE", "operationParameters": {},
+            "isBlindAppend": False, "engineInfo": "lakelog", **own.info}
+    lines = [{"commitInfo": info}, {"metaData": metadata}]
+    lines += [{"txn": {"appId": a, "version": v, "lastUpdated": own.now}} for a, v in own.versions.items()]
+    return lines + [action_json(a) for a in actions]
+
+
+DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
+               "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
+
+
+def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_table: bool) -> str | None:
+    """The Delta conflict a winning commit's ``actions`` make for a transaction that depends on the
+    application ids ``depends``, removes the files ``removing`` and maybe read the whole table;
+    None if it has none (Delta's names, first in the order Delta's checker tries them)."""
+    found = set()
+    for action in actions:
+        if "protocol" in action:
+            found.add("ProtocolChangedException")
+        elif "metaData" in action:
+            found.add("MetadataChangedException")
+        elif "txn" in action and action["txn"]["appId"] in depends:
+            found.add("ConcurrentTransactionException")
+        elif "add" in action and whole_table and action["add"].get("dataChange", True):
+            found.add("ConcurrentAppendException")
+        elif "remove" in action:
+            if action["remove"]["path"] in removing:
+                found.add("ConcurrentDeleteDeleteException")
+            elif whole_table:
+                found.add("ConcurrentDeleteReadException")
+    return next((name for name in DELTA_ORDER if name in found), None)

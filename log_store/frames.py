@@ -96,3 +96,13 @@ def frame_of(spark: SparkSession, jdf) -> DataFrame:
     from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
 
     return ClassicFrame(jdf, spark)
+
+
+def parallelism(spark: SparkSession) -> int:
+    """How many tasks a job of ``spark`` runs at once by default: ``spark.default.parallelism``,
+    else its shuffle partitions (settings a Spark Connect session has too; its context it has not)."""
+    for key in ("spark.default.parallelism", "spark.sql.shuffle.partitions"):
+        value = spark.conf.get(key, None)
+        if value and str(value).isdigit():
+            return max(1, int(value))
+    return 2

@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 
 from log_store import commits
 from log_store.crash import crash_point
-from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
 from log_store.rs_engine import RsTransaction
@@ -19,6 +18,7 @@ from log_store.log_files import (
     COMMIT_BYTES,
     RANGES_TAG,
     DataFile,
+    decode_ranges,
     encode_ranges,
     meta_layout,
     partition_files,
@@ -27,6 +27,8 @@ from log_store.log_files import (
     written_ranges,
 )
 from log_store.log_metadata import ARRIVAL, LAYOUT_PROP, LAYOUTS
+from log_store.frames import parallelism
+from log_store.log_writers import ranges_tags
 
 
 def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[int]:
@@ -39,9 +41,6 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
     shows no row inserted twice. Raises ConcurrentCommitError when another commit removed a file
     first (the caller retries)."""
     txn = commits.start(spark, path, "the log table")
-    if meta_layout(txn) == ARRIVAL and not isinstance(txn, DeltaTransaction):
-        txn.release()  # an arrival log's rewrite writes the change feed's rows with Spark's writer
-        txn = DeltaTransaction.start(spark, path)
     files = partition_files(txn)
 
     def doomed(f: DataFile) -> bool:
@@ -88,7 +87,10 @@ def delete_below(spark: SparkSession, path: str, ends: dict[int, int]) -> list[i
                 raise OffsetCheckError(f"rewriting partition {p} offsets {a}..{b - 1} of {path} read {count} records, "
                                        f"not {b - a}; nothing was deleted")
     where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, a, b in gone)
-    txn.write(log.where(where).withColumn("_change_type", F.lit("delete")).coalesce(1))
+    if isinstance(txn, RsTransaction):
+        txn.write_changes(to_arrow(log.where(where)), "delete")
+    else:
+        txn.write(log.where(where).withColumn("_change_type", F.lit("delete")).coalesce(1))
     txn.remove((vs[0].action() for vs in batch), data_change=True)
     txn.commit_as("DELETE", {})
     return sorted({f.partition for vs in batch for f in vs if doomed(f)})
@@ -134,7 +136,7 @@ def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
         raise InvalidConfigurationError(f"unknown layout {layout!r}: give one of {', '.join(LAYOUTS)}")
 
     def attempt() -> LayoutChange:
-        txn = DeltaTransaction.start(spark, path)
+        txn = commits.start(spark, path, "the log table")
         # It reads every file: an append committing before it makes it conflict and start again
         # (otherwise its files, written for the old layout, would stay inside the new one).
         txn.read_whole_table()
@@ -145,12 +147,16 @@ def change_layout(spark: SparkSession, path: str, layout: str) -> LayoutChange:
         log = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
         records = log.count()
         stats = txn.configuration().get("delta.dataSkippingStatsColumns")
-        by_partition = log.repartition(max(1, spark.sparkContext.defaultParallelism), "partition") \
+        by_partition = log.repartition(parallelism(spark), "partition") \
             .sortWithinPartitions("partition", "offset")
         if layout == ARRIVAL:
             txn.repartition_table([], {LAYOUT_PROP: ARRIVAL, **_stats_columns(stats, True)})
-            written = txn.write(by_partition, data_change=False, hold=True)
-            per_file = written_ranges(spark, txn, written)
+            if isinstance(txn, RsTransaction):  # each task tags its file with the ranges of its rows
+                written = txn.write(by_partition, data_change=False, hold=True, tags_of=ranges_tags)
+                per_file = {f.path: decode_ranges(f.add["tags"][RANGES_TAG]) for f in written}
+            else:
+                written = txn.write(by_partition, data_change=False, hold=True)
+                per_file = written_ranges(spark, txn, written)
             for name, found in per_file.items():
                 if any(n != b - a + 1 for a, b, n in found.values()):
                     raise OffsetCheckError(f"{name} of {path} would hold a partition's offsets with gaps: {found}; "

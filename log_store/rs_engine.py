@@ -20,30 +20,23 @@ delta-rs's store: a hard link on a local disk, a conditional PUT (``If-None-Matc
 
 Commit shapes delta-rs's public API cannot express in one commit, and what this module does:
 
-- table properties with files: a property change is its own commit (``alter.set_table_properties``,
-  which takes application versions but no files; ``create_write_transaction`` takes files but no
-  metadata). ``commit`` refuses the pair before anything is committed. A fence that must land
-  with rows is an application version the fenced writers depend on.
-- property removal: delta-rs has no UNSET (delta-io/delta-rs#2073). ``drop`` sets the value to
-  the empty string, which ``configuration`` reads as absent (other readers see ``key = ''``);
-  ``delta.*`` properties cannot be dropped.
-- custom properties at creation (refused by delta-rs's parser): ``create_table`` makes the table
-  with its ``delta.*`` properties, then sets the others in a second commit; it finishes a table
-  another process left half made.
-- partition column change (the layout move): refused. ``create_table_with_add_actions`` with
-  ``mode="overwrite"`` does it in one commit, but gives the table a new id, refuses custom
-  properties, rewrites the protocol and removes the old files with ``dataChange`` true.
+- table properties with files, a change of the partition columns (the layout move), change data
+  files (``cdc`` actions: the deletes a rewrite of an arrival log's shared files writes): the
+  commit file is written by lakelog (``log_store.commit_files``), put-if-absent as delta-rs
+  writes its own, with the same answer to a lost race, so the same conflict rules apply. Such a
+  commit names itself ``lakelog`` in ``engineInfo`` and carries Delta's operation name.
+- property removal: delta-rs has no UNSET (delta-io/delta-rs#2073). A property-only commit
+  through delta-rs sets a dropped one to the empty string, which ``configuration`` reads as
+  absent (other readers see ``key = ''``); a commit lakelog writes removes it. ``delta.*``
+  properties cannot be dropped.
+- custom properties at creation (refused by delta-rs's parser): ``create_table`` makes a local
+  table as ``log_store.table_create`` does (version 0 written by lakelog); elsewhere through
+  delta-rs with its ``delta.*`` properties, then the others in a second commit.
 - tags on add actions: ``AddAction`` has none. They are kept in the file's statistics JSON under
   ``lakelog.tags`` (delta-rs and Delta's readers ignore keys they do not know, and checkpoints
   keep the JSON as written); ``files`` puts them back in ``tags``.
-- change data files (``cdc`` actions): not written. Appends and retention add and remove whole
-  files, whose rows the change feed reads from the actions (``dataChange`` true). Deleting some
-  rows of a shared (arrival) file, which today rewrites it and marks the deleted rows in a change
-  data file, becomes two commits: one that only rearranges (``dataChange`` false: the deleted
-  rows into files of their own, the kept ones into others), then one removing those files with
-  ``dataChange`` true, read by the change feed as exactly those deletes.
-- Delta's operation names (DELETE, OPTIMIZE): history shows WRITE (or SET TBLPROPERTIES); the
-  name given to ``commit`` is kept in the commit info as ``lakelog.operation``.
+- Delta's operation names (DELETE, OPTIMIZE): a delta-rs commit's history shows WRITE (or SET
+  TBLPROPERTIES); the name given to ``commit`` is kept in the commit info as ``lakelog.operation``.
 """
 
 from __future__ import annotations
@@ -61,7 +54,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, PostCommitHookProperties, RemoveAction, Transaction
 
 from log_store import app_versions as carried_versions
-from log_store import checkpoints, delta_log, rs_tables
+from log_store import checkpoints, commit_files, delta_log, rs_tables
 from log_store.arrow_files import (TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns,
                                   with_tags, written_file)
 from log_store.delta_errors import conflict_error, retry_on_conflict, translate
@@ -76,32 +69,6 @@ if TYPE_CHECKING:
 
 Storage = Mapping[str, str] | None
 logger = logging.getLogger("lakelog.rs_engine")
-DELTA_ORDER = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
-               "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
-
-
-def conflict(actions: list[dict], depends: set[str], removing: set[str], whole_table: bool) -> str | None:
-    """The Delta conflict a winning commit's ``actions`` make for a transaction that depends on the
-    application ids ``depends``, removes the files ``removing`` and maybe read the whole table;
-    None if it has none (Delta's names, first in the order Delta's checker tries them)."""
-    found = set()
-    for action in actions:
-        if "protocol" in action:
-            found.add("ProtocolChangedException")
-        elif "metaData" in action:
-            found.add("MetadataChangedException")
-        elif "txn" in action and action["txn"]["appId"] in depends:
-            found.add("ConcurrentTransactionException")
-        elif "add" in action and whole_table and action["add"].get("dataChange", True):
-            found.add("ConcurrentAppendException")
-        elif "remove" in action:
-            if action["remove"]["path"] in removing:
-                found.add("ConcurrentDeleteDeleteException")
-            elif whole_table:
-                found.add("ConcurrentDeleteReadException")
-    return next((name for name in DELTA_ORDER if name in found), None)
-
-
 class RsTransaction:
     """One open optimistic transaction on a Delta table (see module docstring)."""
 
@@ -118,6 +85,8 @@ class RsTransaction:
         self._actions: list[AddAction | RemoveAction] = []
         self._removing: set[str] = set()
         self._properties: dict[str, str] = {}
+        self._partition_columns: list[str] | None = None  # a change of them (``repartition_table``)
+        self._cdc: list[dict] = []  # change data files (``write_changes``)
         self._known: dict[str, int] | None = None  # every application version of the read version
         self._read: dict[str, int] = {}  # those read one by one (a remote table)
         self._txn_id = str(uuid.uuid4())  # in the commit info: tells this commit from others
@@ -198,14 +167,14 @@ class RsTransaction:
         if rows.num_rows == 0:
             return []
         schema, required = arrow_schema(self.schema_json())
-        columns = self._metadata.partition_columns
+        columns = self._partitions()
         if len(columns) > 1:
             raise LakelogError(f"the table at {self.path} is partitioned by {columns}: lakelog writes one column only")
         if partition_by is not None and [partition_by] != columns:
             raise LakelogError(f"the table at {self.path} is partitioned by {columns or 'nothing'}, not {partition_by}; "
                                "nothing was written")
         parts = split_by(fit_rows(rows, schema, required, self.path), columns[0] if columns else None)
-        files = parquet_files(parts, stats_columns(self.configuration()), data_change, dict(tags or {}))
+        files = parquet_files(parts, stats_columns(self._pending_configuration()), data_change, dict(tags or {}))
         for data, add, _written in files:
             self._put(add["path"], data)
         self.add_files([add for _data, add, _written in files])
@@ -219,9 +188,10 @@ class RsTransaction:
         ``add`` (``engine.DeltaTransaction``'s arguments)."""
         from log_store import spark_files
 
-        columns = self._metadata.partition_columns
+        columns = self._partitions()
         adds = spark_files.write_frame(data, self.path, self.schema_json(), columns[0] if columns else None,
-                                       stats_columns(self.configuration()), data_change, tags_of, self._storage)
+                                       stats_columns(self._pending_configuration()), data_change, tags_of,
+                                       self._storage)
         if not hold:
             self.add_files(adds)
         return [written_file(add, held=True) for add in adds]
@@ -266,6 +236,35 @@ class RsTransaction:
         self._properties.update(properties)
         self._properties.update({k: "" for k in dropped if k in self._metadata.configuration})
 
+    def repartition_table(self, partition_columns: list[str], properties: Mapping[str, str],
+                          drop: Iterable[str] = ()) -> None:
+        """Change the partition columns (and properties) in this commit; files written after this
+        are laid out by the new ones (the layout move: ``engine.DeltaTransaction``'s method)."""
+        self._partition_columns = list(partition_columns)
+        self.set_properties(properties, drop)
+
+    def write_changes(self, rows: pa.Table, change_type: str) -> None:
+        """Rows of the change feed this commit writes as change data files (Delta's ``cdc``
+        actions; ``_change_type`` = ``change_type``): deletes a rewrite of shared files makes,
+        as Delta's DELETE writes them. Read by the change feed in place of the commit's files."""
+        if rows.num_rows == 0:
+            return
+        schema, required = arrow_schema(self.schema_json())
+        for partition_values, part in split_by(fit_rows(rows, schema, required, self.path), (self._partitions() or [None])[0]):
+            part = part.append_column("_change_type", pa.array([change_type] * part.num_rows, pa.string()))
+            for data, add, _written in parquet_files([(partition_values, part)], frozenset(), False):
+                name = "_change_data/" + add["path"].replace("part-", "cdc-", 1)
+                self._put(name, data)
+                self._cdc.append({"cdc": {"path": name, "partitionValues": partition_values, "size": len(data),
+                                          "dataChange": False}})
+
+    def _partitions(self) -> list[str]:
+        return self._metadata.partition_columns if self._partition_columns is None else self._partition_columns
+
+    def _pending_configuration(self) -> dict[str, str]:
+        """The table properties as this commit leaves them."""
+        return {k: v for k, v in {**self._metadata.configuration, **self._properties}.items() if v != ""}
+
     def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
         """Commit, naming Delta's ``operation`` (DELETE, OPTIMIZE) in the commit's metadata
         (``engine.DeltaTransaction``'s method; delta-rs records the commit itself as a WRITE)."""
@@ -292,9 +291,6 @@ class RsTransaction:
         (retry from a fresh read), or ``LakelogError`` for a version that would fall or a shape
         delta-rs cannot commit, with nothing committed."""
         versions = {a: int(v) for a, v in (app_versions or {}).items()}
-        if self._properties and self._actions:
-            raise LakelogError("table properties and files cannot change in one commit through delta-rs; "
-                               "nothing was committed")
         for app_id, version in versions.items():
             before = self.app_version(app_id)  # the commit depends on every id it sets
             if version < before:
@@ -307,6 +303,8 @@ class RsTransaction:
         info |= {"lakelog.operation": operation} if operation else {}
         props = CommitProperties(custom_metadata=info, max_commit_retries=0,
                                  app_transactions=[Transaction(a, v, now) for a, v in versions.items()])
+        if (self._properties and self._actions) or self._partition_columns is not None or self._cdc:
+            props = commit_files.OwnCommit(info, versions, now, operation)  # a shape delta-rs cannot commit
         base, moved = self.read_version, {}
         try:
             while True:
@@ -329,7 +327,7 @@ class RsTransaction:
                     version = mine
                     break
                 for _v, actions in won:
-                    name = conflict(actions, self._depends, self._removing, self._whole_table)
+                    name = commit_files.conflict(actions, self._depends, self._removing, self._whole_table)
                     if name:
                         raise conflict_error(name)
             self._checkpoint(version)
@@ -343,6 +341,10 @@ class RsTransaction:
         """One try at the version after the table object's snapshot; the checkpoint is left to
         ``_checkpoint`` (delta-rs would write it inside the commit)."""
         hooks = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+        if isinstance(props, commit_files.OwnCommit):
+            if not commit_files.write_commit(self.path, self._storage, self._open().version() + 1, self._own_actions(props)):
+                raise CommitFailedError("the version exists: another commit won the race")
+            return
         try:
             if self._properties:
                 self._open().alter.set_table_properties(self._properties, raise_if_not_exists=False,
@@ -355,6 +357,12 @@ class RsTransaction:
             raise
         except Exception as exc:
             raise translate(exc) from exc
+
+    def _own_actions(self, own: "commit_files.OwnCommit") -> list[dict]:
+        """This commit as the lines of its commit file: its metadata with the properties and
+        partition columns it leaves, its application versions, then its files."""
+        return commit_files.commit_lines(own, self._metadata, self._schema_json, self._partitions(),
+                                         self._pending_configuration(), self._actions + self._cdc)
 
     def _winners(self, base: int, failure: CommitFailedError) -> list[tuple[int, list[dict]]]:
         """The commits after ``base`` that took the version this one tried, each with its actions;

@@ -17,7 +17,6 @@ exists: put-if-absent, as delta-rs commits on a local disk); on S3 one ``PUT`` w
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from pyspark.sql.types import DataType, StructType, TimestampNTZType
 
 from log_store import delta_log, put_if_absent
+from log_store.commit_files import create_local
 from log_store.delta_errors import create_racing
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
@@ -111,17 +111,8 @@ def _create_local(path: str, schema: StructType, properties: dict[str, str], par
                                                                          int(time.time() * 1000)))
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
-        staged = log_dir / f".{uuid.uuid4().hex}.json.tmp"
-        with open(staged, "w") as fh:  # on disk before its name is: a crash leaves no empty version 0
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(staged, log_dir / f"{0:020d}.json")
-        except FileExistsError:
-            pass  # a racing creator's version 0: the caller compares what it made
-        finally:
-            staged.unlink(missing_ok=True)
+        # False: a racing creator's version 0, which the caller compares with what it wanted
+        create_local(log_dir / f"{0:020d}.json", body.encode())
     except OSError as exc:
         raise StorageError(f"{what} at {path} could not be made ({exc}): is its root lost or read-only?") from exc
 

@@ -39,7 +39,7 @@ from log_store.errors import (
     StorageError,
     UnknownTopicError,
 )
-from log_store.frames import rows_frame
+from log_store.frames import parallelism, rows_frame
 from log_store.log_append import PRODUCER_COLUMNS, AppendResult, append, append_rows  # noqa: F401 - the log's API
 from log_store.log_metadata import (
     ARRIVAL,
@@ -264,7 +264,7 @@ class TopicLog:
             # A small batch is sorted in one task: no shuffle, one stage (200 records:
             # 236 -> 146 ms; BENCHMARKS.md, 2026-11-26).
             return found.coalesce(1).sortWithinPartitions(position)
-        keys, shuffle_partitions = ordering_keys(ranges, self.spark.sparkContext.defaultParallelism)
+        keys, shuffle_partitions = ordering_keys(ranges, parallelism(self.spark))
         return found.repartition(shuffle_partitions, F.expr(by_partition(keys))).sortWithinPartitions(position)
 
     def snapshot(self, ends: bool = True, txn: "DeltaTransaction | RsTransaction | None" = None) -> LogSnapshot:

@@ -115,12 +115,12 @@ class CopyResult(BaseModel):
         return sum(self.copied.values())
 
 
-def open_log(spark: SparkSession, path: str, with_spark: bool = False) -> "DeltaTransaction | RsTransaction":
-    """A transaction on the log at ``path`` (the engine ``log_store.commits`` chooses; Delta's
-    with ``with_spark``); StorageError if there is none (a root lost or not mounted): Delta would
-    otherwise start a new table there."""
+def open_log(spark: SparkSession, path: str) -> "DeltaTransaction | RsTransaction":
+    """A transaction on the log at ``path`` (the engine ``log_store.commits`` chooses);
+    StorageError if there is none (a root lost or not mounted): Delta would otherwise start a new
+    table there."""
     try:
-        txn = DeltaTransaction.start(spark, path) if with_spark else commits.start(spark, path, "the log")
+        txn = commits.start(spark, path, "the log")
     except StorageError:
         raise
     except Exception as exc:
@@ -276,10 +276,9 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
 
     # delta-rs commits table properties or files, not both: a copy that changes the follower's
     # properties (a resize, an election's epochs) with records goes through Delta's engine
-    with_spark = [False]
 
     def attempt() -> CopyResult:
-        txn = open_log(spark, target, with_spark[0])
+        txn = open_log(spark, target)
         tconf = txn.configuration()
         trole = Role.of(tconf)
         if trole.fence > stamp:  # the seed's stateChangeListener
@@ -311,10 +310,6 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         effective = {**tconf, REPLICA_ROLE_PROP: trole.role, REPLICA_EPOCH_PROP: str(trole.fence),
                      REPLICA_DATA_EPOCH_PROP: str(trole.data)}
         changed = {k: v for k, v in props.items() if effective.get(k) != v}
-        if (changed or drop) and truncated and isinstance(txn, RsTransaction):  # before any file is written
-            txn.release()
-            with_spark[0] = True
-            return attempt()
         if truncated:
             _truncate_in(spark, txn, target, truncated)
             t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
@@ -335,10 +330,6 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         if not ranges and not apps and not changed and not drop and not truncated:
             return CopyResult(source_version=src.read_version, version=None, copied={}, log_ends=t_ends,
                               data_epoch=trole.data)
-        if (changed or drop) and (ranges or truncated) and isinstance(txn, RsTransaction):
-            txn.release()
-            with_spark[0] = True
-            return attempt()
         copied: dict[int, int] = {}
         if ranges:
             copied = _counted(_write_ranges(spark, txn, source, src.read_version, ranges))

@@ -15,7 +15,8 @@ from deltalake.exceptions import CommitFailedError
 from log_store import delta_log
 from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidConfigurationError, LakelogError
 from log_store.object_store import arrow_filesystem
-from log_store.rs_engine import RsTransaction, conflict, create_table
+from log_store.commit_files import conflict
+from log_store.rs_engine import RsTransaction, create_table
 
 SCHEMA = pa.schema([("partition", pa.int32(), False), ("offset", pa.int64()), ("value", pa.string())])
 END0, END1 = "lakelog.log_end.0", "lakelog.log_end.1"
@@ -158,7 +159,7 @@ def test_a_removed_file_leaves_the_snapshot_and_a_concurrent_removal_of_it_rejec
         mine.commit()
 
 
-def test_properties_are_set_and_dropped_but_never_with_files_in_one_commit(table):
+def test_properties_are_set_and_dropped_through_delta_rs(table):
     txn = RsTransaction.start(table)
     txn.set_properties({"lakelog.epoch": "1"})
     assert txn.commit({END0: 0}) == txn.read_version + 1  # properties with application versions: one commit
@@ -170,12 +171,85 @@ def test_properties_are_set_and_dropped_but_never_with_files_in_one_commit(table
     assert RsTransaction.start(table).configuration() == {"delta.enableChangeDataFeed": "true", "lakelog.count": "3"}
     with pytest.raises(InvalidConfigurationError):
         RsTransaction.start(table).set_properties({}, drop=["delta.enableChangeDataFeed"])
+
+
+def test_properties_with_files_are_one_commit_lakelog_writes_and_fence_as_delta_rs_commits_do(table):
+    """delta-rs commits properties or files; both at once are a commit file lakelog writes
+    (``commit_files``): its metadata, application versions and files in one version, a dropped
+    property gone for good, and the same conflict rules either way round."""
     both = RsTransaction.start(table)
-    both.write_rows(rows(0, 0))
-    both.set_properties({"lakelog.count": "4"})
-    with pytest.raises(LakelogError, match="cannot change in one commit"):
-        both.commit()
-    assert DeltaTable(table).version() == both.read_version and values(table) == []
+    both.app_version(END0)
+    both.write_rows(rows(0, 0, 1))
+    both.set_properties({"lakelog.count": "4", "lakelog.epoch": "2"})
+    version = both.commit({END0: 2}, operation="REPLICATE")
+    assert version == both.read_version + 1 and values(table) == ["0:0", "0:1"]
+    actions = commit_file(table, version)
+    assert actions[0]["commitInfo"]["engineInfo"] == "lakelog" and actions[0]["commitInfo"]["operation"] == "REPLICATE"
+    after = RsTransaction.start(table)
+    assert after.configuration() == {"delta.enableChangeDataFeed": "true", "lakelog.count": "4", "lakelog.epoch": "2"}
+    assert after.app_version(END0) == 2 and after.table_id() == both.table_id()
+    assert DeltaTable(table).metadata().partition_columns == ["partition"]
+
+    dropping = RsTransaction.start(table)
+    dropping.write_rows(rows(1, 0))
+    dropping.set_properties({}, drop=["lakelog.epoch"])
+    dropping.commit({END1: 1})
+    assert "lakelog.epoch" not in DeltaTable(table).metadata().configuration, "removed, not set to ''"
+
+    # it loses to a concurrent metadata change, and to a commit of an id it depends on ...
+    mine, theirs = RsTransaction.start(table), RsTransaction.start(table)
+    mine.app_version(END0)
+    mine.write_rows(rows(0, 2))
+    mine.set_properties({"lakelog.count": "5"})
+    theirs.write_rows(rows(0, 2))
+    theirs.commit({END0: 3})
+    with pytest.raises(AppVersionConflictError):
+        mine.commit({END0: 3})
+    # ... a delta-rs commit loses to it ...
+    mine, theirs = RsTransaction.start(table), RsTransaction.start(table)
+    mine.write_rows(rows(1, 1))
+    mine.set_properties({"lakelog.count": "6"})
+    theirs.app_version(END1)
+    theirs.write_rows(rows(1, 1))
+    mine.commit({END1: 2})
+    with pytest.raises(ConcurrentCommitError, match="MetadataChangedException"):
+        theirs.commit({END1: 2})
+    # ... and it passes over an unrelated append, landing after it
+    mine, theirs = RsTransaction.start(table), RsTransaction.start(table)
+    mine.set_properties({"lakelog.count": "7"})
+    mine.write_rows(rows(1, 2))
+    theirs.write_rows(rows(0, 3))
+    landed = theirs.commit()
+    assert mine.commit() == landed + 1
+    assert values(table) == ["0:0", "0:1", "0:2", "0:3", "1:0", "1:1", "1:2"]
+    assert RsTransaction.start(table).configuration()["lakelog.count"] == "7"
+
+
+def test_a_partition_column_change_and_change_data_files_are_one_commit(table):
+    txn = RsTransaction.start(table)
+    txn.write_rows(pa.concat_tables([rows(0, 0, 1), rows(1, 0)]))
+    txn.commit()
+    move = RsTransaction.start(table)
+    move.read_whole_table()
+    old = move.files()
+    move.repartition_table([], {"lakelog.layout": "arrival"})
+    move.write_rows(pa.concat_tables([rows(0, 0, 1), rows(1, 0)]), data_change=False)
+    move.remove(old, data_change=False)
+    move.commit(operation="OPTIMIZE")
+    assert DeltaTable(table).metadata().partition_columns == []
+    assert values(table) == ["0:0", "0:1", "1:0"]
+    assert all("=" not in f["path"] for f in RsTransaction.start(table).files()), "files laid out unpartitioned"
+
+    delete = RsTransaction.start(table)
+    files = delete.files()
+    delete.write_rows(rows(0, 1), data_change=True)
+    delete.write_changes(rows(0, 0), "delete")
+    delete.remove(files, data_change=True)
+    version = delete.commit(operation="DELETE")
+    cdc = [a["cdc"] for a in commit_file(table, version) if "cdc" in a]
+    assert len(cdc) == 1 and cdc[0]["path"].startswith("_change_data/")
+    changes = DeltaTable(table).load_cdf(starting_version=version, ending_version=version).read_all()
+    assert changes.column("_change_type").to_pylist() == ["delete"] and changes.column("value").to_pylist() == ["0:0"]
 
 
 def test_tags_ride_in_the_statistics_and_come_back_from_commits_and_checkpoints(table):
