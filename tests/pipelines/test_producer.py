@@ -6,6 +6,7 @@ from pyspark.sql import functions as F
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidRecordError, UnknownTopicError
 from log_store.partitioner import partition_for
+from log_store.headers import HEADERS_TYPE
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
 
@@ -380,6 +381,31 @@ def test_the_drivers_path_and_sparks_lay_the_same_records_alike(spark, root):
     admin.create("numbers", 2)
     Producer(spark, root, "numbers", "P").send(spark.range(3).select(F.col("id").alias("value")))
     assert sorted(r[0] for r in admin.log("numbers").table().select("value").collect()) == [b"0", b"1", b"2"]
+
+
+@pytest.mark.parametrize("headers", ["some null", "all null"])
+def test_headers_land_as_given_whichever_path_writes_them(spark, root, headers):
+    """None, empty and set headers land as given through the driver's path and Spark's write job
+    (30,000 records in one batch; its tasks get a null list as an empty one with a mark:
+    ``spark_files``)."""
+    admin = TopicAdmin(spark, root)
+    admin.create("driver", 3)
+    admin.create("bulk", 3)
+    given = (F.when(F.col("id") % 3 == 0, None).when(F.col("id") % 3 == 1, F.array())
+             .otherwise(F.array(F.struct(F.lit("h").alias("key"), F.col("id").cast("string").cast("binary").alias("value")))))
+    df = spark.range(30_000).select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"),
+                                    (given if headers == "some null" else F.lit(None)).cast(HEADERS_TYPE).alias("headers"))
+    Producer(spark, root, "driver", "P", ProducerSettings(batch_size=10_000)).send(df)  # from the driver
+    Producer(spark, root, "bulk", "P").send(df)
+
+    def landed(topic):
+        return sorted((bytes(r["key"]), None if r["headers"] is None else [(h["key"], bytes(h["value"])) for h in r["headers"]])
+                      for r in admin.log(topic).table().select("key", "headers").collect())
+
+    assert landed("bulk") == landed("driver")
+    nulls = sum(1 for _k, h in landed("bulk") if h is None)
+    assert nulls == (10_000 if headers == "some null" else 30_000)
+    assert headers == "all null" or sum(1 for _k, h in landed("bulk") if h == []) == 10_000
 
 
 @pytest.mark.parametrize("rows, batch_size", [(100, 500_000), (30_000, 500_000), (30_000, 10_000)])
