@@ -31,7 +31,7 @@ import threading
 from pyspark.sql import SparkSession
 
 from log_store.files import local_path, reads_with_delta_rs
-from log_store.object_store import is_s3, s3_storage
+from log_store.object_store import engine_s3, s3_storage
 
 log = logging.getLogger("lakelog.checkpoints")
 # A Hadoop option of the checkpoint writer's DeltaLog only: Delta keys its cache of DeltaLogs by the
@@ -108,11 +108,11 @@ def write_checkpoint(spark: SparkSession, path: str) -> None:
     the commit files past the table's log retention are removed, as Delta's checkpoint does), else,
     or when delta-rs cannot write the table (a writer feature it lacks), through a ``DeltaLog`` of
     the table of the writer's own."""
-    if reads_with_delta_rs(path) or is_s3(path):
+    if reads_with_delta_rs(path) or engine_s3(path):
         from deltalake import DeltaTable
 
         try:
-            table = (DeltaTable(path, storage_options=s3_storage(spark, path) or None) if is_s3(path)
+            table = (DeltaTable(path, storage_options=s3_storage(spark, path) or None) if engine_s3(path)
                      else DeltaTable(str(local_path(path))))
             table.create_checkpoint()
             table.cleanup_metadata()

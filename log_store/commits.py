@@ -13,7 +13,7 @@ from log_store import put_if_absent
 from log_store.engine import DeltaTransaction
 from log_store.errors import StorageError
 from log_store.files import is_remote
-from log_store.object_store import is_s3, s3_storage
+from log_store.object_store import engine_s3, s3_storage
 from log_store.rs_engine import RsTransaction
 
 # The writer features of the tables lakelog makes, which a commit of files written by pyarrow keeps
@@ -31,7 +31,7 @@ def start(spark: SparkSession, path: str, what: str = "the table") -> DeltaTrans
     ``what``) if the store refuses the read (a lost or unmounted root)."""
     storage = None
     if is_remote(path):
-        if not is_s3(path):  # GCS, ADLS: Delta's engine (docs/engine.md)
+        if not engine_s3(path):  # GCS, ADLS, Databricks: Delta's engine (docs/engine.md)
             return DeltaTransaction.start(spark, path)
         storage = s3_storage(spark, path)
         put_if_absent.check(path, storage)

@@ -35,7 +35,7 @@ from log_store.engine import DeltaTransaction
 from log_store.delta_errors import retry_on_conflict, translate
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
 from log_store.files import is_remote
-from log_store.object_store import is_s3, s3_storage
+from log_store.object_store import engine_s3, s3_storage
 from log_store.log_metadata import (
     ARRIVAL,
     Mode,
@@ -303,12 +303,12 @@ def purge(spark: SparkSession | None, path: str) -> None:
     """Delete every row of a fenced log and remove its files at once (VACUUM without retention:
     nothing may read a deleted topic). Through delta-rs on a local root and on S3; Spark's DELETE
     and VACUUM elsewhere. Safe to repeat and to race (a lost race deletes again, finding nothing)."""
-    if not is_remote(path) or is_s3(path):
+    if not is_remote(path) or engine_s3(path):
         from deltalake.exceptions import CommitFailedError
 
         from log_store.rs_tables import open_table
 
-        storage = s3_storage(spark, path) if is_s3(path) else None
+        storage = s3_storage(spark, path) if is_remote(path) else None
         put_if_absent.check(path, storage)
 
         def delete() -> None:

@@ -93,3 +93,12 @@ def s3_storage(spark, uri: str) -> dict[str, str]:
     from log_store.session import s3a_settings
 
     return storage_from_s3a(s3a_settings(spark), uri)
+
+
+def engine_s3(uri: str) -> bool:
+    """Whether lakelog's engine (delta-rs) commits to the table at ``uri``: an S3 root, outside
+    Databricks, whose runtime commits to S3 through its own commit service (multi-cluster writes),
+    which a writer of another engine must not race; there Delta's engine commits."""
+    import os
+
+    return is_s3(uri) and "DATABRICKS_RUNTIME_VERSION" not in os.environ

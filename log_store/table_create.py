@@ -28,7 +28,7 @@ from log_store.commit_files import create_local
 from log_store.delta_errors import create_racing
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
-from log_store.object_store import is_s3, s3_storage
+from log_store.object_store import engine_s3, s3_storage
 
 # What a table with a TIMESTAMP_NTZ column needs (reader 3, writer 7 with table features), and the
 # features of writer version 4 a table-features protocol must list once in use (NOT NULL columns:
@@ -41,7 +41,7 @@ PLAIN_PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 4}
 def create_table(spark, path: str, schema: StructType, properties: dict[str, str], partition_by: str | None = None,
                  what: str = "the table") -> None:
     """Make the table at ``path`` unless it is there."""
-    if is_s3(path):
+    if engine_s3(path):
         _create_on_s3(spark, path, schema, properties, partition_by)
     elif is_remote(path):
         _create_with_spark(spark, path, schema, properties, partition_by, what)
@@ -51,7 +51,7 @@ def create_table(spark, path: str, schema: StructType, properties: dict[str, str
 
 def table_exists(spark, path: str) -> bool:
     """Whether a table is at ``path`` (on a local root or S3: a commit listed, no JVM)."""
-    if is_s3(path):
+    if engine_s3(path):
         return put_if_absent.listed(f"{path.rstrip('/')}/_delta_log/", s3_storage(spark, path))
     if is_remote(path):
         from delta.tables import DeltaTable

@@ -245,7 +245,8 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
 @click.option("--delete-partition-enable/--no-delete-partition-enable", default=None,
               help="Allow shrinking (default: controller.delete_partition_enable or $LAKELOG_DELETE_PARTITION_ENABLE).")
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
-              help="Move the log to this layout: one commit rewriting every file, no record changed.")
+              help="Move the log to this layout: one commit rewriting every file, no record changed "
+                   "(the records are read by a Spark job: starts a JVM).")
 @json_option
 @pass_ctx
 def alter(c: Context, topic: str, partitions: int | None, configs: tuple[str, ...], delete_configs: tuple[str, ...],

@@ -93,3 +93,22 @@ def test_a_command_that_needs_spark_says_so_under_no_jvm(tmp_path):
     lakelog(root, "topics", "create", "--topic", "t", "--partitions", "1")
     proc = lakelog(root, "audit", "--topic", "t", check=False)
     assert proc.returncode == 1 and "LAKELOG_NO_JVM=1" in proc.stderr
+
+
+def test_a_replicated_topic_is_copied_resized_and_failed_over_without_a_jvm(tmp_path):
+    """A copy that carries records and also changes the follower's table properties (after a
+    resize, after an election) is one commit lakelog writes itself: no Spark there either."""
+    root, eu, us = tmp_path / "root", str(tmp_path / "eu"), str(tmp_path / "us")
+    lakelog(root, "topics", "create", "--topic", "r", "--partitions", "2", "--replicas", f"{eu},{us}")
+    lakelog(root, "produce", "--topic", "r", "--input", records_file(tmp_path, 40))
+    lakelog(root, "replicate", "--topic", "r")
+    lakelog(root, "topics", "alter", "--topic", "r", "--partitions", "3")
+    lakelog(root, "produce", "--topic", "r", "--input", records_file(tmp_path, 30, "more.jsonl"))
+    lakelog(root, "replicate", "--topic", "r")  # the resize's metadata with the new records, if not copied yet
+    lakelog(root, "topics", "elect-leader", "--topic", "r", "--leader", us)
+    lakelog(root, "produce", "--topic", "r", "--input", records_file(tmp_path, 5, "after.jsonl"))
+    lakelog(root, "replicate", "--topic", "r")
+    topic = json.loads(lakelog(root, "topics", "describe", "--topic", "r", "--json").stdout)
+    assert len(topic["partitions"]) == 3 and sum(p["latest_offset"] for p in topic["partitions"]) == 75
+    got = consumed(root, "r", "g")
+    assert len(got) == 75 and len({(r["partition"], r["offset"]) for r in got}) == 75

@@ -36,3 +36,15 @@ def test_pyarrow_file_systems_for_local_and_s3_roots(tmp_path):
     assert fs.region == "us-east-1"
     with pytest.raises(InvalidConfigurationError, match="local and S3 roots"):
         arrow_filesystem("abfss://c@a.dfs.core.windows.net/r")
+
+
+def test_lakelogs_engine_commits_to_s3_except_on_databricks(monkeypatch):
+    """Databricks' runtime commits to S3 through its own commit service: a delta-rs writer must
+    not race it there, so Delta's engine commits; elsewhere an S3 root is the engine's."""
+    from log_store.object_store import engine_s3
+
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    assert engine_s3("s3a://b/root/t") and engine_s3("s3://b/root/t")
+    assert not engine_s3("abfss://c@a.dfs.core.windows.net/root") and not engine_s3("/tmp/root")
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "19.0")
+    assert not engine_s3("s3://b/root/t")
