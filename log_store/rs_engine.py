@@ -314,9 +314,10 @@ class RsTransaction:
                     break
                 except CommitFailedError as exc:
                     won = self._winners(base, exc)
-                except LakelogError:  # the store, or a step after the commit (delta-rs's checkpoint)
+                except LakelogError as exc:  # the store, or a step after the commit (delta-rs's checkpoint)
                     landed = self._landed(base)
                     if landed is None:
+                        self._check_reachable(exc)
                         raise
                     version = landed
                     break
@@ -381,6 +382,19 @@ class RsTransaction:
                 raise ConcurrentCommitError(f"commit {v} of {self.path} won the race and cannot be read; retry")
             won.append((v, actions))
         return won
+
+    def _check_reachable(self, failure: Exception) -> None:
+        """``StorageError`` if the table's log cannot be listed now (its root lost or unmounted):
+        delta-rs names such a failure by the version it could not write."""
+        import pyarrow.fs as pafs
+
+        try:
+            reachable = self._fs.get_file_info(self._log).type == pafs.FileType.Directory
+        except OSError:
+            reachable = False
+        if not reachable:
+            raise StorageError(f"the table at {self.path} cannot be reached ({failure}): its root is lost or not "
+                               "mounted; nothing was committed") from failure
 
     def _landed(self, base: int) -> int | None:
         """The version this transaction's commit landed at after ``base``, if it did (read from the
