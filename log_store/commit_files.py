@@ -79,17 +79,19 @@ class OwnCommit:
     operation: str | None
 
 
-def commit_lines(own: OwnCommit, meta, schema_json: str, partition_columns: list[str],
-                 configuration: dict[str, str], actions: list) -> list[dict]:
+def commit_lines(own: OwnCommit, meta, schema_json: str, partition_columns: list[str] | None,
+                 configuration: dict[str, str] | None, actions: list) -> list[dict]:
     """A commit's lines: commit info, the table's metadata (delta-rs's ``Metadata`` ``meta`` with
-    ``partition_columns`` and ``configuration``), its application versions, then ``actions``."""
+    ``partition_columns`` and ``configuration``) when it changes (``configuration`` given: a
+    metadata change conflicts with every concurrent commit, so none is written for a commit of
+    files alone), its application versions, then ``actions``."""
     metadata = {"id": meta.id, "name": meta.name, "description": meta.description,
                 "format": {"provider": "parquet", "options": {}}, "schemaString": schema_json,
                 "partitionColumns": partition_columns, "configuration": configuration,
                 "createdTime": meta.created_time}
     info = {"timestamp": own.now, "operation": own.operation or "WRITE", "operationParameters": {},
             "isBlindAppend": False, "engineInfo": "lakelog", **own.info}
-    lines = [{"commitInfo": info}, {"metaData": metadata}]
+    lines = [{"commitInfo": info}] + ([{"metaData": metadata}] if configuration is not None else [])
     lines += [{"txn": {"appId": a, "version": v, "lastUpdated": own.now}} for a, v in own.versions.items()]
     return lines + [action_json(a) for a in actions]
 

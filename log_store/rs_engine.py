@@ -362,8 +362,9 @@ class RsTransaction:
     def _own_actions(self, own: "commit_files.OwnCommit") -> list[dict]:
         """This commit as the lines of its commit file: its metadata with the properties and
         partition columns it leaves, its application versions, then its files."""
+        changed = bool(self._properties) or self._partition_columns is not None
         return commit_files.commit_lines(own, self._metadata, self._schema_json, self._partitions(),
-                                         self._pending_configuration(), self._actions + self._cdc)
+                                         self._pending_configuration() if changed else None, self._actions + self._cdc)
 
     def _winners(self, base: int, failure: CommitFailedError) -> list[tuple[int, list[dict]]]:
         """The commits after ``base`` that took the version this one tried, each with its actions;

@@ -250,6 +250,16 @@ def test_a_partition_column_change_and_change_data_files_are_one_commit(table):
     assert len(cdc) == 1 and cdc[0]["path"].startswith("_change_data/")
     changes = DeltaTable(table).load_cdf(starting_version=version, ending_version=version).read_all()
     assert changes.column("_change_type").to_pylist() == ["delete"] and changes.column("value").to_pylist() == ["0:0"]
+    assert not [a for a in commit_file(table, version) if "metaData" in a], "files alone: no metadata change"
+
+    # a commit of files alone changes no metadata: an append racing it is passed over, not refused
+    deleting, appending = RsTransaction.start(table), RsTransaction.start(table)
+    deleting.write_changes(rows(0, 1), "delete")
+    deleting.remove(deleting.files(), data_change=True)
+    appending.app_version(END1)
+    appending.write_rows(rows(1, 1))
+    deleting.commit(operation="DELETE")
+    assert appending.commit({END1: 2}) == deleting.read_version + 2
 
 
 def test_tags_ride_in_the_statistics_and_come_back_from_commits_and_checkpoints(table):
