@@ -210,11 +210,11 @@ def _median_split(durations: list[dict]) -> dict[str, float]:
 
 
 def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
-    """A 100-record produce from three origins against a raw 100-row Delta append of local rows,
-    alternated run by run after a warm-up: p50 of each (16 partitions)."""
+    """A 100-record produce from five origins (two with a ``sequence`` column) against a raw
+    100-row Delta append of local rows, alternated run by run after a warm-up: p50 of each (16
+    partitions)."""
     topic = "bench-small"
     TopicAdmin(spark, root).create(topic, 16)
-    producer = Producer(spark, root, topic, "small", ProducerSettings())
     big = spark.range(500_000).select("id", F.concat(F.lit("key-"), (F.col("id") % 10_000).cast("string")).alias("key"),
                                       F.rpad(F.col("id").cast("string"), 100, "x").alias("value")).persist()
     big.count()
@@ -227,12 +227,18 @@ def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
         "a filter of a cached 500k-row frame": lambda i: big.where((F.col("id") >= i * 100) & (F.col("id") < i * 100 + 100))
                                                              .select("key", "value"),
         "a file read": lambda i: spark.read.parquet(path),
+        "local rows with a sequence column": lambda i: spark.createDataFrame(local.assign(sequence=range(i * 100, i * 100 + 100))),
+        "a filter of a cached 500k-row frame with a sequence column":
+            lambda i: big.where((F.col("id") >= i * 100) & (F.col("id") < i * 100 + 100))
+                         .select("key", "value", F.col("id").alias("sequence")),
     }
+    # a producer id each: sequences are positions in one input stream
+    producers = {name: Producer(spark, root, topic, f"small-{n}", ProducerSettings()) for n, name in enumerate(origins)}
     times: dict[str, list[float]] = {name: [] for name in [*origins, "raw"]}
     for i in range(runs + 5):  # the first five warm up
         for name, make in origins.items():
             df = make(i)
-            elapsed = timed(lambda: producer.send(df), f"small from {name}" if i >= 5 else None)
+            elapsed = timed(lambda: producers[name].send(df), f"small from {name}" if i >= 5 else None)
             if i >= 5:
                 times[name].append(elapsed)
         raw_df = spark.createDataFrame(local)

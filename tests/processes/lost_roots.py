@@ -97,7 +97,8 @@ class Command:
         prefix = AS_A_USER if as_a_user else []
         self.proc = subprocess.Popen([*prefix, sys.executable, str(CLI), *args], cwd=PROJECT, text=True,
                                      stdout=open(log.with_suffix(".out"), "w"), stderr=open(log, "w"),
-                                     env={**os.environ, GATEWAY_ENV: gateway, **(env or {})})
+                                     # a crash of the interpreter (a signal) leaves its threads' stacks in the log
+                                     env={**os.environ, GATEWAY_ENV: gateway, "PYTHONFAULTHANDLER": "1", **(env or {})})
 
     def wait(self, timeout: float = 180) -> int:
         try:
