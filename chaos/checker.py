@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from chaos.checker_reads import (
-    as_sent, log_location, read_changes, read_current, read_inputs, read_log_changes, removed_while_live,
-    retired_before, retired_ends, sink_commit_groups, text, topic_history,
+    as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
+    removed_while_live, retired_before, retired_ends, sink_commit_groups, text, topic_history,
 )
 
 ANOMALIES = (
@@ -92,6 +92,23 @@ def replica_divergence(locations: list[str]) -> list[str]:
 
 
 # -- the log ---------------------------------------------------------------------------------
+def removed_before_copied(leader: str, rows: list[dict], other_logs: Iterable[str]) -> list[dict]:
+    """Records other roots' logs hold below the leader's log start that the leader's own change
+    feed never had: retention or delete-records removed them at an earlier leader before this root
+    copied that partition (a follower starts at its leader's log start), then this root was
+    elected. They were appended, and a group may have read them before their removal (campaign
+    seed 1652); offsets below a log start are never written again, so each is the one record there."""
+    elsewhere = [r for path in other_logs for r in read_log_changes(path)]
+    starts = log_starts(leader, {r["partition"] for r in elsewhere})
+    held = {(r["partition"], r["offset"]) for r in rows}
+    found: dict[tuple[int, int], dict] = {}
+    for r in elsewhere:
+        key = (r["partition"], r["offset"])
+        if key not in held and key not in found and r["offset"] < starts.get(r["partition"], 0):
+            found[key] = r
+    return list(found.values())
+
+
 def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[str, set[int]], out: Findings) -> None:
     by_record: dict[tuple[str, int], list[dict]] = defaultdict(list)
     by_partition: dict[int, list[dict]] = defaultdict(list)
@@ -333,12 +350,16 @@ def check_commit_order(root: str, out: Findings) -> None:
 
 
 def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Iterable[int]],
-          groups: dict[str, str], commit_order: bool = True) -> Findings:
+          groups: dict[str, str], commit_order: bool = True, other_logs: Iterable[str] = ()) -> Findings:
     """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
     producer had acknowledged, and each group's sink (group -> sink path; groups may share one).
-    ``commit_order``: also the control plane's commit-order labels (once per root)."""
+    ``commit_order``: also the control plane's commit-order labels (once per root). ``other_logs``:
+    the topic's logs at its other roots (a replicated topic), for what an earlier leader held
+    below the log start (``removed_before_copied``)."""
     out = Findings()
-    log = as_sent(read_log_changes(log_location(root, topic)))
+    leader = log_location(root, topic)
+    log = read_log_changes(leader)
+    log = as_sent(log + removed_before_copied(leader, log, other_logs))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     for group, sink in sorted(groups.items()):

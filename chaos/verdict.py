@@ -24,11 +24,15 @@ class Verdict:
                     seqs.update(range(ack["lo"], ack["hi"]))
             acked[plan.producer_id] = seqs
         found = None
+        leader = checker_reads.log_location(self.root, self.s.topic)
+        others = [str(self.log_link(k)) for k in range(len(self.replica_roots))] if self.s.replicas else []
+        others = [p for p in others if os.path.realpath(p) != os.path.realpath(leader)]
         for topic in dict.fromkeys(self.topic_of.values()):  # the topic, then the decoy's
             inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.producer_plans
                       if not p.bad_input and self.topic_of[p.producer_id] == topic}
             sinks = {g.name: self.sink_path(g) for g in self.group_plans if self.topic_of[g.name] == topic}
-            one = checker.check(self.root, topic, inputs, {p: acked[p] for p in inputs}, sinks, found is None)
+            one = checker.check(self.root, topic, inputs, {p: acked[p] for p in inputs}, sinks, found is None,
+                                other_logs=others if topic == self.s.topic else ())
             if found is None:
                 found = one
                 continue
@@ -37,9 +41,6 @@ class Verdict:
                 found.samples[kind] += [f"[{topic}] {x}" for x in one.samples.get(kind, [])][:checker.SAMPLES]
             found.stats.update({f"{k}[{topic}]": v for k, v in one.stats.items()})
         if self.s.replicas:  # every root holds the leader's records at the same offsets
-            leader = checker_reads.log_location(self.root, self.s.topic)
-            others = [str(self.log_link(k)) for k in range(len(self.replica_roots))]
-            others = [p for p in others if os.path.realpath(p) != os.path.realpath(leader)]
             for what in checker.replica_divergence([leader, *others]):
                 found.add("replica_divergence", what)
             found.stats["replica_roots"] = len(self.replica_roots)

@@ -369,6 +369,32 @@ def test_a_log_start_raised_on_a_retired_partition_does_not_excuse_its_retired_r
     assert "was retired undelivered" in found.samples["expired_unreported"][0]
 
 
+def test_records_an_earlier_leader_held_below_the_log_start_were_removed_not_lost(tmp_path):
+    """Campaign seed 1652: group g read partition 1's offsets 0 and 1 at the leader, then
+    delete-records raised the log start there to 2; the follower, copying from the log start, never
+    held them, and was then elected. Judged by the new leader's log alone they were lost and their
+    delivery a phantom; with the earlier leader's log they were appended, then removed."""
+    old = Root(tmp_path / "old")
+    old.append((0, 0, 0, "a", 0), (1, 0, 0, "b", 1))
+    old.append((0, 1, 0, "a", 2), (1, 1, 0, "b", 3))
+    raise_log_start(old, 1, 2)
+    new = Root(tmp_path / "new")
+    new.producer("p", ["a", "b", "a", "b", "b"])
+    new.topic(1, [(0, "ReadWrite", None), (1, "ReadWrite", None)])
+    new.append((0, 0, 0, "a", 0), (0, 1, 0, "a", 2))
+    raise_log_start(new, 1, 2)
+    new.append((1, 2, 0, "b", 4))
+    old.append((1, 2, 0, "b", 4), (1, 3, 0, "x", 9))  # at or above the log start another root counts for nothing
+    new.generation("g", 1, {"m1": [0, 1]})
+    new.commit("g", "m1", 1, "acquire", {0: 0, 1: 0})
+    new.deliver("g", (0, 0, 0, "a", 0), (1, 0, 0, "b", 1), (0, 1, 0, "a", 2), (1, 1, 0, "b", 3), (1, 2, 0, "b", 4))
+    new.commit("g", "m1", 1, "commit", {0: 2, 1: 3})
+    assert anomalies(new.check()) == {"lost_acknowledged": 2, "offset_gap": 2, "sink_phantom": 2}
+    found = check(str(new.path), "t", new.inputs, {"p": range(5)}, {"g": str(new.path / "sinks" / "g")},
+                  other_logs=[str(old.path / "topics" / "t")])
+    assert anomalies(found) == {}, found.summary()
+
+
 def test_replica_divergence_and_a_truncation_left_out_of_what_was_appended(clean, tmp_path):
     from deltalake import DeltaTable
 
