@@ -14,12 +14,12 @@ checkpoint is written: it only shortens what a reader replays, any version may c
 process killed before writing it leaves the next interval's to come (Delta writes checkpoints from
 any writer, beside concurrent commits, in its own design).
 
-On a local root every commit through ``DeltaTransaction`` leaves the interval out, and the
-checkpoint is written by delta-rs (``write_checkpoint``): from the commit files and the last
-checkpoint, in Rust, in tens of milliseconds and no Spark job, where Spark's took 5-12 s of CPU
-(BENCHMARKS.md). A thread that does not defer writes it right after its commit, before the commit
-call returns, as Delta would; a deferring one leaves it to the thread. On object stores Spark's own
-checkpoint stays (delta-rs would need Spark's credentials).
+On a local root and on S3 (where commits go through delta-rs) the checkpoint is written by
+delta-rs (``write_checkpoint``): from the commit files and the last checkpoint, in Rust, in tens of
+milliseconds and no Spark job, where Spark's took 5-12 s of CPU. A thread that does not defer
+writes it right after its commit, before the commit call returns, as Delta would; a deferring one
+leaves it to the thread. On the stores Delta's engine still commits to (GCS, ADLS, Databricks)
+Spark's own checkpoint stays.
 """
 
 from __future__ import annotations
