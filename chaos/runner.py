@@ -131,7 +131,10 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
         ``module``: where its kind is (``chaos.actors``, ``chaos.kafka_actors``)."""
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, "TZ": timezone_for(self.s, name), "PYTHONUNBUFFERED": "1"}
+        # PYTHONFAULTHANDLER: an actor killed by a signal of its own (a crash in native code, at exit
+        # too) leaves its threads' stacks in its .err log
+        env = {**os.environ, **self.env, "TZ": timezone_for(self.s, name), "PYTHONUNBUFFERED": "1",
+               "PYTHONFAULTHANDLER": "1"}
         for variable in (CRASH_ENV, PAUSE_ENV, PAUSE_DIR_ENV):
             env.pop(variable, None)
         if crash_at:
