@@ -31,6 +31,7 @@ class Heartbeats:
         self._counts = itertools.count(random.getrandbits(30) << 32)
         self._last = float("-inf")
         self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def next_count(self) -> int:
         """The next count, for a state row that is written instead of a tick."""
@@ -61,8 +62,15 @@ class Heartbeats:
                     except Exception:  # noqa: BLE001 - the next poll heartbeats (and reports) anyway
                         pass
 
-        threading.Thread(target=loop, name=f"heartbeat-{self.member_id}", daemon=True).start()
+        self._thread = threading.Thread(target=loop, name=f"heartbeat-{self.member_id}", daemon=True)
+        self._thread.start()
 
-    def stop(self) -> None:
-        """No more background ticks (the member left; tests also use it to freeze a member)."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """No more background ticks (the member left; tests also use it to freeze a member), and
+        a tick under way finished (up to ``timeout`` seconds): a daemon thread still inside a
+        commit's native code when the process exits is ended there by the interpreter, which
+        crashed members after their work (exit -6 or -11)."""
         self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

@@ -2,6 +2,7 @@
 monotonic clock, counts that always move, a background thread that ticks only while the member
 is in or joining a generation and stops when told."""
 
+import threading
 import time
 
 from control_plane.group.heartbeat import Heartbeats
@@ -56,3 +57,31 @@ def test_the_thread_ticks_only_while_active_and_stops_when_told():
     seen = len(tables.ticks)
     time.sleep(0.3)
     assert len(tables.ticks) == seen
+
+
+class SlowTicks:
+    """Group tables whose tick (a commit) takes a while."""
+
+    spark = None
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.finished = 0
+
+    def tick(self, group: str, member_id: str, count: int) -> None:
+        self.started.set()
+        time.sleep(0.5)
+        self.finished += 1
+
+
+def test_stop_returns_once_the_tick_under_way_has_finished():
+    tables = SlowTicks()
+    beats = Heartbeats(tables, "g", "m1", interval_ms=20)
+    beats.start(lambda: True)
+    assert tables.started.wait(5), "the thread ticks while the member is active"
+    beats.stop()
+    assert tables.finished >= 1, "stop waited for the tick it interrupted"
+    assert not [t for t in threading.enumerate() if t.name == "heartbeat-m1"], "no heartbeat thread is left"
+    done = tables.finished
+    time.sleep(0.1)
+    assert tables.finished == done, "no tick after stop"
