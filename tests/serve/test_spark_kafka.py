@@ -121,7 +121,9 @@ def test_a_long_running_kafka_query_follows_records_and_a_grow_as_they_come(spar
         deadline = time.monotonic() + 120
         while True:
             assert query.exception() is None, query.exception()
-            landed = spark.read.format("delta").load(sink).count() if (tmp_path / "sink" / "_delta_log").exists() else 0
+            # the first commit file, not the folder: Spark makes _delta_log before it writes version 0
+            first = tmp_path / "sink" / "_delta_log" / f"{0:020d}.json"
+            landed = spark.read.format("delta").load(sink).count() if first.exists() else 0
             if landed >= 200:
                 break
             assert time.monotonic() < deadline, f"{landed} of 200 records after 120 s"
