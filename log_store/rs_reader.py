@@ -110,12 +110,13 @@ def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], c
     without a Spark job (Spark's read at a version rebuilds that version's state). Through delta-rs's
     query engine, as ``rows`` reads, not a pyarrow dataset scan: a process that scanned one may
     abort at exit ("terminate called without an active exception")."""
-    schema = pa.schema(_table(path, version).schema().to_arrow())
+    table = _table(path, version)  # opened once: its schema, then the query
+    schema = pa.schema(table.schema().to_arrow())
     wanted = pa.schema([schema.field(name) for name in (columns or schema.names)])
     if not ranges:
         return wanted.empty_table()
     spans = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
-    return offset_ranges(path, version, spans, wanted.names).cast(wanted)
+    return _scan(path, table, _ranges_sql(spans, wanted.names)).cast(wanted)
 
 
 def arrow_table(found) -> pa.Table:
@@ -266,9 +267,14 @@ def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], co
     """The records with offsets in [start, end) of each (partition, start, end) in ``spans``, by
     partition and offset, as of the log's ``version``: ``columns`` of the record schema. Files of
     other partitions or outside the ranges are skipped by partition values and offset statistics."""
+    return _query(path, version, _ranges_sql(spans, columns), storage)
+
+
+def _ranges_sql(spans: list[tuple[int, int, int]], columns: list[str]) -> str:
+    """The query of ``offset_ranges``: ``columns`` of the records in each (partition, start, end)."""
     names = ", ".join(f'"{c}"' for c in columns)
     where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})' for p, s, e in spans)
-    return _query(path, version, f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"', storage)
+    return f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"'
 
 
 def first_sequences(path: str, version: int, points: Mapping[int, int], storage: Storage = None) -> list[dict]:
