@@ -25,10 +25,12 @@ from log_store import commits, rs_reader, rs_tables
 from log_store.engine import DeltaTransaction
 from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
+from log_store.delta_sql import properties
 from log_store.files import reads_with_delta_rs
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
+from log_store.session import is_connect
 from log_store.table_create import create_table, table_exists
 
 _CHECKED: set[str] = set()
@@ -350,6 +352,8 @@ class ControlTables:
                 return False
             if reads_with_delta_rs(path):
                 _ROW_TRACKED[path] = rs_reader.row_tracked(path)
+            elif is_connect(self.spark):  # no JVM to open a transaction in: the properties through SQL
+                _ROW_TRACKED[path] = properties(self.spark, path).get("delta.enableRowTracking") == "true"
             else:
                 conf = DeltaTransaction.start(self.spark, path).configuration()
                 _ROW_TRACKED[path] = conf.get("delta.enableRowTracking") == "true"

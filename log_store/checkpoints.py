@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 
 from log_store.files import local_path, reads_with_delta_rs
 from log_store.object_store import engine_s3, s3_storage
+from log_store.session import is_connect
 
 log = logging.getLogger("lakelog.checkpoints")
 # A Hadoop option of the checkpoint writer's DeltaLog only: Delta keys its cache of DeltaLogs by the
@@ -107,7 +108,8 @@ def write_checkpoint(spark: SparkSession, path: str) -> None:
     """The checkpoint of the table's newest version: by delta-rs on a local root and on S3 (then
     the commit files past the table's log retention are removed, as Delta's checkpoint does), else,
     or when delta-rs cannot write the table (a writer feature it lacks), through a ``DeltaLog`` of
-    the table of the writer's own."""
+    the table of the writer's own; not at all on Spark Connect (a checkpoint only shortens what
+    readers replay: a later one, any writer's, does as well)."""
     if reads_with_delta_rs(path) or engine_s3(path):
         from deltalake import DeltaTable
 
@@ -118,7 +120,13 @@ def write_checkpoint(spark: SparkSession, path: str) -> None:
             table.cleanup_metadata()
             return
         except Exception as exc:  # noqa: BLE001 - Spark's checkpoint writes what delta-rs cannot
+            if is_connect(spark):
+                log.warning("delta-rs could not write the checkpoint of %s (%s); left to the next one", path, exc)
+                return
             log.warning("delta-rs could not write the checkpoint of %s (%s); Spark writes it", path, exc)
+    if is_connect(spark):  # Delta's checkpoint is reached through the driver's JVM only; Delta's writers make one
+        log.info("the checkpoint of %s is left to Delta's writers: a Spark Connect client cannot write it", path)
+        return
     from log_store.delta_classes import jvm
 
     jvm_ = spark._jvm

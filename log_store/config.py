@@ -45,4 +45,7 @@ class SparkSettings(Strict):
     # Delta's default per scheme, safe on HDFS, ADLS Gen2 and GCS but not across processes on a
     # local disk or S3. Not set on Databricks, whose runtime commits safely itself.
     log_store: Literal["lakelog", "delta"] = "lakelog"
+    # A Spark Connect server (``sc://host:port``) to run Spark's work on instead of a session in this
+    # process; its own settings hold Delta (``conf`` gives session settings only).
+    remote: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)

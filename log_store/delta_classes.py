@@ -21,9 +21,18 @@ _PER_SESSION: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(session), key) 
 def per_session(spark: SparkSession, key: str, make: Callable[[], Any]) -> Any:
     """``make()``, made once per session under ``key``. Keyed by the session's id, checked against
     its JVM session: a new session that reuses a dead one's id makes its own."""
+    try:
+        jsession = spark._jsparkSession
+    except AttributeError as exc:  # Spark Connect: PySpark's JVM_ATTRIBUTE_NOT_SUPPORTED
+        from log_store.errors import SetupError
+
+        raise SetupError(
+            "this needs Delta's engine in the Spark driver's JVM (a table on an object store other than S3, a table "
+            "whose rules only Delta's writer keeps, or reading a remote table's log), which a Spark Connect session "
+            "does not reach: run it with a classic Spark session (docs/engine.md#spark-connect)") from exc
     hit = _PER_SESSION.get((id(spark), key))
-    if hit is None or hit[0] is not spark._jsparkSession:
-        hit = (spark._jsparkSession, make())
+    if hit is None or hit[0] is not jsession:
+        hit = (jsession, make())
         _PER_SESSION[(id(spark), key)] = hit
     return hit[1]
 

@@ -51,9 +51,17 @@ def latest_local_version(log_dir: str) -> int:
     """The newest commit's version in a local table's ``_delta_log`` (-1 if there is none): one
     listing, no table opened. A store that refuses the listing raises (``OSError``)."""
     try:
-        names = [e.name for e in os.scandir(log_dir)]
+        return _newest_commit([e.name for e in os.scandir(log_dir)])
     except FileNotFoundError:
         return -1
+
+
+def latest_version(fs: pafs.FileSystem, log_dir: str) -> int:
+    """``latest_local_version`` through a pyarrow file system (S3): one listing of ``_delta_log``."""
+    return _newest_commit([info.base_name for info in fs.get_file_info(pafs.FileSelector(log_dir, allow_not_found=True))])
+
+
+def _newest_commit(names: list[str]) -> int:
     versions = [int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
     return max(versions, default=-1)
 

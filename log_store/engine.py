@@ -25,10 +25,11 @@ from log_store import app_versions as carried_versions
 from log_store.arrow_files import WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, with_tags, written_file
 from log_store.arrow_files import stats_columns as table_stats_columns
 from log_store.files import is_remote, local_checksum, reads_with_delta_rs, write_file
-from log_store.object_store import arrow_filesystem
+from log_store.object_store import arrow_filesystem, engine_s3, s3_storage
 from log_store.delta_errors import translate
 from log_store.errors import LakelogError, StorageError
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
+from log_store.session import is_connect
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
 
@@ -371,12 +372,26 @@ def commit_user_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
+def _log_without_jvm(spark: SparkSession, path: str) -> tuple[bool, dict[str, str] | None]:
+    """Whether the table's log is read here rather than by Delta's JVM (a local disk; an S3 table
+    from a Spark Connect session, which has no JVM to ask), and S3's storage options then."""
+    if not is_remote(path):
+        return True, None
+    if engine_s3(path) and is_connect(spark):
+        return True, s3_storage(spark, path)
+    return False, None
+
+
 def table_version(spark: SparkSession, path: str) -> int:
     """The table's latest version (-1 if there is no table): a listing, no Spark job; on a local
-    disk without the JVM."""
-    if not is_remote(path):
+    disk (and on S3 from Spark Connect) without the JVM."""
+    here, storage = _log_without_jvm(spark, path)
+    if here:
         try:
-            return delta_log.latest_local_version(f"{arrow_filesystem(path)[1]}/_delta_log")
+            if storage is None:
+                return delta_log.latest_local_version(f"{arrow_filesystem(path)[1]}/_delta_log")
+            fs, where = arrow_filesystem(path, storage)
+            return delta_log.latest_version(fs, f"{where}/_delta_log")
         except OSError as exc:
             raise StorageError(f"the table at {path} cannot be read ({exc}): is its root lost or not mounted?") from exc
     log = jvm(spark, "delta.DeltaLog.forTable")(spark._jsparkSession, path)
@@ -387,7 +402,7 @@ def table_version(spark: SparkSession, path: str) -> int:
 def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
     """Latest (version, lastUpdated ms of the writer's clock) of each application id starting with
     ``prefix`` set in commits after ``since``, read from the commit files themselves: no Spark
-    job, no state reconstruction (on a local disk, no JVM either)."""
+    job, no state reconstruction (on a local disk, and on S3 from Spark Connect, no JVM either)."""
     found: dict[str, tuple[int, int | None]] = {}
 
     def take(txn: dict) -> None:
@@ -395,10 +410,11 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
             updated = txn.get("lastUpdated")
             found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
 
-    if not is_remote(path):
-        fs, local = arrow_filesystem(path)
+    here, storage = _log_without_jvm(spark, path)
+    if here:
+        fs, where = arrow_filesystem(path, storage)
         for v in range(since + 1, table_version(spark, path) + 1):
-            for action in delta_log.commit_actions(fs, f"{local}/_delta_log", v) or []:
+            for action in delta_log.commit_actions(fs, f"{where}/_delta_log", v) or []:
                 take(action.get("txn"))
         return found
     log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
@@ -411,14 +427,15 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
 
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:
-    """All application transaction versions of a table's latest snapshot (on a local disk through
-    delta-rs's transaction: no JVM)."""
-    if not is_remote(path):
+    """All application transaction versions of a table's latest snapshot (on a local disk, and on
+    S3 from Spark Connect, through delta-rs's transaction: no JVM)."""
+    here, storage = _log_without_jvm(spark, path)
+    if here:
         from log_store.rs_engine import RsTransaction
 
         if table_version(spark, path) < 0:
             return {}
-        txn = RsTransaction.start(path)
+        txn = RsTransaction.start(path, storage)
         try:
             return txn.snapshot_app_versions()
         finally:

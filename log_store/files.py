@@ -45,8 +45,9 @@ def local_checksum(path: str, version: int) -> dict | None:
         return None
 
 
-def write_file(spark: SparkSession, path: str, data: bytes, in_table: bool = False) -> None:
-    """Write a local file, or through Hadoop's FileSystem for a URI. ``in_table``: a data file of
+def write_file(spark: SparkSession | None, path: str, data: bytes, in_table: bool = False) -> None:
+    """Write a local file, or through Hadoop's FileSystem for a URI (with pyarrow on S3 where there is
+    no JVM: Spark Connect). ``in_table``: a data file of
     a table, whose folder must exist (only a partition's folder in it is made): a root that is lost
     or not mounted is a StorageError, never a folder made again where it was."""
     if not is_remote(path):
@@ -61,6 +62,11 @@ def write_file(spark: SparkSession, path: str, data: bytes, in_table: bool = Fal
             raise StorageError(f"cannot write {target}: {exc.strerror or exc} (the root is lost, not mounted or "
                                "not writable); nothing was committed") from exc
         return
+    if _without_jvm(spark):
+        fs, where = _arrow_fs(spark, path)
+        with fs.open_output_stream(where) as out:
+            out.write(data)
+        return
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     out = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(hpath, True)
@@ -70,11 +76,36 @@ def write_file(spark: SparkSession, path: str, data: bytes, in_table: bool = Fal
         out.close()
 
 
+def _without_jvm(spark: SparkSession | None) -> bool:
+    """Whether a URI is reached without Hadoop's FileSystem: a session of Spark Connect (no JVM in
+    this process)."""
+    from log_store.session import is_connect
+
+    return spark is None or is_connect(spark)
+
+
+def _arrow_fs(spark: SparkSession | None, path: str):
+    """pyarrow's file system for an S3 URI, with the session's S3A endpoint and credentials; other
+    stores are reached through Hadoop's FileSystem only, which a Spark Connect client has not."""
+    from log_store.object_store import arrow_filesystem, s3_storage
+
+    return arrow_filesystem(path, s3_storage(spark, path) if spark is not None else None)
+
+
 def read_file(spark: SparkSession, path: str) -> bytes | None:
-    """A local file's bytes, or through Hadoop's FileSystem for a URI; None if there is none."""
+    """A local file's bytes, or through Hadoop's FileSystem for a URI (pyarrow's on S3 without a
+    JVM, as ``write_file``); None if there is none."""
     if not is_remote(path):
         target = local_path(path)
         return target.read_bytes() if target.is_file() else None
+    if _without_jvm(spark):
+        import pyarrow.fs as pafs
+
+        fs, where = _arrow_fs(spark, path)
+        if fs.get_file_info(where).type != pafs.FileType.File:
+            return None
+        with fs.open_input_stream(where) as stream:
+            return stream.read()
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -88,10 +119,17 @@ def read_file(spark: SparkSession, path: str) -> bytes | None:
 
 
 def list_names(spark: SparkSession, folder: str) -> list[str]:
-    """The names in a local folder, or through Hadoop's FileSystem for a URI; none if it is absent."""
+    """The names in a local folder, or through Hadoop's FileSystem for a URI (pyarrow's on S3 without
+    a JVM, as ``write_file``); none if it is absent."""
     if not is_remote(folder):
         target = local_path(folder)
         return sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+    if _without_jvm(spark):
+        import pyarrow.fs as pafs
+
+        fs, where = _arrow_fs(spark, folder)
+        found = fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+        return sorted(info.base_name for info in found)
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(folder)
     fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())

@@ -19,6 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from log_store.ddl import parse_columns
+from log_store.session import is_connect
 
 _SCHEMAS: dict[str, tuple[StructType, pa.Schema]] = {}
 _LOCK = Lock()
@@ -59,15 +60,29 @@ def rows_frame(spark: SparkSession, rows: Iterable[dict], schema: str | StructTy
 
 def row_bound(df: DataFrame) -> int | None:
     """At most how many rows ``df`` has, known from its plan without running it (Spark's
-    ``maxRows``: defined for local rows, ranges and limits, not for files or RDDs), else None."""
+    ``maxRows``: defined for local rows, ranges and limits, not for files or RDDs), else None.
+    None on Spark Connect, whose client sees no optimized plan: callers then look at the rows
+    themselves (a ``limit`` job)."""
+    if is_connect(df):
+        return None
     bound = df._jdf.queryExecution().optimizedPlan().maxRows()
     return int(bound.get()) if bound.isDefined() else None
+
+
+def deterministic(df: DataFrame) -> bool:
+    """Whether ``df``'s plan reads the same rows each time it runs (no random or changing
+    expressions); False where that cannot be known (Spark Connect: no analyzed plan in the client)."""
+    if is_connect(df):
+        return False
+    return bool(df._jdf.queryExecution().analyzed().deterministic())
 
 
 def cached_rows(df: DataFrame) -> int | None:
     """How many rows ``df`` has if it is a cached DataFrame whose cache is filled (Spark counts
     rows as it fills a cache: ``persist`` then ``count``), else None. Not before the cache is
-    filled: Spark then reports its estimate for the plan underneath."""
+    filled: Spark then reports its estimate for the plan underneath. None on Spark Connect."""
+    if is_connect(df):
+        return None
     plan = df._jdf.queryExecution().optimizedPlan()
     if plan.nodeName() != "InMemoryRelation" or not plan.cacheBuilder().isCachedColumnBuffersLoaded():
         return None
@@ -78,7 +93,13 @@ def cached_rows(df: DataFrame) -> int | None:
 def observed(observation: Observation, fallback: Callable[[], dict], wait_s: float = 30.0) -> dict:
     """The metrics ``observation`` collected in an action that has run, or ``fallback()`` if they
     have not arrived within ``wait_s``: Spark hands them over through its listener bus, which
-    drops events when its queue overflows, and ``Observation.get`` would then wait forever."""
+    drops events when its queue overflows, and ``Observation.get`` would then wait forever. On
+    Spark Connect the metrics come back with the action's own result."""
+    if is_connect(observation):
+        try:
+            return observation.get or fallback()  # empty: none came back with the result
+        except Exception:  # noqa: BLE001 - the server could not collect them
+            return fallback()
     future = observation._jo.future()
     deadline = time.monotonic() + wait_s
     pause = 0.001

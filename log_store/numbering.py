@@ -36,7 +36,8 @@ def offsets_column(spark: SparkSession, data: DataFrame, bases: dict[int, int], 
     shuffle when the rows already come in sequence order (log_store/dense_offsets.py) and
     the batch is large enough for the counting pass to pay and for each task's files to be
     of a useful size (``use_task_counts``)."""
-    tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS else 1  # planning only: no job
+    # planning only, no job; without the index function (Spark Connect) a sorting window numbers them
+    tasks = data.rdd.getNumPartitions() if rows and rows >= MIN_ROWS and jvm_offset_index(spark) else 1
     # A task writes a file per partition it holds, unless the log's files mix partitions.
     if use_task_counts(rows, tasks, 1 if mixed_files else len(bases)):
         counted = counted_offsets(spark, data, bases)

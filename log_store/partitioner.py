@@ -4,7 +4,9 @@ Two implementations that must agree, number for number: ``partition_for`` in Pyt
 kafka-python, a well-kept implementation of Kafka's murmur2) for rules and tests, and
 ``partition_column`` for producing: the JVM function ``lakelog_partition`` (``log_store/jvm``,
 built by ``make setup``) when it is on the classpath, so keys never travel to Python and back;
-otherwise a pandas UDF over ``partition_for``. ``tests/log_store/test_partitioner_jvm.py``
+otherwise a pandas UDF over ``partition_for``. Both through Spark's public API
+(``registerJavaFunction``), so on Spark Connect too where the server has lakelog's jar; a platform
+that allows no jar gets the pandas UDF. ``tests/log_store/test_partitioner_jvm.py``
 cross-checks them on random keys. Registered here too, the same way: ``lakelog_offset_index``,
 the per-task row counter behind offsets without a shuffle (log_store/dense_offsets.py).
 """
@@ -21,6 +23,7 @@ from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import IntegerType
 
 from log_store.errors import InvalidPartitionMetadataError
+from log_store.session import is_connect
 
 JVM_FUNCTION = "lakelog_partition"
 JVM_CLASS = "lakelog.KafkaPartition"
@@ -58,10 +61,11 @@ def partitions_for(keys, sequences, num_partitions: int) -> list[int]:
             for k, s in zip(keys, sequences)]
 
 
-@lru_cache(maxsize=1)
-def _pandas_partition():
+@lru_cache(maxsize=2)
+def _pandas_partition(connect: bool = False):
     """The pandas UDF fallback, built on first use: importing pandas costs the JVM-free read
-    commands, which import this module, more than half a second."""
+    commands, which import this module, more than half a second. One per kind of session
+    (``connect``): PySpark makes a UDF for the kind its process runs (``is_remote``) as it is built."""
     import pandas as pd
 
     def partitions(keys, sequences, counts):
@@ -124,6 +128,10 @@ def jvm_offset_index(spark: SparkSession) -> bool:
         args[0], args[1] = _jvm_instance(spark, OFFSET_INDEX_CLASS), jvm.org.apache.spark.sql.types.DataTypes.LongType
         fn = load("org.apache.spark.sql.functions", True, False).getMethod("udf", types).invoke(None, args)
         spark._jsparkSession.udf().register(OFFSET_INDEX_FUNCTION, fn.asNondeterministic())
+    if is_connect(spark):  # it must be non-deterministic, which only the JVM's own API makes it
+        spark.__dict__.setdefault("_lakelog_functions", {})[OFFSET_INDEX_FUNCTION] = \
+            "Spark Connect registers Java functions as deterministic only"
+        return False
     return _register_once(spark, OFFSET_INDEX_FUNCTION, register, "numbering offsets with a sorting window")
 
 
@@ -133,4 +141,4 @@ def partition_column(spark: SparkSession, key: str, sequence: str, num_partition
         raise InvalidPartitionMetadataError(f"cannot partition over {num_partitions} partitions; a topic has at least 1")
     if jvm_partitioner(spark):
         return F.call_function(JVM_FUNCTION, F.col(key), F.col(sequence).cast("long"), F.lit(num_partitions))
-    return _pandas_partition()(key, sequence, F.lit(num_partitions))
+    return _pandas_partition(is_connect(spark))(key, sequence, F.lit(num_partitions))

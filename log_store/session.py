@@ -137,14 +137,9 @@ def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
                          "working Java 17 (what it printed, if anything, is above).") from exc
 
 
-def build_session(settings: SparkSettings) -> SparkSession:
-    """Return the active session (or build one) configured for Delta per ``settings.mode``."""
-    builder = SparkSession.builder.appName(settings.app_name)
-    if settings.mode == "databricks":
-        spark = builder.getOrCreate()
-        spark.conf.set(INTERNALS_CONF, settings.delta_internals)
-        forget_session(spark)  # Delta's classes looked up again with the setting
-        return spark
+def session_conf(settings: SparkSettings) -> tuple[str | None, dict[str, str]]:
+    """The master and Spark settings a session of ``settings`` starts with (local or cluster mode):
+    for a session in this process, and for a Spark Connect server started with the same jars."""
     _check_java()
     conf = {**_BASE_CONF, INTERNALS_CONF: settings.delta_internals}
     if settings.mode == "local":
@@ -172,6 +167,25 @@ def build_session(settings: SparkSettings) -> SparkSession:
         quiet = f"-Dlog4j2.configurationFile={PROJECT_ROOT / 'conf' / 'log4j2-quiet.properties'}"
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), quiet]))
     conf.update(settings.conf)
+    return master, conf
+
+
+def build_session(settings: SparkSettings) -> SparkSession:
+    """Return the active session (or build one) configured for Delta per ``settings.mode``; with
+    ``settings.remote``, a Spark Connect session on that server (whose own settings hold Delta)."""
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.remote:
+        builder = builder.remote(settings.remote)
+        for key, value in settings.conf.items():  # session settings; the server keeps its own jars
+            builder = builder.config(key, value)
+        # A new session (PySpark's getOrCreate refuses one beside a classic session in the process)
+        return builder.create()
+    if settings.mode == "databricks":
+        spark = builder.getOrCreate()
+        spark.conf.set(INTERNALS_CONF, settings.delta_internals)
+        forget_session(spark)  # Delta's classes looked up again with the setting
+        return spark
+    master, conf = session_conf(settings)
     if master:
         builder = builder.master(master)
     for key, value in conf.items():
@@ -183,6 +197,15 @@ def build_session(settings: SparkSettings) -> SparkSession:
 
         PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` (a session, a ``LazySession``, or a DataFrame or Observation of one) is of
+    Spark Connect, a client without the driver's JVM: the public DataFrame and SQL APIs only. Asked
+    of the object, not of the process (``pyspark.sql.utils.is_remote``), which may hold both kinds."""
+    if isinstance(spark, LazySession):
+        spark = spark.session()
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
 NO_JVM_ENV = "LAKELOG_NO_JVM"
@@ -231,6 +254,8 @@ class LazySession:
 def gateway_of(spark: SparkSession) -> str | None:
     """``port:secret`` of the py4j gateway this Python process drives ``spark``'s JVM through,
     for ``attach``; None where there is none (Spark Connect)."""
+    if is_connect(spark):
+        return None
     gateway = getattr(spark.sparkContext, "_gateway", None)
     if gateway is None:
         return None
@@ -240,21 +265,32 @@ def gateway_of(spark: SparkSession) -> str | None:
 
 def hadoop_settings(spark: SparkSession, prefix: str) -> dict[str, str]:
     """The session's Hadoop settings whose keys start with ``prefix`` (without it), e.g. S3A's
-    ``fs.s3a.``; none on Spark Connect, where the driver's JVM is out of reach."""
+    ``fs.s3a.``. On Spark Connect, where the driver's JVM is out of reach, the session's
+    ``spark.hadoop.*`` settings (what Spark makes Hadoop settings of), as far as the server shows them."""
+    if is_connect(spark):
+        try:
+            found = spark.conf.getAll
+        except Exception:  # noqa: BLE001 - a server that lists no settings: lakelog's configuration then
+            return {}
+        return _with_prefix(found, f"spark.hadoop.{prefix}")
     if getattr(spark.sparkContext, "_jsc", None) is None:
         return {}
     props = spark._jsc.hadoopConfiguration().getPropsWithPrefix(prefix)
     return {str(k): str(v) for k, v in jvm_json(spark, props).items()}
 
 
+def _with_prefix(settings: dict[str, str], prefix: str) -> dict[str, str]:
+    return {k[len(prefix):]: str(v) for k, v in settings.items() if k.startswith(prefix)}
+
+
 def s3a_settings(spark) -> dict[str, str]:
-    """S3A's settings (``fs.s3a.*``, without the prefix) of ``spark``; of a ``LazySession`` not
-    started yet, those its configuration gives (``spark.hadoop.fs.s3a.*``), so a commit to S3
-    through delta-rs starts no JVM."""
+    """S3A's settings (``fs.s3a.*``, without the prefix) of ``spark``: those lakelog's configuration
+    gives a ``LazySession`` (``spark.hadoop.fs.s3a.*``; all there is before it starts, so a commit
+    to S3 through delta-rs starts no JVM), under the running session's own."""
+    given = _with_prefix(spark.conf_given, "spark.hadoop.fs.s3a.") if isinstance(spark, LazySession) else {}
     if isinstance(spark, LazySession) and not spark.started:
-        prefix = "spark.hadoop.fs.s3a."
-        return {k[len(prefix):]: v for k, v in spark.conf_given.items() if k.startswith(prefix)}
-    return hadoop_settings(spark, "fs.s3a.")
+        return given
+    return {**given, **hadoop_settings(spark, "fs.s3a.")}
 
 
 ROOT_CONF = "lakelog.root"  # lakelog.spark.Bridge.ROOT_CONF: the session's default root for format("lakelog")

@@ -26,6 +26,7 @@ from pyspark.sql.types import DataType, StructType, TimestampNTZType
 from log_store import delta_log, put_if_absent
 from log_store.commit_files import create_local
 from log_store.delta_errors import create_racing
+from log_store.delta_sql import is_delta_table
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
 from log_store.object_store import engine_s3, s3_storage
@@ -54,9 +55,7 @@ def table_exists(spark, path: str) -> bool:
     if engine_s3(path):
         return put_if_absent.listed(f"{path.rstrip('/')}/_delta_log/", s3_storage(spark, path))
     if is_remote(path):
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(spark, path)
+        return is_delta_table(spark, path)
     return _version(path) >= 0
 
 
@@ -74,7 +73,7 @@ def _create_with_spark(spark, path: str, schema: StructType, properties: dict[st
         try:
             builder.execute()
         except Exception:  # a racing process created it first: fine if the table is there
-            if not DeltaTable.isDeltaTable(spark, path):
+            if not is_delta_table(spark, path):
                 raise
 
     create_racing(execute, path, what)  # ... or is creating it now: wait

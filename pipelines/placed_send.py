@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from log_store.errors import INPUT_CHANGED_MARK, InputChangedError
+from log_store.frames import deterministic
 from log_store.partitioner import jvm_offset_index, partition_column
 from log_store.placed_offsets import INDEX_MASK, TASK_SHIFT, Placement, longs, place_column
 
@@ -32,7 +33,7 @@ Slot = tuple[int, int | None, int | None]  # (task, partition or None if unkeyed
 def placeable(spark: SparkSession, records: DataFrame) -> bool:
     """Whether ``records`` may be written in two passes: its plan is deterministic (else the passes
     could read other rows, and the cached path is surer), and lakelog's JVM offset index is there."""
-    return bool(records._jdf.queryExecution().analyzed().deterministic()) and jvm_offset_index(spark)
+    return jvm_offset_index(spark) and deterministic(records)
 
 
 @dataclass(frozen=True)

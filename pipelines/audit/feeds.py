@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from log_store.delta_sql import history, properties
 from log_store.errors import InvalidConfigurationError
 
 
@@ -65,7 +65,7 @@ def _without_truncated(spark: SparkSession, path: str, feed: DataFrame) -> DataF
     leader's records past where the next leader epoch began: never part of the topic's history).
     Its DELETE commits say ``truncate`` in their metadata; a purge's or retention's do not."""
     inserts = feed.where(F.col("_change_type") == "insert")
-    versions = [r["version"] for r in DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect()
+    versions = [r["version"] for r in history(spark, path).select("version", "userMetadata").collect()
                 if '"lakelog":"truncate"' in (r["userMetadata"] or "")]
     if not versions:
         return inserts
@@ -118,7 +118,7 @@ def _skipping_missing_files(spark: SparkSession) -> Iterator[None]:
 
 def _earliest_version(spark: SparkSession, path: str) -> int:
     """The oldest version whose commit file Delta still has (0 until log cleanup removes some)."""
-    return int(DeltaTable.forPath(spark, path).history().agg(F.min("version")).first()[0])
+    return int(history(spark, path).agg(F.min("version")).first()[0])
 
 
 def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> tuple[DataFrame, list[str]]:
@@ -221,7 +221,6 @@ def _older_deliveries_note(rows: DataFrame, earliest: int, what: str) -> str:
 
 
 def _has_change_feed(spark: SparkSession, path: str) -> bool:
-    props = DeltaTable.forPath(spark, path).detail().select("properties").first()["properties"] or {}
-    return props.get("delta.enableChangeDataFeed", "false").lower() == "true"
+    return properties(spark, path).get("delta.enableChangeDataFeed", "false").lower() == "true"
 
 

@@ -6,7 +6,6 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from delta.tables import DeltaTable
 from pydantic import BaseModel, Field
 from pyspark.sql import SparkSession
 
@@ -14,8 +13,10 @@ from control_plane.group.describe import DeliveryView, delivery_view
 from control_plane.layout import RootLayout
 from control_plane.topics import TopicAdmin
 from log_store import commits
+from log_store.delta_sql import history
 from log_store.errors import InvalidConfigurationError
 from log_store.files import write_file
+from log_store.table_create import table_exists
 from log_store.names import legacy_sink_pairs, parse_commit_metadata, parse_sink_app_id
 from pipelines.audit.checks import CheckResult, _gx, check_log, check_sink
 from pipelines.audit.feeds import STREAM_SINK_COLUMNS, produced_rows, sink_changes
@@ -56,7 +57,7 @@ def sink_commit_groups(spark: SparkSession, sink_path: str) -> dict[int, str]:
     """Sink version -> the group whose batch it committed, from each commit's metadata
     (``log_store.names.sink_commit_metadata``)."""
     out = {}
-    for r in DeltaTable.forPath(spark, sink_path).history().select("version", "userMetadata").collect():
+    for r in history(spark, sink_path).select("version", "userMetadata").collect():
         meta = parse_commit_metadata(r["userMetadata"])
         if meta and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
             out[int(r["version"])] = meta["group"]
@@ -77,7 +78,7 @@ def run_audit(
     started = time.perf_counter()
     record = TopicAdmin(spark, root).get(topic)  # UnknownTopicError names the topic
     if sink_path is not None:
-        if not DeltaTable.isDeltaTable(spark, sink_path):
+        if not table_exists(spark, sink_path):
             raise InvalidConfigurationError(f"no Delta sink table at {sink_path}; pass the --output path given to `lakelog consume`")
         columns = set(spark.read.format("delta").load(sink_path).columns)
         lacking = set(SINK_SCHEMA.fieldNames()) - columns

@@ -1,0 +1,218 @@
+"""lakelog's Python APIs on a Spark Connect session (a gRPC client with no JVM in this process) and
+on a classic one: the same calls, checked with delta-rs rather than with lakelog's own reads.
+
+The Connect server runs in a process of its own, started with the jars and settings of lakelog's
+sessions (``log_store.session.session_conf``): PySpark starts a local one only where no classic
+session exists in the process, and the classic one of the test run does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from control_plane.controller import TopicController
+from control_plane.settings import ControllerSettings, GroupSettings
+from control_plane.topics import TopicAdmin
+from log_store.config import SparkSettings
+from pipelines.audit import run_audit
+from pipelines.consumer import Consumer
+from pipelines.group_consumer import GroupConsumer
+from pipelines.producer import Producer
+from pipelines.settings import ConsumerSettings
+from tests.support import PROJECT, log_rows
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # PySpark's sign that this process's functions build Connect columns
+KEYS = 50
+BIG = 100_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """``sc://`` URL of a local Spark Connect server (local[2], few shuffle partitions) with Delta
+    and lakelog's jar, whose Python workers import lakelog from this checkout."""
+    import pyspark
+
+    from log_store.session import session_conf
+
+    master, conf = session_conf(SparkSettings())
+    port = _free_port()
+    conf.update({"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
+                 "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.memory": "2g"})
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    command = [str(submit), "--master", master or "local[2]", "--class", SERVER_CLASS, "--name", "lakelog-connect-tests",
+               *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")]))}
+    env.pop("SPARK_REMOTE", None)
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"the Connect server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() - started > 180:
+                    pytest.fail(f"the Connect server did not listen within 180 s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        print(f"\nConnect server listening after {time.monotonic() - started:.1f} s")
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """A Spark Connect session on ``connect_server``, built as lakelog builds one (``spark.remote``)."""
+    from log_store.session import build_session, is_connect
+
+    had = CONNECT_ENV in os.environ
+    session = build_session(SparkSettings(remote=connect_server))
+    assert is_connect(session)
+    if not had:  # only while a test uses it (``session_of_kind``): the classic session's columns stay classic
+        os.environ.pop(CONNECT_ENV, None)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def session_of_kind(request):
+    """The test run's classic session, or the Connect one (with PySpark's process-wide sign of
+    Connect set while the test runs: its functions then build Connect columns)."""
+    if request.param == "classic":
+        yield request.getfixturevalue("spark")
+        return
+    from pyspark import SparkContext
+
+    session = request.getfixturevalue("connect_spark")
+    classic_before = SparkContext._active_spark_context is not None
+    os.environ[CONNECT_ENV] = "1"
+    try:
+        yield session
+    finally:
+        os.environ.pop(CONNECT_ENV, None)
+    # nothing of the test fell back to a session of this process's own (a JVM started here)
+    assert classic_before or SparkContext._active_spark_context is None, "a classic SparkContext was started"
+
+
+def _records(spark, first: int, n: int):
+    """``n`` local rows produced in order: value = the global production index, key = index % KEYS."""
+    return spark.createDataFrame([{"key": f"k{i % KEYS}", "value": str(i)} for i in range(first, first + n)])
+
+
+def _big(spark, first: int, n: int):
+    """``n`` rows of a Spark job (a range), in the same form."""
+    ids = spark.range(first, first + n)
+    return ids.select(F.concat(F.lit("k"), (F.col("id") % KEYS).cast("string")).alias("key"),
+                      F.col("id").cast("string").alias("value"))
+
+
+def _check_order(rows: list[dict], produced: int, what: str) -> None:
+    """Every production index once, and each key's records, in each partition, in offset order."""
+    values = sorted(int(bytes(r["value"]).decode()) for r in rows)
+    assert values == list(range(produced)), f"{what}: {len(values)} rows, not each of {produced} once"
+    by_place: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    for r in rows:
+        by_place[(bytes(r["key"]), r["partition"])].append((r["offset"], int(bytes(r["value"]).decode())))
+    for place, found in by_place.items():
+        in_offsets = [v for _o, v in sorted(found)]
+        assert in_offsets == sorted(in_offsets), f"{what}: key {place[0]!r} out of order in partition {place[1]}"
+
+
+def test_topic_produce_resize_consume_audit(session_of_kind, root, tmp_path):
+    """Create, small and large sends, a resize, another send, a group into a Delta sink, the audit."""
+    from log_store.session import is_connect
+
+    spark = session_of_kind
+    kind = "connect" if is_connect(spark) else "classic"
+    admin = TopicAdmin(spark, root)
+    admin.create("orders", 2)
+    assert admin.describe("orders").partition_count == 2
+    producer = Producer(spark, root, "orders", "p")
+
+    started = time.perf_counter()
+    first = producer.send(_records(spark, 0, 100))
+    print(f"\n{kind}: 100 local rows sent in {time.perf_counter() - started:.2f} s")
+    assert first.appended == 100
+    big = _big(spark, 100, BIG)
+    # a filter of a DataFrame that leaves few rows: a small send
+    assert producer.send(big.where(F.col("value").cast("long") < 150)).appended == 50
+    started = time.perf_counter()
+    assert producer.send(big.where(F.col("value").cast("long") >= 150)).appended == BIG - 50
+    print(f"{kind}: {BIG - 50} rows of a Spark job sent in {time.perf_counter() - started:.2f} s")
+
+    TopicController(spark, root, ControllerSettings()).alter("orders", 4)
+    assert admin.describe("orders").partition_count == 4
+    started = time.perf_counter()
+    assert producer.send(_records(spark, 100 + BIG, 100)).appended == 100
+    print(f"{kind}: 100 local rows sent again in {time.perf_counter() - started:.2f} s")
+    produced = 200 + BIG
+    _check_order(log_rows(root, "orders"), produced, f"{kind} log")
+
+    sink = f"{root}/sinks/g"
+    member = GroupConsumer(spark, root, "orders", "g", ConsumerSettings(),
+                           GroupSettings(session_timeout_ms=30_000, heartbeat_interval_ms=1000), "m1")
+    result = member.run(sink_path=sink, max_records=produced, idle_timeout_s=5)
+    assert result.records == produced
+    rows = DeltaTable(sink).to_pyarrow_table().to_pylist()
+    assert {r["topic"] for r in rows} == {"orders"}
+    _check_order(rows, produced, f"{kind} group sink")
+
+    alone = f"{root}/sinks/alone"
+    assert Consumer(spark, root, "orders", "alone").run_to_sink(alone).records == produced
+    _check_order(DeltaTable(alone).to_pyarrow_table().to_pylist(), produced, f"{kind} consumer sink")
+
+    report = run_audit(spark, root, "orders", sink, str(tmp_path / "audit.md"), group="g")
+    assert report.passed, Path(report.report_path).read_text()
+    assert all(c.violations == 0 for c in report.checks) and len(report.checks) == 7
+
+
+def test_partitioners_agree_with_kafka_python(session_of_kind):
+    """Kafka's partitioner as lakelog's Java function (registered through Spark's public API, so on
+    Connect too where the server has lakelog's jar) and as the pandas UDF of a server without it."""
+    import random
+
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    from log_store.partitioner import (
+        JVM_FUNCTION, jvm_partitioner, partition_column, partition_for, partition_for_unkeyed, unavailable_reason,
+    )
+
+    spark = session_of_kind
+    assert jvm_partitioner(spark), unavailable_reason(spark, JVM_FUNCTION)
+    rng = random.Random(5)
+    rows = [(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 20))), i) for i in range(300)] + [(None, 7)]
+    df = spark.createDataFrame(rows, StructType([StructField("key", BinaryType()), StructField("sequence", LongType())]))
+    in_jvm = partition_column(spark, "key", "sequence", 8)
+    known = spark.__dict__["_lakelog_functions"]
+    known[JVM_FUNCTION] = "left out by the test"  # as on a server without lakelog's jar
+    try:
+        in_pandas = partition_column(spark, "key", "sequence", 8)
+    finally:
+        known[JVM_FUNCTION] = None
+    got = df.select("key", "sequence", in_jvm.alias("jvm"), in_pandas.alias("pandas")).collect()
+    want = [partition_for(r["key"], 8) if r["key"] is not None else partition_for_unkeyed(r["sequence"], 8) for r in got]
+    assert [r["jvm"] for r in got] == want and [r["pandas"] for r in got] == want
