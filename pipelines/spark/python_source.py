@@ -14,7 +14,8 @@ What the Python API does not give, and so this source does not do: Spark's Kafka
 (``minOffsetsBehindLatest`` ...; ``reportLatestOffset`` gives the log ends as the stream's latest
 offset instead), and the source's folder in the query's checkpoint, where the JVM source keeps a
 new stream's first offset: here a query stopped before its first micro-batch was committed starts
-again where ``startingOffsets`` puts it then.
+again where ``startingOffsets`` puts it then. Where that start moves (``latest``, a time), a first
+micro-batch run again after a restart cannot be read again, and says so (``failOnDataLoss``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pipelines.spark.options import SourceOptions, parse_source_options
 from pipelines.spark.planner import UNLIMITED, Planner
 from pipelines.spark.reading import RangeTask, TopicRead, range_tasks, read_range, source_schema
 from pipelines.spark.roots import read_storage, resolve_root
+from pipelines.spark.specs import OffsetSpec
 
 FORMAT = "lakelog"
 S3A_CONF = "spark.hadoop.fs.s3a."  # S3A's settings as a session's configuration gives them
@@ -56,6 +58,14 @@ def _partitions(reads: list[TopicRead], opts: SourceOptions) -> list[RangePartit
 
 def _read(partition: RangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
     return read_range(partition.value, include_headers)
+
+
+def _start_kept(opts: SourceOptions) -> bool:
+    """Whether ``startingOffsets`` names the same positions when taken again later: earliest, or
+    explicit offsets without -1 (latest), unlike latest and a time."""
+    spec = opts.starting
+    return isinstance(spec, OffsetSpec) and (spec.kind == "earliest" or (
+        spec.kind == "json" and all(o != -1 for per in spec.offsets.values() for o in per.values())))
 
 
 def _no_session(s3a: dict[str, str]) -> LazySession:
@@ -102,6 +112,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.include_headers = include_headers
         self._caps: dict[str, dict[int, int]] | None = None
         self._first: StreamOffset | None = None
+        self._asked = False  # whether Spark asked for a new offset in this run
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_planner": None}
@@ -129,6 +140,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._caps = {t: dict(now.snap.log_ends) for t, now in self.planner.topics().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._asked = True
         begun = StreamOffset.from_json(start)
         self.planner.publish(begun)  # what earlier micro-batches delivered (Spark commits the last one late)
         rows = min(limit.max_rows, UNLIMITED) if isinstance(limit, ReadMaxRows) else UNLIMITED
@@ -143,10 +155,26 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    for t, ends in sorted(latest.items())}}
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        if start == end:
+        begun, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
+        if self._replays_first_batch(begun) or start == end:
             return []
-        return _partitions(self.planner.reads(StreamOffset.from_json(start), StreamOffset.from_json(end)),
-                           self.planner.opts)
+        return _partitions(self.planner.reads(begun, finish), self.planner.opts)
+
+    def _replays_first_batch(self, begun: StreamOffset) -> bool:
+        """Spark runs a first micro-batch again after a restart from ``initialOffset`` taken anew (it
+        keeps no start for it, and this source no folder in the checkpoint). Where the start moves
+        (latest, a time), the batch's first records are not known any more: a loss, reported as
+        ``failOnDataLoss`` says (without it, the batch delivers nothing and the stream goes on)."""
+        if self._asked or self._first is None or begun != self._first or _start_kept(self.planner.opts):
+            return False
+        for topic in sorted(begun.topics):
+            self.planner.losses.report(
+                topic, "this query's first micro-batch is run again after a restart, and where it started "
+                "(startingOffsets latest or a time, as they stood when the query first started) is not kept: "
+                "records of it that its sink did not hold before the restart are not delivered", [],
+                "if the sink holds the batch, set failOnDataLoss to false to go on; else start the query with a new "
+                "checkpoint location and startingOffsets where the sink's records end")
+        return True
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.include_headers)
