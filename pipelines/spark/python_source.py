@@ -13,9 +13,9 @@ ranges with delta-rs (``reading.read_range``) and hands Spark Arrow record batch
 What the Python API does not give, and so this source does not do: Spark's Kafka source metrics
 (``minOffsetsBehindLatest`` ...; ``reportLatestOffset`` gives the log ends as the stream's latest
 offset instead), and the source's folder in the query's checkpoint, where the JVM source keeps a
-new stream's first offset: here a query stopped before its first micro-batch was committed starts
-again where ``startingOffsets`` puts it then. Where that start moves (``latest``, a time), a first
-micro-batch run again after a restart cannot be read again, and says so (``failOnDataLoss``).
+new stream's first offset. Here Spark's own offset log keeps it: Spark runs a first micro-batch
+whatever the offsets say, and this source makes it empty, ending where ``startingOffsets`` put
+the stream (``_StreamReader.latestOffset``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from pyspark.sql.types import StructType
 
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, local_path
-from log_store.session import JVM_JAR, LazySession
+from log_store.session import LazySession
 from pipelines.spark.offsets import StreamOffset
 from pipelines.spark.options import SourceOptions, parse_source_options
 from pipelines.spark.planner import UNLIMITED, Planner
 from pipelines.spark.reading import RangeTask, TopicRead, range_tasks, read_range, source_schema
 from pipelines.spark.roots import read_storage, resolve_root
-from pipelines.spark.specs import OffsetSpec
 
 FORMAT = "lakelog"
 S3A_CONF = "spark.hadoop.fs.s3a."  # S3A's settings as a session's configuration gives them
@@ -58,14 +57,6 @@ def _partitions(reads: list[TopicRead], opts: SourceOptions) -> list[RangePartit
 
 def _read(partition: RangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
     return read_range(partition.value, include_headers)
-
-
-def _start_kept(opts: SourceOptions) -> bool:
-    """Whether ``startingOffsets`` names the same positions when taken again later: earliest, or
-    explicit offsets without -1 (latest), unlike latest and a time."""
-    spec = opts.starting
-    return isinstance(spec, OffsetSpec) and (spec.kind == "earliest" or (
-        spec.kind == "json" and all(o != -1 for per in spec.offsets.values() for o in per.values())))
 
 
 def _no_session(s3a: dict[str, str]) -> LazySession:
@@ -140,11 +131,24 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._caps = {t: dict(now.snap.log_ends) for t, now in self.planner.topics().items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        self._asked = True
+        """Where the next micro-batch ends; the first one of a new query ends where it starts.
+        Spark runs a first micro-batch whatever the offsets, and keeps no start for it: run again
+        after a restart, it asks ``initialOffset`` anew, which for ``latest`` or a time is
+        somewhere else by then. Empty, it has nothing to read again, and its end, in Spark's offset
+        log before it runs, keeps where the stream starts."""
         begun = StreamOffset.from_json(start)
+        first = self._first_batch(begun)
+        self._asked = True
         self.planner.publish(begun)  # what earlier micro-batches delivered (Spark commits the last one late)
+        if first:
+            return begun.to_json()
         rows = min(limit.max_rows, UNLIMITED) if isinstance(limit, ReadMaxRows) else UNLIMITED
         return self.planner.next_end(begun, rows, self._caps).to_json()
+
+    def _first_batch(self, begun: StreamOffset) -> bool:
+        """Whether ``begun`` is a new query's start (from ``initialOffset``, before any other offset
+        was asked for in this run): its first micro-batch, planned now or run again."""
+        return not self._asked and self._first is not None and begun == self._first
 
     def reportLatestOffset(self) -> dict | None:
         """The stream's latest offset in its progress: each partition's log end as the last plan read it."""
@@ -155,26 +159,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    for t, ends in sorted(latest.items())}}
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        begun, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
-        if self._replays_first_batch(begun) or start == end:
+        begun = StreamOffset.from_json(start)
+        if start == end or self._first_batch(begun):  # the first micro-batch is empty (``latestOffset``)
             return []
-        return _partitions(self.planner.reads(begun, finish), self.planner.opts)
-
-    def _replays_first_batch(self, begun: StreamOffset) -> bool:
-        """Spark runs a first micro-batch again after a restart from ``initialOffset`` taken anew (it
-        keeps no start for it, and this source no folder in the checkpoint). Where the start moves
-        (latest, a time), the batch's first records are not known any more: a loss, reported as
-        ``failOnDataLoss`` says (without it, the batch delivers nothing and the stream goes on)."""
-        if self._asked or self._first is None or begun != self._first or _start_kept(self.planner.opts):
-            return False
-        for topic in sorted(begun.topics):
-            self.planner.losses.report(
-                topic, "this query's first micro-batch is run again after a restart, and where it started "
-                "(startingOffsets latest or a time, as they stood when the query first started) is not kept: "
-                "records of it that its sink did not hold before the restart are not delivered", [],
-                "if the sink holds the batch, set failOnDataLoss to false to go on; else start the query with a new "
-                "checkpoint location and startingOffsets where the sink's records end")
-        return True
+        return _partitions(self.planner.reads(begun, StreamOffset.from_json(end)), self.planner.opts)
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.include_headers)
@@ -223,28 +211,24 @@ class LakelogDataSource(DataSource):
         return _StreamReader(self, opts.include_headers)
 
 
-def jvm_source_present(spark) -> bool:
-    """Whether lakelog's JVM source is on ``spark``'s class path (its jar among ``spark.jars``).
-    Spark looks a format's name up on the class path first: there it owns ``lakelog``, and a Python
-    source registered under that name is never used."""
-    jars = (spark.conf.get("spark.jars", "") or "").split(",")
-    return any(j.strip().rstrip("/").rsplit("/", 1)[-1] == JVM_JAR for j in jars)
-
-
 def register(spark, root: str | None = None, name: str = FORMAT) -> bool:
     """Make ``format(name)`` read lakelog's topics in ``spark``, a classic or a Spark Connect
     session, through Spark's Python data source API; True if registered. ``root`` (default
-    ``$LAKELOG_ROOT``) is used when a read gives no ``root`` option. Not under ``lakelog`` where
-    lakelog's JVM source owns that name (``jvm_source_present``): there ``pipelines.spark.register``
-    serves it, and this source can be registered under another name."""
-    if name.lower() == FORMAT and jvm_source_present(spark):
-        _log.info("format('lakelog') is lakelog's JVM source in this session: the Python source is not registered")
-        return False
+    ``$LAKELOG_ROOT``) is used when a read gives no ``root`` option. False where a source on the
+    session's class path has the name (lakelog's JVM source has ``lakelog``): Spark refuses a
+    Python source that name (``DATA_SOURCE_ALREADY_EXISTS``), and ``pipelines.spark.register``
+    serves it there; this source can be registered beside it under another name."""
     default = root or os.environ.get("LAKELOG_ROOT")
     if default and not is_remote(default):
         default = str(local_path(default))
     s3a = {k[len(S3A_CONF):]: v for k, v in spark.conf.getAll.items() if k.startswith(S3A_CONF)}
     source = type("RegisteredLakelogSource", (LakelogDataSource,),
                   {"default_root": default, "s3a": s3a, "name": classmethod(lambda cls: name)})
-    spark.dataSource.register(source)
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException, classic or Connect
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        _log.info("format(%r) is a source on the session's class path: the Python source is not registered", name)
+        return False
     return True
