@@ -115,8 +115,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planner
 
     def initialOffset(self) -> dict:
-        """Where ``startingOffsets`` puts the stream, taken once per run (Spark asks again on every
-        trigger until the first micro-batch), and committed to the group at once."""
+        """Where ``startingOffsets`` puts the stream, taken once per run (Spark asks again when it
+        runs the first micro-batch), and committed to the group at once."""
         if self._first is None:
             self._first = self.planner.initial()
             self.planner.publish(self._first)
