@@ -116,6 +116,7 @@ def test_available_now_with_max_offsets_per_trigger_delivers_every_record_once_i
     assert order_violations(batches) == [], "each key's records in order"
 
 
+@pytest.mark.long
 def test_a_stream_restarted_from_its_checkpoint_delivers_no_record_twice_and_loses_none(reads, spark, root, tmp_path):
     """Run, produce, run again; then the last batch's commit is lost (a driver that died after
     writing the sink, before its commit log): the restarted query plans that batch again from its
@@ -196,6 +197,7 @@ def test_a_new_querys_first_micro_batch_is_empty_and_ends_at_its_start(spark, ro
     assert moved(restarted.latestOffset(end0, ReadAllAvailable())) == 50, "read on from the kept start"
 
 
+@pytest.mark.long
 def test_records_after_a_resize_wait_until_those_before_it_were_delivered(reads, spark, root, tmp_path):
     """A stream reads part of a topic; the topic grows and shrinks, with records produced at each
     size; the stream's next run delivers each key's records in order, never two partitions of a
