@@ -1,7 +1,7 @@
 """format("lakelog") against Spark's own Delta source and sink on the same rows, in one run.
 
     .venv/bin/python benchmarks/spark_format.py [--records 1000000] [--partitions 8,64] [--latency-runs 20]
-        [--cases stream,batch,write,latency,small] [--profile DIR]
+        [--cases stream,batch,write,latency,small] [--profile DIR] [--source jvm|python]
 
 Cases (each lakelog figure next to raw Delta's on the same rows; ratio = raw time / lakelog time,
 so 1.0 is parity and higher is better for lakelog):
@@ -20,6 +20,9 @@ so 1.0 is parity and higher is better for lakelog):
   p50 each (ratio = lakelog / raw here: 1.5 is the aim).
 ``--cases`` runs some of them (the bulk cases write the topic either way); ``--profile DIR`` also
 writes where each case's time went (``benchmarks/spark_profile.py``) to DIR/profile.txt.
+``--source python`` reads (stream, batch, latency) through the Python data source
+(``pipelines.spark.python_source``, registered as ``lakelog_python`` beside the JVM source, which
+owns ``lakelog`` in this session) instead of the JVM source; writes stay the JVM sink's.
 Prints a table and writes the figures as JSON to benchmarks/out/.
 """
 
@@ -51,6 +54,7 @@ from pipelines.producer import Producer  # noqa: E402
 from pipelines.settings import ProducerSettings  # noqa: E402
 from pipelines.spark import register  # noqa: E402
 from pipelines.spark.bridge import FormatSide  # noqa: E402
+from pipelines.spark import python_source  # noqa: E402
 from spark_profile import Profile, event_log_conf  # noqa: E402
 
 ALL_CASES = ("stream", "batch", "write", "latency", "small")
@@ -59,6 +63,8 @@ console = Console(stderr=True)
 
 
 PROFILE: Profile | None = None
+READS = "lakelog"  # the format reads go through: the JVM source, or the Python one (--source python)
+PYTHON_NAME = "lakelog_python"
 
 
 def timed(fn, case: str | None = None):
@@ -103,7 +109,7 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
     if "batch" in cases:  # batch read of everything
         t_raw = timed(lambda: spark.read.format("delta").load(raw).write.format("noop").mode("overwrite").save(),
                       f"delta batch read {tag}")
-        t_ll = timed(lambda: spark.read.format("lakelog").option("root", root).option("subscribe", topic).load()
+        t_ll = timed(lambda: spark.read.format(READS).option("root", root).option("subscribe", topic).load()
                      .write.format("noop").mode("overwrite").save(), f"lakelog batch read {tag}")
         out.append({"case": f"batch read {n:,} <- {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
     if "stream" in cases:  # a stream of everything into a Delta sink, availableNow
@@ -111,7 +117,7 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
                                           str(work / f"raw-sink-{partitions}"), str(work / f"raw-ck-{partitions}")),
                       f"delta stream {tag}")
         t_ll = timed(lambda: stream_into(
-            spark, spark.readStream.format("lakelog").option("root", root).option("subscribe", topic)
+            spark, spark.readStream.format(READS).option("root", root).option("subscribe", topic)
             .option("startingOffsets", "earliest").load(),
             str(work / f"ll-sink-{partitions}"), str(work / f"ll-ck-{partitions}")), f"lakelog stream {tag}")
         out.append({"case": f"stream {n:,} <- {partitions} into Delta, availableNow", "lakelog_s": t_ll,
@@ -163,7 +169,7 @@ def latency(spark, root: str, work: Path, runs: int) -> dict:
     TopicAdmin(spark, root).create(topic, 8)
     producer = Producer(spark, root, topic, "lat", ProducerSettings())
     lakelog = _visible(spark, work / "lat", runs, lambda i: producer.send(rows(spark, 100, start=i * 100)),
-                       spark.readStream.format("lakelog").option("root", root).option("subscribe", topic)
+                       spark.readStream.format(READS).option("root", root).option("subscribe", topic)
                        .option("startingOffsets", "earliest"), "latency")
     raw_table = str(work / "lat-raw-table")
     rows(spark, 0).write.format("delta").save(raw_table)
@@ -259,6 +265,8 @@ def main() -> None:
     parser.add_argument("--small-runs", type=int, default=20)
     parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"some of {','.join(ALL_CASES)}")
     parser.add_argument("--profile", help="a folder for where the time went (event log, bridge calls, cProfile)")
+    parser.add_argument("--source", choices=("jvm", "python"), default="jvm",
+                        help="the source reads go through: lakelog's JVM source or its Python data source")
     parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -275,6 +283,10 @@ def main() -> None:
         extra = event_log_conf(Path(args.profile))
     spark = build_session(SparkSettings(conf=extra))
     register(spark, root)
+    global READS
+    if args.source == "python":
+        python_source.register(spark, root, PYTHON_NAME)
+        READS = PYTHON_NAME
     results, lat, small = [], None, []
     try:
         console.print("warming up (not timed) ...")
@@ -314,6 +326,7 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     Path(args.json_out or out / f"spark_format-{stamp}.json").write_text(json.dumps(
         {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records, "load": os.getloadavg(),
+         "source": args.source,
          "results": results, "latency": lat, "small_produces": small}, indent=2))
 
 

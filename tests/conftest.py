@@ -41,3 +41,12 @@ def s3():
 
     with S3Emulator() as emulator:
         yield emulator
+
+
+@pytest.fixture(scope="session")
+def connect_server():
+    """A local Spark Connect server (tests/connect_server.py), started once, when first asked for."""
+    from tests.connect_server import ConnectServer
+
+    with ConnectServer() as server:
+        yield server

@@ -21,13 +21,13 @@ from log_store.delta_classes import jvm_json
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, list_names, local_path, read_file, write_file
 from log_store.frames import frame_of
-from log_store.object_store import is_s3, storage_from_s3a
+from log_store.object_store import is_s3
 from log_store.session import hadoop_settings, install_format_side
 import pipelines.spark.sink as sink
 from pipelines.spark.offsets import StreamOffset
 from pipelines.spark.options import parse_source_options
 from pipelines.spark.planner import UNLIMITED, Planner
-from pipelines.spark.roots import resolve_root
+from pipelines.spark.roots import read_storage, resolve_root
 from pipelines.spark.reading import frame, source_schema
 
 FORMAT = "lakelog"
@@ -113,12 +113,10 @@ class FormatSide:
             raise InvalidConfigurationError(
                 "the group option is for streams (spark.readStream): a batch read keeps no positions")
         root = resolve_root(opts.root, default)
-        derived = storage_from_s3a(hadoop_settings(self.spark, "fs.s3a."), root)
-        given_keys = {k.lower() for k in opts.storage}
-        storage = {**{k: v for k, v in derived.items() if k not in given_keys}, **opts.storage}
+        storage = read_storage(root, hadoop_settings(self.spark, "fs.s3a."), opts.storage)
         # Spark's own reader where the session reaches the files: a local root, or S3 through the
         # session's S3A settings (storage.* options are delta-rs's, which Spark's reader does not take)
-        spark_reads = not is_remote(root) or (is_s3(root) and not opts.storage and bool(derived))
+        spark_reads = not is_remote(root) or (is_s3(root) and not opts.storage and bool(storage))
         return Planner(root, opts, self.spark, storage or None, spark_reads)
 
     def readSchema(self, options, streaming: bool) -> str:

@@ -455,6 +455,10 @@ class Planner:
         self.pin(end, topics)
         return start, end
 
+    def latest(self) -> dict[str, Positions]:
+        """Each covered partition's log end as the last plan (``next_end``) read it, per topic."""
+        return {t: dict(ends) for t, ends in self._latest.items()}
+
     def metrics(self, consumed: StreamOffset) -> dict[str, str]:
         """The source metrics of Spark's Kafka source at ``consumed``: how far each partition's
         position is behind its log end as the last plan read it (``behind_latest``)."""

@@ -124,9 +124,8 @@ class RangeTask:
 
 def _tasks_frame(spark: SparkSession, reads: list[TopicRead], schema: StructType, include_headers: bool,
                  min_partitions: int | None, max_records: int | None) -> DataFrame:
-    """Tasks reading the spans with delta-rs, cut as ``tasks.plan_tasks`` cuts them."""
-    planned = plan_tasks({r.topic: list(r.spans) for r in reads}, min_partitions, max_records)
-    tasks = [RangeTask(r, tuple(group)) for r in reads for group in planned[r.topic]]
+    """Tasks reading the spans with delta-rs (``range_tasks``)."""
+    tasks = range_tasks(reads, min_partitions, max_records)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -134,6 +133,13 @@ def _tasks_frame(spark: SparkSession, reads: list[TopicRead], schema: StructType
                 yield from read_range(tasks[i], include_headers)
 
     return spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(run, schema)
+
+
+def range_tasks(reads: list[TopicRead], min_partitions: int | None = None,
+                max_records: int | None = None) -> list[RangeTask]:
+    """The tasks that read ``reads`` with delta-rs, cut as ``tasks.plan_tasks`` cuts them."""
+    planned = plan_tasks({r.topic: list(r.spans) for r in reads if r.spans}, min_partitions, max_records)
+    return [RangeTask(r, tuple(group)) for r in reads if r.spans for group in planned[r.topic]]
 
 
 def read_range(task: RangeTask, include_headers: bool) -> Iterator[pa.RecordBatch]:

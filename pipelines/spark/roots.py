@@ -6,7 +6,7 @@ from __future__ import annotations
 from log_store import rs_reader
 from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, local_path
-from log_store.object_store import is_s3
+from log_store.object_store import is_s3, storage_from_s3a
 from pipelines.spark.options import ROOT
 
 
@@ -39,3 +39,12 @@ def resolve_root(given: str | None, default: str | None, writing: bool = False) 
             f"root {root!r}: format('lakelog') reads with delta-rs, which does not open {scheme}:// here; "
             f"give a local path or a URI with one of {', '.join(s + '://' for s in rs_reader.SCHEMES)}")
     return root.rstrip("/")
+
+
+def read_storage(root: str, s3a: dict[str, str], given: dict[str, str]) -> dict[str, str]:
+    """delta-rs storage options for a read of ``root``: the read's ``storage.*`` options
+    (``given``) over what S3A's settings (``s3a``: ``fs.s3a.*`` without the prefix) say for an S3
+    root; an option given either way wins whole (keys compared lower-cased)."""
+    derived = storage_from_s3a(s3a, root)
+    given_keys = {k.lower() for k in given}
+    return {**{k: v for k, v in derived.items() if k not in given_keys}, **given}
