@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from log_store.config import SparkSettings
-from log_store.session import JVM_JAR, local_delta_jars
+from log_store.session import JVM_JAR, session_conf
 
 PROJECT = Path(__file__).resolve().parents[1]
 READY = "lakelog-connect-ready"
@@ -31,27 +31,26 @@ def free_port() -> int:
 
 
 def server_conf(port: int) -> dict[str, str]:
-    """The server's settings: Delta's jars, extension and catalog (as ``build_session`` gives a
-    classic session), Python workers on this interpreter, few partitions, no UI."""
-    jars = [j for j in local_delta_jars(SparkSettings(log_store="delta")) if Path(j).name != JVM_JAR]
-    return {
-        "spark.master": "local[2]",
+    """The server's settings: those of lakelog's own sessions (``session_conf``: Delta's jars,
+    extension and catalog, Python workers on this interpreter) with Delta's log store and without
+    lakelog's jar, as a serverless cluster runs; few partitions, for a small machine."""
+    master, conf = session_conf(SparkSettings(log_store="delta"))
+    jars = [j for j in conf["spark.jars"].split(",") if Path(j).name != JVM_JAR]
+    conf.update({
+        "spark.master": master or "local[2]",
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.jars": ",".join(jars),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraClassPath": os.pathsep.join(jars),
+        "spark.executor.extraClassPath": os.pathsep.join(jars),
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
-        "spark.driver.memory": "1g",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={PROJECT / 'conf' / 'log4j2-quiet.properties'}",
+        "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
-        "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
-    }
+    })
+    return conf
 
 
 def serve(port: int) -> None:

@@ -1,16 +1,14 @@
 """lakelog's Python APIs on a Spark Connect session (a gRPC client with no JVM in this process) and
 on a classic one: the same calls, checked with delta-rs rather than with lakelog's own reads.
 
-The Connect server runs in a process of its own, started with the jars and settings of lakelog's
-sessions (``log_store.session.session_conf``): PySpark starts a local one only where no classic
-session exists in the process, and the classic one of the test run does.
+The Connect server runs in a process of its own (``tests/connect_server.py``, the ``connect_server``
+fixture): PySpark starts a local one only where no classic session exists in the process, and the
+classic one of the test run does.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,60 +26,11 @@ from pipelines.consumer import Consumer
 from pipelines.group_consumer import GroupConsumer
 from pipelines.producer import Producer
 from pipelines.settings import ConsumerSettings
-from tests.support import PROJECT, log_rows
+from tests.support import log_rows
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # PySpark's sign that this process's functions build Connect columns
 KEYS = 50
 BIG = 100_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def connect_server(tmp_path_factory):
-    """``sc://`` URL of a local Spark Connect server (local[2], few shuffle partitions) with Delta
-    and lakelog's jar, whose Python workers import lakelog from this checkout."""
-    import pyspark
-
-    from log_store.session import session_conf
-
-    master, conf = session_conf(SparkSettings())
-    port = _free_port()
-    conf.update({"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
-                 "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.memory": "2g"})
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    command = [str(submit), "--master", master or "local[2]", "--class", SERVER_CLASS, "--name", "lakelog-connect-tests",
-               *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), "spark-internal"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")]))}
-    env.pop("SPARK_REMOTE", None)
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    started = time.monotonic()
-    with open(log, "wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"the Connect server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() - started > 180:
-                    pytest.fail(f"the Connect server did not listen within 180 s:\n{log.read_text()[-3000:]}")
-                time.sleep(0.5)
-        print(f"\nConnect server listening after {time.monotonic() - started:.1f} s")
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +39,7 @@ def connect_spark(connect_server):
     from log_store.session import build_session, is_connect
 
     had = CONNECT_ENV in os.environ
-    session = build_session(SparkSettings(remote=connect_server))
+    session = build_session(SparkSettings(remote=connect_server.url))
     assert is_connect(session)
     if not had:  # only while a test uses it (``session_of_kind``): the classic session's columns stay classic
         os.environ.pop(CONNECT_ENV, None)
@@ -191,8 +140,9 @@ def test_topic_produce_resize_consume_audit(session_of_kind, root, tmp_path):
 
 
 def test_partitioners_agree_with_kafka_python(session_of_kind):
-    """Kafka's partitioner as lakelog's Java function (registered through Spark's public API, so on
-    Connect too where the server has lakelog's jar) and as the pandas UDF of a server without it."""
+    """Kafka's partitioner as lakelog's Java function (registered through Spark's public API) where
+    the server has lakelog's jar (the classic session), and as the pandas UDF where it has not (the
+    Connect server, as serverless runs): both give kafka-python's partitions."""
     import random
 
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
@@ -202,17 +152,24 @@ def test_partitioners_agree_with_kafka_python(session_of_kind):
     )
 
     spark = session_of_kind
-    assert jvm_partitioner(spark), unavailable_reason(spark, JVM_FUNCTION)
+    from log_store.session import is_connect
+
+    if is_connect(spark):
+        assert not jvm_partitioner(spark) and "KafkaPartition" in unavailable_reason(spark, JVM_FUNCTION)
+    else:
+        assert jvm_partitioner(spark), unavailable_reason(spark, JVM_FUNCTION)
     rng = random.Random(5)
     rows = [(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 20))), i) for i in range(300)] + [(None, 7)]
     df = spark.createDataFrame(rows, StructType([StructField("key", BinaryType()), StructField("sequence", LongType())]))
-    in_jvm = partition_column(spark, "key", "sequence", 8)
-    known = spark.__dict__["_lakelog_functions"]
-    known[JVM_FUNCTION] = "left out by the test"  # as on a server without lakelog's jar
-    try:
-        in_pandas = partition_column(spark, "key", "sequence", 8)
-    finally:
-        known[JVM_FUNCTION] = None
-    got = df.select("key", "sequence", in_jvm.alias("jvm"), in_pandas.alias("pandas")).collect()
+    columns = {"chosen": partition_column(spark, "key", "sequence", 8)}
+    if not is_connect(spark):
+        known = spark.__dict__["_lakelog_functions"]
+        known[JVM_FUNCTION] = "left out by the test"  # as on a server without lakelog's jar
+        try:
+            columns["pandas"] = partition_column(spark, "key", "sequence", 8)
+        finally:
+            known[JVM_FUNCTION] = None
+    got = df.select("key", "sequence", *(c.alias(name) for name, c in columns.items())).collect()
     want = [partition_for(r["key"], 8) if r["key"] is not None else partition_for_unkeyed(r["sequence"], 8) for r in got]
-    assert [r["jvm"] for r in got] == want and [r["pandas"] for r in got] == want
+    for name in columns:
+        assert [r[name] for r in got] == want, name
