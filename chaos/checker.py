@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -287,21 +288,44 @@ def check_ownership(group: str, topic: str, generations: list[dict], commits: li
             holders.pop(member, None)
 
 
+KAFKA_MEMBER_ID = re.compile(r"^(?P<client>.+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _client_of(member_id: str) -> str | None:
+    """The client id in a member id a Kafka coordinator gave (``client.id`` and a UUID), else None."""
+    m = KAFKA_MEMBER_ID.match(member_id or "")
+    return m["client"] if m else None
+
+
 def check_positions(group: str, topic: str, commits: list[dict], log: list[dict], out: Findings) -> None:
+    """Committed positions only rise and never pass the log end. One exception, counted apart
+    (``kept_position``): a Kafka client that rejoins under a new member id and commits the very
+    position it committed last itself, from an earlier membership. kafka-python keeps a partition's
+    fetch position across an eager rebalance when it is assigned the partition again, even after
+    missing a generation in which another member moved it on; it then reads from there and commits
+    it, and a broker accepts that commit as lakelog does. A coordinator that answered OffsetFetch
+    with a stale position would show as ``position_backwards`` to any other value."""
     ends: dict[int, int] = defaultdict(int)
     for r in log:
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     last: dict[int, int] = {}
+    own: dict[tuple[str, int], tuple[str, int]] = {}  # (client, partition) -> (member id, its last commit)
     for c in commits:
         if c["topic"] != topic or c["kind"] not in ("commit", "revoke") or c["offset"] < 0:
             continue
-        p = c["partition"]
+        p, client = c["partition"], _client_of(c["member_id"])
         if c["offset"] < last.get(p, -1):
-            out.add("position_backwards", f"{group}: p{p} moved back from {last[p]} to {c['offset']} "
-                                          f"({c['member_id']}, version {c['_commit_version']})")
+            member, offset = own.get((client, p), (None, None))
+            if client is not None and member not in (None, c["member_id"]) and offset == c["offset"]:
+                out.stats[f"kept_position[{group}]"] += 1
+            else:
+                out.add("position_backwards", f"{group}: p{p} moved back from {last[p]} to {c['offset']} "
+                                              f"({c['member_id']}, version {c['_commit_version']})")
         if c["offset"] > ends.get(p, 0):
             out.add("position_beyond_end", f"{group}: p{p} committed {c['offset']} past the log end {ends.get(p, 0)}")
         last[p] = max(last.get(p, -1), c["offset"])
+        if client is not None:
+            own[(client, p)] = (c["member_id"], c["offset"])
 
 
 # -- the whole check ----------------------------------------------------------------------------

@@ -195,6 +195,38 @@ def test_ownership_and_position_anomalies(clean):
                                 "position_beyond_end": 1}, found.summary()
 
 
+A = "kafka-m1-5b11a02b-2f6c-422f-8382-81ae8f4a6420"  # Kafka member ids: client.id and a UUID
+A_AGAIN = "kafka-m1-6d195064-1fd1-42c7-9489-38b4208b3f81"
+B = "kafka-m2-fcc3e0f4-1f8b-4df5-a6b3-f93afb7c5d0d"
+
+
+def _kept_position_story(clean, back_to: int, member: str = A_AGAIN):
+    """A Kafka client commits p0 up to 1, misses a generation in which another moves p0 to 2,
+    rejoins under a new member id and commits ``back_to`` (kafka-python's kept position is 1)."""
+    clean.generation("g", 2, {A: [0], B: [1]})
+    clean.commit("g", A, 2, "commit", {0: 1})
+    clean.generation("g", 3, {B: [0, 1]})
+    clean.commit("g", B, 3, "commit", {0: 2})
+    clean.generation("g", 4, {member: [0], B: [1]})
+    clean.commit("g", member, 4, "commit", {0: back_to})
+    clean.deliver("g", (0, 0, 0, "a", 0), (0, 1, 0, "a", 2), (1, 0, 0, "b", 1), (1, 1, 0, "b", 3))
+    return clean.check()
+
+
+def test_a_kafka_client_committing_its_own_kept_position_is_counted_apart(clean):
+    found = _kept_position_story(clean, back_to=1)
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["kept_position[g]"] == 1
+
+
+@pytest.mark.parametrize("back_to, member", [(0, A_AGAIN), (1, A), (1, "kafka-m3-6d195064-1fd1-42c7-9489-38b4208b3f81")])
+def test_any_other_move_back_is_an_anomaly(clean, back_to, member):
+    """Back to another value than the client's own last commit, by the same membership, or by
+    another client: ``position_backwards``."""
+    found = _kept_position_story(clean, back_to=back_to, member=member)
+    assert anomalies(found) == {"position_backwards": 1}, found.summary()
+
+
 def test_a_claim_lapses_when_its_holder_leaves_the_group(clean):
     clean.generation("g", 2, {"m2": [0, 1]})  # m1 was expelled: its claim on p0 lapsed
     clean.commit("g", "m2", 2, "acquire", {0: 0, 1: 0})
