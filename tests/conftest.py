@@ -8,6 +8,8 @@ import pytest
 
 from log_store.config import SparkSettings
 
+CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # PySpark's sign that this process's functions build Connect columns
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -50,3 +52,37 @@ def connect_server():
 
     with ConnectServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """A Spark Connect session on ``connect_server``, built as lakelog builds one (``spark.remote``)."""
+    from log_store.session import build_session, is_connect
+
+    had = CONNECT_ENV in os.environ
+    session = build_session(SparkSettings(remote=connect_server.url))
+    assert is_connect(session)
+    if not had:  # only while a test uses it (``session_of_kind``): the classic session's columns stay classic
+        os.environ.pop(CONNECT_ENV, None)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def session_of_kind(request):
+    """The test run's classic session, or the Connect one (with PySpark's process-wide sign of
+    Connect set while the test runs: its functions then build Connect columns)."""
+    if request.param == "classic":
+        yield request.getfixturevalue("spark")
+        return
+    from pyspark import SparkContext
+
+    session = request.getfixturevalue("connect_spark")
+    classic_before = SparkContext._active_spark_context is not None
+    os.environ[CONNECT_ENV] = "1"
+    try:
+        yield session
+    finally:
+        os.environ.pop(CONNECT_ENV, None)
+    # nothing of the test fell back to a session of this process's own (a JVM started here)
+    assert classic_before or SparkContext._active_spark_context is None, "a classic SparkContext was started"

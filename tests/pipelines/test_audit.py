@@ -15,6 +15,7 @@ from control_plane.tables import ControlTables
 from control_plane.topics import TopicAdmin
 from jobs.cli import cli
 from log_store.log_metadata import Mode
+from log_store.table_create import create_table
 from log_store.topic_log import RECORD_SCHEMA
 from pipelines.audit import run_audit
 from pipelines.consumer import SINK_SCHEMA, Consumer
@@ -102,13 +103,13 @@ def test_a_sink_holding_records_of_another_history_at_the_logs_offsets_fails(spa
     assert found["sink.nothing_missing"].violations == held
 
 
-def test_sink_with_per_key_order_violated(spark, shared, tmp_path):
+def test_sink_with_per_key_order_violated(shared, tmp_path, session_of_kind):
     """Partition 0's later records are committed to the sink before its earlier ones."""
+    spark = session_of_kind  # a classic session and a Spark Connect one
     loc = TopicAdmin(spark, shared).get("t").location
     log = spark.read.format("delta").load(loc).select(F.lit("t").alias("topic"), *RECORD_SCHEMA.fieldNames())
     sink = str(tmp_path / "sink")
-    DeltaTable.createIfNotExists(spark).location(sink).addColumns(SINK_SCHEMA).property(
-        "delta.enableChangeDataFeed", "true").execute()
+    create_table(spark, sink, SINK_SCHEMA, {"delta.enableChangeDataFeed": "true"}, what="the sink")
     log.where("partition = 0 AND offset >= 5").write.format("delta").mode("append").save(sink)
     log.where("NOT (partition = 0 AND offset >= 5)").write.format("delta").mode("append").save(sink)
     report = run_audit(spark, shared, "t", sink, str(tmp_path / "order.md"))

@@ -17,7 +17,8 @@ def topic(spark, root):
     return "orders"
 
 
-def test_at_least_once_delivers_everything_in_order_and_commits(spark, root, topic):
+def test_at_least_once_delivers_everything_in_order_and_commits(root, topic, session_of_kind):
+    spark = session_of_kind  # a classic session and a Spark Connect one
     seen = []
     consumer = Consumer(spark, root, topic, "g1", ConsumerSettings(max_records_per_batch=100))
     result = consumer.run(lambda df, _r: seen.extend(df.select("partition", "offset", "key", "sequence").collect()))
@@ -43,7 +44,8 @@ def test_handler_failure_commits_nothing_and_redelivers(spark, root, topic):
     assert len(got) == 240
 
 
-def test_max_records_stops_and_resumes(spark, root, topic):
+def test_max_records_stops_and_resumes(root, topic, session_of_kind):
+    spark = session_of_kind  # a classic session and a Spark Connect one
     consumer = Consumer(spark, root, topic, "g3")
     first = consumer.run(lambda df, _r: None, max_records=50)
     assert first.records == 50
@@ -51,7 +53,8 @@ def test_max_records_stops_and_resumes(spark, root, topic):
     assert rest.records == 190
 
 
-def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(spark, root, topic, tmp_path, monkeypatch):
+def test_exactly_once_sink_survives_crash_between_sink_and_offset_commit(root, topic, tmp_path, monkeypatch, session_of_kind):
+    spark = session_of_kind  # a classic session and a Spark Connect one
     sink = str(tmp_path / "sink")
     every_batch = ConsumerSettings(max_records_per_batch=100, offsets_commit_interval_ms=0)
     consumer = Consumer(spark, root, topic, "g4", every_batch)

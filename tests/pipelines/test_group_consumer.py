@@ -252,13 +252,14 @@ def test_a_committed_position_below_a_grown_back_incarnation_is_reported_expired
 
 
 @pytest.mark.slow  # 60-90 s; the default suite attacks zombie commits with tests/processes/test_groups.py
-def test_a_member_fenced_between_its_sink_commit_and_its_offsets_commit_rejoins_without_duplicates(spark, root):
+def test_a_member_fenced_between_its_sink_commit_and_its_offsets_commit_rejoins_without_duplicates(root, session_of_kind):
     """A member frozen past its session timeout right after a sink commit is left out of the
     group, and another member delivers the rest; the frozen one's offsets commit is then fenced
     (IllegalGenerationError), or it would move the group's positions back. It must give its
     partitions up as lost, rejoin, and resume from what the sink holds: every record in the sink
     once, none lost, the group's offsets at the log ends, and an ownership history without a
     stale commit (the campaign's zombies, focused)."""
+    spark = session_of_kind  # a classic session and a Spark Connect one
     topic, sink = "fenced", f"{root}/sink"
     TopicAdmin(spark, root).create(topic, 2)
     Producer(spark, root, topic, "p").send(make_records(spark, 100, keys=20))

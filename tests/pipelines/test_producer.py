@@ -11,7 +11,8 @@ from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
 
 
-def test_keyed_records_land_where_kafka_would_put_them(spark, root):
+def test_keyed_records_land_where_kafka_would_put_them(root, session_of_kind):
+    spark = session_of_kind  # a classic session and a Spark Connect one
     TopicAdmin(spark, root).create("k", 5)
     df = spark.range(300).select(F.concat(F.lit("user-"), (F.col("id") % 37).cast("string")).alias("key"),
                                  F.col("id").cast("string").alias("value"))
@@ -86,7 +87,8 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     assert len(seqs) == len(set(seqs)) == 10 + sum(others)
 
 
-def test_records_without_value_are_rejected_and_nothing_written(spark, root):
+def test_records_without_value_are_rejected_and_nothing_written(root, session_of_kind):
+    spark = session_of_kind  # a classic session and a Spark Connect one
     TopicAdmin(spark, root).create("v", 2)
     df = spark.range(5).select(F.col("id").cast("string").alias("key"),
                                F.when(F.col("id") == 3, None).otherwise("x").alias("value"))
@@ -315,9 +317,10 @@ def _distinct(spark, root, topic):
     return df.count(), df.select("producer_id", "sequence").distinct().count()
 
 
-def test_rerun_after_resizes_lands_nothing_twice(spark, root):
+def test_rerun_after_resizes_lands_nothing_twice(root, session_of_kind):
     """The producer's sequence is producer-wide: records that hash elsewhere after a resize are
     still known as written (found 2026-11-22: 2 -> 5 -> 3 and three runs of one input left 487 of 300)."""
+    spark = session_of_kind  # a classic session and a Spark Connect one
     from control_plane.controller import TopicController
     from control_plane.settings import ControllerSettings
 
@@ -384,10 +387,11 @@ def test_the_drivers_path_and_sparks_lay_the_same_records_alike(spark, root):
 
 
 @pytest.mark.parametrize("headers", ["some null", "all null"])
-def test_headers_land_as_given_whichever_path_writes_them(spark, root, headers):
+def test_headers_land_as_given_whichever_path_writes_them(root, headers, session_of_kind):
     """None, empty and set headers land as given through the driver's path and Spark's write job
     (30,000 records in one batch; its tasks get a null list as an empty one with a mark:
     ``spark_files``)."""
+    spark = session_of_kind  # a classic session and a Spark Connect one
     admin = TopicAdmin(spark, root)
     admin.create("driver", 3)
     admin.create("bulk", 3)
