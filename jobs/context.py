@@ -34,15 +34,19 @@ class Context:
     def root(self) -> str:
         return self.config.root
 
+    @property
+    def spark_settings(self):
+        """The configuration's Spark settings with the command line's: ``--remote``, ``--verbose``."""
+        settings = self.config.spark
+        if self.remote:
+            settings = settings.model_copy(update={"remote": self.remote})
+        return settings.model_copy(update={"quiet": False}) if self.verbose else settings
+
     @cached_property
     def spark(self):
         from log_store.session import LazySession, build_session
 
-        settings = self.config.spark
-        if self.remote:
-            settings = settings.model_copy(update={"remote": self.remote})
-        return LazySession(lambda: build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings),
-                           settings.conf)
+        return LazySession(lambda: build_session(self.spark_settings), self.config.spark.conf)
 
     def topic_admin(self):
         from control_plane.topics import TopicAdmin

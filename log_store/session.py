@@ -176,8 +176,11 @@ REMOTE_TIMEOUT_S = 15.0
 
 def remote_url(settings: SparkSettings) -> str | None:
     """The Spark Connect server a session of ``settings`` is built on: ``settings.remote``, else
-    ``$SPARK_REMOTE`` (as PySpark takes it); None for a session in this process."""
-    return settings.remote or os.environ.get(REMOTE_ENV) or None
+    ``$SPARK_REMOTE`` (as PySpark takes it); None for a session in this process, and on Databricks
+    for the runtime's own session, whichever kind it is."""
+    if settings.remote:
+        return settings.remote
+    return None if settings.mode == "databricks" else os.environ.get(REMOTE_ENV) or None
 
 
 def check_reachable(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
