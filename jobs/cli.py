@@ -2,8 +2,9 @@
 
 The root only: its options and the verbs, each in its own module under ``jobs/commands``.
 ``--root`` (or ``$LAKELOG_ROOT``), ``--conf`` (or ``$LAKELOG_CONF``), ``--json``, ``--verbose``
-and ``--remote`` (a Spark Connect server, or ``$SPARK_REMOTE``) go before or after the verb. Exit codes: 0 ok, 1 an error lakelog reports (what
-was wrong, what to do), 2 a usage error (click's).
+and ``--remote`` (a Spark Connect server, or ``$SPARK_REMOTE``) go before or after the verb.
+Exit codes: 0 ok, 1 an error lakelog reports (what was wrong, what to do), 2 a usage error
+(click's).
 """
 
 from __future__ import annotations
