@@ -32,8 +32,16 @@ $(JVMJAR): $(JARS) log_store/jvm/pom.xml $(shell find log_store/jvm/src -name "*
 
 setup: check-tools $(STAMP) $(JARS) $(JVMJAR)
 
+# REMOTE=1: through a local Spark Connect server started for it (log_store/connect_server.py) and
+# stopped after; REMOTE=sc://host:port: through that server.
 demo: setup
+ifeq ($(REMOTE),)
 	$(BIN)/lakelog demo
+else ifeq ($(REMOTE),1)
+	$(BIN)/python -m log_store.connect_server run $(BIN)/lakelog demo
+else
+	$(BIN)/lakelog --remote $(REMOTE) demo
+endif
 
 test: setup
 	$(BIN)/pytest -q

@@ -18,11 +18,13 @@ from log_store.errors import LakelogError, RetriableError
 class Context:
     """Lazily built configuration and Spark session shared by the commands of one run."""
 
-    def __init__(self, conf: str | None, root: str | None, as_json: bool = False, verbose: bool = False) -> None:
+    def __init__(self, conf: str | None, root: str | None, as_json: bool = False, verbose: bool = False,
+                 remote: str | None = None) -> None:
         self.conf_path = conf
         self.root_override = root
         self.as_json = as_json
         self.verbose = verbose
+        self.remote = remote  # a Spark Connect server for Spark's work (else the configuration's, or $SPARK_REMOTE)
 
     @cached_property
     def config(self) -> LakelogConfig:
@@ -32,13 +34,19 @@ class Context:
     def root(self) -> str:
         return self.config.root
 
+    @property
+    def spark_settings(self):
+        """The configuration's Spark settings with the command line's: ``--remote``, ``--verbose``."""
+        settings = self.config.spark
+        if self.remote:
+            settings = settings.model_copy(update={"remote": self.remote})
+        return settings.model_copy(update={"quiet": False}) if self.verbose else settings
+
     @cached_property
     def spark(self):
         from log_store.session import LazySession, build_session
 
-        settings = self.config.spark
-        return LazySession(lambda: build_session(settings.model_copy(update={"quiet": False}) if self.verbose else settings),
-                           settings.conf)
+        return LazySession(lambda: build_session(self.spark_settings), self.config.spark.conf)
 
     def topic_admin(self):
         from control_plane.topics import TopicAdmin
@@ -124,6 +132,9 @@ class Context:
 
 pass_ctx = click.make_pass_decorator(Context)
 
+REMOTE_HELP = ("Spark Connect server to run Spark jobs on; default: the configuration's spark.remote, else "
+               "$SPARK_REMOTE, else Spark in this process")
+
 
 def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     root = ctx.find_object(Context)
@@ -151,6 +162,8 @@ def global_options() -> list[click.Option]:
                      help="Configuration YAML (also before the verb; $LAKELOG_CONF)."),
         click.Option(["--verbose"], is_flag=True, expose_value=False, callback=_setter("verbose"),
                      help="Show Spark's and the JVM's own log lines."),
+        click.Option(["--remote"], metavar="sc://HOST:PORT", expose_value=False, callback=_setter("remote"),
+                     help=REMOTE_HELP + " (also before the verb)."),
     ]
 
 

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from log_store.config import PROJECT_ROOT, SparkSettings
 from log_store.delta_classes import INTERNALS_CONF, forget_session, jvm_json
-from log_store.errors import SetupError
+from log_store.errors import InvalidConfigurationError, SetupError
 
 # Small-table settings: few shuffle partitions, no UI, tiny snapshot reconstruction.
 _BASE_CONF = {
@@ -170,18 +170,61 @@ def session_conf(settings: SparkSettings) -> tuple[str | None, dict[str, str]]:
     return master, conf
 
 
+REMOTE_ENV = "SPARK_REMOTE"  # PySpark's: the Connect server a session is built on
+REMOTE_TIMEOUT_S = 15.0
+
+
+def remote_url(settings: SparkSettings) -> str | None:
+    """The Spark Connect server a session of ``settings`` is built on: ``settings.remote``, else
+    ``$SPARK_REMOTE`` (as PySpark takes it); None for a session in this process, and on Databricks
+    for the runtime's own session, whichever kind it is."""
+    if settings.remote:
+        return settings.remote
+    return None if settings.mode == "databricks" else os.environ.get(REMOTE_ENV) or None
+
+
+def check_reachable(url: str, timeout: float = REMOTE_TIMEOUT_S) -> None:
+    """A SetupError now if no Spark Connect server answers at ``url``, instead of PySpark's
+    retries of the first query (about ten minutes) and a gRPC traceback."""
+    import grpc
+    from pyspark.errors import PySparkValueError
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    try:
+        channel = DefaultChannelBuilder(url).toChannel()
+    except PySparkValueError as exc:
+        raise InvalidConfigurationError(
+            f"{url!r} is no Spark Connect URL ({exc}): give "
+            "sc://host:port (parameters after /;, as in sc://host:443/;token=...) to --remote, SPARK_REMOTE or spark.remote"
+        ) from None
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise SetupError(
+            f"no Spark Connect server answers at {url} (waited {timeout:g} s): start the server (a local one: "
+            "`python -m log_store.connect_server run lakelog ...`), or correct the URL given by --remote, "
+            "SPARK_REMOTE or spark.remote, or unset them to run Spark in this process") from None
+    finally:
+        channel.close()
+
+
 def build_session(settings: SparkSettings) -> SparkSession:
     """Return the active session (or build one) configured for Delta per ``settings.mode``; with
-    ``settings.remote``, a Spark Connect session on that server (whose own settings hold Delta)."""
+    ``settings.remote`` (or ``$SPARK_REMOTE``), a Spark Connect session on that server (whose own
+    settings hold Delta)."""
     builder = SparkSession.builder.appName(settings.app_name)
-    if settings.remote:
-        builder = builder.remote(settings.remote)
+    remote = remote_url(settings)
+    if remote:
+        check_reachable(remote)
+        builder = builder.remote(remote)
         for key, value in settings.conf.items():  # session settings; the server keeps its own jars
             builder = builder.config(key, value)
         # A new session (PySpark's getOrCreate refuses one beside a classic session in the process)
         return builder.create()
     if settings.mode == "databricks":
         spark = builder.getOrCreate()
+        if is_connect(spark):  # serverless, standard access mode: no JVM of Delta's to look into
+            return spark
         spark.conf.set(INTERNALS_CONF, settings.delta_internals)
         forget_session(spark)  # Delta's classes looked up again with the setting
         return spark

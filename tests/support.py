@@ -22,14 +22,16 @@ def run_worker(*args: str, timeout: float = 300, check: bool = True) -> subproce
     return proc
 
 
-def cli_without_java(root: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``lakelog --root ROOT ARGS`` with no usable Java: a command that started Spark would
-    fail, so a success proves it answered without a JVM."""
+def cli_without_java(root: str, *args: str, timeout: float = 60,
+                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``lakelog --root ROOT ARGS`` (with ``env`` added) with no usable Java: a command that
+    started Spark in its own process would fail, so a success proves it answered without a JVM
+    of its own."""
     from chaos.host import GATEWAY_ENV
 
-    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"}
+    env = {k: v for k, v in os.environ.items() if k != GATEWAY_ENV} | {"JAVA_HOME": "/nonexistent"} | (env or {})
     return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", root, *args], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -22,7 +22,7 @@ from log_store.errors import InvalidConfigurationError
 from log_store.files import is_remote, list_names, local_path, read_file, write_file
 from log_store.frames import frame_of
 from log_store.object_store import is_s3
-from log_store.session import hadoop_settings, install_format_side
+from log_store.session import hadoop_settings, install_format_side, is_connect
 import pipelines.spark.sink as sink
 from pipelines.spark.offsets import StreamOffset
 from pipelines.spark.options import parse_source_options
@@ -189,7 +189,14 @@ _SIDES: dict[int, FormatSide] = {}
 def register(spark, root: str | None = None) -> None:
     """Make ``format("lakelog")`` work in ``spark``: its reads and writes call this Python
     process (through py4j). ``root`` (default ``$LAKELOG_ROOT``) is used when a read or write
-    gives no ``root`` option; it is the session's (``spark.conf`` ``lakelog.root``)."""
+    gives no ``root`` option; it is the session's (``spark.conf`` ``lakelog.root``). On a Spark
+    Connect session, which has no py4j gateway to call back, the reads are the Python data
+    source's (``python_source``)."""
+    if is_connect(spark):
+        from pipelines.spark import python_source
+
+        python_source.register(spark, root)
+        return
     default = root or os.environ.get("LAKELOG_ROOT")
     if default and not is_remote(default):
         default = str(local_path(default))

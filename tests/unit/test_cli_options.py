@@ -96,3 +96,36 @@ def test_sql_registers_the_words_of_its_query_and_everything_for_show():
     assert {"partitions", "log_orders_2", "p", "l"} <= named and "topics" not in named and "group_offsets" not in named
     assert views_named("  show views") is None and views_named("SHOW TABLES") is None
     assert views_named("SELECT * FROM showcase") == {"select", "from", "showcase"}
+
+
+def test_remote_before_or_after_the_verb_over_the_file_over_spark_remote(tmp_path, monkeypatch):
+    """Which Spark Connect server a command's session is built on (``remote_url``): --remote (after
+    the verb winning), else the file's spark.remote, else $SPARK_REMOTE; on Databricks the runtime's
+    own session unless the file names one."""
+    from log_store.config import SparkSettings
+    from log_store.session import remote_url
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("spark:\n  remote: sc://from-file:1\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("root: /r\n")
+    seen = {}
+
+    @cli.command("_probe_remote", hidden=True)
+    @pass_ctx
+    def probe(c: Context) -> None:
+        seen["remote"] = remote_url(c.spark_settings)
+
+    probe.params.extend(global_options())
+    monkeypatch.setenv("SPARK_REMOTE", "sc://from-env:1")
+    try:
+        assert run("--conf", str(plain), "_probe_remote").exit_code == 0 and seen["remote"] == "sc://from-env:1"
+        assert run("--conf", str(conf), "_probe_remote").exit_code == 0 and seen["remote"] == "sc://from-file:1"
+        assert run("--remote", "sc://before:1", "--conf", str(conf), "_probe_remote").exit_code == 0
+        assert seen["remote"] == "sc://before:1"
+        assert run("--remote", "sc://before:1", "_probe_remote", "--remote", "sc://after:1").exit_code == 0
+        assert seen["remote"] == "sc://after:1"
+    finally:
+        cli.commands.pop("_probe_remote")
+    assert remote_url(SparkSettings(mode="databricks")) is None
+    assert remote_url(SparkSettings(mode="databricks", remote="sc://x:1")) == "sc://x:1"
