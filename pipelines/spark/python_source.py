@@ -256,20 +256,27 @@ class _Staging:
         return arrow_filesystem(self.folder, self.storage)
 
     def stage(self, batches: Iterator[pa.RecordBatch]) -> StagedRows | None:
-        """A task's rows as one Parquet file, named by the task and the attempt."""
+        """A task's rows as one Parquet file, written as they come, named by the task and the attempt."""
         from pyspark import TaskContext
 
-        got = [b for b in batches if b.num_rows]
-        if not got:
-            return None
         context = TaskContext.get()
         task = context.partitionId() if context else 0
-        fs, folder = self._fs()
-        fs.create_dir(folder, recursive=True)
         name = f"task-{task:05d}-{uuid.uuid4().hex}.parquet"
-        table = pa.Table.from_batches(got)
-        pq.write_table(table, f"{folder}/{name}", filesystem=fs)
-        return StagedRows(name, task, table.num_rows)
+        writer, rows = None, 0
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                if writer is None:
+                    fs, folder = self._fs()
+                    fs.create_dir(folder, recursive=True)
+                    writer = pq.ParquetWriter(f"{folder}/{name}", batch.schema, filesystem=fs)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        return StagedRows(name, task, rows) if rows else None
 
     def read(self, messages: list) -> pa.Table | None:
         """The staged rows of the tasks that wrote some, in task order: the write's order."""
@@ -282,11 +289,8 @@ class _Staging:
     def remove(self) -> None:
         """The folder and all in it, tasks' retried attempts too (none may be: an empty write)."""
         fs, folder = self._fs()
-        try:
+        if fs.get_file_info(folder).type != pafs.FileType.NotFound:
             fs.delete_dir(folder)
-        except (FileNotFoundError, OSError) as exc:
-            if fs.get_file_info(folder).type != pafs.FileType.NotFound:
-                raise exc
 
 
 class _Writes:

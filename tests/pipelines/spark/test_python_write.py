@@ -66,6 +66,13 @@ def staged(root: str) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
+def records(session, n: int, keys: int):
+    """``tests.support.make_records`` in SQL: pyspark.sql.functions makes classic columns in a
+    process that also holds a classic session, which a Connect session's DataFrame refuses."""
+    return session.range(0, n).selectExpr(f"concat('k', cast(id % {keys} as string)) as key",
+                                          "cast(id as string) as value", "id as sequence")
+
+
 def by_key(rows: list[dict]) -> dict[bytes, list[int]]:
     """Each key's values in the log's order (partition, offset)."""
     out: dict[bytes, list[int]] = {}
@@ -94,11 +101,11 @@ def test_a_retried_batch_write_with_sequences_lands_once_and_a_topic_column_spli
     admin = TopicAdmin(spark, root)
     admin.create(T, 3)
     admin.create("b", 2)
-    df = make_records(writes.spark, 200, keys=20)  # key, value, sequence
+    df = records(writes.spark, 200, keys=20)  # key, value, sequence
     for _ in range(2):
         writes.write(df, topic=T, producerId="feed")
     assert sorted(int(r["value"]) for r in log_rows(root, T)) == list(range(200))
-    split = make_records(writes.spark, 100, keys=10).selectExpr(
+    split = records(writes.spark, 100, keys=10).selectExpr(
         f"if(sequence % 2 = 0, '{T}', 'b') as topic", "key", "value", "map('m', cast(value as binary)) as headers")
     writes.write(split)
     assert sorted(int(r["value"]) for r in log_rows(root, "b")) == list(range(1, 100, 2))
