@@ -2,7 +2,8 @@
 idempotent producer (``pipelines.producer.Producer``), partitioned by key as Kafka's partitioner
 does (or by a row's own ``partition``), with dense offsets. The JVM sink hands this module the
 DataFrame itself (a batch write's, or a micro-batch's as ``foreachBatch`` sees it): nothing is
-staged, and a write lands through the same fenced append as every produce, or not at all.
+staged, and a write lands through the same fenced append as every produce, or not at all. The
+Python data source (``python_source``) hands ``produce`` the rows its tasks staged, as Arrow.
 
 Without a ``sequence`` column a row's sequence is its place in the write (the rows of Spark's
 first task, in their order, then the second task's, ...), numbered after the producer's mark, so
