@@ -20,9 +20,9 @@ so 1.0 is parity and higher is better for lakelog):
   p50 each (ratio = lakelog / raw here: 1.5 is the aim).
 ``--cases`` runs some of them (the bulk cases write the topic either way); ``--profile DIR`` also
 writes where each case's time went (``benchmarks/spark_profile.py``) to DIR/profile.txt.
-``--source python`` reads (stream, batch, latency) through the Python data source
-(``pipelines.spark.python_source``, registered as ``lakelog_python`` beside the JVM source, which
-owns ``lakelog`` in this session) instead of the JVM source; writes stay the JVM sink's.
+``--source python`` reads (stream, batch, latency) and writes (write) through the Python data
+source (``pipelines.spark.python_source``, registered as ``lakelog_python`` beside the JVM source,
+which owns ``lakelog`` in this session) instead of the JVM source and sink.
 Prints a table and writes the figures as JSON to benchmarks/out/.
 """
 
@@ -64,6 +64,7 @@ console = Console(stderr=True)
 
 PROFILE: Profile | None = None
 READS = "lakelog"  # the format reads go through: the JVM source, or the Python one (--source python)
+WRITES = "lakelog"  # the format the write case goes through, likewise
 PYTHON_NAME = "lakelog_python"
 
 
@@ -101,7 +102,7 @@ def bulk_cases(spark, root: str, work: Path, n: int, partitions: int, cases=ALL_
     tag = f"{n} <- {partitions}"
     # write: lakelog's sink against a plain Delta append of the same rows (the other cases read them)
     t_raw = timed(lambda: data.write.format("delta").mode("append").save(raw), f"delta write {tag}")
-    t_ll = timed(lambda: data.write.format("lakelog").option("root", root).option("topic", topic).mode("append").save(),
+    t_ll = timed(lambda: data.write.format(WRITES).option("root", root).option("topic", topic).mode("append").save(),
                  f"lakelog write {tag}")
     if "write" in cases:
         out.append({"case": f"write 1 x {n:,} -> {partitions}", "lakelog_s": t_ll, "delta_s": t_raw})
@@ -266,7 +267,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"some of {','.join(ALL_CASES)}")
     parser.add_argument("--profile", help="a folder for where the time went (event log, bridge calls, cProfile)")
     parser.add_argument("--source", choices=("jvm", "python"), default="jvm",
-                        help="the source reads go through: lakelog's JVM source or its Python data source")
+                        help="the source reads and writes go through: lakelog's JVM source and sink or its Python data source")
     parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -283,10 +284,10 @@ def main() -> None:
         extra = event_log_conf(Path(args.profile))
     spark = build_session(SparkSettings(conf=extra))
     register(spark, root)
-    global READS
+    global READS, WRITES
     if args.source == "python":
         python_source.register(spark, root, PYTHON_NAME)
-        READS = PYTHON_NAME
+        READS = WRITES = PYTHON_NAME
     results, lat, small = [], None, []
     try:
         console.print("warming up (not timed) ...")

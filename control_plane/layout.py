@@ -10,7 +10,8 @@ from log_store.files import is_remote, local_path
 
 
 class RootLayout:
-    """``<root>/control/<table>`` for the control plane, ``<root>/topics/<topic>`` for logs."""
+    """``<root>/control/<table>`` for the control plane, ``<root>/topics/<topic>`` for logs,
+    ``<root>/staging/<write>`` for a Spark write's rows between its tasks and its commit."""
 
     def __init__(self, root: str) -> None:
         self.is_local = not is_remote(root)
@@ -21,6 +22,9 @@ class RootLayout:
 
     def topic(self, name: str) -> str:
         return f"{self.root}/topics/{name}"
+
+    def staging(self, write: str) -> str:
+        return f"{self.root}/staging/{write}"
 
     def check_writable(self) -> None:
         """Fail early, before any commit, if a local root cannot be written."""

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+
+import pyarrow as pa
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -86,17 +89,22 @@ def checkpoint_of(options: dict) -> str | None:
     return str(found) if found else None
 
 
-def stream_producer_id(opts: SinkOptions, options: dict, spark: SparkSession | None = None) -> tuple[str, str]:
-    """A stream's producer id, and its query id: the query's (``query_id``), after the
-    ``producerId`` option where given. A restarted query is the same producer, so a replayed
-    micro-batch lands once; a query with a new or deleted checkpoint is a new producer, whose
-    batch 0 is not taken for the old query's."""
+def stream_checkpoint(options: dict) -> str:
+    """A stream's ``checkpointLocation``, which a stream sink needs."""
     checkpoint = checkpoint_of(options)
     if not checkpoint:
         raise InvalidConfigurationError(
             "a lakelog stream sink needs the query's checkpoint to land a replayed micro-batch once: give "
             ".option('checkpointLocation', PATH) on the writer")
-    query = query_id(checkpoint, spark)
+    return checkpoint
+
+
+def stream_producer_id(opts: SinkOptions, options: dict, spark: SparkSession | None = None) -> tuple[str, str]:
+    """A stream's producer id, and its query id: the query's (``query_id``), after the
+    ``producerId`` option where given. A restarted query is the same producer, so a replayed
+    micro-batch lands once; a query with a new or deleted checkpoint is a new producer, whose
+    batch 0 is not taken for the old query's."""
+    query = query_id(stream_checkpoint(options), spark)
     return f"{opts.producer_id or 'stream'}:{query}", query
 
 
@@ -123,20 +131,22 @@ def landed_before(batch_id: int, stamp: int, versions: dict[str, int], producer_
     return mark >= 0 and mark >> BATCH_SHIFT == batch_id
 
 
-def write(spark: SparkSession, options: dict, default_root: str | None, df: DataFrame, batch_id: int | None,
-          mode: str) -> None:
-    """Produce ``df`` (a batch write's rows, or micro-batch ``batch_id`` of a stream) to its
-    topics: one append per topic (a topic's share lands whole or not at all). Spark's save modes
-    append and errorifexists (its default) append, as Kafka's sink does; overwrite and ignore are
-    refused. A write to several topics that fails after some landed says which."""
-    from pipelines.producer import Producer
-    from pipelines.settings import ProducerSettings
-    from pipelines.spark.roots import resolve_root
-
+def check_mode(mode: str) -> None:
+    """Spark's save modes append and errorifexists (its default) append, as Kafka's sink does;
+    overwrite and ignore are refused."""
     if mode.lower() not in ("append", "errorifexists"):
         raise InvalidConfigurationError(
             f"mode('{mode.lower()}'): a lakelog topic is a log: records are appended, never overwritten or "
             "skipped; use mode('append')")
+
+
+def write(spark: SparkSession, options: dict, default_root: str | None, df: DataFrame, batch_id: int | None,
+          mode: str) -> None:
+    """Produce ``df`` (a batch write's rows, or micro-batch ``batch_id`` of a stream) to its
+    topics (``produce``). Spark's save modes as ``check_mode`` takes them."""
+    from pipelines.spark.roots import resolve_root
+
+    check_mode(mode)
     opts = parse_sink_options(options)
     check_sink_schema(df.schema, opts)
     root = resolve_root(opts.root, default_root, writing=True)
@@ -145,23 +155,44 @@ def write(spark: SparkSession, options: dict, default_root: str | None, df: Data
         checkpoint = checkpoint_of(options)
         producer_id = stream_producer_id(opts, options, spark)[0]
     topics = [opts.topic] if opts.topic else [r[0] for r in df.select("topic").distinct().collect()]
+    source = df.persist() if len(topics) > 1 else df  # read once, then shared out by topic
+    try:
+        produce(spark, root, opts, topics,
+                lambda topic: (source if opts.topic else source.where(F.col("topic") == topic)).drop("topic"),
+                producer_id, batch_id, checkpoint)
+    finally:
+        if source is not df:
+            source.unpersist()
+
+
+def produce(spark, root: str, opts: SinkOptions, topics: list, rows_of: Callable[[str], "DataFrame | pa.Table"],
+            producer_id: str | None, batch_id: int | None, checkpoint: str | None,
+            checkpoint_spark: SparkSession | None = None) -> None:
+    """Produce each topic's rows (``rows_of(topic)``, a DataFrame or an Arrow table) to it: one
+    append per topic (a topic's share lands whole or not at all). A stream's micro-batch
+    ``batch_id`` is numbered after the producer's mark from ``batch_id << BATCH_SHIFT`` and
+    stamped (``batch_stamp``; the checkpoint read through ``checkpoint_spark``, else ``spark``),
+    and lands nothing when it is the replay of the batch that landed last. A write to several
+    topics that fails after some landed says which."""
+    from log_store.engine import app_versions
+    from pipelines.producer import Producer
+    from pipelines.settings import ProducerSettings
+
     if None in topics:
         raise InvalidRecordError("some rows have no topic (a null 'topic' column); nothing was written")
-    topics.sort()
-    source = df.persist() if len(topics) > 1 else df  # read once, then shared out by topic
+    topics = sorted(topics)
     settings = ProducerSettings(batch_size=2**31 - 1, acks=opts.acks, min_insync_replicas=opts.min_insync_replicas)
     landed: list[str] = []
     try:
         for topic in topics:
-            rows = (source if opts.topic else source.where(F.col("topic") == topic)).drop("topic")
+            rows = rows_of(topic)
+            columns = rows.column_names if isinstance(rows, pa.Table) else rows.columns
             producer = Producer(spark, root, topic, producer_id, settings)
             if batch_id is None:
                 # the writer's own sequences: a repeated write lands once; else numbered after the mark
-                producer.send(rows, after_mark="sequence" not in rows.columns)
+                producer.send(rows, after_mark="sequence" not in columns)
             else:
-                stamp = batch_stamp(checkpoint, batch_id, spark)
-                from log_store.engine import app_versions
-
+                stamp = batch_stamp(checkpoint, batch_id, checkpoint_spark or spark)
                 if landed_before(batch_id, stamp, app_versions(spark, producer.log.path), producer.producer_id):
                     continue  # this micro-batch landed before a crash: its replay lands nothing
                 producer.send(rows, batch_id << BATCH_SHIFT, after_mark=True,
@@ -177,6 +208,3 @@ def write(spark: SparkSession, options: dict, default_root: str | None, df: Data
                 "topic's share lands whole or not at all, but topics are separate logs. Write the rest again: "
                 "with a producerId and a sequence column a repeated write lands only what is missing") from exc
         raise
-    finally:
-        if source is not df:
-            source.unpersist()
