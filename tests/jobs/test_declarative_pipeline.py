@@ -3,8 +3,7 @@
 jar (``tests/connect_server.py``), twice, with a resize of its topic between the runs. Checked
 with delta-rs, not with lakelog's reads: the streaming table holds every record once, each key in
 order (by Delta version, then offset: a key's records never share a micro-batch across
-partitions), and the second run takes only what came after the first; the flow to a second topic
-lands each record there once, each key in order.
+partitions), and the second run takes only what came after the first.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from control_plane.controller import TopicController
 from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
-from tests.support import PROJECT, log_rows
+from tests.support import PROJECT
 
 EXAMPLE = PROJECT / "examples" / "ordered_pipeline"
 SPEC = "spark-pipeline.yml"
@@ -96,7 +95,6 @@ def _check(rows: list[dict], produced: int) -> None:
 def test_pipeline_reads_every_record_once_in_key_order_across_a_resize(spark, connect_server, root, tmp_path):
     admin = TopicAdmin(spark, root)
     admin.create("orders", 4)
-    admin.create("orders_copy", 3)
     _send(spark, root, 0, 400)
 
     database = f"sdp_{tmp_path.name.replace('-', '_')}"
@@ -122,10 +120,4 @@ def test_pipeline_reads_every_record_once_in_key_order_across_a_resize(spark, co
 
     per_key = DeltaTable(str(tmp_path / "warehouse" / "orders_per_key")).to_pyarrow_table().to_pylist()
     assert {r["key"]: r["records"] for r in per_key} == {f"k{k}": 800 // KEYS for k in range(KEYS)}
-    copied = log_rows(root, "orders_copy", ["key", "value", "partition", "offset"])
-    assert sorted(int(bytes(r["value"])) for r in copied) == list(range(800)), "the sink's topic: not each record once"
-    for key in {bytes(r["key"]) for r in copied}:
-        in_offsets = [int(bytes(r["value"])) for r in sorted((r for r in copied if bytes(r["key"]) == key),
-                                                             key=lambda r: (r["partition"], r["offset"]))]
-        assert in_offsets == sorted(in_offsets), f"the sink's topic: key {key!r} out of order"
     print(f"\nspark-pipelines run: {first:.1f} s, then {second:.1f} s after the resize")
