@@ -61,9 +61,11 @@ LEADER_WAIT_TIMEOUT = "leaderWaitTimeout"
 DEFAULT_LEADER_WAIT_TIMEOUT_MS = 5 * 60 * 1000
 # storage.<key>: a delta-rs storage option (credentials, endpoint) for a root in an object store.
 STORAGE_PREFIX = "storage."
-# Spark may hand a streaming query's checkpoint to the data source with the other options; it is
-# Spark's own, so both parsers accept it and leave it alone.
+# Spark may hand a streaming query's checkpoint (and, in a declarative pipeline's sink, the flow's
+# query name) to the data source with the other options; they are Spark's own, so both parsers
+# accept them and leave them alone.
 CHECKPOINT_LOCATION = "checkpointLocation"
+QUERY_NAME = "queryName"
 
 SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, ENDING_OFFSETS,
                   STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, TIMESTAMP_STRATEGY, ENDING_TIMESTAMP,
@@ -72,7 +74,7 @@ SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, 
                   LEADER_WAIT_TIMEOUT)
 SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID, ACKS, MIN_INSYNC_REPLICAS)
 _STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
-_IGNORED = {CHECKPOINT_LOCATION.lower()}
+_IGNORED = {CHECKPOINT_LOCATION.lower(), QUERY_NAME.lower()}
 # Spark's Kafka source options that cannot mean here what they mean there, and why.
 _NO_BROKER = ("lakelog reads the log's files, with no Kafka consumer to tune")
 NOT_APPLICABLE = {
@@ -170,7 +172,7 @@ def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, p
         raise InvalidConfigurationError(
             f"unknown option(s) {names} for the lakelog {what}: the known options are "
             f"{', '.join(known)}, and {STORAGE_PREFIX}<key> for a remote root's storage options "
-            f"(Spark's {CHECKPOINT_LOCATION} is accepted and ignored)")
+            f"(Spark's {CHECKPOINT_LOCATION} and {QUERY_NAME} are accepted and ignored)")
     return found
 
 
