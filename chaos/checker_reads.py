@@ -177,6 +177,25 @@ def sink_commit_groups(sink: str) -> dict[int, str]:
     return out
 
 
+def stream_since(checkpoint: str, topic: str) -> int | None:
+    """The topic version a stream first read ``topic`` at: ``since`` of the topic in the earliest
+    offset its checkpoint's offset log holds (``offsets/<batch>``: a version line, Spark's
+    metadata, then one line per source; lakelog's is ``{"v": 1, "topics": {topic: {"since": ...}}}``,
+    docs/spark.md). None if the stream never planned a batch."""
+    folder = Path(checkpoint, "offsets")
+    batches = sorted(int(f.name) for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else []
+    for batch in batches:
+        for line in (folder / str(batch)).read_text().splitlines()[2:]:
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue
+            since = ((offset.get("topics") or {}).get(topic) or {}).get("since") if isinstance(offset, dict) else None
+            if since is not None:
+                return int(since)
+    return None
+
+
 def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:
     """Each producer's input file: sequence (line number - 1) -> key."""
     out: dict[str, dict[int, str]] = {}

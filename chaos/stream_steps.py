@@ -1,0 +1,116 @@
+"""A schedule's stream reader (``schedule.StreamPlan``): a Structured Streaming query through
+format("lakelog") run again and again from its checkpoint, killed with ``kill -9`` and started
+again, on a classic session (a JVM of its own) or a Spark Connect session (a server the schedule
+starts, and starts again after each kill). Its group's positions count in the drain as a group's."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from chaos.processes import kill_tree
+from chaos.schedule import StreamPlan
+
+SERVER_START_TIMEOUT_S = 240.0
+
+
+class StreamSteps:
+    """The runner's stream (a part of ``chaos.runner.Runner``)."""
+
+    def stream_init(self) -> None:
+        self.stream_run = 0
+        self.connect = None  # the running Connect server (a connect stream)
+        self.connect_starting: threading.Thread | None = None
+
+    @property
+    def stream_sink(self) -> str:
+        return f"{self.root}/sinks/{self.s.stream.group}"
+
+    @property
+    def stream_checkpoint(self) -> str:
+        return str(self.dir / "stream-checkpoint")
+
+    def stream_groups(self) -> dict[str, str]:
+        """The stream's group and its topic, for the drain."""
+        return {self.s.stream.group: self.s.topic} if self.s.stream else {}
+
+    def stream_prepare(self) -> None:
+        """A connect stream's server, started before the schedule's clock starts (a JVM start would
+        otherwise push the stream's first plan past the schedule's first resizes)."""
+        if self.s.stream and self.s.stream.session == "connect":
+            try:
+                self.connect = self._start_server()
+            except RuntimeError as exc:
+                self.result.problems.append(f"the Spark Connect server did not start: {exc}")
+
+    def _start_server(self):
+        from tests.connect_server import ConnectServer
+
+        return ConnectServer(start_timeout=SERVER_START_TIMEOUT_S).__enter__()
+
+    def stream_start(self, base: float) -> None:
+        plan = self.s.stream
+        if plan is None:
+            return
+        self.at(base + plan.start_at, lambda: self.start_stream(plan))
+        for when in plan.kills:
+            self.at(base + when, lambda: self.kill_stream(plan))
+
+    def start_stream(self, plan: StreamPlan) -> None:
+        if self.stopping:
+            return
+        if plan.session == "connect" and self.connect is None:  # its server is starting again
+            self.at(self.now() + 1, lambda: self.start_stream(plan))
+            return
+        self.stream_run += 1
+        name = f"{plan.group}.{self.stream_run}"
+        args = {"group": plan.group, "sink": self.stream_sink, "checkpoint": self.stream_checkpoint,
+                "stop_file": str(self.dir / "stop" / plan.group), "max_offsets": plan.max_offsets,
+                "pause_s": plan.pause_s}
+        if plan.session == "connect":
+            args["remote"] = self.connect.url
+        else:
+            args["own_jvm"] = True  # a kill takes its driver (the JVM) along
+
+        def done(rc: int) -> None:
+            if rc == 0:
+                return
+            if rc != -signal.SIGKILL:
+                self.unexpected(name, rc)
+            self.at(self.now() + plan.restart_after, lambda: self.start_stream(plan))
+
+        self.spawn(name, "stream_read", args, done)
+
+    def kill_stream(self, plan: StreamPlan) -> None:
+        running = [a for a in self.actors.values() if a.kind == "stream_read" and a.proc.poll() is None]
+        if not running:
+            return
+        for actor in running:
+            kill_tree(actor.proc.pid)
+            self.log(f"kill -9 {actor.name} (stream, {plan.session})")
+        if plan.session == "classic":
+            self.result.faults["kill -9 stream (classic driver)"] += 1
+            return
+        server, self.connect = self.connect, None
+        if server is not None and server.proc is not None:
+            kill_tree(server.proc.pid)
+            server.__exit__()
+            self.log("kill -9 the Spark Connect server (stream); starting it again")
+            self.result.faults["kill -9 Spark Connect server (stream)"] += 1
+
+        def restart() -> None:
+            try:
+                self.connect = self._start_server()
+            except RuntimeError as exc:
+                self.result.problems.append(f"the Spark Connect server did not start again: {exc}")
+
+        self.connect_starting = threading.Thread(target=restart, daemon=True)
+        self.connect_starting.start()
+
+    def stream_stop(self) -> None:
+        """The end of a schedule: its Connect server stops (after the stream has left)."""
+        if self.connect_starting is not None:
+            self.connect_starting.join(SERVER_START_TIMEOUT_S)
+        if self.connect is not None:
+            self.connect.__exit__()
+            self.connect = None
