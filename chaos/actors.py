@@ -243,7 +243,7 @@ def stream_read(spark, a: dict) -> None:
                  .trigger(availableNow=True).start(a["sink"]))
         query.awaitTermination()
         progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
-        say("ran", batches=len(progress), records=sum(p.get("numInputRows", 0) for p in progress))
+        say("ran", batches=len(progress), records=sum(p.get("numInputRows") or 0 for p in progress))
         time.sleep(a["pause_s"])
 
 
