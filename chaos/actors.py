@@ -201,23 +201,31 @@ def member(spark, a: dict) -> None:
 
 def stream_write(spark, a: dict) -> None:
     """A Structured Streaming query writing ``input`` (JSON lines of key and value) to the topic
-    through format("lakelog"), one Delta file of ``batch`` rows per micro-batch (Trigger.AvailableNow).
-    Runs in a JVM of its own: the crash point is in the query's Python worker, which a JVM starts."""
+    through format("lakelog"), one Delta file of ``batch`` rows per micro-batch (Trigger.AvailableNow),
+    under ``producer_id`` if given; once it has run to its end, all of it is acknowledged in
+    ``ack_file`` if given. Runs in a JVM of its own: the crash point is in the query's Python
+    worker, which a JVM starts, and a kill is the driver's crash."""
     from delta.tables import DeltaTable
 
     from pipelines.spark import register
 
     register(spark, a["root"])
     source = a["source"]
-    if not DeltaTable.isDeltaTable(spark, source):
-        rows = spark.read.json(a["input"]).select("key", "value").collect()
-        for lo in range(0, len(rows), a["batch"]):
-            spark.createDataFrame(rows[lo:lo + a["batch"]], "key string, value string").coalesce(1) \
-                .write.format("delta").mode("append").save(source)
-    query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-             .writeStream.format("lakelog").option("topic", a["topic"]).option("checkpointLocation", a["checkpoint"])
-             .trigger(availableNow=True).start())
+    rows = spark.read.json(a["input"]).select("key", "value").collect()
+    # a run killed while it wrote the source left a prefix of it (each batch one commit)
+    written = spark.read.format("delta").load(source).count() if DeltaTable.isDeltaTable(spark, source) else 0
+    for lo in range(written, len(rows), a["batch"]):
+        spark.createDataFrame(rows[lo:lo + a["batch"]], "key string, value string").coalesce(1) \
+            .write.format("delta").mode("append").save(source)
+    writer = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
+              .writeStream.format("lakelog").option("topic", a["topic"]).option("checkpointLocation", a["checkpoint"]))
+    if a.get("producer_id"):
+        writer = writer.option("producerId", a["producer_id"])
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
+    if a.get("ack_file"):  # the query wrote all of its input: every record is acknowledged
+        with open(a["ack_file"], "a") as fh:
+            fh.write(json.dumps({"lo": 0, "hi": len(rows)}) + "\n")
     say("streamed", batches=len(query.recentProgress))
 
 

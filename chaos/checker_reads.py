@@ -56,15 +56,17 @@ SERVED = "kafka-"  # the producer ids `lakelog serve` gives Kafka producers' rec
 
 
 def as_sent(rows: Iterable[dict]) -> list[dict]:
-    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve` under the
-    producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
-    and served rows whose value names none, as they are. (lakelog's own consumers copy the log's
+    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve`, or a stream
+    wrote through format("lakelog") (producer id ``<producerId>:<query id>``, docs/spark.md), under
+    the producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
+    and such rows whose value names none, as they are. (lakelog's own consumers copy the log's
     ids into their sinks.)"""
     out = []
     for r in rows:
-        if (r["producer_id"] or "").startswith(SERVED):
+        pid = r["producer_id"] or ""
+        if pid.startswith(SERVED) or ":" in pid:
             name, sep, seq = (text(r["value"]) or "").rpartition(":")
-            if sep and name and seq.isdigit():
+            if sep and name and seq.isdigit() and (pid.startswith(SERVED) or pid.startswith(f"{name}:")):
                 r = {**r, "producer_id": name, "sequence": int(seq)}
         out.append(r)
     return out

@@ -94,7 +94,8 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
         # Kafka part (schedule.KafkaPlan, chaos.kafka_steps): one more producer and group on the topic.
         decoy, kafka = schedule.decoy, schedule.kafka
         self.kafka_producers = {kafka.producer_id} if kafka else set()
-        main_producers = list(schedule.producers) + ([kafka_producer_plan(kafka)] if kafka else [])
+        main_producers = list(schedule.producers) + ([kafka_producer_plan(kafka)] if kafka else []) + (
+            [schedule.stream_writer] if schedule.stream_writer else [])
         main_groups = list(schedule.groups) + ([kafka_group_plan(kafka)] if kafka else [])
         self.producer_plans = main_producers + (
             [ProducerPlan(producer_id="decoy", records=decoy.records, batch=20, start_at=1.0)] if decoy else [])
@@ -221,6 +222,9 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
     def start_producer(self, plan: ProducerPlan, run: int) -> None:
         if plan.producer_id in self.kafka_producers:
             self.start_kafka_producer(plan)
+            return
+        if plan is self.s.stream_writer:
+            self.start_stream_writer(plan, run)
             return
         name = f"{plan.producer_id}.{run}"
         crash = plan.crash_at if run == 0 else None

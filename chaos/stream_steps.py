@@ -1,7 +1,9 @@
-"""A schedule's stream reader (``schedule.StreamPlan``): a Structured Streaming query through
+"""A schedule's streams. The reader (``schedule.StreamPlan``): a Structured Streaming query through
 format("lakelog") run again and again from its checkpoint, killed with ``kill -9`` and started
 again, on a classic session (a JVM of its own) or a Spark Connect session (a server the schedule
-starts, and starts again after each kill). Its group's positions count in the drain as a group's."""
+starts, and starts again after each kill); its group's positions count in the drain as a group's.
+The writer (``Schedule.stream_writer``): a query writing its input through format("lakelog"),
+one of the schedule's producers."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import signal
 import threading
 
 from chaos.processes import kill_tree
-from chaos.schedule import StreamPlan
+from chaos.schedule import ProducerPlan, StreamPlan
 
 SERVER_START_TIMEOUT_S = 240.0
 
@@ -80,6 +82,32 @@ class StreamSteps:
             self.at(self.now() + plan.restart_after, lambda: self.start_stream(plan))
 
         self.spawn(name, "stream_read", args, done)
+
+    def start_stream_writer(self, plan: ProducerPlan, run: int) -> None:
+        """The stream writer: its query runs to its end, from its checkpoint after a kill."""
+        name = f"{plan.producer_id}.{run}"
+        args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
+                "batch": plan.batch, "source": str(self.dir / "stream-writer-source"),
+                "checkpoint": str(self.dir / "stream-writer-checkpoint"), "own_jvm": True,
+                "ack_file": str(self.dir / "acks" / f"{plan.producer_id}.jsonl")}
+
+        def done(rc: int) -> None:
+            if rc == 0:
+                self.pending_producers.discard(plan.producer_id)
+                self.log(f"{plan.producer_id} (stream) finished after {run + 1} runs")
+                return
+            if rc != -signal.SIGKILL:
+                self.unexpected(name, rc)
+            self.at(self.now() + self.rng.uniform(0.5, 2), lambda: self.start_stream_writer(plan, run + 1))
+
+        actor = self.spawn(name, "stream_write", args, done)
+        if run < len(plan.kill_after):
+            def kill() -> None:
+                if actor.proc.poll() is None:
+                    kill_tree(actor.proc.pid)
+                    self.log(f"kill -9 {name} (stream writer)")
+                    self.result.faults["kill -9 stream writer (classic driver)"] += 1
+            self.at(actor.started + plan.kill_after[run], kill)
 
     def kill_stream(self, plan: StreamPlan) -> None:
         running = [a for a in self.actors.values() if a.kind == "stream_read" and a.proc.poll() is None]

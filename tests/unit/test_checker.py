@@ -578,3 +578,23 @@ def test_partitions_retired_after_a_stream_first_read_the_topic_are_owed(clean):
     clean.commit("s", "stream:s", -1, "expired", {1: 0}, end=2)  # the stream reported them (failOnDataLoss=false)
     found = _check_stream(clean, since=1)
     assert anomalies(found) == {} and found.stats["expired[s]"] == 2, found.summary()
+
+
+def test_a_stream_writers_records_are_judged_as_their_values_name_them(tmp_path):
+    """A stream writes under ``<producerId>:<query id>`` with sequences of its own: its records are
+    the input's by their values, so a record landing twice (a replayed micro-batch) is a duplicate
+    and one never landed is lost."""
+    root = Root(tmp_path / "root")
+    root.producer("sw", ["a", "a", "b"])
+    root.topic(1, [(0, "ReadWrite", None)])
+    rows = [dict(partition=0, offset=o, leader_epoch=0, key=k.encode(), value=f"sw:{n}".encode(),
+                 producer_id="sw:9f1c", sequence=100 + o) for o, (k, n) in enumerate([("a", 0), ("a", 1), ("b", 2)])]
+    root._write("topics/t", LOG, rows)
+    assert anomalies(root.check(groups=())) == {}
+    root._write("topics/t", LOG, [{**rows[1], "offset": 3, "sequence": 103}])  # batch 0 landed again
+    assert anomalies(root.check(groups=())) == {"log_duplicate": 1}
+    other = Root(tmp_path / "other")
+    other.producer("sw", ["a", "a", "b"])
+    other.topic(1, [(0, "ReadWrite", None)])
+    other._write("topics/t", LOG, rows[:2])
+    assert anomalies(other.check(groups=())) == {"lost_acknowledged": 1}
