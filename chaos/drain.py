@@ -1,5 +1,6 @@
 """The end of a schedule: every group (and the stream, by its group's positions) consumes every
-live partition to its log end, then its members (and the stream) leave. A group that stops moving (``drain_stuck``) is reported, not waited for forever."""
+live partition to its log end, then its members (and the stream) leave. A group that stops
+moving (``drain_stuck``) is reported, not waited for forever."""
 
 from __future__ import annotations
 
