@@ -146,7 +146,8 @@ class StreamPlan:
     option into a Delta sink, under Trigger.AvailableNow, run again and again from its checkpoint
     until the schedule ends. ``session``: "classic" (lakelog's JVM source, in a JVM of its own, so
     a kill is a driver's crash) or "connect" (the Python data source, on a Spark Connect server the
-    schedule starts; a kill takes the server down, its JVM and Python workers, and starts it again)."""
+    schedule starts; a kill takes the server down, its JVM and Python workers, and a spare server
+    started beside it takes over)."""
 
     session: str
     start_at: float
@@ -337,14 +338,13 @@ STREAM_WRITER_SHARE = 1 / 3
 def _stream(s: Schedule, rng: random.Random) -> Schedule:
     """Every schedule has a stream reader (``StreamPlan``), on a classic or a Spark Connect session
     as the seed draws: started 0-3 s into the schedule, killed one to three times while the
-    schedule's work goes on (a Connect server, which takes half a minute to start again on 2 busy
-    cores, once or twice), micro-batches of 20-120 records. One schedule in three also has a stream
+    schedule's work goes on, micro-batches of 20-120 records. One schedule in three also has a stream
     writer (``stream_writer``: ``df.writeStream.format("lakelog")`` of 60-200 records, in a JVM of
     its own, killed mid-way in half of them and started again from its checkpoint). Drawn from a generator of its own, so
     every other draw of a seed is what it was."""
     end = s.last_event + 5
     session = rng.choice(STREAM_SESSIONS)
-    kills = rng.randint(1, 3 if session == "classic" else 2)
+    kills = rng.randint(1, 3)
     plan = StreamPlan(session=session, start_at=round(rng.uniform(0, 3), 1),
                       kills=tuple(sorted(round(rng.uniform(5, end), 1) for _ in range(kills))),
                       restart_after=round(rng.uniform(1, 4), 1), pause_s=round(rng.uniform(0.5, 3), 1),

@@ -1,7 +1,7 @@
 """A schedule's streams. The reader (``schedule.StreamPlan``): a Structured Streaming query through
 format("lakelog") run again and again from its checkpoint, killed with ``kill -9`` and started
 again, on a classic session (a JVM of its own) or a Spark Connect session (a server the schedule
-starts, and starts again after each kill); its group's positions count in the drain as a group's.
+starts, replaced by a spare one after each kill); its group's positions count in the drain as a group's.
 The writer (``Schedule.stream_writer``): a query writing its input through format("lakelog"),
 one of the schedule's producers."""
 
@@ -21,8 +21,9 @@ class StreamSteps:
 
     def stream_init(self) -> None:
         self.stream_run = 0
-        self.connect = None  # the running Connect server (a connect stream)
-        self.connect_starting: threading.Thread | None = None
+        self.connect = None  # the Connect server the stream uses (a connect stream)
+        self.spare = None  # ... and one started beside it, which takes over when it is killed
+        self.spare_starting: threading.Thread | None = None
 
     @property
     def stream_sink(self) -> str:
@@ -38,17 +39,36 @@ class StreamSteps:
 
     def stream_prepare(self) -> None:
         """A connect stream's server, started before the schedule's clock starts (a JVM start would
-        otherwise push the stream's first plan past the schedule's first resizes)."""
+        otherwise push the stream's first plan past the schedule's first resizes), and its spare."""
         if self.s.stream and self.s.stream.session == "connect":
             try:
                 self.connect = self._start_server()
             except RuntimeError as exc:
                 self.result.problems.append(f"the Spark Connect server did not start: {exc}")
+            self._start_spare()
 
     def _start_server(self):
         from tests.connect_server import ConnectServer
 
         return ConnectServer(start_timeout=SERVER_START_TIMEOUT_S).__enter__()
+
+    def _start_spare(self) -> None:
+        """A server started in the background, so a killed one is replaced within seconds, as a
+        crashed driver's cluster restarts it (a JVM start takes half a minute on 2 busy cores)."""
+        def start() -> None:
+            try:
+                self.spare = self._start_server()
+            except RuntimeError as exc:
+                self.result.problems.append(f"a spare Spark Connect server did not start: {exc}")
+
+        self.spare_starting = threading.Thread(target=start, daemon=True)
+        self.spare_starting.start()
+
+    def _take_spare(self) -> None:
+        if self.connect is None and self.spare is not None:
+            self.connect, self.spare = self.spare, None
+            self.log(f"the spare Spark Connect server ({self.connect.url}) serves the stream")
+            self._start_spare()
 
     def stream_start(self, base: float) -> None:
         plan = self.s.stream
@@ -61,9 +81,11 @@ class StreamSteps:
     def start_stream(self, plan: StreamPlan) -> None:
         if self.stopping:
             return
-        if plan.session == "connect" and self.connect is None:  # its server is starting again
-            self.at(self.now() + 1, lambda: self.start_stream(plan))
-            return
+        if plan.session == "connect":
+            self._take_spare()
+            if self.connect is None:  # the spare is still starting
+                self.at(self.now() + 1, lambda: self.start_stream(plan))
+                return
         self.stream_run += 1
         name = f"{plan.group}.{self.stream_run}"
         args = {"group": plan.group, "sink": self.stream_sink, "checkpoint": self.stream_checkpoint,
@@ -123,22 +145,14 @@ class StreamSteps:
         if server is not None and server.proc is not None:
             kill_tree(server.proc.pid)
             server.__exit__()
-            self.log("kill -9 the Spark Connect server (stream); starting it again")
+            self.log("kill -9 the Spark Connect server (stream)")
             self.result.faults["kill -9 Spark Connect server (stream)"] += 1
 
-        def restart() -> None:
-            try:
-                self.connect = self._start_server()
-            except RuntimeError as exc:
-                self.result.problems.append(f"the Spark Connect server did not start again: {exc}")
-
-        self.connect_starting = threading.Thread(target=restart, daemon=True)
-        self.connect_starting.start()
-
     def stream_stop(self) -> None:
-        """The end of a schedule: its Connect server stops (after the stream has left)."""
-        if self.connect_starting is not None:
-            self.connect_starting.join(SERVER_START_TIMEOUT_S)
-        if self.connect is not None:
-            self.connect.__exit__()
-            self.connect = None
+        """The end of a schedule: its Connect servers stop (after the stream has left)."""
+        if self.spare_starting is not None:
+            self.spare_starting.join(SERVER_START_TIMEOUT_S)
+        for server in (self.connect, self.spare):
+            if server is not None:
+                server.__exit__()
+        self.connect = self.spare = None
