@@ -132,8 +132,13 @@ class StreamSteps:
             self.at(actor.started + plan.kill_after[run], kill)
 
     def kill_stream(self, plan: StreamPlan) -> None:
+        """Kill the stream; one that is not running (killed a moment ago, its spare server still
+        starting) is killed a few seconds after it runs again."""
+        if self.stopping:
+            return
         running = [a for a in self.actors.values() if a.kind == "stream_read" and a.proc.poll() is None]
         if not running:
+            self.at(self.now() + self.rng.uniform(3, 8), lambda: self.kill_stream(plan))
             return
         for actor in running:
             kill_tree(actor.proc.pid)
