@@ -10,6 +10,8 @@ exit code 1 and an ``error`` line. Kinds:
 - ``alter`` / ``tick``: one controller command (partition deletion enabled).
 - ``member``: one consumer-group member consuming into the group's Delta sink until ``stop_file``
   exists; ``lag_s`` sleeps after each batch (a slow consumer).
+- ``stream_read``: a Structured Streaming query reading the topic into a Delta sink, run again and
+  again until ``stop_file`` exists (on a Spark Connect session when ``remote`` names a server).
 """
 
 from __future__ import annotations
@@ -199,28 +201,62 @@ def member(spark, a: dict) -> None:
 
 def stream_write(spark, a: dict) -> None:
     """A Structured Streaming query writing ``input`` (JSON lines of key and value) to the topic
-    through format("lakelog"), one Delta file of ``batch`` rows per micro-batch (Trigger.AvailableNow).
-    Runs in a JVM of its own: the crash point is in the query's Python worker, which a JVM starts."""
+    through format("lakelog"), one Delta file of ``batch`` rows per micro-batch (Trigger.AvailableNow),
+    under ``producer_id`` if given; once it has run to its end, all of it is acknowledged in
+    ``ack_file`` if given. Runs in a JVM of its own: the crash point is in the query's Python
+    worker, which a JVM starts, and a kill is the driver's crash."""
     from delta.tables import DeltaTable
 
     from pipelines.spark import register
 
     register(spark, a["root"])
     source = a["source"]
-    if not DeltaTable.isDeltaTable(spark, source):
-        rows = spark.read.json(a["input"]).select("key", "value").collect()
-        for lo in range(0, len(rows), a["batch"]):
-            spark.createDataFrame(rows[lo:lo + a["batch"]], "key string, value string").coalesce(1) \
-                .write.format("delta").mode("append").save(source)
-    query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-             .writeStream.format("lakelog").option("topic", a["topic"]).option("checkpointLocation", a["checkpoint"])
-             .trigger(availableNow=True).start())
+    rows = spark.read.json(a["input"]).select("key", "value").collect()
+    # a run killed while it wrote the source left a prefix of it (each batch one commit)
+    written = spark.read.format("delta").load(source).count() if DeltaTable.isDeltaTable(spark, source) else 0
+    for lo in range(written, len(rows), a["batch"]):
+        spark.createDataFrame(rows[lo:lo + a["batch"]], "key string, value string").coalesce(1) \
+            .write.format("delta").mode("append").save(source)
+    writer = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
+              .writeStream.format("lakelog").option("topic", a["topic"]).option("checkpointLocation", a["checkpoint"]))
+    if a.get("producer_id"):
+        writer = writer.option("producerId", a["producer_id"])
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
+    if a.get("ack_file"):  # the query wrote all of its input: every record is acknowledged
+        with open(a["ack_file"], "a") as fh:
+            fh.write(json.dumps({"lo": 0, "hi": len(rows)}) + "\n")
     say("streamed", batches=len(query.recentProgress))
 
 
+def stream_read(spark, a: dict) -> None:
+    """A stream reading the topic through format("lakelog") with the ``group`` option into a Delta
+    sink (change data feed on, for the checker), under Trigger.AvailableNow, ``max_offsets`` records
+    a micro-batch at most: one run after another from its checkpoint, until ``stop_file`` exists.
+    On a classic session the JVM source serves it, on a Connect session the Python data source."""
+    from log_store.session import is_connect
+    from pipelines.spark import python_source, register
+
+    if is_connect(spark):
+        python_source.register(spark, a["root"])
+    else:
+        register(spark, a["root"])
+    spark.conf.set("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
+    stop = Path(a["stop_file"])
+    while not stop.exists():
+        query = (spark.readStream.format("lakelog").option("subscribe", a["topic"]).option("group", a["group"])
+                 .option("startingOffsets", "earliest").option("failOnDataLoss", "false")
+                 .option("maxOffsetsPerTrigger", a["max_offsets"]).load()
+                 .writeStream.format("delta").option("checkpointLocation", a["checkpoint"])
+                 .trigger(availableNow=True).start(a["sink"]))
+        query.awaitTermination()
+        progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+        say("ran", batches=len(progress), records=sum(p.get("numInputRows") or 0 for p in progress))
+        time.sleep(a["pause_s"])
+
+
 ACTORS = {"layout": layout, "create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
-          "stream_write": stream_write, "delete_records": delete_records, "compact": compact, "retention": retention}
+          "stream_write": stream_write, "stream_read": stream_read, "delete_records": delete_records, "compact": compact, "retention": retention}
 
 
 def main() -> int:
@@ -231,7 +267,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("lakelog.gating").setLevel(logging.DEBUG)  # evidence for a failing schedule
     logging.getLogger("lakelog.group").setLevel(logging.INFO)
-    spark = session(own_jvm=bool(args.get("own_jvm")))
+    spark = session(own_jvm=bool(args.get("own_jvm")), remote=args.get("remote"))
     say("ready", kind=kind, pid=os.getpid(), tz=os.environ.get("TZ", ""))
     try:
         ACTORS[kind](spark, args)

@@ -21,6 +21,11 @@ cannot hide a bug in its writers. It reports Jepsen-style anomaly classes for on
   member's states, or a group's rows around its deletion, the labels do not rise strictly
   with Delta's commit versions, or a label is above its row's commit version.
 
+A stream reading the topic with the ``group`` option is judged as a group: its Delta sink has
+Kafka's columns (no producer id or sequence), so each row is the log record at its offset when it
+holds that record's key and value (``named_by_log``), and its view starts at the topic version its
+checkpoint says it first read the topic at.
+
 Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
 its first generation: partitions retired before it (by topic version) are not expected of it.
 
@@ -42,7 +47,7 @@ from typing import Any, Iterable
 
 from chaos.checker_reads import (
     as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
-    removed_while_live, retired_before, retired_ends, sink_commit_groups, text, topic_history,
+    removed_while_live, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
 )
 
 ANOMALIES = (
@@ -156,14 +161,15 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 
 def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
-                removed: dict[int, list[tuple[int, int]]]) -> None:
-    """``removed``: ``removed_while_live`` of the topic's log."""
+                removed: dict[int, list[tuple[int, int]]], since: int | None = None) -> None:
+    """``removed``: ``removed_while_live`` of the topic's log. ``since``: a stream's group (no
+    generations): the topic version the stream first read the topic at (``stream_since``)."""
     history = topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
                          key=lambda g: g["generation"])
     commits = [c for c in read_changes(f"{root}/control/offset_commits") if c["group"] == group]
     commits.sort(key=lambda c: c["_commit_version"])
-    first_version = 0
+    first_version = since or 0
     if generations:
         first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
     excluded = retired_before(history, first_version)
@@ -191,8 +197,9 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     the log start), counted, not flagged, also if its partition was retired later."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
-    delivered = sorted(as_sent(r for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others),
-                       key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
+    rows = [r if "producer_id" in r else named_by_log(r, in_log)
+            for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others]
+    delivered = sorted(as_sent(rows), key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
     seen: set[tuple[int, int]] = set()
     last_seq: dict[tuple, tuple[int, tuple]] = {}
     for r in delivered:
@@ -242,6 +249,15 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
     for ident in seen:
         if any(lo <= ident[1] < hi for lo, hi in expired.get(ident[0], [])):
             out.stats[f"expired_but_delivered[{group}]"] += 1
+
+
+def named_by_log(row: dict, in_log: dict[tuple[int, int], dict]) -> dict:
+    """A row of a stream's sink (Kafka's columns: no producer id or sequence) under the producer id
+    and sequence of the log record at its offset if it holds that record's key and value, else
+    under none (then it is not that record: ``sink_phantom``)."""
+    src = in_log.get((row["partition"], row["offset"]))
+    same = src is not None and text(src["key"]) == text(row["key"]) and text(src["value"]) == text(row["value"])
+    return {**row, "producer_id": src["producer_id"] if same else None, "sequence": src["sequence"] if same else None}
 
 
 def _record(row: dict) -> tuple:
@@ -374,12 +390,14 @@ def check_commit_order(root: str, out: Findings) -> None:
 
 
 def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Iterable[int]],
-          groups: dict[str, str], commit_order: bool = True, other_logs: Iterable[str] = ()) -> Findings:
+          groups: dict[str, str], commit_order: bool = True, other_logs: Iterable[str] = (),
+          streams: dict[str, tuple[str, str]] | None = None) -> Findings:
     """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
     producer had acknowledged, and each group's sink (group -> sink path; groups may share one).
     ``commit_order``: also the control plane's commit-order labels (once per root). ``other_logs``:
     the topic's logs at its other roots (a replicated topic), for what an earlier leader held
-    below the log start (``removed_before_copied``)."""
+    below the log start (``removed_before_copied``). ``streams``: streams reading the topic with
+    the ``group`` option (their group -> their Delta sink and checkpoint), judged as groups are."""
     out = Findings()
     leader = log_location(root, topic)
     log = read_log_changes(leader)
@@ -388,6 +406,8 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out, removed)
+    for group, (sink, checkpoint) in sorted((streams or {}).items()):
+        check_group(root, topic, group, sink, log, out, removed, since=stream_since(checkpoint, topic))
     if commit_order:
         check_commit_order(root, out)
     return out

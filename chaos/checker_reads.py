@@ -56,15 +56,17 @@ SERVED = "kafka-"  # the producer ids `lakelog serve` gives Kafka producers' rec
 
 
 def as_sent(rows: Iterable[dict]) -> list[dict]:
-    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve` under the
-    producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
-    and served rows whose value names none, as they are. (lakelog's own consumers copy the log's
+    """Log or sink rows, each record a Kafka producer wrote through `lakelog serve`, or a stream
+    wrote through format("lakelog") (producer id ``<producerId>:<query id>``, docs/spark.md), under
+    the producer and sequence its value names (``kp:17``: producer ``kp``, sequence 17); other rows,
+    and such rows whose value names none, as they are. (lakelog's own consumers copy the log's
     ids into their sinks.)"""
     out = []
     for r in rows:
-        if (r["producer_id"] or "").startswith(SERVED):
+        pid = r["producer_id"] or ""
+        if pid.startswith(SERVED) or ":" in pid:
             name, sep, seq = (text(r["value"]) or "").rpartition(":")
-            if sep and name and seq.isdigit():
+            if sep and name and seq.isdigit() and (pid.startswith(SERVED) or pid.startswith(f"{name}:")):
                 r = {**r, "producer_id": name, "sequence": int(seq)}
         out.append(r)
     return out
@@ -175,6 +177,25 @@ def sink_commit_groups(sink: str) -> dict[int, str]:
         if isinstance(meta, dict) and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
             out[int(c["version"])] = meta["group"]
     return out
+
+
+def stream_since(checkpoint: str, topic: str) -> int | None:
+    """The topic version a stream first read ``topic`` at: ``since`` of the topic in the earliest
+    offset its checkpoint's offset log holds (``offsets/<batch>``: a version line, Spark's
+    metadata, then one line per source; lakelog's is ``{"v": 1, "topics": {topic: {"since": ...}}}``,
+    docs/spark.md). None if the stream never planned a batch."""
+    folder = Path(checkpoint, "offsets")
+    batches = sorted(int(f.name) for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else []
+    for batch in batches:
+        for line in (folder / str(batch)).read_text().splitlines()[2:]:
+            try:
+                offset = json.loads(line)
+            except ValueError:
+                continue
+            since = ((offset.get("topics") or {}).get(topic) or {}).get("since") if isinstance(offset, dict) else None
+            if since is not None:
+                return int(since)
+    return None
 
 
 def read_inputs(paths: dict[str, str]) -> dict[str, dict[int, str]]:

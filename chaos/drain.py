@@ -1,5 +1,6 @@
-"""The end of a schedule: every group consumes every live partition to its log end, then its
-members leave. A group that stops moving (``drain_stuck``) is reported, not waited for forever."""
+"""The end of a schedule: every group (and the stream, by its group's positions) consumes every
+live partition to its log end, then its members (and the stream) leave. A group that stops
+moving (``drain_stuck``) is reported, not waited for forever."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Draining:
             for group in self.group_plans:
                 if not self.members[group.name]:
                     self.start_member(group, 0, MemberPlan(start_at=0))
-            behind = {g.name: why for g in self.group_plans if (why := drain_gap(self.root, self.topic_of[g.name], g.name))}
+            groups = {g.name: self.topic_of[g.name] for g in self.group_plans} | self.stream_groups()
+            behind = {g: why for g, topic in groups.items() if (why := drain_gap(self.root, topic, g))}
             now = time.monotonic()
             for group, why in behind.items():
                 # progress: positions moved, or the group rebalanced or claimed partitions (a slow
@@ -47,8 +49,8 @@ class Draining:
         for group, why in behind.items():
             self.result.problems.append(f"group {group} did not drain ({verdicts[group]}): {why}")
         self.stopping = True
-        for group in self.group_plans:
-            (self.dir / "stop" / group.name).write_text("stop")
+        for group in [g.name for g in self.group_plans] + list(self.stream_groups()):
+            (self.dir / "stop" / group).write_text("stop")
         end = time.monotonic() + 90
         while any(a.kind in MEMBER_KINDS for a in self.actors.values()) and time.monotonic() < end:
             self.step()

@@ -52,8 +52,14 @@ def attach(gateway: str | None = None):
     return attach_session(gateway or os.environ[GATEWAY_ENV])
 
 
-def session(own_jvm: bool = False):
-    """The session an actor uses: attached to the host, or (``own_jvm``) a JVM of its own."""
+def session(own_jvm: bool = False, remote: str | None = None):
+    """The session an actor uses: attached to the host, (``own_jvm``) a JVM of its own, or
+    (``remote``: ``sc://host:port``) a Spark Connect client of that server."""
+    if remote:
+        from log_store.config import SparkSettings
+        from log_store.session import build_session
+
+        return build_session(SparkSettings(remote=remote))
     if own_jvm or not os.environ.get(GATEWAY_ENV):
         from log_store.config import SparkSettings
         from log_store.session import build_session

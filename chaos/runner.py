@@ -9,7 +9,8 @@ independent checker (``chaos.checker``). Progress goes to ``progress`` (one line
 
 Its parts, one module each: the controller's steps (``chaos.controller_steps``), a replicated
 schedule's steps and lost roots (``chaos.replica_steps``), group members (``chaos.members``), Kafka's
-clients and the `lakelog serve` processes they go through (``chaos.kafka_steps``), the drain
+clients and the `lakelog serve` processes they go through (``chaos.kafka_steps``), the stream
+reader and its Spark Connect server (``chaos.stream_steps``), the drain
 (``chaos.drain``), the verdict (``chaos.verdict``) and what it reads from the tables
 (``chaos.tables``). This module holds the plumbing (start, kill, follow actors), the topic's
 creation, the producers and the event loop.
@@ -39,6 +40,7 @@ from chaos.members import GroupMembers
 from chaos.processes import ACTOR_TIMEOUT_S, CRASH_EXIT, LONG_RUNNING, PROJECT, Actor
 from chaos.replica_steps import ReplicaSteps
 from chaos.schedule import GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
+from chaos.stream_steps import StreamSteps
 from chaos.verdict import Verdict
 from log_store.crash import CRASH_ENV, PAUSE_DIR_ENV, PAUSE_ENV
 
@@ -72,7 +74,7 @@ class ScheduleResult:
         return cls(**{**d, "operations": Counter(d.get("operations", {})), "faults": Counter(d.get("faults", {}))})
 
 
-class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, Verdict):
+class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamSteps, Draining, Verdict):
     """Executes one schedule in ``workdir`` with actors attached to the host JVM at ``gateway``."""
 
     def __init__(self, schedule: Schedule, workdir: Path, gateway: str | None,
@@ -92,7 +94,8 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
         # Kafka part (schedule.KafkaPlan, chaos.kafka_steps): one more producer and group on the topic.
         decoy, kafka = schedule.decoy, schedule.kafka
         self.kafka_producers = {kafka.producer_id} if kafka else set()
-        main_producers = list(schedule.producers) + ([kafka_producer_plan(kafka)] if kafka else [])
+        main_producers = list(schedule.producers) + ([kafka_producer_plan(kafka)] if kafka else []) + (
+            [schedule.stream_writer] if schedule.stream_writer else [])
         main_groups = list(schedule.groups) + ([kafka_group_plan(kafka)] if kafka else [])
         self.producer_plans = main_producers + (
             [ProducerPlan(producer_id="decoy", records=decoy.records, batch=20, start_at=1.0)] if decoy else [])
@@ -114,6 +117,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
         self.cut: set[int] = set()
         self.cuts: list[list[float | None]] = []  # [lost at, back at] of every root lost, runner time
         self.kafka_init()
+        self.stream_init()
 
     # -- plumbing --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -219,6 +223,9 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
         if plan.producer_id in self.kafka_producers:
             self.start_kafka_producer(plan)
             return
+        if plan is self.s.stream_writer:
+            self.start_stream_writer(plan, run)
+            return
         name = f"{plan.producer_id}.{run}"
         crash = plan.crash_at if run == 0 else None
         args = {"producer_id": plan.producer_id, "input": str(self.dir / "inputs" / f"{plan.producer_id}.jsonl"),
@@ -258,6 +265,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
         base = self.now()
         if self.s.kafka:
             self.kafka_start(base)
+        self.stream_start(base)
         for plan in self.producer_plans:
             self.at(base + plan.start_at, lambda plan=plan: self.start_producer(plan, 0))
         self.pending_steps = len(self.s.controller)
@@ -289,6 +297,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
 
     def run(self) -> ScheduleResult:
         started = time.monotonic()
+        self.stream_prepare()
         self.t0 = time.monotonic()
         (self.dir / "stop").mkdir(parents=True, exist_ok=True)
         self.write_inputs()
@@ -311,6 +320,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, Draining, 
                 self.kill(name, "end of schedule")
             for actor in list(self.actors.values()):
                 actor.proc.wait()
+            self.stream_stop()
         self.check()
         self.result.seconds = time.monotonic() - started
         (self.dir / "result.json").write_text(json.dumps(self.result.to_dict(), indent=2))

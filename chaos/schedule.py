@@ -141,6 +141,27 @@ class KafkaPlan:
 
 
 @dataclass(frozen=True)
+class StreamPlan:
+    """A Structured Streaming query reading the topic through format("lakelog") with the ``group``
+    option into a Delta sink, under Trigger.AvailableNow, run again and again from its checkpoint
+    until the schedule ends. ``session``: "classic" (lakelog's JVM source, in a JVM of its own, so
+    a kill is a driver's crash) or "connect" (the Python data source, on a Spark Connect server the
+    schedule starts; a kill takes the server down, its JVM and Python workers, and a spare server
+    started beside it takes over)."""
+
+    session: str
+    start_at: float
+    kills: tuple[float, ...] = ()  # SIGKILL at these moments; then a new run from the checkpoint
+    restart_after: float = 2.0
+    pause_s: float = 1.0  # between two runs of the query
+    max_offsets: int = 100  # maxOffsetsPerTrigger: several micro-batches a run
+
+    @property
+    def group(self) -> str:
+        return f"stream-{self.session}"
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     partitions: int
@@ -156,6 +177,8 @@ class Schedule:
     decoy: DecoyPlan | None = None
     replicas: tuple[str, ...] = ()  # follower roots (names under the schedule's folder): a replicated topic
     kafka: KafkaPlan | None = None  # Kafka's clients through `lakelog serve` (``_kafka``)
+    stream: StreamPlan | None = None  # a stream reading the topic (``_stream``)
+    stream_writer: ProducerPlan | None = None  # a stream writing its input to the topic (``_stream``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -170,7 +193,11 @@ class Schedule:
                                       for g in d["groups"]),
                       "notes": list(d.get("notes", [])), "replicas": tuple(d.get("replicas", ())),
                       "decoy": DecoyPlan(**d["decoy"]) if d.get("decoy") else None,
-                      "kafka": _kafka_from_dict(d["kafka"]) if d.get("kafka") else None})
+                      "kafka": _kafka_from_dict(d["kafka"]) if d.get("kafka") else None,
+                      "stream": StreamPlan(**{**d["stream"], "kills": tuple(d["stream"]["kills"])})
+                      if d.get("stream") else None,
+                      "stream_writer": ProducerPlan(**{**d["stream_writer"], "kill_after": tuple(d["stream_writer"]["kill_after"])})
+                      if d.get("stream_writer") else None})
 
     @property
     def last_event(self) -> float:
@@ -182,6 +209,10 @@ class Schedule:
             k = self.kafka
             times += [k.start_at, *(x.at for x in k.kills)]
             times += [t for m in k.members for t in (m.start_at, m.kill_at, m.freeze_at) if t is not None]
+        if self.stream:
+            times += [self.stream.start_at, *self.stream.kills]
+        if self.stream_writer:
+            times.append(self.stream_writer.start_at)
         return max(times, default=0.0)
 
 
@@ -295,7 +326,36 @@ def draw(seed: int, short: bool = False) -> Schedule:
     schedule = _named(schedule, random.Random(f"{seed}/names"))
     schedule = _replicated(schedule, random.Random(f"{seed}/replicas"))
     schedule = _kafka(schedule, random.Random(f"{seed}/kafka"))
+    schedule = _stream(schedule, random.Random(f"{seed}/stream"))
     return shorten(schedule) if short else schedule
+
+
+STREAM_SESSIONS = ("classic", "connect")
+STREAM_WRITER = "sw"  # the stream writer's producerId (its records are judged as their values name them)
+STREAM_WRITER_SHARE = 1 / 3
+
+
+def _stream(s: Schedule, rng: random.Random) -> Schedule:
+    """Every schedule has a stream reader (``StreamPlan``), on a classic or a Spark Connect session
+    as the seed draws: started 0-3 s into the schedule, killed one to three times while the
+    schedule's work goes on, micro-batches of 20-120 records. One schedule in three also has a stream
+    writer (``stream_writer``: ``df.writeStream.format("lakelog")`` of 60-200 records, in a JVM of
+    its own, killed mid-way in half of them and started again from its checkpoint). Drawn from a generator of its own, so
+    every other draw of a seed is what it was."""
+    end = s.last_event + 5
+    session = rng.choice(STREAM_SESSIONS)
+    kills = rng.randint(1, 3)
+    plan = StreamPlan(session=session, start_at=round(rng.uniform(0, 3), 1),
+                      kills=tuple(sorted(round(rng.uniform(5, end), 1) for _ in range(kills))),
+                      restart_after=round(rng.uniform(1, 4), 1), pause_s=round(rng.uniform(0.5, 3), 1),
+                      max_offsets=rng.randint(20, 120))
+    s = replace(s, stream=plan, notes=s.notes + [f"stream on a {session} session"])
+    if rng.random() >= STREAM_WRITER_SHARE:
+        return s
+    writer = ProducerPlan(producer_id=STREAM_WRITER, records=rng.randint(60, 200), batch=rng.randint(20, 60),
+                          start_at=round(rng.uniform(0, 10), 1), own_jvm=True,
+                          kill_after=(round(rng.uniform(10, 30), 1),) if rng.random() < 0.5 else ())
+    return replace(s, stream_writer=writer, notes=s.notes + ["a stream writes to the topic"])
 
 
 KAFKA_SHARE = 0.6  # of the schedules whose topic is not replicated
@@ -427,8 +487,9 @@ def shorten(s: Schedule) -> Schedule:
     kafka = s.kafka and replace(s.kafka, records=min(s.kafka.records, 60), members=s.kafka.members[:1],
                                 start_at=min(s.kafka.start_at, 4.0), produce_for=min(s.kafka.produce_for, 15.0),
                                 kills=tuple(replace(k, at=min(k.at, 18.0)) for k in s.kafka.kills[:2]))
-    return replace(s, producers=producers, controller=s.controller[:3], groups=groups, kafka=kafka,
-                   notes=s.notes + ["short"])
+    # no streams: their JVMs or Connect server would double a short schedule's time
+    return replace(s, producers=producers, controller=s.controller[:3], groups=groups, kafka=kafka, stream=None,
+                   stream_writer=None, notes=s.notes + ["short"])
 
 
 def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:

@@ -1,6 +1,7 @@
 """A schedule's verdict: what each producer was told was committed, the independent checker run on
-the topic (and the decoy's), every root compared on a replicated topic, and the runner's own
-findings (actor failures, stuck groups, a member's guard against positions it does not own)."""
+the topic (its groups and its stream) and the decoy's, every root compared on a replicated
+topic, and the runner's own findings (actor failures, stuck groups, a member's guard against
+positions it does not own)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ class Verdict:
             inputs = {p.producer_id: str(self.dir / "inputs" / f"{p.producer_id}.jsonl") for p in self.producer_plans
                       if not p.bad_input and self.topic_of[p.producer_id] == topic}
             sinks = {g.name: self.sink_path(g) for g in self.group_plans if self.topic_of[g.name] == topic}
+            streams = {g: (self.stream_sink, self.stream_checkpoint)
+                       for g, t in self.stream_groups().items() if t == topic}
             one = checker.check(self.root, topic, inputs, {p: acked[p] for p in inputs}, sinks, found is None,
-                                other_logs=others if topic == self.s.topic else ())
+                                other_logs=others if topic == self.s.topic else (), streams=streams)
             if found is None:
                 found = one
                 continue
@@ -55,6 +58,10 @@ class Verdict:
             self.result.anomalies["actor_failure_or_stuck"] = len(self.result.problems)
         self.result.stats = dict(found.stats)
         self.result.operations["records produced"] = found.stats.get("log_records", 0)
+        if self.s.stream:  # each stream process runs the query again and again
+            runs = sum(1 for out in (self.dir / "logs").glob(f"{self.s.stream.group}.*.out")
+                       for line in out.read_text(errors="replace").splitlines() if '"event": "ran"' in line)
+            self.result.operations[f"{self.s.stream.group} query runs"] += runs
         for plan in self.s.producers:
             if plan.bad_input:
                 self.result.operations["bad input producers"] += 1

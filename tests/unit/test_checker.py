@@ -512,3 +512,89 @@ def test_a_kafka_members_sink_names_each_record_by_its_value(served):
         SINK), mode="append", configuration=CDF, schema_mode="merge")
     found = served.check()
     assert anomalies(found) == {"sink_phantom": 1, "undelivered": 1}, found.summary()
+
+
+# -- a stream's sink: Kafka's columns, no producer ids -----------------------------------------
+STREAM_SINK = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                         ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+                         ("timestampType", pa.int32()), ("leader_epoch", pa.int32())])
+
+
+def _streamed(root: Root, group: str, *records: tuple) -> None:
+    """One micro-batch of a stream into its Delta sink: records (partition, offset, key[, value])."""
+    write_deltalake(str(root.path / "sinks" / group), pa.Table.from_pylist([
+        dict(key=k.encode(), value=(v[0] if v else "v").encode(), topic="t", partition=p, offset=o, timestamp=None,
+             timestampType=0, leader_epoch=0) for p, o, k, *v in records], STREAM_SINK),
+        mode="append", configuration=CDF)
+
+
+def _checkpoint(root: Root, since: int) -> str:
+    """A stream's checkpoint whose offset log's first batch says it first read topic t at ``since``."""
+    folder = root.path.parent / "checkpoint" / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    offset = {"v": 1, "topics": {"t": {"id": "log-id", "since": since, "positions": {"0": 0, "1": 0}}}}
+    (folder / "0").write_text("v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offset))
+    return str(folder.parent)
+
+
+def _check_stream(root: Root, group: str = "s", since: int = 1):
+    inputs = {pid: range(len(Path(path).read_text().splitlines())) for pid, path in root.inputs.items()}
+    return check(str(root.path), "t", root.inputs, inputs, {},
+                 streams={group: (str(root.path / "sinks" / group), _checkpoint(root, since))})
+
+
+def test_a_streams_sink_is_judged_by_the_log_record_at_each_offset(clean):
+    """A stream's sink has no producer ids: a row is the log record at its offset when it holds
+    that record's key and value; each key in order, each record once, nothing the log did not hold."""
+    _streamed(clean, "s", (0, 0, "a"), (1, 0, "b"))
+    _streamed(clean, "s", (0, 1, "a"), (1, 1, "b"))
+    found = _check_stream(clean)
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["delivered[s]"] == 4
+
+
+def test_a_streams_duplicate_reorder_and_phantom_are_found(clean):
+    _streamed(clean, "s", (0, 1, "a"), (1, 0, "b"))
+    _streamed(clean, "s", (0, 0, "a"), (1, 0, "b"))  # a's first record after its second; b twice
+    _streamed(clean, "s", (1, 1, "b", "other"))  # the log holds another value there
+    found = _check_stream(clean)
+    assert anomalies(found) == {"delivery_reorder": 1, "sink_duplicate": 1, "sink_phantom": 1, "undelivered": 1}, \
+        found.summary()
+
+
+def test_partitions_retired_before_a_stream_first_read_the_topic_are_not_expected(clean):
+    """The stream's checkpoint says at which topic version it first read the topic (``since``):
+    a partition retired before is not the stream's; one retired after it is, read or reported."""
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    _streamed(clean, "s", (0, 0, "a"), (0, 1, "a"))
+    assert anomalies(_check_stream(clean, since=2)) == {}
+
+
+def test_partitions_retired_after_a_stream_first_read_the_topic_are_owed(clean):
+    clean.topic(2, [(0, "ReadWrite", None), (1, "None", 2)])
+    _streamed(clean, "s", (0, 0, "a"), (0, 1, "a"))
+    found = _check_stream(clean, since=1)
+    assert anomalies(found) == {"expired_unreported": 2}, found.summary()
+    clean.commit("s", "stream:s", -1, "expired", {1: 0}, end=2)  # the stream reported them (failOnDataLoss=false)
+    found = _check_stream(clean, since=1)
+    assert anomalies(found) == {} and found.stats["expired[s]"] == 2, found.summary()
+
+
+def test_a_stream_writers_records_are_judged_as_their_values_name_them(tmp_path):
+    """A stream writes under ``<producerId>:<query id>`` with sequences of its own: its records are
+    the input's by their values, so a record landing twice (a replayed micro-batch) is a duplicate
+    and one never landed is lost."""
+    root = Root(tmp_path / "root")
+    root.producer("sw", ["a", "a", "b"])
+    root.topic(1, [(0, "ReadWrite", None)])
+    rows = [dict(partition=0, offset=o, leader_epoch=0, key=k.encode(), value=f"sw:{n}".encode(),
+                 producer_id="sw:9f1c", sequence=100 + o) for o, (k, n) in enumerate([("a", 0), ("a", 1), ("b", 2)])]
+    root._write("topics/t", LOG, rows)
+    assert anomalies(root.check(groups=())) == {}
+    root._write("topics/t", LOG, [{**rows[1], "offset": 3, "sequence": 103}])  # batch 0 landed again
+    assert anomalies(root.check(groups=())) == {"log_duplicate": 1}
+    other = Root(tmp_path / "other")
+    other.producer("sw", ["a", "a", "b"])
+    other.topic(1, [(0, "ReadWrite", None)])
+    other._write("topics/t", LOG, rows[:2])
+    assert anomalies(other.check(groups=())) == {"lost_acknowledged": 1}

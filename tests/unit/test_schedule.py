@@ -1,6 +1,7 @@
 """Campaign schedules are pure: a seed always draws the same plan, and a kept schedule round-trips."""
 
 import json
+from collections import Counter
 from dataclasses import replace
 
 from chaos.schedule import MAX_PARTITIONS, Schedule, draw, input_records, shorten
@@ -98,9 +99,11 @@ def test_schedules_draw_names_with_dots_shared_sinks_and_decoys_whose_dotted_ids
 
 def test_kafka_clients_are_drawn_from_a_generator_of_their_own(monkeypatch):
     """A seed's Kafka part (chaos.schedule._kafka) changes nothing else of its schedule: without
-    it, every seed draws what it drew before Kafka's clients were added."""
+    it, every seed draws what it drew before Kafka's clients were added (the streams, drawn after
+    it over the whole schedule's time, aside)."""
     import chaos.schedule as schedule
 
+    monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
     drawn = {seed: draw(seed) for seed in range(1, 200)}
     monkeypatch.setattr(schedule, "_kafka", lambda s, rng: s)
     for seed, s in drawn.items():
@@ -128,3 +131,27 @@ def test_kafka_schedules_mix_servers_clients_assignors_and_faults():
         assert again == s
         short = shorten(s).kafka
         assert short.records <= 60 and len(short.members) == 1 and len(short.kills) <= 2
+
+
+def test_every_full_schedule_has_a_stream_reader_on_either_kind_of_session():
+    """Over a campaign's hundred seeds, about half the streams run on a classic session and half on
+    Spark Connect, each killed at least once; a third or so of the schedules also write through a
+    stream; short schedules have neither."""
+    schedules = [draw(seed) for seed in range(1, 101)]
+    assert all(s.stream is not None and 1 <= len(s.stream.kills) <= 3 for s in schedules)
+    sessions = Counter(s.stream.session for s in schedules)
+    assert set(sessions) == {"classic", "connect"} and min(sessions.values()) >= 35, sessions
+    assert 20 <= sum(s.stream_writer is not None for s in schedules) <= 50
+    assert all(shorten(s).stream is None and shorten(s).stream_writer is None for s in schedules)
+
+
+def test_the_streams_are_drawn_from_a_generator_of_their_own(monkeypatch):
+    """Drawing the streams leaves the rest of a seed's schedule as it was."""
+    import chaos.schedule as schedule
+
+    drawn = {seed: draw(seed) for seed in range(1, 100)}
+    monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
+    for seed, s in drawn.items():
+        before = draw(seed)
+        assert s.notes[:len(before.notes)] == before.notes
+        assert replace(s, stream=None, stream_writer=None, notes=before.notes) == before, seed
