@@ -48,7 +48,7 @@ class StreamSteps:
             self._start_spare()
 
     def _start_server(self):
-        from tests.connect_server import ConnectServer
+        from log_store.connect_server import ConnectServer
 
         return ConnectServer(start_timeout=SERVER_START_TIMEOUT_S).__enter__()
 

@@ -47,8 +47,8 @@ def s3():
 
 @pytest.fixture(scope="session")
 def connect_server():
-    """A local Spark Connect server (tests/connect_server.py), started once, when first asked for."""
-    from tests.connect_server import ConnectServer
+    """A local Spark Connect server (log_store/connect_server.py), started once, when first asked for."""
+    from log_store.connect_server import ConnectServer
 
     with ConnectServer() as server:
         yield server

@@ -1,7 +1,7 @@
 """lakelog's Python APIs on a Spark Connect session (a gRPC client with no JVM in this process) and
 on a classic one: the same calls, checked with delta-rs rather than with lakelog's own reads.
 
-The Connect server runs in a process of its own (``tests/connect_server.py``, the ``connect_server``
+The Connect server runs in a process of its own (``log_store/connect_server.py``, the ``connect_server``
 fixture): PySpark starts a local one only where no classic session exists in the process, and the
 classic one of the test run does.
 """

@@ -1,6 +1,6 @@
 """The declarative pipeline example (``examples/ordered_pipeline``) run as a user runs it:
 ``spark-pipelines run --remote`` against a Spark Connect server with Delta and without lakelog's
-jar (``tests/connect_server.py``), twice, with a resize of its topic between the runs. Checked
+jar (``log_store/connect_server.py``), twice, with a resize of its topic between the runs. Checked
 with delta-rs, not with lakelog's reads: the streaming table holds every record once, each key in
 order (by Delta version, then offset: a key's records never share a micro-batch across
 partitions), and the second run takes only what came after the first.

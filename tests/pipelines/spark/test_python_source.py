@@ -1,6 +1,6 @@
 """``format("lakelog")`` reads on Spark's Python data source (``pipelines.spark.python_source``), in a
 classic session and through Spark Connect (a local server without lakelog's jar, as serverless
-runs: ``tests/connect_server.py``). The classic test session has lakelog's JVM source, which owns
+runs: ``log_store/connect_server.py``). The classic test session has lakelog's JVM source, which owns
 the name ``lakelog`` there, so the Python source is registered under ``PYTHON_NAME`` in it.
 Topics are made and written with the classic session; results are read back from the sink's files."""
 
