@@ -10,7 +10,7 @@ which call back into the driver's Python process:
 - ``options``, ``specs``, ``positions``, ``tasks``: the options and their offset JSON parsed,
   the positions they name, the tasks a read is cut into (pure);
 - ``sink``: writes, through the fenced, idempotent producer;
-- ``python_source``: the reads on Spark's Python data source API, for Spark Connect sessions
+- ``python_source``: reads and writes on Spark's Python data source API, for Spark Connect sessions
   (no py4j gateway, no jar), driving the same planner.
 """
 

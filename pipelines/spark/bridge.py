@@ -190,7 +190,7 @@ def register(spark, root: str | None = None) -> None:
     """Make ``format("lakelog")`` work in ``spark``: its reads and writes call this Python
     process (through py4j). ``root`` (default ``$LAKELOG_ROOT``) is used when a read or write
     gives no ``root`` option; it is the session's (``spark.conf`` ``lakelog.root``). On a Spark
-    Connect session, which has no py4j gateway to call back, the reads are the Python data
+    Connect session, which has no py4j gateway to call back, reads and writes are the Python data
     source's (``python_source``)."""
     if is_connect(spark):
         from pipelines.spark import python_source
