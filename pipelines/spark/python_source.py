@@ -203,8 +203,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # -- writes ----------------------------------------------------------------------------------------
 @dataclass
 class StagedRows(WriterCommitMessage):
-    """One task's rows, staged: its file (``name``, in the write's staging folder) and its place
-    in the write (``task``: Spark's partition id of the rows written)."""
+    """One task's rows, staged: its file (``name``, in the write's staging folder; none for a task
+    without rows) and its place in the write (``task``: Spark's partition id of the rows written)."""
 
     name: str
     task: int
@@ -255,8 +255,11 @@ class _Staging:
     def _fs(self) -> tuple[pafs.FileSystem, str]:
         return arrow_filesystem(self.folder, self.storage)
 
-    def stage(self, batches: Iterator[pa.RecordBatch]) -> StagedRows | None:
-        """A task's rows as one Parquet file, written as they come, named by the task and the attempt."""
+    def stage(self, batches: Iterator[pa.RecordBatch]) -> StagedRows:
+        """A task's rows as one Parquet file, written as they come, named by the task and the
+        attempt. A task without rows stages no file but still answers: Spark refuses a task
+        whose ``write`` returns no commit message, and runs one empty task for an empty
+        micro-batch (a new ``format("lakelog")`` stream's first)."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -276,11 +279,11 @@ class _Staging:
         finally:
             if writer is not None:
                 writer.close()
-        return StagedRows(name, task, rows) if rows else None
+        return StagedRows(name if rows else "", task, rows)
 
     def read(self, messages: list) -> pa.Table | None:
         """The staged rows of the tasks that wrote some, in task order: the write's order."""
-        staged = sorted((m for m in messages if m is not None), key=lambda m: m.task)
+        staged = sorted((m for m in messages if m is not None and m.rows), key=lambda m: m.task)
         if not staged:
             return None
         fs, folder = self._fs()
@@ -358,7 +361,7 @@ class _BatchWriter(DataSourceArrowWriter):
     def __init__(self, writes: _Writes) -> None:
         self.writes = writes
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRows | None:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRows:
         return self.writes.staging.stage(iterator)
 
     def commit(self, messages: list) -> None:
@@ -375,7 +378,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, writes: _Writes) -> None:
         self.writes = writes
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRows | None:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedRows:
         return self.writes.staging.stage(iterator)
 
     def commit(self, messages: list, batchId: int) -> None:

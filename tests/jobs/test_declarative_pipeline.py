@@ -3,7 +3,8 @@
 jar (``log_store/connect_server.py``), twice, with a resize of its topic between the runs. Checked
 with delta-rs, not with lakelog's reads: the streaming table holds every record once, each key in
 order (by Delta version, then offset: a key's records never share a micro-batch across
-partitions), and the second run takes only what came after the first.
+partitions), and the second run takes only what came after the first; the flow to the topic
+``orders_copy`` lands each record there once, each key in the order it was produced.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from control_plane.controller import TopicController
 from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
-from tests.support import PROJECT
+from tests.support import PROJECT, log_rows
 
 EXAMPLE = PROJECT / "examples" / "ordered_pipeline"
 SPEC = "spark-pipeline.yml"
@@ -92,9 +93,26 @@ def _check(rows: list[dict], produced: int) -> None:
         assert in_order == sorted(in_order), f"key {key} out of order"
 
 
+def _check_copy(root: str, produced: int) -> None:
+    """The topic ``orders_copy`` (delta-rs): each record once, each key in one partition, its
+    values in the order they were produced (the source's order of the key, ``_check``)."""
+    copied = log_rows(root, "orders_copy", ["key", "value", "partition", "offset"])
+    values = sorted(int(bytes(r["value"])) for r in copied)
+    assert values == list(range(produced)), f"orders_copy: {len(copied)} rows, not each of {produced} once"
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for r in copied:
+        by_key[bytes(r["key"]).decode()].append(r)
+    for key, found in by_key.items():
+        assert len({r["partition"] for r in found}) == 1, f"orders_copy: key {key} in two partitions"
+        in_offsets = [int(bytes(r["value"])) for r in sorted(found, key=lambda r: r["offset"])]
+        produced_order = [i for i in range(produced) if f"k{i % KEYS}" == key]
+        assert in_offsets == produced_order, f"orders_copy: key {key} out of order: {in_offsets[:12]}..."
+
+
 def test_pipeline_reads_every_record_once_in_key_order_across_a_resize(spark, connect_server, root, tmp_path):
     admin = TopicAdmin(spark, root)
     admin.create("orders", 4)
+    admin.create("orders_copy", 3)
     _send(spark, root, 0, 400)
 
     database = f"sdp_{tmp_path.name.replace('-', '_')}"
@@ -108,6 +126,7 @@ def test_pipeline_reads_every_record_once_in_key_order_across_a_resize(spark, co
 
     first = _run(spec, connect_server.url)
     _check(_delivered(table), 400)
+    _check_copy(root, 400)
 
     _send(spark, root, 400, 200)
     TopicController(spark, root, ControllerSettings()).alter("orders", 6)
@@ -116,6 +135,7 @@ def test_pipeline_reads_every_record_once_in_key_order_across_a_resize(spark, co
     second = _run(spec, connect_server.url)
     rows = _delivered(table)
     _check(rows, 800)
+    _check_copy(root, 800)
     assert {r["partition"] for r in rows if int(r["value"]) >= 600} & {4, 5}, "no record in a grown partition"
 
     per_key = DeltaTable(str(tmp_path / "warehouse" / "orders_per_key")).to_pyarrow_table().to_pylist()

@@ -97,6 +97,33 @@ def test_a_batch_write_lands_every_record_once_by_key_in_the_dataframes_order(wr
     assert staged(root) == []
 
 
+def test_a_write_with_tasks_without_rows_lands_the_others(writes, spark, root):
+    TopicAdmin(spark, root).create(T, 2)
+    df = writes.spark.range(0, 10, 1, 4).where("id < 3").selectExpr(  # tasks 2 and 3 hold no row
+        "concat('k', cast(id as string)) as key", "cast(id as string) as value")
+    writes.write(df, topic=T)
+    assert sorted(int(r["value"]) for r in log_rows(root, T)) == [0, 1, 2]
+    assert staged(root) == []
+
+
+def test_a_stream_from_a_topic_to_another_keeps_each_keys_order(writes, spark, root, tmp_path):
+    """A topic copied by a stream of ``format("lakelog")`` (its first micro-batch is empty: one task
+    without rows): every record once, each key in the source's order, in another partition count."""
+    admin = TopicAdmin(spark, root)
+    admin.create(T, 4)
+    admin.create("copy", 3)
+    writes.write(records(writes.spark, 2000, 13).drop("sequence"), topic=T)
+    query = (writes.spark.readStream.format(writes.fmt).option("subscribe", T).option("startingOffsets", "earliest")
+             .load().select("key", "value").writeStream.format(writes.fmt).option("topic", "copy")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(300), "the AvailableNow query ended"
+    assert query.exception() is None, query.exception()
+    source, copied = by_key(log_rows(root, T)), by_key(log_rows(root, "copy"))
+    assert sorted(v for values in copied.values() for v in values) == list(range(2000)), "every record once"
+    assert copied == source, "each key in the source's order"
+    assert staged(root) == []
+
+
 def test_a_retried_batch_write_with_sequences_lands_once_and_a_topic_column_splits(writes, spark, root):
     admin = TopicAdmin(spark, root)
     admin.create(T, 3)
