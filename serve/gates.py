@@ -66,7 +66,8 @@ class KafkaGates:
         self.ctx, self.records = ctx, records
         self._gates: dict[tuple[str, str, str], tuple[OffsetGate, threading.Lock]] = {}
         self._lock = threading.Lock()
-        self._looked: set[tuple[str, str, int]] = set()  # (group, topic, log version) checked for expiry
+        self._looked: set[tuple] = set()  # (group, topic, location, log version, fetch offsets) checked for expiry
+        self._reporting: dict[tuple[str, str, str], threading.Lock] = {}  # one look of a group at a topic at a time
 
     def _gate(self, group: str, view: TopicView) -> tuple[OffsetGate, threading.Lock]:
         key = (group, view.name, view.record.location)
@@ -90,31 +91,43 @@ class KafkaGates:
                 out[p] = min(out.get(p, cap), cap)
         return out
 
-    def report_expired(self, group: str, view: TopicView) -> None:
+    def report_expired(self, group: str, view: TopicView, fetched: Positions | None = None) -> None:
         """Report, once, the records the log no longer holds that ``group`` neither delivered nor
         reported (below its committed offsets, or all of a partition retired since its view began
-        that it never committed on), as lakelog's consumers do."""
-        key = (group, view.name, view.record.location, view.snapshot.version)  # a topic made again starts at 0
+        that it never committed on), as lakelog's consumers do. ``fetched``: offsets a member
+        fetched from below the log start. Its client resets past the gap (``auto.offset.reset``)
+        whatever the group committed, often nothing yet (it fetches ahead of its commits), so
+        the group stands no higher than there."""
+        fetched = fetched or {}
+        # a topic made again starts at 0; another fetch offset is another gap
+        key = (group, view.name, view.record.location, view.snapshot.version, tuple(sorted(fetched.items())))
         with self._lock:
             if key in self._looked:
                 return
             self._looked.add(key)
+            reporting = self._reporting.setdefault(key[:3], threading.Lock())
         try:
-            positions = _Committed(self.records, group, view.name).committed()
-            offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
-            upto = view.snapshot.topic_version
-            first = self.records.tables.view_start(group, view.name)
-            # partitions retired since the group's view began that it never committed on: all skipped
-            since = None if first is None else (lambda: self.ctx.admin.image(view.name).retired_between(first, upto))
-            ranges = unreported_expiry(
-                view.name, view.snapshot, list(positions), positions,
-                lambda: self.ctx.admin.image(view.name).retired_between(-1, upto),
-                lambda: offsets.expired(group, view.name), since)
-            offsets.report_expired(group, ranges, member_id="lakelog-serve")
+            with reporting:  # each look reads what the one before it reported (a rebalance's and a fetch's race)
+                self._report(group, view, fetched)
         except BaseException:
             with self._lock:  # not looked at after all: the next rebalance or fetch tries again
                 self._looked.discard(key)
             raise
+
+    def _report(self, group: str, view: TopicView, fetched: Positions) -> None:
+        positions = _Committed(self.records, group, view.name).committed()
+        for p, offset in fetched.items():
+            positions[p] = min(positions.get(p, offset), offset)
+        offsets = GroupOffsets(self.ctx.spark, self.ctx.root)
+        upto = view.snapshot.topic_version
+        first = self.records.tables.view_start(group, view.name)
+        # partitions retired since the group's view began that it never committed on: all skipped
+        since = None if first is None else (lambda: self.ctx.admin.image(view.name).retired_between(first, upto))
+        ranges = unreported_expiry(
+            view.name, view.snapshot, list(positions), positions,
+            lambda: self.ctx.admin.image(view.name).retired_between(-1, upto),
+            lambda: offsets.expired(group, view.name), since)
+        offsets.report_expired(group, ranges, member_id="lakelog-serve")
 
     def report_expired_on(self, group: str, topics: list[str]) -> None:
         """``report_expired`` on each of ``topics`` (a rebalance: a retirement changed the partitions)."""

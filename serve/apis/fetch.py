@@ -98,6 +98,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     except LeaderNotAvailableError:  # an election moved the leader while it was read: the client asks again
         return [_Part(p.partition, "NOT_LEADER_OR_FOLLOWER") for p in wanted]
     parts, spans, limits, readable = [], [], {}, []
+    cut = {}  # fetch offsets below the log start: the client skips from there to it
     for p in wanted:
         part = _Part(p.partition)
         parts.append(part)
@@ -111,11 +112,13 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         # back under a client's position (an in-sync root unreadable, a root starting to join)
         if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
             part.error = "OFFSET_OUT_OF_RANGE"
+            if p.fetch_offset < part.log_start:
+                cut[p.partition] = p.fetch_offset
             continue
         readable.append(p)
     if groups and len(readable) < len(wanted):  # a partition retired or cut below a position: reported
         for group in groups:
-            server.gates.report_expired(group, view)
+            server.gates.report_expired(group, view, cut)
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
     kept, order = {}, []
     planned = budget.left  # what the spans' reads may take together
