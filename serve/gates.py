@@ -59,6 +59,13 @@ class _Committed:
         pass
 
 
+def _worth_a_look(before: tuple[int, dict[int, int]], version: int, fetched: Positions) -> bool:
+    """A newer log version, or a fetch below the log start from lower than any checked since the
+    last version (a fetch planned on an older view too: its client skips from there)."""
+    looked_version, lowest = before
+    return version > looked_version or any(offset < lowest.get(p, offset + 1) for p, offset in fetched.items())
+
+
 class KafkaGates:
     """One gate per (group, topic incarnation) that members of groups here fetch from."""
 
@@ -66,7 +73,10 @@ class KafkaGates:
         self.ctx, self.records = ctx, records
         self._gates: dict[tuple[str, str, str], tuple[OffsetGate, threading.Lock]] = {}
         self._lock = threading.Lock()
-        self._looked: set[tuple] = set()  # (group, topic, location, log version, fetch offsets) checked for expiry
+        # (group, topic, location) -> the newest log version checked for expiry, and the lowest
+        # offset per partition a fetch below the log start was checked from since: one entry per
+        # group and topic, however many offsets a client fetches from
+        self._looked: dict[tuple[str, str, str], tuple[int, dict[int, int]]] = {}
         self._reporting: dict[tuple[str, str, str], threading.Lock] = {}  # one look of a group at a topic at a time
 
     def _gate(self, group: str, view: TopicView) -> tuple[OffsetGate, threading.Lock]:
@@ -99,19 +109,27 @@ class KafkaGates:
         whatever the group committed, often nothing yet (it fetches ahead of its commits), so
         the group stands no higher than there."""
         fetched = fetched or {}
-        # a topic made again starts at 0; another fetch offset is another gap
-        key = (group, view.name, view.record.location, view.snapshot.version, tuple(sorted(fetched.items())))
+        topic_key = (group, view.name, view.record.location)  # a topic made again starts at 0
+        version = view.snapshot.version
         with self._lock:
-            if key in self._looked:
+            before = self._looked.get(topic_key)
+            if before is not None and not _worth_a_look(before, version, fetched):
                 return
-            self._looked.add(key)
-            reporting = self._reporting.setdefault(key[:3], threading.Lock())
+            newer = before is None or version > before[0]
+            lowest = {} if newer else dict(before[1])
+            for p, offset in fetched.items():
+                lowest[p] = min(lowest.get(p, offset), offset)
+            self._looked[topic_key] = (version if newer else before[0], lowest)
+            reporting = self._reporting.setdefault(topic_key, threading.Lock())
         try:
             with reporting:  # each look reads what the one before it reported (a rebalance's and a fetch's race)
                 self._report(group, view, fetched)
         except BaseException:
             with self._lock:  # not looked at after all: the next rebalance or fetch tries again
-                self._looked.discard(key)
+                if before is None:
+                    self._looked.pop(topic_key, None)
+                else:
+                    self._looked[topic_key] = before
             raise
 
     def _report(self, group: str, view: TopicView, fetched: Positions) -> None:

@@ -69,3 +69,58 @@ def test_a_member_that_left_still_holds_its_clients_fetches_for_twice_its_sessio
     assert coordinator.groups_reading("consumer-a-1", "h", "t") == ["a"]
     assert coordinator.groups_reading("consumer-b-1", "h", "t") == []
     assert ("consumer-b-1", "h") not in coordinator.departed.members
+
+
+def _looking_gates() -> tuple:
+    """KafkaGates whose look at the tables is a list of what it was asked."""
+    from serve.gates import KafkaGates
+
+    gates = KafkaGates(None, None)
+    looks = []
+    gates._report = lambda group, view, fetched: looks.append((view.snapshot.version, dict(fetched)))
+    return gates, looks
+
+
+def _view(version: int) -> SimpleNamespace:
+    return SimpleNamespace(name="t", record=SimpleNamespace(location="loc"), snapshot=SimpleNamespace(version=version))
+
+
+def test_expiry_is_looked_at_once_per_log_version_and_again_only_for_a_lower_fetch_offset():
+    gates, looks = _looking_gates()
+    gates.report_expired("g", _view(5))                    # a rebalance's look
+    gates.report_expired("g", _view(5))                    # nothing new
+    gates.report_expired("g", _view(5), {0: 89})           # a client skips from 89: looked at
+    gates.report_expired("g", _view(5), {0: 89})
+    gates.report_expired("g", _view(5), {0: 95})           # from higher: the look from 89 covered it
+    gates.report_expired("g", _view(4), {0: 60})           # a fetch planned on an older view, from lower
+    gates.report_expired("g", _view(4))                    # an older version adds nothing else
+    gates.report_expired("g", _view(6))                    # a newer log version
+    assert looks == [(5, {}), (5, {0: 89}), (4, {0: 60}), (6, {})]
+
+
+def test_a_client_fetching_below_the_log_start_from_ever_new_offsets_holds_one_entry():
+    """A hostile or broken client fetching from every offset below the log start costs a look per
+    lower offset and no memory per offset."""
+    gates, looks = _looking_gates()
+    for offset in range(1000, 0, -1):
+        gates.report_expired("g", _view(7), {0: offset, 1: 5})
+    for offset in range(1, 1000):  # none lower than 1: no look
+        gates.report_expired("g", _view(7), {0: offset})
+    assert len(gates._looked) == 1 and gates._looked[("g", "t", "loc")] == (7, {0: 1, 1: 5})
+    assert len(looks) == 1000
+
+
+def test_a_look_that_failed_is_taken_again():
+    gates, looks = _looking_gates()
+
+    def failing(group, view, fetched):
+        raise OSError("the tables could not be read")
+    gates._report = failing
+    try:
+        gates.report_expired("g", _view(5), {0: 10})
+    except OSError:
+        pass
+    assert gates._looked == {}
+    gates._report = lambda group, view, fetched: looks.append(dict(fetched))
+    gates.report_expired("g", _view(5), {0: 10})
+    assert looks == [{0: 10}]
