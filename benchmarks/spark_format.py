@@ -1,7 +1,7 @@
 """format("lakelog") against Spark's own Delta source and sink on the same rows, in one run.
 
     .venv/bin/python benchmarks/spark_format.py [--records 1000000] [--partitions 8,64] [--latency-runs 20]
-        [--cases stream,batch,write,latency,small] [--profile DIR] [--source jvm|python]
+        [--cases stream,batch,write,latency,small] [--profile DIR] [--source jvm|python] [--session classic|connect]
 
 Cases (each lakelog figure next to raw Delta's on the same rows; ratio = raw time / lakelog time,
 so 1.0 is parity and higher is better for lakelog):
@@ -23,12 +23,19 @@ writes where each case's time went (``benchmarks/spark_profile.py``) to DIR/prof
 ``--source python`` reads (stream, batch, latency) and writes (write) through the Python data
 source (``pipelines.spark.python_source``, registered as ``lakelog_python`` beside the JVM source,
 which owns ``lakelog`` in this session) instead of the JVM source and sink.
+``--session connect`` runs every case through a Spark Connect client session on the product's local
+Connect server (``log_store.connect_server``: a server without lakelog's jar, as serverless runs),
+where ``format("lakelog")`` is the Python data source; raw Delta runs on the same Connect session.
+The process then holds no classic session (one JVM cannot hold both): ``pyspark.sql.functions``
+builds Connect columns. ``--profile`` there times the cases and the client's Python only: the
+source's own Python runs in the server's workers.
 Prints a table and writes the figures as JSON to benchmarks/out/.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -49,6 +56,7 @@ from rich.table import Table  # noqa: E402
 
 from control_plane.topics import TopicAdmin  # noqa: E402
 from log_store.config import SparkSettings  # noqa: E402
+from log_store.connect_server import ConnectServer  # noqa: E402
 from log_store.session import build_session  # noqa: E402
 from pipelines.producer import Producer  # noqa: E402
 from pipelines.settings import ProducerSettings  # noqa: E402
@@ -258,36 +266,27 @@ def small_produces(spark, root: str, work: Path, runs: int) -> list[dict]:
              "raw_p50_s": raw_p50, "runs": runs} for name in origins]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--partitions", default="8,64")
-    parser.add_argument("--latency-runs", type=int, default=20)
-    parser.add_argument("--small-runs", type=int, default=20)
-    parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"some of {','.join(ALL_CASES)}")
-    parser.add_argument("--profile", help="a folder for where the time went (event log, bridge calls, cProfile)")
-    parser.add_argument("--source", choices=("jvm", "python"), default="jvm",
-                        help="the source reads and writes go through: lakelog's JVM source and sink or its Python data source")
-    parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
-    args = parser.parse_args()
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(cases) - set(ALL_CASES))
-    if unknown:
-        parser.error(f"unknown case(s) {', '.join(unknown)}: give some of {', '.join(ALL_CASES)}")
-    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
-    root = str(work / "root")
-    extra = {}
-    global PROFILE
-    if args.profile:
-        PROFILE = Profile(Path(args.profile))
-        PROFILE.wrap_side(FormatSide)
-        extra = event_log_conf(Path(args.profile))
-    spark = build_session(SparkSettings(conf=extra))
-    register(spark, root)
+def open_session(stack: contextlib.ExitStack, kind: str, source: str, root: str, conf: dict[str, str]):
+    """The session the cases run on, with format("lakelog") (and ``READS``, ``WRITES``) set up: a
+    classic one in this process, or a Connect client of a local server started (and stopped by
+    ``stack``) for the run."""
     global READS, WRITES
-    if args.source == "python":
+    if kind == "connect":
+        server = stack.enter_context(ConnectServer())
+        console.print(f"Spark Connect server at {server.url} (started in {server.started_in:.0f} s)")
+        spark = build_session(SparkSettings(remote=server.url, conf=conf))
+        python_source.register(spark, root)  # "lakelog" is free there: the server has no lakelog jar
+        return spark
+    spark = build_session(SparkSettings(conf=conf))
+    register(spark, root)
+    if source == "python":
         python_source.register(spark, root, PYTHON_NAME)
         READS = WRITES = PYTHON_NAME
+    return spark
+
+
+def run_cases(spark, root: str, work: Path, args, cases: list[str]):
+    """The warm-up, then the cases asked for: (bulk results, latency, small produces). Stops ``spark``."""
     results, lat, small = [], None, []
     try:
         console.print("warming up (not timed) ...")
@@ -306,6 +305,44 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+    return results, lat, small
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", default="8,64")
+    parser.add_argument("--latency-runs", type=int, default=20)
+    parser.add_argument("--small-runs", type=int, default=20)
+    parser.add_argument("--cases", default=",".join(ALL_CASES), help=f"some of {','.join(ALL_CASES)}")
+    parser.add_argument("--profile", help="a folder for where the time went (event log, bridge calls, cProfile)")
+    parser.add_argument("--source", choices=("jvm", "python"),
+                        help="the source reads and writes go through: lakelog's JVM source and sink (a classic "
+                             "session's default) or its Python data source (a Connect session's only one)")
+    parser.add_argument("--session", choices=("classic", "connect"), default="classic",
+                        help="a classic session in this process, or a Spark Connect session on a local server "
+                             "without lakelog's jar (format('lakelog') is then the Python data source)")
+    parser.add_argument("--json-out", help="where to write the figures (default: benchmarks/out/spark_format-<time>.json)")
+    args = parser.parse_args()
+    if args.session == "connect" and args.source == "jvm":
+        parser.error("--session connect has no JVM source (the server has no lakelog jar): "
+                     "its format('lakelog') is the Python source; give --source python or no --source")
+    args.source = args.source or ("python" if args.session == "connect" else "jvm")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(cases) - set(ALL_CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}: give some of {', '.join(ALL_CASES)}")
+    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-"))
+    root = str(work / "root")
+    extra = {}
+    global PROFILE
+    if args.profile:
+        PROFILE = Profile(Path(args.profile))
+        PROFILE.wrap_side(FormatSide)
+        extra = event_log_conf(Path(args.profile)) if args.session == "classic" else {}
+    with contextlib.ExitStack() as stack:
+        spark = open_session(stack, args.session, args.source, root, extra)
+        results, lat, small = run_cases(spark, root, work, args, cases)
     if PROFILE is not None:
         console.print(f"profile: {PROFILE.write()}")
     table = Table(title="format('lakelog') against Spark's Delta source and sink (ratio: Delta time / lakelog time)")
@@ -327,7 +364,7 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     Path(args.json_out or out / f"spark_format-{stamp}.json").write_text(json.dumps(
         {"machine": platform.platform(), "cpus": os.cpu_count(), "records": args.records, "load": os.getloadavg(),
-         "source": args.source,
+         "source": args.source, "session": args.session,
          "results": results, "latency": lat, "small_produces": small}, indent=2))
 
 

@@ -32,6 +32,7 @@ class Profile:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)  # no event log makes it on a Connect session
         self.windows: list[tuple[str, float, float]] = []  # (case, start, end) in epoch seconds
         self.calls: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.py4j: dict[str, int] = defaultdict(int)

@@ -14,6 +14,14 @@ which call back into the driver's Python process:
   (no py4j gateway, no jar), driving the same planner.
 """
 
-from pipelines.spark.bridge import FORMAT, register
-
 __all__ = ["FORMAT", "register"]
+
+
+def __getattr__(name: str):
+    """``FORMAT`` and ``register`` of ``bridge``, imported when first asked for: the Python data
+    source's processes (Spark starts one for each stream's reader) do without the JVM source's side."""
+    if name in __all__:
+        from pipelines.spark import bridge
+
+        return getattr(bridge, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
