@@ -1,17 +1,21 @@
 """The guarantee on the pure rules, by hypothesis' stateful testing (no Spark).
 
 A model topic is driven through random interleavings of keyed produces, grows, shrinks,
-retirements (drained, or by delay with the rest reported expired), consumer restarts and
-consumption of any partition in any order. The topic's records come from the controller's own
+retirements (drained, or by delay with the rest reported expired), key compaction of any
+partition up to any point (Kafka's: below the point, a record whose key has a later record there
+is removed; offsets stay, with gaps), consumer restarts and consumption of any partition in any
+order. The topic's records come from the controller's own
 rules (``plan_expand``, ``plan_shrink``, ``plan_retire``), partitions from Kafka's partitioner,
 and delivery limits from the gating rules (``barriers_of``, ``limits``). After every step no key
 has been delivered out of order or twice; at the end a consumer that keeps polling delivers
-every record that was not reported expired (no gate stays shut). Hypothesis shrinks a failing
-run to a short list of steps.
+every record that was neither reported expired nor compacted away (no gate stays shut), and each
+key's latest record. Hypothesis shrinks a failing
+run to a short list of steps. ``ORDERING_MODEL_EXAMPLES=2000`` runs it longer (150 by default).
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from datetime import datetime, timezone
 
@@ -43,6 +47,7 @@ class OrderingModel(RuleBasedStateMachine):
         self.passed: set[int] = set()
         self.delivered: dict[str, list[int]] = defaultdict(list)
         self.expired: set[tuple[str, int]] = set()
+        self.compacted: set[tuple[str, int]] = set()
 
     # -- the topic ------------------------------------------------------------------------------
     @property
@@ -96,6 +101,23 @@ class OrderingModel(RuleBasedStateMachine):
             self.positions.pop(m, None)
         self.history.append(plan_retire(self.current, {m: self.end[m] for m in marked}, NOW))
 
+    @rule(data=st.data())
+    def compact(self, data):
+        """Kafka's key compaction of one partition below a point: the thresholds of the gates are
+        then read from the records that are left."""
+        p = data.draw(st.sampled_from(sorted(self.rows) or [0]))
+        if not self.rows[p]:
+            return
+        below = data.draw(st.integers(self.rows[p][0][0], self.end[p]))
+        later = {}
+        for offset, _, key, _ in self.rows[p]:
+            if offset < below:
+                later[key] = offset  # the key's last record below the point
+        kept = [r for r in self.rows[p] if r[0] >= below or later[r[2]] == r[0]]
+        self.compacted |= {(key, seq) for offset, _, key, seq in self.rows[p] if (offset, key, seq) not in
+                           {(o, k, q) for o, _, k, q in kept}}
+        self.rows[p] = kept
+
     # -- the group (one member owning every live partition) -------------------------------------
     def threshold(self, p: int, epoch: int) -> int:
         return max((o for o, e, _, _ in self.rows[p] if e <= epoch), default=-1)
@@ -135,12 +157,15 @@ class OrderingModel(RuleBasedStateMachine):
                 break
         got = {(k, s) for k, seqs in self.delivered.items() for s in seqs}
         produced = {(k, s) for k, n in self.seq.items() for s in range(n)}
-        stuck = produced - got - self.expired
+        stuck = produced - got - self.expired - self.compacted
         assert not stuck, f"never delivered (a gate stayed shut): {sorted(stuck)[:10]}; positions {self.positions}"
         assert not (got & self.expired)
+        latest = {(k, n - 1) for k, n in self.seq.items()}
+        assert not (latest & self.compacted), "compaction removed a key's latest record"
+        assert latest - self.expired <= got, "a key's latest record was never delivered"
 
 
-OrderingModel.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
+OrderingModel.TestCase.settings = settings(max_examples=int(os.environ.get("ORDERING_MODEL_EXAMPLES", 150)), stateful_step_count=40, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow])
 test_ordering_model = OrderingModel.TestCase
 
