@@ -140,8 +140,23 @@ class InputChangedError(OffsetCheckError):
 
 INPUT_CHANGED_MARK = "LAKELOG_INPUT_CHANGED"  # in the failure of a Spark task that met rows not counted
 NO_SEQUENCE_MARK = "LAKELOG_NO_SEQUENCE"  # in the failure of a Spark task that met a record with a null sequence
+NULL_VALUE_MARK = "LAKELOG_NULL_VALUE"  # in the failure of a Spark task that met a null value for a NOT NULL column
 NO_SEQUENCE = ("records have no sequence (a null in the 'sequence' column); give every record one, or leave the "
                "column out to number the records by their place. Nothing was written.")
+
+
+class NullValueRefusedError(InvalidRecordError):
+    """A record with a null value (a tombstone) sent to a log whose value column is NOT NULL."""
+
+
+def null_values_refused(topic: str, path: str) -> NullValueRefusedError:
+    """The error for a null value sent to a topic made by a release of lakelog before null values,
+    whose log's value column is NOT NULL: what the topic is, and what to do."""
+    return NullValueRefusedError(
+        f"a record of topic {topic!r} has a null value (a tombstone), but the topic's log was made by an earlier "
+        "release of lakelog, whose value column is NOT NULL. Nothing was written. Send an empty value instead, "
+        f"or let the log keep null values (once, in Spark SQL): ALTER TABLE delta.`{path}` ALTER COLUMN value "
+        "DROP NOT NULL")
 
 
 class StorageError(LakelogError):
