@@ -149,14 +149,17 @@ class NullValueRefusedError(InvalidRecordError):
     """A record with a null value (a tombstone) sent to a log whose value column is NOT NULL."""
 
 
-def null_values_refused(topic: str, path: str) -> NullValueRefusedError:
-    """The error for a null value sent to a topic made by a release of lakelog before null values,
-    whose log's value column is NOT NULL: what the topic is, and what to do."""
+def null_values_refused(topic: str, path: str, sink: bool = False) -> NullValueRefusedError:
+    """The error for a null value sent to a topic's log (or, ``sink``, delivered to a consumer's
+    sink) made by a release of lakelog before null values, whose value column is NOT NULL: which
+    table it is, and what to do."""
+    table = "the sink" if sink else "the topic's log"
+    fix = f"ALTER TABLE delta.`{path}` ALTER COLUMN value DROP NOT NULL"
+    todo = (f"Let the sink keep null values (once, in Spark SQL): {fix}" if sink else
+            f"Send an empty value instead, or let the log keep null values (once, in Spark SQL): {fix}")
     return NullValueRefusedError(
-        f"a record of topic {topic!r} has a null value (a tombstone), but the topic's log was made by an earlier "
-        "release of lakelog, whose value column is NOT NULL. Nothing was written. Send an empty value instead, "
-        f"or let the log keep null values (once, in Spark SQL): ALTER TABLE delta.`{path}` ALTER COLUMN value "
-        "DROP NOT NULL")
+        f"a record of topic {topic!r} has a null value (a tombstone), but {table} at {path} was made by an earlier "
+        f"release of lakelog, whose value column is NOT NULL. Nothing was written. {todo}")
 
 
 class StorageError(LakelogError):

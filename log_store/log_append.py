@@ -219,14 +219,11 @@ def _append_once(log: "TopicLog", records: DataFrame, expected_count: int, produ
         if use_one_task(rows):
             data = data.coalesce(1)  # the window numbering a small batch then runs without a shuffle
         offsets = offsets_column(log.spark, data, bases, rows, mixed_files=conf.get(LAYOUT_PROP) == ARRIVAL)
-    value = F.col("value")
-    if not txn.column("value").nullable:  # a log of an earlier release: a null value fails the write, said plainly
-        value = F.coalesce(value, F.raise_error(F.lit(f"{NULL_VALUE_MARK}: a null value")).cast("binary"))
     out = data.select(
         "partition", offsets.alias("offset"),
         F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
         .cast("int").alias("leader_epoch"),
-        "key", value.alias("value"), headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
+        "key", value_as_kept(txn), headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
         # LogAppendTime: the append's time, whatever the producer gave (as Kafka's broker stamps it)
         F.current_timestamp().alias("timestamp") if TimestampTypes.of(conf).current == LOG_APPEND_TIME
         else "timestamp", "producer_id", "sequence",
@@ -243,6 +240,15 @@ def _append_once(log: "TopicLog", records: DataFrame, expected_count: int, produ
     result = _commit_parts(log, txn, meta, parts, bases, known, writable, {producer_id: max_seq} if producer_id else {},
                                 expected_count, producer_id, stamps)
     return result.model_copy(update={"producer_mark": max_seq})
+
+def value_as_kept(txn: "DeltaTransaction | RsTransaction"):
+    """The ``value`` column for the table of ``txn``: as it is where the table keeps null values
+    (tombstones); where its value column is NOT NULL (a log or sink of an earlier release), a null
+    fails the write with ``NULL_VALUE_MARK``, which ``translate`` makes a NullValueRefusedError for
+    the caller to name the table in."""
+    if txn.column("value").nullable:
+        return F.col("value")
+    return F.coalesce("value", F.raise_error(F.lit(f"{NULL_VALUE_MARK}: a null value")).cast("binary")).alias("value")
 
 def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
                   bases: dict[int, int], known: dict[str, int], writable: list[int], marks: dict[str, int],

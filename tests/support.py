@@ -124,6 +124,8 @@ def create_as_earlier_release(monkeypatch, admin, topic: str, partitions: int) -
 
 # A value column of keys 0-5 (strings): key 3's value null (a tombstone), key 4's empty, the rest "x".
 TOMBSTONE_KEY, EMPTY_KEY = "3", "4"
+# The same in SQL, over an ``id`` column (a Spark Connect session takes it as a classic one does).
+TOMBSTONE_VALUES = f"case id when {TOMBSTONE_KEY} then null when {EMPTY_KEY} then '' else 'x' end as value"
 
 
 def tombstone_values(column) -> object:

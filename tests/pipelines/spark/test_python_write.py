@@ -19,7 +19,7 @@ from pipelines.spark.python_source import FORMAT, register
 from pipelines.spark.sink import BATCH_SHIFT
 from tests.pipelines.spark.test_python_source import PYTHON_NAME, forget_commit
 from tests.pipelines.spark.test_sink import dense
-from tests.support import log_rows, make_records
+from tests.support import TOMBSTONE_VALUES, check_tombstones, log_rows, make_records
 
 T = "orders"
 
@@ -95,6 +95,12 @@ def test_a_batch_write_lands_every_record_once_by_key_in_the_dataframes_order(wr
     assert {r["sequence"] for r in rows} == set(range(3000)), "numbered by place in the write"
     assert all([h["key"] for h in r["headers"]] == ["h"] for r in rows)
     assert staged(root) == []
+
+
+def test_a_null_value_lands_null_and_an_empty_one_empty(writes, spark, root):
+    TopicAdmin(spark, root).create(T, 2)
+    writes.write(writes.spark.range(6).selectExpr("cast(id as string) as key", TOMBSTONE_VALUES), topic=T)
+    check_tombstones(log_rows(root, T, ["key", "value"]))
 
 
 def test_a_retried_batch_write_with_sequences_lands_once_and_a_topic_column_splits(writes, spark, root):
