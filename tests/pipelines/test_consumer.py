@@ -198,7 +198,7 @@ def test_tombstones_are_delivered_null_into_a_sink_that_the_audit_passes(spark, 
     assert Consumer(spark, root, "c", "g").run_to_sink(sink).records == 6
     check_tombstones(DeltaTable(sink).to_pyarrow_table(columns=["key", "value"]).to_pylist())
     report = run_audit(spark, root, "c", sink, str(tmp_path / "audit.md"))
-    assert report["passed"], [c for c in report["checks"] if not c["passed"]]
+    assert report.passed, [c.name for c in report.checks if not c.passed]
     old = str(tmp_path / "old")
     monkeypatch.setattr(consumer_module, "SINK_SCHEMA", StructType(
         [StructField("value", BinaryType(), False) if f.name == "value" else f for f in consumer_module.SINK_SCHEMA]))

@@ -38,7 +38,6 @@ def test_a_batch_write_lands_partitioned_by_key_with_dense_offsets(lakelog, root
                for r in rows), "headers kept in order, a repeated key too"
 
 
-@pytest.mark.parametrize("records", [600, 30_000])  # written from the driver; by Spark's tasks
 def test_a_null_value_is_written_and_read_back_null_and_an_empty_one_empty(lakelog, root):
     """Through lakelog's JVM sink and source: a tombstone stays null, an empty value empty."""
     TopicAdmin(lakelog, root).create(T, 2)
@@ -48,6 +47,7 @@ def test_a_null_value_is_written_and_read_back_null_and_an_empty_one_empty(lakel
     check_tombstones([r.asDict() for r in lakelog.read.format("lakelog").option("subscribe", T).load().collect()])
 
 
+@pytest.mark.parametrize("records", [600, 30_000])  # written from the driver; by Spark's tasks
 def test_a_batch_write_keeps_each_keys_rows_in_the_order_the_dataframe_holds_them(lakelog, root, records):
     """Rows of one key land in the order of the written DataFrame's tasks and rows, whatever
     size each task's share has (Spark reads bigger files first)."""
