@@ -11,8 +11,8 @@ from py4j.protocol import Py4JJavaError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from log_store.errors import (
-    INPUT_CHANGED_MARK, NO_SEQUENCE, NO_SEQUENCE_MARK, AppVersionConflictError, ConcurrentCommitError, InputChangedError,
-    InvalidRecordError,
+    INPUT_CHANGED_MARK, NO_SEQUENCE, NO_SEQUENCE_MARK, NULL_VALUE_MARK, AppVersionConflictError, ConcurrentCommitError,
+    InputChangedError, InvalidRecordError, NullValueRefusedError,
     LakelogError, StorageError,
 )
 
@@ -94,6 +94,8 @@ def translate(exc: Exception) -> LakelogError:
                                  "nothing was committed")
     if NO_SEQUENCE_MARK in text:  # pipelines.producer: a record of a one-write produce with a null sequence
         return InvalidRecordError(f"1 or more {NO_SEQUENCE}")
+    if NULL_VALUE_MARK in text:  # log_store.log_append: a null value for a log whose value column is NOT NULL
+        return NullValueRefusedError("a record has a null value, which the log's value column refuses. Nothing was written.")
     if "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in text or "NOT NULL constraint violated" in text:
         column = text.split("violated for column:")[-1].split(".")[0].strip() if "for column:" in text else "a column"
         return InvalidRecordError(f"a record has no {column}; every record needs one. Nothing was written.")

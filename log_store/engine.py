@@ -80,11 +80,15 @@ class DeltaTransaction:
                           if str(v) != ""}
         return dict(self._conf)
 
-    def column_type(self, name: str):
-        """The Spark type of the table's column ``name`` as of this transaction's snapshot."""
+    def column(self, name: str):
+        """The table's column ``name`` (a Spark ``StructField``: type, nullability) as of this transaction's snapshot."""
         from pyspark.sql.types import StructType
 
-        return StructType.fromJson(json.loads(self.jtxn.metadata().schemaString()))[name].dataType
+        return StructType.fromJson(json.loads(self.jtxn.metadata().schemaString()))[name]
+
+    def column_type(self, name: str):
+        """The Spark type of the table's column ``name`` as of this transaction's snapshot."""
+        return self.column(name).dataType
 
     def snapshot_app_versions(self) -> dict[str, int]:
         """All application versions of this transaction's snapshot, *without* depending on them:

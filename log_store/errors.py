@@ -140,8 +140,26 @@ class InputChangedError(OffsetCheckError):
 
 INPUT_CHANGED_MARK = "LAKELOG_INPUT_CHANGED"  # in the failure of a Spark task that met rows not counted
 NO_SEQUENCE_MARK = "LAKELOG_NO_SEQUENCE"  # in the failure of a Spark task that met a record with a null sequence
+NULL_VALUE_MARK = "LAKELOG_NULL_VALUE"  # in the failure of a Spark task that met a null value for a NOT NULL column
 NO_SEQUENCE = ("records have no sequence (a null in the 'sequence' column); give every record one, or leave the "
                "column out to number the records by their place. Nothing was written.")
+
+
+class NullValueRefusedError(InvalidRecordError):
+    """A record with a null value (a tombstone) sent to a log whose value column is NOT NULL."""
+
+
+def null_values_refused(topic: str, path: str, sink: bool = False) -> NullValueRefusedError:
+    """The error for a null value sent to a topic's log (or, ``sink``, delivered to a consumer's
+    sink) made by a release of lakelog before null values, whose value column is NOT NULL: which
+    table it is, and what to do."""
+    table = "the sink" if sink else "the topic's log"
+    fix = f"ALTER TABLE delta.`{path}` ALTER COLUMN value DROP NOT NULL"
+    todo = (f"Let the sink keep null values (once, in Spark SQL): {fix}" if sink else
+            f"Send an empty value instead, or let the log keep null values (once, in Spark SQL): {fix}")
+    return NullValueRefusedError(
+        f"a record of topic {topic!r} has a null value (a tombstone), but {table} at {path} was made by an earlier "
+        f"release of lakelog, whose value column is NOT NULL. Nothing was written. {todo}")
 
 
 class StorageError(LakelogError):

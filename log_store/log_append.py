@@ -22,12 +22,15 @@ from log_store.dense_offsets import check_dense, use_one_task
 from log_store.driver_rows import ROW_COLUMNS, check_marks, drop_committed, number_rows, producer_marks
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
+    NULL_VALUE_MARK,
     ConcurrentAppendError,
     ConcurrentCommitError,
     InvalidPartitionMetadataError,
     InvalidRecordError,
+    NullValueRefusedError,
     StaleProducerSequenceError,
     TableConfigError,
+    null_values_refused,
 )
 from log_store.headers import headers_as
 from log_store.log_metadata import (
@@ -136,6 +139,8 @@ def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Map
         txn, conf, meta, writable, known, bases = open_append(log, expected_count, log.rows_transaction())
         expected = dict(marks or {})
         todo = drop_committed(rows, known, expected)
+        if todo.column("value").null_count and not txn.column("value").nullable:
+            raise null_values_refused(meta.topic, log.path)
         check_marks(known, expected, meta.topic)
         new_marks = producer_marks(todo, expected)
         table = number_rows(stamp_log_append_time(todo.select(list(ROW_COLUMNS)), conf), bases,
@@ -218,20 +223,32 @@ def _append_once(log: "TopicLog", records: DataFrame, expected_count: int, produ
         "partition", offsets.alias("offset"),
         F.coalesce(map_lookup({p: meta.partitions[p].leader_epoch for p in writable}, "partition"), F.lit(-1))
         .cast("int").alias("leader_epoch"),
-        "key", "value", headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
+        "key", value_as_kept(txn), headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
         # LogAppendTime: the append's time, whatever the producer gave (as Kafka's broker stamps it)
         F.current_timestamp().alias("timestamp") if TimestampTypes.of(conf).current == LOG_APPEND_TIME
         else "timestamp", "producer_id", "sequence",
     )
-    if conf.get(LAYOUT_PROP) == ARRIVAL:
-        parts, max_seq = write_arrival(log.spark, log.path, txn, out, rows, producer_id, mark)
-    else:
-        parts, max_seq = write_partitioned(log.path, txn, out, rows, producer_id, mark, len(meta.partitions))
+    try:
+        if conf.get(LAYOUT_PROP) == ARRIVAL:
+            parts, max_seq = write_arrival(log.spark, log.path, txn, out, rows, producer_id, mark)
+        else:
+            parts, max_seq = write_partitioned(log.path, txn, out, rows, producer_id, mark, len(meta.partitions))
+    except NullValueRefusedError as exc:
+        raise null_values_refused(meta.topic, log.path) from exc
     if placed is not None:
         placed.check(parts)
     result = _commit_parts(log, txn, meta, parts, bases, known, writable, {producer_id: max_seq} if producer_id else {},
                                 expected_count, producer_id, stamps)
     return result.model_copy(update={"producer_mark": max_seq})
+
+def value_as_kept(txn: "DeltaTransaction | RsTransaction"):
+    """The ``value`` column for the table of ``txn``: as it is where the table keeps null values
+    (tombstones); where its value column is NOT NULL (a log or sink of an earlier release), a null
+    fails the write with ``NULL_VALUE_MARK``, which ``translate`` makes a NullValueRefusedError for
+    the caller to name the table in."""
+    if txn.column("value").nullable:
+        return F.col("value")
+    return F.coalesce("value", F.raise_error(F.lit(f"{NULL_VALUE_MARK}: a null value")).cast("binary")).alias("value")
 
 def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
                   bases: dict[int, int], known: dict[str, int], writable: list[int], marks: dict[str, int],

@@ -200,11 +200,15 @@ class RsTransaction:
         """Add files written with ``hold=True``, each with ``tags[path]`` besides its own."""
         self.add_files({**f.add, "tags": {**(f.add.get("tags") or {}), **tags.get(f.path, {})}} for f in files)
 
-    def column_type(self, name: str):
-        """The Spark type of the table's column ``name`` as of the read version."""
+    def column(self, name: str):
+        """The table's column ``name`` (a Spark ``StructField``: type, nullability) as of the read version."""
         from pyspark.sql.types import StructType
 
-        return StructType.fromJson(json.loads(self._schema_json))[name].dataType
+        return StructType.fromJson(json.loads(self._schema_json))[name]
+
+    def column_type(self, name: str):
+        """The Spark type of the table's column ``name`` as of the read version."""
+        return self.column(name).dataType
 
     def add_files(self, adds: Iterable[dict]) -> None:
         """Add files already in the table's folder (written by Spark's tasks, or ``write_rows``),

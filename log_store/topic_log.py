@@ -67,7 +67,7 @@ RECORD_SCHEMA = StructType(
         StructField("offset", LongType(), False),
         StructField("leader_epoch", IntegerType(), False),
         StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), False),
+        StructField("value", BinaryType(), True),  # null: a tombstone, as Kafka's; NOT NULL in logs of earlier releases
         StructField("headers", HEADERS_TYPE, True),
         StructField("timestamp", TimestampType(), True),
         StructField("producer_id", StringType(), True),
@@ -166,6 +166,11 @@ class TopicLog:
 
     def metadata(self) -> TopicLogMetadata:
         return TopicLogMetadata.from_properties(self._read(lambda txn: txn.configuration()))
+
+    def keeps_null_values(self) -> bool:
+        """Whether the log keeps a record with a null value (a tombstone): a log made by an earlier
+        release of lakelog declares its value column NOT NULL."""
+        return self._read(lambda txn: txn.column("value").nullable)
 
     def app_versions(self) -> dict[str, int]:
         """Every application version of the log's latest snapshot (log ends, producer marks)."""

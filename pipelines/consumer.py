@@ -34,11 +34,13 @@ from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
 from log_store import commits
 from log_store.errors import (
-    LOST_ROOT, AppVersionConflictError, LeaderNotAvailableError, SinkConflictError, leader_unavailable,
+    LOST_ROOT, AppVersionConflictError, LeaderNotAvailableError, NullValueRefusedError, SinkConflictError,
+    leader_unavailable, null_values_refused,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
 from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
 from log_store.table_create import create_table, table_exists
+from log_store.log_append import value_as_kept
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 from pipelines.sink_positions import SinkPositions, incarnation_of
@@ -417,10 +419,13 @@ class Consumer:
         for p, (start, _end) in ranges.items():
             if max(txn.app_version(ids[p]), carried.get(ids[p], -1)) > start:
                 raise SinkConflictError(f"another member already wrote partition {p} past {start} to the sink")
-        headers = headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers"))
-        rows = data.select(F.lit(self.topic).alias("topic"),
-                           *[headers if c == "headers" else c for c in RECORD_SCHEMA.fieldNames()])
-        txn.write(rows)
+        columns = {"headers": headers_as("headers", data.schema["headers"].dataType, txn.column_type("headers")),
+                   "value": value_as_kept(txn)}  # a sink of an earlier release refuses a tombstone, saying so
+        rows = data.select(F.lit(self.topic).alias("topic"), *[columns.get(c, c) for c in RECORD_SCHEMA.fieldNames()])
+        try:
+            txn.write(rows)
+        except NullValueRefusedError as exc:
+            raise null_values_refused(self.topic, sink_path, sink=True) from exc
         try:
             txn.commit({**carried, **{ids[p]: end for p, (_s, end) in ranges.items()}},
                        sink_commit_metadata(self.group, self.topic, self.member_id, ranges))

@@ -50,12 +50,10 @@ def spark_is_plain(schema) -> bool:
 def normalized(rows: pa.Table, sequence_start: int, producer_id: str, now: datetime | None = None) -> pa.Table:
     """``rows`` (``is_plain``; ``sequence`` each row's place) as the log's producer columns
     without ``partition``: key and value as bytes, a missing timestamp the produce's time (as
-    Kafka's producer stamps a record sent without one), sequences from ``sequence_start``. A
-    record without a value, or with a null sequence, is refused, nothing written."""
+    Kafka's producer stamps a record sent without one), sequences from ``sequence_start``; a null
+    value stays null (a tombstone). A record with a null sequence is refused, nothing written."""
     n = rows.num_rows
     value = rows.column("value")
-    if value.null_count:
-        raise InvalidRecordError(f"{value.null_count} records have no value; every record needs one. Nothing was written.")
     if rows.column("sequence").null_count:  # the caller's own column (a row's place is never null)
         raise InvalidRecordError(f"{rows.column('sequence').null_count} {NO_SEQUENCE}")
     key = rows.column("key").cast(pa.binary()) if "key" in rows.column_names else pa.nulls(n, pa.binary())

@@ -65,7 +65,8 @@ def read_json_lines(spark: SparkSession, path: str) -> DataFrame:
     ts = _timestamp(F.col("r.timestamp"))
     error = (
         F.when(~is_object | F.col("r._corrupt").isNotNull() | F.col("r").isNull(), F.lit("malformed JSON object"))
-        .when(F.col("r.value").isNull(), F.lit("record has no 'value'"))
+        # "value": null is a null value (a tombstone); a record without the field is a mistake
+        .when(~F.array_contains(F.json_object_keys("_raw"), "value"), F.lit("record has no 'value'"))
         .when(F.col("r.timestamp").isNotNull() & ts.isNull(), F.concat(F.lit("bad timestamp "), F.col("r.timestamp")))
     )
     checked = parsed.withColumn("_error", error).persist()
@@ -85,7 +86,7 @@ def read_json_lines(spark: SparkSession, path: str) -> DataFrame:
 def _refuse(path: str, bad: list[tuple[int, str]]) -> None:
     where = "; ".join(f"line {line}: {error}" for line, error in bad[:MAX_REPORTED])
     raise InvalidRecordError(
-        f"{path}: {where}. Each line must be a JSON object with 'key' (string or null), 'value', "
+        f"{path}: {where}. Each line must be a JSON object with 'key' (string or null), 'value' (null: a tombstone), "
         "optional 'headers' (object of strings) and 'timestamp' (epoch ms or ISO-8601). Nothing was produced."
     )
 
@@ -155,7 +156,7 @@ def read_local_json_lines(path: str, limit: int) -> pa.Table | None:
             if headers is not None and not isinstance(headers, dict):
                 bad.append((line, "malformed JSON object"))
                 continue
-            if record.get("value") is None:
+            if "value" not in record:
                 bad.append((line, "record has no 'value'"))
                 continue
             stamp_text = _text(record.get("timestamp"))
@@ -163,7 +164,7 @@ def read_local_json_lines(path: str, limit: int) -> pa.Table | None:
             if stamp_text is not None and stamp is None:
                 bad.append((line, f"bad timestamp {stamp_text}"))
                 continue
-            rows.append({"key": _text(record.get("key")), "value": _text(record["value"]),
+            rows.append({"key": _text(record.get("key")), "value": _text(record["value"]),  # null: a tombstone
                          "headers": None if headers is None else [
                              {"key": k, "value": None if v is None else _text(v).encode()} for k, v in headers.items()],
                          "timestamp": stamp, "sequence": line - 1})

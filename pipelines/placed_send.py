@@ -38,7 +38,7 @@ def placeable(spark: SparkSession, records: DataFrame) -> bool:
 
 @dataclass(frozen=True)
 class SlotCounts:
-    """The first pass's counts for one partition count: rows per ``Slot``, and records without a value."""
+    """The first pass's counts for one partition count: rows per ``Slot``, and records with a null value."""
 
     partitions: int
     slots: dict[Slot, int]
@@ -114,7 +114,7 @@ class PlacedRows:
 
 
 def count_slots(spark: SparkSession, normalized: DataFrame, partitions: int) -> SlotCounts:
-    """The first pass: rows per ``Slot`` and values missing, over ``normalized`` rows whose
+    """The first pass: rows per ``Slot`` and null values, over ``normalized`` rows whose
     ``sequence`` is their place (``place_column``)."""
     place = F.col("sequence")
     keyed = F.when(F.col("key").isNotNull(), partition_column(spark, "key", "_zero", partitions))

@@ -28,6 +28,7 @@ from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.errors import (
     LOST_ROOT, NO_SEQUENCE, NO_SEQUENCE_MARK, FencedLeaderEpochError, InputChangedError, InvalidPartitionMetadataError,
     InvalidRecordError, NotEnoughReplicasError, StaleProducerSequenceError, StorageError, leader_unavailable,
+    null_values_refused,
 )
 from log_store.log_append import AppendResult
 from log_store.log_metadata import Mode
@@ -267,8 +268,9 @@ class Producer:
                      stamps: dict[str, int] | None, rows: int | None) -> ProduceResult | None:
         """Rows without sequences, more than a small batch, in one append of two passes and no cache
         (pipelines/placed_send.py): one counts each Spark task's rows per partition (and records
-        without a value: then nothing is written), the other writes the log's files with offsets
-        known. None (nothing done) for rows too few, or more than one batch, for this path."""
+        with a null value: a log of an earlier release refuses them, nothing written), the other
+        writes the log's files with offsets known. None (nothing done) for rows too few, or more
+        than one batch, for this path."""
         bound = rows if rows is not None else row_bound(records)
         if bound is None:
             bound = cached_rows(records)
@@ -280,9 +282,7 @@ class Producer:
             return None  # the batch path waits for the log
         placed = PlacedRows(self.spark, records, self.normalize)
         first = placed.counts(count)
-        if first.null_values:
-            raise InvalidRecordError(f"{first.null_values} records have no value; every record needs one. "
-                                     "Nothing was written.")
+        self._check_null_values(first.null_values)
         total = first.total
         if not 0 < total <= self.settings.batch_size or not first.placement(sequence_start).fits:
             return None
@@ -291,6 +291,12 @@ class Producer:
                                   expected_mark=expected_mark, stamps=stamps,
                                   placement=lambda n: placed.counts(n).placement(sequence_start))
         return result.model_copy(update={"duplicates": total - result.appended})
+
+    def _check_null_values(self, count: int) -> None:
+        """Refuse ``count`` records with a null value, before any batch commits, when the topic's
+        log cannot keep them (made by an earlier release: ``TopicLog.keeps_null_values``)."""
+        if count and not self.log.keeps_null_values():
+            raise null_values_refused(self.topic, self.log.path)
 
     def _nothing_sent(self, records: int, batches: int) -> ProduceResult:
         """The result before the first batch: the counts each batch then adds to."""
@@ -302,8 +308,9 @@ class Producer:
     def _send_batches(self, df: DataFrame, on_progress: ProgressFn | None,
                       expected_mark: int | None = None, stamps: dict[str, int] | None = None) -> ProduceResult:
         """Rows of unknown count: counted in one pass of their own (which also fills the cache)
-        before any batch is committed, so a record without a value fails the whole produce, not
-        the batch it is in; then sent in batches of ``batch_size`` by sequence. With
+        before any batch is committed, so a null value the log cannot keep (``_check_null_values``)
+        fails the whole produce, not the batch it is in; then sent in batches of ``batch_size`` by
+        sequence. With
         ``expected_mark`` (records numbered after the mark) every batch checks the mark the
         previous one left; a batch that finds another process's records after it shifts its own
         and the later batches' sequences past them (a first batch's is the caller's to renumber)."""
@@ -313,9 +320,7 @@ class Producer:
         counted = Observation()
         df.observe(counted, *metrics).write.format("noop").mode("overwrite").save()
         stats = observed(counted, lambda: df.agg(*metrics).first().asDict())
-        if stats["null_values"]:
-            raise InvalidRecordError(f"{stats['null_values']} records have no value; every record needs one. "
-                                     "Nothing was written.")
+        self._check_null_values(stats["null_values"])
         if stats["null_sequences"]:  # (a batch is chosen by sequence: such a record would be in none)
             raise InvalidRecordError(f"{stats['null_sequences']} {NO_SEQUENCE}")
         total = int(stats["n"])
@@ -347,9 +352,9 @@ class Producer:
     def _send_one(self, df: DataFrame, bound: int, expected_mark: int | None = None,
                   stamps: dict[str, int] | None = None) -> ProduceResult:
         """Rows known to fit one batch (at most ``bound``, from the plan or a filled cache):
-        counted as they are written, with no pass of their own. A record without a value fails
-        the write (the log's NOT NULL column), so nothing is committed. Not cached (a cached
-        input adds a Spark job): a plan with a row bound reads local rows, a range or a limit,
+        counted as they are written, with no pass of their own. A null value for a log of an
+        earlier release fails the write (its value column is NOT NULL), so nothing is committed.
+        Not cached (a cached input adds a Spark job): a plan with a row bound reads local rows, a range or a limit,
         and a retried append reads them (or the caller's cache) again; only a committed
         attempt's rows land, and sequences dedupe them."""
         counted = Observation()

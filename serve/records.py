@@ -91,7 +91,8 @@ def decode_batches(data: bytes | None, max_batch: int = LARGEST_BATCH, budget: B
     log can take: a batch larger than ``max_batch`` bytes (the topic's ``max.message.bytes``) as
     sent or uncompressed, or inflating past what is left of ``budget``; bad CRC or framing, a base
     offset other than 0, an old message format, a transactional or control batch, a batch of no
-    records, a record without a value, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's.
+    records, inner offsets not 0, 1, 2, ..., a timestamp beyond the log's. A record's null key or
+    value (length -1) is kept null.
     Nothing is inflated before the batch's size and CRC are checked, and nothing past the bounds."""
     budget = budget if budget is not None else Budget(LARGEST_BATCH)
     if not data:
@@ -184,12 +185,8 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
         if record.offset - batch.base_offset != expected:
             raise BatchError("INVALID_RECORD", f"inner record offsets must be 0, 1, 2, ...; found {record.offset}")
         expected += 1
-        value = record.value
-        if value is None:
-            raise BatchError("INVALID_RECORD", "a record has no value: lakelog's log keeps a value with every record "
-                                               "(tombstones are not supported)")
         keys.append(record.key)
-        values.append(value)
+        values.append(record.value)  # None: a tombstone (value length -1), kept null
         stamps.append(record.timestamp)
         pairs = record.headers
         if pairs:
@@ -232,8 +229,8 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable
     if n == 0:
         return b"", 0
     if max_bytes is not None:  # cut by an estimate of each record's size, not a check per record
-        sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column("key")), 0), pc.binary_length(rows.column("value"))),
-                       RECORD_OVERHEAD)
+        sizes = pc.add(pc.add(pc.fill_null(pc.binary_length(rows.column("key")), 0),
+                              pc.fill_null(pc.binary_length(rows.column("value")), 0)), RECORD_OVERHEAD)
         within = pc.less_equal(pc.cumulative_sum(sizes), max(max_bytes - BATCH_HEADER, 0))
         n = max(int(pc.sum(within).as_py() or 0), 1)
         rows = rows.slice(0, n)

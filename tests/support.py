@@ -108,6 +108,41 @@ def log_rows(root: str, topic: str, columns: list[str] = LOG_COLUMNS) -> list[di
     return DeltaTable(location).to_pyarrow_table(columns=columns).to_pylist()
 
 
+def create_as_earlier_release(monkeypatch, admin, topic: str, partitions: int) -> None:
+    """Create ``topic`` (with ``admin``, a TopicAdmin) as a release of lakelog before null values
+    made topics: its log's value column NOT NULL."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    import log_store.topic_log as topic_log
+
+    old = StructType([StructField("value", BinaryType(), False) if f.name == "value" else f
+                      for f in topic_log.RECORD_SCHEMA.fields])
+    with monkeypatch.context() as patch:
+        patch.setattr(topic_log, "RECORD_SCHEMA", old)
+        admin.create(topic, partitions)
+
+
+# A value column of keys 0-5 (strings): key 3's value null (a tombstone), key 4's empty, the rest "x".
+TOMBSTONE_KEY, EMPTY_KEY = "3", "4"
+# The same in SQL, over an ``id`` column (a Spark Connect session takes it as a classic one does).
+TOMBSTONE_VALUES = f"case id when {TOMBSTONE_KEY} then null when {EMPTY_KEY} then '' else 'x' end as value"
+
+
+def tombstone_values(column) -> object:
+    """A Spark column of ``TOMBSTONE_KEY``'s value null, ``EMPTY_KEY``'s empty, others "x", from an id column."""
+    from pyspark.sql import functions as F
+
+    return F.when(column == int(TOMBSTONE_KEY), None).when(column == int(EMPTY_KEY), "").otherwise("x")
+
+
+def check_tombstones(rows: list[dict]) -> None:
+    """``rows`` (key and value, as bytes) hold the tombstone null, the empty value empty, the rest "x"."""
+    values = {bytes(r["key"]).decode(): r["value"] for r in rows}
+    assert values[TOMBSTONE_KEY] is None, f"the tombstone's value is {values[TOMBSTONE_KEY]!r}, not null"
+    assert values[EMPTY_KEY] == b"", f"the empty value is {values[EMPTY_KEY]!r}, not empty"
+    assert all(v == b"x" for k, v in values.items() if k not in (TOMBSTONE_KEY, EMPTY_KEY))
+
+
 def forget_commits_before(path: str, version: int) -> None:
     """Delta's log cleanup by hand: remove a table's commit files (and their checksums) older
     than ``version``, which must have a checkpoint, as Delta does at a checkpoint once they are

@@ -60,11 +60,12 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
             rec = {
                 "partition": row["partition"], "offset": row["offset"], "leader_epoch": row["leader_epoch"],
                 "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
-                "value": bytes(row["value"]).decode("utf-8", "replace"),
+                "value": None if row["value"] is None else bytes(row["value"]).decode("utf-8", "replace"),
                 "timestamp": str(stamp),
             }
             line = json.dumps(rec) if as_json else \
-                f"Partition:{rec['partition']}\tOffset:{rec['offset']}\t{rec['key'] if rec['key'] is not None else 'null'}\t{rec['value']}"
+                "\t".join([f"Partition:{rec['partition']}", f"Offset:{rec['offset']}",
+                           *("null" if rec[f] is None else rec[f] for f in ("key", "value"))])
             sys.stdout.write(line + "\n")
 
     def print_batch(df, _ranges) -> None:

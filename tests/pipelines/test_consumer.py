@@ -175,3 +175,33 @@ def test_a_sink_commit_that_loses_to_another_member_is_a_sink_conflict_with_noth
         paused.deliver({0: 0, 1: 0, 2: 0}, 100, sink_path=sink)
     rows = spark.read.format("delta").load(sink).select("sequence").collect()
     assert len(rows) == 100 and len({r["sequence"] for r in rows}) == 100, "only the owner's batch, once"
+
+
+def test_tombstones_are_delivered_null_into_a_sink_that_the_audit_passes(spark, root, tmp_path, monkeypatch):
+    """A null value is delivered null (an empty one empty) to a handler and into a Delta sink,
+    which the audit passes; a sink made by an earlier release (value NOT NULL) refuses it, saying
+    what to do, with nothing written."""
+    from deltalake import DeltaTable
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    import pipelines.consumer as consumer_module
+    from log_store.errors import InvalidRecordError
+    from pipelines.audit import run_audit
+    from tests.support import TOMBSTONE_VALUES, check_tombstones
+
+    TopicAdmin(spark, root).create("c", 2)
+    Producer(spark, root, "c", "p").send(spark.range(6).selectExpr("cast(id as string) as key", TOMBSTONE_VALUES))
+    seen = []
+    Consumer(spark, root, "c", "handler").run(lambda df, _r: seen.extend(r.asDict() for r in df.collect()))
+    check_tombstones(seen)
+    sink = str(tmp_path / "sink")
+    assert Consumer(spark, root, "c", "g").run_to_sink(sink).records == 6
+    check_tombstones(DeltaTable(sink).to_pyarrow_table(columns=["key", "value"]).to_pylist())
+    report = run_audit(spark, root, "c", sink, str(tmp_path / "audit.md"))
+    assert report.passed, [c.name for c in report.checks if not c.passed]
+    old = str(tmp_path / "old")
+    monkeypatch.setattr(consumer_module, "SINK_SCHEMA", StructType(
+        [StructField("value", BinaryType(), False) if f.name == "value" else f for f in consumer_module.SINK_SCHEMA]))
+    with pytest.raises(InvalidRecordError, match=f"topic 'c' has a null value.*the sink at {old}.*DROP NOT NULL"):
+        Consumer(spark, root, "c", "g_old").run_to_sink(old)
+    assert DeltaTable(old).to_pyarrow_table().num_rows == 0

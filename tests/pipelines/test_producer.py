@@ -9,6 +9,7 @@ from log_store.partitioner import partition_for
 from log_store.headers import HEADERS_TYPE
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
+from tests.support import check_tombstones, create_as_earlier_release, log_rows, tombstone_values
 
 
 def test_keyed_records_land_where_kafka_would_put_them(root, session_of_kind):
@@ -87,31 +88,48 @@ def test_another_producer_committing_under_the_id_inside_a_send_loses_none_of_it
     assert len(seqs) == len(set(seqs)) == 10 + sum(others)
 
 
-def test_records_without_value_are_rejected_and_nothing_written(root, session_of_kind):
+def test_null_values_land_null_and_an_earlier_releases_topic_refuses_them(root, session_of_kind, monkeypatch):
+    """One batch known from the plan, plain rows (written from the driver) or not (numbered by a
+    Spark job): a null value (a tombstone) lands null, an empty one empty;
+    a topic made before null values refuses the write whole, naming the topic and what to do."""
     spark = session_of_kind  # a classic session and a Spark Connect one
-    TopicAdmin(spark, root).create("v", 2)
-    df = spark.range(5).select(F.col("id").cast("string").alias("key"),
-                               F.when(F.col("id") == 3, None).otherwise("x").alias("value"))
-    # One batch known from the plan: the log's NOT NULL column fails the write, nothing is committed.
-    with pytest.raises(InvalidRecordError, match="no value; every record needs one. Nothing was written"):
-        Producer(spark, root, "v").send(df)
+    admin = TopicAdmin(spark, root)
+    admin.create("v", 2)
+    admin.create("s", 2)
+    create_as_earlier_release(monkeypatch, admin, "old", 2)
+    df = spark.range(6).select(F.col("id").cast("string").alias("key"), tombstone_values(F.col("id")).alias("value"))
+    spark_path = df.withColumn("partition", F.lit(None).cast("int"))  # not plain: numbered by a Spark job
+    for records, topic in ((df, "v"), (spark_path, "s")):
+        assert Producer(spark, root, topic).send(records).appended == 6
+        check_tombstones(log_rows(root, topic, ["key", "value"]))
+        with pytest.raises(InvalidRecordError, match="topic 'old' has a null value.*Nothing was written.*DROP NOT NULL"):
+            Producer(spark, root, "old").send(records)
     with pytest.raises(InvalidRecordError, match="need a 'value' column"):
         Producer(spark, root, "v").send(df.drop("value"))
-    assert TopicAdmin(spark, root).log("v").table().count() == 0
+    assert log_rows(root, "old") == []
 
 
-def test_a_record_without_value_in_a_later_batch_fails_the_whole_produce(spark, root, tmp_path):
-    """Rows of unknown count (a file) are counted first: a null value in the last of three
-    batches fails before the first is committed."""
+def test_a_null_value_in_a_later_batch_lands_or_fails_the_whole_produce(spark, root, tmp_path, monkeypatch):
+    """Rows of unknown count (a file) are counted first: null values land null; on a topic made
+    before null values, one in the last of three batches fails before the first is committed,
+    until the log's value column is let hold nulls, as the error says."""
     from pipelines.inputs import read_input
 
-    TopicAdmin(spark, root).create("v", 2)
+    admin = TopicAdmin(spark, root)
+    admin.create("v", 2)
+    create_as_earlier_release(monkeypatch, admin, "old", 2)
     path = str(tmp_path / "in.parquet")
     spark.range(6).select(F.col("id").cast("string").alias("key"), F.col("id").alias("sequence"),
-                          F.when(F.col("id") == 5, None).otherwise("x").alias("value")).write.parquet(path)
-    with pytest.raises(InvalidRecordError, match="1 records have no value; every record needs one. Nothing was written"):
-        Producer(spark, root, "v", settings=ProducerSettings(batch_size=2)).send(read_input(spark, path))
-    assert TopicAdmin(spark, root).log("v").table().count() == 0
+                          tombstone_values(F.col("id")).alias("value")).write.parquet(path)
+    Producer(spark, root, "v", settings=ProducerSettings(batch_size=2)).send(read_input(spark, path))
+    check_tombstones(log_rows(root, "v", ["key", "value"]))
+    with pytest.raises(InvalidRecordError, match="topic 'old' has a null value.*Nothing was written"):
+        Producer(spark, root, "old", settings=ProducerSettings(batch_size=2)).send(read_input(spark, path))
+    assert log_rows(root, "old") == []
+    # what the error says to do: the old log then keeps null values too
+    spark.sql(f"ALTER TABLE delta.`{admin.get('old').location}` ALTER COLUMN value DROP NOT NULL")
+    Producer(spark, root, "old", settings=ProducerSettings(batch_size=2)).send(read_input(spark, path))
+    check_tombstones(log_rows(root, "old", ["key", "value"]))
 
 
 @pytest.mark.parametrize("kind", ["range", "file"])
@@ -225,16 +243,20 @@ def test_a_few_records_of_any_origin_take_the_small_batch_path(spark, root, tmp_
     big.unpersist()
 
 
-def test_a_record_without_value_in_a_filled_cache_fails_with_nothing_written(spark, root, tmp_path):
-    TopicAdmin(spark, root).create("v", 2)
+def test_a_null_value_in_a_filled_cache_lands_null_or_fails_with_nothing_written(spark, root, tmp_path, monkeypatch):
+    admin = TopicAdmin(spark, root)
+    admin.create("v", 2)
+    create_as_earlier_release(monkeypatch, admin, "old", 2)
     path = str(tmp_path / "in.parquet")
     spark.range(6).select(F.col("id").cast("string").alias("key"), F.col("id").alias("sequence"),
-                          F.when(F.col("id") == 5, None).otherwise("x").alias("value")).write.parquet(path)
+                          tombstone_values(F.col("id")).alias("value")).write.parquet(path)
     filled = spark.read.parquet(path).persist()
     filled.count()
-    with pytest.raises(InvalidRecordError, match="no value; every record needs one. Nothing was written"):
-        Producer(spark, root, "v").send(filled)
-    assert TopicAdmin(spark, root).log("v").table().count() == 0
+    Producer(spark, root, "v").send(filled)
+    check_tombstones(log_rows(root, "v", ["key", "value"]))
+    with pytest.raises(InvalidRecordError, match="topic 'old' has a null value.*Nothing was written"):
+        Producer(spark, root, "old").send(filled)
+    assert log_rows(root, "old") == []
 
 
 def test_repeated_small_produces_compile_no_new_code(spark, root):

@@ -17,7 +17,7 @@ from log_store.log_writers import GATHER_ABOVE
 from log_store.partitioner import partition_for
 from pipelines import placed_send
 from pipelines.producer import Producer
-from tests.support import log_rows
+from tests.support import create_as_earlier_release, log_rows
 
 ROWS = 30_000  # more than a small batch (20,000): the bulk path
 
@@ -108,12 +108,18 @@ def test_a_large_produce_is_fenced_by_the_partition_count_and_counted_again(spar
     assert sorted((r["sequence"] - 10, int(r["value"])) for r in rows) == [(i, i) for i in range(ROWS)]
 
 
-def test_a_large_produce_with_a_record_without_value_writes_nothing(spark, root):
-    TopicAdmin(spark, root).create("v", 3)
-    df = frame(spark).withColumn("value", F.when(F.col("value") == "29999", None).otherwise(F.col("value")))
-    with pytest.raises(InvalidRecordError, match="1 records have no value; every record needs one. Nothing was written"):
-        Producer(spark, root, "v").send(df)
-    assert log_rows(root, "v") == []
+def test_a_large_produce_keeps_null_values_or_writes_nothing_to_an_earlier_releases_topic(spark, root, monkeypatch):
+    admin = TopicAdmin(spark, root)
+    admin.create("v", 3)
+    create_as_earlier_release(monkeypatch, admin, "old", 3)
+    df = frame(spark).withColumn("value", F.when(F.col("value") == "29999", None)
+                                 .when(F.col("value") == "29998", "").otherwise(F.col("value")))
+    assert Producer(spark, root, "v").send(df).appended == ROWS
+    values = [r["value"] for r in log_rows(root, "v", ["value"])]
+    assert values.count(None) == 1 and values.count(b"") == 1 and len(values) == ROWS
+    with pytest.raises(InvalidRecordError, match="topic 'old' has a null value.*Nothing was written"):
+        Producer(spark, root, "old").send(df)
+    assert log_rows(root, "old") == []
 
 
 @pytest.mark.parametrize("change", ["fewer rows", "a row moved between tasks"])

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from tests.serve.raw import RawClient, batch, frame, produce
-from tests.support import log_rows
+from tests.serve.raw import RawClient, batch, frame, produce, produce_request
+from tests.support import create_as_earlier_release, log_rows
 
 pytestmark = pytest.mark.kafka_clients
 API_VERSIONS = {"client_software_name": "t", "client_software_version": "1"}
@@ -73,17 +73,27 @@ def test_a_bad_batch_is_refused_alone_and_writes_nothing(served, root):
         {"name": "t", "partition_data": [{"index": 0, "records": bytes(corrupt)}, {"index": 1, "records": good}]}]})
     answers = {p.index: (p.error_code, p.base_offset) for p in response.responses[0].partition_responses}
     assert answers == {0: (ErrorCode.corrupt_message, -1), 1: (0, 0)}
-    from aiokafka.record._crecords import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=2**20)
-    builder.append(0, 1, b"k", None, [])  # a tombstone: lakelog keeps a value with every record
-    assert produce(client, "t", 0, bytes(builder.build()))[0] == ErrorCode.invalid_record
     assert produce(client, "t", 0, b"\0" * 30)[0] == ErrorCode.corrupt_message
     assert produce(client, "missing", 0, good)[0] == ErrorCode.unknown_topic_or_partition
     assert produce(client, "t", 7, good)[0] == ErrorCode.unknown_topic_or_partition
     client.close()
     assert [(r["partition"], r["value"]) for r in log_rows(root, "t")] == [(1, b"ok")]
+
+
+def test_a_tombstone_is_kept_null_and_a_topic_of_an_earlier_release_refuses_it_saying_why(served, root, monkeypatch):
+    """A record of value length -1 (a tombstone) is stored null and one of length 0 empty; a topic
+    whose log was made before null values answers INVALID_RECORD, naming the topic, nothing written."""
+    served.ctx.admin.create("t", 1)
+    create_as_earlier_release(monkeypatch, served.ctx.admin, "old", 1)
+    records = batch([None, b""], keys=[b"k", b"e"])
+    client = RawClient(served.port)
+    assert produce(client, "t", 0, records) == (0, 0)
+    answer = client.call(0, 9, produce_request("old", 0, records)).responses[0].partition_responses[0]
+    client.close()
+    assert answer.error_code == ErrorCode.invalid_record and "topic 'old'" in answer.error_message, answer
+    rows = sorted(log_rows(root, "t", ["offset", "key", "value"]), key=lambda r: r["offset"])
+    assert [(r["key"], r["value"]) for r in rows] == [(b"k", None), (b"e", b"")]
+    assert log_rows(root, "old") == []
 
 
 def test_a_client_vanishing_mid_produce_leaves_the_batch_whole_or_absent(served, root):

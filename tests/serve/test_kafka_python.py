@@ -50,6 +50,29 @@ def test_records_produced_by_kafka_python_are_the_logs_rows_and_come_back_in_ord
         assert offsets == sorted(offsets)
 
 
+def test_a_tombstone_from_kafka_python_or_spark_is_stored_null_and_fetched_as_null(spark, served, root):
+    """A null value (Kafka's tombstone, value length -1) lands null and comes back null; an
+    empty value (length 0) lands and comes back empty: sent by kafka-python (fetched as the
+    server kept the batch) or by lakelog's Producer (fetched as the server encodes the log's rows)."""
+    from pipelines.producer import Producer
+
+    boot = bootstrap(served)
+    KafkaAdminClient(bootstrap_servers=boot).create_topics([NewTopic("kafka", 1, 1), NewTopic("spark", 1, 1)])
+    sent = [(b"gone", None), (b"empty", b""), (b"full", b"x")]
+    producer = KafkaProducer(bootstrap_servers=boot, enable_idempotence=True)
+    for key, value in sent:
+        producer.send("kafka", key=key, value=value).get(30)
+    producer.close()
+    Producer(spark, root, "spark").send(spark.createDataFrame(sent, "key binary, value binary"))
+    for topic in ("kafka", "spark"):
+        stored = {r["key"]: r["value"] for r in log_rows(root, topic, ["key", "value"])}
+        assert stored == dict(sent), topic
+        consumer = KafkaConsumer(topic, bootstrap_servers=boot, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+        fetched = {m.key: m.value for m in consumer}
+        consumer.close()
+        assert fetched == stored, topic
+
+
 def test_list_offsets_answers_earliest_latest_and_by_timestamp(served):
     boot = bootstrap(served)
     KafkaAdminClient(bootstrap_servers=boot).create_topics([NewTopic("t", 1, 1)])

@@ -5,9 +5,7 @@ the start, each key's Kafka partition)."""
 from datetime import datetime, timezone
 
 import pyarrow as pa
-import pytest
 
-from log_store.errors import InvalidRecordError
 from log_store.partitioner import partition_for, partition_for_unkeyed
 from pipelines.driver_batches import HEADERS, is_plain, normalized, partitioned, spark_is_plain
 
@@ -49,9 +47,9 @@ def test_rows_become_bytes_stamped_and_numbered_from_the_start():
     assert out.column("producer_id").to_pylist() == ["p", "p"]
 
 
-def test_a_record_without_a_value_is_refused():
-    with pytest.raises(InvalidRecordError, match="1 records have no value.*Nothing was written"):
-        normalized(batch(value=["v", None]), 0, "p")
+def test_a_null_value_stays_null_and_an_empty_one_empty():
+    """A tombstone is the log's to keep or refuse (``log_append``), not the batch's."""
+    assert normalized(batch(value=["v", None, ""]), 0, "p").column("value").to_pylist() == [b"v", None, b""]
 
 
 def test_keyed_records_go_where_kafka_puts_their_key_and_unkeyed_ones_by_sequence():

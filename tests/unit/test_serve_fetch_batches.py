@@ -44,3 +44,13 @@ def test_log_append_time_records_are_marked_per_append_and_a_switch_splits_batch
 def test_create_time_records_stay_in_one_batch():
     data, _ = encode_records(_rows([5, 1, 9]))
     assert _batches(data) == [(0, 0, [0, 1, 2], True)]
+
+
+def test_a_null_value_is_encoded_null_and_counts_nothing_against_the_fetchs_bytes():
+    """A tombstone goes out as value length -1 (null to a client), an empty value as length 0, and
+    a fetch's byte bound counts the tombstone's value as nothing, not as the end of the fetch."""
+    rows = _rows([1, 2, 3, 4])
+    rows = rows.set_column(rows.schema.get_field_index("value"), "value", pa.array([b"a", None, b"", b"d"], pa.binary()))
+    data, after = encode_records(rows, max_bytes=10_000)
+    records = MemoryRecords(data)
+    assert after == 4 and [r.value for r in records.next_batch()] == [b"a", None, b"", b"d"]

@@ -18,7 +18,7 @@ from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
 from pipelines.spark.python_source import FORMAT, register
 from tests.pipelines.spark.test_source import cross_partition_batches, order_violations, sink_batches
-from tests.support import log_rows, make_records
+from tests.support import TOMBSTONE_VALUES, check_tombstones, log_rows, make_records
 
 T = "orders.v1"
 PYTHON_NAME = "lakelog_python"  # the Python source's name where the JVM source owns "lakelog"
@@ -84,6 +84,12 @@ def test_a_batch_read_gives_every_record_once_in_kafkas_columns(reads, spark, ro
     assert len(got) == 200 and got == want
     plain = reads.read(subscribe=T)
     assert "headers" not in plain.columns and plain.count() == 200
+
+
+def test_a_batch_read_gives_a_null_value_as_null_and_an_empty_one_as_empty(reads, spark, root):
+    TopicAdmin(spark, root).create(T, 2)
+    Producer(spark, root, T).send(spark.range(6).selectExpr("cast(id as string) as key", TOMBSTONE_VALUES))
+    check_tombstones([r.asDict() for r in reads.read(subscribe=T).collect()])
 
 
 def test_a_batch_read_takes_starting_and_ending_offsets_as_json(reads, spark, root):

@@ -19,7 +19,7 @@ from pipelines.spark.python_source import FORMAT, register
 from pipelines.spark.sink import BATCH_SHIFT
 from tests.pipelines.spark.test_python_source import PYTHON_NAME, forget_commit
 from tests.pipelines.spark.test_sink import dense
-from tests.support import log_rows, make_records
+from tests.support import TOMBSTONE_VALUES, check_tombstones, log_rows, make_records
 
 T = "orders"
 
@@ -122,6 +122,12 @@ def test_a_stream_from_a_topic_to_another_keeps_each_keys_order(writes, spark, r
     assert sorted(v for values in copied.values() for v in values) == list(range(2000)), "every record once"
     assert copied == source, "each key in the source's order"
     assert staged(root) == []
+
+
+def test_a_null_value_lands_null_and_an_empty_one_empty(writes, spark, root):
+    TopicAdmin(spark, root).create(T, 2)
+    writes.write(writes.spark.range(6).selectExpr("cast(id as string) as key", TOMBSTONE_VALUES), topic=T)
+    check_tombstones(log_rows(root, T, ["key", "value"]))
 
 
 def test_a_retried_batch_write_with_sequences_lands_once_and_a_topic_column_splits(writes, spark, root):

@@ -11,7 +11,7 @@ import pytest
 from control_plane.topics import TopicAdmin
 from log_store.partitioner import partition_for
 from pipelines.spark.sink import BATCH_SHIFT
-from tests.support import log_rows, make_records
+from tests.support import TOMBSTONE_VALUES, check_tombstones, log_rows, make_records
 
 T = "orders"
 
@@ -36,6 +36,15 @@ def test_a_batch_write_lands_partitioned_by_key_with_dense_offsets(lakelog, root
     assert dense(rows)
     assert all([(h["key"], h["value"]) for h in r["headers"]] == [("h", r["key"]), ("a", b"1"), ("h", b"2")]
                for r in rows), "headers kept in order, a repeated key too"
+
+
+def test_a_null_value_is_written_and_read_back_null_and_an_empty_one_empty(lakelog, root):
+    """Through lakelog's JVM sink and source: a tombstone stays null, an empty value empty."""
+    TopicAdmin(lakelog, root).create(T, 2)
+    df = lakelog.range(6).selectExpr("cast(id as string) as key", TOMBSTONE_VALUES)
+    df.write.format("lakelog").option("topic", T).mode("append").save()
+    check_tombstones(log_rows(root, T, ["key", "value"]))
+    check_tombstones([r.asDict() for r in lakelog.read.format("lakelog").option("subscribe", T).load().collect()])
 
 
 @pytest.mark.parametrize("records", [600, 30_000])  # written from the driver; by Spark's tasks
