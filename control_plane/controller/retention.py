@@ -80,8 +80,9 @@ class LogMaintenance:
         return changes
 
     def apply_retention(self, record: TopicRecord, config: TopicConfig, now_ms: int | None = None) -> list[LogStartChange]:
-        """Raise log starts as ``retention.ms`` and ``retention.bytes`` ask (nothing if both unlimited)."""
-        if config.retention_ms < 0 and config.retention_bytes < 0:
+        """Raise log starts as ``retention.ms`` and ``retention.bytes`` ask (nothing if both unlimited,
+        or if ``cleanup.policy`` has no ``delete``: a compacted topic keeps its keys' latest records)."""
+        if not config.deletes or (config.retention_ms < 0 and config.retention_bytes < 0):
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         log = TopicLog(self.spark, record.location)
