@@ -1,6 +1,6 @@
 """Per-topic configuration as Kafka names it (``retention.ms``, ``retention.bytes``,
 ``segment.bytes``, ``max.message.bytes``, ...), kept in the ``topic_configs`` control table, and the record of every log start
-offset raised (``record_deletions``).
+offset raised (``record_deletions``) and key compaction (``key_compactions``).
 
 ``topic_configs`` holds one row per change: the topic's whole configuration after it, numbered by
 ``config_version`` per topic log (``location``: a topic created again with the name is a new log
@@ -33,6 +33,10 @@ CONFIG_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, config MAP<ST
 LOG_START_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition INT NOT NULL, "
                     "previous_offset BIGINT, log_start_offset BIGINT NOT NULL, reason STRING, files_removed INT, "
                     "log_version BIGINT, changed_at TIMESTAMP_NTZ, changed_by STRING")
+KEY_COMPACTION_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition INT NOT NULL, reason STRING, "
+                         "records_before BIGINT, records_after BIGINT, files_removed INT, files_added INT, "
+                         "previous_cleaned BIGINT, cleaned_up_to BIGINT NOT NULL, log_version BIGINT, "
+                         "changed_at TIMESTAMP_NTZ, changed_by STRING")
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's default: 1 MiB and a batch's offset and length

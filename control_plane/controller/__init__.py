@@ -43,6 +43,7 @@ from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import LOST_ROOT, ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError
+from log_store.key_compaction import KeyCompaction
 from log_store.log_files import Compaction, LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import PARTITIONED, Mode
@@ -75,6 +76,7 @@ class TickResult(BaseModel):
     deleted: bool = False  # this tick finished an interrupted topic deletion
     log_starts: list[LogStartChange] = []  # log starts retention raised (records deleted in whole files)
     compacted: list[Compaction] = []  # partitions whose small files this tick merged
+    cleaned: list[KeyCompaction] = []  # partitions key compaction cleaned (cleanup.policy=compact)
     error: str | None = None  # the topic's log could not be read (its root lost): skipped, the others ticked
 
 
@@ -112,6 +114,19 @@ class TopicController:
         """Merge small files of ``topic``'s partitions into files of its ``segment.bytes``."""
         record = self.resume(topic)
         return self.logs.compact(record, self.logs.config(record), partitions)
+
+    def compact_keys(self, topic: str, partitions: list[int] | None = None,
+                     now_ms: int | None = None) -> list[KeyCompaction]:
+        """Kafka's log cleaning of ``topic`` (its ``cleanup.policy`` must have ``compact``): each
+        due partition keeps its keys' latest records (``log_store.key_compaction``)."""
+        record = self.resume(topic)
+        config = self.logs.config(record)
+        if not config.compacted:
+            raise InvalidConfigurationError(
+                f"'{topic}' has cleanup.policy={config.cleanup_policy}: key compaction is for topics with compact "
+                f"(lakelog topics alter --topic {topic} --config cleanup.policy=compact); nothing was changed")
+        self.logs.record_missing_cleanings(record)
+        return self.logs.compact_keys(record, config, partitions, now_ms)
 
     def check_layout(self, topic: str, layout: str) -> None:
         """Refuse a layout ``topic`` cannot have before anything changes: replication copies the
@@ -205,13 +220,17 @@ class TopicController:
         return out
 
     def _maintain(self, topic: str) -> dict:
-        """A tick's upkeep of a live topic's log after retirement: record log starts a killed
-        controller left unrecorded, apply retention, merge small files."""
+        """A tick's upkeep of a live topic's log after retirement: record log starts and cleaned
+        offsets a killed controller left unrecorded, apply retention, merge small files, then
+        clean keys (a compacted topic)."""
         record = self.admin.get(topic)
         config = self.logs.config(record)
         self.logs.record_missing(record)
+        if config.compacted:
+            self.logs.record_missing_cleanings(record)
         return {"log_starts": self.logs.apply_retention(record, config),
-                "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files)}
+                "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files),
+                "cleaned": self.logs.compact_keys(record, config)}
 
     def _tick(self, topic: str, delay: float) -> TickResult:
         for _ in range(ATTEMPTS):
