@@ -38,6 +38,7 @@ from control_plane.controller.retirement import drained_partitions, purge
 from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
+from control_plane.topic_config import parse_pairs, policies
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
@@ -93,7 +94,13 @@ class TopicController:
 
     # -- configuration, delete-records, compaction (controller.retention) -------------------------
     def alter_config(self, topic: str, pairs: list[str], delete: list[str] = ()) -> ConfigChange:
-        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys."""
+        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys. A
+        replicated topic cannot be compacted by key: replication copies each record of the leader's
+        log ends, and a follower would keep what the leader's cleaning removed."""
+        if "compact" in policies(parse_pairs(list(pairs)).get("cleanup.policy", "delete")) \
+                and self.admin.replica_state(topic) is not None:
+            raise ReplicationError(f"'{topic}' is replicated, and replicated topics keep cleanup.policy=delete "
+                                   "(a follower copies every record of its leader); nothing was changed")
         return self.logs.alter_config(self.resume(topic), list(pairs), list(delete))
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> list[LogStartChange]:
