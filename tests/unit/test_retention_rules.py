@@ -159,3 +159,25 @@ def test_a_compaction_taking_part_of_a_shared_file_takes_all_of_it():
         0: [["a", "b"]], 1: [["a"]], 2: [["b"]]}
     single = files((0, 9), (10, 19))
     assert whole_files({0: [single]}, {0: single}) == {0: [single]}, "files of one partition: unchanged"
+
+
+def test_serve_keeps_the_compaction_configs_and_refuses_bad_values_as_invalid_config():
+    """CreateTopics and IncrementalAlterConfigs through ``lakelog serve``: the compaction configs
+    are kept (DescribeConfigs shows them with Kafka's defaults), a bad value or a minimum lag above
+    the maximum is INVALID_CONFIG, ``segment.ms`` is taken and not kept."""
+    from types import SimpleNamespace as Config
+
+    from serve.apis.topics import DEFAULTS, _check_configs
+    from serve.errors import code_of
+
+    given = [Config(name="cleanup.policy", value="compact,delete"), Config(name="min.compaction.lag.ms", value="5"),
+             Config(name="min.cleanable.dirty.ratio", value="0.1"), Config(name="segment.ms", value="1000")]
+    assert _check_configs(given) == ["cleanup.policy=compact,delete", "min.compaction.lag.ms=5",
+                                     "min.cleanable.dirty.ratio=0.1"]
+    assert DEFAULTS["delete.retention.ms"] == "86400000" and DEFAULTS["min.cleanable.dirty.ratio"] == "0.5"
+    for bad in ([Config(name="cleanup.policy", value="compacted")],
+                [Config(name="delete.retention.ms", value="-5")],
+                [Config(name="min.compaction.lag.ms", value="9"), Config(name="max.compaction.lag.ms", value="8")]):
+        with pytest.raises(InvalidConfigurationError) as caught:
+            _check_configs(bad)
+        assert code_of(caught.value) == code_of("INVALID_CONFIG")
