@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from control_plane.layout import RootLayout
-from control_plane.topic_config import CONFIG_SCHEMA, LOG_START_SCHEMA
+from control_plane.topic_config import CONFIG_SCHEMA, KEY_COMPACTION_SCHEMA, LOG_START_SCHEMA
 from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
     MemberHeartbeat,
@@ -57,11 +57,12 @@ TABLES = {
     "group_heartbeats": "`group` STRING",
     "topic_configs": CONFIG_SCHEMA,  # control_plane.topic_config
     "record_deletions": LOG_START_SCHEMA,
+    "key_compactions": KEY_COMPACTION_SCHEMA,  # one row per partition a key compaction cleaned
     "topic_replicas": REPLICA_SCHEMA,  # control_plane.replication.state
     "servers": SERVER_SCHEMA,  # control_plane.servers (lakelog serve)
 }
 # Made when first written (``ensure_table``), not with every root: only replicated topics use them.
-ON_DEMAND = ("topic_replicas", "servers")
+ON_DEMAND = ("topic_replicas", "servers", "key_compactions")
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 # The tables whose current state is "the latest row in commit order" (never a writer's clock):
@@ -448,7 +449,8 @@ class ControlTables:
     # -- SQL ---------------------------------------------------------------------------------
     CONTROL_VIEWS = ("topic_history", "replica_history", "topics", "partitions", "offset_commits", "group_offsets",
                      "expired_records",
-                     "group_generations", "groups", "group_members", "topic_configs", "record_deletions")
+                     "group_generations", "groups", "group_members", "topic_configs", "record_deletions",
+                     "key_compactions")
 
     def register_views(self, wanted: set[str] | None = None) -> list[str]:
         """Register stable SQL names for the control plane and every topic's log; return them.
@@ -490,7 +492,7 @@ class ControlTables:
     def _view(self, name: str, view) -> DataFrame:
         """One control-plane view; ``view`` gives the others it is built from."""
         if name in ("topic_history", "offset_commits", "group_generations", "group_members", "topic_configs",
-                    "record_deletions", "replica_history"):
+                    "record_deletions", "key_compactions", "replica_history"):
             return self.read({"topic_history": "topics", "replica_history": "topic_replicas"}.get(name, name))
         if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):

@@ -1,6 +1,6 @@
 """Per-topic configuration as Kafka names it (``retention.ms``, ``retention.bytes``,
 ``segment.bytes``, ``max.message.bytes``, ...), kept in the ``topic_configs`` control table, and the record of every log start
-offset raised (``record_deletions``).
+offset raised (``record_deletions``) and key compaction (``key_compactions``).
 
 ``topic_configs`` holds one row per change: the topic's whole configuration after it, numbered by
 ``config_version`` per topic log (``location``: a topic created again with the name is a new log
@@ -9,6 +9,10 @@ its place under its root (``log_key``), so a replicated topic keeps its configur
 root leads it. The latest version
 is the configuration. ``record_deletions`` holds one row per raised log start: the history that
 ``lakelog sql`` reads; the log's own commit (``log_store.log_files``) is what readers obey.
+
+``cleanup.policy`` is Kafka's: ``delete`` (retention), ``compact`` (keep the latest record of each
+key: ``log_store.key_compaction``) or both, with Kafka's compaction configs (``min.compaction.lag.ms``,
+``max.compaction.lag.ms``, ``delete.retention.ms``, ``min.cleanable.dirty.ratio``) and defaults.
 
 Defaults differ from Kafka's in one place: ``retention.ms`` is -1 (keep forever), not seven days,
 so a topic made before retention existed keeps every record until someone sets a retention.
@@ -29,6 +33,10 @@ CONFIG_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, config MAP<ST
 LOG_START_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition INT NOT NULL, "
                     "previous_offset BIGINT, log_start_offset BIGINT NOT NULL, reason STRING, files_removed INT, "
                     "log_version BIGINT, changed_at TIMESTAMP_NTZ, changed_by STRING")
+KEY_COMPACTION_SCHEMA = ("topic STRING NOT NULL, location STRING NOT NULL, partition INT NOT NULL, reason STRING, "
+                         "records_before BIGINT, records_after BIGINT, files_removed INT, files_added INT, "
+                         "previous_cleaned BIGINT, cleaned_up_to BIGINT NOT NULL, log_version BIGINT, "
+                         "changed_at TIMESTAMP_NTZ, changed_by STRING")
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # Kafka's default: 1 MiB and a batch's offset and length
@@ -43,12 +51,31 @@ class TopicConfig(BaseModel):
     retention_bytes: int = Field(default=-1, alias="retention.bytes")
     segment_bytes: int = Field(default=DEFAULT_TARGET_BYTES, alias="segment.bytes")  # compaction's target file size
     cleanup_policy: str = Field(default="delete", alias="cleanup.policy")
+    # key compaction (cleanup.policy compact): Kafka's names and defaults
+    min_compaction_lag_ms: int = Field(default=0, alias="min.compaction.lag.ms")
+    max_compaction_lag_ms: int = Field(default=LONG_MAX, alias="max.compaction.lag.ms")
+    delete_retention_ms: int = Field(default=86_400_000, alias="delete.retention.ms")
+    min_cleanable_dirty_ratio: float = Field(default=0.5, alias="min.cleanable.dirty.ratio")
     placement: str | None = Field(default=None, alias="lakelog.placement")  # None: the server's serve.placement
     # CreateTime: the producer's time; LogAppendTime: the append's (the log's property decides appends
     # and reads: log_store.timestamp_types)
     message_timestamp_type: str = Field(default=CREATE_TIME, alias="message.timestamp.type")
     # the largest record batch a Kafka client may produce (lakelog serve), as sent and uncompressed
     max_message_bytes: int = Field(default=MAX_MESSAGE_BYTES, alias="max.message.bytes")
+
+    @property
+    def policies(self) -> frozenset[str]:
+        """The policies ``cleanup.policy`` lists (``compact,delete``: both)."""
+        return policies(self.cleanup_policy)
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.policies
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention (``retention.ms``, ``retention.bytes``) applies."""
+        return "delete" in self.policies
 
     def as_kafka(self) -> dict[str, str]:
         """Every config with its value; ``lakelog.placement`` only when the topic sets it."""
@@ -60,12 +87,25 @@ class TopicConfig(BaseModel):
 
 
 KEYS = {"retention.ms": (-1, LONG_MAX), "retention.bytes": (-1, LONG_MAX), "segment.bytes": (1024, INT_MAX),
-        "max.message.bytes": (0, INT_MAX)}
-POLICIES = ("delete",)
+        "max.message.bytes": (0, INT_MAX), "min.compaction.lag.ms": (0, LONG_MAX),
+        "max.compaction.lag.ms": (1, LONG_MAX), "delete.retention.ms": (0, LONG_MAX)}
+RATIOS = ("min.cleanable.dirty.ratio",)  # the keys whose values are fractions from 0 to 1
+POLICIES = ("compact", "delete")
 TIMESTAMP_TYPE = "message.timestamp.type"
 PLACEMENT = "lakelog.placement"
 PLACEMENTS = ("key", "client")  # by the key's murmur2 hash, or where the client addressed it (serve.placement)
-WORDS = ("cleanup.policy", TIMESTAMP_TYPE, PLACEMENT)  # the keys whose values are words, not numbers
+WORDS = ("cleanup.policy", TIMESTAMP_TYPE, PLACEMENT, *RATIOS)  # the keys whose values are not whole numbers
+
+
+def policies(value: str) -> frozenset[str]:
+    """The policies of a ``cleanup.policy`` value: a comma-separated list of ``delete`` and
+    ``compact`` (Kafka's list, in any order)."""
+    found = [p.strip() for p in value.split(",")]
+    if not found or any(p not in POLICIES for p in found) or len(set(found)) != len(found):
+        raise InvalidConfigurationError(
+            f"cleanup.policy={value}: give delete (retention by time and size), compact (keep the latest record "
+            "of each key) or compact,delete (both)")
+    return frozenset(found)
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -78,15 +118,30 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
             raise InvalidConfigurationError(f"--config {pair!r}: give KEY=VALUE, e.g. retention.ms=604800000")
         check(key, value)
         out[key] = value
+    check_lags(out)
     return out
+
+
+def check_lags(config: dict[str, str]) -> None:
+    """Kafka's rule across two keys: ``min.compaction.lag.ms`` at most ``max.compaction.lag.ms``."""
+    low = int(config.get("min.compaction.lag.ms", 0))
+    high = int(config.get("max.compaction.lag.ms", LONG_MAX))
+    if low > high:
+        raise InvalidConfigurationError(
+            f"min.compaction.lag.ms={low} is above max.compaction.lag.ms={high}; give a minimum at most the maximum")
 
 
 def check(key: str, value: str) -> None:
     if key == "cleanup.policy":
-        if value not in POLICIES:
-            raise InvalidConfigurationError(
-                f"cleanup.policy={value}: this release supports cleanup.policy=delete only (retention by time and size); "
-                "log-compacted topics (compact) are not supported")
+        policies(value)
+        return
+    if key in RATIOS:
+        try:
+            ratio = float(value)
+        except ValueError:
+            ratio = None
+        if ratio is None or not 0 <= ratio <= 1:
+            raise InvalidConfigurationError(f"{key}={value}: give a fraction from 0 to 1, e.g. 0.5")
         return
     if key == TIMESTAMP_TYPE:
         check_kind(value)
@@ -119,6 +174,7 @@ def changed(current: dict[str, str], set_: dict[str, str], delete: list[str]) ->
             raise InvalidConfigurationError(f"{key} is both set and deleted; give one")
     out = {k: v for k, v in current.items() if k not in delete}
     out.update(set_)
+    check_lags(out)
     return out
 
 

@@ -50,6 +50,8 @@ POINTS: dict[str, str] = {
     "retention:before_commit": "retention or delete-records: files chosen, the log start not raised",
     "retention:after_commit": "retention or delete-records: the log start raised, the control plane not told",
     "compact:before_commit": "compaction: merged files written, not committed",
+    "compaction:before_commit": "key compaction: survivors written, old files and cleaned offsets not committed",
+    "compaction:after_commit": "key compaction: committed, key_compactions not told",
     "replicate:after_read": "replicate: the leader's and a follower's log ends read, nothing copied or committed",
     "replicate:after_write": "replicate: a follower's copied files written, not committed",
     "replicate:after_truncate": "replicate or elect: a truncation's kept records rewritten, not committed",

@@ -50,6 +50,21 @@ DEFAULT_TARGET_BYTES = 128 * 1024 * 1024  # a compacted file's size (Kafka's seg
 
 
 RANGES_TAG = "lakelog.ranges"  # an arrival file's rows per partition, in its add action's tags
+# A file written by key compaction: when its records were first cleaned (ms) and how many tombstones
+# it holds, ``<ms>:<tombstones>`` (``log_store.cleaning``: Kafka's delete horizon counts from then).
+CLEANED_TAG = "lakelog.cleaned"
+
+
+def encode_cleaned(cleaned_at_ms: int, tombstones: int) -> str:
+    return f"{int(cleaned_at_ms)}:{int(tombstones)}"
+
+
+def decode_cleaned(text: str | None) -> tuple[int | None, int | None]:
+    """(cleaned at, tombstones) of a ``lakelog.cleaned`` tag; (None, None) for a file never cleaned."""
+    if not text:
+        return None, None
+    at, _, count = text.partition(":")
+    return int(at), int(count)
 
 
 def encode_ranges(ranges: dict[int, tuple[int, int, int]]) -> str:
@@ -70,7 +85,8 @@ def decode_ranges(text: str) -> dict[int, tuple[int, int, int]]:
 class DataFile(BaseModel):
     """One data file of a partition: its offsets [first, last], size and newest timestamp. A file
     holding several partitions (the arrival layout) is one ``DataFile`` per partition, each
-    ``shared``, with the file's size divided by rows."""
+    ``shared``, with the file's size divided by rows. A file key compaction wrote may hold fewer
+    records than offsets (``contiguous`` is false) and says when it was cleaned."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -84,6 +100,9 @@ class DataFile(BaseModel):
     partition_values: dict[str, str] = {}
     shared: bool = False
     file_size: int | None = None  # the whole file's, where shared
+    min_timestamp_ms: int | None = None
+    cleaned_at_ms: int | None = None  # when key compaction first cleaned its records (None: never)
+    tombstones: int | None = None  # its records with a null value, where key compaction wrote it
 
     @property
     def contiguous(self) -> bool:
@@ -107,24 +126,31 @@ def data_file(add: dict) -> DataFile | None:
     if "offset" not in lo or "offset" not in hi or "numRecords" not in stats:
         return None
     values = add.get("partitionValues") or {}
+    cleaned_at, tombstones = decode_cleaned((add.get("tags") or {}).get(CLEANED_TAG))
     return DataFile(path=add["path"], partition=int(values["partition"]), size=int(add["size"]),
                     records=int(stats["numRecords"]), first=int(lo["offset"]), last=int(hi["offset"]),
-                    max_timestamp_ms=_millis(hi.get("timestamp")), partition_values=values)
+                    max_timestamp_ms=_millis(hi.get("timestamp")), min_timestamp_ms=_millis(lo.get("timestamp")),
+                    partition_values=values, cleaned_at_ms=cleaned_at, tombstones=tombstones)
 
 
 def data_files(add: dict) -> list[DataFile]:
     """The ``DataFile`` of each partition in Delta's add action: one for a file of one partition,
     one per partition for an arrival file (its ``lakelog.ranges`` tag); none without statistics."""
-    ranges = (with_tags(add).get("tags") or {}).get(RANGES_TAG)
+    add = with_tags(add)
+    tags = add.get("tags") or {}
+    ranges = tags.get(RANGES_TAG)
     if not ranges:
         f = data_file(add)
         return [] if f is None else [f]
     stats = json.loads(add.get("stats") or "{}")
     newest = _millis(stats.get("maxValues", {}).get("timestamp"))
+    oldest = _millis(stats.get("minValues", {}).get("timestamp"))
+    cleaned_at, tombstones = decode_cleaned(tags.get(CLEANED_TAG))
     found = decode_ranges(ranges)
     total, size = sum(n for _a, _b, n in found.values()), int(add["size"])
     return [DataFile(path=add["path"], partition=p, size=max(size * n // max(total, 1), 1), records=n, first=a,
-                     last=b, max_timestamp_ms=newest, shared=len(found) > 1, file_size=size)
+                     last=b, max_timestamp_ms=newest, min_timestamp_ms=oldest, shared=len(found) > 1, file_size=size,
+                     cleaned_at_ms=cleaned_at, tombstones=tombstones)
             for p, (a, b, n) in sorted(found.items())]
 
 
@@ -165,7 +191,7 @@ def retention_start(files: list[DataFile], log_start: int, log_end_offset: int, 
 def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None = None) -> list[list[DataFile]]:
     """Runs of consecutive small files (``files`` by first offset; each contiguous, each run's
     offsets consecutive) whose sizes add up to at most ``target_bytes``: each run of two or more
-    becomes one file. ``below``: only files wholly below this offset (the log end read in the same
+    becomes one file. A file key compaction wrote stays as it is (its tag dates its tombstones). ``below``: only files wholly below this offset (the log end read in the same
     transaction)."""
     runs: list[list[DataFile]] = []
     run: list[DataFile] = []
@@ -177,7 +203,8 @@ def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None 
         run.clear()
 
     for f in files:
-        small = f.size < target_bytes and f.contiguous and (below is None or f.last < below)
+        small = (f.size < target_bytes and f.contiguous and f.cleaned_at_ms is None
+                 and (below is None or f.last < below))
         follows = bool(run) and f.first == run[-1].last + 1
         if small and run and follows and size + f.size <= target_bytes:
             run.append(f)

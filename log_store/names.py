@@ -27,6 +27,7 @@ PRODUCER_PREFIX = "lakelog.producer."
 STREAM_BATCH_PREFIX = "lakelog.stream_batch."
 LOG_END_PREFIX = "lakelog.log_end."
 LOG_START_PREFIX = "lakelog.log_start."
+CLEANED_PREFIX = "lakelog.cleaned."
 HIGH_WATERMARK_PREFIX = "lakelog.high_watermark."
 FENCE_PREFIX = "lakelog.fence."
 GENERATION_PREFIX = "lakelog.generation."
@@ -169,6 +170,12 @@ def log_start_app_id(partition: int) -> str:
     """A partition's log start offset (Kafka's logStartOffset): records below it were deleted
     (retention, delete-records). Set in the same commit that removes their files."""
     return f"{LOG_START_PREFIX}{int(partition)}"
+
+
+def cleaned_app_id(partition: int) -> str:
+    """How far key compaction has cleaned a partition (Kafka's cleaner checkpoint): the records
+    below it were compacted, those from it on are dirty. Set in the commit that rewrites their files."""
+    return f"{CLEANED_PREFIX}{int(partition)}"
 
 
 def high_watermark_app_id(partition: int | None) -> str:

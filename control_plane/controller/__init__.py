@@ -38,11 +38,13 @@ from control_plane.controller.retirement import drained_partitions, purge
 from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
+from control_plane.topic_config import parse_pairs, policies
 from control_plane.records import TopicEvent, TopicRecord, utcnow
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import LOST_ROOT, ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError
+from log_store.key_compaction import KeyCompaction
 from log_store.log_files import Compaction, LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import PARTITIONED, Mode
@@ -75,6 +77,7 @@ class TickResult(BaseModel):
     deleted: bool = False  # this tick finished an interrupted topic deletion
     log_starts: list[LogStartChange] = []  # log starts retention raised (records deleted in whole files)
     compacted: list[Compaction] = []  # partitions whose small files this tick merged
+    cleaned: list[KeyCompaction] = []  # partitions key compaction cleaned (cleanup.policy=compact)
     error: str | None = None  # the topic's log could not be read (its root lost): skipped, the others ticked
 
 
@@ -91,7 +94,13 @@ class TopicController:
 
     # -- configuration, delete-records, compaction (controller.retention) -------------------------
     def alter_config(self, topic: str, pairs: list[str], delete: list[str] = ()) -> ConfigChange:
-        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys."""
+        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys. A
+        replicated topic cannot be compacted by key: replication copies each record of the leader's
+        log ends, and a follower would keep what the leader's cleaning removed."""
+        if "compact" in policies(parse_pairs(list(pairs)).get("cleanup.policy", "delete")) \
+                and self.admin.replica_state(topic) is not None:
+            raise ReplicationError(f"'{topic}' is replicated, and replicated topics keep cleanup.policy=delete "
+                                   "(a follower copies every record of its leader); nothing was changed")
         return self.logs.alter_config(self.resume(topic), list(pairs), list(delete))
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> list[LogStartChange]:
@@ -112,6 +121,19 @@ class TopicController:
         """Merge small files of ``topic``'s partitions into files of its ``segment.bytes``."""
         record = self.resume(topic)
         return self.logs.compact(record, self.logs.config(record), partitions)
+
+    def compact_keys(self, topic: str, partitions: list[int] | None = None,
+                     now_ms: int | None = None) -> list[KeyCompaction]:
+        """Kafka's log cleaning of ``topic`` (its ``cleanup.policy`` must have ``compact``): each
+        due partition keeps its keys' latest records (``log_store.key_compaction``)."""
+        record = self.resume(topic)
+        config = self.logs.config(record)
+        if not config.compacted:
+            raise InvalidConfigurationError(
+                f"'{topic}' has cleanup.policy={config.cleanup_policy}: key compaction is for topics with compact "
+                f"(lakelog topics alter --topic {topic} --config cleanup.policy=compact); nothing was changed")
+        self.logs.record_missing_cleanings(record)
+        return self.logs.compact_keys(record, config, partitions, now_ms)
 
     def check_layout(self, topic: str, layout: str) -> None:
         """Refuse a layout ``topic`` cannot have before anything changes: replication copies the
@@ -205,13 +227,17 @@ class TopicController:
         return out
 
     def _maintain(self, topic: str) -> dict:
-        """A tick's upkeep of a live topic's log after retirement: record log starts a killed
-        controller left unrecorded, apply retention, merge small files."""
+        """A tick's upkeep of a live topic's log after retirement: record log starts and cleaned
+        offsets a killed controller left unrecorded, apply retention, merge small files, then
+        clean keys (a compacted topic)."""
         record = self.admin.get(topic)
         config = self.logs.config(record)
         self.logs.record_missing(record)
+        if config.compacted:
+            self.logs.record_missing_cleanings(record)
         return {"log_starts": self.logs.apply_retention(record, config),
-                "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files)}
+                "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files),
+                "cleaned": self.logs.compact_keys(record, config)}
 
     def _tick(self, topic: str, delay: float) -> TickResult:
         for _ in range(ATTEMPTS):

@@ -1,5 +1,6 @@
 """Keeping a topic's log bounded: its configuration (``topics alter --config``), retention and
-delete-records (raising log start offsets), and compaction of small files.
+delete-records (raising log start offsets), compaction of small files, and key compaction
+(``cleanup.policy=compact``: ``log_store.key_compaction``), recorded in ``key_compactions``.
 
 The log's own commits (``log_store.log_files``) are what producers and consumers obey; this
 module decides what to ask of them from the topic's configuration and records each raised log
@@ -18,14 +19,16 @@ from control_plane.records import TopicRecord, utcnow
 from control_plane.tables import TABLES, ControlTables
 from control_plane.topic_config import (
     TIMESTAMP_TYPE,
-    TopicConfig, changed, latest_config, parse_pairs, recorded_log_starts,
+    TopicConfig, changed, latest_config, log_key, parse_pairs, recorded_log_starts,
 )
+from log_store.cleaning import Cleaner
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.log_files import (
     Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,
 )
+from log_store.key_compaction import KeyCompaction, cleaned_offsets, compact_keys
 from log_store.timestamp_types import CREATE_TIME
 from log_store.topic_log import TopicLog
 
@@ -80,8 +83,9 @@ class LogMaintenance:
         return changes
 
     def apply_retention(self, record: TopicRecord, config: TopicConfig, now_ms: int | None = None) -> list[LogStartChange]:
-        """Raise log starts as ``retention.ms`` and ``retention.bytes`` ask (nothing if both unlimited)."""
-        if config.retention_ms < 0 and config.retention_bytes < 0:
+        """Raise log starts as ``retention.ms`` and ``retention.bytes`` ask (nothing if both unlimited,
+        or if ``cleanup.policy`` has no ``delete``: a compacted topic keeps its keys' latest records)."""
+        if not config.deletes or (config.retention_ms < 0 and config.retention_bytes < 0):
             return []
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         log = TopicLog(self.spark, record.location)
@@ -133,3 +137,45 @@ class LogMaintenance:
         partitions share a commit while their runs fit ``segment.bytes`` or ``COMMIT_BYTES``
         (``compact_partitions``)."""
         return compact_partitions(self.spark, record.location, config.segment_bytes, partitions, min_files)
+
+    # -- key compaction ----------------------------------------------------------------------------
+    def compact_keys(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
+                     now_ms: int | None = None) -> list[KeyCompaction]:
+        """Kafka's log cleaning of a topic whose ``cleanup.policy`` has ``compact`` (nothing for
+        others): each due partition keeps its keys' latest records; one ``key_compactions`` row
+        per partition cleaned."""
+        if not config.compacted:
+            return []
+        cleaner = Cleaner(min_lag_ms=config.min_compaction_lag_ms, max_lag_ms=config.max_compaction_lag_ms,
+                          delete_retention_ms=config.delete_retention_ms,
+                          min_dirty_ratio=config.min_cleanable_dirty_ratio)
+        done = compact_keys(self.spark, record.location, cleaner, config.segment_bytes, partitions, now_ms)
+        crash_point("compaction:after_commit")
+        self.record_cleanings(record, done)
+        return done
+
+    def record_cleanings(self, record: TopicRecord, done: list[KeyCompaction]) -> None:
+        if not done:
+            return
+        now = utcnow()
+        self.tables.ensure_table("key_compactions")
+        self.tables.append("key_compactions", [
+            {"topic": record.topic, "location": record.location, **c.model_dump(exclude={"version"}),
+             "log_version": c.version, "changed_at": now, "changed_by": self.changed_by} for c in done])
+
+    def record_missing_cleanings(self, record: TopicRecord) -> list[KeyCompaction]:
+        """Record cleaned offsets the log has and ``key_compactions`` lacks (a controller killed
+        between the two): a row per partition, its counts unknown (0)."""
+        version, cleaned = cleaned_offsets(self.spark, record.location)
+        if not cleaned:
+            return []
+        known: dict[int, int] = {}
+        for r in self.tables.rows("key_compactions") if self.tables.exists("key_compactions") else []:
+            if log_key(r["location"]) == log_key(record.location):
+                known[r["partition"]] = max(known.get(r["partition"], -1), r["cleaned_up_to"])
+        missing = [KeyCompaction(partition=p, reason="recorded after an interruption", records_before=0,
+                                 records_after=0, files_removed=0, files_added=0, previous_cleaned=known.get(p, 0),
+                                 cleaned_up_to=o, version=version)
+                   for p, o in sorted(cleaned.items()) if o > known.get(p, -1)]
+        self.record_cleanings(record, missing)
+        return missing

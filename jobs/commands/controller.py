@@ -45,5 +45,7 @@ def _readable(row: dict) -> dict:
             value = [f"{c['partition']}: {c['previous']}->{c['log_start']}" for c in value]
         elif key == "compacted":
             value = [f"{c['partition']}: {c['files_before']}->{c['files_after']} files" for c in value]
+        elif key == "cleaned":
+            value = [f"{c['partition']}: {c['records_before']}->{c['records_after']} records" for c in value]
         out[key] = ", ".join(map(str, value)) if isinstance(value, list) else value
     return out

@@ -74,8 +74,8 @@ def _describe_lost_leader(c: Context, topic: str, error: Exception, as_json: boo
 @click.option("--topic", required=True)
 @click.option("--partitions", required=True, type=int)
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="A topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, ...); "
-                   "repeat for several.")
+              help="A topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, "
+                   "cleanup.policy, ...); repeat for several.")
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
               help="The log's files: a Delta partition per log partition (partitioned), or a file per "
                    "write holding every partition, compacted into files per partition (arrival).")
@@ -87,10 +87,14 @@ def create(c: Context, topic: str, partitions: int, configs: tuple[str, ...], la
            replicas: str | None, as_json: bool) -> None:
     """Create TOPIC with N partitions (and --config KEY=VALUE topic configs)."""
     from control_plane.replication.rules import check_roots
-    from control_plane.topic_config import parse_pairs
+    from control_plane.topic_config import parse_pairs, policies
+    from log_store.errors import InvalidConfigurationError
 
-    parse_pairs(list(configs))  # bad configs fail before the topic is made
+    wanted = parse_pairs(list(configs))  # bad configs fail before the topic is made
     roots = check_roots(replicas.split(",")) if replicas is not None else None
+    if roots is not None and "compact" in policies(wanted.get("cleanup.policy", "delete")):
+        raise InvalidConfigurationError("a replicated topic keeps cleanup.policy=delete (a follower copies every "
+                                        "record of its leader); nothing was created")
     c.config  # validate configuration before touching Spark
     record = c.topic_admin().create(topic, partitions, layout, roots)
     if configs:
@@ -238,7 +242,7 @@ def delete(c: Context, topic: str, as_json: bool) -> None:
 @click.option("--topic", required=True)
 @click.option("--partitions", default=None, type=int, help="The new number of undeleted partitions.")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="Set a topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, ...); "
+              help="Set a topic config (retention.ms, retention.bytes, segment.bytes, max.message.bytes, cleanup.policy, ...); "
                    "repeat for several.")
 @click.option("--delete-config", "delete_configs", multiple=True, metavar="KEY",
               help="Remove a topic config (back to its default); repeat for several.")
@@ -317,16 +321,24 @@ def delete_records(c: Context, topic: str, partitions: tuple[int, ...], before_o
 @topics.command("compact")
 @click.option("--topic", required=True)
 @click.option("--partition", "partitions", multiple=True, type=int, help="Only this partition; repeat for several.")
+@click.option("--keys", is_flag=True,
+              help="Clean keys instead (a topic with cleanup.policy=compact): each due partition keeps its keys' "
+                   "latest records, as Kafka's log cleaner, what `controller tick` does for such a topic.")
 @json_option
 @pass_ctx
-def compact(c: Context, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
+def compact(c: Context, topic: str, partitions: tuple[int, ...], keys: bool, as_json: bool) -> None:
     """Merge TOPIC's small files into files of its segment.bytes while producers and consumers
     run; partitions share a commit up to segment.bytes or 64 MiB of merged data, whichever is
-    larger. No record changes: each commit is Delta's OPTIMIZE."""
+    larger. No record changes: each commit is Delta's OPTIMIZE. With --keys, compact by key
+    (docs/concepts.md, "Compacted topics"): a partition is cleaned when due (min.cleanable.dirty.ratio,
+    max.compaction.lag.ms, tombstones past delete.retention.ms)."""
     c.config
     with _leader_lost(c, topic):
-        results = c.controller().compact(topic, list(partitions) or None)
-    emit([r.model_dump(mode="json") for r in results], as_json, "compacted")
+        if keys:
+            results = c.controller().compact_keys(topic, list(partitions) or None)
+        else:
+            results = c.controller().compact(topic, list(partitions) or None)
+    emit([r.model_dump(mode="json") for r in results], as_json, "keys cleaned" if keys else "compacted")
 
 
 @topics.command("timeline")

@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from control_plane.controller import TopicController
-from control_plane.topic_config import KEYS, PLACEMENT, TIMESTAMP_TYPE, WORDS, TopicConfig, check
+from control_plane.topic_config import KEYS, PLACEMENT, WORDS, TopicConfig, check, parse_pairs
 from log_store.errors import (
     InvalidConfigurationError, InvalidPartitionsError, LakelogError, OffsetCheckError, UnknownTopicError,
 )
@@ -38,16 +38,16 @@ def _result(name: str, exc: Exception | None = None, **more) -> dict:
 
 
 # Kafka's own topic configs that lakelog does not keep (its log has no segments, indexes or
-# flushes, and replication is lakelog's): taken at creation and not kept, as clients such as Kafka
+# flushes, and replication is lakelog's; segment.ms: its segments are files, closed by each write): taken at creation and not kept, as clients such as Kafka
 # Connect send some of them with every topic they create. Any other name is refused, as Kafka does.
 KAFKA_TOPIC_CONFIGS = frozenset({
     "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
-    "delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+    "file.delete.delay.ms", "flush.messages", "flush.ms",
     "follower.replication.throttled.replicas", "index.interval.bytes", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
+    "local.retention.bytes", "local.retention.ms",
     "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",
+    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "min.insync.replicas", "preallocate",
+    "remote.storage.enable",
     "remote.log.copy.disable", "remote.log.delete.on.disable", "segment.index.bytes", "segment.jitter.ms",
     "segment.ms", "unclean.leader.election.enable",
 })
@@ -70,16 +70,14 @@ def _check_configs(configs) -> list[str]:
     for c in configs:
         if c.value is None:
             continue
-        if c.name == "cleanup.policy" and c.value != "delete":
-            raise InvalidConfigurationError(f"cleanup.policy={c.value} is not supported: lakelog keeps every record "
-                                            "of a key (delete is the only policy)")
-        if c.name in KEYS or c.name in (TIMESTAMP_TYPE, PLACEMENT):
+        if c.name in KEYS or c.name in WORDS:
             check(c.name, c.value)
             pairs.append(f"{c.name}={c.value}")
-        elif c.name not in KAFKA_TOPIC_CONFIGS and c.name != "cleanup.policy":
+        elif c.name not in KAFKA_TOPIC_CONFIGS:
             raise InvalidConfigurationError(
                 f"unknown topic config {c.name!r}: lakelog keeps {', '.join(sorted([*KEYS, *WORDS]))}"
                 " and takes Kafka's other topic configs without keeping them")
+    parse_pairs(pairs)  # the rules across keys (min.compaction.lag.ms at most max.compaction.lag.ms)
     return pairs
 
 

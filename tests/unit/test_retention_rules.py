@@ -65,7 +65,7 @@ def test_topic_configs_are_checked_and_versioned():
     assert parse_pairs(["retention.ms=604800000", "retention.bytes=-1"]) == {"retention.ms": "604800000",
                                                                              "retention.bytes": "-1"}
     for bad, says in [("retention.ms=abc", "whole number"), ("retention.ms=-2", "from -1"), ("nope=1", "unknown"),
-                      ("retention.ms", "KEY=VALUE"), ("cleanup.policy=compact", "delete only"),
+                      ("retention.ms", "KEY=VALUE"), ("cleanup.policy=compacted", "compact,delete"),
                       ("segment.bytes=10", "from 1024")]:
         with pytest.raises(InvalidConfigurationError, match=says):
             parse_pairs([bad])
@@ -86,6 +86,33 @@ def test_max_message_bytes_is_a_topic_config_with_kafkas_default_and_range():
     for bad in ("max.message.bytes=-1", f"max.message.bytes={2**31}"):
         with pytest.raises(InvalidConfigurationError, match="from 0"):
             parse_pairs([bad])
+
+
+def test_compaction_configs_have_kafkas_names_defaults_and_ranges():
+    """``cleanup.policy`` lists delete and compact in any order; the compaction configs take
+    Kafka's ranges, and a minimum lag above the maximum is refused, also when set one at a time."""
+    defaults = TopicConfig().as_kafka()
+    assert {k: defaults[k] for k in ("cleanup.policy", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                                     "delete.retention.ms", "min.cleanable.dirty.ratio")} == {
+        "cleanup.policy": "delete", "min.compaction.lag.ms": "0", "max.compaction.lag.ms": str(2**63 - 1),
+        "delete.retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.5"}
+    for value, compacted, deletes in [("delete", False, True), ("compact", True, False),
+                                      ("compact,delete", True, True), ("delete, compact", True, True)]:
+        parse_pairs([f"cleanup.policy={value}"])
+        config = TopicConfig.of({"cleanup.policy": value})
+        assert (config.compacted, config.deletes) == (compacted, deletes), value
+    assert TopicConfig.of({"min.cleanable.dirty.ratio": "0.25"}).min_cleanable_dirty_ratio == 0.25
+    for bad, says in [("cleanup.policy=", "compact,delete"), ("cleanup.policy=compact,compact", "compact,delete"),
+                      ("min.cleanable.dirty.ratio=1.5", "fraction"), ("min.cleanable.dirty.ratio=x", "fraction"),
+                      ("max.compaction.lag.ms=0", "from 1"), ("min.compaction.lag.ms=-1", "from 0"),
+                      ("delete.retention.ms=-1", "from 0"), ("segment.ms=1", "unknown")]:
+        with pytest.raises(InvalidConfigurationError, match=says):
+            parse_pairs([bad])
+    with pytest.raises(InvalidConfigurationError, match="above max.compaction.lag.ms"):
+        parse_pairs(["min.compaction.lag.ms=10", "max.compaction.lag.ms=5"])
+    with pytest.raises(InvalidConfigurationError, match="above max.compaction.lag.ms"):
+        changed({"max.compaction.lag.ms": "5"}, {"min.compaction.lag.ms": "10"}, [])
+    assert changed({"cleanup.policy": "compact"}, {}, ["cleanup.policy"]) == {}, "back to delete, as Kafka allows"
 
 
 def arrival_add(path: str, ranges: dict[int, tuple[int, int, int]], size: int = 1_000) -> dict:
@@ -132,3 +159,25 @@ def test_a_compaction_taking_part_of_a_shared_file_takes_all_of_it():
         0: [["a", "b"]], 1: [["a"]], 2: [["b"]]}
     single = files((0, 9), (10, 19))
     assert whole_files({0: [single]}, {0: single}) == {0: [single]}, "files of one partition: unchanged"
+
+
+def test_serve_keeps_the_compaction_configs_and_refuses_bad_values_as_invalid_config():
+    """CreateTopics and IncrementalAlterConfigs through ``lakelog serve``: the compaction configs
+    are kept (DescribeConfigs shows them with Kafka's defaults), a bad value or a minimum lag above
+    the maximum is INVALID_CONFIG, ``segment.ms`` is taken and not kept."""
+    from types import SimpleNamespace as Config
+
+    from serve.apis.topics import DEFAULTS, _check_configs
+    from serve.errors import code_of
+
+    given = [Config(name="cleanup.policy", value="compact,delete"), Config(name="min.compaction.lag.ms", value="5"),
+             Config(name="min.cleanable.dirty.ratio", value="0.1"), Config(name="segment.ms", value="1000")]
+    assert _check_configs(given) == ["cleanup.policy=compact,delete", "min.compaction.lag.ms=5",
+                                     "min.cleanable.dirty.ratio=0.1"]
+    assert DEFAULTS["delete.retention.ms"] == "86400000" and DEFAULTS["min.cleanable.dirty.ratio"] == "0.5"
+    for bad in ([Config(name="cleanup.policy", value="compacted")],
+                [Config(name="delete.retention.ms", value="-5")],
+                [Config(name="min.compaction.lag.ms", value="9"), Config(name="max.compaction.lag.ms", value="8")]):
+        with pytest.raises(InvalidConfigurationError) as caught:
+            _check_configs(bad)
+        assert code_of(caught.value) == code_of("INVALID_CONFIG")

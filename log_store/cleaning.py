@@ -1,0 +1,149 @@
+"""Kafka's key compaction (``cleanup.policy=compact``) as pure rules: which files of a partition
+can be cleaned, when cleaning is due, which records survive and which files are rewritten.
+The commit that applies them is ``log_store.key_compaction``.
+
+Files are lakelog's segments. A partition's *cleanable range* runs from its log start to the end
+of its last file whose records are all older than ``min.compaction.lag.ms``, never splitting a
+file, stopping at the first file that is too young, holds several partitions (the arrival
+layout's unsorted files, which file compaction splits first) or has no timestamps. Below the
+partition's *cleaned* offset (``names.cleaned_app_id``) the range was compacted before; from it
+on the range is *dirty*.
+
+Within the range a record survives iff no later record of its key is in the range: each key's
+latest record, at its own offset (offsets stay, with gaps). A record with a null key has nothing
+to be superseded by and is kept. A tombstone (a null value) survives while it is its key's
+latest, until ``delete.retention.ms`` after the cleaning that first passed it (KIP-534's delete
+horizon), kept per file in its ``lakelog.cleaned`` tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from log_store.log_files import DataFile
+
+
+@dataclass(frozen=True)
+class Cleaner:
+    """A topic's compaction configs (Kafka's names in ``control_plane.topic_config``)."""
+
+    min_lag_ms: int = 0
+    max_lag_ms: int = 2**63 - 1
+    delete_retention_ms: int = 86_400_000
+    min_dirty_ratio: float = 0.5
+
+
+def cleanable_end(files: list[DataFile], log_start: int, log_end: int, now_ms: int, min_lag_ms: int) -> int:
+    """The end (exclusive) of the cleanable range of a partition's ``files`` (by first offset):
+    past each file from the log start on while its newest record is at least ``min_lag_ms`` old
+    at ``now_ms``, it holds one partition and lies below the log end; ``log_start`` if none."""
+    end = log_start
+    for f in files:
+        if f.last < log_start:
+            continue
+        if (f.shared or f.last >= log_end or f.max_timestamp_ms is None
+                or f.max_timestamp_ms > now_ms - min_lag_ms):
+            break
+        end = f.last + 1
+    return end
+
+
+def range_files(files: list[DataFile], log_start: int, end: int) -> list[DataFile]:
+    """The files of the cleanable range [``log_start``, ``end``) (whole files, by first offset)."""
+    return [f for f in files if f.last >= log_start and f.last < end]
+
+
+def dirty(files: list[DataFile], cleaned: int) -> list[DataFile]:
+    """The files of a range holding records at or past ``cleaned`` (never compacted)."""
+    return [f for f in files if f.last >= cleaned]
+
+
+def dirty_ratio(files: list[DataFile], cleaned: int) -> float:
+    """Kafka's dirty ratio: the dirty files' bytes over the range's bytes (0 for an empty range)."""
+    total = sum(f.size for f in files)
+    return sum(f.size for f in dirty(files, cleaned)) / total if total else 0.0
+
+
+def expired_tombstones(f: DataFile, now_ms: int, delete_retention_ms: int) -> bool:
+    """Whether ``f`` holds tombstones past their delete horizon (cleaned ``delete_retention_ms`` ago)."""
+    return bool(f.tombstones) and f.cleaned_at_ms is not None and f.cleaned_at_ms + delete_retention_ms <= now_ms
+
+
+def due(files: list[DataFile], cleaned: int, now_ms: int, cleaner: Cleaner) -> str | None:
+    """Why a partition's cleanable range (``files``) is to be cleaned now, or None: its dirty ratio
+    reached ``min.cleanable.dirty.ratio``; a dirty record is older than ``max.compaction.lag.ms``;
+    or a file holds tombstones past their delete horizon (Kafka's three triggers)."""
+    found = dirty(files, cleaned)
+    if found and dirty_ratio(files, cleaned) >= cleaner.min_dirty_ratio:
+        return "dirty ratio"
+    oldest = [f.max_timestamp_ms if f.min_timestamp_ms is None else f.min_timestamp_ms for f in found]
+    if any(t is not None and t <= now_ms - cleaner.max_lag_ms for t in oldest):
+        return "max compaction lag"
+    if any(expired_tombstones(f, now_ms, cleaner.delete_retention_ms) for f in files):
+        return "tombstones past delete.retention.ms"
+    return None
+
+
+def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:
+    """The index in ``files`` (by first offset, disjoint) of the file holding each offset."""
+    import numpy as np
+
+    firsts = np.array([f.first for f in files], dtype=np.int64)
+    return pa.array(np.searchsorted(firsts, offsets.to_numpy(zero_copy_only=False), side="right") - 1)
+
+
+def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retention_ms: int) -> pa.Array:
+    """Which of one partition's ``rows`` (``offset``, ``key``, ``value``: every record of the range
+    ``files``) survive: each key's latest record, every record with a null key, and no tombstone
+    past its file's delete horizon. A boolean per row."""
+    offsets, keys = rows.column("offset").combine_chunks(), rows.column("key").combine_chunks()
+    if rows.num_rows == 0:
+        return pa.array([], pa.bool_())
+    latest = pa.table({"key": keys, "offset": offsets}).group_by("key").aggregate([("offset", "max")])
+    kept = pc.or_(pc.is_null(keys), pc.is_in(offsets, value_set=latest.column("offset_max")))
+    horizon_passed = pa.array([expired_tombstones(f, now_ms, delete_retention_ms) for f in files], pa.bool_())
+    expired = pc.and_(pc.is_null(rows.column("value").combine_chunks()),
+                      pc.take(horizon_passed, file_index(offsets, files)))
+    return pc.and_(kept, pc.invert(pc.and_(expired, pc.is_valid(keys))))
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Files of a range rewritten as one file of their surviving records, cleaned at ``cleaned_at_ms``."""
+
+    files: tuple[DataFile, ...]
+    cleaned_at_ms: int
+
+
+def rewrites(files: list[DataFile], kept: list[int], tombstones: list[int], now_ms: int,
+             target_bytes: int) -> list[Rewrite]:
+    """The files of a range (by first offset) to rewrite, given each one's surviving records
+    (``kept``) and tombstones among them: a file losing records, and a file never cleaned that
+    keeps tombstones (to date their delete horizon). Neighbouring rewritten files cleaned at the
+    same time become one file, up to ``target_bytes`` of survivors; a file keeping everything and
+    no undated tombstone stays as it is. A rewrite of files keeping nothing writes no file."""
+    out: list[Rewrite] = []
+    group: list[DataFile] = []
+    at, size = None, 0
+
+    def close() -> None:
+        if group:
+            out.append(Rewrite(files=tuple(group), cleaned_at_ms=at))
+
+    for f, n, dead in zip(files, kept, tombstones):
+        when = now_ms if f.cleaned_at_ms is None else f.cleaned_at_ms
+        if not (n < f.records or (dead and f.cleaned_at_ms is None)):
+            close()
+            group, at, size = [], None, 0
+            continue
+        left = f.size * n // max(f.records, 1)
+        if group and (when != at or size + left > target_bytes):
+            close()
+            group, size = [], 0
+        group.append(f)
+        at, size = when, size + left
+    close()
+    return out

@@ -1,0 +1,182 @@
+"""Key compaction's commit: each due partition's cleanable range (``log_store.cleaning``) read,
+its surviving records written as new files in offset order, the files that lost records removed
+and the partition's cleaned offset (``names.cleaned_app_id``) set, in one commit per batch of
+partitions recorded as Delta's OPTIMIZE with ``dataChange=false``, as file compaction commits.
+
+``dataChange=false``: the change feed and Delta streaming readers skip the commit, so the change
+feed keeps every record as it was appended and a stream reading the table is not told of
+deletions (Kafka's consumers already past a compacted record never hear of it either). Readers of
+the log read by offsets and see the gaps.
+
+The commit depends only on the files it removes and the cleaned offsets it sets: an append racing
+it lands; a racing retention, delete-records or file compaction removing one of the same files,
+or another key compaction of the partition, makes it read again and start over. Nothing else
+changes between the read and the commit, so a process killed anywhere leaves either the old files
+or the new ones, and running it again finds the work still due or done.
+
+An arrival log: only files of one partition are cleaned (``cleaning.cleanable_end`` stops at a
+shared file; file compaction splits those into one-partition files first), and the rewritten
+files carry their range tag as file compaction's do.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel
+from pyspark.sql import SparkSession
+
+from log_store import commits, rs_reader
+from log_store.cleaning import Cleaner, cleanable_end, due, range_files, rewrites, survivors
+from log_store.crash import crash_point
+from log_store.delta_errors import retry_on_conflict
+from log_store.errors import OffsetCheckError
+from log_store.files import is_remote
+from log_store.log_files import (
+    CLEANED_TAG, COMMIT_BYTES, RANGES_TAG, DataFile, compaction_batch, encode_cleaned, encode_ranges,
+    meta_layout, partition_files, to_arrow,
+)
+from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
+from log_store.names import cleaned_app_id, log_start_app_id
+
+
+class KeyCompaction(BaseModel):
+    """What one key compaction did to one partition."""
+
+    partition: int
+    reason: str  # why it was due (``cleaning.due``)
+    records_before: int  # in the cleanable range
+    records_after: int
+    files_removed: int
+    files_added: int
+    previous_cleaned: int  # the cleaned offset before (the log start if never cleaned)
+    cleaned_up_to: int  # the end of the cleanable range: records below it are compacted
+    version: int
+
+
+def compact_keys(spark: SparkSession, path: str, cleaner: Cleaner, target_bytes: int,
+                 partitions: list[int] | None = None, now_ms: int | None = None) -> list[KeyCompaction]:
+    """Compact every due partition of the log at ``path`` (or of ``partitions``) as of ``now_ms``
+    (default: now). Partitions share a commit while their ranges add up to
+    ``max(target_bytes, COMMIT_BYTES)`` (``log_files.compaction_batch``); each at most once a call."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    out: list[KeyCompaction] = []
+    while True:
+        done = {c.partition for c in out}
+        batch = retry_on_conflict(lambda: _compact_batch(spark, path, cleaner, target_bytes, partitions, done, now))
+        if not batch:
+            return out
+        out.extend(batch)
+
+
+def cleaned_offsets(spark: SparkSession, path: str) -> tuple[int, dict[int, int]]:
+    """The log's version and each partition's cleaned offset there (partitions never cleaned absent)."""
+    txn = commits.start(spark, path, "the log table")
+    try:
+        known = txn.snapshot_app_versions()
+        meta = TopicLogMetadata.from_properties(txn.configuration())
+        return txn.read_version, {p: known[cleaned_app_id(p)] for p in meta.partitions if cleaned_app_id(p) in known}
+    finally:
+        txn.release()
+
+
+class _Due(BaseModel):
+    files: list[DataFile]
+    start: int
+    end: int
+    cleaned: int
+    reason: str
+
+
+def _due_partitions(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
+                    cleaner: Cleaner, now: int) -> dict[int, _Due]:
+    out: dict[int, _Due] = {}
+    for p, pm in sorted(meta.partitions.items()):
+        if pm.mode is Mode.NONE:
+            continue
+        start = max(pm.start_offset, known.get(log_start_app_id(p), 0))
+        cleaned = max(start, known.get(cleaned_app_id(p), start))
+        fs = files.get(p, [])
+        end = cleanable_end(fs, start, log_end(known, p, pm.start_offset), now, cleaner.min_lag_ms)
+        found = range_files(fs, start, end)
+        reason = due(found, cleaned, now, cleaner)
+        if reason is not None:
+            out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=reason)
+    return out
+
+
+def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_bytes: int,
+                   partitions: list[int] | None, done: set[int], now: int) -> list[KeyCompaction]:
+    txn = commits.start(spark, path, "the log table")
+    meta = TopicLogMetadata.from_properties(txn.configuration())
+    known = txn.snapshot_app_versions()
+    found = {p: d for p, d in _due_partitions(partition_files(txn), meta, known, cleaner, now).items()
+             if p not in done and (partitions is None or p in partitions)}
+    chosen = compaction_batch({p: [d.files] for p, d in found.items()}, max(target_bytes, COMMIT_BYTES))
+    if not chosen:
+        txn.release()
+        return []
+    ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
+    rows = _read(spark, path, txn.read_version, ranges)
+    arrival = meta_layout(txn) == ARRIVAL
+    results, removed = [], []
+    for p in chosen:
+        d = found[p]
+        txn.app_version(cleaned_app_id(p))  # another key compaction of the partition conflicts
+        mine = rows.filter(pc.equal(rows.column("partition"), p)) if p in ranges else None
+        before = sum(f.records for f in d.files)
+        if mine is not None and mine.num_rows != before:
+            raise OffsetCheckError(f"key compaction of partition {p} read {mine.num_rows} records from files holding "
+                                   f"{before}; nothing was committed. This is a bug in lakelog")
+        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival)
+        removed.extend(gone)
+        results.append(dict(partition=p, reason=d.reason, records_before=before,
+                            records_after=before - sum(f.records for f in gone) + kept_rows,
+                            files_removed=len(gone), files_added=added, previous_cleaned=d.cleaned,
+                            cleaned_up_to=max(d.end, d.cleaned)))
+    txn.remove((f.action() for f in removed), data_change=False)
+    crash_point("compaction:before_commit")
+    version = txn.commit_as("OPTIMIZE", {cleaned_app_id(r["partition"]): r["cleaned_up_to"] for r in results})
+    return [KeyCompaction(**r, version=version) for r in results]
+
+
+def _read(spark: SparkSession, path: str, version: int, ranges: dict[int, tuple[int, int]]) -> pa.Table:
+    """The records of ``ranges`` as of ``version``: with delta-rs on a local root (no Spark job,
+    as file compaction reads), through Spark elsewhere."""
+    if not is_remote(path):
+        return rs_reader.log_ranges(path, version, ranges)
+    where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
+    log = spark.read.format("delta").option("versionAsOf", version).load(path)
+    return to_arrow(log.where(where or "false")).sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, now: int, cleaner: Cleaner,
+             target_bytes: int, arrival: bool) -> tuple[int, list[DataFile], int]:
+    """Write the survivors of the files ``cleaning.rewrites`` picks; return the records kept in
+    them, the files they replace and how many files were written."""
+    if rows is None or rows.num_rows == 0:
+        return 0, [], 0
+    keep = survivors(rows, files, now, cleaner.delete_retention_ms)
+    offsets = rows.column("offset").to_numpy()
+    tombstone = pc.is_null(rows.column("value")).to_numpy(zero_copy_only=False)
+    mask = keep.to_numpy(zero_copy_only=False)
+    kept = [int(mask[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
+    dead = [int((mask & tombstone)[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
+    plan = rewrites(files, kept, dead, now, target_bytes)
+    kept_rows, added, gone = 0, 0, []
+    for r in plan:
+        a, b = r.files[0].first, r.files[-1].last
+        part = rows.filter(pc.and_(keep, pc.and_(pc.greater_equal(rows.column("offset"), a),
+                                                  pc.less_equal(rows.column("offset"), b))))
+        gone.extend(r.files)
+        if not part.num_rows:
+            continue
+        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(pc.is_null(part.column("value"))).as_py() or 0)}
+        if arrival:
+            first, last = part.column("offset")[0].as_py(), part.column("offset")[-1].as_py()
+            tags[RANGES_TAG] = encode_ranges({partition: (first, last, part.num_rows)})
+        added += len(txn.write_rows(part, partition_by=None if arrival else "partition", tags=tags, data_change=False))
+        kept_rows += part.num_rows
+    return kept_rows, gone, added
