@@ -58,10 +58,12 @@ test-slow: setup
 test-s3: setup
 	$(BIN)/pytest -q -m 's3 and not slow'
 
-# Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/, Go
-# clients built into .go-clients/, on first use; docs/testing.md).
+# Kafka's own clients against lakelog serve (Kafka's jars from Maven Central into .jars-kafka/,
+# Kafka Connect's and Kafka Streams' into .jars-connect/ and .jars-streams/, Go clients built into
+# .go-clients/, on first use; docs/testing.md).
 test-kafka-clients: setup
 	$(BIN)/python -c "from benchmarks.kafka_broker import jars; jars()"
+	$(BIN)/python -c "from tests.serve.kafka_apps import connect_jars, streams_jars; connect_jars(); streams_jars()"
 	$(BIN)/python -c "from tests.serve.go_clients import go_client; go_client('sarama-producer')"
 	$(BIN)/pytest -q -m kafka_clients
 

@@ -32,22 +32,27 @@ TOOLS_LOG = PROJECT / "conf" / "log4j2-kafka-tools.properties"
 
 
 def jars() -> str:
-    """The class path of Kafka's broker and tools, resolved with Maven once per version of the pom
-    (``.resolved`` holds the pom it was resolved from)."""
-    stamp = JARS / ".resolved"
-    if not stamp.exists() or stamp.read_text() != POM.read_text():
-        shutil.rmtree(JARS, ignore_errors=True)
-        subprocess.run(["mvn", "-q", "-f", str(POM), "dependency:copy-dependencies", f"-DoutputDirectory={JARS}"],
+    """The class path of Kafka's broker and tools."""
+    return resolved(POM, JARS)
+
+
+def resolved(pom: Path, folder: Path) -> str:
+    """The class path of ``pom``'s dependencies, resolved with Maven into ``folder`` once per
+    version of the pom (``.resolved`` holds the pom it was resolved from)."""
+    stamp = folder / ".resolved"
+    if not stamp.exists() or stamp.read_text() != pom.read_text():
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(["mvn", "-q", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={folder}"],
                        check=True)
-        stamp.write_text(POM.read_text())
-    return f"{JARS}/*"
+        stamp.write_text(pom.read_text())
+    return f"{folder}/*"
 
 
-def java_command(heap: str = "256m", *options: str) -> list[str]:
-    """The start of a command that runs a class of Kafka's jars: its warnings and errors (through
-    log4j's SLF4J binding, ``TOOLS_LOG``) on standard error, with stack traces, so a tool that stops
-    says why; standard output stays the tool's own."""
-    return ["java", f"-Xmx{heap}", f"-Dlog4j2.configurationFile={TOOLS_LOG}", *options, "-cp", jars()]
+def java_command(heap: str = "256m", *options: str, classpath: str | None = None) -> list[str]:
+    """The start of a command that runs a class of Kafka's jars (or of ``classpath``): its warnings
+    and errors (through log4j's SLF4J binding, ``TOOLS_LOG``) on standard error, with stack traces,
+    so a tool that stops says why; standard output stays the tool's own."""
+    return ["java", f"-Xmx{heap}", f"-Dlog4j2.configurationFile={TOOLS_LOG}", *options, "-cp", classpath or jars()]
 
 
 def _port() -> int:

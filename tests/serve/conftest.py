@@ -101,3 +101,35 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(60)
+
+
+def serve_without_jvm(root) -> tuple:
+    """``lakelog serve`` on a local root in a process (and process group) of its own with
+    ``LAKELOG_NO_JVM=1``, where any use of Spark's session fails the request that made it: the
+    process, its address, and the seconds it took to listen."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import PROJECT
+
+    env = {**os.environ, "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--root", str(root), "serve", "--listen", "127.0.0.1:0",
+                             "--json"], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    line = proc.stdout.readline()
+    assert "listening" in line, proc.stderr.read() if proc.poll() is not None else line
+    return proc, json.loads(line)["listening"], time.monotonic() - began
+
+
+def stop_serving(proc) -> str:
+    """Stop a server of ``serve_without_jvm``: its standard error."""
+    import os
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    return err

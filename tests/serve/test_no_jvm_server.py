@@ -3,36 +3,15 @@
 librdkafka's producer, a consumer group and the admin client; then it is stopped and started
 again on the same root, and the records and the group's positions are all there."""
 
-import os
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.support import PROJECT
+from tests.serve.conftest import serve_without_jvm as start
+from tests.serve.conftest import stop_serving as stop
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-
-
-def start(root):
-    env = {**os.environ, "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
-    began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--root", str(root), "serve", "--listen", "127.0.0.1:0",
-                             "--json"], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
-    line = proc.stdout.readline()
-    assert "listening" in line, proc.stderr.read() if proc.poll() is not None else line
-    import json
-
-    return proc, json.loads(line)["listening"], time.monotonic() - began
-
-
-def stop(proc) -> str:
-    os.killpg(proc.pid, signal.SIGTERM)
-    _out, err = proc.communicate(timeout=60)
-    return err
 
 
 def java_children(proc) -> list[str]:
