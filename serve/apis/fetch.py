@@ -245,9 +245,9 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
 def _read_all(server: "Server", topics: list, max_bytes: int,
               groups: dict[str, list[str]]) -> tuple[dict[str, list[_Part]], int]:
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    out = {t.topic: _read_topic(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []))
-           for t in topics}
-    return out, sum(len(p.records) for parts in out.values() for p in parts)
+    out = [(t.topic, _read_topic(server, t.topic, list(t.partitions), budget, groups.get(t.topic, [])))
+           for t in topics]
+    return out, sum(len(p.records) for _t, parts in out for p in parts)
 
 
 async def fetch(server: "Server", conn: "Connection", request: "Request") -> dict:
@@ -259,12 +259,12 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     while True:
         groups = {t.topic: server.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
         found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups)
-        errors = any(p.error != "NONE" for parts in found.values() for p in parts)
+        errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:
             break
         await server.waits.wait([t.topic for t in allowed], left)
-    responses = [{"topic": t, "partitions": [_partition_data(p) for p in parts]} for t, parts in found.items()]
+    responses = [{"topic": t, "partitions": [_partition_data(p) for p in parts]} for t, parts in found]
     responses += [{"topic": t.topic, "partitions": [_partition_data(_Part(p.partition, "TOPIC_AUTHORIZATION_FAILED"))
                                                     for p in t.partitions]} for t in denied]
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -51,9 +51,6 @@ def check_resumed(copied: list[str], source: list[str], rewinds: int, committed:
     assert reached == len(source), seen
 
 
-@pytest.mark.xfail(strict=True, reason="compacted topics: Connect creates its config, offset and status topics with "
-                   "cleanup.policy=compact (CreateTopics), refused with INVALID_CONFIG, and reads the policy back "
-                   "(DescribeConfigs) before it starts")
 def test_a_connect_worker_killed_mid_copy_resumes_from_its_offsets_with_its_connectors(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 

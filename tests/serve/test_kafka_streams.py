@@ -41,11 +41,6 @@ def latest(root: str, topic: str) -> dict[str, int]:
     return {r["key"].decode(): struct.unpack(">q", r["value"])[0] for r in rows}
 
 
-@pytest.mark.xfail(strict=True, reason="compacted topics: Streams creates its store's changelog topic with "
-                   "cleanup.policy=compact, refused with INVALID_CONFIG; past that, a Fetch naming a topic in two "
-                   "entries (Java's consumer does when that topic's partitions are not together in its fetch order) "
-                   "is answered for one entry only, and the client drops the answer as an invalid full fetch "
-                   "response: the store's partitions left out are never processed")
 def test_a_streams_app_killed_restores_its_counts_from_the_changelog(tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
