@@ -38,14 +38,16 @@ def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: boo
 
 
 def _readable(row: dict) -> dict:
-    """A tick's row for the table: lists joined, log starts and compactions in a few words each."""
+    """A tick's row for the table: lists joined, log starts, file compactions and key cleanings in a few words each."""
     out = {}
+    row = dict(row)
+    # key compaction shares the file compaction's column: one column fewer in a terminal's width
+    row["compacted"] = row.get("compacted", []) + row.pop("cleaned", [])
     for key, value in row.items():
         if key == "log_starts":
             value = [f"{c['partition']}: {c['previous']}->{c['log_start']}" for c in value]
         elif key == "compacted":
-            value = [f"{c['partition']}: {c['files_before']}->{c['files_after']} files" for c in value]
-        elif key == "cleaned":
-            value = [f"{c['partition']}: {c['records_before']}->{c['records_after']} records" for c in value]
+            value = [f"{c['partition']}: {c['records_before']}->{c['records_after']} records" if "records_before" in c
+                     else f"{c['partition']}: {c['files_before']}->{c['files_after']} files" for c in value]
         out[key] = ", ".join(map(str, value)) if isinstance(value, list) else value
     return out

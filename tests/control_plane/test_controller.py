@@ -405,7 +405,7 @@ def test_cli_alter_and_tick(spark, root, monkeypatch):
     res = run("controller", "tick", "--delete-delay", "3600", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout) == [
         {"topic": "c", "topic_version": 4, "retired": [2], "purged": [], "waiting": {}, "resumed": False, "deleted": False,
-         "log_starts": [], "compacted": [], "error": None}
+         "log_starts": [], "compacted": [], "cleaned": [], "error": None}
     ], "an empty marked partition is drained"
     res = run("controller", "tick")
     assert res.exit_code == 0 and "controller tick" in res.output
