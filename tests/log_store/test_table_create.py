@@ -9,7 +9,7 @@ import multiprocessing
 from pathlib import Path
 
 from control_plane.layout import RootLayout
-from control_plane.tables import FORMAT_PROP, TABLES, ControlTables
+from control_plane.tables import FORMAT_PROP, ON_DEMAND, TABLES, ControlTables
 from log_store.log_metadata import TopicLogMetadata
 from log_store.table_create import create_table
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
@@ -24,7 +24,7 @@ def test_tables_made_without_a_jvm_are_read_by_spark_at_version_0_with_their_pro
     tables = ControlTables(None, RootLayout(root))
     tables.ensure()  # no session given: nothing of this may need one
     log = TopicLog.create(None, str(tmp_path / "root" / "topics" / "t"), TopicLogMetadata.initial("t", 3))
-    for path in [tables.path(name) for name in TABLES if name not in ("topic_replicas", "servers")] + [log.path]:
+    for path in [tables.path(name) for name in TABLES if name not in ON_DEMAND] + [log.path]:
         first = actions(path)
         protocol = next(a["protocol"] for a in first if "protocol" in a)
         if protocol["minWriterVersion"] == 7:  # NOT NULL columns: Spark wants invariants listed
