@@ -10,7 +10,8 @@ epoch** (the leader epoch whose history it holds: where it must truncate is read
 One copy reads the leader at one Delta version and commits to the follower, in one commit: the
 follower's records past where its history diverges removed (Kafka's leader-epoch rule, the
 points from the replica state's epoch starts; a file holding records on both sides rewritten
-with those below), every record past the follower's log end up to the leader's, the leader's
+with those below), every record past the follower's log end up to the leader's (a retired
+partition's none: the leader purges them, and the follower's go), the leader's
 metadata (counts, epochs, modes), log ends, log starts and producer marks as of that version, and
 its epochs. The commit depends on the follower's log ends and metadata: two copies racing make
 one retry, which finds nothing left; a copy killed before its commit left only unreferenced
@@ -46,6 +47,7 @@ from log_store.log_metadata import (
     REPLICA_DATA_EPOCH_PROP,
     REPLICA_EPOCH_PROP,
     REPLICA_ROLE_PROP,
+    Mode,
     TopicLogMetadata,
     kept_high_watermark,
     log_end,
@@ -310,9 +312,17 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
         effective = {**tconf, REPLICA_ROLE_PROP: trole.role, REPLICA_EPOCH_PROP: str(trole.fence),
                      REPLICA_DATA_EPOCH_PROP: str(trole.data)}
         changed = {k: v for k, v in props.items() if effective.get(k) != v}
-        if truncated:
-            _truncate_in(spark, txn, target, truncated)
-            t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
+        # A retired partition's records are no reader's and its leader purges them (a controller
+        # tick): none is copied, and the follower's go too, in this commit. A follower that starts
+        # empty or truncates below a purge (an old leader back after an election) is owed none.
+        retired = {p for p, pm in smeta.partitions.items() if pm.mode is Mode.NONE}
+        if truncated and set(truncated) - retired:
+            _truncate_in(spark, txn, target, {p: o for p, o in truncated.items() if p not in retired})
+        t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
+        purged = [f for fs in _files_from(txn, dict.fromkeys(retired, 0)).values() for f in fs] if retired else []
+        if purged:
+            txn.remove([{k: v for k, v in f.items() if k != "_first"} for f in purged], data_change=True)
+        t_ends.update({p: s_ends[p] for p in retired if p in t_ends})
         ahead = {p: (t_ends[p], s_ends[p]) for p in s_ends if t_ends[p] > s_ends[p]}
         if ahead:
             raise ReplicationError(
@@ -320,14 +330,14 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                 "(follower, leader)) that no truncation point covers; nothing was copied")
         # Records below the leader's log start are gone there: the follower starts at it instead.
         firsts = {p: max(t_ends[p], sknown.get(f"{LOG_START_PREFIX}{p}", 0)) for p in s_ends}
-        ranges = {p: (firsts[p], s_ends[p]) for p in s_ends if s_ends[p] > firsts[p]}
+        ranges = {p: (firsts[p], s_ends[p]) for p in s_ends if s_ends[p] > firsts[p] and p not in retired}
         apps = {k: v for k, v in sknown.items() if k.startswith(_COPIED_APPS)}
         # A producer's or a stream batch's mark the leader's history does not have (written by a
         # truncated leader) goes.
         apps |= {k: -1 for k in tknown if k.startswith(_MARKS) and k not in sknown and tknown[k] != -1}
         apps |= {log_end_app_id(p): o for p, o in truncated.items() if p not in s_ends}
         apps = {k: v for k, v in apps.items() if tknown.get(k) != v}
-        if not ranges and not apps and not changed and not drop and not truncated:
+        if not ranges and not apps and not changed and not drop and not truncated and not purged:
             return CopyResult(source_version=src.read_version, version=None, copied={}, log_ends=t_ends,
                               data_epoch=trole.data)
         copied: dict[int, int] = {}
@@ -344,6 +354,8 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                     ranges={str(p): list(r) for p, r in sorted(ranges.items())})
         if truncated:  # readers of the change feed take these deletes out of what the log appended
             meta["points"] = {str(p): o for p, o in sorted(truncated.items())}
+        if purged:
+            meta["purged"] = sorted({int(f["partitionValues"]["partition"]) for f in purged})
         version = commit_values(txn, apps, tknown, commit_metadata(TRUNCATE if truncated else REPLICATE, **meta))
         return CopyResult(source_version=src.read_version, version=version, copied=copied, truncated=truncated,
                           log_ends={p: max(t_ends[p], s_ends[p]) for p in s_ends}, data_epoch=srole.data)
