@@ -31,12 +31,11 @@ from pyspark.sql import SparkSession
 from log_store import commits, rs_reader
 from log_store.cleaning import Cleaner, cleanable_end, due, range_files, rewrites, survivors
 from log_store.crash import crash_point
-from log_store.delta_errors import retry_on_conflict
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
+from log_store.file_compaction import COMMIT_BYTES, batches_until_done, compaction_batch
 from log_store.log_files import (
-    CLEANED_TAG, COMMIT_BYTES, RANGES_TAG, DataFile, compaction_batch, encode_cleaned, encode_ranges,
-    meta_layout, partition_files, to_arrow,
+    CLEANED_TAG, RANGES_TAG, DataFile, encode_cleaned, encode_ranges, meta_layout, partition_files, to_arrow,
 )
 from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
@@ -60,15 +59,9 @@ def compact_keys(spark: SparkSession, path: str, cleaner: Cleaner, target_bytes:
                  partitions: list[int] | None = None, now_ms: int | None = None) -> list[KeyCompaction]:
     """Compact every due partition of the log at ``path`` (or of ``partitions``) as of ``now_ms``
     (default: now). Partitions share a commit while their ranges add up to
-    ``max(target_bytes, COMMIT_BYTES)`` (``log_files.compaction_batch``); each at most once a call."""
+    ``max(target_bytes, COMMIT_BYTES)`` (``file_compaction.compaction_batch``); each at most once a call."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    out: list[KeyCompaction] = []
-    while True:
-        done = {c.partition for c in out}
-        batch = retry_on_conflict(lambda: _compact_batch(spark, path, cleaner, target_bytes, partitions, done, now))
-        if not batch:
-            return out
-        out.extend(batch)
+    return batches_until_done(lambda done: _compact_batch(spark, path, cleaner, target_bytes, partitions, done, now))
 
 
 def cleaned_offsets(spark: SparkSession, path: str) -> tuple[int, dict[int, int]]:

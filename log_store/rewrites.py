@@ -14,8 +14,8 @@ from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, OffsetCheckError
 from log_store.rs_engine import RsTransaction
+from log_store.file_compaction import COMMIT_BYTES
 from log_store.log_files import (
-    COMMIT_BYTES,
     RANGES_TAG,
     DataFile,
     decode_ranges,

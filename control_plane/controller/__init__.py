@@ -45,7 +45,8 @@ from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import LOST_ROOT, ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError
 from log_store.key_compaction import KeyCompaction
-from log_store.log_files import Compaction, LogStartChange
+from log_store.file_compaction import Compaction
+from log_store.log_files import LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
 from log_store.log_metadata import PARTITIONED, Mode
 from log_store.topic_log import TopicLog

@@ -25,9 +25,8 @@ from log_store.cleaning import Cleaner
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
-from log_store.log_files import (
-    Compaction, LogStartChange, compact_partitions, partition_files, raise_log_starts, retention_start,
-)
+from log_store.file_compaction import Compaction, compact_partitions
+from log_store.log_files import LogStartChange, partition_files, raise_log_starts, retention_start
 from log_store.key_compaction import KeyCompaction, cleaned_offsets, compact_keys
 from log_store.timestamp_types import CREATE_TIME
 from log_store.topic_log import TopicLog

@@ -203,14 +203,16 @@ def test_compaction_lists_files_once_and_again_after_another_writer_commits(spar
     """One compaction commit per partition here: the files listed for the first are reused for
     the second, unless another commit landed in between (a delete-records removing files of the
     second partition); a stale listing would merge files that are gone and fail its count check."""
-    from log_store import log_files
+    from log_store import file_compaction, log_files
 
     producer = produce_batches(spark, root, 6)
     location = TopicAdmin(spark, root).get(T).location
-    monkeypatch.setattr(log_files, "compaction_batch", lambda candidates, _bytes: sorted(candidates)[:1])
+    monkeypatch.setattr(file_compaction, "compaction_batch", lambda candidates, _bytes: sorted(candidates)[:1])
     listed = []
-    real_files = log_files.partition_files
-    monkeypatch.setattr(log_files, "partition_files", lambda txn: listed.append(txn.read_version) or real_files(txn))
+    real_files = file_compaction.partition_files
+    counted = lambda txn: listed.append(txn.read_version) or real_files(txn)  # noqa: E731
+    monkeypatch.setattr(file_compaction, "partition_files", counted)
+    monkeypatch.setattr(log_files, "partition_files", counted)  # the other writer's listing below
     results = TopicController(spark, root).compact(T)
     assert [(c.partition, c.files_before, c.files_after) for c in results] == [(0, 6, 1), (1, 6, 1)]
     assert results[0].version + 1 == results[1].version and len(listed) == 1, "two commits, one listing"
@@ -220,7 +222,7 @@ def test_compaction_lists_files_once_and_again_after_another_writer_commits(spar
     rows_before = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
     cut = files_of(location, 1)[3][0]  # partition 1's merged file and two small ones go
     starts = []
-    real_commits = log_files.commits
+    real_commits = file_compaction.commits
 
     def start_with_another_writer_between_commits(spark_, path, what="the table"):
         starts.append(path)
@@ -228,7 +230,7 @@ def test_compaction_lists_files_once_and_again_after_another_writer_commits(spar
             TopicController(spark, root).delete_records(T, {1: cut})
         return real_commits.start(spark_, path, what)
 
-    monkeypatch.setattr(log_files, "commits", SimpleNamespace(start=start_with_another_writer_between_commits))
+    monkeypatch.setattr(file_compaction, "commits", SimpleNamespace(start=start_with_another_writer_between_commits))
     listed.clear()
     results = TopicController(spark, root).compact(T)
     assert [(c.partition, c.files_after) for c in results] == [(0, 1), (1, 1)]
@@ -238,12 +240,12 @@ def test_compaction_lists_files_once_and_again_after_another_writer_commits(spar
 
     # The other writer commits between the first compaction's read and its commit: the listing
     # that commit planned from is not its successor's either.
-    monkeypatch.setattr(log_files, "commits", real_commits)
+    monkeypatch.setattr(file_compaction, "commits", real_commits)
     for i in range(12, 16):
         producer.send(make_records(spark, 40, keys=7, start=i * 40))
     rows_before = sorted((r["partition"], r["offset"], r["value"]) for r in log_rows(root, T))
     cut = files_of(location, 1)[2][0]
-    real_point, points = log_files.crash_point, []
+    real_point, points = file_compaction.crash_point, []
 
     def another_writer_inside(step):
         points.append(step)
@@ -251,7 +253,7 @@ def test_compaction_lists_files_once_and_again_after_another_writer_commits(spar
             TopicController(spark, root).delete_records(T, {1: cut})
         real_point(step)
 
-    monkeypatch.setattr(log_files, "crash_point", another_writer_inside)
+    monkeypatch.setattr(file_compaction, "crash_point", another_writer_inside)
     listed.clear()
     results = TopicController(spark, root).compact(T)
     assert [(c.partition, c.files_after) for c in results] == [(0, 1), (1, 1)]

@@ -1,10 +1,11 @@
-"""The pure rules of retention and compaction (``log_store.log_files``) and topic configs."""
+"""The pure rules of retention and compaction (``log_store.log_files``, ``log_store.file_compaction``) and topic configs."""
 
 import pytest
 
 from control_plane.topic_config import TopicConfig, changed, latest_config, parse_pairs
 from log_store.errors import InvalidConfigurationError
-from log_store.log_files import DataFile, compaction_batch, compaction_runs, retention_start
+from log_store.file_compaction import compaction_batch, compaction_runs
+from log_store.log_files import DataFile, retention_start
 
 
 def files(*spans, size=100, ts=None):
@@ -151,7 +152,7 @@ def test_a_shared_file_is_removed_only_when_every_partition_in_it_is_below_its_l
 
 
 def test_a_compaction_taking_part_of_a_shared_file_takes_all_of_it():
-    from log_store.log_files import whole_files
+    from log_store.file_compaction import whole_files
 
     parts = by_partition(arrival_add("a", {0: (0, 9, 10), 1: (0, 4, 5)}), arrival_add("b", {0: (10, 19, 10), 2: (0, 2, 3)}))
     runs = whole_files({0: [parts[0]]}, parts)
