@@ -233,9 +233,12 @@ def stream_read(spark, a: dict) -> None:
     """A stream reading the topic through format("lakelog") with the ``group`` option into a Delta
     sink (change data feed on, for the checker), under Trigger.AvailableNow, ``max_offsets`` records
     a micro-batch at most: one run after another from its checkpoint, until ``stop_file`` exists.
-    On a classic session the JVM source serves it, on a Connect session the Python data source."""
+    On a classic session the JVM source serves it, on a Connect session the Python data source.
+    A run that failed reading a batch whose files' root was lost after its plan fails with lakelog's
+    error saying so (``reading.read_lost``); the runner starts it again, as the error says to."""
     from log_store.session import is_connect
     from pipelines.spark import python_source, register
+    from pipelines.spark.reading import read_lost
 
     if is_connect(spark):
         python_source.register(spark, a["root"])
@@ -249,7 +252,13 @@ def stream_read(spark, a: dict) -> None:
                  .option("maxOffsetsPerTrigger", a["max_offsets"]).load()
                  .writeStream.format("delta").option("checkpointLocation", a["checkpoint"])
                  .trigger(availableNow=True).start(a["sink"]))
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            lost = read_lost(exc)
+            if lost is None:
+                raise
+            raise lost
         progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
         say("ran", batches=len(progress), records=sum(p.get("numInputRows") or 0 for p in progress))
         time.sleep(a["pause_s"])

@@ -4,7 +4,8 @@ for optimistic-concurrency conflicts (``retry_on_conflict``, tenacity)."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from py4j.protocol import Py4JJavaError
@@ -48,15 +49,25 @@ def lost_root(exc: BaseException | None) -> bool:
     unmounted, not a directory, or refusing access (``LOST_ROOT_SIGNS``, or an ``OSError`` of
     those kinds from Python's own reads and writes). The one test of it; ``translate`` makes
     such an error a ``StorageError``."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, OSError) and exc.errno in LOST_ROOT_ERRNOS:
+    for cause in causes(exc):
+        if isinstance(cause, OSError) and cause.errno in LOST_ROOT_ERRNOS:
             return True
-        text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
-        if any(sign in text for sign in LOST_ROOT_SIGNS):
+        if any(sign in _text(cause) for sign in LOST_ROOT_SIGNS):
             return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def causes(exc: BaseException | None, limit: int = 10) -> Iterator[BaseException]:
+    """``exc`` and what caused it, nearest first (pyspark raises its error for a Java one from
+    None: the Java error, with its own causes in its text, is the context)."""
+    seen = 0
+    while exc is not None and seen < limit:
+        yield exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+
+
+def _text(exc: BaseException) -> str:
+    return f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
 
 
 def conflict_name(exc: BaseException) -> str | None:
@@ -115,13 +126,17 @@ def is_missing_file(exc: BaseException | None) -> bool:
     """A read that found a file of the table's snapshot missing (Spark's ``FAILED_READ_FILE.FILE_NOT_EXIST``),
     here or in what caused it (a write whose input could not be read, translated to lakelog's error):
     the file was removed (a deleted topic's VACUUM) or its root cannot be reached now."""
-    seen = 0
-    while exc is not None and seen < 10:
-        text = f"{exc.java_exception if isinstance(exc, Py4JJavaError) else ''} {exc}"
+    return missing_file(exc) is not None
+
+
+def missing_file(exc: BaseException | None) -> str | None:
+    """The file ``is_missing_file`` found missing, as Spark names it ("" when it names none), or None."""
+    for cause in causes(exc):
+        text = _text(cause)
         if "FILE_NOT_EXIST" in text or "java.io.FileNotFoundException" in text:
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+            named = re.search(r"reading file (\S+?)\. File does not exist|File (\S+) does not exist", text)
+            return (named.group(1) or named.group(2)) if named else ""
+    return None
 
 
 def is_conflict(exc: BaseException) -> bool:

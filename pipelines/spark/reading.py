@@ -30,7 +30,8 @@ from pyspark.sql.types import (
 
 from log_store import rs_reader
 from log_store.delta_classes import jvm
-from log_store.errors import LakelogError
+from log_store.delta_errors import missing_file
+from log_store.errors import LakelogError, LeaderNotAvailableError
 from log_store.headers import HEADERS_TYPE, headers_as
 from log_store.read_ranges import range_filter
 from log_store.timestamp_types import CODES, TimestampTypes
@@ -54,6 +55,25 @@ def source_schema(include_headers: bool) -> StructType:
 class DataLossError(LakelogError):
     """Records a read was to deliver are gone (retired, deleted below its position, or the topic
     deleted) and failOnDataLoss is on."""
+
+
+def read_lost(exc: BaseException) -> LeaderNotAvailableError | None:
+    """The lakelog error for a query that failed because a file its micro-batch planned to read
+    was missing (Spark's ``FILE_NOT_EXIST``, also inside a sink's write), or None. Spark's Parquet
+    reader reads the files of one root, planned with the batch: a root lost between the plan and the
+    read (or the topic deleted meanwhile) fails the query, as Spark fails for any file gone from
+    under a planned scan. Run again on its checkpoint, the query plans again at the topic's leader,
+    waiting for the root or an election, and reads the batch's offsets from there."""
+    path = missing_file(exc)
+    if path is None:
+        return None
+    error = LeaderNotAvailableError(
+        f"a file this micro-batch planned to read was missing when it was read ({path or 'unnamed'}): its root was "
+        "lost (or the topic deleted) between the batch's plan and its read. Run the query again on its checkpoint: "
+        "it reads the batch again from the topic's leader, waiting for the root or an election for at most "
+        "leaderWaitTimeout (retriable)")
+    error.__cause__ = exc
+    return error
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,26 @@ def test_pythons_own_reads_and_writes_of_a_lost_root_are_one_too(code):
         assert lost_root(exc), "what caused it counts"
 
 
+def test_the_file_gone_under_a_streams_batch_is_named():
+    """pyspark raises a stream's failure from None, saying the outermost Java error (the sink's
+    write); the Java error it came from, with the failed read among its causes, is its context."""
+    from log_store.delta_errors import missing_file
+
+    gone = "file:///r/us/topics/orders/partition=1/part-0.snappy.parquet"
+    java = RuntimeError("org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows\n"
+                        f"Caused by: org.apache.spark.SparkException: [FAILED_READ_FILE.FILE_NOT_EXIST] Encountered "
+                        f"error while reading file {gone}. File does not exist. It is possible the underlying files "
+                        "have been updated.")
+    try:
+        try:
+            raise java
+        except RuntimeError:
+            raise ValueError("[STREAM_FAILED] Query terminated with exception: [TASK_WRITE_FAILED]") from None
+    except ValueError as failed:
+        assert missing_file(failed) == gone and lost_root(failed)
+    assert missing_file(RuntimeError("[DIVIDE_BY_ZERO] Division by zero")) is None
+
+
 def test_other_failures_are_not_a_lost_root():
     assert not lost_root(RuntimeError("[DIVIDE_BY_ZERO] Division by zero"))
     assert not lost_root(OSError(errno.ENOSPC, "No space left on device"))

@@ -46,6 +46,53 @@ def test_a_stream_started_again_after_a_failover_reads_on_from_the_new_leader(la
     assert {r["leader_epoch"] for r in rows if int(bytes(r["value"])) >= 400} == {1}
 
 
+def test_a_stream_whose_leader_root_is_lost_between_a_batchs_plan_and_its_read_fails_saying_to_run_again(
+        lakelog, root, tmp_path, monkeypatch):
+    """docs/replication.md: the leader's root lost after a micro-batch was planned (its files
+    listed) and before Spark read them fails the query. The failure is lakelog's retriable error
+    naming the missing file (Spark's says FILE_NOT_EXIST inside the sink's write and suggests
+    REFRESH TABLE); run again on its checkpoint after an election, the query reads the batch from
+    the new leader: every record once."""
+    from jobs.commands.stream import lakelog_error
+    from log_store.errors import LeaderNotAvailableError
+    from pipelines.spark import bridge
+    from pipelines.spark.reading import read_lost
+    from tests.control_plane.test_replication import cut, restore
+
+    follower = str(tmp_path / "us")
+    TopicAdmin(lakelog, root).create(T, 2, replicas=[root, follower])
+    Producer(lakelog, root, T, "p").send(make_records(lakelog, 200, keys=20))
+    replication = Replication(lakelog, root)
+    replication.replicate(T)  # the follower holds all 200: a clean failover
+    leader_log = replication.path(replication.state(T), root)
+    planned = bridge.FormatSide._frame
+
+    def lose_after_the_plan(side, planner, reads):
+        data = planned(side, planner, reads)
+        if any(r.spans for r in reads) and not Path(leader_log + ".real").exists():
+            cut(leader_log)  # the batch's files are listed; Spark reads them after this returns
+        return data
+
+    monkeypatch.setattr(bridge.FormatSide, "_frame", lose_after_the_plan)
+    sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
+    try:
+        with pytest.raises(Exception) as failed:
+            stream_to(lakelog, sink, ck, subscribe=T, startingOffsets="earliest", maxOffsetsPerTrigger=150)
+        lost = read_lost(failed.value)
+        assert isinstance(lost, LeaderNotAvailableError) and isinstance(lakelog_error(failed.value), LeaderNotAvailableError)
+        assert f"{Path(leader_log).name}/partition=" in str(lost) and "Run the query again on its checkpoint" in str(lost)
+        assert sink_batches(sink) == [], "the batch that failed wrote nothing"
+        replication.elect(T, follower)
+        monkeypatch.setattr(bridge.FormatSide, "_frame", planned)
+        stream_to(lakelog, sink, ck, subscribe=T)
+    finally:
+        if Path(leader_log + ".real").exists():
+            restore(leader_log)
+    rows = [r for _v, batch in sink_batches(sink) for r in batch]
+    assert sorted(int(bytes(r["value"])) for r in rows) == list(range(200)), "every record once, from the new leader"
+    assert [len(batch) for _v, batch in sink_batches(sink)] == [150, 50], "the failed batch read again, then the rest"
+
+
 def test_a_stream_whose_records_an_unclean_election_took_back_fails_or_goes_back(lakelog, root, tmp_path):
     """Only the leader holds what the stream reads (its follower was out of the in-sync set); the
     leader is lost and the follower elected unclean, taking new records at the same offsets. Started
