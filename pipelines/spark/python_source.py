@@ -145,10 +145,15 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         """Where ``startingOffsets`` puts the stream, taken once per run (Spark asks again when it
-        runs the first micro-batch), and committed to the group at once."""
+        runs the first micro-batch). Not committed to the group here: Spark also asks it of a
+        restarted query whose first micro-batch was not recorded as done, only to start that batch
+        again, while the query goes on from the batch's end in its offset log; taken anew then
+        (the log start raised, ``latest`` moved), it is not where the stream is, and the group's
+        positions would move back to that end. A group's positions are only ever those of Spark's
+        offset log (``latestOffset``'s start, ``commit``'s end): a new query's start is committed
+        by the ``latestOffset`` Spark asks right after."""
         if self._first is None:
             self._first = self.planner.initial()
-            self.planner.publish(self._first)
         return self._first.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
 from control_plane.group.offsets import GroupOffsets
+from control_plane.layout import RootLayout
 from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
 from pipelines.producer import Producer
@@ -166,6 +169,41 @@ def test_a_stream_started_at_latest_keeps_its_start_through_a_restart_in_its_fir
         return sorted(int(r["value"]) for _v, rows in sink_batches(sink) for r in rows)
 
     assert values(other) == list(range(30, 50))
+
+
+def committed_history(root: str, group: str, topic: str) -> dict[int, list[int]]:
+    """Every position ``group`` committed on each partition of ``topic``, in commit order, as the
+    ``offset_commits`` table's change feed holds them (delta-rs)."""
+    feed = DeltaTable(RootLayout(root).control("offset_commits")).load_cdf(starting_version=0)
+    rows = pa.table(feed.read_all()).to_pylist()
+    out: dict[int, list[int]] = {}
+    for r in sorted(rows, key=lambda r: r["_commit_version"]):
+        if r["_change_type"] == "insert" and r["kind"] == "commit" and r["group"] == group and r["topic"] == topic:
+            out.setdefault(r["partition"], []).append(r["offset"])
+    return out
+
+
+def test_a_groups_positions_never_move_back_when_a_restart_runs_the_first_batch_again_past_expired_records(
+        reads, spark, root, tmp_path):
+    """The driver dies before it records a query's first micro-batch as done; records below where
+    that batch ends expire meanwhile. The restarted query runs the batch again from its offset log,
+    while ``initialOffset``, asked anew, would start at the raised log start: the group's committed
+    positions only rise, and the query reads on from the batch's end, skipping the expired records."""
+    TopicAdmin(spark, root).create(T, 2)
+    sink, ck = str(tmp_path / "sink"), tmp_path / "ck"
+    options = {"subscribe": T, "startingOffsets": "earliest", "failOnDataLoss": "false", "group": "audit"}
+    reads.stream_to(sink, str(ck), **options)  # an empty topic: the first batch ends at 0
+    forget_commit(ck, 0)
+    Producer(spark, root, T, "p").send(make_records(spark, 60, keys=7))
+    ends = {p: sum(1 for r in log_rows(root, T) if r["partition"] == p) for p in range(2)}
+    TopicController(spark, root).delete_records(T, {0: ends[0] - 2})
+    reads.stream_to(sink, str(ck), **options)
+    history = committed_history(root, "audit", T)
+    assert all(h == sorted(h) for h in history.values()), f"the group's positions moved back: {history}"
+    assert GroupOffsets(spark, root).committed("audit", T) == ends
+    delivered = sorted((r["partition"], r["offset"]) for _v, rows in sink_batches(sink) for r in rows)
+    assert delivered == [(0, ends[0] - 2), (0, ends[0] - 1)] + [(1, o) for o in range(ends[1])]
+    assert GroupOffsets(spark, root).expired("audit", T) == {(0, ends[0] - 2)}
 
 
 def test_a_new_querys_first_micro_batch_is_empty_and_ends_at_its_start(spark, root):
