@@ -63,8 +63,9 @@ def lakelog_error(exc: Exception) -> Exception:
     return LakelogError(found[-1].strip()) if found else read_lost(exc) or exc
 
 
-def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
-           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None):
+def topic_stream(c: Context, topic: str, group: str | None, starting_offsets: str, max_offsets_per_trigger: int | None,
+                 fail_on_data_loss: bool, include_headers: bool = False):
+    """``spark.readStream.format("lakelog")`` of ``topic`` with the command's options."""
     from pipelines.spark import register
 
     spark = c.spark
@@ -76,6 +77,14 @@ def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | No
         reader = reader.option("group", group)
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
-    writer = reader.load().writeStream.format("delta").option("checkpointLocation", checkpoint)
+    if include_headers:
+        reader = reader.option("includeHeaders", "true")
+    return reader.load()
+
+
+def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
+           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None):
+    records = topic_stream(c, topic, group, starting_offsets, max_offsets_per_trigger, fail_on_data_loss)
+    writer = records.writeStream.format("delta").option("checkpointLocation", checkpoint)
     writer = writer.trigger(processingTime=interval) if interval else writer.trigger(availableNow=True)
     return writer.start(output)

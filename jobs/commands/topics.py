@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import click
 
+from jobs.commands.table import table
 from jobs.context import Context, json_option, pass_ctx
 from jobs.output import emit, stderr, stdout
 from log_store.log_metadata import LAYOUTS
@@ -356,3 +357,6 @@ def timeline(c: Context, topic: str, output: str | None, as_json: bool) -> None:
         emit({"path": path, "events": [e.model_dump(mode="json") for e in events]}, True)
     else:
         stdout.print(path, highlight=False, soft_wrap=True)
+
+
+topics.add_command(table)
