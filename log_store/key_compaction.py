@@ -37,6 +37,7 @@ from log_store.file_compaction import COMMIT_BYTES, batches_until_done, compacti
 from log_store.log_files import (
     CLEANED_TAG, RANGES_TAG, DataFile, encode_cleaned, encode_ranges, meta_layout, partition_files, to_arrow,
 )
+from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
 
@@ -70,7 +71,7 @@ def cleaned_offsets(spark: SparkSession, path: str) -> tuple[int, dict[int, int]
     try:
         known = txn.snapshot_app_versions()
         meta = TopicLogMetadata.from_properties(txn.configuration())
-        return txn.read_version, {p: known[cleaned_app_id(p)] for p in meta.partitions if cleaned_app_id(p) in known}
+        return txn.read_version, log_metadata.cleaned_offsets(known, meta.partitions)
     finally:
         txn.release()
 

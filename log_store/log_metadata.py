@@ -18,7 +18,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict
 
 from log_store.errors import FencedLeaderEpochError, TableConfigError, TopicDeletedError
-from log_store.names import high_watermark_app_id, log_end_app_id, log_start_app_id
+from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
@@ -175,6 +175,8 @@ class LogSnapshot(BaseModel):
     log_ends: dict[int, int]
     # Log start offsets raised by retention or delete-records (absent: the incarnation's start).
     log_starts: dict[int, int] = {}
+    # Key compaction's cleaned offsets (absent: never cleaned): below one, offsets have gaps.
+    cleaned: dict[int, int] = {}
     layout: str = PARTITIONED
     timestamp_types: TimestampTypes = TimestampTypes()  # what each record's timestamp is (message.timestamp.type)
     # A replicated log's kept high watermark and the leader epoch it was kept under (``kept_high_watermark``).
@@ -189,6 +191,12 @@ class LogSnapshot(BaseModel):
         """The first offset of ``partition`` a consumer can read: its incarnation's start, or the
         log start offset if retention or delete-records raised it above that."""
         return max(self.metadata.partitions[partition].start_offset, self.log_starts.get(partition, 0))
+
+    def dense_from(self, partition: int) -> int:
+        """Where ``partition``'s offsets are dense again: from its first readable offset, or from
+        its cleaned offset once key compaction removed superseded records below that (gaps there are
+        compaction's, not lost records)."""
+        return max(self.first_offset(partition), self.cleaned.get(partition, 0))
 
     def removed_prefix(self, partition: int) -> tuple[int, int] | None:
         """[start, log start) of the partition's current incarnation, deleted by retention or
@@ -225,6 +233,12 @@ def log_starts(known: dict[str, int], partitions: Iterable[int]) -> dict[int, in
     """The log start offsets recorded in a snapshot's application versions (``known``): the one
     place they are read. Partitions whose log start was never raised are absent."""
     return {p: known[log_start_app_id(p)] for p in partitions if log_start_app_id(p) in known}
+
+
+def cleaned_offsets(known: dict[str, int], partitions: Iterable[int]) -> dict[int, int]:
+    """Key compaction's cleaned offsets in a snapshot's application versions (``known``): the one
+    place they are read. Partitions never cleaned are absent."""
+    return {p: known[cleaned_app_id(p)] for p in partitions if cleaned_app_id(p) in known}
 
 
 def kept_high_watermark(known: dict[str, int], partitions: Iterable[int]) -> dict:

@@ -26,11 +26,11 @@ from deltalake.exceptions import TableNotFoundError
 
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
-from log_store.names import high_watermark_app_id, log_end_app_id, log_start_app_id
+from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
 from log_store.log_metadata import (
-    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, kept_high_watermark, layout_of,
-    log_end, log_starts, topic_id_of,
+    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, cleaned_offsets,
+    kept_high_watermark, layout_of, log_end, log_starts, topic_id_of,
 )
 
 
@@ -235,14 +235,15 @@ def log_view(path: str, version: int | None = None, storage: Storage = None
     known = {}
     for app_id in [high_watermark_app_id(None), *(a for p in metadata.partitions
                                                   for a in (log_end_app_id(p), log_start_app_id(p),
-                                                            high_watermark_app_id(p)))]:
+                                                            cleaned_app_id(p), high_watermark_app_id(p)))]:
         version = table.transaction_version(app_id)
         if version is not None:
             known[app_id] = version
     snap = LogSnapshot(
         version=table.version(), topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=metadata,
         log_ends={p: log_end(known, p, pm.start_offset) for p, pm in metadata.partitions.items()},
-        log_starts=log_starts(known, metadata.partitions), layout=layout_of(conf),
+        log_starts=log_starts(known, metadata.partitions), cleaned=cleaned_offsets(known, metadata.partitions),
+        layout=layout_of(conf),
         timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, metadata.partitions),
     )
     return snap, topic_id_of(conf, meta.id), conf
@@ -250,6 +251,16 @@ def log_view(path: str, version: int | None = None, storage: Storage = None
 
 def _query(path: str, version: int | None, sql: str, storage: Storage = None) -> pa.Table:
     return _scan(path, _table(path, version, storage), sql)
+
+
+def end_after_records(path: str, version: int, partition: int, start: int, end: int, records: int,
+                      storage: Storage = None) -> int:
+    """As ``TopicLog.end_after_records``: the offset after the first ``records`` records of
+    ``partition`` from ``start`` (``end`` if fewer lie below it)."""
+    out = _query(path, version, f'SELECT "offset" AS o FROM t WHERE "partition" = {int(partition)} AND "offset" >= '
+                                f'{int(start)} AND "offset" < {int(end)} ORDER BY "offset" LIMIT {int(records)}', storage)
+    found = out.column("o").to_pylist()
+    return end if len(found) < records else int(found[-1]) + 1
 
 
 def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | None = None,

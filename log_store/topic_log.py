@@ -49,6 +49,7 @@ from log_store.log_metadata import (
     LogSnapshot,
     TopicLogMetadata,
     check_set_transactions_kept,
+    cleaned_offsets,
     kept_high_watermark,
     layout_of,
     log_end,
@@ -286,7 +287,8 @@ class TopicLog:
         return LogSnapshot(
             version=txn.read_version, topic_version=int(conf.get(TOPIC_VERSION_PROP, "1")), metadata=meta,
             log_ends={p: log_end(known, p, pm.start_offset) for p, pm in meta.partitions.items()},
-            log_starts=log_starts(known, meta.partitions), layout=layout_of(conf),
+            log_starts=log_starts(known, meta.partitions), cleaned=cleaned_offsets(known, meta.partitions),
+            layout=layout_of(conf),
             timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, meta.partitions),
         )
 
@@ -320,6 +322,16 @@ class TopicLog:
             .first()
         )
         return None if row is None or row["o"] is None else int(row["o"])
+
+    def end_after_records(self, partition: int, start: int, end: int, records: int, version: int) -> int:
+        """The offset after the first ``records`` records of ``partition`` from ``start`` as of
+        ``version`` (``end`` if fewer lie below it): a read of ``records`` records where key
+        compaction left gaps (one record per offset elsewhere). Read by delta-rs on a local root."""
+        if reads_with_delta_rs(self.path):
+            return rs_reader.end_after_records(self.path, version, partition, start, end, records)
+        offsets = self.read({partition: (start, end)}, ordered=False, version=version).select("offset")
+        last, found = offsets.orderBy("offset").limit(records).agg(F.max("offset"), F.count("*")).first()
+        return end if found < records else int(last) + 1
 
     def last_offset_of_epoch(self, partition: int, epoch: int, version: int | None = None) -> int:
         """Largest offset in ``partition`` with ``leader_epoch <= epoch``; -1 if none (rule 3). As of

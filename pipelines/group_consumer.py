@@ -316,8 +316,7 @@ class GroupConsumer:
                         continue
                     crash_point("consume:after_offset_commit")
                     self._publish()
-                    n = sum(end - start for start, end in ranges.values())
-                    delivered += n
+                    delivered += self.consumer.records_in(ranges, snap)
                     batches += 1
                     idle_since = None
                     if on_batch:

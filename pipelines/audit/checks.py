@@ -104,20 +104,22 @@ def _missing_details(check: CheckResult, missing: DataFrame, max_ranges: int) ->
 
 
 # -- the audit --------------------------------------------------------------------------------
-def check_log(source, log: DataFrame, samples: int) -> list[CheckResult]:
+def check_log(source, log: DataFrame, samples: int, cleaned: dict[int, int] | None = None) -> list[CheckResult]:
+    """The log's checks; ``cleaned``: key compaction's cleaned offsets, below which gaps are compaction's."""
     import great_expectations as gx
 
     E = gx.expectations
     checks = [
         ("log.offsets_unique", "no offset appears twice in a partition (gap 0: a repeat of the previous offset)",
          E.ExpectColumnValuesToBeBetween(column="gap", min_value=1)),
-        ("log.offsets_dense", "each offset is the previous one + 1 (dense from the partition's first offset)",
-         E.ExpectColumnValuesToBeBetween(column="gap", max_value=1)),
+        ("log.offsets_dense", "each offset is the previous one + 1 (dense from the partition's first offset; "
+         "below a compacted partition's cleaned offset, key compaction's gaps are not counted)",
+         E.ExpectColumnValuesToBeBetween(column="dense_gap", max_value=1)),
         ("log.epochs_non_decreasing", "leader_epoch never decreases as offset grows (rule 3)",
          E.ExpectColumnValuesToBeBetween(column="epoch_drop", max_value=0)),
     ]
     index = ["partition", "offset", "prev_offset", "leader_epoch", "prev_epoch", "key"]
-    return _validate(source, "log", log_rows(log), checks, index, samples)
+    return _validate(source, "log", log_rows(log, cleaned), checks, index, samples)
 
 
 def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int,

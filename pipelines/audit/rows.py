@@ -4,10 +4,13 @@ previous sequence; every owed record with its outcome; one group's share of a sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from control_plane.group.describe import DeliveryView
+from log_store.read_ranges import by_partition
 from pipelines.audit.feeds import BEFORE_KEPT, SINK_ROW, UNATTRIBUTED
 
 
@@ -26,13 +29,17 @@ def attributed_to(changes: DataFrame, others: list[int], shared: bool) -> DataFr
     return kept.unionByName(older)
 
 
-def log_rows(log: DataFrame) -> DataFrame:
-    """Each log row with the step from the previous offset and epoch of its partition."""
+def log_rows(log: DataFrame, cleaned: Mapping[int, int] | None = None) -> DataFrame:
+    """Each log row with the step from the previous offset and epoch of its partition. ``gap``
+    is the step; ``dense_gap`` the step counted only above ``cleaned[partition]`` (key compaction's
+    cleaned offsets: the offsets missing below were compacted away, not lost)."""
     w = Window.partitionBy("partition").orderBy("offset")
+    step = F.col("offset") - F.col("prev_offset")
+    compacted = F.col("offset") <= F.coalesce(F.expr(by_partition(cleaned, "L")), F.lit(0)) if cleaned else F.lit(False)
     return log.select(
         "partition", "offset", "leader_epoch", F.col("key").cast("string").alias("key"),
         F.lag("offset").over(w).alias("prev_offset"), F.lag("leader_epoch").over(w).alias("prev_epoch"),
-    ).select("*", (F.col("offset") - F.col("prev_offset")).alias("gap"),
+    ).select("*", step.alias("gap"), F.when(compacted, F.least(step, F.lit(1))).otherwise(step).alias("dense_gap"),
              (F.col("prev_epoch") - F.col("leader_epoch")).alias("epoch_drop"))
 
 

@@ -87,7 +87,9 @@ def run_audit(
                 f"{sink_path} is neither a lakelog sink nor a stream's sink: it lacks columns "
                 f"{sorted(lacking)} (a stream's sink needs at least {', '.join(STREAM_SINK_COLUMNS)})")
     source = _gx()
-    checks = check_log(source, spark.read.format("delta").load(record.location), samples)
+    snap = TopicAdmin(spark, root).log(topic).snapshot()  # the log read at the version its cleaned offsets are of
+    checks = check_log(source, spark.read.format("delta").option("versionAsOf", snap.version).load(record.location),
+                       samples, snap.cleaned)
     coverage: list[str] = []
     if sink_path is not None:
         groups = [group] if group else sink_groups(spark, sink_path, topic)

@@ -432,7 +432,8 @@ class Planner:
                 lost = [r for r in lost if (r.partition, r.end) not in reported]
                 if lost:
                     self.losses.report(topic, "records of this batch were removed from the log before it read them", lost)
-            out.append(TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage))
+            out.append(TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage,
+                                 tuple((p, snap.dense_from(p)) for p, _s, _e in spans)))
         return out
 
     def batch_range(self) -> tuple[StreamOffset, StreamOffset]:

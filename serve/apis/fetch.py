@@ -147,7 +147,10 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 planned -= rows * size / READ_MARGIN
             else:  # the fetch's reads already hold its whole budget
                 continue
-            spans.append((p.partition, start, min(end, start + rows)))
+            stop = min(end, start + rows)
+            if start < view.snapshot.dense_from(p.partition):  # key compaction's gaps: ``rows`` records, not offsets
+                stop = TopicLog(server.ctx.spark, path).end_after_records(p.partition, start, end, rows, version)
+            spans.append((p.partition, start, stop))
     if not order:
         return parts
     by_part = {part.index: part for part in parts}
