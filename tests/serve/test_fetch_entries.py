@@ -56,4 +56,4 @@ def test_one_partition_twice_in_one_entry_is_answered_with_whole_records_in_offs
     assert len(got) == 1 and [p for p, _e, _o in got[0]] == [0, 1, 0]
     for p, error, found in got[0]:
         assert error == 0 and found == sorted(set(found)), f"partition {p}: {found}"
-    assert got[0][0][2] == list(range(10)) and got[0][2][2] == list(range(6, 10)), str(got)
+    assert got[0][0][2] == list(range(10)) and got[0][2][2] == list(range(6, 10)), got
