@@ -72,3 +72,54 @@ def test_a_kafka_group_passes_a_grow_whose_last_pre_grow_record_was_compacted_af
             second.commit(offsets=[TopicPartition("t", msg.partition(), msg.offset() + 1)], asynchronous=False)
     second.close()
     assert sorted(got) == [(0, 1), (0, 3), (1, 0)]
+
+
+@pytest.mark.xfail(strict=True, reason="key compaction removes a partition's trailing tombstones past "
+                   "delete.retention.ms, marked partitions too: a Kafka client's position then stops below the "
+                   "partition's final end, which the shrink's gate (rule 9) waits for the group to reach")
+def test_a_kafka_group_drains_a_marked_partition_whose_trailing_tombstone_was_compacted_away(spark, served, root):
+    # proves: a shrink's marked partition ending in a tombstone that compaction removed is never
+    # drained by a Kafka group (its position stays after the last record left, below the final log
+    # end), so the group gets nothing produced after the shrink until the delete delay retires it
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from control_plane.settings import ControllerSettings
+
+    boot = bootstrap(served)
+    served.ctx.admin.create("t", 2)
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter_config("t", ["cleanup.policy=compact", "min.cleanable.dirty.ratio=0", "delete.retention.ms=0"])
+    names = [b"k%d" % i for i in range(100)]
+    kept, later = [k for k in names if partition_for(k, 2) == 0][:2]
+    gone = next(k for k in names if partition_for(k, 2) == 1)
+    producer = Producer({"bootstrap.servers": boot})
+
+    def send(key: bytes, value: bytes | None) -> None:
+        producer.produce("t", key=key, value=value)
+        assert producer.flush(60) == 0
+
+    send(kept, b"before")  # partition 0, offset 0
+    send(gone, b"v")  # partition 1, offset 0
+    send(gone, None)  # partition 1, offset 1: its key deleted
+    ctl.alter("t", 1)  # marks partition 1, final end 2
+    send(later, b"after")  # partition 0, offset 1: after the shrink
+    now = int(time.time() * 1000)
+    ctl.compact_keys("t", now_ms=now)  # dates the tombstone
+    ctl.compact_keys("t", now_ms=now + 1)  # past delete.retention.ms=0: removed
+    location = served.ctx.admin.get("t").location
+    left = sorted((r["partition"], r["offset"]) for r in DeltaTable(location).to_pyarrow_table(
+        columns=["partition", "offset"]).to_pylist())
+    assert left == [(0, 0), (0, 1)], "partition 1 holds no record: the tombstone went past its horizon"
+
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": "g", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    got = []
+    deadline = time.monotonic() + 40
+    while len(got) < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append((msg.partition(), msg.offset()))
+            consumer.commit(offsets=[TopicPartition("t", msg.partition(), msg.offset() + 1)], asynchronous=False)
+    consumer.close()
+    assert got == [(0, 0), (0, 1)]
