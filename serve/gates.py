@@ -112,25 +112,22 @@ class KafkaGates:
         topic_key = (group, view.name, view.record.location)  # a topic made again starts at 0
         version = view.snapshot.version
         with self._lock:
-            before = self._looked.get(topic_key)
+            reporting = self._reporting.setdefault(topic_key, threading.Lock())
+        # one look of a group at a topic at a time, each reading what the one before it reported (a
+        # rebalance's and a fetch's race); a look is recorded only once made, so a fetch meeting a
+        # look under way waits for it, and looks again if it failed
+        with reporting:
+            with self._lock:
+                before = self._looked.get(topic_key)
             if before is not None and not _worth_a_look(before, version, fetched):
                 return
+            self._report(group, view, fetched)
             newer = before is None or version > before[0]
             lowest = {} if newer else dict(before[1])
             for p, offset in fetched.items():
                 lowest[p] = min(lowest.get(p, offset), offset)
-            self._looked[topic_key] = (version if newer else before[0], lowest)
-            reporting = self._reporting.setdefault(topic_key, threading.Lock())
-        try:
-            with reporting:  # each look reads what the one before it reported (a rebalance's and a fetch's race)
-                self._report(group, view, fetched)
-        except BaseException:
-            with self._lock:  # not looked at after all: the next rebalance or fetch tries again
-                if before is None:
-                    self._looked.pop(topic_key, None)
-                else:
-                    self._looked[topic_key] = before
-            raise
+            with self._lock:
+                self._looked[topic_key] = (version if newer else before[0], lowest)
 
     def _report(self, group: str, view: TopicView, fetched: Positions) -> None:
         positions = _Committed(self.records, group, view.name).committed()

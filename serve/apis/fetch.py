@@ -245,10 +245,28 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
     return bytes(out), at
 
 
+def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str]) -> list[_Part]:
+    """One topic entry of a fetch, a part per requested partition in the request's order. A
+    partition named again in the entry is read in a later pass (``_read_topic`` reads and answers
+    by partition), from its own fetch offset."""
+    passes: list[list[int]] = []  # indexes into ``wanted``, each partition once a pass
+    seen: dict[int, int] = {}
+    for i, p in enumerate(wanted):
+        n = seen[p.partition] = seen.get(p.partition, -1) + 1
+        if n == len(passes):
+            passes.append([])
+        passes[n].append(i)
+    out: list[_Part | None] = [None] * len(wanted)
+    for indexes in passes:
+        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups)):
+            out[i] = part
+    return out
+
+
 def _read_all(server: "Server", topics: list, max_bytes: int,
               groups: dict[str, list[str]]) -> tuple[dict[str, list[_Part]], int]:
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    out = [(t.topic, _read_topic(server, t.topic, list(t.partitions), budget, groups.get(t.topic, [])))
+    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, [])))
            for t in topics]
     return out, sum(len(p.records) for _t, parts in out for p in parts)
 

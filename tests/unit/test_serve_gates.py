@@ -124,3 +124,39 @@ def test_a_look_that_failed_is_taken_again():
     gates._report = lambda group, view, fetched: looks.append(dict(fetched))
     gates.report_expired("g", _view(5), {0: 10})
     assert looks == [{0: 10}]
+
+
+
+def test_a_fetch_meeting_a_look_under_way_returns_only_once_that_look_succeeded():
+    """Proves: two fetches below the log start from the same offset (a partition's old and new
+    owner around a rebalance, or a client's retry) are answered out of range only after a look
+    covering their offset succeeded. Had the second returned while the first's look was under way
+    and that look then failed, the second's client would reset past the gap with its records
+    never reported expired."""
+    import threading
+
+    gates, looks = _looking_gates()
+    started, release = threading.Event(), threading.Event()
+
+    def slow_then_failing(group, view, fetched):
+        started.set()
+        release.wait(10)
+        raise OSError("the tables could not be read")
+
+    def fetch(done: threading.Event) -> None:
+        try:
+            gates.report_expired("g", _view(5), {0: 10})
+        except OSError:
+            pass
+        done.set()
+    gates._report = slow_then_failing
+    first_done, second_done = threading.Event(), threading.Event()
+    threading.Thread(target=fetch, args=(first_done,)).start()
+    assert started.wait(10)
+    threading.Thread(target=fetch, args=(second_done,)).start()
+    returned_early = second_done.wait(1)
+    gates._report = lambda group, view, fetched: looks.append(dict(fetched))
+    release.set()
+    assert first_done.wait(10) and second_done.wait(10)
+    assert not returned_early, "the second fetch was answered while the only look at its offset was under way"
+    assert looks == [{0: 10}], "the second fetch's offset looked at again after the first look failed"
