@@ -201,6 +201,23 @@ def _files_from(txn: DeltaTransaction, points: Points) -> dict[int, list[dict]]:
     return out
 
 
+def _files_below(txn: DeltaTransaction, ends: Points) -> list[dict]:
+    """The log's files wholly below their partition's offset in ``ends`` (a retired partition's
+    final end), as remove actions take them."""
+    out = []
+    for add in txn.files():
+        p = int((add.get("partitionValues") or {}).get("partition", -1))
+        if p not in ends:
+            continue
+        top = json.loads(add.get("stats") or "{}").get("maxValues", {}).get("offset")
+        if top is None:
+            raise OffsetCheckError(f"{add['path']} has no offset statistics: a copy cannot tell what it holds; "
+                                   "nothing was changed")
+        if int(top) < ends[p]:
+            out.append(add)
+    return out
+
+
 def _truncate_in(spark: SparkSession, txn: DeltaTransaction, path: str, points: Points) -> None:
     """Take the records at and above ``points`` out of ``txn``'s log: files wholly above removed,
     a file across a point rewritten with the records below it (same rows, same offsets)."""
@@ -313,16 +330,19 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                      REPLICA_DATA_EPOCH_PROP: str(trole.data)}
         changed = {k: v for k, v in props.items() if effective.get(k) != v}
         # A retired partition's records are no reader's and its leader purges them (a controller
-        # tick): none is copied, and the follower's go too, in this commit. A follower that starts
-        # empty or truncates below a purge (an old leader back after an election) is owed none.
-        retired = {p for p, pm in smeta.partitions.items() if pm.mode is Mode.NONE}
-        if truncated and set(truncated) - retired:
+        # tick): none is copied, and the follower's below its final end go too, in this commit. A
+        # follower that starts empty or truncates below a purge (an old leader back after an
+        # election) is owed none. Records at or past the final end are a later incarnation's (the
+        # number grown again, copied by a later read of the leader than this one): they stay, and
+        # the check below refuses this stale copy.
+        retired = {p: pm.end_offset for p, pm in smeta.partitions.items()
+                   if pm.mode is Mode.NONE and pm.end_offset is not None}
+        if truncated and set(truncated) - set(retired):
             _truncate_in(spark, txn, target, {p: o for p, o in truncated.items() if p not in retired})
         t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
-        purged = [f for fs in _files_from(txn, dict.fromkeys(retired, 0)).values() for f in fs] if retired else []
+        purged = _files_below(txn, retired) if retired else []
         if purged:
-            txn.remove([{k: v for k, v in f.items() if k != "_first"} for f in purged], data_change=True)
-        t_ends.update({p: s_ends[p] for p in retired if p in t_ends})
+            txn.remove(purged, data_change=True)
         ahead = {p: (t_ends[p], s_ends[p]) for p in s_ends if t_ends[p] > s_ends[p]}
         if ahead:
             raise ReplicationError(

@@ -11,11 +11,13 @@ from __future__ import annotations
 import shutil
 
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from control_plane.controller import TopicController
 from control_plane.replication.operations import Replication
 from control_plane.settings import ControllerSettings
 from control_plane.topics import TopicAdmin
+from log_store.partitioner import partition_for
 from log_store.topic_log import TopicLog
 from pipelines.producer import Producer
 from pipelines.settings import ProducerSettings
@@ -87,3 +89,43 @@ def test_an_old_leader_back_after_a_purge_truncates_and_joins(spark, tmp_path):
     assert eu in _in_sync_after_rounds(replication, "orders", eu)
     assert _rows(logs[eu]) == _rows(logs[us]), "the old leader holds what its leader holds, epochs included"
     assert not any(r[3] == "zombie" for r in _rows(logs[eu])) and all(r[0] == 0 for r in _rows(logs[eu]))
+
+
+def test_a_copy_planned_before_a_retired_partition_grew_again_keeps_the_new_records(spark, tmp_path, monkeypatch):
+    """A copier reads the leader while partition 1 is retired and is held; meanwhile the number
+    grows again and a producer's own copy brings its new records to the follower. The held copy
+    retries on the follower's new log ends with its old read of the leader: it must not take the
+    new incarnation's records for the retired one's (it is refused, as a copy from a stale read of
+    a leader whose follower holds more always is)."""
+    from control_plane.replication import copy as copy_module
+
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
+    replication = Replication(spark, eu)
+    state = replication.state("orders")
+    logs = {r: replication.path(state, r) for r in (eu, us)}
+    producer = Producer(spark, eu, "orders", "p", ProducerSettings(acks="all"))
+    producer.send(make_records(spark, 20, keys=20))
+    _shrink_and_purge(spark, eu, "orders")  # the follower still holds partition 1's records
+    real_point, held = copy_module.crash_point, []
+    to_partition_1 = [f"k{i}" for i in range(40) if partition_for(f"k{i}".encode(), 2) == 1]
+
+    def another_writer_inside(step):
+        if step == "replicate:after_read" and not held:
+            held.append(step)
+            TopicController(spark, eu, SHRINK).alter("orders", 2)  # partition 1 grows again
+            rows = make_records(spark, 40, keys=40, start=20).where(F.col("key").isin(to_partition_1))
+            producer.send(rows)  # partition 1's new records, copied to /us by the producer
+        real_point(step)
+
+    monkeypatch.setattr(copy_module, "crash_point", another_writer_inside)
+    replication.replicate("orders")  # the held copy: refused or a no-op, never a removal
+    monkeypatch.undo()
+    assert held
+    grown = [r for r in _rows(logs[eu]) if r[0] == 1]
+    assert grown and all(r in _rows(logs[us]) for r in grown), "the grown partition's records lost at the follower"
+    assert us in _in_sync_after_rounds(replication, "orders", us)
+    # (the retired incarnation's records the follower held when the number grew again stay below
+    # the new one's start offset, which no reader reads below)
+    start = TopicLog.for_path(spark, logs[eu]).metadata().partitions[1].start_offset
+    assert [r for r in _rows(logs[us]) if r[0] == 0 or r[1] >= start] == _rows(logs[eu])
