@@ -33,6 +33,15 @@ def _rows(path: str) -> list[tuple]:
     return sorted(tuple(r[c] for c in COLUMNS) for r in table)
 
 
+def _replicated(spark, tmp_path) -> tuple[str, str, Replication, dict[str, str]]:
+    """Topic ``orders`` of two partitions at /eu (leading) and /us, and each root's log."""
+    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
+    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
+    replication = Replication(spark, eu)
+    state = replication.state("orders")
+    return eu, us, replication, {r: replication.path(state, r) for r in (eu, us)}
+
+
 def _shrink_and_purge(spark, root: str, topic: str) -> None:
     ctl = TopicController(spark, root, SHRINK)
     ctl.alter(topic, 1)
@@ -51,11 +60,7 @@ def _in_sync_after_rounds(replication: Replication, topic: str, root: str) -> li
 
 
 def test_a_follower_made_again_after_a_purge_is_copied_and_joins(spark, tmp_path):
-    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
-    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
-    replication = Replication(spark, eu)
-    state = replication.state("orders")
-    logs = {r: replication.path(state, r) for r in (eu, us)}
+    eu, us, replication, logs = _replicated(spark, tmp_path)
     Producer(spark, eu, "orders", "p", ProducerSettings(acks="all")).send(make_records(spark, 40, keys=40))
     _shrink_and_purge(spark, eu, "orders")
     shutil.rmtree(logs[us])  # its disk replaced by an empty one
@@ -66,11 +71,7 @@ def test_a_follower_made_again_after_a_purge_is_copied_and_joins(spark, tmp_path
 
 
 def test_an_old_leader_back_after_a_purge_truncates_and_joins(spark, tmp_path):
-    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
-    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
-    replication = Replication(spark, eu)
-    state = replication.state("orders")
-    logs = {r: replication.path(state, r) for r in (eu, us)}
+    eu, us, replication, logs = _replicated(spark, tmp_path)
     producer = Producer(spark, eu, "orders", "p", ProducerSettings(acks="all"))
     producer.send(make_records(spark, 20, keys=20))
     # The old leader takes a write nobody copied, then its root is lost (the election cannot
@@ -99,11 +100,7 @@ def test_a_copy_planned_before_a_retired_partition_grew_again_keeps_the_new_reco
     a leader whose follower holds more always is)."""
     from control_plane.replication import copy as copy_module
 
-    eu, us = str(tmp_path / "eu"), str(tmp_path / "us")
-    TopicAdmin(spark, eu).create("orders", 2, replicas=[eu, us])
-    replication = Replication(spark, eu)
-    state = replication.state("orders")
-    logs = {r: replication.path(state, r) for r in (eu, us)}
+    eu, us, replication, logs = _replicated(spark, tmp_path)
     producer = Producer(spark, eu, "orders", "p", ProducerSettings(acks="all"))
     producer.send(make_records(spark, 20, keys=20))
     _shrink_and_purge(spark, eu, "orders")  # the follower still holds partition 1's records
