@@ -330,17 +330,19 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                      REPLICA_DATA_EPOCH_PROP: str(trole.data)}
         changed = {k: v for k, v in props.items() if effective.get(k) != v}
         # A retired partition's records are no reader's and its leader purges them (a controller
-        # tick): none is copied, and the follower's below its final end go too, in this commit. A
-        # follower that starts empty or truncates below a purge (an old leader back after an
-        # election) is owed none. Records at or past the final end are a later incarnation's (the
-        # number grown again, copied by a later read of the leader than this one): they stay, and
-        # the check below refuses this stale copy.
+        # tick): none is copied, and the follower's below its final end go too, as the leader's
+        # did: in a commit that truncates nothing, so that readers of the change feed take them for
+        # a purge of records appended, not a truncation's (the next copy's, when this one
+        # truncates). A follower that starts empty or truncates below a purge (an old leader back
+        # after an election) is owed none. Records at or past the final end are a later
+        # incarnation's (the number grown again, copied by a later read of the leader than this
+        # one): they stay, and the check below refuses this stale copy.
         retired = {p: pm.end_offset for p, pm in smeta.partitions.items()
                    if pm.mode is Mode.NONE and pm.end_offset is not None}
-        if truncated and set(truncated) - set(retired):
-            _truncate_in(spark, txn, target, {p: o for p, o in truncated.items() if p not in retired})
+        if truncated:
+            _truncate_in(spark, txn, target, truncated)
         t_ends.update({p: o for p, o in truncated.items() if p in t_ends})
-        purged = _files_below(txn, retired) if retired else []
+        purged = _files_below(txn, retired) if retired and not truncated else []
         if purged:
             txn.remove(purged, data_change=True)
         ahead = {p: (t_ends[p], s_ends[p]) for p in s_ends if t_ends[p] > s_ends[p]}
