@@ -18,7 +18,7 @@ import logging
 import threading
 
 from control_plane.group.offsets import GroupOffsets, unreported_expiry
-from log_store.log_metadata import LogSnapshot
+from log_store.log_metadata import LogSnapshot, Mode
 from log_store.topic_log import TopicLog
 from pipelines.gating import OffsetGate, Positions
 from serve.context import ServeContext, TopicView
@@ -42,15 +42,36 @@ class _TopicReads:
     def last_offset_of_epoch(self, partition: int, epoch: int) -> int:
         return TopicLog(self.ctx.spark, self.location).last_offset_of_epoch(partition, epoch)
 
+    def past_gaps(self, committed: Positions) -> Positions:
+        """``committed`` (a partition never committed on: its incarnation's start) moved over what
+        key compaction removed after it: to the next record the log still holds, or where its
+        offsets are dense again. A group that committed after the last record left before a gap
+        consumed all the gap holds, as a Kafka client moved past it by an empty batch has, even
+        when the record a gate's threshold names (cached before compaction) is gone."""
+        snap = self.snapshot()
+        log = TopicLog(self.ctx.spark, self.location)
+        out = dict(committed)
+        for p, pm in snap.metadata.partitions.items():
+            if pm.mode is Mode.NONE:
+                continue
+            at, dense = out.get(p, pm.start_offset), snap.dense_from(p)
+            if snap.first_offset(p) <= at < dense:  # a record at ``dense`` or none: either way no further
+                moved = min(log.end_after_records(p, at, dense + 1, 1, snap.version) - 1, dense)
+                if moved > at:
+                    out[p] = moved
+        return out
+
 
 class _Committed:
     """``gating.GroupPositions`` of a Kafka group: its committed offsets on the topic."""
 
-    def __init__(self, records: GroupRecords, group: str, topic: str) -> None:
-        self.records, self.group, self.topic = records, group, topic
+    def __init__(self, records: GroupRecords, group: str, topic: str, reads: _TopicReads | None = None) -> None:
+        """``reads``: the topic's log, to move the offsets over compaction's gaps (a gate's view)."""
+        self.records, self.group, self.topic, self.reads = records, group, topic, reads
 
     def committed(self) -> Positions:
-        return {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
+        found = {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
+        return self.reads.past_gaps(found) if self.reads is not None else found
 
     def published(self) -> Positions:
         return {}
@@ -84,8 +105,8 @@ class KafkaGates:
         with self._lock:
             if key not in self._gates:
                 reads = _TopicReads(self.ctx, view.name, view.record.location)
-                gate = OffsetGate(reads, reads, view.name, group, _Committed(self.records, group, view.name),
-                                  own_delivered=False)
+                committed = _Committed(self.records, group, view.name, reads)
+                gate = OffsetGate(reads, reads, view.name, group, committed, own_delivered=False)
                 self._gates[key] = (gate, threading.Lock())
             return self._gates[key]
 

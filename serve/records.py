@@ -263,6 +263,23 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable
     return bytes(out), offsets[n - 1] + 1
 
 
+def empty_batch(start: int, end: int) -> bytes:
+    """A record batch of no records spanning offsets ``[start, end)``: what Kafka's log keeps of a
+    batch key compaction emptied, from which a consumer moves its position to ``end`` (Java's
+    ``CompletedFetch``, librdkafka, kafka-python: a batch's next offset is its last offset + 1,
+    whatever it holds). Its leader epoch is -1 (none): the offsets hold no record to have one."""
+    head = bytearray(BATCH_HEADER)
+    _BASE_OFFSET.pack_into(head, 0, start)
+    _LENGTH.pack_into(head, 8, BATCH_HEADER - 12)
+    _LEADER_EPOCH.pack_into(head, 12, -1)
+    head[_MAGIC] = 2
+    _ATTRIBUTES_DELTA.pack_into(head, _ATTRIBUTES_AT, 0, end - 1 - start)
+    struct.pack_into(">qqqhi", head, 27, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, -1)  # timestamps, producer, sequence
+    _LENGTH.pack_into(head, _COUNT_AT, 0)
+    _CRC.pack_into(head, _CRC_AT, crc32c(bytes(head[_ATTRIBUTES_AT:])))
+    return bytes(head)
+
+
 def _mark_log_append_time(batch: bytearray) -> None:
     """Set a built batch's timestampType attribute (bit 3) and its CRC-32C again (the CRC covers
     the attributes onwards); its max timestamp is already the records' append time."""

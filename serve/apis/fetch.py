@@ -18,7 +18,7 @@ from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
 from serve.errors import code_of, name_of, unreachable
-from serve.records import READ_COLUMNS, READ_SCHEMA, encode_records
+from serve.records import BATCH_HEADER, READ_COLUMNS, READ_SCHEMA, empty_batch, encode_records
 from serve.tail import PIECE_BYTES, Piece
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             server.gates.report_expired(group, view, cut)
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
     kept, order = {}, []
+    gapped = {}  # partition -> its span [start, stop) read where key compaction left gaps
     planned = budget.left  # what the spans' reads may take together
     path, version = view.record.location, view.snapshot.version
     if readable and reads_with_delta_rs(path):  # another writer's appends since this server's last commit
@@ -150,6 +151,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             stop = min(end, start + rows)
             if start < view.snapshot.dense_from(p.partition):  # key compaction's gaps: ``rows`` records, not offsets
                 stop = TopicLog(server.ctx.spark, path).end_after_records(p.partition, start, end, rows, version)
+                gapped[p.partition] = (start, stop)
             spans.append((p.partition, start, stop))
     if not order:
         return parts
@@ -187,11 +189,30 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
                 left, budget.first and not data, first_offset)
             data += more
+        if p in gapped and p not in kept:
+            data += _past_gap(gapped[p], mine, data, after if data else None, room, budget.first)
         if data:
             by_part[p].records = data
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
     return parts
+
+
+def _past_gap(span: tuple[int, int], rows: pa.Table | None, data: bytes, after: int | None, room: int,
+              first: bool) -> bytes:
+    """An empty batch from the offset after the last record encoded (``after``; the span's start if
+    none) to the end of ``span`` when every record read of it was encoded and none lies between:
+    its offsets were compacted away, and a Kafka client moves its position over them to the end of
+    the read (a gate's limit, the high watermark, a marked partition's final end), as over the
+    empty batches Kafka's log keeps. b"" if the byte limit cut the records, or no room is left."""
+    start, stop = span
+    if rows is not None and rows.num_rows:
+        if after is None or after != rows.column("offset")[rows.num_rows - 1].as_py() + 1:
+            return b""
+        start = after
+    if start >= stop or (len(data) + BATCH_HEADER > room and not (first and not data)):
+        return b""
+    return empty_batch(start, stop)
 
 
 def _within(encode, room: int, first: bool, start: int) -> tuple[bytes, int | None]:

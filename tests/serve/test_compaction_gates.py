@@ -16,9 +16,6 @@ from tests.serve.conftest import bootstrap
 pytestmark = pytest.mark.kafka_clients
 
 
-@pytest.mark.xfail(strict=True, reason="a gate caches each pre-resize epoch's last offset (OffsetGate.threshold) "
-                   "and key compaction may remove that record afterwards: a Kafka client's position stops after "
-                   "the last record left, below the cached threshold, and the group never passes the barrier")
 def test_a_kafka_group_passes_a_grow_whose_last_pre_grow_record_was_compacted_after_the_gate_looked(
         spark, served, root):
     # proves: compaction removing a partition's last pre-grow record (superseded by its key's
@@ -74,9 +71,6 @@ def test_a_kafka_group_passes_a_grow_whose_last_pre_grow_record_was_compacted_af
     assert sorted(got) == [(0, 1), (0, 3), (1, 0)]
 
 
-@pytest.mark.xfail(strict=True, reason="key compaction removes a partition's trailing tombstones past "
-                   "delete.retention.ms, marked partitions too: a Kafka client's position then stops below the "
-                   "partition's final end, which the shrink's gate (rule 9) waits for the group to reach")
 def test_a_kafka_group_drains_a_marked_partition_whose_trailing_tombstone_was_compacted_away(spark, served, root):
     # proves: a shrink's marked partition ending in a tombstone that compaction removed is never
     # drained by a Kafka group (its position stays after the last record left, below the final log
