@@ -147,7 +147,7 @@ def measure(spark, root: str, work: Path, topic: str, records: int, keys: int, p
     assert before["files"][2] == before["raw_files"][2] == records, (before, records)
 
     # -- compaction until nothing is due ----------------------------------------------------------
-    def compact_all() -> list:
+    def compact_all() -> tuple[list, int]:
         done, passes = [], 0
         while True:
             found = ctl.compact_keys(topic)
