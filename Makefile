@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-serve bench-cli bench-realtime bench-all clean check-tools
+.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-compaction bench-serve bench-cli bench-realtime bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -112,6 +112,11 @@ bench-commit-growth: setup
 
 bench-replication: setup
 	$(BIN)/python benchmarks/replication.py $(BENCH_ARGS)
+
+# A compacted topic of 1M records (10k keys, 8 partitions): key compaction and the latest state per
+# key before and after it, beside raw Delta doing the same (a few minutes; BENCH_ARGS=--quick: 100k).
+bench-compaction: setup
+	$(BIN)/python benchmarks/key_compaction.py $(BENCH_ARGS)
 
 # lakelog serve beside a Kafka 4.4 broker, with Kafka's own performance tools (about 15 minutes).
 bench-serve: setup
