@@ -44,10 +44,16 @@ class _TopicReads:
 
     def past_gaps(self, committed: Positions) -> Positions:
         """``committed`` (a partition never committed on: its incarnation's start) moved over what
-        key compaction removed after it: to the next record the log still holds, or where its
-        offsets are dense again. A group that committed after the last record left before a gap
-        consumed all the gap holds, as a Kafka client moved past it by an empty batch has, even
-        when the record a gate's threshold names (cached before compaction) is gone."""
+        the log no longer holds after it. Below the partition's first readable offset (retention or
+        delete-records raised the log start, or the number was retired and grown back), to that
+        offset: the group can deliver nothing below it (what it owed there is reported expired:
+        ``report_expired``), as lakelog's own consumers move their positions
+        (``gating.plan_ranges``); a group that never committed there, reset to the earliest
+        offset, would otherwise stay below a gate's threshold for good. Then over what key compaction removed: to the next record the
+        log still holds, or where its offsets are dense again. A group that committed after the
+        last record left before a gap consumed all the gap holds, as a Kafka client moved past it
+        by an empty batch has, even when the record a gate's threshold names (cached before
+        compaction) is gone."""
         snap = self.snapshot()
         log = TopicLog(self.ctx.spark, self.location)
         out = dict(committed)
@@ -55,6 +61,8 @@ class _TopicReads:
             if pm.mode is Mode.NONE:
                 continue
             at, dense = out.get(p, pm.start_offset), snap.dense_from(p)
+            if at < snap.first_offset(p):
+                out[p] = at = snap.first_offset(p)
             if snap.first_offset(p) <= at < dense:  # a record at ``dense`` or none: either way no further
                 moved = min(log.end_after_records(p, at, dense + 1, 1, snap.version) - 1, dense)
                 if moved > at:
