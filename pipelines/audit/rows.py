@@ -118,10 +118,15 @@ def _same_record(owed: DataFrame, got: DataFrame, suffix: str):
     return out
 
 
-def foreign_rows(produced: DataFrame, first_deliveries: DataFrame) -> DataFrame:
+def foreign_rows(produced: DataFrame, first_deliveries: DataFrame,
+                 forgotten: tuple[Mapping[int, int], set[int]] | None = None) -> DataFrame:
     """Each first delivery with its ``outcome``: ``in the log`` when the log appended that record
     at that offset (its key, producer id and sequence), else ``not in the log``: a record of a
-    history the log no longer holds (truncated by an unclean election after the group read it)."""
+    history the log no longer holds (truncated by an unclean election after the group read it).
+
+    ``forgotten`` (log starts, retired partitions), when ``produced`` is only what the log still
+    remembers (its old commits or VACUUMed files gone): a delivery below its partition's log start
+    or in a retired partition, at an offset where the log remembers no record, is ``not judged``."""
     log = (produced.where(F.col("_change_type") == "insert")
            .select("partition", "offset", *_IDENTITY_AS("_l")).withColumn("_in_log", F.lit(True)))
     same = ((first_deliveries["partition"] == log["partition"]) & (first_deliveries["offset"] == log["offset"])
@@ -129,8 +134,20 @@ def foreign_rows(produced: DataFrame, first_deliveries: DataFrame) -> DataFrame:
     for c in _IDENTITY:
         left = first_deliveries[c].cast("string") if c == "key" else first_deliveries[c]
         same = same & left.eqNullSafe(log[f"{c}_l"])
-    return (first_deliveries.join(log, same, "left")
-            .select(first_deliveries["*"], F.col("_in_log"))
-            .withColumn("outcome", F.when(F.col("_in_log"), "in the log").otherwise("not in the log")))
+    out = first_deliveries.join(log, same, "left").select(first_deliveries["*"], F.col("_in_log"))
+    unknown = F.lit(False)
+    if forgotten is not None:
+        starts, retired = forgotten
+        below = F.lit(False)
+        for p, start in starts.items():
+            below = below | ((F.col("partition") == p) & (F.col("offset") < start))
+        if retired:
+            below = below | F.col("partition").isin(sorted(retired))
+        at = (log.select(F.col("partition").alias("_p"), F.col("offset").alias("_o")).distinct()
+              .withColumn("_held", F.lit(True)))
+        out = (out.join(at, (out["partition"] == at["_p"]) & (out["offset"] == at["_o"]), "left").drop("_p", "_o"))
+        unknown = below & F.col("_held").isNull()
+    return out.withColumn("outcome", F.when(F.col("_in_log"), "in the log").when(unknown, "not judged")
+                          .otherwise("not in the log")).drop("_held")
 
 

@@ -95,6 +95,7 @@ def run_audit(
         groups = [group] if group else sink_groups(spark, sink_path, topic)
         by_version = sink_commit_groups(spark, sink_path)
         produced, coverage = produced_rows(spark, record.location)
+        partial = bool(coverage)  # the log's feed is only what it still remembers
         retired = TopicAdmin(spark, root).image(topic).ever_retired()
         changes, sink_coverage = sink_changes(spark, sink_path, produced if lacking else None)
         coverage += sink_coverage
@@ -112,7 +113,8 @@ def run_audit(
                      [DeliveryView(group="", topic=topic, first_topic_version=0, expired=[],
                                    before_view=TopicAdmin(spark, root).log(topic).snapshot().log_starts)])
             try:
-                found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}")
+                found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}",
+                                   snap.log_starts if partial else None)
             finally:
                 delivered.unpersist()
             if len(groups) > 1:

@@ -138,11 +138,6 @@ def test_a_group_below_the_log_start_reports_the_records_expired_and_moves_up(sp
 
 
 @pytest.mark.slow  # 31 s; the audit's own tests of removed commits stay in the default suite (docs/testing.md)
-@pytest.mark.xfail(strict=True, reason=(
-    "sink.records_match_log judges every delivery against the log's change feed even when the audit "
-    "could read only what the log still remembers: after VACUUM the records below the log start are "
-    "in no readable file, so their deliveries count as 'not in the log' (pipelines/audit/rows.py "
-    "foreign_rows), though the report says records below a log start were not judged"))
 def test_the_audit_judges_what_the_log_remembers_after_vacuum_and_delta_log_cleanup(spark, root):
     """A topic kept for months loses old commit files (Delta's log retention) and, after VACUUM,
     the files retention removed: the audit reads what is left and still catches a lost record.
