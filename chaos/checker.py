@@ -98,14 +98,20 @@ def replica_divergence(locations: list[str]) -> list[str]:
 
 
 # -- the log ---------------------------------------------------------------------------------
-def removed_before_copied(leader: str, rows: list[dict], other_logs: Iterable[str]) -> list[dict]:
+def removed_before_copied(leader: str, rows: list[dict], other_logs: Iterable[str],
+                          retired: dict[int, list[int]] | None = None) -> list[dict]:
     """Records other roots' logs hold below the leader's log start that the leader's own change
     feed never had: retention or delete-records removed them at an earlier leader before this root
     copied that partition (a follower starts at its leader's log start), then this root was
     elected. They were appended, and a group may have read them before their removal (campaign
-    seed 1652); offsets below a log start are never written again, so each is the one record there."""
+    seed 1652); offsets below a log start are never written again, so each is the one record there.
+    Likewise below a retired incarnation's final end (``retired``: per partition, from
+    ``retired_ends``): a copy never carries a retired partition's records, so an old leader elected
+    again after its successor's purge never had the successor's records there."""
     elsewhere = [r for path in other_logs for r in read_log_changes(path)]
     starts = log_starts(leader, {r["partition"] for r in elsewhere})
+    for p, ends in (retired or {}).items():
+        starts[p] = max(starts.get(p, 0), max(ends, default=0))
     held = {(r["partition"], r["offset"]) for r in rows}
     found: dict[tuple[int, int], dict] = {}
     for r in elsewhere:
@@ -401,7 +407,9 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     out = Findings()
     leader = log_location(root, topic)
     log = read_log_changes(leader)
-    log = as_sent(log + removed_before_copied(leader, log, other_logs))
+    other_logs = list(other_logs)
+    retired = retired_ends(topic_history(root, topic)) if other_logs else {}
+    log = as_sent(log + removed_before_copied(leader, log, other_logs, retired))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     for group, sink in sorted(groups.items()):

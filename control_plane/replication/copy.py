@@ -350,8 +350,11 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
             raise ReplicationError(
                 f"the log at {target} holds records past its leader's log end {ahead} (partition: "
                 "(follower, leader)) that no truncation point covers; nothing was copied")
-        # Records below the leader's log start are gone there: the follower starts at it instead.
-        firsts = {p: max(t_ends[p], sknown.get(f"{LOG_START_PREFIX}{p}", 0)) for p in s_ends}
+        # Records below the leader's log start are gone there, and so are a retired incarnation's
+        # (a follower behind its final end when the number grew again): the follower starts at the
+        # leader's log start, or at the current incarnation's start, instead.
+        firsts = {p: max(t_ends[p], sknown.get(f"{LOG_START_PREFIX}{p}", 0), smeta.partitions[p].start_offset)
+                  for p in s_ends}
         ranges = {p: (firsts[p], s_ends[p]) for p in s_ends if s_ends[p] > firsts[p] and p not in retired}
         apps = {k: v for k, v in sknown.items() if k.startswith(_COPIED_APPS)}
         # A producer's or a stream batch's mark the leader's history does not have (written by a

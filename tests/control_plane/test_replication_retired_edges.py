@@ -25,12 +25,6 @@ from tests.support import make_records
 TO_PARTITION_1 = [f"k{i}" for i in range(40) if partition_for(f"k{i}".encode(), 2) == 1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "control_plane/replication/copy.py copy_log: a follower behind a retired partition's final end when the "
-    "number grows again copies from its own old log end (firsts = max(t_ends, leader's log start), t_ends from "
-    "the follower's metadata, whose start_offset is the old incarnation's), not from the new incarnation's "
-    "start_offset; the leader holds nothing below that start (purged), so every copy raises OffsetCheckError "
-    "and the follower never catches up"))
 def test_a_follower_behind_a_retired_end_catches_up_after_the_number_grows_again(spark, tmp_path):
     eu, us, replication, logs = _replicated(spark, tmp_path)
     Producer(spark, eu, "orders", "p", ProducerSettings(acks="all")).send(make_records(spark, 20, keys=20))
@@ -49,12 +43,6 @@ def test_a_follower_behind_a_retired_end_catches_up_after_the_number_grows_again
     assert [r for r in _rows(logs[us]) if r[0] == 0] == [r for r in _rows(logs[eu]) if r[0] == 0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "chaos/checker.py check: an old leader back after a purge truncates and purges its retired partition "
-    "and is never owed the records its successor appended there before the retirement (copy_log copies no "
-    "retired partition's records); elected later, its change feed lacks them, and the checker reports them "
-    "lost_acknowledged and an offset_gap (removed_before_copied only takes in records below the leader's log "
-    "start, which a purge does not raise)"))
 def test_an_old_leader_elected_again_after_a_purge_is_judged_without_lost_records(spark, tmp_path):
     eu, us, replication, logs = _replicated(spark, tmp_path)
     producer = Producer(spark, eu, "orders", "p", ProducerSettings(acks="all"))
