@@ -59,7 +59,7 @@ def lakelog_error(exc: Exception) -> Exception:
     lost after its plan (``reading.read_lost``), or ``exc`` itself."""
     from pipelines.spark.reading import read_lost
 
-    found = re.findall(r"log_store\.errors\.\w+: ([^\n]+)", str(exc))
+    found = re.findall(r"(?:log_store\.errors|pipelines\.spark\.reading)\.\w+: ([^\n]+)", str(exc))
     return LakelogError(found[-1].strip()) if found else read_lost(exc) or exc
 
 

@@ -30,17 +30,20 @@ def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_
     from pipelines.spark.table_view import start
 
     query = None
+    merged: dict[int, int] = {}  # micro-batch id -> its records
     try:
         records = topic_stream(c, topic, None, "earliest", max_offsets_per_trigger, True, include_headers=True)
         query = start(records, output, checkpoint, interval)
-        query.awaitTermination()
+        while not query.awaitTermination(0.1):  # each micro-batch (a MERGE) takes longer than this
+            _take_progress(query, merged)
     except KeyboardInterrupt:
         if query is None:
             raise
         query.stop()
     except Exception as exc:
         raise lakelog_error(exc) from None
-    records_read = sum(p["numInputRows"] for p in query.recentProgress)
+    _take_progress(query, merged)
+    records_read = sum(merged.values())
     keys = c.spark.read.format("delta").load(output).count() if records_read or _exists(c, output) else 0
     out = {"topic": topic, "output": output, "records": records_read, "keys": keys}
     if as_json:
@@ -48,6 +51,13 @@ def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_
         return
     emit([out], False, f"table view of {topic}")
     stderr.print(f"merged {records_read} records; {output} holds {keys} keys")
+
+
+def _take_progress(query, merged: dict[int, int]) -> None:
+    """Each micro-batch's record count from the query's progress, read while it runs: Spark keeps
+    only the last ``spark.sql.streaming.numRecentProgressUpdates`` (100) of them."""
+    for progress in query.recentProgress:
+        merged[progress["batchId"]] = progress["numInputRows"]
 
 
 def _exists(c: Context, path: str) -> bool:

@@ -15,10 +15,6 @@ from log_store.partitioner import partition_for
 from tests.jobs.test_table_view import _jsonl, _state
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jobs/commands/table.py: the records a run merged are summed over query.recentProgress, which keeps only "
-    "the last spark.sql.streaming.numRecentProgressUpdates micro-batches (100 by default): a run of more "
-    "batches (a backlog with --max-offsets-per-trigger) under-reports the records it merged"))
 def test_a_run_counts_the_records_of_every_micro_batch(run, spark, tmp_path):
     assert run("topics", "create", "--topic", "prices", "--partitions", "1").exit_code == 0
     records = [(f"sku-{i}", str(i)) for i in range(6)]
@@ -64,11 +60,6 @@ def test_a_key_deleted_after_it_moved_partitions_stays_deleted_once_its_tombston
     assert _state(table) == {"stays": "x"}, "a key deleted after it moved partitions is back in the table"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "jobs/commands/stream.py lakelog_error: only log_store.errors are taken out of Spark's StreamingQueryException; "
-    "a pipelines.spark.reading.DataLossError (the topic deleted and created again, failOnDataLoss on, which "
-    "`topics table` always sets) escapes the command as Spark's exception with its Python traceback instead of "
-    "lakelog's one-line error"))
 def test_a_topic_deleted_and_created_again_is_a_one_line_error_for_the_table(run, tmp_path):
     assert run("topics", "create", "--topic", "prices", "--partitions", "1").exit_code == 0
     old = _jsonl(tmp_path, "old.jsonl", [("a", "1"), ("b", "1")])
