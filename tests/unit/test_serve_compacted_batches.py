@@ -101,6 +101,8 @@ def test_committed_offsets_move_over_gaps_to_the_next_record_or_the_dense_offset
     assert reads.past_gaps({0: 11, 1: 7}) == {0: 11, 1: 7}  # past the gaps: as committed
 
 
-def test_committed_offsets_of_a_retired_partition_or_below_the_log_start_stay(monkeypatch):
+def test_committed_offsets_of_a_retired_partition_stay_and_below_the_log_start_move_up(monkeypatch):
+    # partition 0's log start is 5 (then a gap to its record 8); partition 1 is retired
     reads = _reads(monkeypatch, {0: [8], 1: [9]}, {0: 9, 1: 10}, modes={1: Mode.NONE}, starts={0: 5})
-    assert reads.past_gaps({0: 2, 1: 0}) == {0: 2, 1: 0}
+    assert reads.past_gaps({0: 2, 1: 0}) == {0: 8, 1: 0}  # to the log start, then over the gap
+    assert reads.past_gaps({1: 0}) == {0: 8, 1: 0}  # never committed: from its start, below the log start
