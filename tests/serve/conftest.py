@@ -3,6 +3,8 @@ session is the suite's)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 # the scenario module's checks report their values on failure, as a test module's do
@@ -101,6 +103,23 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(60)
+
+
+def poll_committing(consumer, count: int, seconds: float = 40) -> list[tuple[int, int]]:
+    """(partition, offset) of up to ``count`` records a confluent-kafka ``consumer`` polls within
+    ``seconds``, committing each one's offset + 1 after it, as an application that commits after
+    processing does (what opens lakelog's resize gates)."""
+    from confluent_kafka import TopicPartition
+
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + seconds
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append((msg.partition(), msg.offset()))
+            consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
+                            asynchronous=False)
+    return got
 
 
 def serve_without_jvm(root) -> tuple:

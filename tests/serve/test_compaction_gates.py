@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
 from log_store.partitioner import partition_for
-from tests.serve.conftest import bootstrap
+from tests.serve.conftest import bootstrap, poll_committing
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -60,13 +60,7 @@ def test_a_kafka_group_passes_a_grow_whose_last_pre_grow_record_was_compacted_af
 
     second = Consumer(settings)
     second.subscribe(["t"])
-    got = []
-    deadline = time.monotonic() + 40
-    while len(got) < 3 and time.monotonic() < deadline:
-        msg = second.poll(1)
-        if msg is not None and not msg.error():
-            got.append((msg.partition(), msg.offset()))
-            second.commit(offsets=[TopicPartition("t", msg.partition(), msg.offset() + 1)], asynchronous=False)
+    got = poll_committing(second, 3)
     second.close()
     assert sorted(got) == [(0, 1), (0, 3), (1, 0)]
 
@@ -75,7 +69,7 @@ def test_a_kafka_group_drains_a_marked_partition_whose_trailing_tombstone_was_co
     # proves: a shrink's marked partition ending in a tombstone that compaction removed is never
     # drained by a Kafka group (its position stays after the last record left, below the final log
     # end), so the group gets nothing produced after the shrink until the delete delay retires it
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer
 
     from control_plane.settings import ControllerSettings
 
@@ -108,12 +102,6 @@ def test_a_kafka_group_drains_a_marked_partition_whose_trailing_tombstone_was_co
     consumer = Consumer({"bootstrap.servers": boot, "group.id": "g", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False})
     consumer.subscribe(["t"])
-    got = []
-    deadline = time.monotonic() + 40
-    while len(got) < 2 and time.monotonic() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append((msg.partition(), msg.offset()))
-            consumer.commit(offsets=[TopicPartition("t", msg.partition(), msg.offset() + 1)], asynchronous=False)
+    got = poll_committing(consumer, 2)
     consumer.close()
     assert got == [(0, 0), (0, 1)]

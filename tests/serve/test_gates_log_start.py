@@ -5,13 +5,11 @@ nothing, reset to the earliest offset, stayed held for good before)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from control_plane.controller import TopicController
 from log_store.partitioner import partition_for
-from tests.serve.conftest import bootstrap
+from tests.serve.conftest import bootstrap, poll_committing
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -20,7 +18,7 @@ def test_a_kafka_group_that_never_committed_passes_a_grow_whose_pre_grow_records
     # proves: a group's gate counting only its committed offsets keeps it below a grow's threshold
     # when delete-records raised the log start past that threshold before the group committed on
     # the partition: it gets neither the old partition's later records nor anything of the new one
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer
 
     boot = bootstrap(served)
     served.ctx.admin.create("t", 1)
@@ -53,12 +51,6 @@ def test_a_kafka_group_that_never_committed_passes_a_grow_whose_pre_grow_records
 
     consumer = Consumer(settings)
     consumer.subscribe(["t"])
-    got = []
-    deadline = time.monotonic() + 40
-    while len(got) < 2 and time.monotonic() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append((msg.partition(), msg.offset()))
-            consumer.commit(offsets=[TopicPartition("t", msg.partition(), msg.offset() + 1)], asynchronous=False)
+    got = poll_committing(consumer, 2)
     consumer.close()
     assert sorted(got) == [(0, 4), (1, 0)]
