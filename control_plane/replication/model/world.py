@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from control_plane.model_check import DONE, Actor  # noqa: F401 (the model's actors)
 from control_plane.records import ReplicaEvent
 from control_plane.replication import rules
 
@@ -234,29 +235,6 @@ def truncated(world: World, log: Log, point: int, variant: Variant) -> Log:
 
 
 # -- actors ---------------------------------------------------------------------------------
-class Actor(NamedTuple):
-    """One process: its kind, where it is (``pc``), what it read (``v``: a small dict as a tuple)."""
-
-    name: str
-    kind: str
-    pc: str
-    v: tuple = ()
-    may_crash: bool = False
-    after: str = ""  # the actor that must have stopped before this one starts (an operator's next command)
-
-    def get(self, key: str, default=None):
-        for k, value in self.v:
-            if k == key:
-                return value
-        return default
-
-    def at(self, pc: str, **changes) -> "Actor":
-        values = dict(self.v)
-        values.update(changes)
-        return self._replace(pc=pc, v=tuple(sorted(values.items(), key=lambda kv: kv[0])))
-
-
-DONE = "done"
 Step = tuple[World, Actor]
 
 

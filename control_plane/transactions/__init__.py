@@ -1,0 +1,1 @@
+"""Kafka's transactions on Delta commits: the rules (``rules``) and their model (``model``)."""
