@@ -369,11 +369,11 @@ def _compacted(s: Schedule, rng: random.Random) -> Schedule:
     plan = CompactionPlan(policy=rng.choice(("compact", "compact,delete")),
                           delete_retention_ms=rng.choice((0, 500, 3000)),
                           dirty_ratio=rng.choice((0.01, 0.1, 0.3)), tombstones=round(rng.uniform(0.05, 0.2), 2))
-    end = s.last_event + 3
+    end = s.last_event + 15
     steps = []
     for _ in range(rng.randint(2, 4)):
         crash = rng.choice(CONTROLLER_CRASHES["compact_keys"]) if rng.random() < 0.35 else None
-        steps.append(ControllerStep(at=round(rng.uniform(4, end), 1), kind="compact_keys", crash_at=crash,
+        steps.append(ControllerStep(at=round(rng.uniform(8, end), 1), kind="compact_keys", crash_at=crash,
                                     racers=2 if crash is None and rng.random() < 0.25 else 1))
     return replace(s, compaction=plan, keys=rng.randint(4, 10),
                    controller=tuple(sorted(s.controller + tuple(steps), key=lambda c: c.at)),
