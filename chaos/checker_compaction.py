@@ -45,9 +45,12 @@ def compacted(root: str, topic: str, location: str) -> bool:
 
 def compaction_removals(location: str) -> dict[tuple[int, int], int]:
     """(partition, offset) -> the log version whose OPTIMIZE commit (key compaction, or file
-    compaction, which removes nothing) took the record out of the log."""
+    compaction and layout moves, which remove nothing) took the record out of the log. lakelog's
+    own engine commits OPTIMIZE as Delta's WRITE with ``lakelog.operation`` OPTIMIZE in its commit
+    info (docs/storage-format.md); Spark's Delta writer as OPTIMIZE."""
     table = DeltaTable(location)
-    versions = [h["version"] for h in table.history() if h.get("operation") == "OPTIMIZE"]
+    versions = [h["version"] for h in table.history()
+                if "OPTIMIZE" in (h.get("operation"), h.get("lakelog.operation"))]
     out: dict[tuple[int, int], int] = {}
     for v in sorted(versions):
         before, after = (_offsets(DeltaTable(location, version=x)) for x in (v - 1, v))

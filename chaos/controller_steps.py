@@ -17,10 +17,11 @@ class ControllerSteps:
 
     def waits_for_records(self, i: int) -> bool:
         """Actors start slowly on a busy host: a key compaction before any producer was told a
-        batch is committed cleans nothing, so step ``i`` waits for one (a minute at most)."""
+        batch on the topic is committed cleans nothing, so step ``i`` waits for one (a minute at most)."""
         waiting = self.__dict__.setdefault("_waiting_since", {})
         since = waiting.setdefault(i, self.now())
-        return not _acknowledged(self.dir / "acks") and self.now() < since + 60
+        acks = [self.dir / "acks" / f"{pid}.jsonl" for pid, topic in self.topic_of.items() if topic == self.s.topic]
+        return not any(a.exists() and a.stat().st_size for a in acks) and self.now() < since + 60
 
     def adapted(self, step: ControllerStep) -> tuple[ControllerStep, bool]:
         """``step`` resized from the count the topic has now (read with delta-rs): ``adapt_step``."""
@@ -105,10 +106,6 @@ class ControllerSteps:
             if step.kind == "alter" and r == 0 and attempt == 0:
                 self.log(f"ctl{i}: alter to {step.partitions}")
             self.spawn(name, step.kind, args, done_for(name, crash), crash)
-
-
-def _acknowledged(acks) -> bool:
-    return any(f.stat().st_size for f in acks.glob("*.jsonl")) if acks.is_dir() else False
 
 
 def adapt_step(step: ControllerStep, count: int, marked: list[int]) -> tuple[ControllerStep, bool]:

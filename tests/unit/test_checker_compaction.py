@@ -45,7 +45,9 @@ class Compacted(Root):
         name = f"part-{uuid.uuid4()}.parquet"
         pq.write_table(pa.Table.from_pylist(rows, LOG), path / name)
         now = int(time.time() * 1000)
-        actions = [{"commitInfo": {"timestamp": now, "operation": "OPTIMIZE", "operationParameters": {}}}]
+        # as lakelog's engine commits it (Spark's Delta writer names the operation OPTIMIZE)
+        actions = [{"commitInfo": {"timestamp": now, "operation": "WRITE", "lakelog.operation": "OPTIMIZE",
+                                   "operationParameters": {}}}]
         actions += [{"remove": {"path": f, "deletionTimestamp": now, "dataChange": False}} for f in files_of(path)]
         actions.append({"add": {"path": name, "size": (path / name).stat().st_size, "partitionValues": {},
                                 "modificationTime": now, "dataChange": False}})
