@@ -26,6 +26,10 @@ Kafka's columns (no producer id or sequence), so each row is the log record at i
 holds that record's key and value (``named_by_log``), and its view starts at the topic version its
 checkpoint says it first read the topic at.
 
+A compacted topic (``cleanup.policy`` with ``compact``) is also judged by what log cleaning
+promises (``chaos.checker_compaction``: ``compaction_lost``, ``compaction_resurrected``,
+``compaction_phantom``); what it removed is not owed to a group that never delivered it.
+
 Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
 its first generation: partitions retired before it (by topic version) are not expected of it.
 
@@ -199,15 +203,18 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
                commits: list[dict], history: list[dict], out: Findings,
                removed: dict[int, list[tuple[int, int]]], cleaned: frozenset = frozenset()) -> None:
-    """``cleaned``: offsets key compaction removed; one the group never delivered it skipped. ``removed``: the offsets retention or delete-records took out while their partition was
+    """``removed``: the offsets retention or delete-records took out while their partition was
     live (``removed_while_live``). A record there that the group neither delivered nor reported
     expired is ``expired_unreported`` if the group ever stood at or below it (it was to read it);
     otherwise it was deleted before the group came near it (a group without a position starts at
-    the log start), counted, not flagged, also if its partition was retired later."""
+    the log start), counted, not flagged, also if its partition was retired later. ``cleaned``:
+    the offsets key compaction removed; one the group never delivered it skipped, as Kafka's
+    consumers do (counted)."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
     # a stream's rows, and a Kafka member's tombstones (no value to name them by), as the log names them
-    rows = [r if r.get("producer_id") is not None or ("producer_id" in r and r["value"] is not None) else named_by_log(r, in_log)
+    rows = [r if r.get("producer_id") is not None or ("producer_id" in r and r["value"] is not None)
+            else named_by_log(r, in_log)
             for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others]
     delivered = sorted(as_sent(rows), key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
     seen: set[tuple[int, int]] = set()
