@@ -127,6 +127,21 @@ def parse_seeds(args) -> list[int]:
     return out
 
 
+def compaction_summary(results: list[ScheduleResult]) -> dict:
+    """How many schedules had a compacted topic, how many key compactions ran (by the schedule's
+    steps), finished, were killed at a crash point, and what the partitions' cleanings removed."""
+    ops, faults, stats = Counter(), Counter(), Counter()
+    for r in results:
+        ops.update(r.operations)
+        faults.update(r.faults)
+        stats.update({k: v for k, v in r.stats.items() if isinstance(v, int)})
+    return {"schedules": sum(1 for r in results if r.stats.get("compacted_topic")),
+            "runs": ops["compact_keys runs"], "done": ops["compact_keys done"],
+            "killed": sum(n for k, n in faults.items() if k.startswith("crash compaction:")),
+            "partition_cleanings": ops["partition cleanings recorded"],
+            "records_removed": stats["records_compacted"], "tombstones_removed": stats["tombstones_removed"]}
+
+
 def summary_table(results: list[ScheduleResult], seconds: float, sittings: int = 1) -> Table:
     ops, faults, anomalies = Counter(), Counter(), Counter()
     for r in results:
@@ -196,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "sittings": earlier.get("sittings", 0) + 1,
             "seconds": round(earlier.get("seconds", 0) + time.monotonic() - started), "interrupted": interrupted,
             "failing_seeds": [r.seed for r in results if r.anomaly_count],
+            "compaction": compaction_summary(results),
             "results": [r.to_dict() for r in results],
         }
 

@@ -7,7 +7,8 @@ exit code 1 and an ``error`` line. Kinds:
 - ``create``: create the topic.
 - ``produce``: send an input file with a producer id; after each batch, append the batch's
   sequence range to ``ack_file`` (what the producer has been told is committed).
-- ``alter`` / ``tick``: one controller command (partition deletion enabled).
+- ``alter`` / ``tick``: one controller command (partition deletion enabled); likewise the upkeep
+  steps ``delete_records``, ``compact`` (files), ``compact_keys`` (Kafka's log cleaning), ``retention``.
 - ``member``: one consumer-group member consuming into the group's Delta sink until ``stop_file``
   exists; ``lag_s`` sleeps after each batch (a slow consumer).
 - ``stream_read``: a Structured Streaming query reading the topic into a Delta sink, run again and
@@ -33,6 +34,8 @@ def create(spark, a: dict) -> None:
     from control_plane.topics import TopicAdmin
 
     record = TopicAdmin(spark, a["root"]).create(a["topic"], a["partitions"], replicas=a.get("replicas"))
+    if a.get("configs"):  # as `topics create --config` does: a re-run after a crash sets them
+        _controller(spark, a).alter_config(a["topic"], a["configs"])
     say("created", partitions=record.partition_count)
 
 
@@ -144,6 +147,12 @@ def delete_records(spark, a: dict) -> None:
 def compact(spark, a: dict) -> None:
     results = _controller(spark, a).compact(a["topic"])
     say("compacted", results=[r.model_dump() for r in results])
+
+
+def compact_keys(spark, a: dict) -> None:
+    """Key compaction of a compacted topic (`lakelog topics compact --keys`)."""
+    results = _controller(spark, a).compact_keys(a["topic"])
+    say("cleaned", results=[r.model_dump() for r in results])
 
 
 def retention(spark, a: dict) -> None:
@@ -265,7 +274,8 @@ def stream_read(spark, a: dict) -> None:
 
 
 ACTORS = {"layout": layout, "create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
-          "stream_write": stream_write, "stream_read": stream_read, "delete_records": delete_records, "compact": compact, "retention": retention}
+          "stream_write": stream_write, "stream_read": stream_read, "delete_records": delete_records, "compact": compact, "retention": retention,
+          "compact_keys": compact_keys}
 
 
 def main() -> int:

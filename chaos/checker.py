@@ -26,6 +26,10 @@ Kafka's columns (no producer id or sequence), so each row is the log record at i
 holds that record's key and value (``named_by_log``), and its view starts at the topic version its
 checkpoint says it first read the topic at.
 
+A compacted topic (``cleanup.policy`` with ``compact``) is also judged by what log cleaning
+promises (``chaos.checker_compaction``: ``compaction_lost``, ``compaction_resurrected``,
+``compaction_phantom``); what it removed is not owed to a group that never delivered it.
+
 Records a group reported expired are counted (``expired``), not flagged. A group's view starts at
 its first generation: partitions retired before it (by topic version) are not expected of it.
 
@@ -45,6 +49,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from chaos.checker_compaction import check_compaction, compacted, compaction_removals
 from chaos.checker_reads import (
     as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
     removed_while_live, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
@@ -54,7 +59,7 @@ ANOMALIES = (
     "lost_acknowledged", "log_duplicate", "log_phantom", "offset_reuse", "offset_gap", "epoch_decrease",
     "log_key_reorder", "sink_duplicate", "sink_phantom", "delivery_reorder", "undelivered",
     "expired_unreported", "two_owners", "position_backwards", "position_beyond_end", "duplicate_generation",
-    "order_label_disagrees", "replica_divergence",
+    "order_label_disagrees", "replica_divergence", "compaction_lost", "compaction_resurrected", "compaction_phantom",
 )
 SAMPLES = 5
 
@@ -167,9 +172,11 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 
 def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
-                removed: dict[int, list[tuple[int, int]]], since: int | None = None) -> None:
+                removed: dict[int, list[tuple[int, int]]], since: int | None = None,
+                cleaned: frozenset = frozenset()) -> None:
     """``removed``: ``removed_while_live`` of the topic's log. ``since``: a stream's group (no
-    generations): the topic version the stream first read the topic at (``stream_since``)."""
+    generations): the topic version the stream first read the topic at (``stream_since``).
+    ``cleaned``: the offsets key compaction removed (a compacted topic: ``check_compaction``)."""
     history = topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
                          key=lambda g: g["generation"])
@@ -180,7 +187,7 @@ def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], o
         first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
     excluded = retired_before(history, first_version)
     expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)}
-    check_sink(group, sink, topic, log, expected, commits, history, out, removed)
+    check_sink(group, sink, topic, log, expected, commits, history, out, removed, cleaned)
     check_ownership(group, topic, generations, commits, out)
     check_positions(group, topic, commits, log, out)
 
@@ -195,15 +202,19 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
                commits: list[dict], history: list[dict], out: Findings,
-               removed: dict[int, list[tuple[int, int]]]) -> None:
+               removed: dict[int, list[tuple[int, int]]], cleaned: frozenset = frozenset()) -> None:
     """``removed``: the offsets retention or delete-records took out while their partition was
     live (``removed_while_live``). A record there that the group neither delivered nor reported
     expired is ``expired_unreported`` if the group ever stood at or below it (it was to read it);
     otherwise it was deleted before the group came near it (a group without a position starts at
-    the log start), counted, not flagged, also if its partition was retired later."""
+    the log start), counted, not flagged, also if its partition was retired later. ``cleaned``:
+    the offsets key compaction removed; one the group never delivered it skipped, as Kafka's
+    consumers do (counted)."""
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
-    rows = [r if "producer_id" in r else named_by_log(r, in_log)
+    # a stream's rows, and a Kafka member's tombstones (no value to name them by), as the log names them
+    rows = [r if r.get("producer_id") is not None or ("producer_id" in r and r["value"] is not None)
+            else named_by_log(r, in_log)
             for r in read_changes(sink) if r["topic"] == topic and r["_commit_version"] not in others]
     delivered = sorted(as_sent(rows), key=lambda r: (r["_commit_version"], r["partition"], r["offset"]))
     seen: set[tuple[int, int]] = set()
@@ -240,6 +251,9 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
         p, o = ident
         if any(lo <= o < hi for lo, hi in expired.get(p, [])):
             out.stats[f"expired[{group}]"] += 1
+            continue
+        if ident in cleaned:
+            out.stats[f"compacted_before_read[{group}]"] += 1
             continue
         if any(lo <= o < hi for lo, hi in removed.get(p, [])):
             if stood.get(p, o + 1) <= o:
@@ -412,10 +426,13 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     log = as_sent(log + removed_before_copied(leader, log, other_logs, retired))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
+    cleaned = frozenset()
+    if compacted(root, topic, leader):  # what log cleaning removed, and why it could
+        cleaned = frozenset(check_compaction(log, read_current(leader), compaction_removals(leader), out))
     for group, sink in sorted(groups.items()):
-        check_group(root, topic, group, sink, log, out, removed)
+        check_group(root, topic, group, sink, log, out, removed, cleaned=cleaned)
     for group, (sink, checkpoint) in sorted((streams or {}).items()):
-        check_group(root, topic, group, sink, log, out, removed, since=stream_since(checkpoint, topic))
+        check_group(root, topic, group, sink, log, out, removed, since=stream_since(checkpoint, topic), cleaned=cleaned)
     if commit_order:
         check_commit_order(root, out)
     return out

@@ -67,8 +67,9 @@ class Scene:
             self.problems.append(what)
 
     # -- building blocks ---------------------------------------------------------------------
-    def create(self, partitions: int = 3, crash: str | None = None, replicas: list[str] | None = None) -> int:
-        return self.actor("create", "create", {"partitions": partitions, "replicas": replicas}, crash)
+    def create(self, partitions: int = 3, crash: str | None = None, replicas: list[str] | None = None,
+               configs: list[str] | None = None) -> int:
+        return self.actor("create", "create", {"partitions": partitions, "replicas": replicas, "configs": configs}, crash)
 
     def produce(self, pid: str, n: int = 200, batch: int = 50, crash: str | None = None, wait: bool = True,
                 acks: str = "1"):
@@ -255,6 +256,21 @@ def scenario_compact(scene: Scene) -> None:
     scene.expect("a group reads it all", scene.member("g", "g-a") == 0)
 
 
+def scenario_compaction(scene: Scene) -> None:
+    """A key compaction dies before its commit (nothing changed) or after it (``key_compactions``
+    not told); running it again finishes it, and the checker's rules for a compacted topic hold
+    (every key's latest record kept)."""
+    scene.create(partitions=2, configs=["cleanup.policy=compact", "min.compaction.lag.ms=0",
+                                         "min.cleanable.dirty.ratio=0.01"])
+    scene.produce("p0")
+    crashed(scene, scene.controller("compact_keys", crash=scene.point))
+    scene.expect("compacting again", scene.controller("compact_keys") == 0)
+    rows = checker_reads.read_current(f"{scene.root}/control/key_compactions")
+    scene.expect(f"both partitions' cleanings recorded ({len(rows)} rows)", {r["partition"] for r in rows} == {0, 1})
+    scene.expect("producing after it", scene.produce("p1") == 0)
+    scene.expect("a group reads it all", scene.member("g", "g-a") == 0)
+
+
 def roots_agree(scene: Scene, other: str) -> list[tuple]:
     """Expect the topic's log at the scene's root and at ``other`` to hold the same records (read
     with delta-rs); return them."""
@@ -316,7 +332,8 @@ SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "layout": scenario_layout,
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
-    "retention": scenario_retention, "compact": scenario_compact, "elect": scenario_elect,
+    "retention": scenario_retention, "compact": scenario_compact, "compaction": scenario_compaction,
+    "elect": scenario_elect,
     "replicate": scenario_replicate,
 }
 

@@ -50,8 +50,11 @@ class Delivered:
     leader_epoch: int | None = None
 
 
-def named_by_value(value: bytes) -> tuple[str | None, int | None]:
-    """The producer and sequence a campaign record's value names (``kp:17``), or (None, None)."""
+def named_by_value(value: bytes | None) -> tuple[str | None, int | None]:
+    """The producer and sequence a campaign record's value names (``kp:17``), or (None, None) (also
+    for a tombstone: the checker names it by the log record at its offset)."""
+    if value is None:
+        return None, None
     name, sep, seq = bytes(value).decode("utf-8", "replace").rpartition(":")
     return (name, int(seq)) if sep and seq.isdigit() else (None, None)
 

@@ -206,7 +206,8 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
                 self.at(self.now() + 1, lambda: self.start_create(False, decoy))
 
         args = ({"partitions": self.s.decoy.partitions, "topic": self.s.decoy.topic} if decoy
-                else {"partitions": self.s.partitions, "replicas": self.replica_roots if self.s.replicas else None})
+                else {"partitions": self.s.partitions, "replicas": self.replica_roots if self.s.replicas else None,
+                      "configs": self.s.compaction.configs() if self.s.compaction else None})
         self.spawn(name, "create", args, done, crash_at="create:after_log_table" if crash else None)
 
     def write_inputs(self) -> None:

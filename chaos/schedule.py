@@ -18,6 +18,7 @@ CONTROLLER_CRASHES = {
     "delete_records": ("retention:before_commit", "retention:after_commit"),
     "retention": ("retention:before_commit", "retention:after_commit"),
     "compact": ("compact:before_commit",),
+    "compact_keys": ("compaction:before_commit", "compaction:after_commit"),
     "replicate": ("replicate:after_write",),
     "elect": ("elect:after_fence", "elect:after_record"),
 }
@@ -162,6 +163,25 @@ class StreamPlan:
 
 
 @dataclass(frozen=True)
+class CompactionPlan:
+    """The topic's ``cleanup.policy`` has ``compact`` (Kafka's log cleaning), with configs small
+    enough that cleaning removes records within the schedule: superseded records at once
+    (``min.compaction.lag.ms`` 0) and tombstones ``delete_retention_ms`` after the cleaning that
+    first passed them. lakelog's own producers send a ``tombstones`` share of their records with a
+    null value; the records of the Kafka producer, the stream writer and the decoy are named by
+    their values and keep them."""
+
+    policy: str  # "compact" or "compact,delete"
+    delete_retention_ms: int
+    dirty_ratio: float  # min.cleanable.dirty.ratio
+    tombstones: float
+
+    def configs(self) -> list[str]:
+        return [f"cleanup.policy={self.policy}", "min.compaction.lag.ms=0",
+                f"delete.retention.ms={self.delete_retention_ms}", f"min.cleanable.dirty.ratio={self.dirty_ratio}"]
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     partitions: int
@@ -179,6 +199,7 @@ class Schedule:
     kafka: KafkaPlan | None = None  # Kafka's clients through `lakelog serve` (``_kafka``)
     stream: StreamPlan | None = None  # a stream reading the topic (``_stream``)
     stream_writer: ProducerPlan | None = None  # a stream writing its input to the topic (``_stream``)
+    compaction: CompactionPlan | None = None  # a compacted topic (``_compacted``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -197,7 +218,8 @@ class Schedule:
                       "stream": StreamPlan(**{**d["stream"], "kills": tuple(d["stream"]["kills"])})
                       if d.get("stream") else None,
                       "stream_writer": ProducerPlan(**{**d["stream_writer"], "kill_after": tuple(d["stream_writer"]["kill_after"])})
-                      if d.get("stream_writer") else None})
+                      if d.get("stream_writer") else None,
+                      "compaction": CompactionPlan(**d["compaction"]) if d.get("compaction") else None})
 
     @property
     def last_event(self) -> float:
@@ -327,7 +349,35 @@ def draw(seed: int, short: bool = False) -> Schedule:
     schedule = _replicated(schedule, random.Random(f"{seed}/replicas"))
     schedule = _kafka(schedule, random.Random(f"{seed}/kafka"))
     schedule = _stream(schedule, random.Random(f"{seed}/stream"))
+    schedule = _compacted(schedule, random.Random(f"{seed}/compacted"))
     return shorten(schedule) if short else schedule
+
+
+COMPACTED_SHARE = 0.6  # of the schedules whose topic is not replicated: one in four of all
+
+
+def _compacted(s: Schedule, rng: random.Random) -> Schedule:
+    """Three in five of the schedules whose topic has one root (one in four of all; a replicated
+    topic's followers hold copies of its log, which cleaning does not follow) have a compacted
+    topic (``CompactionPlan``): fewer keys (4-10), so keys
+    repeat often, one lakelog producer's record in eight or so a tombstone, and two to four key
+    compactions racing the producers, groups and resizes, some by two controllers at once, some
+    killed at a key compaction's crash point (ticks clean the topic too). Drawn from a generator
+    of its own, so every other draw of a seed is what it was."""
+    if s.replicas or rng.random() >= COMPACTED_SHARE:
+        return s
+    plan = CompactionPlan(policy=rng.choice(("compact", "compact,delete")),
+                          delete_retention_ms=rng.choice((0, 500, 3000)),
+                          dirty_ratio=rng.choice((0.01, 0.1, 0.3)), tombstones=round(rng.uniform(0.05, 0.2), 2))
+    end = s.last_event + 15
+    steps = []
+    for _ in range(rng.randint(2, 4)):
+        crash = rng.choice(CONTROLLER_CRASHES["compact_keys"]) if rng.random() < 0.35 else None
+        steps.append(ControllerStep(at=round(rng.uniform(8, end), 1), kind="compact_keys", crash_at=crash,
+                                    racers=2 if crash is None and rng.random() < 0.25 else 1))
+    return replace(s, compaction=plan, keys=rng.randint(4, 10),
+                   controller=tuple(sorted(s.controller + tuple(steps), key=lambda c: c.at)),
+                   notes=s.notes + [f"compacted topic ({plan.policy}, delete.retention.ms={plan.delete_retention_ms})"])
 
 
 STREAM_SESSIONS = ("classic", "connect")
@@ -495,7 +545,19 @@ def shorten(s: Schedule) -> Schedule:
 def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:
     """The records of a producer's input file (deterministic per seed and producer)."""
     rng = random.Random(f"{schedule.seed}/{plan.producer_id}")
-    return [{"key": f"k{rng.randrange(schedule.keys)}", "value": f"{plan.producer_id}:{i}"} for i in range(plan.records)]
+    records = [{"key": f"k{rng.randrange(schedule.keys)}", "value": f"{plan.producer_id}:{i}"} for i in range(plan.records)]
+    if schedule.compaction and sends_tombstones(plan.producer_id):
+        nulls = random.Random(f"{schedule.seed}/{plan.producer_id}/tombstones")
+        for r in records:
+            if nulls.random() < schedule.compaction.tombstones:
+                r["value"] = None
+    return records
+
+
+def sends_tombstones(producer_id: str) -> bool:
+    """lakelog's own producers (p0, p1, ...): the log names their records by producer id and
+    sequence. Others' records are named by their values (``kp:17``), which a tombstone lacks."""
+    return producer_id[:1] == "p" and producer_id[1:].isdigit()
 
 
 def timezone_for(schedule: Schedule, actor: str) -> str:

@@ -58,6 +58,9 @@ class Verdict:
             self.result.anomalies["actor_failure_or_stuck"] = len(self.result.problems)
         self.result.stats = dict(found.stats)
         self.result.operations["records produced"] = found.stats.get("log_records", 0)
+        if self.s.compaction:  # every partition cleaning, by the schedule's steps and by its ticks
+            self.result.operations["partition cleanings recorded"] = sum(
+                1 for r in checker_reads.read_current(f"{self.root}/control/key_compactions") if r["topic"] == self.s.topic)
         if self.s.stream:  # each stream process runs the query again and again
             runs = sum(1 for out in (self.dir / "logs").glob(f"{self.s.stream.group}.*.out")
                        for line in out.read_text(errors="replace").splitlines() if '"event": "ran"' in line)

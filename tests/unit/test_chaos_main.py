@@ -105,3 +105,24 @@ def test_kafka_runs_only_the_schedules_with_kafkas_clients(tmp_path, monkeypatch
     plain = next(seed for seed in range(1, 40) if seed not in kafka)
     with pytest.raises(SystemExit, match="none of these seeds"):
         campaign.main(["--seeds", str(plain), "--kafka", "--workdir", str(tmp_path)])
+
+
+def test_the_summary_counts_schedules_with_compacted_topics_and_their_key_compactions(tmp_path, monkeypatch, capsys):
+    class Runner:
+        def __init__(self, schedule, workdir, gateway, progress=None, env=None):
+            self.seed = schedule.seed
+
+        def run(self) -> ScheduleResult:
+            if self.seed == 2:
+                return ScheduleResult(seed=2, stats={"delivered[g]": 9})
+            return ScheduleResult(seed=self.seed, stats={"compacted_topic": 1, "records_compacted": 5, "tombstones_removed": 1},
+                                  operations=Counter({"compact_keys runs": 3, "compact_keys done": 2,
+                                                      "partition cleanings recorded": 4}),
+                                  faults=Counter({"crash compaction:after_commit": 1, "crash compact:before_commit": 1}))
+
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", Runner)
+    assert campaign.main(["--seeds", "1-3", "--workdir", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compaction"] == {
+        "schedules": 2, "runs": 6, "done": 4, "killed": 2, "partition_cleanings": 8, "records_removed": 10,
+        "tombstones_removed": 2}

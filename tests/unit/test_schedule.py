@@ -4,7 +4,7 @@ import json
 from collections import Counter
 from dataclasses import replace
 
-from chaos.schedule import MAX_PARTITIONS, Schedule, draw, input_records, shorten
+from chaos.schedule import MAX_PARTITIONS, STREAM_WRITER, Schedule, draw, input_records, shorten
 
 
 def test_a_seed_always_draws_the_same_schedule():
@@ -104,6 +104,7 @@ def test_kafka_clients_are_drawn_from_a_generator_of_their_own(monkeypatch):
     import chaos.schedule as schedule
 
     monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
+    monkeypatch.setattr(schedule, "_compacted", lambda s, rng: s)
     drawn = {seed: draw(seed) for seed in range(1, 200)}
     monkeypatch.setattr(schedule, "_kafka", lambda s, rng: s)
     for seed, s in drawn.items():
@@ -149,9 +150,41 @@ def test_the_streams_are_drawn_from_a_generator_of_their_own(monkeypatch):
     """Drawing the streams leaves the rest of a seed's schedule as it was."""
     import chaos.schedule as schedule
 
+    monkeypatch.setattr(schedule, "_compacted", lambda s, rng: s)
     drawn = {seed: draw(seed) for seed in range(1, 100)}
     monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
     for seed, s in drawn.items():
         before = draw(seed)
         assert s.notes[:len(before.notes)] == before.notes
         assert replace(s, stream=None, stream_writer=None, notes=before.notes) == before, seed
+
+
+def test_compacted_topics_are_drawn_from_a_generator_of_their_own(monkeypatch):
+    """A quarter of the schedules have a compacted topic (none replicated), with key compactions
+    among the controller's steps, some killed at a key compaction's crash point; the rest of a
+    seed's schedule is what it was but for fewer keys."""
+    import chaos.schedule as schedule
+
+    drawn = {seed: draw(seed) for seed in range(1, 400)}
+    monkeypatch.setattr(schedule, "_compacted", lambda s, rng: s)
+    compacted = [s for s in drawn.values() if s.compaction]
+    assert 60 < len(compacted) < 140 and not any(s.replicas for s in compacted)
+    crashes = {c.crash_at for s in compacted for c in s.controller if c.kind == "compact_keys"}
+    assert crashes == {None, "compaction:before_commit", "compaction:after_commit"}
+    for seed, s in drawn.items():
+        before = draw(seed)
+        steps = tuple(c for c in s.controller if c.kind != "compact_keys")
+        assert replace(s, compaction=None, keys=before.keys, controller=steps, notes=before.notes) == before, seed
+        assert Schedule.from_dict(s.to_dict()) == s
+
+
+def test_only_lakelogs_producers_send_tombstones_on_a_compacted_topic():
+    """Records of the Kafka producer and the stream writer are named by their values: no tombstones."""
+    s = next(draw(seed) for seed in range(1, 400) if draw(seed).compaction and draw(seed).kafka)
+    p0 = input_records(s, s.producers[0])
+    assert any(r["value"] is None for r in p0) and any(r["value"] is not None for r in p0)
+    for pid in ("kp", STREAM_WRITER, "decoy"):
+        plan = replace(s.producers[0], producer_id=pid)
+        assert all(r["value"] == f"{pid}:{i}" for i, r in enumerate(input_records(s, plan)))
+    plain = next(draw(seed) for seed in range(1, 400) if not draw(seed).compaction)
+    assert all(r["value"] is not None for p in plain.producers for r in input_records(plain, p))

@@ -1,0 +1,179 @@
+"""The checker's rules for a compacted topic, on hand-made roots (delta-rs, no Spark): a key
+compaction is an OPTIMIZE commit with ``dataChange=false`` rewriting the log's files to the records
+it keeps, as lakelog commits it; the change feed keeps every record as appended."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from tests.unit.test_checker import LOG, Root, anomalies
+
+CONFIGS = pa.schema([("topic", pa.string()), ("location", pa.string()), ("config", pa.map_(pa.string(), pa.string())),
+                     ("config_version", pa.int32())])
+
+
+class Compacted(Root):
+    """A root whose topic ``t`` has ``cleanup.policy=compact``; records may be tombstones."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._write("control/topic_configs", CONFIGS, [dict(topic="t", location=str(path / "topics" / "t"),
+                                                             config=[("cleanup.policy", "compact")], config_version=1)])
+
+    def put(self, *records: tuple, pid: str = "p") -> None:
+        """One append of records (partition, offset, key, sequence, value or None: a tombstone)."""
+        self._write("topics/t", LOG, [dict(partition=p, offset=o, leader_epoch=0, key=k.encode(),
+                                           value=None if v is None else v.encode(), producer_id=pid, sequence=s)
+                                      for p, o, k, s, v in records])
+
+    def clean(self, *gone: tuple[int, int], rekey: dict | None = None) -> None:
+        """A key compaction removing the records at (partition, offset) ``gone``: every file of the
+        log replaced by one file of the rest, one OPTIMIZE commit with ``dataChange=false``.
+        ``rekey``: (partition, offset) -> a key the rewrite gives that record (a bad rewrite)."""
+        path = self.path / "topics" / "t"
+        table = DeltaTable(str(path))
+        rows = [r for r in table.to_pyarrow_table().to_pylist() if (r["partition"], r["offset"]) not in set(gone)]
+        for r in rows:
+            r["key"] = (rekey or {}).get((r["partition"], r["offset"]), r["key"])
+        name = f"part-{uuid.uuid4()}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, LOG), path / name)
+        now = int(time.time() * 1000)
+        # as lakelog's engine commits it (Spark's Delta writer names the operation OPTIMIZE)
+        actions = [{"commitInfo": {"timestamp": now, "operation": "WRITE", "lakelog.operation": "OPTIMIZE",
+                                   "operationParameters": {}}}]
+        actions += [{"remove": {"path": f, "deletionTimestamp": now, "dataChange": False}} for f in files_of(path)]
+        actions.append({"add": {"path": name, "size": (path / name).stat().st_size, "partitionValues": {},
+                                "modificationTime": now, "dataChange": False}})
+        version = table.version() + 1
+        (path / "_delta_log" / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+    def deliver_values(self, group: str, *records: tuple, pid: str = "p") -> None:
+        """A sink commit of records (partition, offset, key, sequence, value or None)."""
+        self.deliver(group, *[(p, o, 0, k, s) for p, o, k, s, _ in records], pid=pid)
+
+
+def files_of(table: Path) -> list[str]:
+    return pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).column("path").to_pylist()
+
+
+def compacted_root(tmp_path) -> Compacted:
+    """Key a in partition 0, then after a grow in partition 1; key b in partition 1 ending in a
+    tombstone; group g delivered none of it yet."""
+    root = Compacted(tmp_path / "root")
+    root.producer("p", ["a", "b", "a", "b", "a", "b"])
+    root.topic(1, [(0, "ReadWrite", None), (1, "ReadWrite", None)])
+    root.put((0, 0, "a", 0, "p:0"), (1, 0, "b", 1, "p:1"))
+    root.put((0, 1, "a", 2, "p:2"), (1, 1, "b", 3, "p:3"))
+    root.put((1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))  # a moved to partition 1; b's tombstone
+    root.generation("g", 1, {"m1": [0, 1]})
+    root.commit("g", "m1", 1, "acquire", {0: 0, 1: 0})
+    return root
+
+
+def deliver_all_left(root: Compacted, *kept: tuple) -> None:
+    root.deliver_values("g", *kept)
+    root.commit("g", "m1", 1, "commit", {0: 2, 1: 4})
+
+
+def test_records_superseded_in_their_partition_or_across_a_resize_were_compacted_not_lost(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((1, 0), (1, 1), (0, 0), (0, 1))  # b's older records; a's superseded in partition 1
+    deliver_all_left(root, (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))
+    found = root.check()
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["records_compacted"] == 4 and found.stats["compacted_before_read[g]"] == 4
+
+
+def test_a_latest_tombstone_removed_with_its_keys_older_records_is_no_loss(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((1, 0), (1, 1))
+    root.clean((1, 3))  # later, past delete.retention.ms
+    deliver_all_left(root, (0, 0, "a", 0, "p:0"), (0, 1, "a", 2, "p:2"), (1, 2, "a", 4, "p:4"))
+    found = root.check()
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["tombstones_removed"] == 1
+
+
+def test_a_keys_latest_record_removed_is_lost(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((1, 2), (0, 0))  # a's latest (partition 1), and a's oldest (superseded: fine)
+    deliver_all_left(root, (0, 1, "a", 2, "p:2"), (1, 0, "b", 1, "p:1"), (1, 1, "b", 3, "p:3"), (1, 3, "b", 5, None))
+    found = root.check()
+    assert anomalies(found) == {"compaction_lost": 1}, found.summary()
+
+
+def test_a_record_removed_before_its_superseding_record_was_appended_is_lost(tmp_path):
+    root = Compacted(tmp_path / "root")
+    root.producer("p", ["a", "a"])
+    root.topic(1, [(0, "ReadWrite", None)])
+    root.put((0, 0, "a", 0, "p:0"))
+    root.clean((0, 0))  # a's only record, then its latest
+    root.put((0, 1, "a", 1, "p:1"))
+    found = root.check(groups=())
+    assert anomalies(found) == {"compaction_lost": 1}, found.summary()
+
+
+def test_an_older_record_kept_after_its_keys_tombstone_was_removed_is_resurrected(tmp_path):
+    root = compacted_root(tmp_path)
+    root.producer("q", ["c", "c"])
+    root.put((0, 2, "c", 0, "q:0"), pid="q")
+    root.put((1, 4, "c", 1, None), pid="q")  # c's tombstone in another partition than c's older record
+    root.clean((1, 4))  # the tombstone removed, c's value at 0@2 left: c is back
+    found = root.check(groups=())
+    assert anomalies(found) == {"compaction_resurrected": 1}, found.summary()
+
+
+def test_a_record_the_log_holds_now_that_was_not_appended_there_is_a_phantom(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((0, 0), rekey={(1, 1): b"z"})
+    found = root.check(groups=())
+    assert anomalies(found) == {"compaction_phantom": 1}, found.summary()
+
+
+def test_a_consumer_going_back_in_a_keys_order_is_a_reorder_though_it_skipped_compacted_records(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((0, 1))
+    root.deliver_values("g", (1, 2, "a", 4, "p:4"))
+    root.deliver_values("g", (0, 0, "a", 0, "p:0"))  # back to a's first record after its latest
+    root.deliver_values("g", (1, 0, "b", 1, "p:1"), (1, 1, "b", 3, "p:3"), (1, 3, "b", 5, None))
+    root.commit("g", "m1", 1, "commit", {0: 2, 1: 4})
+    found = root.check()
+    assert anomalies(found) == {"delivery_reorder": 1}, found.summary()
+    assert found.stats["compacted_before_read[g]"] == 1
+
+
+def test_a_record_delivered_then_compacted_is_fine_and_an_uncompacted_one_is_owed(tmp_path):
+    root = compacted_root(tmp_path)
+    root.deliver_values("g", (0, 0, "a", 0, "p:0"), (1, 0, "b", 1, "p:1"))
+    root.clean((0, 0), (1, 0), (0, 1))
+    root.deliver_values("g", (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))  # 1@1 left and never delivered
+    found = root.check()
+    assert anomalies(found) == {"undelivered": 1}, found.summary()
+
+
+def test_a_kafka_members_tombstone_is_named_by_the_log_record_at_its_offset(tmp_path):
+    """A Kafka consumer sees no producer id; a tombstone has no value to name it by
+    (``kafka_sink.named_by_value``): the checker takes the log record at its offset if key and
+    (null) value agree, and a tombstone the log does not hold there is a phantom."""
+    from deltalake import write_deltalake
+
+    from chaos.kafka_sink import named_by_value
+    from tests.unit.test_checker import CDF, SINK
+
+    assert named_by_value(None) == (None, None)
+    root = compacted_root(tmp_path)
+    deliver_all_left(root, (0, 0, "a", 0, "p:0"), (0, 1, "a", 2, "p:2"), (1, 0, "b", 1, "p:1"), (1, 1, "b", 3, "p:3"),
+                     (1, 2, "a", 4, "p:4"))
+    unnamed = [dict(topic="t", partition=1, offset=o, leader_epoch=0, key=b"b", value=None, producer_id=None,
+                    sequence=None) for o in (3, 1)]  # 1@3 is b's tombstone; 1@1 is not one
+    write_deltalake(str(root.path / "sinks" / "g"), pa.Table.from_pylist(unnamed, SINK), mode="append", configuration=CDF)
+    found = root.check()
+    assert anomalies(found) == {"sink_phantom": 1}, found.summary()
+    assert found.stats["delivered[g]"] == 6
