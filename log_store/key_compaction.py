@@ -162,7 +162,11 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     known = txn.snapshot_app_versions()
     ranges = {p: d for p, d in _ranges(partition_files(txn), meta, known, cleaner, now).items()
               if p not in done and (partitions is None or p in partitions)}
-    topic = _topic(spark, path, txn, meta, known, barriers) if any(d.reason for d in ranges.values()) else None
+    try:
+        topic = _topic(spark, path, txn, meta, known, barriers) if any(d.reason for d in ranges.values()) else None
+    except Exception:
+        txn.release()
+        raise
     found = {p: d for p, d in ranges.items() if d.reason}
     if topic is not None:
         found.update(_superseded_elsewhere(topic, ranges))

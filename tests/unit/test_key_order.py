@@ -5,6 +5,8 @@ them as the gates deliver them, against the topic's history as the controller pl
 from datetime import datetime
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pyarrow.compute as pc
 
 from control_plane.controller.rules import plan_expand, plan_retire, plan_shrink
@@ -13,6 +15,8 @@ from control_plane.records import PartitionState, TopicEvent, TopicRecord
 from log_store.cleaning import survivors
 from log_store.key_order import elsewhere, eras
 from log_store.log_files import DataFile
+from log_store.log_metadata import Mode
+from log_store.partitioner import partition_for
 
 NOW = datetime(2026, 1, 1)
 DAY = 86_400_000
@@ -89,3 +93,33 @@ def test_records_of_one_era_in_two_partitions_keep_the_per_partition_rule():
     placed = [(0, 5, b"k", 1, b"a"), (1, 0, b"k", 0, None)]  # a producer chose partition 0 after the grow
     assert clean(placed, barriers, now_ms=1, cleaned_at=0) == [(0, 5)], "no order between them: Kafka's rule"
     assert clean(placed, []) == [(0, 5), (1, 0)], "a log never resized: per partition"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=5), st.data())
+def test_each_key_keeps_exactly_its_latest_record_in_delivery_order_across_resizes(counts, data):
+    """Records produced between resizes by the partitioner, every partition cleaned against the
+    topic: of each key only the record produced last survives (a shrink's marked partitions stay
+    readable until a grow retires them, their records then gone)."""
+    rs = history(3)
+    records, ends = [], {}  # (partition, offset, key, epoch, value), and when each was produced
+    produced = {}
+    for n in counts:
+        marked = [p.partition for p in rs[-1].partitions if p.mode is Mode.READ_ONLY]
+        if n > rs[-1].undeleted_partition_count and marked:
+            rs.append(plan_retire(rs[-1], {m: ends.get(m, 0) for m in marked}, NOW))
+            records = [r for r in records if r[0] not in marked]
+        if n != rs[-1].undeleted_partition_count:
+            rs.append((plan_expand if n > rs[-1].undeleted_partition_count else plan_shrink)(rs[-1], n, NOW))
+        epochs = {p.partition: p.leader_epoch for p in rs[-1].partitions}
+        for key in data.draw(st.lists(st.sampled_from([b"a", b"b", b"c", b"d", b"e"]), max_size=5)):
+            p = partition_for(key, rs[-1].undeleted_partition_count)
+            records.append((p, ends.get(p, 0), key, epochs[p], b"v"))
+            produced[(p, ends.get(p, 0))] = len(produced)
+            ends[p] = ends.get(p, 0) + 1
+    last = {}
+    for p, o, key, _e, _v in records:
+        if produced[(p, o)] > produced.get(last.get(key), -1):
+            last[key] = (p, o)
+    kept = clean(records, TopicImage("t", rs).barriers()) if records else []
+    assert sorted(kept) == sorted(last.values())
