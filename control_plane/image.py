@@ -2,8 +2,8 @@
 and what each record changed, for everyone who reads the history.
 
 The ``topics`` control table holds one row per change, each the whole topic after it. The
-controller (the latest record, the compare-and-set winner), the consumers' gates (the resizes in
-force), the group members (retirements to report), the audit (retired numbers) and the timeline
+controller (the latest record, the compare-and-set winner), the consumers' gates and key
+compaction (the resizes in force, ``barriers``), the group members (retirements to report), the audit (retired numbers) and the timeline
 (a picture of every change) all read the same replay from here, so "what did record N change"
 has one answer. Pure: no Spark; ``TopicAdmin.image`` reads the rows.
 """
@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from control_plane.records import PartitionState, TopicEvent, TopicRecord
+from log_store.key_order import Barrier
 from log_store.log_metadata import Mode
 
 
@@ -111,3 +112,22 @@ class TopicImage:
     def ever_retired(self) -> set[int]:
         """Partition numbers any record shows retired."""
         return {p.partition for r in self.records for p in r.partitions if p.mode is Mode.NONE or p.retired_at}
+
+    def barriers(self) -> list[Barrier]:
+        """The resizes in the history, each pruned of the partition incarnations a later record
+        retired (``log_store.key_order``)."""
+        out: list[Barrier] = []
+        for change in self.changes()[1:]:
+            now = {p.partition: p for p in change.record.partitions}
+            if change.record.event is TopicEvent.EXPAND:
+                created = [now[q] for q in change.added if now[q].epoch_after_creation]
+                if created:
+                    out.append(Barrier(version=change.version, before=dict(created[0].epoch_after_creation)))
+            elif change.record.event is TopicEvent.MARK_DELETION and change.marked:
+                out.append(Barrier(version=change.version, before=dict(now[change.marked[0]].epoch_before_deletion),
+                                   marked=list(change.marked)))
+            elif change.record.event is TopicEvent.RETIRE:
+                gone = {p.partition for p in change.retired}
+                out = [b.model_copy(update={"before": {p: e for p, e in b.before.items() if p not in gone},
+                                            "marked": [m for m in b.marked if m not in gone]}) for b in out]
+        return out

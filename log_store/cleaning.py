@@ -14,6 +14,11 @@ latest record, at its own offset (offsets stay, with gaps). A record with a null
 to be superseded by and is kept. A tombstone (a null value) survives while it is its key's
 latest, until ``delete.retention.ms`` after the cleaning that first passed it (KIP-534's delete
 horizon), kept per file in its ``lakelog.cleaned`` tag.
+
+Across a resize a key's records lie in several partitions, which the resize gates order
+(``log_store.key_order``): a record is also superseded by a record of its key of a later era in
+another partition, and a tombstone stays past its horizon while a record of its key of an earlier
+era survives in another partition.
 """
 
 from __future__ import annotations
@@ -95,18 +100,28 @@ def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:
     return pa.array(np.searchsorted(firsts, offsets.to_numpy(zero_copy_only=False), side="right") - 1)
 
 
-def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retention_ms: int) -> pa.Array:
+def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retention_ms: int,
+              later: pa.Array | None = None, earlier: pa.Array | None = None) -> pa.Array:
     """Which of one partition's ``rows`` (``offset``, ``key``, ``value``: every record of the range
     ``files``) survive: each key's latest record, every record with a null key, and no tombstone
-    past its file's delete horizon. A boolean per row."""
+    past its file's delete horizon. A boolean per row.
+
+    Across partitions (``key_order.elsewhere``, per row): a row whose key has a record of a later
+    era in another partition (``later``) is superseded by it; a tombstone whose key still has a
+    record of an earlier era in another partition (``earlier``) stays past its horizon, or a
+    reader would get that record as the key's latest."""
     offsets, keys = rows.column("offset").combine_chunks(), rows.column("key").combine_chunks()
     if rows.num_rows == 0:
         return pa.array([], pa.bool_())
     latest = pa.table({"key": keys, "offset": offsets}).group_by("key").aggregate([("offset", "max")])
     kept = pc.or_(pc.is_null(keys), pc.is_in(offsets, value_set=latest.column("offset_max")))
+    if later is not None:
+        kept = pc.and_(kept, pc.invert(later))
     horizon_passed = pa.array([expired_tombstones(f, now_ms, delete_retention_ms) for f in files], pa.bool_())
     expired = pc.and_(pc.is_null(rows.column("value").combine_chunks()),
                       pc.take(horizon_passed, file_index(offsets, files)))
+    if earlier is not None:
+        expired = pc.and_(expired, pc.invert(earlier))
     return pc.and_(kept, pc.invert(pc.and_(expired, pc.is_valid(keys))))
 
 

@@ -14,6 +14,14 @@ or another key compaction of the partition, makes it read again and start over. 
 changes between the read and the commit, so a process killed anywhere leaves either the old files
 or the new ones, and running it again finds the work still due or done.
 
+Across a resize (``barriers``: the topic's resizes at a version of its history) a key's records
+lie in several partitions; a batch reads every partition's keys and epochs at the same version
+and applies ``key_order``'s topic-wide rule: a record goes once a record of its key of a later era
+is in another partition, and a tombstone stays while one of an earlier era is. A partition holding
+records so superseded in its cleanable range is due for that alone. Records of earlier eras are
+never appended again (count fencing), so the read can only overstate what must stay: an append
+racing the commit changes nothing decided.
+
 An arrival log: only files of one partition are cleaned (``cleaning.cleanable_end`` stops at a
 shared file; file compaction splits those into one-partition files first), and the rewritten
 files carry their range tag as file compaction's do.
@@ -22,6 +30,7 @@ files carry their range tag as file compaction's do.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,12 +42,13 @@ from log_store.cleaning import Cleaner, cleanable_end, due, range_files, rewrite
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
+from log_store.key_order import Barrier, elsewhere, eras
 from log_store.file_compaction import COMMIT_BYTES, batches_until_done, compaction_batch
 from log_store.log_files import (
     CLEANED_TAG, RANGES_TAG, DataFile, encode_cleaned, encode_ranges, meta_layout, partition_files, to_arrow,
 )
 from log_store import log_metadata
-from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
+from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
 
 
@@ -56,13 +66,20 @@ class KeyCompaction(BaseModel):
     version: int
 
 
+Barriers = Callable[[int], list[Barrier]]  # a topic version -> the resizes in force there
+
+
 def compact_keys(spark: SparkSession, path: str, cleaner: Cleaner, target_bytes: int,
-                 partitions: list[int] | None = None, now_ms: int | None = None) -> list[KeyCompaction]:
+                 partitions: list[int] | None = None, now_ms: int | None = None,
+                 barriers: Barriers | None = None) -> list[KeyCompaction]:
     """Compact every due partition of the log at ``path`` (or of ``partitions``) as of ``now_ms``
     (default: now). Partitions share a commit while their ranges add up to
-    ``max(target_bytes, COMMIT_BYTES)`` (``file_compaction.compaction_batch``); each at most once a call."""
+    ``max(target_bytes, COMMIT_BYTES)`` (``file_compaction.compaction_batch``); each at most once a call.
+    ``barriers``: the topic's resizes at the topic version the log's metadata was set from (read
+    after the log's snapshot, so they reach it); None for a log never resized."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    return batches_until_done(lambda done: _compact_batch(spark, path, cleaner, target_bytes, partitions, done, now))
+    return batches_until_done(lambda done: _compact_batch(spark, path, cleaner, target_bytes, partitions, done, now,
+                                                          barriers))
 
 
 def cleaned_offsets(spark: SparkSession, path: str) -> tuple[int, dict[int, int]]:
@@ -84,8 +101,9 @@ class _Due(BaseModel):
     reason: str
 
 
-def _due_partitions(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
-                    cleaner: Cleaner, now: int) -> dict[int, _Due]:
+def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
+            cleaner: Cleaner, now: int) -> dict[int, _Due]:
+    """Each readable partition's cleanable range, ``reason`` empty where cleaning is not due."""
     out: dict[int, _Due] = {}
     for p, pm in sorted(meta.partitions.items()):
         if pm.mode is Mode.NONE:
@@ -95,19 +113,63 @@ def _due_partitions(files: dict[int, list[DataFile]], meta: TopicLogMetadata, kn
         fs = files.get(p, [])
         end = cleanable_end(fs, start, log_end(known, p, pm.start_offset), now, cleaner.min_lag_ms)
         found = range_files(fs, start, end)
-        reason = due(found, cleaned, now, cleaner)
-        if reason is not None:
-            out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=reason)
+        out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=due(found, cleaned, now, cleaner) or "")
+    return out
+
+
+class _Topic(BaseModel):
+    """The topic's records (``partition``, ``offset``, ``key``, ``era``) and its resizes."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    rows: pa.Table
+    barriers: list[Barrier]
+
+
+def _topic(spark: SparkSession, path: str, txn, meta: TopicLogMetadata, known: dict[str, int],
+           barriers: Barriers | None) -> _Topic | None:
+    """Every readable record's key and era at the transaction's version; None if never resized."""
+    found = barriers(int(txn.configuration().get(TOPIC_VERSION_PROP, "1"))) if barriers else []
+    if not found:
+        return None
+    ranges = {p: (max(pm.start_offset, known.get(log_start_app_id(p), 0)), log_end(known, p, pm.start_offset))
+              for p, pm in meta.partitions.items() if pm.mode is not Mode.NONE}
+    rows = _read(spark, path, txn.read_version, {p: r for p, r in ranges.items() if r[0] < r[1]},
+                 ["partition", "offset", "key", "leader_epoch"])
+    era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(), found)
+    return _Topic(rows=rows.select(["partition", "offset", "key"]).append_column("era", era), barriers=found)
+
+
+def _superseded_elsewhere(topic: _Topic, ranges: dict[int, _Due]) -> dict[int, _Due]:
+    """The partitions not due otherwise that hold, in their cleanable range, a record whose key has
+    a record of a later era in another partition."""
+    out: dict[int, _Due] = {}
+    for p, d in ranges.items():
+        if d.reason or d.end <= d.start:
+            continue
+        o = topic.rows.column("offset")
+        mine = topic.rows.filter(pc.and_(pc.equal(topic.rows.column("partition"), p),
+                                         pc.and_(pc.greater_equal(o, d.start), pc.less(o, d.end))))
+        if mine.num_rows and pc.any(elsewhere(mine, p, topic.rows)[0]).as_py():
+            out[p] = d.model_copy(update={"reason": "superseded in another partition"})
     return out
 
 
 def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_bytes: int,
-                   partitions: list[int] | None, done: set[int], now: int) -> list[KeyCompaction]:
+                   partitions: list[int] | None, done: set[int], now: int,
+                   barriers: Barriers | None = None) -> list[KeyCompaction]:
     txn = commits.start(spark, path, "the log table")
     meta = TopicLogMetadata.from_properties(txn.configuration())
     known = txn.snapshot_app_versions()
-    found = {p: d for p, d in _due_partitions(partition_files(txn), meta, known, cleaner, now).items()
-             if p not in done and (partitions is None or p in partitions)}
+    ranges = {p: d for p, d in _ranges(partition_files(txn), meta, known, cleaner, now).items()
+              if p not in done and (partitions is None or p in partitions)}
+    try:
+        topic = _topic(spark, path, txn, meta, known, barriers) if any(d.reason for d in ranges.values()) else None
+    except Exception:
+        txn.release()
+        raise
+    found = {p: d for p, d in ranges.items() if d.reason}
+    if topic is not None:
+        found.update(_superseded_elsewhere(topic, ranges))
     chosen = compaction_batch({p: [d.files] for p, d in found.items()}, max(target_bytes, COMMIT_BYTES))
     if not chosen:
         txn.release()
@@ -124,7 +186,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         if mine is not None and mine.num_rows != before:
             raise OffsetCheckError(f"key compaction of partition {p} read {mine.num_rows} records from files holding "
                                    f"{before}; nothing was committed. This is a bug in lakelog")
-        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival)
+        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival, topic)
         removed.extend(gone)
         results.append(dict(partition=p, reason=d.reason, records_before=before,
                             records_after=before - sum(f.records for f in gone) + kept_rows,
@@ -136,23 +198,30 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     return [KeyCompaction(**r, version=version) for r in results]
 
 
-def _read(spark: SparkSession, path: str, version: int, ranges: dict[int, tuple[int, int]]) -> pa.Table:
-    """The records of ``ranges`` as of ``version``: with delta-rs on a local root (no Spark job,
-    as file compaction reads), through Spark elsewhere."""
+def _read(spark: SparkSession, path: str, version: int, ranges: dict[int, tuple[int, int]],
+          columns: list[str] | None = None) -> pa.Table:
+    """The records of ``ranges`` as of ``version`` (``columns``, default all): with delta-rs on a
+    local root (no Spark job, as file compaction reads), through Spark elsewhere."""
     if not is_remote(path):
-        return rs_reader.log_ranges(path, version, ranges)
+        return rs_reader.log_ranges(path, version, ranges, columns)
     where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
     log = spark.read.format("delta").option("versionAsOf", version).load(path)
+    log = log.select(*columns) if columns else log
     return to_arrow(log.where(where or "false")).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
 def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, now: int, cleaner: Cleaner,
-             target_bytes: int, arrival: bool) -> tuple[int, list[DataFile], int]:
+             target_bytes: int, arrival: bool, topic: _Topic | None) -> tuple[int, list[DataFile], int]:
     """Write the survivors of the files ``cleaning.rewrites`` picks; return the records kept in
     them, the files they replace and how many files were written."""
     if rows is None or rows.num_rows == 0:
         return 0, [], 0
-    keep = survivors(rows, files, now, cleaner.delete_retention_ms)
+    later = earlier = None
+    if topic is not None:
+        era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(),
+                   topic.barriers)
+        later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
+    keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier)
     offsets = rows.column("offset").to_numpy()
     tombstone = pc.is_null(rows.column("value")).to_numpy(zero_copy_only=False)
     mask = keep.to_numpy(zero_copy_only=False)

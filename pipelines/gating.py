@@ -34,11 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from pydantic import BaseModel, Field
-
 from control_plane.image import TopicImage
 from control_plane.group.offsets import GroupOffsets
-from control_plane.records import TopicEvent
+from log_store.key_order import Barrier
 from log_store.log_metadata import LogSnapshot, Mode
 
 # For tests that must show the audit catches a violation: never set this in production.
@@ -49,33 +47,11 @@ _log = logging.getLogger("lakelog.gating")  # DEBUG: every decision (the campaig
 ThresholdFn = Callable[[int, int], int]
 
 
-class Barrier(BaseModel):
-    """One resize: the epochs it bumped from (``before``) and the partitions it marked."""
-
-    version: int
-    before: dict[int, int]
-    marked: list[int] = Field(default_factory=list)
-
-
 # -- the rules (pure) ----------------------------------------------------------------------------
 def barriers_of(image: TopicImage) -> list[Barrier]:
     """The resizes in ``image`` (a topic's history), each pruned of the partition incarnations a
     later record retired."""
-    out: list[Barrier] = []
-    for change in image.changes()[1:]:
-        now = {p.partition: p for p in change.record.partitions}
-        if change.record.event is TopicEvent.EXPAND:
-            created = [now[q] for q in change.added if now[q].epoch_after_creation]
-            if created:
-                out.append(Barrier(version=change.version, before=dict(created[0].epoch_after_creation)))
-        elif change.record.event is TopicEvent.MARK_DELETION and change.marked:
-            out.append(Barrier(version=change.version, before=dict(now[change.marked[0]].epoch_before_deletion),
-                               marked=list(change.marked)))
-        elif change.record.event is TopicEvent.RETIRE:
-            gone = {p.partition for p in change.retired}
-            out = [b.model_copy(update={"before": {p: e for p, e in b.before.items() if p not in gone},
-                                        "marked": [m for m in b.marked if m not in gone]}) for b in out]
-    return out
+    return image.barriers()
 
 
 def passed(barrier: Barrier, group: Positions, threshold: ThresholdFn, ends: Positions) -> bool:

@@ -27,6 +27,7 @@ upper-offset gate (rule 9) that orders its remaining records before the same key
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -45,6 +46,7 @@ from control_plane.settings import ControllerSettings
 from log_store.crash import crash_point
 from log_store.errors import LOST_ROOT, ConcurrentTopicChangeError, InvalidConfigurationError, ReplicationError
 from log_store.key_compaction import KeyCompaction
+from log_store.key_order import Barrier
 from log_store.file_compaction import Compaction
 from log_store.log_files import LogStartChange
 from log_store.rewrites import LayoutChange, change_layout
@@ -134,7 +136,19 @@ class TopicController:
                 f"'{topic}' has cleanup.policy={config.cleanup_policy}: key compaction is for topics with compact "
                 f"(lakelog topics alter --topic {topic} --config cleanup.policy=compact); nothing was changed")
         self.logs.record_missing_cleanings(record)
-        return self.logs.compact_keys(record, config, partitions, now_ms)
+        return self.logs.compact_keys(record, config, partitions, now_ms, self.barriers(topic))
+
+    def barriers(self, topic: str) -> Callable[[int], list[Barrier]]:
+        """``topic``'s resizes at a version of its history, read when asked: key compaction asks
+        after its log snapshot, so the history reaches the version the log's metadata was set from."""
+        def at(version: int) -> list[Barrier]:
+            image = self.admin.image(topic)
+            if image.version < version:
+                raise ConcurrentTopicChangeError(
+                    f"'{topic}''s log was set from topic version {version}, and its history ends at {image.version}: "
+                    "the topics table is behind the log; nothing was changed. Run the command again")
+            return image.at(version).barriers()
+        return at
 
     def check_layout(self, topic: str, layout: str) -> None:
         """Refuse a layout ``topic`` cannot have before anything changes: replication copies the
@@ -238,7 +252,7 @@ class TopicController:
             self.logs.record_missing_cleanings(record)
         return {"log_starts": self.logs.apply_retention(record, config),
                 "compacted": self.logs.compact(record, config, min_files=self.settings.compaction_min_files),
-                "cleaned": self.logs.compact_keys(record, config)}
+                "cleaned": self.logs.compact_keys(record, config, barriers=self.barriers(topic))}
 
     def _tick(self, topic: str, delay: float) -> TickResult:
         for _ in range(ATTEMPTS):

@@ -27,7 +27,7 @@ from log_store.delta_errors import retry_on_conflict
 from log_store.frames import arrow_rows
 from log_store.file_compaction import Compaction, compact_partitions
 from log_store.log_files import LogStartChange, partition_files, raise_log_starts, retention_start
-from log_store.key_compaction import KeyCompaction, cleaned_offsets, compact_keys
+from log_store.key_compaction import Barriers, KeyCompaction, cleaned_offsets, compact_keys
 from log_store.timestamp_types import CREATE_TIME
 from log_store.topic_log import TopicLog
 
@@ -139,16 +139,16 @@ class LogMaintenance:
 
     # -- key compaction ----------------------------------------------------------------------------
     def compact_keys(self, record: TopicRecord, config: TopicConfig, partitions: list[int] | None = None,
-                     now_ms: int | None = None) -> list[KeyCompaction]:
+                     now_ms: int | None = None, barriers: Barriers | None = None) -> list[KeyCompaction]:
         """Kafka's log cleaning of a topic whose ``cleanup.policy`` has ``compact`` (nothing for
-        others): each due partition keeps its keys' latest records; one ``key_compactions`` row
-        per partition cleaned."""
+        others): each due partition keeps its keys' latest records, topic-wide across the resizes
+        ``barriers`` gives (``log_store.key_order``); one ``key_compactions`` row per partition cleaned."""
         if not config.compacted:
             return []
         cleaner = Cleaner(min_lag_ms=config.min_compaction_lag_ms, max_lag_ms=config.max_compaction_lag_ms,
                           delete_retention_ms=config.delete_retention_ms,
                           min_dirty_ratio=config.min_cleanable_dirty_ratio)
-        done = compact_keys(self.spark, record.location, cleaner, config.segment_bytes, partitions, now_ms)
+        done = compact_keys(self.spark, record.location, cleaner, config.segment_bytes, partitions, now_ms, barriers)
         crash_point("compaction:after_commit")
         self.record_cleanings(record, done)
         return done

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
@@ -32,11 +31,6 @@ def test_a_run_counts_the_records_of_every_micro_batch(run, spark, tmp_path):
     assert json.loads(out.stdout)["records"] == len(records)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "log_store/key_compaction.py (cleaning.survivors): compaction is per partition, so a key's tombstone "
-    "written after a grow moved the key to another partition is removed past delete.retention.ms while the "
-    "key's pre-grow record stays the latest of its old partition; the resize gates then deliver that record "
-    "last and `topics table` (pipelines/spark/table_view.py) built from the topic brings the deleted key back"))
 def test_a_key_deleted_after_it_moved_partitions_stays_deleted_once_its_tombstone_is_compacted(run, spark, tmp_path,
                                                                                              root):
     moved = next(f"sku-{i}" for i in range(100) if partition_for(f"sku-{i}".encode(), 2) == 1)
@@ -44,15 +38,22 @@ def test_a_key_deleted_after_it_moved_partitions_stays_deleted_once_its_tombston
                "--config", "min.cleanable.dirty.ratio=0", "--config", "delete.retention.ms=0").exit_code == 0
     before = [(moved, "v1"), ("stays", "x")]
     assert run("produce", "--topic", "prices", "--input", _jsonl(tmp_path, "d1.jsonl", before)).exit_code == 0
-    assert run("topics", "alter", "--topic", "prices", "--partitions", "2").exit_code == 0
-    assert run("produce", "--topic", "prices", "--input", _jsonl(tmp_path, "d2.jsonl", [(moved, None)])).exit_code == 0
     ctl = TopicController(spark, root)
     now = int(time.time() * 1000) + 1000
-    ctl.compact_keys("prices", now_ms=now)
+    assert [c.records_after for c in ctl.compact_keys("prices", now_ms=now)] == [2], "partition 0 clean before"
+    assert run("topics", "alter", "--topic", "prices", "--partitions", "2").exit_code == 0
+    assert run("produce", "--topic", "prices", "--input", _jsonl(tmp_path, "d2.jsonl", [(moved, None)])).exit_code == 0
+    location = ctl.admin.get("prices").location
+
+    def held():
+        log = DeltaTable(location).to_pyarrow_table(columns=["partition", "key", "value"])
+        return sorted((r["partition"], bytes(r["key"]).decode(), r["value"] is None) for r in log.to_pylist())
+
+    done = ctl.compact_keys("prices", now_ms=now)
+    assert [(c.partition, c.reason) for c in done] == [(0, "superseded in another partition"), (1, "dirty ratio")]
+    assert held() == [(0, "stays", False), (1, moved, True)], "v1 superseded by the tombstone of a later era"
     ctl.compact_keys("prices", now_ms=now + 1)  # the tombstone past delete.retention.ms=0
-    log = DeltaTable(ctl.admin.get("prices").location).to_pyarrow_table(columns=["partition", "key", "value"])
-    held = sorted((r["partition"], bytes(r["key"]).decode(), r["value"] is None) for r in log.to_pylist())
-    assert held == sorted([(0, moved, False), (0, "stays", False)]), "the tombstone compacted away, v1 kept"
+    assert held() == [(0, "stays", False)], "the tombstone goes once no older record of its key is left"
 
     table = str(tmp_path / "now")
     out = run("topics", "table", "--topic", "prices", "--output", table, "--checkpoint", str(tmp_path / "ck"))
