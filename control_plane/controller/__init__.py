@@ -96,15 +96,16 @@ class TopicController:
         self.logs = LogMaintenance(spark, ControlTables(spark, self.layout))
 
     # -- configuration, delete-records, compaction (controller.retention) -------------------------
-    def alter_config(self, topic: str, pairs: list[str], delete: list[str] = ()) -> ConfigChange:
-        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys. A
+    def alter_config(self, topic: str, pairs: list[str], delete: list[str] = (), replace: bool = False) -> ConfigChange:
+        """Kafka's ``kafka-configs --alter`` for a topic: set ``key=value`` pairs, remove keys (with
+        ``replace``, the pairs are the whole configuration: Kafka's legacy AlterConfigs). A
         replicated topic cannot be compacted by key: replication copies each record of the leader's
         log ends, and a follower would keep what the leader's cleaning removed."""
         if "compact" in policies(parse_pairs(list(pairs)).get("cleanup.policy", "delete")) \
                 and self.admin.replica_state(topic) is not None:
             raise ReplicationError(f"'{topic}' is replicated, and replicated topics keep cleanup.policy=delete "
                                    "(a follower copies every record of its leader); nothing was changed")
-        return self.logs.alter_config(self.resume(topic), list(pairs), list(delete))
+        return self.logs.alter_config(self.resume(topic), list(pairs), list(delete), replace=replace)
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> list[LogStartChange]:
         """Kafka's ``kafka-delete-records``: no record of partition p below ``offsets[p]`` is read again.

@@ -48,9 +48,12 @@ class LogMaintenance:
     def config(self, record: TopicRecord) -> TopicConfig:
         return TopicConfig.of(latest_config(self.tables.rows("topic_configs"), record.location)[1])
 
-    def alter_config(self, record: TopicRecord, pairs: list[str], delete: list[str]) -> ConfigChange:
+    def alter_config(self, record: TopicRecord, pairs: list[str], delete: list[str],
+                     replace: bool = False) -> ConfigChange:
         """Set ``pairs`` (``key=value``) and remove ``delete`` keys (back to their defaults) in one
-        new configuration version; two racing changes both land, one after the other."""
+        new configuration version; two racing changes both land, one after the other. ``replace``:
+        ``pairs`` become the whole configuration, every other key back to its default (Kafka's
+        legacy AlterConfigs)."""
         set_ = parse_pairs(pairs)
         self.tables.ensure()
         path = self.tables.path("topic_configs")
@@ -59,14 +62,14 @@ class LogMaintenance:
             txn = self.tables.rows_transaction("topic_configs")
             txn.read_whole_table()  # a concurrent change makes this one read again
             version, current = latest_config(self.tables.rows("topic_configs", txn.read_version), record.location)
-            config = changed(current, set_, delete)
+            config = changed({} if replace else current, set_, delete)
             row = {"topic": record.topic, "location": record.location, "config": config,
                    "config_version": version + 1, "changed_at": utcnow(), "changed_by": self.changed_by}
             txn.write_rows(arrow_rows(self.spark, [row], TABLES["topic_configs"]))
             txn.commit({})
             return ConfigChange(topic=record.topic, config_version=version + 1, config=TopicConfig.of(config).as_kafka())
 
-        if TIMESTAMP_TYPE in set_ or TIMESTAMP_TYPE in delete:
+        if TIMESTAMP_TYPE in set_ or TIMESTAMP_TYPE in delete or replace:
             # The log's own property decides appends and reads: switched first, so a change recorded
             # here is in force (running the command again after a crash in between records it).
             TopicLog(self.spark, record.location).switch_timestamp_type(set_.get(TIMESTAMP_TYPE, CREATE_TIME))

@@ -19,20 +19,26 @@ from jobs.output import emit, stderr
               help="At most this many records per micro-batch.")
 @click.option("--interval", default=None, metavar="DURATION",
               help="Run continuously with this trigger interval (e.g. '1 minute') instead of stopping when caught up.")
+@click.option("--replace", is_flag=True, default=False,
+              help="Rebuild OUTPUT from the topic's first record (with a new CHECKPOINT): after the topic was "
+                   "deleted and created again, or to keep it with another checkpoint.")
 @json_option
 @pass_ctx
 def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_trigger: int | None,
-          interval: str | None, as_json: bool) -> None:
+          interval: str | None, replace: bool, as_json: bool) -> None:
     """Keep the Delta table OUTPUT as TOPIC's latest record per key: a tombstone deletes its key's
     row, records with a null key are left out. Query it with SQL (SELECT ... FROM delta.`OUTPUT`).
     Each run merges what came since the last (its CHECKPOINT), in the order the resize gates
-    deliver, so a key's latest record holds across a resize. A Spark Structured Streaming query."""
-    from pipelines.spark.table_view import start
+    deliver, so a key's latest record holds across a resize. A Spark Structured Streaming query.
+    OUTPUT is kept by one CHECKPOINT and one incarnation of TOPIC: another is refused (--replace rebuilds)."""
+    from pipelines.spark.table_view import COLUMNS, claim, start
 
     query = None
     merged: dict[int, int] = {}  # micro-batch id -> its records
     try:
         records = topic_stream(c, topic, None, "earliest", max_offsets_per_trigger, True, include_headers=True)
+        claim(c.spark, records.select(*COLUMNS).schema, output, checkpoint, topic, c.topic_reader().describe(topic).topic_id,
+              replace)
         query = start(records, output, checkpoint, interval)
         while not query.awaitTermination(0.1):  # each micro-batch (a MERGE) takes longer than this
             _take_progress(query, merged)

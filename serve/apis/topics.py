@@ -201,6 +201,24 @@ async def describe_configs(server: "Server", conn: "Connection", request: "Reque
     return {"throttle_time": 0, "results": out}
 
 
+def _check_names(configs) -> None:
+    """An alter names only configs lakelog keeps (Kafka's others are refused: they would not be kept)."""
+    unknown = [c.name for c in configs if c.name not in KEYS and c.name not in WORDS]
+    if unknown:
+        raise InvalidConfigurationError(f"unknown or unsupported topic config {unknown[0]}; lakelog keeps "
+                                        f"{', '.join(sorted([*KEYS, *WORDS]))}")
+
+
+def _change(server: "Server", name: str, pairs: list[str], deletes: list[str], validate_only: bool,
+            replace: bool = False) -> None:
+    """``topics alter --config``'s change (``TopicController.alter_config``); validate_only: the
+    topic must exist, nothing is changed."""
+    if validate_only:
+        server.ctx.admin.get(name)
+    else:
+        controller(server).alter_config(name, pairs, deletes, replace=replace)
+
+
 def _alter_one(server: "Server", resource, validate_only: bool) -> dict:
     base = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     try:
@@ -210,26 +228,84 @@ def _alter_one(server: "Server", resource, validate_only: bool) -> dict:
         deletes = [c.name for c in resource.configs if c.config_operation == DELETE]
         if len(sets) + len(deletes) != len(resource.configs):
             raise InvalidConfigurationError("only SET and DELETE are supported (not APPEND or SUBTRACT)")
-        unknown = [c.name for c in resource.configs if c.name not in KEYS and c.name not in WORDS]
-        if unknown:
-            raise InvalidConfigurationError(f"unknown or unsupported topic config {unknown[0]}; lakelog keeps "
-                                            f"{', '.join(sorted([*KEYS, *WORDS]))}")
-        pairs = _check_configs(sets)
-        if not validate_only:
-            controller(server).alter_config(resource.resource_name, pairs, deletes)
+        _check_names(resource.configs)
+        _change(server, resource.resource_name, _check_configs(sets), deletes, validate_only)
         return {**base, "error_code": 0, "error_message": None}
     except LakelogError as exc:
         return {**base, "error_code": code_of(exc), "error_message": str(exc)}
 
 
+def _refused(resource, code: str) -> dict:
+    return {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+            "error_code": code_of(code), "error_message": None}
+
+
+def _authorized(server: "Server", conn: "Connection", resource) -> bool:
+    """Kafka's ACL for altering configs: ALTER_CONFIGS on the topic, or on the cluster for a broker."""
+    if resource.resource_type == BROKER:
+        return server.allowed(conn, "ALTER_CONFIGS", "CLUSTER", "kafka-cluster")
+    return server.allowed(conn, "ALTER_CONFIGS", "TOPIC", resource.resource_name)
+
+
+def _denied(resource) -> dict:
+    return _refused(resource, "CLUSTER_AUTHORIZATION_FAILED" if resource.resource_type == BROKER
+                    else "TOPIC_AUTHORIZATION_FAILED")
+
+
 async def incremental_alter_configs(server: "Server", conn: "Connection", request: "Request") -> dict:
     out = []
     for r in request.body.resources:
-        if not server.allowed(conn, "ALTER_CONFIGS", "TOPIC", r.resource_name):
-            out.append({"resource_type": r.resource_type, "resource_name": r.resource_name,
-                        "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "error_message": None})
+        if not _authorized(server, conn, r):
+            out.append(_denied(r))
             continue
         out.append(await server.ctx.run(_alter_one, server, r, request.body.validate_only))
+    return {"throttle_time": 0, "responses": out}
+
+
+def _replace_one(server: "Server", resource, validate_only: bool) -> dict:
+    """Kafka's legacy AlterConfigs of one resource: its configs become the whole set of a topic's
+    configs (every other back to its default). Kafka's INVALID_REQUEST for what its broker refuses
+    before looking at a topic (a null value, a key twice, a broker config it cannot set now)."""
+    base = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+
+    def invalid(message: str) -> dict:
+        return {**base, "error_code": code_of("INVALID_REQUEST"), "error_message": message}
+
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        return invalid("Error due to duplicate config keys")
+    nulls = [c.name for c in resource.configs if c.value is None]
+    if nulls:
+        return invalid(f"Null value not supported for : {', '.join(nulls)}")
+    if resource.resource_type == BROKER:
+        if resource.resource_name and resource.resource_name != str(server.ctx.node_id):
+            return invalid(f"Unexpected broker id, expected {server.ctx.node_id}, but received "
+                           f"{resource.resource_name}")
+        if names:  # Kafka's answer for broker configs it cannot update dynamically
+            return invalid(f"Cannot update these configs dynamically: {sorted(names)}: lakelog serve keeps no "
+                           "dynamic broker configs (set them in its settings: docs/configuration.md)")
+        return {**base, "error_code": 0, "error_message": None}
+    if resource.resource_type != TOPIC:
+        return invalid(f"Unknown resource type {resource.resource_type}")
+    try:
+        _check_names(resource.configs)
+        _change(server, resource.resource_name, _check_configs(resource.configs), [], validate_only, replace=True)
+        return {**base, "error_code": 0, "error_message": None}
+    except LakelogError as exc:
+        return {**base, "error_code": code_of(exc), "error_message": str(exc)}
+
+
+async def alter_configs(server: "Server", conn: "Connection", request: "Request") -> dict:
+    """Kafka's legacy AlterConfigs (API 33): a resource named twice is INVALID_REQUEST, as Kafka's."""
+    seen = [(r.resource_type, r.resource_name) for r in request.body.resources]
+    out = []
+    for r in request.body.resources:
+        if seen.count((r.resource_type, r.resource_name)) > 1:
+            out.append({**_refused(r, "INVALID_REQUEST"), "error_message": "Each resource must appear at most once."})
+        elif not _authorized(server, conn, r):
+            out.append(_denied(r))
+        else:
+            out.append(await server.ctx.run(_replace_one, server, r, request.body.validate_only))
     return {"throttle_time": 0, "responses": out}
 
 
@@ -270,6 +346,7 @@ HANDLERS = {
     37: (0, 3, create_partitions),
     32: (1, 4, describe_configs),
     44: (0, 1, incremental_alter_configs),
+    33: (0, 2, alter_configs),
     21: (0, 2, delete_records),
 }
 _ = UnknownTopicError  # answered through code_of

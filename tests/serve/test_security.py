@@ -79,6 +79,32 @@ def test_principals_get_what_their_permissions_allow_and_nothing_is_written_with
     outsider.close(autocommit=False)
 
 
+def test_altering_configs_takes_alter_configs_on_the_topic_or_the_cluster(secured, tls):
+    """AlterConfigs and IncrementalAlterConfigs as Kafka authorizes them: ALTER_CONFIGS on the topic,
+    or on the cluster for a broker's configs; a principal without it changes nothing."""
+    from kafka.admin import ConfigResource
+
+    KafkaAdminClient(**client_config(secured, tls, "admin")).create_topics([NewTopic("orders", 1, 1)])
+    alice = KafkaAdminClient(**client_config(secured, tls, "alice"))
+    topic = ConfigResource("TOPIC", "orders", {"retention.ms": "1000"})
+    broker = ConfigResource("BROKER", str(secured.ctx.node_id), {})
+    try:
+        for incremental in (False, True):  # sent as given (alter_configs would describe first)
+            answer = alice._manager.run(alice._send_alter_configs_requests, [topic, broker], False, incremental)
+            assert answer["topic"]["orders"].startswith("[Error 29] TopicAuthorizationFailedError"), incremental
+            assert answer["broker"][broker.name].startswith("[Error 31] ClusterAuthorizationFailedError")
+    finally:
+        alice.close()
+    assert secured.ctx.admin.describe("orders").config["retention.ms"] == "-1"
+    admin = KafkaAdminClient(**client_config(secured, tls, "admin"))
+    try:
+        assert admin._manager.run(admin._send_alter_configs_requests, [topic], False, False) == {
+            "topic": {"orders": "OK"}}
+    finally:
+        admin.close()
+    assert secured.ctx.admin.describe("orders").config["retention.ms"] == "1000"
+
+
 def test_a_wrong_password_and_a_plaintext_client_are_refused(secured, tls):
     with pytest.raises(KafkaError):
         KafkaAdminClient(**client_config(secured, tls, "alice", "SCRAM-SHA-256", password="wrong"),
