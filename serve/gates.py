@@ -94,10 +94,24 @@ class _Committed:
     def __init__(self, records: GroupRecords, group: str, topic: str, reads: _TopicReads | None = None) -> None:
         """``reads``: the topic's log, to move the offsets over compaction's gaps (a gate's view)."""
         self.records, self.group, self.topic, self.reads = records, group, topic, reads
+        self.high: Positions = {}  # the highest offset read on each partition: what a gate passed on
+
+    def _read(self) -> Positions:
+        found = {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
+        for p, o in found.items():
+            self.high[p] = max(self.high.get(p, o), o)
+        return found
 
     def committed(self) -> Positions:
-        found = {p: o for (t, p), (o, _epoch) in self.records.committed(self.group).items() if t == self.topic}
+        found = self._read()
         return self.reads.past_gaps(found) if self.reads is not None else found
+
+    def went_back(self) -> bool:
+        """Whether an offset is now lower than one read before, or gone: the group's offsets were
+        reset or deleted since."""
+        high = dict(self.high)
+        now = self._read()
+        return any(now.get(p, -1) < o for p, o in high.items())
 
     def published(self) -> Positions:
         return {}
@@ -114,12 +128,11 @@ def _worth_a_look(before: tuple[int, dict[int, int]], version: int, fetched: Pos
 
 
 class _Gate:
-    """A group's gate on a topic incarnation, with the group's committed offsets it last saw there
-    (raw): a later look finding one lower, or gone, means the offsets were reset or the group deleted."""
+    """A group's gate on a topic incarnation, and the group's committed offsets it reads."""
 
-    def __init__(self, gate: OffsetGate, seen: Positions) -> None:
-        self.gate, self.seen, self.lock = gate, seen, threading.Lock()
-        self.checked = float("-inf")  # its first use looks
+    def __init__(self, gate: OffsetGate, committed: _Committed) -> None:
+        self.gate, self.committed, self.lock = gate, committed, threading.Lock()
+        self.checked = float("-inf")  # its first use looks whether the offsets went back
 
 
 class KafkaGates:
@@ -142,9 +155,6 @@ class KafkaGates:
         self._used: dict[tuple[str, str, str], float] = {}  # when each (group, topic, location) was last asked about
         self._pruned = time.monotonic()
 
-    def _committed_raw(self, group: str, topic: str) -> Positions:
-        return _Committed(self.records, group, topic).committed()
-
     def _new_gate(self, group: str, view: TopicView) -> _Gate:
         """Under ``_lock``."""
         where = (view.name, view.record.location)
@@ -152,7 +162,7 @@ class KafkaGates:
         if reads is None:
             reads = self._reads[where] = _TopicReads(self.ctx, view.name, view.record.location)
         committed = _Committed(self.records, group, view.name, reads)
-        return _Gate(OffsetGate(reads, reads, view.name, group, committed, own_delivered=False), {})
+        return _Gate(OffsetGate(reads, reads, view.name, group, committed, own_delivered=False), committed)
 
     def _gate(self, group: str, view: TopicView) -> _Gate:
         key = (group, view.name, view.record.location)
@@ -163,23 +173,20 @@ class KafkaGates:
             return self._gates[key]
 
     def _went_back(self, key: tuple[str, str, str], entry: _Gate, view: TopicView) -> bool:
-        """Whether the group's committed offsets on the topic went back since its gate last looked
+        """Whether the group's committed offsets on the topic went back below any its gate read
         (DeleteGroups, AlterConsumerGroupOffsets, ``lakelog groups reset``, here or in another
         process); if so the gate is made anew: the barriers it passed are passed again only by the
         offsets now committed, as a new group's. Under the entry's lock."""
         if time.monotonic() - entry.checked < self.reset_check_s:
             return False
-        now = self._committed_raw(key[0], key[1])
+        back = entry.committed.went_back()
         entry.checked = time.monotonic()
-        if not any(now.get(p, -1) < o for p, o in entry.seen.items()):
-            entry.seen = now
+        if not back:
             return False
         log.info("the offsets of group %s on %s went back: its resize gates start over", key[0], key[1])
         with self._lock:
             if self._gates.get(key) is entry:
-                fresh = self._gates[key] = self._new_gate(key[0], view)
-                fresh.seen = now
-                fresh.checked = entry.checked
+                self._gates[key] = self._new_gate(key[0], view)
         return True
 
     def forget(self, group: str) -> None:

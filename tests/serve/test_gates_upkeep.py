@@ -9,6 +9,7 @@ import time
 import pytest
 
 from control_plane.controller import TopicController
+from log_store.partitioner import partition_for
 from log_store.topic_log import TopicLog
 from tests.serve.conftest import bootstrap, poll_into
 
@@ -25,9 +26,11 @@ def test_moving_offsets_over_compactions_gaps_reads_the_log_once_per_version(spa
     ctl = TopicController(spark, root)
     ctl.alter_config("c", ["cleanup.policy=compact", "min.cleanable.dirty.ratio=0"])
     producer = Producer({"bootstrap.servers": bootstrap(served)})
+    names = [b"k%d" % i for i in range(100)]
     for p in (0, 1):
-        for key in (b"x", b"x", b"y", b"z"):  # offset 0 superseded by 1
-            producer.produce("c", key=key, value=key, partition=p)
+        x, y, z = [k for k in names if partition_for(k, 2) == p][:3]
+        for key in (x, x, y, z):  # offset 0 superseded by 1
+            producer.produce("c", key=key, value=key)
     assert producer.flush(60) == 0
     assert ctl.compact_keys("c") != []
     reads = []

@@ -251,12 +251,15 @@ def _counting_gates(monkeypatch) -> tuple:
     made = []
 
     class _Gate:
-        def __init__(self, *args, **kwargs) -> None:
+        def __init__(self, admin, log, topic, group, committed, own_delivered) -> None:
+            self.committed = committed
             made.append(self)
 
         def limits(self, positions, snap):
+            self.committed.committed()  # as a shut gate reads its group's offsets
             return {}
     monkeypatch.setattr(serve.gates, "OffsetGate", _Gate)
+    monkeypatch.setattr(serve.gates._TopicReads, "past_gaps", lambda self, committed: committed)
     records = _Records()
     gates = serve.gates.KafkaGates(SimpleNamespace(), records)
     gates.reset_check_s = 0
@@ -285,7 +288,13 @@ def test_a_gate_starts_over_when_its_groups_committed_offsets_go_back(monkeypatc
     assert not gates._gates
     gates.limits(["g"], view, {0: 0})
     assert len(made) == 4
-
+    gates.reset_check_s = 3600  # offsets only the gate itself read (the checks look seldom) ...
+    records.offsets = {("t", 0): 9}
+    gates.limits(["g"], view, {0: 9})
+    records.offsets = {("t", 0): 0}  # ... then reset
+    gates.reset_check_s = 0
+    gates.limits(["g"], view, {0: 0})
+    assert len(made) == 5
 
 def test_the_entries_of_groups_and_topics_no_longer_asked_about_are_dropped(monkeypatch):
     gates, records, made = _counting_gates(monkeypatch)
