@@ -79,7 +79,9 @@ class _TopicReads:
         if missing:
             found = TopicLog(self.ctx.spark, self.location).first_offsets(missing, snap.version)
             new = {(p, at): min(found[p], wanted[p][1]) for p, at, _end in missing}
-            known = new if len(known) > _KEPT_LOOKS else dict(known) | new  # bounded while a version lasts
+            if len(known) > _KEPT_LOOKS:  # bounded while a version lasts: this look's alone
+                known = {(p, at): known[(p, at)] for p, (at, _dense) in wanted.items() if (p, at) in known}
+            known = dict(known) | new
             with self._lock:
                 if self._next[0] <= snap.version:
                     self._next = (snap.version, known)

@@ -314,3 +314,15 @@ def test_the_entries_of_groups_and_topics_no_longer_asked_about_are_dropped(monk
     gates.prune(force=True)
     assert set(gates._gates) == {("b", "t", "loc")} and set(gates._used) == {("b", "t", "loc")}
     assert set(gates._looked) == set(gates._reporting) == {("b", "t", "loc")} and set(gates._reads) == {("t", "loc")}
+
+
+def test_the_looks_kept_for_one_log_version_are_bounded(monkeypatch):
+    import serve.gates
+
+    monkeypatch.setattr(serve.gates, "_KEPT_LOOKS", 4)
+    topic, reads = _topic_reads(monkeypatch, {0: {3, 7, 12}, 1: {5}})
+    snap = _snapshot(4, {0: 0, 1: 0}, cleaned={0: 10, 1: 8})
+    topic.ctx.view = lambda name: SimpleNamespace(snapshot=snap)
+    for at in range(8):  # a group committing on an idle topic: a look per new offset
+        assert topic.past_gaps({0: at, 1: 0}) == {0: min(o for o in (3, 7, 10) if o >= at), 1: 5}
+    assert len(topic._next[1]) <= 6 and len(reads) == 8
