@@ -42,17 +42,18 @@ def test_a_group_whose_offsets_were_reset_after_it_passed_a_grow_is_held_at_the_
     assert sorted(poll_committing(first, 4)) == [(0, 0), (0, 1), (0, 2), (1, 0)]  # the group passed the grow
     first.close()
 
+    admin = AdminClient({"bootstrap.servers": boot})  # kept: a client destroyed never completes its futures
     if how == "delete_groups":
-        AdminClient({"bootstrap.servers": boot}).delete_consumer_groups(["g"])["g"].result(120)
+        admin.delete_consumer_groups(["g"])["g"].result(60)
     elif how == "alter_offsets":
         reset = [ConsumerGroupTopicPartitions("g", [TopicPartition("t", 0, 0), TopicPartition("t", 1, 0)])]
-        next(iter(AdminClient({"bootstrap.servers": boot}).alter_consumer_group_offsets(reset).values())).result(120)
+        next(iter(admin.alter_consumer_group_offsets(reset).values())).result(60)
     else:  # another process (another server, the CLI) writes lakelog's group tables
         from control_plane.group.admin import GroupAdmin
         from control_plane.group.reset import ResetTarget
 
-        admin = GroupAdmin(spark, root)
-        admin.execute_reset("g", admin.plan_reset("g", "t", ResetTarget(to_earliest=True)))
+        groups = GroupAdmin(spark, root)
+        groups.execute_reset("g", groups.plan_reset("g", "t", ResetTarget(to_earliest=True)))
 
     members, got, holder = two_members(boot, "g")
     other = 1 - holder
