@@ -140,7 +140,10 @@ class _Gate:
 class KafkaGates:
     """One gate per (group, topic incarnation) that members of groups here fetch from."""
 
-    reset_check_s = 0.5  # how often a gate looks whether its group's offsets went back
+    # how often a gate looks whether its group's offsets went back: at every fetch (a listing of
+    # offset_commits' log; its rows are read once per version), since a group reset and joined again
+    # fetches within a fraction of a second of its last fetch before the reset
+    reset_check_s = 0.0
     idle_s = 600.0  # an entry of a group and topic not fetched for that long is dropped
     prune_every_s = 60.0
 
