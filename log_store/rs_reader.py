@@ -263,6 +263,19 @@ def end_after_records(path: str, version: int, partition: int, start: int, end: 
     return end if len(found) < records else int(found[-1]) + 1
 
 
+def first_offsets(path: str, version: int, spans: list[tuple[int, int, int]], storage: Storage = None
+                  ) -> dict[int, int]:
+    """As ``TopicLog.first_offsets``: each (partition, start, end)'s first offset in [start, end)
+    the log holds (``end`` if none), in one query."""
+    if not spans:
+        return {}
+    where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})' for p, s, e in spans)
+    out = _query(path, version, f'SELECT "partition" AS p, min("offset") AS o FROM t WHERE {where} GROUP BY "partition"',
+                 storage)
+    found = dict(zip(out.column("p").to_pylist(), out.column("o").to_pylist()))
+    return {p: e if found.get(p) is None else int(found[p]) for p, _s, e in spans}
+
+
 def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | None = None,
                          storage: Storage = None) -> int:
     """As ``TopicLog.last_offset_of_epoch``: the largest offset of ``partition`` with

@@ -333,6 +333,17 @@ class TopicLog:
         last, found = offsets.orderBy("offset").limit(records).agg(F.max("offset"), F.count("*")).first()
         return end if found < records else int(last) + 1
 
+    def first_offsets(self, spans: list[tuple[int, int, int]], version: int) -> dict[int, int]:
+        """For each (partition, start, end) of ``spans`` (one per partition): the first offset in
+        [start, end) the log holds as of ``version`` (``end`` if none), where key compaction left
+        gaps: one read for all the partitions. Read by delta-rs on a local root."""
+        if reads_with_delta_rs(self.path):
+            return rs_reader.first_offsets(self.path, version, spans)
+        ranges = {p: (s, e) for p, s, e in spans}
+        rows = self.read(ranges, ordered=False, version=version).groupBy("partition").agg(F.min("offset")).collect()
+        found = {int(r[0]): int(r[1]) for r in rows}
+        return {p: found.get(p, e) for p, _s, e in spans}
+
     def last_offset_of_epoch(self, partition: int, epoch: int, version: int | None = None) -> int:
         """Largest offset in ``partition`` with ``leader_epoch <= epoch``; -1 if none (rule 3). As of
         ``version`` (default the latest); read by delta-rs on a local root."""

@@ -166,6 +166,8 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
         return answer("NOT_COORDINATOR")
     except LakelogError as exc:
         return answer({k: _name(exc) for k in offsets} | codes)
+    if generation < 0 and not body.member_id:  # set from outside the group (AlterConsumerGroupOffsets)
+        server.gates.forget(body.group_id)
     return answer(codes)
 
 
@@ -288,6 +290,7 @@ async def delete_groups(server: "Server", conn: "Connection", request: "Request"
             if code == "NONE":
                 server.consumer_groups.drop(name)  # a KIP-848 group starts over, above the fence deletion left
                 server.coordinator.drop(name)  # so is a classic one, and ListGroups no longer lists it
+                server.gates.forget(name)  # a group started again with the name passes the resizes anew
         out.append({"group_id": name, "error_code": code_of(code)})
     return {"throttle_time": 0, "results": out}
 

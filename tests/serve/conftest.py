@@ -122,6 +122,37 @@ def poll_committing(consumer, count: int, seconds: float = 40) -> list[tuple[int
     return got
 
 
+def poll_into(consumer, got: list, seconds: float, until: int | None = None) -> list[tuple[int, int, bytes]]:
+    """Poll a confluent-kafka ``consumer`` for ``seconds`` (or until ``got`` holds ``until``
+    records), adding each record's (partition, offset, key) to ``got``; commits nothing."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (until is None or len(got) < until):
+        msg = consumer.poll(0.2)
+        if msg is not None and not msg.error():
+            got.append((msg.partition(), msg.offset(), msg.key()))
+    return got
+
+
+def two_members(boot: str, group: str, seconds: float = 60) -> tuple[list, list[list], int]:
+    """Two confluent-kafka members of ``group`` on topic ``t`` (2 partitions), each assigned one
+    (a server with an initial rebalance delay joins both in one generation): the members, what each
+    polled while joining, and the index of the one holding partition 0. Commits nothing."""
+    from confluent_kafka import Consumer
+
+    settings = {"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "partition.assignment.strategy": "range"}
+    members = [Consumer({**settings, "client.id": f"{group}-c{i}"}) for i in range(2)]
+    for member in members:
+        member.subscribe(["t"])
+    got: list[list] = [[], []]
+    deadline = time.monotonic() + seconds
+    while not all(len(m.assignment()) == 1 for m in members):
+        assert time.monotonic() < deadline, [m.assignment() for m in members]
+        for member, into in zip(members, got):
+            poll_into(member, into, 0.2)
+    return members, got, next(i for i, m in enumerate(members) if m.assignment()[0].partition == 0)
+
+
 def serve_without_jvm(root) -> tuple:
     """``lakelog serve`` on a local root in a process (and process group) of its own with
     ``LAKELOG_NO_JVM=1``, where any use of Spark's session fails the request that made it: the

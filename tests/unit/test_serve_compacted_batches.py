@@ -70,7 +70,7 @@ def test_past_gap_answers_nothing_when_records_were_cut_or_there_is_no_room():
 
 
 class _Log:
-    """``TopicLog.end_after_records`` over a partition holding ``offsets``."""
+    """``TopicLog.end_after_records`` and ``first_offsets`` over partitions holding ``offsets``."""
 
     def __init__(self, offsets: dict[int, list[int]]) -> None:
         self.offsets = offsets
@@ -78,6 +78,9 @@ class _Log:
     def end_after_records(self, partition: int, start: int, end: int, records: int, version: int) -> int:
         held = [o for o in self.offsets[partition] if start <= o < end][:records]
         return end if len(held) < records else held[-1] + 1
+
+    def first_offsets(self, spans: list[tuple[int, int, int]], version: int) -> dict[int, int]:
+        return {p: min([o for o in self.offsets[p] if s <= o < e], default=e) for p, s, e in spans}
 
 
 def _reads(monkeypatch, held: dict[int, list[int]], dense: dict[int, int], modes: dict[int, Mode] | None = None,
