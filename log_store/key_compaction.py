@@ -40,6 +40,7 @@ from log_store.log_files import (
 from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
+from log_store.rs_engine import RsTransaction
 
 
 class KeyCompaction(BaseModel):
@@ -113,7 +114,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         txn.release()
         return []
     ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
-    rows = _read(spark, path, txn.read_version, ranges)
+    rows = _read(spark, txn, path, ranges)
     arrival = meta_layout(txn) == ARRIVAL
     results, removed = [], []
     for p in chosen:
@@ -136,11 +137,12 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     return [KeyCompaction(**r, version=version) for r in results]
 
 
-def _read(spark: SparkSession, path: str, version: int, ranges: dict[int, tuple[int, int]]) -> pa.Table:
-    """The records of ``ranges`` as of ``version``: with delta-rs on a local root (no Spark job,
-    as file compaction reads), through Spark elsewhere."""
-    if not is_remote(path):
-        return rs_reader.log_ranges(path, version, ranges)
+def _read(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]]) -> pa.Table:
+    """The records of ``ranges`` as of ``txn``'s version: with delta-rs on a local root and where
+    delta-rs commits (S3; no Spark job, as file compaction reads), through Spark elsewhere."""
+    version = txn.read_version
+    if not is_remote(path) or isinstance(txn, RsTransaction):
+        return rs_reader.log_ranges(path, version, ranges, storage=txn.storage if isinstance(txn, RsTransaction) else None)
     where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
     log = spark.read.format("delta").option("versionAsOf", version).load(path)
     return to_arrow(log.where(where or "false")).sort_by([("partition", "ascending"), ("offset", "ascending")])
