@@ -62,7 +62,7 @@ class FastTopicReader:
 
     def describe(self, topic: str) -> TopicDescription:
         record, (snap, topic_id) = self._log_snapshot(topic)
-        return describe_topic(record, snap, topic_id, rs_reader.rows(self.layout.control("topic_configs")))
+        return describe_topic(record, snap, topic_id, rs_reader.rows(self.layout.control("topic_configs"), storage=self.storage))
 
     def log_snapshot(self, topic: str) -> LogSnapshot:
         return self._log_snapshot(topic)[1][0]
@@ -73,22 +73,24 @@ class FastTopicReader:
 
 
 class FastGroupReader:
-    """``GroupReads`` of one local root, JVM-free. Each read of a table is done once per command.
+    """``GroupReads`` of one root, JVM-free (``storage`` as ``FastTopicReader``'s). Each read of a table is done once per command.
 
     Raises ``rs_reader.FastReadUnavailable`` when the change feed cannot give commit order (old
     commit files cleaned up): the command then reads with Spark.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, storage: rs_reader.Storage = None) -> None:
         self.layout = RootLayout(root)
-        self.topics = FastTopicReader(root)
+        self.storage = storage
+        self.topics = FastTopicReader(root, storage)
         self._rows: dict[str, list[dict]] = {}
         self._ticks: dict[str, tuple[int, int | None]] | None = None
 
     def _table(self, name: str, ordered: bool = True) -> list[dict]:
         if name not in self._rows:
             path = self.layout.control(name)
-            self._rows[name] = rs_reader.rows_in_commit_order(path) if ordered else rs_reader.rows(path)
+            self._rows[name] = (rs_reader.rows_in_commit_order(path, storage=self.storage) if ordered
+                                else rs_reader.rows(path, storage=self.storage))
         return self._rows[name]
 
     def _positions(self) -> dict[tuple[str, str, int], dict]:
@@ -122,9 +124,9 @@ class FastGroupReader:
     def ticks(self, group: str) -> dict[str, tuple[int, int | None]]:
         if self._ticks is None:  # read once: `groups list` asks for every group's
             path = self.layout.control("group_heartbeats")
-            version = rs_reader.version(path)
+            version = rs_reader.version(path, self.storage)
             self._ticks = {} if version < 0 else rs_reader.app_version_changes(
-                path, max(version - TICK_WINDOW, -1), HEARTBEAT_PREFIX)
+                path, max(version - TICK_WINDOW, -1), HEARTBEAT_PREFIX, self.storage)
         return ticks_of(self._ticks, group)
 
     def expired_ranges(self, group: str) -> list[ExpiredRange]:

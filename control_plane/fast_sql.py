@@ -113,10 +113,12 @@ _SPARK_FUNCTION_NAMES = {"count", "sum", "min", "max", "avg", "upper", "lower", 
 
 
 class FastSql:
-    """``lakelog sql`` over one local root, JVM-free (see the module's docstring)."""
+    """``lakelog sql`` over one local or S3 root, JVM-free (see the module's docstring). ``storage``:
+    delta-rs storage options for a root in an object store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, storage: rs_reader.Storage = None) -> None:
         self.layout = RootLayout(root)
+        self.storage = storage
 
     def query(self, query: str, limit: int) -> list[dict]:
         import duckdb
@@ -156,18 +158,17 @@ class FastSql:
                 if name.lower() in wanted:
                     con.register(name, self._read(locations[topic]))
 
-    @staticmethod
-    def _read(path: str) -> pa.Table:
-        if not rs_reader.exists(path):  # a root without topics yet, a deleted topic's log
+    def _read(self, path: str) -> pa.Table:
+        if not rs_reader.exists(path, self.storage):  # a root without topics yet, a deleted topic's log
             raise FastReadUnavailable(f"no table at {path}")
         try:
-            return rs_reader.arrow(path)
+            return rs_reader.arrow(path, storage=self.storage)
         except Exception as exc:  # a log that is no Delta table, ...: Spark gives its own error
             raise FastReadUnavailable(f"{path}: {exc}") from None
 
     def _group_offsets(self) -> pa.Table:
         """As ``ControlTables`` builds it with Spark: the rule's plain-Python twin over rows in commit order."""
-        rows = latest_position_rows(rs_reader.rows_in_commit_order(self.layout.control("offset_commits")))
+        rows = latest_position_rows(rs_reader.rows_in_commit_order(self.layout.control("offset_commits"), storage=self.storage))
         return pa.Table.from_pylist([{c: r[c] for c in GROUP_OFFSETS.names} for r in rows.values()], schema=GROUP_OFFSETS)
 
 

@@ -22,11 +22,11 @@ from control_plane.records import (
     MemberHeartbeat,
 )
 from log_store import commits, rs_reader, rs_tables
-from log_store.engine import DeltaTransaction
+from log_store.engine import DeltaTransaction, log_read_directly
 from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.delta_sql import properties
-from log_store.files import reads_with_delta_rs
+from log_store.object_store import delta_rs_reads
 from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
@@ -310,8 +310,9 @@ class ControlTables:
                     raise
 
     def _columns(self, path: str) -> list[str]:
-        if reads_with_delta_rs(path):
-            return [field.name for field in rs_tables.open_table(path).schema().fields]
+        here, storage = delta_rs_reads(self.spark, path)
+        if here:
+            return [field.name for field in rs_tables.open_table(path, storage).schema().fields]
         return self.spark.read.format("delta").load(path).columns
 
     def exists(self, name: str) -> bool:
@@ -333,11 +334,12 @@ class ControlTables:
 
     def rows(self, name: str, version: int | None = None) -> list[dict]:
         """A small table's rows (``topic_configs``, ``record_deletions``), as of ``version`` (default:
-        the latest); none if it does not exist yet. Through delta-rs where ``reads_with_delta_rs``."""
+        the latest); none if it does not exist yet. Through delta-rs where ``delta_rs_reads``."""
         self.check_format()
         path = self.path(name)
-        if reads_with_delta_rs(path):
-            return rs_reader.rows(path, version)
+        here, storage = delta_rs_reads(self.spark, path)
+        if here:
+            return rs_reader.rows(path, version, storage)
         if not self.exists(name):
             return []
         reader = self.spark.read.format("delta")
@@ -346,13 +348,16 @@ class ControlTables:
         return [r.asDict(recursive=True) for r in reader.load(path).collect()]
 
     def row_tracked(self, name: str) -> bool:
-        """Whether an ordered table is ordered by row tracking (made before ``commit_order``)."""
+        """Whether an ordered table is ordered by row tracking (made before ``commit_order``): a
+        table property, read by delta-rs where lakelog reads logs itself (``log_read_directly``: a
+        local or S3 root), else through SQL or a transaction of Delta's."""
         path = self.path(name)
         if path not in _ROW_TRACKED:
-            if not (rs_reader.exists(path) if reads_with_delta_rs(path) else self.exists(name)):
+            here, storage = log_read_directly(self.spark, path)
+            if not (rs_reader.exists(path, storage) if here else self.exists(name)):
                 return False
-            if reads_with_delta_rs(path):
-                _ROW_TRACKED[path] = rs_reader.row_tracked(path)
+            if here:
+                _ROW_TRACKED[path] = rs_reader.row_tracked(path, storage)
             elif is_connect(self.spark):  # no JVM to open a transaction in: the properties through SQL
                 _ROW_TRACKED[path] = properties(self.spark, path).get("delta.enableRowTracking") == "true"
             else:
@@ -361,8 +366,8 @@ class ControlTables:
         return _ROW_TRACKED[path]
 
     def reads_without_spark(self, name: str) -> bool:
-        """Whether ``ordered_rows`` reads this ordered table with delta-rs (a local root, labels)."""
-        return reads_with_delta_rs(self.path(name)) and not self.row_tracked(name)
+        """Whether ``ordered_rows`` reads this ordered table with delta-rs (``delta_rs_reads``, labels)."""
+        return delta_rs_reads(self.spark, self.path(name))[0] and not self.row_tracked(name)
 
     def ordered(self, name: str, version: int | None = None) -> DataFrame:
         """An ordered table's rows (``ORDERED_TABLES``) with ``_order``, their place in commit
@@ -375,14 +380,15 @@ class ControlTables:
 
     def ordered_rows(self, name: str, version: int | None = None) -> list[dict]:
         """An ordered table's rows with ``_order`` as plain rows, as of ``version`` (default: the
-        latest). Through delta-rs where ``reads_with_delta_rs`` (no Spark job); otherwise, and
+        latest). Through delta-rs where ``delta_rs_reads`` (no Spark job); otherwise, and
         for tables ordered by row tracking (delta-rs has no row tracking), through Spark."""
         self.check_format()
         path = self.path(name)
         if version is not None and version < 0:
             return []
         if self.reads_without_spark(name):
-            return [{**r, "_order": r[COMMIT_ORDER_COLUMN]} for r in rs_reader.rows(path, version)]
+            storage = delta_rs_reads(self.spark, path)[1]
+            return [{**r, "_order": r[COMMIT_ORDER_COLUMN]} for r in rs_reader.rows(path, version, storage)]
         if not self.exists(name):
             return []
         return [row.asDict(recursive=True) for row in self.ordered(name, version).collect()]

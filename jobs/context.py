@@ -54,19 +54,28 @@ class Context:
         return TopicAdmin(self.spark, self.root)
 
     def fast_reads(self) -> bool:
-        """Read-only commands read with delta-rs (no JVM to start) on a local root; with Spark
-        otherwise (remote stores need Spark's credentials and file systems) or when
-        ``LAKELOG_FAST_READS=0``."""
-        from log_store.files import reads_with_delta_rs
+        """Read-only commands read with delta-rs (no JVM to start) on a local root and on S3, with
+        the storage options of S3A's settings in the configuration (``fast_storage``); with Spark
+        on other stores or when ``LAKELOG_FAST_READS=0`` (``object_store.delta_rs_reads``)."""
+        return self._delta_rs_reads[0]
 
-        return reads_with_delta_rs(self.root)
+    @property
+    def fast_storage(self) -> dict[str, str] | None:
+        """delta-rs storage options of the root where ``fast_reads``."""
+        return self._delta_rs_reads[1]
+
+    @cached_property
+    def _delta_rs_reads(self) -> tuple[bool, dict[str, str] | None]:
+        from log_store.object_store import delta_rs_reads
+
+        return delta_rs_reads(self.spark, self.root)
 
     def topic_reader(self):
         """What read-only topic commands read with (see ``fast_reads``)."""
         if self.fast_reads():
             from control_plane.fast_reads import FastTopicReader
 
-            return FastTopicReader(self.root)
+            return FastTopicReader(self.root, self.fast_storage)
         return self.topic_admin()
 
     def read_groups(self, answer):
@@ -79,7 +88,7 @@ class Context:
             from log_store.rs_reader import FastReadUnavailable
 
             try:
-                return answer(FastGroupReader(self.root))
+                return answer(FastGroupReader(self.root, self.fast_storage))
             except FastReadUnavailable:
                 pass
         return answer(GroupTables(self.spark, self.root))

@@ -47,6 +47,26 @@ def commit_actions(fs: pafs.FileSystem, log_dir: str, version: int) -> list[dict
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def app_version_changes(fs: pafs.FileSystem, log_dir: str, since: int, last: int, prefix: str
+                        ) -> tuple[dict[str, tuple[int, int | None]], list[int]]:
+    """The latest (version, lastUpdated ms of the writer's clock) of each application id starting
+    with ``prefix`` set by commits ``since`` + 1 .. ``last``, and the versions among them whose
+    commit files are gone (cleaned up)."""
+    found: dict[str, tuple[int, int | None]] = {}
+    missing: list[int] = []
+    for v in range(since + 1, last + 1):
+        actions = commit_actions(fs, log_dir, v)
+        if actions is None:
+            missing.append(v)
+            continue
+        for action in actions:
+            txn = action.get("txn")
+            if txn is not None and txn["appId"].startswith(prefix):
+                updated = txn.get("lastUpdated")
+                found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
+    return found, missing
+
+
 def latest_local_version(log_dir: str) -> int:
     """The newest commit's version in a local table's ``_delta_log`` (-1 if there is none): one
     listing, no table opened. A store that refuses the listing raises (``OSError``)."""

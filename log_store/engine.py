@@ -29,7 +29,6 @@ from log_store.object_store import arrow_filesystem, engine_s3, s3_storage
 from log_store.delta_errors import translate
 from log_store.errors import LakelogError, StorageError
 from log_store.delta_classes import INTERNALS_CONF, delta, jvm, jvm_json, per_session
-from log_store.session import is_connect
 
 HISTORY_METRICS_CONF = "spark.databricks.delta.history.metricsEnabled"
 
@@ -376,20 +375,23 @@ def commit_user_metadata(spark: SparkSession, metadata: str) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _log_without_jvm(spark: SparkSession, path: str) -> tuple[bool, dict[str, str] | None]:
-    """Whether the table's log is read here rather than by Delta's JVM (a local disk; an S3 table
-    from a Spark Connect session, which has no JVM to ask), and S3's storage options then."""
+def log_read_directly(spark: SparkSession, path: str) -> tuple[bool, dict[str, str] | None]:
+    """Whether the table's log is read here rather than by Delta's JVM, and S3's storage options
+    then (from the S3A settings: a session not started stays so). Here on a local disk and on S3,
+    where delta-rs commits (``engine_s3``): the commit files are all there is to read. Delta's
+    JVM reads the rest: GCS and ADLS, which lakelog reaches through Hadoop's file systems only,
+    and S3 on Databricks, whose commit service may hold commits not yet in the log's listing."""
     if not is_remote(path):
         return True, None
-    if engine_s3(path) and is_connect(spark):
+    if engine_s3(path):
         return True, s3_storage(spark, path)
     return False, None
 
 
 def table_version(spark: SparkSession, path: str) -> int:
     """The table's latest version (-1 if there is no table): a listing, no Spark job; on a local
-    disk (and on S3 from Spark Connect) without the JVM."""
-    here, storage = _log_without_jvm(spark, path)
+    disk and on S3 without the JVM (``log_read_directly``)."""
+    here, storage = log_read_directly(spark, path)
     if here:
         try:
             if storage is None:
@@ -406,7 +408,11 @@ def table_version(spark: SparkSession, path: str) -> int:
 def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
     """Latest (version, lastUpdated ms of the writer's clock) of each application id starting with
     ``prefix`` set in commits after ``since``, read from the commit files themselves: no Spark
-    job, no state reconstruction (on a local disk, and on S3 from Spark Connect, no JVM either)."""
+    job, no state reconstruction (on a local disk and on S3, no JVM either: ``log_read_directly``)."""
+    here, storage = log_read_directly(spark, path)
+    if here:
+        fs, where = arrow_filesystem(path, storage)
+        return delta_log.app_version_changes(fs, f"{where}/_delta_log", since, table_version(spark, path), prefix)[0]
     found: dict[str, tuple[int, int | None]] = {}
 
     def take(txn: dict) -> None:
@@ -414,13 +420,6 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
             updated = txn.get("lastUpdated")
             found[str(txn["appId"])] = (int(txn["version"]), int(updated) if updated is not None else None)
 
-    here, storage = _log_without_jvm(spark, path)
-    if here:
-        fs, where = arrow_filesystem(path, storage)
-        for v in range(since + 1, table_version(spark, path) + 1):
-            for action in delta_log.commit_actions(fs, f"{where}/_delta_log", v) or []:
-                take(action.get("txn"))
-        return found
     log = delta(spark).DeltaLog.forTable(spark._jsparkSession, path)
     changes = log.getChanges(since + 1, spark._jvm.scala.Option.empty(), False)
     while changes.hasNext():
@@ -431,9 +430,9 @@ def app_version_changes(spark: SparkSession, path: str, since: int, prefix: str)
 
 
 def app_versions(spark: SparkSession, path: str) -> dict[str, int]:
-    """All application transaction versions of a table's latest snapshot (on a local disk, and on
-    S3 from Spark Connect, through delta-rs's transaction: no JVM)."""
-    here, storage = _log_without_jvm(spark, path)
+    """All application transaction versions of a table's latest snapshot (on a local disk and on
+    S3 through delta-rs's transaction: no JVM; ``log_read_directly``)."""
+    here, storage = log_read_directly(spark, path)
     if here:
         from log_store.rs_engine import RsTransaction
 

@@ -24,6 +24,7 @@ from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
 from log_store.log_files import DataFile, meta_layout, partition_files, to_arrow, write_segments
 from log_store.log_metadata import ARRIVAL, Mode, TopicLogMetadata, log_end
+from log_store.rs_engine import RsTransaction
 
 
 def compaction_runs(files: list[DataFile], target_bytes: int, below: int | None = None) -> list[list[DataFile]]:
@@ -169,14 +170,16 @@ def _compact_batch(spark: SparkSession, path: str, target_bytes: int, partitions
     arrival = meta_layout(txn) == ARRIVAL
     if arrival:
         runs = whole_files(runs, files)
-    in_driver = not is_remote(path)  # read with delta-rs, written with pyarrow: no Spark job
+    # read with delta-rs, written with pyarrow: no Spark job (a local log; one on S3 delta-rs commits to)
+    in_driver = not is_remote(path) or isinstance(txn, RsTransaction)
+    storage = txn.storage if isinstance(txn, RsTransaction) else None
     log = None if in_driver else spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
     merged = {p: 0 for p in runs}
     removed: dict[str, DataFile] = {}
     for k in range(max(len(found) for found in runs.values())):
         ranges = {p: (found[k][0].first, found[k][-1].last + 1) for p, found in runs.items() if k < len(found)}
         where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
-        rows = rs_reader.log_ranges(path, txn.read_version, ranges) if in_driver else None
+        rows = rs_reader.log_ranges(path, txn.read_version, ranges, storage=storage) if in_driver else None
         if arrival:
             rows = rows if in_driver else to_arrow(log.where(where))
             written_by = write_segments(txn, rows, [(p, a, b) for p, (a, b) in ranges.items()])

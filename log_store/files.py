@@ -46,8 +46,8 @@ def local_checksum(path: str, version: int) -> dict | None:
 
 
 def write_file(spark: SparkSession | None, path: str, data: bytes, in_table: bool = False) -> None:
-    """Write a local file, or through Hadoop's FileSystem for a URI (with pyarrow on S3 where there is
-    no JVM: Spark Connect). ``in_table``: a data file of
+    """Write a local file, or through Hadoop's FileSystem for a URI (with pyarrow on S3, as
+    delta-rs's commits write theirs: ``_without_jvm``). ``in_table``: a data file of
     a table, whose folder must exist (only a partition's folder in it is made): a root that is lost
     or not mounted is a StorageError, never a folder made again where it was."""
     if not is_remote(path):
@@ -62,7 +62,7 @@ def write_file(spark: SparkSession | None, path: str, data: bytes, in_table: boo
             raise StorageError(f"cannot write {target}: {exc.strerror or exc} (the root is lost, not mounted or "
                                "not writable); nothing was committed") from exc
         return
-    if _without_jvm(spark):
+    if _without_jvm(spark, path):
         fs, where = _arrow_fs(spark, path)
         with fs.open_output_stream(where) as out:
             out.write(data)
@@ -76,12 +76,14 @@ def write_file(spark: SparkSession | None, path: str, data: bytes, in_table: boo
         out.close()
 
 
-def _without_jvm(spark: SparkSession | None) -> bool:
-    """Whether a URI is reached without Hadoop's FileSystem: a session of Spark Connect (no JVM in
-    this process)."""
+def _without_jvm(spark: SparkSession | None, path: str) -> bool:
+    """Whether a URI is reached without Hadoop's FileSystem: one on S3 where delta-rs commits
+    (``engine_s3``: its data files are written by pyarrow already, with the same settings), or any
+    from a session of Spark Connect (no JVM in this process) or none."""
+    from log_store.object_store import engine_s3
     from log_store.session import is_connect
 
-    return spark is None or is_connect(spark)
+    return spark is None or engine_s3(path) or is_connect(spark)
 
 
 def _arrow_fs(spark: SparkSession | None, path: str):
@@ -93,12 +95,12 @@ def _arrow_fs(spark: SparkSession | None, path: str):
 
 
 def read_file(spark: SparkSession, path: str) -> bytes | None:
-    """A local file's bytes, or through Hadoop's FileSystem for a URI (pyarrow's on S3 without a
-    JVM, as ``write_file``); None if there is none."""
+    """A local file's bytes, or through Hadoop's FileSystem for a URI (pyarrow's on S3, as
+    ``write_file``); None if there is none."""
     if not is_remote(path):
         target = local_path(path)
         return target.read_bytes() if target.is_file() else None
-    if _without_jvm(spark):
+    if _without_jvm(spark, path):
         import pyarrow.fs as pafs
 
         fs, where = _arrow_fs(spark, path)
@@ -119,12 +121,12 @@ def read_file(spark: SparkSession, path: str) -> bytes | None:
 
 
 def list_names(spark: SparkSession, folder: str) -> list[str]:
-    """The names in a local folder, or through Hadoop's FileSystem for a URI (pyarrow's on S3 without
-    a JVM, as ``write_file``); none if it is absent."""
+    """The names in a local folder, or through Hadoop's FileSystem for a URI (pyarrow's on S3, as
+    ``write_file``); none if it is absent."""
     if not is_remote(folder):
         target = local_path(folder)
         return sorted(p.name for p in target.iterdir()) if target.is_dir() else []
-    if _without_jvm(spark):
+    if _without_jvm(spark, folder):
         import pyarrow.fs as pafs
 
         fs, where = _arrow_fs(spark, folder)

@@ -50,6 +50,7 @@ from log_store.log_files import (
 from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
+from log_store.rs_engine import RsTransaction
 
 
 class KeyCompaction(BaseModel):
@@ -133,7 +134,7 @@ def _topic(spark: SparkSession, path: str, txn, meta: TopicLogMetadata, known: d
         return None
     ranges = {p: (max(pm.start_offset, known.get(log_start_app_id(p), 0)), log_end(known, p, pm.start_offset))
               for p, pm in meta.partitions.items() if pm.mode is not Mode.NONE}
-    rows = _read(spark, path, txn.read_version, {p: r for p, r in ranges.items() if r[0] < r[1]},
+    rows = _read(spark, txn, path, {p: r for p, r in ranges.items() if r[0] < r[1]},
                  ["partition", "offset", "key", "leader_epoch"])
     era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(), found)
     return _Topic(rows=rows.select(["partition", "offset", "key"]).append_column("era", era), barriers=found)
@@ -175,7 +176,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         txn.release()
         return []
     ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
-    rows = _read(spark, path, txn.read_version, ranges)
+    rows = _read(spark, txn, path, ranges)
     arrival = meta_layout(txn) == ARRIVAL
     results, removed = [], []
     for p in chosen:
@@ -198,12 +199,15 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     return [KeyCompaction(**r, version=version) for r in results]
 
 
-def _read(spark: SparkSession, path: str, version: int, ranges: dict[int, tuple[int, int]],
+def _read(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]],
           columns: list[str] | None = None) -> pa.Table:
-    """The records of ``ranges`` as of ``version`` (``columns``, default all): with delta-rs on a
-    local root (no Spark job, as file compaction reads), through Spark elsewhere."""
-    if not is_remote(path):
-        return rs_reader.log_ranges(path, version, ranges, columns)
+    """The records of ``ranges`` as of ``txn``'s version (``columns``, default all): with delta-rs
+    on a local root and where delta-rs commits (S3; no Spark job, as file compaction reads),
+    through Spark elsewhere."""
+    version = txn.read_version
+    if not is_remote(path) or isinstance(txn, RsTransaction):
+        return rs_reader.log_ranges(path, version, ranges, columns,
+                                    storage=txn.storage if isinstance(txn, RsTransaction) else None)
     where = " OR ".join(f"(partition = {p} AND offset >= {a} AND offset < {b})" for p, (a, b) in ranges.items())
     log = spark.read.format("delta").option("versionAsOf", version).load(path)
     log = log.select(*columns) if columns else log

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from log_store.errors import InvalidConfigurationError
-from log_store.files import is_remote, local_path
+from log_store.files import FAST_READS_ENV, is_remote, local_path, reads_with_delta_rs
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -102,3 +102,17 @@ def engine_s3(uri: str) -> bool:
     import os
 
     return is_s3(uri) and "DATABRICKS_RUNTIME_VERSION" not in os.environ
+
+
+def delta_rs_reads(spark, uri: str) -> tuple[bool, dict[str, str] | None]:
+    """Whether lakelog reads the table at ``uri`` with delta-rs, and the storage options then: on a
+    local root (``reads_with_delta_rs``), and on an S3 root where delta-rs commits (``engine_s3``)
+    with the options its commits take (``s3_storage``: a session not started stays so); with
+    Spark otherwise, and everywhere when ``LAKELOG_FAST_READS=0``."""
+    import os
+
+    if reads_with_delta_rs(uri):
+        return True, None
+    if engine_s3(uri) and os.environ.get(FAST_READS_ENV, "1") != "0":
+        return True, s3_storage(spark, uri)
+    return False, None

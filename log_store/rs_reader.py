@@ -24,6 +24,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import TableNotFoundError
 
+from log_store import delta_log
 from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
 from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
@@ -103,14 +104,14 @@ def arrow(path: str, version: int | None = None, storage: Storage = None) -> pa.
     return _scan(path, _table(path, version, storage), "SELECT * FROM t")
 
 
-def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str] | None = None
-               ) -> pa.Table:
-    """The records of a local topic log in [start, end) of each partition, as of ``version``
+def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str] | None = None,
+               storage: Storage = None) -> pa.Table:
+    """The records of a topic log in [start, end) of each partition, as of ``version``
     (``columns``, default all), by partition and offset, typed as the table is: a small read
     without a Spark job (Spark's read at a version rebuilds that version's state). Through delta-rs's
     query engine, as ``rows`` reads, not a pyarrow dataset scan: a process that scanned one may
     abort at exit ("terminate called without an active exception")."""
-    table = _table(path, version)  # opened once: its schema, then the query
+    table = _table(path, version, storage)  # opened once: its schema, then the query
     schema = pa.schema(table.schema().to_arrow())
     wanted = pa.schema([schema.field(name) for name in (columns or schema.names)])
     if not ranges:
@@ -178,20 +179,18 @@ def rows_in_commit_order(path: str, label: str = "commit_order", storage: Storag
     return out
 
 
-def app_version_changes(path: str, since: int, prefix: str) -> dict[str, tuple[int, int | None]]:
+def app_version_changes(path: str, since: int, prefix: str, storage: Storage = None) -> dict[str, tuple[int, int | None]]:
     """As ``log_store.engine.app_version_changes``: the latest (version, writer's ms) of each
     application id starting with ``prefix`` set by commits after ``since``, read from the commit
-    files of a local table."""
-    log = Path(path, "_delta_log")
-    found: dict[str, tuple[int, int | None]] = {}
-    for v in range(since + 1, version(path) + 1):
-        commit = log / f"{v:020d}.json"
-        if not commit.exists():
-            raise FastReadUnavailable(f"commit {v} of {path} was cleaned up")
-        for line in commit.read_text().splitlines():
-            txn = json.loads(line).get("txn") if line.strip() else None
-            if txn and txn["appId"].startswith(prefix):
-                found[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
+    files of a local or S3 table (``FastReadUnavailable`` if some were cleaned up)."""
+    from log_store.object_store import arrow_filesystem
+
+    fs, where = arrow_filesystem(path, storage)
+    log = f"{where}/_delta_log"
+    with _remote_errors(path):
+        found, missing = delta_log.app_version_changes(fs, log, since, delta_log.latest_version(fs, log), prefix)
+    if missing:
+        raise FastReadUnavailable(f"commit {missing[0]} of {path} was cleaned up")
     return found
 
 

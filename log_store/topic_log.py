@@ -29,7 +29,7 @@ from log_store.headers import HEADERS_TYPE
 from log_store.dense_offsets import use_one_task
 from log_store.engine import DeltaTransaction
 from log_store import commits, rs_reader
-from log_store.files import reads_with_delta_rs
+from log_store.object_store import delta_rs_reads
 from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.table_create import create_table, table_exists
@@ -199,8 +199,9 @@ class TopicLog:
         return txn
 
     def rows_transaction(self) -> "DeltaTransaction | RsTransaction":
-        """A transaction for an append of rows already in the driver: delta-rs's on a local root
-        (no JVM), Delta's through Spark on a remote one (``log_store.commits``)."""
+        """A transaction for an append of rows already in the driver: delta-rs's (no JVM) on a local
+        root and on S3, Delta's through Spark on other stores and for a log whose rules pyarrow's
+        files would not keep (``log_store.commits``)."""
         return commits.start(self.spark, self.path, "the topic log")
 
     def table_id(self) -> str:
@@ -276,7 +277,10 @@ class TopicLog:
     def snapshot(self, ends: bool = True, txn: "DeltaTransaction | RsTransaction | None" = None) -> LogSnapshot:
         """The log's latest version (or ``txn``'s), metadata and log ends, all from one Delta snapshot.
 
-        ``ends=False`` skips the log ends (reading them costs a Spark job; the metadata does not).
+        ``ends=False`` skips the log ends: every set transaction of the snapshot, which delta-rs's
+        transaction reads from the commit files and the last checkpoint (no Spark job), and
+        Delta's from its checksum, or else with a Spark job that rebuilds the snapshot's state
+        (``DeltaTransaction.snapshot_app_versions``). The metadata costs neither.
         """
         if txn is None:
             return self._read(lambda own: self.snapshot(ends, own))
@@ -310,9 +314,11 @@ class TopicLog:
     def offset_for_timestamp(self, partition: int, timestamp_ms: int, version: int | None = None,
                              start: int = 0) -> int | None:
         """Earliest offset at or above ``start`` whose timestamp is at or after ``timestamp_ms``
-        (ListOffsets), as of ``version`` (default the latest); read by delta-rs on a local root."""
-        if reads_with_delta_rs(self.path):
-            return rs_reader.first_offset_at(self.path, version, partition, start, timestamp_ms)
+        (ListOffsets), as of ``version`` (default the latest); read by delta-rs where lakelog can
+        (``delta_rs_reads``: a local or S3 root)."""
+        here, storage = delta_rs_reads(self.spark, self.path)
+        if here:
+            return rs_reader.first_offset_at(self.path, version, partition, start, timestamp_ms, storage)
         table = self.table() if version is None else self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         row = (
             table
@@ -326,9 +332,10 @@ class TopicLog:
     def end_after_records(self, partition: int, start: int, end: int, records: int, version: int) -> int:
         """The offset after the first ``records`` records of ``partition`` from ``start`` as of
         ``version`` (``end`` if fewer lie below it): a read of ``records`` records where key
-        compaction left gaps (one record per offset elsewhere). Read by delta-rs on a local root."""
-        if reads_with_delta_rs(self.path):
-            return rs_reader.end_after_records(self.path, version, partition, start, end, records)
+        compaction left gaps (one record per offset elsewhere). Read by delta-rs where lakelog can."""
+        here, storage = delta_rs_reads(self.spark, self.path)
+        if here:
+            return rs_reader.end_after_records(self.path, version, partition, start, end, records, storage)
         offsets = self.read({partition: (start, end)}, ordered=False, version=version).select("offset")
         last, found = offsets.orderBy("offset").limit(records).agg(F.max("offset"), F.count("*")).first()
         return end if found < records else int(last) + 1
@@ -346,9 +353,10 @@ class TopicLog:
 
     def last_offset_of_epoch(self, partition: int, epoch: int, version: int | None = None) -> int:
         """Largest offset in ``partition`` with ``leader_epoch <= epoch``; -1 if none (rule 3). As of
-        ``version`` (default the latest); read by delta-rs on a local root."""
-        if reads_with_delta_rs(self.path):
-            return rs_reader.last_offset_of_epoch(self.path, partition, epoch, version)
+        ``version`` (default the latest); read by delta-rs where lakelog can."""
+        here, storage = delta_rs_reads(self.spark, self.path)
+        if here:
+            return rs_reader.last_offset_of_epoch(self.path, partition, epoch, version, storage)
         table = self.table() if version is None else self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         row = (
             table

@@ -28,7 +28,7 @@ from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
 from log_store import rs_reader
-from log_store.files import reads_with_delta_rs
+from log_store.object_store import delta_rs_reads
 from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
@@ -410,15 +410,18 @@ class Consumer:
         dense = sum(e - max(s, snap.dense_from(p)) for p, (s, e) in ranges.items() if e > max(s, snap.dense_from(p)))
         if not gappy:
             return dense
-        if reads_with_delta_rs(self.log.path):
-            return dense + rs_reader.log_ranges(self.log.path, snap.version, gappy, ["offset"]).num_rows
+        here, storage = delta_rs_reads(self.spark, self.log.path)
+        if here:
+            return dense + rs_reader.log_ranges(self.log.path, snap.version, gappy, ["offset"], storage).num_rows
         return dense + self.log.read(gappy, ordered=False, version=snap.version).count()
 
     def _arrow_batch(self, ranges: Ranges, version: int) -> pa.Table:
-        """The batch for an ``ArrowHandler``: read with delta-rs where the log is local."""
-        if not reads_with_delta_rs(self.log.path):
+        """The batch for an ``ArrowHandler``: read with delta-rs where lakelog can (``delta_rs_reads``:
+        a local or S3 log)."""
+        here, storage = delta_rs_reads(self.spark, self.log.path)
+        if not here:
             return self.log.read(ranges, ordered=True, version=version).toArrow()
-        batch = rs_reader.log_ranges(self.log.path, version, ranges, RECORD_SCHEMA.fieldNames())
+        batch = rs_reader.log_ranges(self.log.path, version, ranges, RECORD_SCHEMA.fieldNames(), storage)
         return batch.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:

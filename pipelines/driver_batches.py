@@ -1,6 +1,8 @@
 """A small produce's rows in the driver: brought there as Arrow once, numbered and partitioned by
 pyarrow and Python, and appended with ``TopicLog.append_rows`` (the path ``lakelog serve``'s
-group commit takes), so a 100-record produce runs no Spark job of its own and few py4j calls.
+group commit takes), so a 100-record produce runs no Spark job of its own. Where delta-rs commits
+(a local or S3 root), rows held as Arrow (``lakelog produce``'s file, ``lakelog serve``'s group
+commit) make no py4j call at all; a DataFrame's rows come out of the JVM once, as Arrow.
 
 Only batches whose columns mean here what the Spark path makes of them: ``key`` and ``value`` as
 bytes or text (UTF-8), ``timestamp`` as a timestamp, ``headers`` as the log keeps them, and no

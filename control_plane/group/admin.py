@@ -14,7 +14,6 @@ from datetime import timezone
 from collections.abc import Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from control_plane.group.reset import ResetStep, ResetTarget, parse_partitions, plan_reset
 from control_plane.group.store import GroupTables
@@ -108,10 +107,8 @@ class GroupAdmin:
         at_time = None
         if target.to_datetime is not None:  # ListOffsets by timestamp, as Kafka resolves --to-datetime
             ms = int(target.to_datetime.replace(tzinfo=timezone.utc).timestamp() * 1000)
-            rows = (log.table().where(F.col("partition").isin(chosen))
-                    .where(F.col("timestamp") >= F.timestamp_millis(F.lit(ms)))
-                    .groupBy("partition").agg(F.min("offset").alias("offset")).collect())
-            at_time = {r["partition"]: int(r["offset"]) for r in rows}
+            found = {p: log.offset_for_timestamp(p, ms) for p in chosen}  # delta-rs where it reads the log
+            at_time = {p: o for p, o in found.items() if o is not None}
         current = self.offsets.committed(group, topic)
         return plan_reset(topic, target, chosen, current, starts, snap.log_ends, at_time)
 

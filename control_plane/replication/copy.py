@@ -38,7 +38,7 @@ from log_store.engine import DeltaTransaction
 from log_store.rs_engine import RsTransaction
 from log_store.table_create import table_exists
 from log_store.errors import FencedLeaderEpochError, OffsetCheckError, ReplicationError, StorageError
-from log_store.files import reads_with_delta_rs
+from log_store.object_store import delta_rs_reads
 from log_store.log_metadata import (
     ARRIVAL,
     FOLLOWER,
@@ -242,11 +242,12 @@ def _write_ranges(spark: SparkSession, txn: DeltaTransaction, source: str, versi
     pyarrow from the driver, as a small produce is: Spark's read at a version and its write job cost
     about 1.2 s for 100 records."""
     columns = [f.name for f in RECORD_SCHEMA.fields]
-    if isinstance(txn, RsTransaction) and reads_with_delta_rs(source):  # read with delta-rs, written by pyarrow
-        return txn.write_rows(rs_reader.log_ranges(source, version, ranges, columns), partition_by="partition")
+    here, storage = delta_rs_reads(spark, source)
+    if isinstance(txn, RsTransaction) and here:  # read with delta-rs, written by pyarrow
+        return txn.write_rows(rs_reader.log_ranges(source, version, ranges, columns, storage), partition_by="partition")
     if use_one_task(sum(b - a for a, b in ranges.values())):
-        if reads_with_delta_rs(source):
-            rows = rs_reader.log_ranges(source, version, ranges, columns)
+        if here:
+            rows = rs_reader.log_ranges(source, version, ranges, columns, storage)
         else:
             rows = (spark.read.format("delta").option("versionAsOf", version).load(source)
                     .where(range_filter(ranges)).select(*columns).toArrow())
@@ -435,8 +436,9 @@ def _marks_truncated(spark: SparkSession, path: str, version: int, points: Point
     dropped (Kafka truncates a partition's producer state with its log): a retry of those records,
     or the replay of their micro-batch, lands them again rather than being taken for a duplicate of
     records the log no longer holds. (A copy takes its source's marks instead.)"""
-    if reads_with_delta_rs(path):
-        firsts = rs_reader.first_sequences(path, version, points)
+    here, storage = delta_rs_reads(spark, path)
+    if here:
+        firsts = rs_reader.first_sequences(path, version, points, storage)
     else:
         cond = " OR ".join(f"(partition = {p} AND offset >= {o})" for p, o in sorted(points.items()))
         firsts = (spark.read.format("delta").option("versionAsOf", version).load(path).where(cond)

@@ -17,7 +17,7 @@ def sql(c: Context, query: str, limit: int, as_json: bool) -> None:
     """Run Spark SQL with the control-plane tables registered (topics, partitions,
     topic_history, offset_commits, group_offsets, log_<topic>).
 
-    On a local root a query is answered without starting Spark when it can be (the same views
+    On a local or S3 root a query is answered without starting Spark when it can be (the same views
     read with delta-rs, the query translated to DuckDB); otherwise, or with
     LAKELOG_FAST_READS=0, by Spark."""
     if c.fast_reads():
@@ -25,7 +25,7 @@ def sql(c: Context, query: str, limit: int, as_json: bool) -> None:
         from log_store.rs_reader import FastReadUnavailable
 
         try:
-            return emit(FastSql(c.root).query(query, limit), as_json, "result")
+            return emit(FastSql(c.root, c.fast_storage).query(query, limit), as_json, "result")
         except FastReadUnavailable:
             pass  # Spark answers it, or gives its own error
     from control_plane.layout import RootLayout

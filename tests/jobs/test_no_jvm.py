@@ -52,6 +52,9 @@ def test_topics_produce_consume_and_groups_start_no_jvm(tmp_path):
     described = json.loads(lakelog(root, "groups", "describe", "--group", "g", "--json").stdout)
     assert sum(p["lag"] for p in described["partitions"]) == 0 and described["generation"] >= 1
     assert [g["group"] for g in json.loads(lakelog(root, "groups", "list", "--json").stdout)] == ["g"]
+    lakelog(root, "groups", "reset-offsets", "--group", "g", "--topic", "t", "--to-datetime", "2026-01-01T00:00:00.030",
+            "--execute")  # each partition's first offset at or after it, read with delta-rs
+    assert sorted(json.loads(r["value"])["n"] for r in consumed(root, "t", "g")) == list(range(30, 100))
 
     lakelog(root, "topics", "alter", "--topic", "t", "--partitions", "5")
     topic = json.loads(lakelog(root, "topics", "describe", "--topic", "t", "--json").stdout)
