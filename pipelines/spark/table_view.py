@@ -82,10 +82,9 @@ def _where(checkpoint: str) -> str:
 
 def _has_progress(spark, checkpoint: str) -> bool:
     """Whether a query committed a micro-batch at ``checkpoint`` (Spark's ``commits`` log)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/commits")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return fs.exists(path) and len(fs.listStatus(path)) > 0
+    from log_store.files import list_names
+
+    return bool(list_names(spark, checkpoint.rstrip("/") + "/commits"))
 
 
 def claim(spark, schema, output: str, checkpoint: str, topic: str, topic_id: str, replace: bool = False) -> None:
@@ -112,9 +111,9 @@ def claim(spark, schema, output: str, checkpoint: str, topic: str, topic_id: str
         if not table_exists(spark, output):
             make(DeltaTable.createIfNotExists(spark))  # a run racing this one may make it first: checked below
         else:
-            from log_store.engine import DeltaTransaction
+            from log_store import commits
 
-            txn = DeltaTransaction.start(spark, output)  # one commit: every row out, this owner in
+            txn = commits.start(spark, output, "the table view")  # one commit: every row out, this owner in
             txn.read_whole_table()
             txn.remove(txn.files(), data_change=True)
             txn.set_properties(mine)
