@@ -67,12 +67,12 @@ def test_the_last_stable_offset_is_the_earliest_open_transaction():
 
 def test_read_committed_drops_aborted_records_and_waits_at_the_open_one():
     # producer 1 aborts 0-1 (marker 3); producer 2 commits 2 (marker 4); producer 1 opens 5
-    rows = [Row(0, 1, True), Row(1, 1, True), Row(2, 2, True), Row(5, 1, True), Row(6, 3, False)]
-    markers = [Marker(3, 1, False), Marker(4, 2, True)]
-    marks = {1: open_mark(5), 2: closed_mark(4)}
+    rows = [Row(0, "1", True), Row(1, "1", True), Row(2, "2", True), Row(5, "1", True), Row(6, "3", False)]
+    markers = [Marker(3, "1", False), Marker(4, "2", True)]
+    marks = {"1": open_mark(5), "2": closed_mark(4)}
     assert committed_view(rows, markers, marks, end=7) == [2]
     # producer 1 commits 5 (marker 7)
-    assert committed_view(rows, markers + [Marker(7, 1, True)], {1: closed_mark(7)}, end=8) == [2, 5, 6]
+    assert committed_view(rows, markers + [Marker(7, "1", True)], {"1": closed_mark(7)}, end=8) == [2, 5, 6]
 
 
 def test_fences_and_transitions():

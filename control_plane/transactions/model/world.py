@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from control_plane.transactions.rules import Marker, Row, TxnState, closed_mark, committed_view, open_mark, open_since
 
-PID = 7  # the transactional id's producer id: kept across epochs, as Kafka keeps it
+PID = "txn-7"  # the transactional id's producer id: kept across epochs, as Kafka keeps it
 PARTITIONS = (0, 1)
 
 
