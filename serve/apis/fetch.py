@@ -85,10 +85,10 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
 
 
 def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                holder: tuple[str, str] = ("", "")) -> list[_Part]:
+                holder: tuple[tuple[str, str], list[str]] = (("", ""), [])) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
     groups whose resize gates hold the fetching client (``serve.gates``); ``holder``: the client's
-    id and host, recorded as holding what it is served for those of them it is a member of
+    id and host, and the groups it is a member of now, recorded as holding what it is served
     (``serve.held``)."""
     try:
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
@@ -159,7 +159,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     if not order:
         return parts
     fetched = {p.partition: p.fetch_offset for p in readable}
-    holders = server.groups_reading(holder[0], holder[1], topic, departed=False) if groups else []
+    client, members = holder
     by_part = {part.index: part for part in parts}
     try:
         found = read_rows(server, view, spans) if spans else None
@@ -201,8 +201,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             served = gapped[p][1] if gap else served
         if data:
             by_part[p].records = data
-            if holders and served is not None:
-                server.gates.served.record(holders, topic, path, p, fetched[p], served, holder)
+            if members and served is not None:
+                server.gates.served.record(members, topic, path, p, fetched[p], served, client)
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
     return parts
@@ -277,7 +277,7 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
 
 
 def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                holder: tuple[str, str]) -> list[_Part]:
+                holder: tuple[tuple[str, str], list[str]]) -> list[_Part]:
     """One topic entry of a fetch, a part per requested partition in the request's order. A
     partition named again in the entry is read in a later pass (``_read_topic`` reads and answers
     by partition), from its own fetch offset."""
@@ -296,9 +296,14 @@ def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, gro
 
 
 def _read_all(server: "Server", topics: list, max_bytes: int, groups: dict[str, list[str]],
-              holder: tuple[str, str] = ("", "")) -> tuple[dict[str, list[_Part]], int]:
+              client: tuple[str, str] = ("", ""), members: dict[str, list[str]] | None = None,
+              ) -> tuple[dict[str, list[_Part]], int]:
+    """``client``: the fetching client's id and host; ``members``: per topic, the groups it is a
+    member of now (read on the event loop), whose members' served records are kept (``serve.held``)."""
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []), holder))
+    members = members or {}
+    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []),
+                                 (client, members.get(t.topic, []))))
            for t in topics]
     return out, sum(len(p.records) for _t, parts in out for p in parts)
 
@@ -310,9 +315,10 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     denied = [t for t in body.topics if t not in allowed]
     host = conn.peer.rsplit(":", 1)[0]
     while True:
-        groups = {t.topic: server.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
-        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups,
-                                           (request.client_id or "", host))
+        client = (request.client_id or "", host)
+        groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
+        members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
+        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, client, members)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:
