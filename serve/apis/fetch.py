@@ -194,11 +194,9 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
                 left, budget.first and not data, first_offset)
             data += more
-        served = after if after is not None else at
+        served = after if after is not None else at  # after the last record: an empty batch over a gap holds none
         if p in gapped and p not in kept:
-            gap = _past_gap(gapped[p], mine, data, after if data else None, room, budget.first)
-            data += gap
-            served = gapped[p][1] if gap else served
+            data += _past_gap(gapped[p], mine, data, after if data else None, room, budget.first)
         if data:
             by_part[p].records = data
             if members and served is not None:
