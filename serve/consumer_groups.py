@@ -77,6 +77,8 @@ class ConsumerGroups:
     def drop(self, name: str) -> None:
         """Forget a group another server took over: its members rejoin there."""
         self.groups.pop(name, None)
+        if self.gates is not None:
+            self.gates.served.forget(name)
 
     async def _take(self, name: str) -> ConsumerGroup:
         """The group, taken by this server: its fence raised above every generation the root knows
@@ -142,6 +144,7 @@ class ConsumerGroups:
             log.info("group %s at epoch %d (%s): target %s", image.name, image.epoch, image.assignor,
                      {m: sorted(str(tp) for tp in ps) for m, ps in image.target.items()})
             self._record_soon(group)
+        self._revoked(before, image)
         gone = before.partitions.all() - image.partitions.all()
         if gone and self.gates is not None:
             topics = sorted({tp.topic for tp in gone})
@@ -155,6 +158,23 @@ class ConsumerGroups:
                 group.revoking.pop(member.member_id, None)
         for gone_id in set(group.revoking) - set(image.members):
             del group.revoking[gone_id]
+
+    def _revoked(self, before: GroupImage, image: GroupImage) -> None:
+        """What members gave up (revoked, acknowledged in a heartbeat) or held when they left: the
+        records they were served there are no longer theirs to deliver (``serve.held``), unless a
+        member with the same client id and host still holds the partition."""
+        if self.gates is None:
+            return
+        for mid, was in before.members.items():
+            now = image.members.get(mid)
+            lost = was.assigned - (now.assigned if now is not None else frozenset())
+            if not lost:
+                continue
+            holder = (was.client_id, was.host)
+            kept = {tp for m in image.members.values() if (m.client_id, m.host) == holder for tp in m.assigned}
+            lost = {(tp.topic, tp.partition) for tp in lost - kept}
+            if lost:
+                self.gates.served.lost(image.name, {holder}, lost)
 
     async def _remove(self, group: ConsumerGroup, member_ids: list[str], why: str) -> None:
         async with group.lock:
@@ -211,12 +231,12 @@ class ConsumerGroups:
             group.recording = False
 
     # -- which group a client reads for (a Fetch names none) --------------------------------------
-    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> set[str]:
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None, departed: bool = True) -> set[str]:
         """The groups here with a member that heartbeats with ``client_id`` from ``host`` (and
-        subscribes to ``topic``, if given), or left within twice the session timeout."""
+        subscribes to ``topic``, if given), or (with ``departed``) left within twice the session timeout."""
         found = {g.image.name for g in self.groups.values() for m in g.image.members.values()
                  if m.client_id == client_id and m.host == host and (topic is None or topic in m.topics)}
-        return found | self.departed.groups(client_id, host, topic)
+        return found | (self.departed.groups(client_id, host, topic) if departed else set())
 
     # -- ConsumerGroupDescribe --------------------------------------------------------------------
     def describe(self, name: str) -> dict | None:

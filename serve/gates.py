@@ -24,6 +24,7 @@ from log_store.topic_log import TopicLog
 from pipelines.gating import OffsetGate, Positions
 from serve.context import ServeContext, TopicView
 from serve.group_tables import GroupRecords
+from serve.held import ServedRecords
 
 log = logging.getLogger("lakelog.serve")
 _KEPT_LOOKS = 1024  # (partition, offset) looks ``past_gaps`` keeps for one log version
@@ -93,9 +94,11 @@ class _TopicReads:
 class _Committed:
     """``gating.GroupPositions`` of a Kafka group: its committed offsets on the topic."""
 
-    def __init__(self, records: GroupRecords, group: str, topic: str, reads: _TopicReads | None = None) -> None:
-        """``reads``: the topic's log, to move the offsets over compaction's gaps (a gate's view)."""
-        self.records, self.group, self.topic, self.reads = records, group, topic, reads
+    def __init__(self, records: GroupRecords, group: str, topic: str, reads: _TopicReads | None = None,
+                 served: ServedRecords | None = None) -> None:
+        """``reads``: the topic's log, to move the offsets over what it no longer holds (a gate's
+        view); ``served``: what members may hold there undelivered, not moved over."""
+        self.records, self.group, self.topic, self.reads, self.served = records, group, topic, reads, served
         self.high: Positions = {}  # the highest offset read on each partition: what a gate passed on
 
     def _read(self) -> Positions:
@@ -105,8 +108,18 @@ class _Committed:
         return found
 
     def committed(self) -> Positions:
+        """The committed offsets, moved over what the log no longer holds after them (``past_gaps``)
+        only up to the lowest record a member may still hold undelivered there (``serve.held``): a
+        member that fetched records before delete-records, retention or compaction removed them is
+        still to deliver them, and a moved key's post-resize record must not reach the group first."""
         found = self._read()
-        return self.reads.past_gaps(found) if self.reads is not None else found
+        if self.reads is None:
+            return found
+        out = self.reads.past_gaps(found)
+        if self.served is not None:
+            for p, low in self.served.held(self.group, self.topic, self.reads.location, found).items():
+                out[p] = min(out.get(p, low), max(low, found.get(p, low)))
+        return out
 
     def went_back(self) -> bool:
         """Whether an offset is now lower than one read before, or gone: the group's offsets were
@@ -149,6 +162,7 @@ class KafkaGates:
 
     def __init__(self, ctx: ServeContext, records: GroupRecords) -> None:
         self.ctx, self.records = ctx, records
+        self.served = ServedRecords()  # what members hold undelivered: not passed over by ``past_gaps``
         self._reads: dict[tuple[str, str], _TopicReads] = {}  # (topic, location): shared by its groups' gates
         self._gates: dict[tuple[str, str, str], _Gate] = {}
         self._lock = threading.Lock()
@@ -166,7 +180,7 @@ class KafkaGates:
         reads = self._reads.get(where)
         if reads is None:
             reads = self._reads[where] = _TopicReads(self.ctx, view.name, view.record.location)
-        committed = _Committed(self.records, group, view.name, reads)
+        committed = _Committed(self.records, group, view.name, reads, self.served)
         return _Gate(OffsetGate(reads, reads, view.name, group, committed, own_delivered=False), committed)
 
     def _gate(self, group: str, view: TopicView) -> _Gate:
@@ -201,6 +215,7 @@ class KafkaGates:
                 del self._gates[key]
             for key in [k for k in self._looked if k[0] == group]:
                 del self._looked[key]
+        self.served.forget(group)
 
     def prune(self, force: bool = False) -> None:
         """Drop the entries of groups and topics (incarnations) not asked about for ``idle_s``: a

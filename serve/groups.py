@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 
 from serve.commit_queue import CommitQueue
 from serve.group_tables import GroupRecords, LostGroupError, subscribed
+from serve.held import ServedRecords
 from serve.readers import Departed
 from serve.subscriptions import without_gone
 
 log = logging.getLogger("lakelog.serve")
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+COOPERATIVE = {"cooperative-sticky"}  # Kafka's assignors whose members keep their partitions through a rebalance
 
 
 class GroupError(Exception):
@@ -74,9 +76,11 @@ class Group:
 class Coordinator:
     """The groups this server coordinates."""
 
-    def __init__(self, records: GroupRecords, initial_delay_ms: int = 0) -> None:
+    def __init__(self, records: GroupRecords, initial_delay_ms: int = 0, served: ServedRecords | None = None) -> None:
+        """``served``: what members were served undelivered (``serve.held``), dropped as they lose it."""
         self.records = records
         self.initial_delay_ms = initial_delay_ms
+        self.served = served if served is not None else ServedRecords()
         self.groups: dict[str, Group] = {}
         self.departed = Departed()  # members that left or expired, whose client may still fetch
         self._task: asyncio.Task | None = None
@@ -98,6 +102,7 @@ class Coordinator:
     def drop(self, name: str) -> None:
         """Forget a group another server took over: its members rejoin there (NOT_COORDINATOR)."""
         group = self.groups.pop(name, None)
+        self.served.forget(name)
         if group is None:
             return
         if group.timer:
@@ -183,7 +188,7 @@ class Coordinator:
                 group.drained.clear()
                 await group.drained.wait()
             for mid in [m for m, member in group.members.items() if member.joining is None]:
-                del group.members[mid]  # did not rejoin in time
+                self._gone(group, group.members.pop(mid))  # did not rejoin in time
             if not group.members:
                 group.state, group.leader, group.protocol = EMPTY, None, None
                 return
@@ -195,6 +200,7 @@ class Coordinator:
                 return
             partitions = await self._partitions(group)
             group.protocol = self._choose(group)
+            self._revoked(group)
             if group.leader not in group.members:
                 group.leader = next(iter(group.members))
             group.state = COMPLETING
@@ -291,8 +297,23 @@ class Coordinator:
             out[mid] = "NONE"
         return out
 
+    def _revoked(self, group: Group) -> None:
+        """A new generation: a member of an eager protocol gave up every partition before joining
+        again (its client dropped the records it held of them); a cooperative member keeps what it
+        is given again, and holds what it was served until it commits past it or leaves."""
+        if group.protocol_type == "consumer" and group.protocol not in COOPERATIVE:
+            self.served.lost(group.name, None)
+
+    def _gone(self, group: Group, member: Member) -> None:
+        """``member`` left the group: what it was served is not its to deliver (unless a member
+        left with its client id and host, as a fetch names its holder)."""
+        holder = (member.client_id, member.client_host)
+        if all((m.client_id, m.client_host) != holder for m in group.members.values()):
+            self.served.lost(group.name, {holder})
+
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        self._gone(group, member)
         self.departed.add(member.client_id, member.client_host, group.name, member.topics, member.session_timeout_ms)
         for f in (member.joining, member.syncing):
             if f is not None and not f.done():
@@ -342,13 +363,14 @@ class Coordinator:
                 group.drained.set()
 
     # -- which group a client reads for (a Fetch names none) ------------------------------------
-    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None, departed: bool = True) -> list[str]:
         """The groups here with a member that joined with ``client_id`` from ``host`` (and
-        subscribes to ``topic``, if given), or left within twice its session timeout: the groups
-        whose gates a fetch from that client is held to. Several, when clients share an id."""
+        subscribes to ``topic``, if given), or (with ``departed``) left within twice its session
+        timeout: the groups whose gates a fetch from that client is held to. Several, when clients
+        share an id."""
         found = {g.name for g in self.groups.values() for m in g.members.values()
                  if m.client_id == client_id and m.client_host == host and (topic is None or topic in m.topics)}
-        return sorted(found | self.departed.groups(client_id, host, topic))
+        return sorted(found | (self.departed.groups(client_id, host, topic) if departed else set()))
 
     # -- liveness --------------------------------------------------------------------------------
     async def _expire(self) -> None:

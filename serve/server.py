@@ -81,8 +81,8 @@ class Server:
         self.batcher.on_commit = self.waits.notify
         self.cluster = Cluster(spark, root, self.settings.session_timeout_ms)
         self.records = GroupRecords(self.ctx)
-        self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms)
         self.gates = KafkaGates(self.ctx, self.records)
+        self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms, self.gates.served)
         self.consumer_groups = ConsumerGroups(self.records, self.ctx, self.settings, self.gates)  # KIP-848's
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -148,11 +148,12 @@ class Server:
             except Exception:  # noqa: BLE001 - a tick that failed is tried again next time
                 log.exception("a heartbeat into the root failed")
 
-    def groups_reading(self, client_id: str, host: str, topic: str | None = None) -> list[str]:
+    def groups_reading(self, client_id: str, host: str, topic: str | None = None, departed: bool = True) -> list[str]:
         """The groups coordinated here (either protocol) whose gates a fetch from ``client_id`` on
-        ``host`` for ``topic`` is held to (docs/serve.md, "Which group a fetch is for")."""
-        found = set(self.coordinator.groups_reading(client_id, host, topic))
-        return sorted(found | self.consumer_groups.groups_reading(client_id, host, topic))
+        ``host`` for ``topic`` is held to (docs/serve.md, "Which group a fetch is for"); without
+        ``departed``, only those it is a member of now."""
+        found = set(self.coordinator.groups_reading(client_id, host, topic, departed))
+        return sorted(found | self.consumer_groups.groups_reading(client_id, host, topic, departed))
 
     async def coordinator_of(self, group: str) -> Broker | None:
         """The server that coordinates ``group`` (FindCoordinator): the lease's live holder, or this one."""

@@ -84,9 +84,12 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
     return found.cast(READ_SCHEMA)  # delta-rs gives views (binary_view, string_view); the codec reads plain
 
 
-def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str]) -> list[_Part]:
+def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
+                holder: tuple[tuple[str, str], list[str]] = (("", ""), [])) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
-    groups whose resize gates hold the fetching client (``serve.gates``)."""
+    groups whose resize gates hold the fetching client (``serve.gates``); ``holder``: the client's
+    id and host, and the groups it is a member of now, recorded as holding what it is served
+    (``serve.held``)."""
     try:
         view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
     except UnknownTopicError:
@@ -155,6 +158,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             spans.append((p.partition, start, stop))
     if not order:
         return parts
+    fetched = {p.partition: p.fetch_offset for p in readable}
+    client, members = holder
     by_part = {part.index: part for part in parts}
     try:
         found = read_rows(server, view, spans) if spans else None
@@ -175,7 +180,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         room = min(limits[p], budget.left)
         if room <= 0 and not budget.first:
             continue
-        data, at = b"", None
+        data, at, after = b"", None, None
         if p in kept:
             pieces, start, stop = kept[p]
             data, at = _within(lambda n, p=p, pieces=pieces, start=start, stop=stop: encode_kept(
@@ -189,10 +194,13 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
                 left, budget.first and not data, first_offset)
             data += more
+        served = after if after is not None else at  # after the last record: an empty batch over a gap holds none
         if p in gapped and p not in kept:
             data += _past_gap(gapped[p], mine, data, after if data else None, room, budget.first)
         if data:
             by_part[p].records = data
+            if members and served is not None:
+                server.gates.served.record(members, topic, path, p, fetched[p], served, client)
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
     return parts
@@ -266,7 +274,8 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
     return bytes(out), at
 
 
-def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str]) -> list[_Part]:
+def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
+                holder: tuple[tuple[str, str], list[str]]) -> list[_Part]:
     """One topic entry of a fetch, a part per requested partition in the request's order. A
     partition named again in the entry is read in a later pass (``_read_topic`` reads and answers
     by partition), from its own fetch offset."""
@@ -279,15 +288,20 @@ def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         passes[n].append(i)
     out: list[_Part | None] = [None] * len(wanted)
     for indexes in passes:
-        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups)):
+        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups, holder)):
             out[i] = part
     return out
 
 
-def _read_all(server: "Server", topics: list, max_bytes: int,
-              groups: dict[str, list[str]]) -> tuple[dict[str, list[_Part]], int]:
+def _read_all(server: "Server", topics: list, max_bytes: int, groups: dict[str, list[str]],
+              client: tuple[str, str] = ("", ""), members: dict[str, list[str]] | None = None,
+              ) -> tuple[dict[str, list[_Part]], int]:
+    """``client``: the fetching client's id and host; ``members``: per topic, the groups it is a
+    member of now (read on the event loop), whose members' served records are kept (``serve.held``)."""
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, [])))
+    members = members or {}
+    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []),
+                                 (client, members.get(t.topic, []))))
            for t in topics]
     return out, sum(len(p.records) for _t, parts in out for p in parts)
 
@@ -299,8 +313,10 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     denied = [t for t in body.topics if t not in allowed]
     host = conn.peer.rsplit(":", 1)[0]
     while True:
-        groups = {t.topic: server.groups_reading(request.client_id or "", host, t.topic) for t in allowed}
-        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups)
+        client = (request.client_id or "", host)
+        groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
+        members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
+        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, client, members)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:

@@ -2,7 +2,7 @@
 records of the old partition when the log stops holding them (delete-records raised the log start
 above them; key compaction removed a moved key's pre-resize tombstone past delete.retention.ms):
 the gate must not open before the group committed past them, or a moved key's new record reaches
-the group before its old one that a member is still to deliver."""
+the group before its old one that a member is still to deliver (serve/held.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,6 @@ from tests.serve.conftest import bootstrap, poll_into, two_members
 pytestmark = pytest.mark.kafka_clients
 
 
-HELD = ("the server does not know what a member's client holds: knowing it needs the server to track what "
-        "it served each member since its last commit, dropped when the member loses the partition "
-        "(serve/groups.py, serve/consumer_groups.py), not only serve/gates.py")
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "serve/gates.py _TopicReads.past_gaps counts a committed offset below the log start as the log "
-    "start, as if the group could deliver nothing below it; but a member's client still holds records "
-    "fetched before delete-records raised the log start (librdkafka's fetch queue), so the gate opens "
-    "and another member delivers the moved key's post-grow record from the new partition before the "
-    "holder delivers the key's pre-grow record; " + HELD))
 def test_a_gate_stays_shut_while_a_member_holds_records_below_a_raised_log_start(spark, serve_with, root):
     # proves: a member that fetched the old partition's pre-grow records and has not yet delivered
     # all of them keeps the group's gate shut after delete-records raised the log start above them,
@@ -72,11 +61,6 @@ def test_a_gate_stays_shut_while_a_member_holds_records_below_a_raised_log_start
     assert got[other] == [(1, 0, moved)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "serve/gates.py _TopicReads.past_gaps moves a committed offset over what key compaction removed, as if "
-    "the group had consumed the gap; a moved key's last pre-grow record, a tombstone, is removed once past "
-    "delete.retention.ms while a member's client still holds it, so the gate opens and another member "
-    "delivers the key's post-grow record first; " + HELD))
 def test_a_gate_stays_shut_while_a_member_holds_a_moved_keys_tombstone_that_compaction_removed(
         spark, serve_with, root):
     # proves: a member holding a moved key's pre-grow tombstone (fetched, not delivered) while

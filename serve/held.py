@@ -1,0 +1,83 @@
+"""What members of the Kafka groups coordinated here may hold undelivered: the records this server
+served them (answered in a Fetch) above their group's committed offset (docs/serve.md, "Consumer
+groups across a resize"). A client reads ahead of what it delivers, so records it holds may be gone
+from the log (delete-records or retention raised the log start, key compaction removed them) while
+it is still to deliver them: the resize gates (``serve.gates``) count a committed offset below what
+the log holds as consumed past the gap only where no member holds records of it.
+
+A member's fetched records of a partition it lost are not its to deliver: Kafka's clients drop them
+(the Java consumer returns no records of a partition no longer assigned; librdkafka bumps the
+partition's fetch version, dropping what was queued), so an entry goes when its holder loses the
+partition, leaves, or its group commits past it. Fetches name no member: a holder is a client id
+and host, as ``Server.groups_reading`` finds a fetch's groups.
+
+Thread-safe: recorded on the pool, dropped on the event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+Holder = tuple[str, str]  # (client id, host)
+
+
+@dataclass
+class _Served:
+    low: int  # the lowest offset served since the group's last commit covering it
+    high: int  # the offset after the highest served
+    holders: set[Holder] = field(default_factory=set)
+
+
+class ServedRecords:
+    """Per (group, topic, partition) of a topic's incarnation: the span of offsets served since the
+    group's last commit covering it, and whom to. Bounded by the partitions members read: an entry
+    goes once a commit covers it or its holders lose the partition."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._served: dict[tuple[str, str, str, int], _Served] = {}  # (group, topic, location, partition)
+
+    def record(self, groups: Iterable[str], topic: str, location: str, partition: int, start: int, end: int,
+               holder: Holder) -> None:
+        """Records of ``[start, end)`` of ``partition`` served to ``holder``, a member of ``groups``."""
+        if end <= start:
+            return
+        with self._lock:
+            for group in groups:
+                entry = self._served.setdefault((group, topic, location, partition), _Served(start, end))
+                entry.low, entry.high = min(entry.low, start), max(entry.high, end)
+                entry.holders.add(holder)
+
+    def held(self, group: str, topic: str, location: str, committed: dict[int, int]) -> dict[int, int]:
+        """Per partition where a member of ``group`` may hold records above its ``committed`` offset
+        (absent: never committed): the lowest offset it may hold. Entries a commit covers are dropped."""
+        out = {}
+        with self._lock:
+            for key in [k for k in self._served if k[:3] == (group, topic, location)]:
+                entry, at = self._served[key], committed.get(key[3])
+                if at is not None and at >= entry.high:
+                    del self._served[key]
+                    continue
+                out[key[3]] = entry.low if at is None else max(entry.low, at)
+        return out
+
+    def lost(self, group: str, holders: set[Holder] | None, partitions: set[tuple[str, int]] | None = None) -> None:
+        """``holders`` of ``group`` (None: all) lost ``partitions`` (topic, partition; None: every one):
+        what they were served there is no longer theirs to deliver. An entry goes once none of its
+        holders is left."""
+        with self._lock:
+            for key in [k for k in self._served if k[0] == group]:
+                if partitions is not None and (key[1], key[3]) not in partitions:
+                    continue
+                entry = self._served[key]
+                entry.holders -= entry.holders if holders is None else holders
+                if not entry.holders:
+                    del self._served[key]
+
+    def forget(self, group: str) -> None:
+        """Drop every entry of ``group`` (deleted, or its offsets set from outside it)."""
+        with self._lock:
+            for key in [k for k in self._served if k[0] == group]:
+                del self._served[key]
