@@ -343,9 +343,10 @@ class TopicLog:
     def first_offsets(self, spans: list[tuple[int, int, int]], version: int) -> dict[int, int]:
         """For each (partition, start, end) of ``spans`` (one per partition): the first offset in
         [start, end) the log holds as of ``version`` (``end`` if none), where key compaction left
-        gaps: one read for all the partitions. Read by delta-rs on a local root."""
-        if reads_with_delta_rs(self.path):
-            return rs_reader.first_offsets(self.path, version, spans)
+        gaps: one read for all the partitions. Read by delta-rs where lakelog can."""
+        here, storage = delta_rs_reads(self.spark, self.path)
+        if here:
+            return rs_reader.first_offsets(self.path, version, spans, storage)
         ranges = {p: (s, e) for p, s, e in spans}
         rows = self.read(ranges, ordered=False, version=version).groupBy("partition").agg(F.min("offset")).collect()
         found = {int(r[0]): int(r[1]) for r in rows}
