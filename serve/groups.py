@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from serve.commit_queue import CommitQueue
-from serve.group_tables import GroupRecords, LostGroupError, subscribed
+from serve.group_tables import GroupRecords, LostGroupError, assigned, subscribed
 from serve.held import ServedRecords
 from serve.readers import Departed
 from serve.subscriptions import without_gone
@@ -51,6 +51,7 @@ class Member:
     syncing: asyncio.Future | None = None
     seen: float = field(default_factory=time.monotonic)
     topics: frozenset[str] = frozenset()  # what it subscribes to (its protocols' metadata)
+    revoking: frozenset[tuple[str, int]] = frozenset()  # a cooperative member's partitions not given again
 
     def metadata(self, protocol: str) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
@@ -257,17 +258,23 @@ class Coordinator:
         if group.state == PREPARING:
             raise GroupError("REBALANCE_IN_PROGRESS")
         if group.state == STABLE:
+            self._revoking(group, member)
             return group.protocol, member.assignment
         member.syncing = asyncio.get_running_loop().create_future()
         if member_id == group.leader:
+            cooperative = group.protocol_type == "consumer" and group.protocol in COOPERATIVE
             for m in group.members.values():
-                m.assignment = assignments.get(m.member_id, b"")
+                before, m.assignment = m.assignment, assignments.get(m.member_id, b"")
+                if cooperative:  # with what an answer never reached (a sync cut short by a rebalance)
+                    m.revoking = (m.revoking | {(tp.topic, tp.partition) for tp in assigned(before)}) - {
+                        (tp.topic, tp.partition) for tp in assigned(m.assignment)}
             group.state = STABLE
             asyncio.get_running_loop().create_task(self._record(group))
             for m in group.members.values():
                 if m.syncing is not None and not m.syncing.done():
                     m.syncing.set_result(m.assignment)
         await member.syncing
+        self._revoking(group, member)
         return group.protocol, member.assignment
 
     async def _record(self, group: Group) -> None:
@@ -300,9 +307,22 @@ class Coordinator:
     def _revoked(self, group: Group) -> None:
         """A new generation: a member of an eager protocol gave up every partition before joining
         again (its client dropped the records it held of them); a cooperative member keeps what it
-        is given again, and holds what it was served until it commits past it or leaves."""
+        is given again, and gives up the rest once answered its assignment (``_revoking``)."""
         if group.protocol_type == "consumer" and group.protocol not in COOPERATIVE:
             self.served.lost(group.name, None)
+
+    def _revoking(self, group: Group, member: Member) -> None:
+        """``member`` is answered its assignment: a cooperative member revokes what it had and is
+        not given again, and its client drops the records it holds of it (``serve.held``), unless a
+        member with its client id and host is given it. Until this answer it may still deliver them."""
+        if not member.revoking:
+            return
+        holder = (member.client_id, member.client_host)
+        kept = {(tp.topic, tp.partition) for m in group.members.values()
+                if (m.client_id, m.client_host) == holder for tp in assigned(m.assignment)}
+        lost, member.revoking = set(member.revoking) - kept, frozenset()
+        if lost:
+            self.served.lost(group.name, {holder}, lost)
 
     def _gone(self, group: Group, member: Member) -> None:
         """``member`` left the group: what it was served is not its to deliver (unless a member
