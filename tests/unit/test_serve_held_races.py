@@ -97,3 +97,24 @@ def test_a_cooperative_members_partition_moved_to_another_member_is_no_longer_he
         return seen
 
     assert asyncio.run(scenario()) == [{0: 100}, {0: 100}, {}]
+
+
+def test_a_cooperative_member_waiting_for_its_assignment_gives_up_its_hold_once_answered(monkeypatch):
+    """The same move, A's SyncGroup waiting for the leader's: A's hold goes with its answer."""
+    async def scenario() -> list[dict[int, int]]:
+        coordinator = Coordinator(records=_NoRecords())
+        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="cooperative-sticky", leader="m2")
+        for mid, (client, host), had in (("m1", A, [0, 1]), ("m2", B, [])):
+            group.members[mid] = Member(mid, client, host, 10_000, 10_000, "consumer", [], topics=frozenset({"t"}))
+            group.members[mid].assignment = _assignment(had)
+        coordinator.groups = {"g": group}
+        coordinator.served.record(["g"], "t", "loc", 0, 100, 200, A)
+        waiting = asyncio.ensure_future(coordinator.sync("g", "m1", 2, {}))
+        await asyncio.sleep(0)
+        seen = [coordinator.served.held("g", "t", "loc", {0: 100})]
+        await coordinator.sync("g", "m2", 2, {"m1": _assignment([1]), "m2": _assignment([0])})
+        await waiting
+        seen.append(coordinator.served.held("g", "t", "loc", {0: 100}))
+        return seen
+
+    assert asyncio.run(scenario()) == [{0: 100}, {}]
