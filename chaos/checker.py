@@ -52,7 +52,7 @@ from typing import Any, Iterable
 from chaos.checker_compaction import check_compaction, compacted, compaction_removals
 from chaos.checker_reads import (
     as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
-    removed_while_live, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
+    removed_while_live, resizes, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
 )
 
 ANOMALIES = (
@@ -428,7 +428,8 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     cleaned = frozenset()
     if compacted(root, topic, leader):  # what log cleaning removed, and why it could
-        cleaned = frozenset(check_compaction(log, read_current(leader), compaction_removals(leader), out))
+        cleaned = frozenset(check_compaction(log, read_current(leader), compaction_removals(leader),
+                                             resizes(topic_history(root, topic)), out))
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out, removed, cleaned=cleaned)
     for group, (sink, checkpoint) in sorted((streams or {}).items()):

@@ -3,17 +3,21 @@ delta-rs only, as ``chaos.checker``: what Kafka's log cleaning promises, judged 
 records as appended (its change feed, which key compaction's ``dataChange=false`` commits leave
 alone) against the records the log holds now and the commits that removed them.
 
-A key's order is the order its records were appended: by the log's commit version, then offset
-(the records of one commit and one key are in one partition; across a resize the old partition's
-records of a key are appended before the new one's). So a record superseded in another partition
-(a key moved by a resize) counts as superseded, whether compaction cleans a topic partition by
-partition or across them. Anomalies:
+A key's order is the one the resize gates deliver (docs/design.md, key compaction across
+resizes): a record's *era* is how many of the topic's resizes it was appended after (its
+``leader_epoch`` against the epochs in the topic's history, ``checker_reads.resizes``); a record
+of an earlier era precedes every record of a later one, in whichever partition, and within a
+partition offsets order them. Records of one era in different partitions (a producer that chose
+a partition other than the partitioner's) have no order: each partition is judged alone there,
+as Kafka cleans. Anomalies:
 
 - ``compaction_lost``: a record key compaction removed while no later record of its key had been
-  appended by then (the key's latest record removed, or a record with a null key), unless it is a
-  tombstone (a tombstone goes after ``delete.retention.ms``; its timing is lakelog's clock, not judged here);
-- ``compaction_resurrected``: a record still in the log while its key's latest record, a tombstone,
-  was removed: reading the log from its start gives the key a value it no longer has;
+  appended by then (the key's latest record removed, one superseded only by a record of its era
+  in another partition, or a record with a null key), unless it is a tombstone (a tombstone goes
+  after ``delete.retention.ms``; its timing is lakelog's clock, not judged here);
+- ``compaction_resurrected``: a record still in the log while a later tombstone of its key that
+  nothing follows was removed: reading the log from its start gives the key a value it no longer
+  has;
 - ``compaction_phantom``: the log holds now, at an offset, a record that is not the one appended
   there, or holds an offset twice.
 
@@ -64,22 +68,28 @@ def _offsets(table: DeltaTable) -> set[tuple[int, int]]:
     return set(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()))
 
 
-def _order(r: dict) -> tuple[int, int]:
-    return r["_commit_version"], r["offset"]
+def era(r: dict, resizes: list[dict[int, int]]) -> int:
+    """How many of ``resizes`` (``checker_reads.resizes``) the log record ``r`` was appended after."""
+    return sum(r["partition"] not in before or r["leader_epoch"] > before[r["partition"]] for before in resizes)
 
 
-def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[int, int], int], out) -> set[tuple[int, int]]:
+def _precedes(x: dict, y: dict) -> bool:
+    """Whether ``x`` is before ``y`` in their key's order (both with ``_era``)."""
+    return x["_era"] < y["_era"] or (x["partition"] == y["partition"] and x["offset"] < y["offset"])
+
+
+def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[int, int], int],
+                     resizes: list[dict[int, int]], out) -> set[tuple[int, int]]:
     """Judge a compacted topic: ``log`` its records as appended (``as_sent``, with
     ``_commit_version``), ``current`` the rows it holds now, ``removals`` what key compaction
-    removed and when (``compaction_removals``). Returns the offsets compaction removed (groups
-    skip them)."""
+    removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``).
+    Returns the offsets compaction removed (groups skip them)."""
+    log = [{**r, "_era": era(r, resizes)} for r in log]
     appended = {(r["partition"], r["offset"]): r for r in log}
     by_key: dict[str, list[dict]] = defaultdict(list)
     for r in log:
         if r["key"] is not None:
             by_key[text(r["key"])].append(r)
-    for rows in by_key.values():
-        rows.sort(key=_order)
     held: dict[tuple[int, int], dict] = {}
     for r in as_sent(current):
         ident = (r["partition"], r["offset"])
@@ -96,25 +106,29 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
         if r["value"] is None and r["key"] is not None:
             out.stats["tombstones_removed"] += 1
             continue
-        later = [x for x in by_key.get(text(r["key"]), []) if _order(x) > _order(r) and x["_commit_version"] < version] \
+        later = [x for x in by_key.get(text(r["key"]), []) if _precedes(r, x) and x["_commit_version"] < version] \
             if r["key"] is not None else []
         if later:
             out.stats["records_compacted"] += 1
         else:
             out.add("compaction_lost", f"p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']} key "
-                                       f"{text(r['key'])!r}) removed in log version {version} with no later record "
-                                       "of its key appended by then")
+                                       f"{text(r['key'])!r}, era {r['_era']}) removed in log version {version} with "
+                                       "no later record of its key appended by then")
     for key, rows in by_key.items():
-        latest = rows[-1]
-        ident = (latest["partition"], latest["offset"])
-        if latest["value"] is not None or ident not in removed:
-            continue
-        alive = [x for x in rows[:-1] if (x["partition"], x["offset"]) in held]
+        top = max(r["_era"] for r in rows)
+        ends = {r["partition"]: r["offset"] for r in sorted(rows, key=lambda r: r["offset"])}
+        gone = [r for r in rows if r["_era"] == top and r["offset"] == ends[r["partition"]]  # nothing follows them
+                and r["value"] is None and (r["partition"], r["offset"]) in removed]
+        alive = sorted({(x["partition"], x["offset"]) for x in rows for t in gone
+                        if _precedes(x, t) and (x["partition"], x["offset"]) in held})
         if alive:
-            x = alive[-1]
-            out.add("compaction_resurrected", f"key {key!r}: its latest record, the tombstone at p{ident[0]}@{ident[1]}, "
-                                              f"was removed (log version {removed[ident]}) while p{x['partition']}@"
-                                              f"{x['offset']} ({x['producer_id']}#{x['sequence']}) stays", len(alive))
+            x = appended[alive[-1]]
+            t = next(t for t in gone if _precedes(x, t))
+            out.add("compaction_resurrected", f"key {key!r}: its tombstone at p{t['partition']}@{t['offset']} (era "
+                                              f"{t['_era']}), which nothing follows, was removed (log version "
+                                              f"{removed[(t['partition'], t['offset'])]}) while p{x['partition']}@"
+                                              f"{x['offset']} ({x['producer_id']}#{x['sequence']}, era {x['_era']}) "
+                                              "stays", len(alive))
     out.stats["compacted_topic"] = 1
     out.stats["log_records_now"] = len(held)
     return set(removed)

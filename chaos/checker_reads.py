@@ -1,8 +1,8 @@
 """What the campaign's checker reads, with delta-rs only (never lakelog's own readers): tables'
-rows and change feeds, a topic's history and log location, log starts and what their raises took,
-retired partitions, the sinks' commit groups, the producers' inputs; and records written through
-`lakelog serve` named as their producers sent them (``as_sent``). The checks are in
-``chaos.checker``."""
+rows and change feeds, a topic's history, its resizes and log location, log starts and what their
+raises took, retired partitions, the sinks' commit groups, the producers' inputs; and records
+written through `lakelog serve` named as their producers sent them (``as_sent``). The checks are
+in ``chaos.checker``."""
 
 from __future__ import annotations
 
@@ -162,6 +162,21 @@ def retired_ends(history: list[dict]) -> dict[int, list[int]]:
             if p["mode"] == "None" and p.get("end_offset") is not None:
                 ends[p["partition"]].add(p["end_offset"])
     return {p: sorted(v) for p, v in ends.items()}
+
+
+def resizes(history: list[dict]) -> list[dict[int, int]]:
+    """The topic's resizes, oldest first (``history``: ``topic_history``), each as every partition's
+    leader epoch in the record just before it: a record whose ``undeleted_partition_count`` (what
+    producers partition keys over) differs from its predecessor's. A resize bumped the epoch of
+    each partition it repartitioned, and a partition takes no record after it is marked for
+    deletion, so a log record of partition p at epoch e was appended after the resize iff e is
+    above p's epoch there, or p did not exist yet; a reused number's new incarnation starts above
+    its retired one's epoch."""
+    out = []
+    for prev, rec in zip(history, history[1:]):
+        if rec.get("undeleted_partition_count") != prev.get("undeleted_partition_count"):
+            out.append({p["partition"]: p["leader_epoch"] for p in prev["partitions"]})
+    return out
 
 
 def sink_commit_groups(sink: str) -> dict[int, str]:

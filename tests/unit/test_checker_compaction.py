@@ -10,14 +10,16 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from tests.unit.test_checker import LOG, Root, anomalies
+from chaos.checker_compaction import era
+from chaos.checker_reads import resizes
+from tests.unit.test_checker import LOG, TOPICS, Root, anomalies
 
 CONFIGS = pa.schema([("topic", pa.string()), ("location", pa.string()), ("config", pa.map_(pa.string(), pa.string())),
                      ("config_version", pa.int32())])
+COUNTED = TOPICS.append(pa.field("undeleted_partition_count", pa.int32()))
 
 
 class Compacted(Root):
@@ -28,11 +30,20 @@ class Compacted(Root):
         self._write("control/topic_configs", CONFIGS, [dict(topic="t", location=str(path / "topics" / "t"),
                                                              config=[("cleanup.policy", "compact")], config_version=1)])
 
-    def put(self, *records: tuple, pid: str = "p") -> None:
-        """One append of records (partition, offset, key, sequence, value or None: a tombstone)."""
-        self._write("topics/t", LOG, [dict(partition=p, offset=o, leader_epoch=0, key=k.encode(),
+    def put(self, *records: tuple, pid: str = "p", epoch: int = 0) -> None:
+        """One append of records (partition, offset, key, sequence, value or None: a tombstone)
+        under leader ``epoch``."""
+        self._write("topics/t", LOG, [dict(partition=p, offset=o, leader_epoch=epoch, key=k.encode(),
                                            value=None if v is None else v.encode(), producer_id=pid, sequence=s)
                                       for p, o, k, s, v in records])
+
+    def resize(self, version: int, epochs: dict[int, int]) -> None:
+        """A topic record of ``len(epochs)`` undeleted partitions at these leader epochs: a resize
+        when the count differs from the record before's."""
+        self._write("control/topics", COUNTED, [dict(topic="t", topic_version=version, undeleted_partition_count=len(epochs),
+                                                     partitions=[dict(partition=p, leader_epoch=e, mode="ReadWrite",
+                                                                      start_offset=0, end_offset=None)
+                                                                 for p, e in epochs.items()])])
 
     def clean(self, *gone: tuple[int, int], rekey: dict | None = None) -> None:
         """A key compaction removing the records at (partition, offset) ``gone``: every file of the
@@ -65,14 +76,15 @@ def files_of(table: Path) -> list[str]:
 
 
 def compacted_root(tmp_path) -> Compacted:
-    """Key a in partition 0, then after a grow in partition 1; key b in partition 1 ending in a
-    tombstone; group g delivered none of it yet."""
+    """Key a in partition 0, then after a grow (two partitions to three: every epoch bumped) in
+    partition 1; key b in partition 1 ending in a tombstone; group g delivered none of it yet."""
     root = Compacted(tmp_path / "root")
     root.producer("p", ["a", "b", "a", "b", "a", "b"])
-    root.topic(1, [(0, "ReadWrite", None), (1, "ReadWrite", None)])
+    root.resize(1, {0: 0, 1: 0})
     root.put((0, 0, "a", 0, "p:0"), (1, 0, "b", 1, "p:1"))
     root.put((0, 1, "a", 2, "p:2"), (1, 1, "b", 3, "p:3"))
-    root.put((1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))  # a moved to partition 1; b's tombstone
+    root.resize(2, {0: 1, 1: 1, 2: 0})
+    root.put((1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None), epoch=1)  # a moved to partition 1; b's tombstone
     root.generation("g", 1, {"m1": [0, 1]})
     root.commit("g", "m1", 1, "acquire", {0: 0, 1: 0})
     return root
@@ -124,11 +136,59 @@ def test_a_record_removed_before_its_superseding_record_was_appended_is_lost(tmp
 def test_an_older_record_kept_after_its_keys_tombstone_was_removed_is_resurrected(tmp_path):
     root = compacted_root(tmp_path)
     root.producer("q", ["c", "c"])
-    root.put((0, 2, "c", 0, "q:0"), pid="q")
-    root.put((1, 4, "c", 1, None), pid="q")  # c's tombstone in another partition than c's older record
+    root.put((0, 2, "c", 0, "q:0"), pid="q", epoch=1)
+    root.resize(3, {0: 2, 1: 2, 2: 1, 3: 0})  # a grow: c's tombstone after it is later than 0@2
+    root.put((1, 4, "c", 1, None), pid="q", epoch=2)  # in another partition than c's older record
     root.clean((1, 4))  # the tombstone removed, c's value at 0@2 left: c is back
     found = root.check(groups=())
     assert anomalies(found) == {"compaction_resurrected": 1}, found.summary()
+
+
+def test_a_record_removed_for_a_record_of_its_era_in_another_partition_is_lost(tmp_path):
+    """One era: kp wrote key c to partition 0 by hand, p then to partition 1 (its partitioner's).
+    Neither follows the other (Kafka cleans each partition alone): removing 0@0 lost c's value
+    there. After a resize between them, partition 1's record supersedes it."""
+    root = Compacted(tmp_path / "root")
+    root.producer("kp", ["c"])
+    root.producer("p", ["c"])
+    root.resize(1, {0: 0, 1: 0})
+    root.put((0, 0, "c", 0, "kp:0"), pid="kp")
+    root.put((1, 0, "c", 0, "p:0"), pid="p")
+    root.clean((0, 0))
+    found = root.check(groups=())
+    assert anomalies(found) == {"compaction_lost": 1}, found.summary()
+    moved = Compacted(tmp_path / "moved")
+    moved.producer("kp", ["c"])
+    moved.producer("p", ["c"])
+    moved.resize(1, {0: 0, 1: 0})
+    moved.put((0, 0, "c", 0, "kp:0"), pid="kp")
+    moved.resize(2, {0: 1, 1: 1, 2: 0})
+    moved.put((1, 0, "c", 0, "p:0"), pid="p", epoch=1)
+    moved.clean((0, 0))
+    found = moved.check(groups=())
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["records_compacted"] == 1
+
+
+def test_the_checkers_eras_are_key_compactions_on_a_grow_a_shrink_a_reused_number_and_an_election():
+    """The checker derives eras on its own (no lakelog import): the same as
+    ``log_store.key_order.eras`` on the barriers of histories the controller plans."""
+    from control_plane.controller.rules import plan_elect, plan_expand, plan_retire
+    from control_plane.image import TopicImage
+    from log_store.key_order import eras
+    from tests.unit.test_key_order import NOW, history
+
+    rs = history(2, 4, 3)
+    rs.append(plan_retire(rs[-1], {3: 5}, NOW))
+    rs.append(plan_elect(rs[-1], "/y", NOW))
+    rs.append(plan_expand(rs[-1], 4, NOW))  # number 3 again, its epochs continuing
+    records = [dict(partition=p, leader_epoch=e) for p in range(4) for e in range(5)
+               if p < 3 or e >= 1]  # partition 3: its new incarnation only (key_order prunes the old one)
+    ours = [era(r, resizes([x.row() for x in rs])) for r in records]
+    theirs = eras(pa.array([r["partition"] for r in records], pa.int32()),
+                  pa.array([r["leader_epoch"] for r in records], pa.int32()), TopicImage("t", rs).barriers())
+    assert ours == theirs.to_pylist()
+    assert max(ours) == 3 and min(ours) == 0
 
 
 def test_a_record_the_log_holds_now_that_was_not_appended_there_is_a_phantom(tmp_path):
@@ -180,12 +240,6 @@ def test_a_kafka_members_tombstone_is_named_by_the_log_record_at_its_offset(tmp_
     assert found.stats["delivered[g]"] == 6
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "chaos/checker_compaction.py orders a key's records topic-wide by commit version alone, so a "
-    "tombstone in one partition is taken as the latest record of a key a producer placed in another "
-    "partition of the same era (chaos's Kafka producer sends to partition 0 explicitly); key "
-    "compaction keeps Kafka's per-partition rule there (log_store/key_order.py) and rightly removes "
-    "the tombstone while the other partition's value stays: flagged compaction_resurrected"))
 def test_a_tombstone_in_another_partition_of_the_same_era_removed_is_no_resurrection(tmp_path):
     """One era (no resize): kp writes key c to partition 0 by hand, lakelog's producer p then
     writes c's tombstone to partition 1 (its partitioner's). Per partition, as Kafka cleans, the
