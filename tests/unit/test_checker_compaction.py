@@ -144,6 +144,23 @@ def test_an_older_record_kept_after_its_keys_tombstone_was_removed_is_resurrecte
     assert anomalies(found) == {"compaction_resurrected": 1}, found.summary()
 
 
+def test_a_removed_tombstone_a_later_record_follows_resurrects_nothing(tmp_path):
+    """c's tombstone is followed in its own partition, d's by a record of a later era elsewhere:
+    both keys have a value, and their older records left in partition 0 are no resurrection."""
+    root = Compacted(tmp_path / "root")
+    root.producer("p", ["c", "d", "c", "c", "d", "d"])
+    root.resize(1, {0: 0, 1: 0})
+    root.put((0, 0, "c", 0, "p:0"), (0, 1, "d", 1, "p:1"))
+    root.resize(2, {0: 1, 1: 1, 2: 0})
+    root.put((1, 0, "c", 2, None), (1, 1, "c", 3, "p:3"), (1, 2, "d", 4, None), epoch=1)
+    root.resize(3, {0: 2, 1: 2, 2: 1, 3: 0})
+    root.put((3, 0, "d", 5, "p:5"))  # a new partition: after the resize
+    root.clean((1, 0), (1, 2))
+    found = root.check(groups=())
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["tombstones_removed"] == 2
+
+
 def test_a_record_removed_for_a_record_of_its_era_in_another_partition_is_lost(tmp_path):
     """One era: kp wrote key c to partition 0 by hand, p then to partition 1 (its partitioner's).
     Neither follows the other (Kafka cleans each partition alone): removing 0@0 lost c's value
