@@ -6,6 +6,7 @@
     python -m chaos --seeds 1-3 --short        # trimmed schedules, as the default test suite runs them
     python -m chaos --seeds 1-100 --resume     # go on with a run stopped earlier (same seeds, same code)
     python -m chaos --kafka --schedules 5      # the first 5 seeds whose schedules draw Kafka's clients
+    python -m chaos --compacted --schedules 5  # the first 5 seeds whose schedules draw a compacted topic
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
 and what the checker found (anomalies by class). Exit code 1 if any anomaly was found; 130 if
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -107,21 +109,37 @@ def resumed(path: Path, seeds: list[int], code: str) -> dict:
     return before
 
 
+def drawn(args) -> tuple[str, Callable[[int], bool]] | None:
+    """What the seeds must draw (``--kafka``, ``--compacted``: both if both are given), and
+    whether a seed's schedule does; None when any seed goes."""
+    wanted = [(name, has) for flag, name, has in (
+        ("kafka", "Kafka's clients (--kafka)", lambda s: s.kafka),
+        ("compacted", "a compacted topic (--compacted)", lambda s: s.compaction is not None),
+    ) if getattr(args, flag, False)]
+    if not wanted:
+        return None
+    def fits(seed: int) -> bool:
+        schedule = draw(seed)
+        return all(has(schedule) for _, has in wanted)
+    return " and ".join(name for name, _ in wanted), fits
+
+
 def parse_seeds(args) -> list[int]:
     """The seeds to run: ``--seeds``, or ``--schedules`` from ``--seed-start``; with ``--kafka``
-    only seeds whose schedules draw Kafka's clients (``--schedules`` then counts those)."""
-    kafka = getattr(args, "kafka", False)
+    or ``--compacted`` only seeds whose schedules draw what they ask for (``--schedules`` then
+    counts those)."""
+    wanted = drawn(args)
     if args.seeds:
         out = []
         for part in args.seeds.split(","):
             lo, _, hi = part.partition("-")
             out.extend(range(int(lo), int(hi or lo) + 1))
-        return [s for s in out if draw(s).kafka] if kafka else out
-    if not kafka:
+        return [s for s in out if wanted[1](s)] if wanted else out
+    if not wanted:
         return list(range(args.seed_start, args.seed_start + args.schedules))
     out, seed = [], args.seed_start
     while len(out) < args.schedules:
-        if draw(seed).kafka:
+        if wanted[1](seed):
             out.append(seed)
         seed += 1
     return out
@@ -175,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--kafka", action="store_true",
                         help="only schedules with Kafka's clients through `lakelog serve` (seeds that draw none are skipped)")
+    parser.add_argument("--compacted", action="store_true",
+                        help="only schedules with a compacted topic (seeds that draw none are skipped)")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run in --workdir stopped earlier: same seeds, same committed code")
     args = parser.parse_args(argv)
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_all(workdir / "crash-points", verbose=args.verbose)
     seeds = parse_seeds(args)
     if not seeds:
-        raise SystemExit("error: none of these seeds draws a schedule with Kafka's clients (--kafka)")
+        raise SystemExit(f"error: none of these seeds draws a schedule with {drawn(args)[0]}")
     code = code_under_test()
     summary_path = workdir / "summary.json"
     earlier = resumed(summary_path, seeds, code) if args.resume else {}

@@ -107,6 +107,25 @@ def test_kafka_runs_only_the_schedules_with_kafkas_clients(tmp_path, monkeypatch
         campaign.main(["--seeds", str(plain), "--kafka", "--workdir", str(tmp_path)])
 
 
+def test_compacted_runs_only_the_schedules_with_a_compacted_topic(tmp_path, monkeypatch):
+    from chaos.schedule import draw
+
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=-1))
+    compacted = [seed for seed in range(1, 40) if draw(seed).compaction is not None]
+    assert 3 <= len(compacted) < 39
+    campaign.main(["--seeds", "1-39", "--compacted", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == compacted
+    campaign.main(["--schedules", "3", "--compacted", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == compacted[:3], "the first three that draw one"
+    both = [seed for seed in range(1, 200) if draw(seed).compaction is not None and draw(seed).kafka]
+    campaign.main(["--schedules", "2", "--compacted", "--kafka", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == both[:2], "both flags: seeds that draw both"
+    plain = next(seed for seed in range(1, 40) if seed not in compacted)
+    with pytest.raises(SystemExit, match="none of these seeds draws a schedule with a compacted topic"):
+        campaign.main(["--seeds", str(plain), "--compacted", "--workdir", str(tmp_path)])
+
+
 def test_the_summary_counts_schedules_with_compacted_topics_and_their_key_compactions(tmp_path, monkeypatch, capsys):
     class Runner:
         def __init__(self, schedule, workdir, gateway, progress=None, env=None):
