@@ -4,7 +4,8 @@ made it, and the server says so), the root in the S3 emulator, S3A's settings in
 file's ``spark.conf`` and nothing in the environment. librdkafka's producer (idempotent), a consumer
 group committing its positions, list offsets (latest, earliest, by time), metadata and the admin
 client's groups all go through delta-rs with the storage options those settings give; a server
-started again on the root finds the records and the group's positions. ``make test-s3``."""
+started again on the root finds the records, the group's positions and a producer's batch, whose
+retry it answers from the log. ``make test-s3``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from tests.serve.conftest import serve_without_jvm, stop_serving
+from tests.serve.raw import RawClient, batch, produce
 from tests.serve.test_no_jvm_server import consume, java_children
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -44,6 +46,7 @@ def test_a_server_on_an_s3_root_serves_producers_groups_and_offsets_without_a_jv
     conf = tmp_path / "s3.yaml"
     conf.write_text(yaml.safe_dump({"root": f"s3a://{bucket}/lakelog",
                                     "spark": {"mode": "local", "master": "local[1]", "conf": s3.spark_conf()}}))
+    retried = batch([b"r0", b"r1"], producer_id=5, epoch=0, sequence=0)  # an idempotent producer's batch, sent again
     with _serving(conf) as (proc, bootstrap):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("orders", 2)])["orders"].result(60)
@@ -67,11 +70,18 @@ def test_a_server_on_an_s3_root_serves_producers_groups_and_offsets_without_a_jv
         consumer.close()
         groups = admin.list_consumer_groups().result(30)
         assert "g" in {g.group_id for g in groups.valid}
+        raw = RawClient(int(bootstrap.rsplit(":", 1)[1]))
+        code, retried_at = produce(raw, "orders", 0, retried)
+        raw.close()
+        assert code == 0
         assert java_children(proc) == []
 
     with _serving(conf) as (proc, bootstrap):  # the same root, a new server
-        rest = consume(bootstrap, "g", 20)
-        assert len(rest) == 20  # the group's positions kept: the 20 not committed before
-        values = sorted(int(v[1:]) for _p, _o, _k, v in got + rest)
-        assert values == list(range(60))
+        raw = RawClient(int(bootstrap.rsplit(":", 1)[1]))
+        assert produce(raw, "orders", 0, retried) == (0, retried_at)  # a retry: answered from the log's records
+        raw.close()
+        rest = consume(bootstrap, "g", 22)
+        assert len(rest) == 22  # the group's positions kept: the 22 not committed before
+        values = sorted(v for _p, _o, _k, v in got + rest)
+        assert values == sorted([f"v{i}".encode() for i in range(60)] + [b"r0", b"r1"])  # each once
         assert java_children(proc) == []
