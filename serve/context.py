@@ -19,7 +19,6 @@ from control_plane.topic_config import PLACEMENT, latest_config
 from control_plane.topics import TopicAdmin
 from log_store import rs_reader
 from log_store.engine import app_versions, table_version
-from log_store.files import reads_with_delta_rs
 from log_store.names import producer_app_id
 from log_store.checkpoints import DeferredCheckpoints, defer_here
 from log_store.session import activate
@@ -27,6 +26,7 @@ from log_store.errors import (
     LOST_ROOT, LakelogError, LeaderNotAvailableError, StorageError, TopicDeletedError, UnknownTopicError,
 )
 from log_store.log_metadata import LogSnapshot, Mode
+from log_store.object_store import delta_rs_reads
 from log_store.topic_log import TopicLog
 from serve.settings import ServeSettings
 from serve.tail import Tail
@@ -189,9 +189,11 @@ class ServeContext:
         return {pid: known.get(producer_app_id(pid), -1) for pid in producer_ids}
 
     def record_of(self, path: str, producer_id: str, sequence: int) -> tuple[int, int] | None:
-        """(partition, offset) of ``producer_id``'s record numbered ``sequence`` in the log at ``path``."""
-        if reads_with_delta_rs(path):
-            return rs_reader.record_of(path, producer_id, sequence)
+        """(partition, offset) of ``producer_id``'s record numbered ``sequence`` in the log at ``path``
+        (with delta-rs on a local or S3 root: ``delta_rs_reads``)."""
+        here, storage = delta_rs_reads(self.spark, path)
+        if here:
+            return rs_reader.record_of(path, producer_id, sequence, storage)
         row = (TopicLog(self.spark, path).table().where((F.col("producer_id") == producer_id)
                                                         & (F.col("sequence") == sequence))
                .select("partition", "offset").first())

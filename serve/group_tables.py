@@ -21,7 +21,7 @@ from control_plane.records import (
 )
 from log_store.engine import table_version
 from log_store.errors import IllegalGenerationError, StorageError, UnknownTopicError
-from log_store.files import reads_with_delta_rs
+from log_store.object_store import delta_rs_reads
 
 
 CONSUMER_PROTOCOL = "consumer"  # what a KIP-848 group's generations and members record as their protocol
@@ -186,14 +186,16 @@ class GroupRecords:
 
     def known_groups(self) -> list[str]:
         """Groups lakelog's tables know (with a position or a generation, not deleted): read with
-        delta-rs on a local root (a Spark job costs seconds here), else with Spark."""
+        delta-rs on a local or S3 root (``delta_rs_reads``; a Spark job costs seconds here), else
+        with Spark."""
         reader = self.tables
-        if reads_with_delta_rs(self.ctx.root):
+        here, storage = delta_rs_reads(self.ctx.spark, self.ctx.root)
+        if here:
             from control_plane.fast_reads import FastGroupReader
             from log_store.rs_reader import FastReadUnavailable
 
             try:
-                fast = FastGroupReader(self.ctx.root)
+                fast = FastGroupReader(self.ctx.root, storage)
                 return sorted(fast.group_names() - fast.deleted_groups())
             except FastReadUnavailable:
                 pass

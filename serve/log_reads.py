@@ -9,6 +9,7 @@ import threading
 import pyarrow as pa
 
 from log_store import rs_reader
+from log_store.rs_tables import open_table
 from deltalake import DeltaTable, QueryBuilder
 
 
@@ -17,17 +18,19 @@ class LogReads:
         self._tables: dict[str, tuple[DeltaTable, threading.Lock]] = {}
         self._lock = threading.Lock()
 
-    def _table(self, path: str) -> tuple[DeltaTable, threading.Lock]:
+    def _table(self, path: str, storage: rs_reader.Storage = None) -> tuple[DeltaTable, threading.Lock]:
         with self._lock:
             hit = self._tables.get(path)
             if hit is None:
-                hit = (DeltaTable(path), threading.Lock())
+                hit = (open_table(path, storage), threading.Lock())
                 self._tables[path] = hit
             return hit
 
-    def offset_ranges(self, path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str]) -> pa.Table:
-        """As ``log_store.rs_reader.offset_ranges``, on the kept table."""
-        table, lock = self._table(path)
+    def offset_ranges(self, path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str],
+                      storage: rs_reader.Storage = None) -> pa.Table:
+        """As ``log_store.rs_reader.offset_ranges``, on the kept table (``storage``: an S3 root's
+        delta-rs storage options, ``object_store.delta_rs_reads``)."""
+        table, lock = self._table(path, storage)
         names = ", ".join(f'"{c}"' for c in columns)
         where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})'
                             for p, s, e in spans)

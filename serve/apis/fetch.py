@@ -14,6 +14,7 @@ from log_store.delta_errors import lost_root
 from log_store.errors import LOST_ROOT, LakelogError, LeaderNotAvailableError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import Mode
+from log_store.object_store import delta_rs_reads
 from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
@@ -76,8 +77,9 @@ def _partition_error(view: TopicView, partition: int) -> str | None:
 def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int]]) -> pa.Table:
     """The records of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version."""
     path = view.record.location
-    if reads_with_delta_rs(path):
-        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS)
+    here, storage = delta_rs_reads(server.ctx.spark, path)
+    if here:  # a local or S3 root (``delta_rs_reads``): no JVM
+        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS, storage)
     else:
         ranges = {p: (s, e) for p, s, e in spans}
         found = TopicLog(server.ctx.spark, path).read(ranges, version=view.snapshot.version).select(*READ_COLUMNS).toArrow()

@@ -162,10 +162,11 @@ def two_members(boot: str, group: str, seconds: float = 60) -> tuple[list, list[
     return members, got, next(i for i, m in enumerate(members) if m.assignment()[0].partition == 0)
 
 
-def serve_without_jvm(root) -> tuple:
-    """``lakelog serve`` on a local root in a process (and process group) of its own with
-    ``LAKELOG_NO_JVM=1``, where any use of Spark's session fails the request that made it: the
-    process, its address, and the seconds it took to listen."""
+def serve_without_jvm(root=None, conf=None, env=None) -> tuple:
+    """``lakelog serve`` on a local root (or the root of the configuration file ``conf``) in a
+    process (and process group) of its own with ``LAKELOG_NO_JVM=1``, where any use of Spark's
+    session fails the request that made it: the process, its address, and the seconds it took to
+    listen. ``env``: the environment to start from (default this process's)."""
     import json
     import os
     import subprocess
@@ -174,9 +175,10 @@ def serve_without_jvm(root) -> tuple:
 
     from tests.support import PROJECT
 
-    env = {**os.environ, "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
+    env = {**(os.environ if env is None else env), "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
+    where = ["--conf", str(conf)] if conf is not None else ["--root", str(root)]
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "--root", str(root), "serve", "--listen", "127.0.0.1:0",
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *where, "serve", "--listen", "127.0.0.1:0",
                              "--json"], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=env)
     line = proc.stdout.readline()
