@@ -3,6 +3,8 @@ code a Kafka client acts on (retriable ones make it refresh metadata and try aga
 
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode
 
 from log_store.errors import (
@@ -10,6 +12,8 @@ from log_store.errors import (
     InvalidPartitionMetadataError, InvalidPartitionsError, InvalidRecordError, LakelogError, LeaderNotAvailableError,
     NotEnoughReplicasError, StorageError, TopicExistsError, UnknownGroupError, UnknownTopicError,
 )
+
+log = logging.getLogger("lakelog.serve")
 
 # Most specific first: an exception takes the code of the first class it is an instance of.
 _CODES: list[tuple[type[Exception], str]] = [
@@ -36,6 +40,8 @@ def code_of(error: str | Exception) -> int:
     for kind, name in _CODES:
         if isinstance(error, kind):
             return int(ErrorCode[name.lower()])
+    # The client learns only "unknown server error": the server's log is where an operator finds why.
+    log.error("answered UNKNOWN_SERVER_ERROR for %r", error, exc_info=error if error.__traceback__ else None)
     return int(ErrorCode.unknown_server_error)
 
 
