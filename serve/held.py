@@ -64,13 +64,13 @@ class ServedRecords:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str, str, int], _Served] = {}  # (group, topic, location, partition)
-        self._readings: weakref.WeakSet[Reading] = weakref.WeakSet()  # fetches that may still record
+        self._readings: list[weakref.ref[Reading]] = []  # fetches that may still record (while referenced)
 
     def reading(self, holder: Holder, groups: dict[str, list[str]]) -> Reading:
         """A fetch of ``holder`` as a member of ``groups`` (per topic), read now (on the event loop)."""
         out = Reading(self, holder, groups)
         with self._lock:
-            self._readings.add(out)
+            self._readings = [r for r in self._readings if r() is not None] + [weakref.ref(out)]
         return out
 
     def record(self, groups: Iterable[str], topic: str, location: str, partition: int, start: int, end: int,
@@ -124,5 +124,7 @@ class ServedRecords:
     def _tell(self, group: str, holders: set[Holder] | None, partitions: set[tuple[str, int]] | None) -> None:
         loss = (group, None if holders is None else frozenset(holders),
                 None if partitions is None else frozenset(partitions))
-        for reading in list(self._readings):
-            reading.losses.append(loss)
+        for ref in self._readings:
+            reading = ref()
+            if reading is not None:
+                reading.losses.append(loss)
