@@ -9,7 +9,9 @@ A member's fetched records of a partition it lost are not its to deliver: Kafka'
 (the Java consumer returns no records of a partition no longer assigned; librdkafka bumps the
 partition's fetch version, dropping what was queued), so an entry goes when its holder loses the
 partition, leaves, or its group commits past it. Fetches name no member: a holder is a client id
-and host, as ``Server.groups_reading`` finds a fetch's groups.
+and host, as ``Server.groups_reading`` finds a fetch's groups. A fetch's groups are read on the
+event loop and what it served recorded on the pool after its read (``Reading``): a partition its
+holder lost in between is not recorded, as the client drops that answer too.
 
 Thread-safe: recorded on the pool, dropped on the event loop.
 """
@@ -17,6 +19,7 @@ Thread-safe: recorded on the pool, dropped on the event loop.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,6 +33,29 @@ class _Served:
     holders: set[Holder] = field(default_factory=set)
 
 
+Loss = tuple[str, frozenset[Holder] | None, frozenset[tuple[str, int]] | None]  # (group, holders, partitions)
+
+
+class Reading:
+    """A fetch of ``holder``, a member of ``groups`` (per topic) as read on the event loop when the
+    fetch was read: what it serves is recorded through it (on the pool), but not where its holder
+    lost the partition since (the client drops that answer). Watched for losses while referenced."""
+
+    def __init__(self, served: "ServedRecords", holder: Holder, groups: dict[str, list[str]]) -> None:
+        self.served, self.holder, self.groups = served, holder, groups
+        self.losses: list[Loss] = []  # appended under ``served``'s lock
+
+    def record(self, topic: str, location: str, partition: int, start: int, end: int) -> None:
+        """Records of ``[start, end)`` of ``topic``'s ``partition`` served by this fetch."""
+        if self.groups.get(topic):
+            self.served.record(self.groups[topic], topic, location, partition, start, end, self.holder, self)
+
+    def lost_since(self, group: str, topic: str, partition: int) -> bool:
+        """Whether the holder lost ``partition`` of ``topic`` in ``group`` since the fetch was read."""
+        return any(g == group and (hs is None or self.holder in hs) and (ps is None or (topic, partition) in ps)
+                   for g, hs, ps in self.losses)
+
+
 class ServedRecords:
     """Per (group, topic, partition) of a topic's incarnation: the span of offsets served since the
     group's last commit covering it, and whom to. Bounded by the partitions members read: an entry
@@ -38,14 +64,25 @@ class ServedRecords:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str, str, int], _Served] = {}  # (group, topic, location, partition)
+        self._readings: list[weakref.ref[Reading]] = []  # fetches that may still record (while referenced)
+
+    def reading(self, holder: Holder, groups: dict[str, list[str]]) -> Reading:
+        """A fetch of ``holder`` as a member of ``groups`` (per topic), read now (on the event loop)."""
+        out = Reading(self, holder, groups)
+        with self._lock:
+            self._readings = [r for r in self._readings if r() is not None] + [weakref.ref(out)]
+        return out
 
     def record(self, groups: Iterable[str], topic: str, location: str, partition: int, start: int, end: int,
-               holder: Holder) -> None:
-        """Records of ``[start, end)`` of ``partition`` served to ``holder``, a member of ``groups``."""
+               holder: Holder, reading: Reading | None = None) -> None:
+        """Records of ``[start, end)`` of ``partition`` served to ``holder``, a member of ``groups``
+        (when ``reading`` was read: not in a group where the holder lost the partition since)."""
         if end <= start:
             return
         with self._lock:
             for group in groups:
+                if reading is not None and reading.lost_since(group, topic, partition):
+                    continue
                 entry = self._served.setdefault((group, topic, location, partition), _Served(start, end))
                 entry.low, entry.high = min(entry.low, start), max(entry.high, end)
                 entry.holders.add(holder)
@@ -66,8 +103,9 @@ class ServedRecords:
     def lost(self, group: str, holders: set[Holder] | None, partitions: set[tuple[str, int]] | None = None) -> None:
         """``holders`` of ``group`` (None: all) lost ``partitions`` (topic, partition; None: every one):
         what they were served there is no longer theirs to deliver. An entry goes once none of its
-        holders is left."""
+        holders is left. Fetches being read are told (``Reading``)."""
         with self._lock:
+            self._tell(group, holders, partitions)
             for key in [k for k in self._served if k[0] == group]:
                 if partitions is not None and (key[1], key[3]) not in partitions:
                     continue
@@ -79,5 +117,14 @@ class ServedRecords:
     def forget(self, group: str) -> None:
         """Drop every entry of ``group`` (deleted, or its offsets set from outside it)."""
         with self._lock:
+            self._tell(group, None, None)
             for key in [k for k in self._served if k[0] == group]:
                 del self._served[key]
+
+    def _tell(self, group: str, holders: set[Holder] | None, partitions: set[tuple[str, int]] | None) -> None:
+        loss = (group, None if holders is None else frozenset(holders),
+                None if partitions is None else frozenset(partitions))
+        for ref in self._readings:
+            reading = ref()
+            if reading is not None:
+                reading.losses.append(loss)

@@ -19,6 +19,7 @@ from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
 from serve.errors import code_of, name_of, unreachable
+from serve.held import Reading
 from serve.records import BATCH_HEADER, READ_COLUMNS, READ_SCHEMA, empty_batch, encode_records
 from serve.tail import PIECE_BYTES, Piece
 
@@ -87,11 +88,11 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
 
 
 def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                holder: tuple[tuple[str, str], list[str]] = (("", ""), []), fresh: bool = False) -> list[_Part]:
+                reading: Reading | None = None, fresh: bool = False) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
-    groups whose resize gates hold the fetching client (``serve.gates``); ``holder``: the client's
-    id and host, and the groups it is a member of now, recorded as holding what it is served
-    (``serve.held``). ``fresh``: the topic looked at again (a fetch past a cached view's end)."""
+    groups whose resize gates hold the fetching client (``serve.gates``); ``reading``: what it is
+    served is recorded through it as held by the client (``serve.held``). ``fresh``: the topic
+    looked at again (a fetch past a cached view's end)."""
     try:
         view = server.ctx.view(topic, max_age=0 if fresh else server.settings.fetch_poll_ms / 1000)
     except UnknownTopicError:
@@ -117,7 +118,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         # back under a client's position (an in-sync root unreadable, a root starting to join)
         if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
             if p.fetch_offset > part.log_start and not fresh:  # past a cached view's end: look again first
-                return _read_topic(server, topic, wanted, budget, groups, holder, fresh=True)
+                return _read_topic(server, topic, wanted, budget, groups, reading, fresh=True)
             part.error = "OFFSET_OUT_OF_RANGE"
             if p.fetch_offset < part.log_start:
                 cut[p.partition] = p.fetch_offset
@@ -163,7 +164,6 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     if not order:
         return parts
     fetched = {p.partition: p.fetch_offset for p in readable}
-    client, members = holder
     by_part = {part.index: part for part in parts}
     try:
         found = read_rows(server, view, spans) if spans else None
@@ -203,8 +203,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             data += _past_gap(gapped[p], mine, data, after if data else None, room, budget.first)
         if data:
             by_part[p].records = data
-            if members and served is not None:
-                server.gates.served.record(members, topic, path, p, fetched[p], served, client)
+            if reading is not None and served is not None:
+                reading.record(topic, path, p, fetched[p], served)
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
     return parts
@@ -279,7 +279,7 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
 
 
 def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                holder: tuple[tuple[str, str], list[str]]) -> list[_Part]:
+                reading: Reading | None) -> list[_Part]:
     """One topic entry of a fetch, a part per requested partition in the request's order. A
     partition named again in the entry is read in a later pass (``_read_topic`` reads and answers
     by partition), from its own fetch offset."""
@@ -292,20 +292,17 @@ def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         passes[n].append(i)
     out: list[_Part | None] = [None] * len(wanted)
     for indexes in passes:
-        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups, holder)):
+        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups, reading)):
             out[i] = part
     return out
 
 
 def _read_all(server: "Server", topics: list, max_bytes: int, groups: dict[str, list[str]],
-              client: tuple[str, str] = ("", ""), members: dict[str, list[str]] | None = None,
-              ) -> tuple[dict[str, list[_Part]], int]:
-    """``client``: the fetching client's id and host; ``members``: per topic, the groups it is a
-    member of now (read on the event loop), whose members' served records are kept (``serve.held``)."""
+              reading: Reading | None = None) -> tuple[dict[str, list[_Part]], int]:
+    """``reading``: the fetching client and the groups it is a member of per topic, read on the
+    event loop, whose members' served records are kept (``serve.held``)."""
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    members = members or {}
-    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []),
-                                 (client, members.get(t.topic, []))))
+    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []), reading))
            for t in topics]
     return out, sum(len(p.records) for _t, parts in out for p in parts)
 
@@ -320,7 +317,8 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
         client = (request.client_id or "", host)
         groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
         members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
-        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, client, members)
+        reading = server.gates.served.reading(client, members)  # told of what members lose from now on
+        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
 from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment, TopicPartition
 from kio.serial import entity_writer
+
+from control_plane.records import TopicPartition as TP
 
 from serve.groups import COMPLETING, Coordinator, Group, Member
 from serve.held import ServedRecords
@@ -43,19 +46,134 @@ def test_without_a_hold_the_committed_offset_moves_to_the_raised_log_start(monke
     assert _committed_with_hold(monkeypatch, served) == {0: 100}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "serve/apis/fetch.py reads a fetch's member groups on the event loop, then records what it served "
-    "on the pool after reading (ServedRecords.record); an eager rebalance (Coordinator._revoked -> "
-    "served.lost(group, None)) or a KIP-848 revocation landing in between is undone by that record: "
-    "the holder's client dropped that answer, yet the hold stays until the group commits past it or "
-    "the holder loses the partition again, so a gate never moves the offset past the raised log start"))
+async def _fetch_racing(served: ServedRecords, loss, spans: dict[int, tuple[int, int]]) -> None:
+    """A fetch of A (a member of group g, as its groups are read on the event loop) that serves
+    ``spans`` (partition -> [start, end)) of topic t; ``loss`` lands on the event loop while the
+    pool reads, between the fetch's read of its groups and its record of what it served."""
+    from serve.apis import fetch as fetch_api
+
+    def read_all(server, topics, max_bytes, groups, reading):
+        for p, (start, end) in spans.items():
+            reading.record("t", "loc", p, start, end)
+        return [("t", [])], 1
+
+    async def run(fn, *args):
+        await loss()
+        return fn(*args)
+
+    server = SimpleNamespace(
+        allowed=lambda *a: True, gates=SimpleNamespace(served=served), ctx=SimpleNamespace(run=run),
+        groups_reading=lambda client, host, topic=None, departed=True: ["g"] if (client, host) == A else [])
+    request = SimpleNamespace(client_id=A[0], body=SimpleNamespace(
+        max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20, topics=[SimpleNamespace(topic="t", partitions=[])]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fetch_api, "_read_all", read_all)
+        await fetch_api.fetch(server, SimpleNamespace(peer=f"{A[1]}:5000"), request)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _member(mid: str, holder: tuple[str, str], had: list[int]) -> Member:
+    member = Member(mid, *holder, 10_000, 10_000, "consumer", [], topics=frozenset({"t"}))
+    member.assignment = _assignment(had)
+    return member
+
+
 def test_a_fetch_recorded_after_its_holder_lost_the_partition_holds_nothing(monkeypatch):
+    """Eager: a new generation takes every partition from every member while A's fetch is read on
+    the pool; A's client drops that answer, so what it served is not held (the gate moves the
+    committed offset to the raised log start). A fetch read after the generation holds again."""
+    async def scenario() -> list[dict[int, int]]:
+        coordinator = Coordinator(records=_NoRecords())
+        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="range", leader="m1")
+        group.members["m1"] = _member("m1", A, [0])
+        coordinator.groups = {"g": group}
+
+        async def generation() -> None:
+            coordinator._revoked(group)
+
+        await _fetch_racing(coordinator.served, generation, {0: (100, 200)})
+        seen = [_committed_with_hold(monkeypatch, coordinator.served)]
+        await _fetch_racing(coordinator.served, _nothing, {0: (100, 200)})
+        return seen + [_committed_with_hold(monkeypatch, coordinator.served)]
+
+    assert asyncio.run(scenario()) == [{0: 300}, {0: 100}]
+
+
+def test_a_fetch_recorded_after_a_kip848_member_gave_a_partition_up_holds_only_what_it_kept():
+    """KIP-848: A acknowledges giving partition 0 up (keeping 1) while its fetch of both is read on
+    the pool: partition 0 is not held, partition 1 is."""
+    from serve.consumer_groups import ConsumerGroups
+    from serve.consumer_rules import ConsumerMember, GroupImage
+
+    def image(epoch: int, assigned: list[int]) -> GroupImage:
+        member = ConsumerMember("m1", *A, topics=("t",), epoch=epoch,
+                                assigned=frozenset(TP(topic="t", partition=p) for p in assigned))
+        return GroupImage("g", epoch, "uniform", {"m1": member})
+
     served = ServedRecords()
-    # a fetch of A read 100..199 of partition 0 on the pool; meanwhile, on the event loop, an eager
-    # generation took every partition from every member (A's client drops that fetch's answer)
-    served.lost("g", None)
-    served.record(["g"], "t", "loc", 0, 100, 200, A)  # then the pool records what it served
-    assert _committed_with_hold(monkeypatch, served) == {0: 300}
+    groups = ConsumerGroups(None, None, None, gates=SimpleNamespace(served=served))
+
+    async def revoked() -> None:
+        groups._revoked(image(5, [0, 1]), image(6, [1]))
+
+    asyncio.run(_fetch_racing(served, revoked, {0: (100, 200), 1: (100, 200)}))
+    assert served.held("g", "t", "loc", {0: 100, 1: 100}) == {1: 100}
+
+
+def test_a_fetch_recorded_after_a_cooperative_member_was_told_its_partition_moved_holds_only_what_it_kept():
+    """Cooperative-sticky, classic protocol: partition 0 moves from A to B, and A is answered its
+    assignment (it revokes 0, keeps 1) while its fetch of both is read on the pool."""
+    async def scenario() -> dict[int, int]:
+        coordinator = Coordinator(records=_NoRecords())
+        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="cooperative-sticky", leader="m2")
+        group.members = {"m1": _member("m1", A, [0, 1]), "m2": _member("m2", B, [])}
+        coordinator.groups = {"g": group}
+
+        async def moved() -> None:
+            await coordinator.sync("g", "m2", 2, {"m1": _assignment([1]), "m2": _assignment([0])})
+            await coordinator.sync("g", "m1", 2, {})
+
+        await _fetch_racing(coordinator.served, moved, {0: (100, 200), 1: (100, 200)})
+        return coordinator.served.held("g", "t", "loc", {0: 100, 1: 100})
+
+    assert asyncio.run(scenario()) == {1: 100}
+
+
+def test_a_fetch_recorded_after_its_holder_left_the_group_holds_nothing():
+    async def scenario() -> dict[int, int]:
+        coordinator = Coordinator(records=_NoRecords())
+        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="range", leader="m1")
+        group.members["m1"] = _member("m1", A, [0])
+        coordinator.groups = {"g": group}
+
+        async def left() -> None:
+            coordinator.leave("g", ["m1"])
+
+        await _fetch_racing(coordinator.served, left, {0: (100, 200)})
+        return coordinator.served.held("g", "t", "loc", {0: 100})
+
+    assert asyncio.run(scenario()) == {}
+
+
+def test_a_reading_skips_only_what_its_holder_lost_since_it_was_read():
+    """Losses of other holders, other partitions, other groups, or before the fetch was read do
+    not keep what a fetch served from being held (it may deliver those records first)."""
+    served = ServedRecords()
+    served.lost("g", None)  # before the fetch was read
+    reading = served.reading(A, {"t": ["g", "g2"], "other": ["g"]})
+    served.lost("g", {B})  # another holder
+    served.lost("g", {A}, {("t", 1), ("other", 0)})  # A's other partitions
+    served.lost("g3", None)  # another group
+    served.forget("g2")  # a group forgotten: nothing of it is held any more
+    for p in (0, 1):
+        reading.record("t", "loc", p, 100, 200)
+    assert served.held("g", "t", "loc", {}) == {0: 100} and served.held("g2", "t", "loc", {}) == {}
+    del reading
+    served.reading(B, {})
+    assert len(served._readings) == 1  # a fetch done is no longer told of losses
 
 
 def _assignment(partitions: list[int]) -> bytes:
@@ -70,6 +188,9 @@ class _NoRecords:
         return None
 
     def record_generation(self, *args):
+        return None
+
+    def member_left(self, *args):
         return None
 
 
