@@ -81,14 +81,22 @@ def due(files: list[DataFile], cleaned: int, now_ms: int, cleaner: Cleaner) -> s
     """Why a partition's cleanable range (``files``) is to be cleaned now, or None: its dirty ratio
     reached ``min.cleanable.dirty.ratio``; a dirty record is older than ``max.compaction.lag.ms``;
     or a file holds tombstones past their delete horizon (Kafka's three triggers)."""
-    found = dirty(files, cleaned)
-    if found and dirty_ratio(files, cleaned) >= cleaner.min_dirty_ratio:
+    if reason := dirty_due(files, cleaned, now_ms, cleaner):
+        return reason
+    if any(expired_tombstones(f, now_ms, cleaner.delete_retention_ms) for f in files):
+        return "tombstones past delete.retention.ms"
+    return None
+
+
+def dirty_due(files: list[DataFile], since: int, now_ms: int, cleaner: Cleaner) -> str | None:
+    """The triggers of ``due`` that count records from ``since`` on as dirty: the dirty ratio, or
+    a dirty record older than ``max.compaction.lag.ms``."""
+    found = dirty(files, since)
+    if found and dirty_ratio(files, since) >= cleaner.min_dirty_ratio:
         return "dirty ratio"
     oldest = [f.max_timestamp_ms if f.min_timestamp_ms is None else f.min_timestamp_ms for f in found]
     if any(t is not None and t <= now_ms - cleaner.max_lag_ms for t in oldest):
         return "max compaction lag"
-    if any(expired_tombstones(f, now_ms, cleaner.delete_retention_ms) for f in files):
-        return "tombstones past delete.retention.ms"
     return None
 
 

@@ -313,8 +313,10 @@ class DeltaTransaction:
                             write_op(jvm(self.spark, "org.apache.spark.sql.SaveMode.Append"), none, none,
                                      meta, none, none, none, none, none))
 
-    def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
-        """Commit as Delta's DELETE or OPTIMIZE (what history shows), with ``app_versions``."""
+    def commit_as(self, operation: str, app_versions: Mapping[str, int],
+                  counters: Mapping[str, int] | None = None) -> int:
+        """Commit as Delta's DELETE or OPTIMIZE (what history shows), with ``app_versions`` (and
+        ``counters``, as ``commit``'s)."""
         jvm = self.spark._jvm
         nil = getattr(getattr(jvm.scala.collection.immutable, "Nil$"), "MODULE$")
         ops = delta(self.spark)
@@ -330,7 +332,7 @@ class DeltaTransaction:
         before = conf.get(HISTORY_METRICS_CONF, "true")
         conf.set(HISTORY_METRICS_CONF, "false")
         try:
-            return self._commit(app_versions, op)
+            return self._commit({**(counters or {}), **app_versions}, op)
         finally:
             conf.set(HISTORY_METRICS_CONF, before)
 

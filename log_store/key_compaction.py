@@ -22,6 +22,21 @@ records so superseded in its cleanable range is due for that alone. Records of e
 never appended again (count fencing), so the read can only overstate what must stay: an append
 racing the commit changes nothing decided.
 
+That read is the whole topic's, so it is not made at every call: only when a partition is due,
+or when a partition's records not yet judged topic-wide are due by the same dirty ratio and
+``max.compaction.lag.ms`` (``cleaning.dirty_due``) counted from its *judged* offset
+(``names.judged_app_id``) instead of its cleaned one. A look at every partition whose commit
+cleans all it found sets each partition's judged offset to its cleanable end then (a look that
+finds nothing commits only those): every record below them was in a cleanable range at that look
+and judged against every record then, so a supersession left needs a record past a judged offset,
+appended or become cleanable since, which makes its partition due by that rule in time. A
+partition's own cleaned offset cannot serve: cleaning one partition alone (``--partition``, or a
+batch of some) judges its records against the others but not the others' against them. The judged
+offsets are counters, free to fall (the cleanable end falls where file compaction merged a young
+file into an old one, or ``min.compaction.lag.ms`` grew): each set is one look's, and a commit
+depends on none. Per-file epoch stats could not replace them: records of earlier eras stay in
+every partition that had keys before a resize, so "earlier eras are left" is true for good.
+
 An arrival log: only files of one partition are cleaned (``cleaning.cleanable_end`` stops at a
 shared file; file compaction splits those into one-partition files first), and the rewritten
 files carry their range tag as file compaction's do.
@@ -38,7 +53,7 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from log_store import commits, rs_reader
-from log_store.cleaning import Cleaner, cleanable_end, due, range_files, rewrites, survivors
+from log_store.cleaning import Cleaner, cleanable_end, dirty_due, due, range_files, rewrites, survivors
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
@@ -49,7 +64,7 @@ from log_store.log_files import (
 )
 from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
-from log_store.names import cleaned_app_id, log_start_app_id
+from log_store.names import cleaned_app_id, judged_app_id, log_start_app_id
 from log_store.rs_engine import RsTransaction
 
 
@@ -100,6 +115,7 @@ class _Due(BaseModel):
     end: int
     cleaned: int
     reason: str
+    unjudged: str  # why its records from its judged offset on call for a topic-wide look ("" if not)
 
 
 def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
@@ -111,11 +127,27 @@ def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dic
             continue
         start = max(pm.start_offset, known.get(log_start_app_id(p), 0))
         cleaned = max(start, known.get(cleaned_app_id(p), start))
+        judged = max(start, known.get(judged_app_id(p), start))
         fs = files.get(p, [])
         end = cleanable_end(fs, start, log_end(known, p, pm.start_offset), now, cleaner.min_lag_ms)
         found = range_files(fs, start, end)
-        out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=due(found, cleaned, now, cleaner) or "")
+        out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=due(found, cleaned, now, cleaner) or "",
+                      unjudged=dirty_due(found, judged, now, cleaner) or "")
     return out
+
+
+def _looks(ranges: dict[int, _Due]) -> bool:
+    """Whether the topic's keys are read (``_topic``: nothing if it was never resized): a partition
+    is due, or its records not yet judged topic-wide are."""
+    return any(d.reason or d.unjudged for d in ranges.values())
+
+
+def _judged(ranges: dict[int, _Due], found: set[int], chosen: set[int], whole: bool) -> dict[str, int]:
+    """The judged offsets a commit after a topic-wide look sets: each partition's cleanable end,
+    where the look was at every partition (``whole``) and the commit cleans all it found; else none."""
+    if not whole or found - chosen:
+        return {}
+    return {judged_app_id(p): d.end for p, d in ranges.items()}
 
 
 class _Topic(BaseModel):
@@ -164,7 +196,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     ranges = {p: d for p, d in _ranges(partition_files(txn), meta, known, cleaner, now).items()
               if p not in done and (partitions is None or p in partitions)}
     try:
-        topic = _topic(spark, path, txn, meta, known, barriers) if any(d.reason for d in ranges.values()) else None
+        topic = _topic(spark, path, txn, meta, known, barriers) if _looks(ranges) else None
     except Exception:
         txn.release()
         raise
@@ -172,11 +204,13 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
     if topic is not None:
         found.update(_superseded_elsewhere(topic, ranges))
     chosen = compaction_batch({p: [d.files] for p, d in found.items()}, max(target_bytes, COMMIT_BYTES))
-    if not chosen:
+    judged = {} if topic is None else _judged(ranges, set(found), set(chosen), partitions is None and not done)
+    judged = {a: o for a, o in judged.items() if known.get(a) != o}
+    if not chosen and not judged:
         txn.release()
         return []
     ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
-    rows = _read(spark, txn, path, ranges)
+    rows = _read(spark, txn, path, ranges) if ranges else None
     arrival = meta_layout(txn) == ARRIVAL
     results, removed = [], []
     for p in chosen:
@@ -195,7 +229,8 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
                             cleaned_up_to=max(d.end, d.cleaned)))
     txn.remove((f.action() for f in removed), data_change=False)
     crash_point("compaction:before_commit")
-    version = txn.commit_as("OPTIMIZE", {cleaned_app_id(r["partition"]): r["cleaned_up_to"] for r in results})
+    version = txn.commit_as("OPTIMIZE", {cleaned_app_id(r["partition"]): r["cleaned_up_to"] for r in results},
+                            counters=judged)
     return [KeyCompaction(**r, version=version) for r in results]
 
 

@@ -28,6 +28,7 @@ STREAM_BATCH_PREFIX = "lakelog.stream_batch."
 LOG_END_PREFIX = "lakelog.log_end."
 LOG_START_PREFIX = "lakelog.log_start."
 CLEANED_PREFIX = "lakelog.cleaned."
+JUDGED_PREFIX = "lakelog.judged."
 HIGH_WATERMARK_PREFIX = "lakelog.high_watermark."
 FENCE_PREFIX = "lakelog.fence."
 GENERATION_PREFIX = "lakelog.generation."
@@ -176,6 +177,12 @@ def cleaned_app_id(partition: int) -> str:
     """How far key compaction has cleaned a partition (Kafka's cleaner checkpoint): the records
     below it were compacted, those from it on are dirty. Set in the commit that rewrites their files."""
     return f"{CLEANED_PREFIX}{int(partition)}"
+
+
+def judged_app_id(partition: int) -> str:
+    """How far a resized topic's partition was judged topic-wide by key compaction (its cleanable
+    end at the last look at every partition, ``log_store.key_compaction``): a counter, free to fall."""
+    return f"{JUDGED_PREFIX}{int(partition)}"
 
 
 def high_watermark_app_id(partition: int | None) -> str:

@@ -269,10 +269,10 @@ class RsTransaction:
         """The table properties as this commit leaves them."""
         return {k: v for k, v in {**self._metadata.configuration, **self._properties}.items() if v != ""}
 
-    def commit_as(self, operation: str, app_versions: Mapping[str, int]) -> int:
+    def commit_as(self, operation: str, app_versions: Mapping[str, int], counters: Mapping[str, int] | None = None) -> int:
         """Commit, naming Delta's ``operation`` (DELETE, OPTIMIZE) in the commit's metadata
         (``engine.DeltaTransaction``'s method; delta-rs records the commit itself as a WRITE)."""
-        return self.commit(app_versions, operation=operation)
+        return self.commit(app_versions, operation=operation, counters=counters)
 
     def file_count(self) -> int:
         """How many data files the snapshot has."""

@@ -142,6 +142,15 @@ def test_a_counter_may_fall_and_concurrent_commits_of_it_both_land(table):
     assert RsTransaction.start(table).snapshot_app_versions() == {"lakelog.tick.1": 2}
 
 
+def test_an_optimize_commit_sets_counters_that_may_fall(table):
+    """Key compaction's judged offsets (names.judged_app_id) fall where a partition's cleanable end did."""
+    first = RsTransaction.start(table)
+    first.commit_as("OPTIMIZE", {}, counters={"lakelog.judged.0": 9})
+    assert RsTransaction.start(table).commit_as("OPTIMIZE", {}, counters={"lakelog.judged.0": 4}) \
+        == first.read_version + 2
+    assert RsTransaction.start(table).snapshot_app_versions() == {"lakelog.judged.0": 4}
+
+
 def test_a_removed_file_leaves_the_snapshot_and_a_concurrent_removal_of_it_rejects(table):
     txn = RsTransaction.start(table)
     txn.write_rows(rows(0, 0, 1))
