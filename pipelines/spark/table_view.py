@@ -122,10 +122,11 @@ def _check_still_mine(spark, output: str, claim_id: str | None, exc: Exception |
     if props.get(CLAIM_PROP) != claim_id:
         raise TableViewOwnerError(
             f"{output} was rebuilt (--replace) for the query with checkpoint {props.get(CHECKPOINT_PROP)} while this "
-            "query ran: it merges no more and stops. Run with that --checkpoint, or give a new --output") from exc
+            "query ran, and is that query's now: this one merges no more and stops. Run that checkpoint's query, or "
+            "give this one a new --output (and a new --checkpoint)") from exc
     if exc is None:
-        raise TableViewOwnerError(f"{output} refused this query's MERGE as already committed, though the table is still "
-                                  "its own: run again")
+        raise TableViewOwnerError(f"{output} refused this query's MERGE as already committed, though the table "
+                                  "is still its own (another run with its checkpoint?): run again")
 
 
 def _is_delta(spark, path: str) -> bool:
