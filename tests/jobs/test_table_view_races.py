@@ -8,6 +8,7 @@ import multiprocessing
 import time
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.commands.stream import lakelog_error
@@ -96,3 +97,34 @@ def test_two_runs_claiming_a_table_without_an_owner_at_once_one_is_refused(tmp_p
         assert DeltaTable(table).metadata().configuration[CHECKPOINT_PROP] == winner
         raced += outcomes[0][2][0] == outcomes[1][2][0]  # both read the same version: the window was hit
     assert raced, "the two claims never read the table at the same version: the race was not run"
+
+
+def test_a_replace_landing_while_a_merge_runs_fails_the_merge_with_the_owners_error(spark, tmp_path):
+    """The replace commits after the MERGE's transaction read the table and before it commits: the
+    first time the MERGE reads its source, a Python worker (another process) runs the replace."""
+    from pyspark.sql import functions as F
+
+    from pipelines.spark.table_view import TableViewOwnerError, merge_batch
+
+    table, marker = str(tmp_path / "now"), str(tmp_path / "replaced")
+    src = str(tmp_path / "src")
+    _records(spark, src, [("a", "1", 0)])
+    batch = spark.read.format("delta").load(src).select(*COLUMNS)
+    first = claim(spark, batch.schema, table, str(tmp_path / "ck1"), "prices", "id-1")
+    ck2 = str(tmp_path / "ck2")
+
+    @F.udf("binary")
+    def replacing(value):
+        import os
+
+        from pipelines.spark.table_view import claim as claim_in_worker
+
+        if not os.path.exists(marker):  # once: the source may be read more than once
+            open(marker, "w").close()
+            claim_in_worker(None, None, table, ck2, "prices", "id-1", replace=True)  # no JVM on a local disk
+        return value
+
+    with pytest.raises(TableViewOwnerError, match="rebuilt .--replace. for the query with checkpoint"):
+        merge_batch(batch.withColumn("value", replacing("value")), table, first)
+    assert _state(table) == {}, "the MERGE committed into the table ck2 keeps"
+    assert DeltaTable(table).metadata().configuration[CHECKPOINT_PROP] == ck2
