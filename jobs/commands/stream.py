@@ -54,12 +54,13 @@ def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | No
 
 
 def lakelog_error(exc: Exception) -> Exception:
-    """The lakelog error inside a Spark error (the data source runs in Spark's Python workers,
-    whose errors Spark reports with their traceback), lakelog's for a batch whose files' root was
-    lost after its plan (``reading.read_lost``), or ``exc`` itself."""
+    """The lakelog error inside a Spark error (the data source runs in Spark's Python workers, a
+    table view's MERGE in ``foreachBatch``: Spark reports their errors with their traceback),
+    lakelog's for a batch whose files' root was lost after its plan (``reading.read_lost``), or
+    ``exc`` itself."""
     from pipelines.spark.reading import read_lost
 
-    found = re.findall(r"(?:log_store\.errors|pipelines\.spark\.reading)\.\w+: ([^\n]+)", str(exc))
+    found = re.findall(r"(?:log_store\.errors|pipelines\.spark\.(?:reading|table_view))\.\w+: ([^\n]+)", str(exc))
     return LakelogError(found[-1].strip()) if found else read_lost(exc) or exc
 
 

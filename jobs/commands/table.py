@@ -37,9 +37,9 @@ def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_
     merged: dict[int, int] = {}  # micro-batch id -> its records
     try:
         records = topic_stream(c, topic, None, "earliest", max_offsets_per_trigger, True, include_headers=True)
-        claim(c.spark, records.select(*COLUMNS).schema, output, checkpoint, topic, c.topic_reader().describe(topic).topic_id,
-              replace)
-        query = start(records, output, checkpoint, interval)
+        claim_id = claim(c.spark, records.select(*COLUMNS).schema, output, checkpoint, topic,
+                         c.topic_reader().describe(topic).topic_id, replace)
+        query = start(records, output, checkpoint, interval, claim_id)
         while not query.awaitTermination(0.1):  # each micro-batch (a MERGE) takes longer than this
             _take_progress(query, merged)
     except KeyboardInterrupt:
