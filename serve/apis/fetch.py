@@ -313,11 +313,15 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     allowed = [t for t in body.topics if server.allowed(conn, "READ", "TOPIC", t.topic)]
     denied = [t for t in body.topics if t not in allowed]
     host = conn.peer.rsplit(":", 1)[0]
+    reading = None
     while True:
         client = (request.client_id or "", host)
         groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
         members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
-        reading = server.gates.served.reading(client, members)  # told of what members lose from now on
+        if reading is None:  # told of what members lose from now on: over the whole wait, as the client
+            reading = server.gates.served.reading(client, members)  # drops an answer sent before it learned
+        else:
+            reading.groups = members
         found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
