@@ -282,3 +282,36 @@ def test_a_long_polled_fetch_whose_holder_lost_the_partition_while_it_waited_hol
         return coordinator.served.held("g", "t", "loc", {0: 100})
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_a_kip848_member_asked_to_give_a_partition_up_holds_it_until_it_acknowledges():
+    """KIP-848, with the group's own heartbeat rules: when b joins, a is asked (in a heartbeat's
+    answer) to give up b's partitions, and is UNREVOKED until a later heartbeat reports them gone.
+    Until then its client still owns them and may deliver what it fetched of them (librdkafka
+    delivers the messages queued ahead of the revocation; the Java consumer acknowledges once its
+    revocation callback ran): its hold stays, and a fetch of it read meanwhile is held too. The
+    hold goes when a acknowledges."""
+    from serve.consumer_groups import ConsumerGroups
+    from serve.consumer_rules import MemberState, heartbeat
+    from tests.unit.test_serve_consumer_rules import EMPTY, beat, join, lists, tps
+
+    a = ("client-a", "10.0.0.1")
+    served = ServedRecords()
+    groups = ConsumerGroups(None, None, None, gates=SimpleNamespace(served=served))
+    image, _ = heartbeat(EMPTY, join("a"), lists(2), "uniform")
+    image, _ = heartbeat(image, join("b"), lists(2), "uniform")  # the target moves a partition to b
+    moving = {tp.partition for tp in image.target["b"]}
+    for p in (0, 1):
+        served.record([image.name], "t", "loc", p, 100, 200, a)
+    reading = served.reading(a, {"t": [image.name]})  # a fetch of a, read before a is asked
+    asked, _ = heartbeat(image, beat("a", 2, tps(0, 1)), lists(2), "uniform")
+    assert asked.members["a"].state is MemberState.UNREVOKED
+    groups._revoked(image, asked)
+    for p in (0, 1):
+        reading.record("t", "loc", p, 200, 300)
+    held_while_asked = served.held(image.name, "t", "loc", {})
+    let_go, _ = heartbeat(asked, beat("a", 2, asked.target["a"]), lists(2), "uniform")
+    assert let_go.members["a"].state is MemberState.STABLE
+    groups._revoked(asked, let_go)
+    assert (held_while_asked, served.held(image.name, "t", "loc", {})) == \
+        ({0: 100, 1: 100}, {p: 100 for p in (0, 1) if p not in moving})
