@@ -144,7 +144,7 @@ class Answer:
 
 def validate(beat: Beat, assignors: Iterable[str]) -> None:
     """Kafka's checks of a heartbeat's fields, before the group is looked at."""
-    if beat.regex is not None:
+    if beat.regex:  # an empty one is none, as Kafka's broker counts it (librdkafka sends it beside names)
         raise ConsumerGroupError("INVALID_REQUEST", "SubscribedTopicRegex is not supported: subscribe to topic names")
     if beat.epoch > 0 or beat.epoch in (LEAVE, STATIC_LEAVE):
         if not beat.member_id:
