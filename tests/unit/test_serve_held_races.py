@@ -287,10 +287,9 @@ def test_a_long_polled_fetch_whose_holder_lost_the_partition_while_it_waited_hol
 def test_a_kip848_member_asked_to_give_a_partition_up_holds_it_until_it_acknowledges():
     """KIP-848, with the group's own heartbeat rules: when b joins, a is asked (in a heartbeat's
     answer) to give up b's partitions, and is UNREVOKED until a later heartbeat reports them gone.
-    Until then its client still owns them and may deliver what it fetched of them (librdkafka
-    delivers the messages queued ahead of the revocation; the Java consumer acknowledges once its
-    revocation callback ran): its hold stays, and a fetch of it read meanwhile is held too. The
-    hold goes when a acknowledges."""
+    Until then its client still owns them and may deliver what it fetched of them (it learns of
+    the request only when that answer reaches it, and acknowledges once it has revoked): its hold
+    stays, and a fetch of it read meanwhile is held too. The hold goes when a acknowledges."""
     from serve.consumer_groups import ConsumerGroups
     from serve.consumer_rules import MemberState, heartbeat
     from tests.unit.test_serve_consumer_rules import EMPTY, beat, join, lists, tps
