@@ -318,8 +318,10 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
         client = (request.client_id or "", host)
         groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
         members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
-        if reading is None:  # told of what members lose from now on: over the whole wait, as the client
-            reading = server.gates.served.reading(client, members)  # drops an answer sent before it learned
+        # told of what members lose from the request on, its wait included: the client drops an
+        # answer to a request it sent before it learned of a loss
+        if reading is None:
+            reading = server.gates.served.reading(client, members)
         else:
             reading.groups = members
         found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
