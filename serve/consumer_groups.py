@@ -162,16 +162,18 @@ class ConsumerGroups:
     def _revoked(self, before: GroupImage, image: GroupImage) -> None:
         """What members gave up (revoked, acknowledged in a heartbeat) or held when they left: the
         records they were served there are no longer theirs to deliver (``serve.held``), unless a
-        member with the same client id and host still holds the partition."""
+        member with the same client id and host still holds the partition. A partition a member is
+        asked to give up (``revoking``) is still its own until it reports it gone: its client may
+        deliver what it fetched of it until then."""
         if self.gates is None:
             return
         for mid, was in before.members.items():
             now = image.members.get(mid)
-            lost = was.assigned - (now.assigned if now is not None else frozenset())
+            lost = was.owns - (now.owns if now is not None else frozenset())
             if not lost:
                 continue
             holder = (was.client_id, was.host)
-            kept = {tp for m in image.members.values() if (m.client_id, m.host) == holder for tp in m.assigned}
+            kept = {tp for m in image.members.values() if (m.client_id, m.host) == holder for tp in m.owns}
             lost = {(tp.topic, tp.partition) for tp in lost - kept}
             if lost:
                 self.gates.served.lost(image.name, {holder}, lost)

@@ -66,6 +66,11 @@ class ConsumerMember:
     assigned: Partitions = NOTHING  # what it may read now
     revoking: Partitions = NOTHING  # what it must give up before it moves on
 
+    @property
+    def owns(self) -> Partitions:
+        """What its client still owns: assigned to it, or given up by it and not yet reported gone."""
+        return self.assigned | self.revoking
+
     def moved_to(self, epoch: int, state: MemberState, assigned: Partitions, revoking: Partitions) -> "ConsumerMember":
         return replace(self, previous_epoch=self.epoch, epoch=epoch, state=state, assigned=assigned, revoking=revoking)
 
@@ -139,7 +144,7 @@ class Answer:
 
 def validate(beat: Beat, assignors: Iterable[str]) -> None:
     """Kafka's checks of a heartbeat's fields, before the group is looked at."""
-    if beat.regex is not None:
+    if beat.regex:  # an empty one is none, as Kafka's broker counts it (librdkafka sends it beside names)
         raise ConsumerGroupError("INVALID_REQUEST", "SubscribedTopicRegex is not supported: subscribe to topic names")
     if beat.epoch > 0 or beat.epoch in (LEAVE, STATIC_LEAVE):
         if not beat.member_id:
@@ -170,7 +175,7 @@ def check_epoch(member: ConsumerMember, received: int, owned: Partitions | None)
 
 def holders(members: Iterable[ConsumerMember]) -> dict[TopicPartition, str]:
     """Who holds each partition: assigned to it, or given up by it and not yet released."""
-    return {tp: m.member_id for m in members for tp in m.assigned | m.revoking}
+    return {tp: m.member_id for m in members for tp in m.owns}
 
 
 def reconcile(member: ConsumerMember, epoch: int, target: Partitions, held: Mapping[TopicPartition, str],

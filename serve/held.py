@@ -10,8 +10,9 @@ A member's fetched records of a partition it lost are not its to deliver: Kafka'
 partition's fetch version, dropping what was queued), so an entry goes when its holder loses the
 partition, leaves, or its group commits past it. Fetches name no member: a holder is a client id
 and host, as ``Server.groups_reading`` finds a fetch's groups. A fetch's groups are read on the
-event loop and what it served recorded on the pool after its read (``Reading``): a partition its
-holder lost in between is not recorded, as the client drops that answer too.
+event loop and what it served recorded on the pool after its read (``Reading``, one for the whole
+request, its wait for records included): a partition its holder lost since the server took the
+request is not recorded, as the client drops that answer too.
 
 Thread-safe: recorded on the pool, dropped on the event loop.
 """
@@ -37,9 +38,10 @@ Loss = tuple[str, frozenset[Holder] | None, frozenset[tuple[str, int]] | None]  
 
 
 class Reading:
-    """A fetch of ``holder``, a member of ``groups`` (per topic) as read on the event loop when the
-    fetch was read: what it serves is recorded through it (on the pool), but not where its holder
-    lost the partition since (the client drops that answer). Watched for losses while referenced."""
+    """A fetch of ``holder``, a member of ``groups`` (per topic, read on the event loop at each pass
+    of the fetch's wait): what it serves is recorded through it (on the pool), but not where its
+    holder lost the partition since the fetch was taken (the client drops that answer). Watched for
+    losses while referenced."""
 
     def __init__(self, served: "ServedRecords", holder: Holder, groups: dict[str, list[str]]) -> None:
         self.served, self.holder, self.groups = served, holder, groups

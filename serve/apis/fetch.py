@@ -313,11 +313,17 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
     allowed = [t for t in body.topics if server.allowed(conn, "READ", "TOPIC", t.topic)]
     denied = [t for t in body.topics if t not in allowed]
     host = conn.peer.rsplit(":", 1)[0]
+    reading = None
     while True:
         client = (request.client_id or "", host)
         groups = {t.topic: server.groups_reading(*client, t.topic) for t in allowed}
         members = {t: server.groups_reading(*client, t, departed=False) for t, found in groups.items() if found}
-        reading = server.gates.served.reading(client, members)  # told of what members lose from now on
+        # told of what members lose from the request on, its wait included: the client drops an
+        # answer to a request it sent before it learned of a loss
+        if reading is None:
+            reading = server.gates.served.reading(client, members)
+        else:
+            reading.groups = members
         found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()

@@ -233,3 +233,13 @@ def test_no_partition_is_ever_held_by_two_consumers_and_every_group_settles(seed
     if held:
         assert image.state() == "Stable"
         assert frozenset().union(*held.values()) == lists(count, marked).all()
+
+
+def test_an_empty_regex_beside_topic_names_is_no_regex_subscription():
+    # proves: librdkafka's KIP-848 consumer sends SubscribedTopicRegex "" with its topic names on
+    # joining (Kafka's broker counts an empty regex as none); refused, its consumer could not join
+    validate(Beat(member_id="a", epoch=0, rebalance_timeout_ms=300_000, topics=("t",), regex="", owned=frozenset()),
+             ["uniform"])
+    with pytest.raises(ConsumerGroupError) as refused:
+        validate(Beat(member_id="a", epoch=0, rebalance_timeout_ms=1, topics=(), regex="", owned=frozenset()), ["uniform"])
+    assert refused.value.code == "INVALID_REQUEST"  # neither names nor a regex

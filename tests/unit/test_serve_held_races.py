@@ -239,3 +239,78 @@ def test_a_cooperative_member_waiting_for_its_assignment_gives_up_its_hold_once_
         return seen
 
     assert asyncio.run(scenario()) == [{0: 100}, {}]
+
+
+def test_a_long_polled_fetch_whose_holder_lost_the_partition_while_it_waited_holds_nothing(monkeypatch):
+    """Eager: A's fetch finds nothing and waits for records (``fetch.max.wait.ms``); a new
+    generation takes partition 0 from A meanwhile, then records come and the fetch serves them. A's
+    client sent the fetch before it learned of the loss and drops that answer, as it drops one read
+    across the loss: what it served is not held."""
+    from serve.apis import fetch as fetch_api
+
+    async def scenario() -> dict[int, int]:
+        coordinator = Coordinator(records=_NoRecords())
+        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="range", leader="m1")
+        group.members["m1"] = _member("m1", A, [0])
+        coordinator.groups = {"g": group}
+        passes = []
+
+        def read_all(server, topics, max_bytes, groups, reading):
+            passes.append(reading)
+            if len(passes) == 1:
+                return [("t", [])], 0  # nothing yet: the fetch waits
+            reading.record("t", "loc", 0, 100, 200)
+            return [("t", [])], 1
+
+        async def run(fn, *args):
+            return fn(*args)
+
+        async def wait(topics, left):
+            coordinator._revoked(group)  # the generation lands while the fetch waits
+
+        server = SimpleNamespace(
+            allowed=lambda *a: True, gates=SimpleNamespace(served=coordinator.served), ctx=SimpleNamespace(run=run),
+            waits=SimpleNamespace(wait=wait),
+            groups_reading=lambda client, host, topic=None, departed=True: ["g"] if (client, host) == A else [])
+        request = SimpleNamespace(client_id=A[0], body=SimpleNamespace(
+            max_wait=timedelta(seconds=30), min_bytes=1, max_bytes=1 << 20,
+            topics=[SimpleNamespace(topic="t", partitions=[])]))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fetch_api, "_read_all", read_all)
+            await fetch_api.fetch(server, SimpleNamespace(peer=f"{A[1]}:5000"), request)
+        assert len(passes) == 2
+        return coordinator.served.held("g", "t", "loc", {0: 100})
+
+    assert asyncio.run(scenario()) == {}
+
+
+def test_a_kip848_member_asked_to_give_a_partition_up_holds_it_until_it_acknowledges():
+    """KIP-848, with the group's own heartbeat rules: when b joins, a is asked (in a heartbeat's
+    answer) to give up b's partitions, and is UNREVOKED until a later heartbeat reports them gone.
+    Until then its client still owns them and may deliver what it fetched of them (it learns of
+    the request only when that answer reaches it, and acknowledges once it has revoked): its hold
+    stays, and a fetch of it read meanwhile is held too. The hold goes when a acknowledges."""
+    from serve.consumer_groups import ConsumerGroups
+    from serve.consumer_rules import MemberState, heartbeat
+    from tests.unit.test_serve_consumer_rules import EMPTY, beat, join, lists, tps
+
+    a = ("client-a", "10.0.0.1")
+    served = ServedRecords()
+    groups = ConsumerGroups(None, None, None, gates=SimpleNamespace(served=served))
+    image, _ = heartbeat(EMPTY, join("a"), lists(2), "uniform")
+    image, _ = heartbeat(image, join("b"), lists(2), "uniform")  # the target moves a partition to b
+    moving = {tp.partition for tp in image.target["b"]}
+    for p in (0, 1):
+        served.record([image.name], "t", "loc", p, 100, 200, a)
+    reading = served.reading(a, {"t": [image.name]})  # a fetch of a, read before a is asked
+    asked, _ = heartbeat(image, beat("a", 2, tps(0, 1)), lists(2), "uniform")
+    assert asked.members["a"].state is MemberState.UNREVOKED
+    groups._revoked(image, asked)
+    for p in (0, 1):
+        reading.record("t", "loc", p, 200, 300)
+    held_while_asked = served.held(image.name, "t", "loc", {})
+    let_go, _ = heartbeat(asked, beat("a", 2, asked.target["a"]), lists(2), "uniform")
+    assert let_go.members["a"].state is MemberState.STABLE
+    groups._revoked(asked, let_go)
+    assert (held_while_asked, served.held(image.name, "t", "loc", {})) == \
+        ({0: 100, 1: 100}, {p: 100 for p in (0, 1) if p not in moving})
