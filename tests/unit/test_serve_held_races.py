@@ -194,18 +194,25 @@ class _NoRecords:
         return None
 
 
+def _cooperative_group_where_a_was_served_partition_0() -> tuple[Coordinator, Group]:
+    """A cooperative-sticky group in generation 2: A (m1) had partitions 0 and 1 and was served
+    100..199 of partition 0; B (m2), the leader, had none."""
+    coordinator = Coordinator(records=_NoRecords())
+    group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="cooperative-sticky", leader="m2")
+    for mid, (client, host), had in (("m1", A, [0, 1]), ("m2", B, [])):
+        group.members[mid] = Member(mid, client, host, 10_000, 10_000, "consumer", [], topics=frozenset({"t"}))
+        group.members[mid].assignment = _assignment(had)
+    coordinator.groups = {"g": group}
+    coordinator.served.record(["g"], "t", "loc", 0, 100, 200, A)
+    return coordinator, group
+
+
 def test_a_cooperative_members_partition_moved_to_another_member_is_no_longer_held_once_it_is_told(monkeypatch):
     """Cooperative-sticky, classic protocol: partition 0 moves from A to B. A's client drops what it
     fetched of it once answered its assignment (until then it may still deliver those records):
     A's hold goes then, not before, and not at all while A is given partition 0 again."""
     async def scenario() -> list[dict[int, int]]:
-        coordinator = Coordinator(records=_NoRecords())
-        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="cooperative-sticky", leader="m2")
-        for mid, (client, host), had in (("m1", A, [0, 1]), ("m2", B, [])):
-            group.members[mid] = Member(mid, client, host, 10_000, 10_000, "consumer", [], topics=frozenset({"t"}))
-            group.members[mid].assignment = _assignment(had)
-        coordinator.groups = {"g": group}
-        coordinator.served.record(["g"], "t", "loc", 0, 100, 200, A)  # A was served 100..199 of partition 0
+        coordinator, group = _cooperative_group_where_a_was_served_partition_0()
         seen = []
         await coordinator.sync("g", "m2", 2, {"m1": _assignment([0, 1]), "m2": _assignment([])})  # A keeps 0
         await coordinator.sync("g", "m1", 2, {})
@@ -223,13 +230,7 @@ def test_a_cooperative_members_partition_moved_to_another_member_is_no_longer_he
 def test_a_cooperative_member_waiting_for_its_assignment_gives_up_its_hold_once_answered(monkeypatch):
     """The same move, A's SyncGroup waiting for the leader's: A's hold goes with its answer."""
     async def scenario() -> list[dict[int, int]]:
-        coordinator = Coordinator(records=_NoRecords())
-        group = Group("g", 2, state=COMPLETING, protocol_type="consumer", protocol="cooperative-sticky", leader="m2")
-        for mid, (client, host), had in (("m1", A, [0, 1]), ("m2", B, [])):
-            group.members[mid] = Member(mid, client, host, 10_000, 10_000, "consumer", [], topics=frozenset({"t"}))
-            group.members[mid].assignment = _assignment(had)
-        coordinator.groups = {"g": group}
-        coordinator.served.record(["g"], "t", "loc", 0, 100, 200, A)
+        coordinator, _group = _cooperative_group_where_a_was_served_partition_0()
         waiting = asyncio.ensure_future(coordinator.sync("g", "m1", 2, {}))
         await asyncio.sleep(0)
         seen = [coordinator.served.held("g", "t", "loc", {0: 100})]
