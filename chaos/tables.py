@@ -40,8 +40,9 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
     A group stands where it last committed, moved up by what it reported expired; on a live
     partition it never committed, at the start of the partition's current incarnation (a number
     grown back over a retired one starts at the old end: campaign seed 152), or at its log start;
-    on a compacted topic, moved over the offsets key compaction removed from there on (a Kafka
-    client skips them without a record to commit after: campaign seed 4263)."""
+    on a compacted topic, moved over the offsets key compaction removed from there on (librdkafka
+    fetches past them, but its position, which a member commits, moves only with a record it
+    consumed: campaign seed 4263)."""
     latest = current_record(root, topic)
     if latest is None:
         return "no topic"

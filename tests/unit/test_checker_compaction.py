@@ -275,9 +275,9 @@ def test_a_tombstone_in_another_partition_of_the_same_era_removed_is_no_resurrec
 
 
 def test_a_group_behind_only_offsets_compaction_removed_has_drained(tmp_path):
-    """A Kafka client moves over the offsets compaction removed without a record to commit after
-    (campaign seed 4263: a partition cleaned to its end while its member stood at 36 of 53): the
-    drain counts them as consumed, and stops at the first record the log still holds."""
+    """librdkafka fetches past the offsets compaction removed, but the position its member commits
+    moves only with a consumed record (campaign seed 4263: a partition cleaned to its end while its
+    group stood at 36 of 53): the drain counts them as consumed, up to the first record still held."""
     root = compacted_root(tmp_path)
     root.commit("g", "m1", 1, "commit", {0: 2, 1: 1})
     assert drain_gap(str(root.path), "t", "g") == "p1 at 1 of 4"
