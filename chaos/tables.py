@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from chaos import checker_reads
+from deltalake import DeltaTable
+
+from chaos import checker_compaction, checker_reads
 
 
 def current_replica_state(root: str, topic: str) -> dict | None:
@@ -37,15 +39,19 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
 
     A group stands where it last committed, moved up by what it reported expired; on a live
     partition it never committed, at the start of the partition's current incarnation (a number
-    grown back over a retired one starts at the old end: campaign seed 152), or at its log start."""
+    grown back over a retired one starts at the old end: campaign seed 152), or at its log start;
+    on a compacted topic, moved over the offsets key compaction removed from there on (librdkafka
+    fetches past them, but its position, which a member commits, moves only with a record it
+    consumed: campaign seed 4263)."""
     latest = current_record(root, topic)
     if latest is None:
         return "no topic"
+    location = checker_reads.log_location(root, topic)
     starts = {p["partition"]: p.get("start_offset") or 0 for p in latest["partitions"] if p["mode"] != "None"}
-    raised = checker_reads.log_starts(checker_reads.log_location(root, topic), starts)  # retention, delete-records
+    raised = checker_reads.log_starts(location, starts)  # retention, delete-records
     starts = {p: max(o, raised.get(p, 0)) for p, o in starts.items()}
     ends: dict[int, int] = defaultdict(int)
-    for r in checker_reads.read_log_changes(checker_reads.log_location(root, topic)):
+    for r in checker_reads.read_log_changes(location):
         ends[r["partition"]] = max(ends[r["partition"]], r["offset"] + 1)
     positions: dict[int, int] = {}
     commits = [c for c in checker_reads.read_changes(f"{root}/control/offset_commits")
@@ -58,4 +64,24 @@ def drain_gap(root: str, topic: str, group: str) -> str | None:
             positions[c["partition"]] = c["offset"]
     gaps = {p: (positions.get(p, start), ends.get(p, 0)) for p, start in sorted(starts.items())
             if positions.get(p, start) < ends.get(p, 0)}
+    if gaps and checker_compaction.compacted(root, topic, location):
+        cleaned = _cleaned(location)
+        for p, (pos, end) in list(gaps.items()):
+            while pos < end and (p, pos) in cleaned:
+                pos += 1
+            gaps[p] = (pos, end)
+        gaps = {p: (pos, end) for p, (pos, end) in gaps.items() if pos < end}
     return ", ".join(f"p{p} at {pos} of {end}" for p, (pos, end) in gaps.items()) or None
+
+
+_cleaned_at: dict[str, tuple[int, frozenset]] = {}  # log location -> (its version, what compaction removed by then)
+
+
+def _cleaned(location: str) -> frozenset:
+    """The (partition, offset)s key compaction removed from the log at ``location``
+    (``checker_compaction.compaction_removals``), read again only at a new log version: the drain
+    asks every few seconds, and each read loads the log at every compaction's version."""
+    version = DeltaTable(location).version()
+    if _cleaned_at.get(location, (None,))[0] != version:
+        _cleaned_at[location] = (version, frozenset(checker_compaction.compaction_removals(location)))
+    return _cleaned_at[location][1]
