@@ -54,6 +54,27 @@ def barriers_of(image: TopicImage) -> list[Barrier]:
     return image.barriers()
 
 
+def floored(barriers: list[Barrier], threshold: ThresholdFn) -> ThresholdFn:
+    """``threshold`` raised to those of the earlier epochs ``barriers`` bumped each partition from.
+
+    The last offset at epochs up to e never falls below the one at an earlier epoch, but key
+    compaction can remove every record of a later epoch's before its threshold is read: read then,
+    it falls below the earlier one read before the compaction (cached), and would cap a position
+    already past it, shut for good (campaign seed 4261). The barriers that list a partition name
+    one incarnation of it (a retirement prunes the earlier ones), so no threshold of a retired
+    incarnation raises a reused number's."""
+    epochs: dict[int, set[int]] = {}
+    for barrier in barriers:
+        for p, e in barrier.before.items():
+            epochs.setdefault(p, set()).add(e)
+
+    def at_least_earlier(partition: int, epoch: int) -> int:
+        return max([threshold(partition, epoch)]
+                   + [threshold(partition, e) for e in epochs.get(partition, ()) if e < epoch])
+
+    return at_least_earlier
+
+
 def passed(barrier: Barrier, group: Positions, threshold: ThresholdFn, ends: Positions) -> bool:
     """The group is past every pre-resize offset of the barrier and has drained what it marked."""
     return (all(group.get(p, 0) > threshold(p, e) for p, e in barrier.before.items())
@@ -65,6 +86,7 @@ def limits(barriers: list[Barrier], own: Positions, group: Positions, threshold:
     """For each partition in ``own`` (this member's positions) held back by an unpassed barrier:
     the offset it may deliver up to (exclusive). Adds newly passed barriers to ``passed_versions``."""
     out: dict[int, int] = {}
+    threshold = floored(barriers, threshold)
     marked_in = {m: b.version for b in barriers for m in b.marked}
     for barrier in barriers:
         if barrier.version in passed_versions:
