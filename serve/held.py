@@ -12,7 +12,11 @@ partition, leaves, or its group commits past it. Fetches name no member: a holde
 and host, as ``Server.groups_reading`` finds a fetch's groups. A fetch's groups are read on the
 event loop and what it served recorded on the pool after its read (``Reading``, one for the whole
 request, its wait for records included): a partition its holder lost since the server took the
-request is not recorded, as the client drops that answer too.
+request is not recorded, as the client drops that answer too. While a pass of a fetch is read, its
+fetch offsets are held already (``Reading.fetching``): it may be planned on an older view of the log
+than a gate judges gaps on (key compaction's commit landed in between), and serve records that view
+still holds before it records them; a gate moving the committed offset over them meanwhile would
+pass a resize's barrier, and a moved key's newer record reach another member first.
 
 Thread-safe: recorded on the pool, dropped on the event loop.
 """
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 Holder = tuple[str, str]  # (client id, host)
@@ -52,6 +57,17 @@ class Reading:
         if self.groups.get(topic):
             self.served.record(self.groups[topic], topic, location, partition, start, end, self.holder, self)
 
+    @contextmanager
+    def fetching(self, offsets: dict[str, dict[int, int]]) -> Iterator[None]:
+        """While a pass of the fetch is read: its fetch offsets (per topic, partition -> offset) held
+        in the groups it is a member of, before it reads its view of the log."""
+        keys = [(g, t, p, o) for t, wanted in offsets.items() for g in self.groups.get(t, ()) for p, o in wanted.items()]
+        self.served.pend(keys, 1)
+        try:
+            yield
+        finally:
+            self.served.pend(keys, -1)
+
     def lost_since(self, group: str, topic: str, partition: int) -> bool:
         """Whether the holder lost ``partition`` of ``topic`` in ``group`` since the fetch was read."""
         return any(g == group and (hs is None or self.holder in hs) and (ps is None or (topic, partition) in ps)
@@ -67,6 +83,9 @@ class ServedRecords:
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str, str, int], _Served] = {}  # (group, topic, location, partition)
         self._readings: list[weakref.ref[Reading]] = []  # fetches that may still record (while referenced)
+        # (group, topic, partition, fetch offset) -> fetches being read from there: no location (a
+        # fetch's is known once it read its view), so a topic's every incarnation counts them
+        self._pending: dict[tuple[str, str, int, int], int] = {}
 
     def reading(self, holder: Holder, groups: dict[str, list[str]]) -> Reading:
         """A fetch of ``holder`` as a member of ``groups`` (per topic), read now (on the event loop)."""
@@ -74,6 +93,16 @@ class ServedRecords:
         with self._lock:
             self._readings = [r for r in self._readings if r() is not None] + [weakref.ref(out)]
         return out
+
+    def pend(self, keys: list[tuple[str, str, int, int]], step: int) -> None:
+        """Count fetches being read from (group, topic, partition, fetch offset) up or down."""
+        with self._lock:
+            for key in keys:
+                left = self._pending.get(key, 0) + step
+                if left > 0:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
 
     def record(self, groups: Iterable[str], topic: str, location: str, partition: int, start: int, end: int,
                holder: Holder, reading: Reading | None = None) -> None:
@@ -100,6 +129,10 @@ class ServedRecords:
                     del self._served[key]
                     continue
                 out[key[3]] = entry.low if at is None else max(entry.low, at)
+            for g, t, p, offset in self._pending:
+                if (g, t) == (group, topic):
+                    low = offset if committed.get(p) is None else max(offset, committed[p])
+                    out[p] = min(out.get(p, low), low)
         return out
 
     def lost(self, group: str, holders: set[Holder] | None, partitions: set[tuple[str, int]] | None = None) -> None:

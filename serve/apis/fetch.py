@@ -324,7 +324,8 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
             reading = server.gates.served.reading(client, members)
         else:
             reading.groups = members
-        found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
+        with reading.fetching({t.topic: {p.partition: p.fetch_offset for p in t.partitions} for t in allowed}):
+            found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:

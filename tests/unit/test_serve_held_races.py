@@ -315,3 +315,37 @@ def test_a_kip848_member_asked_to_give_a_partition_up_holds_it_until_it_acknowle
     groups._revoked(asked, let_go)
     assert (held_while_asked, served.held(image.name, "t", "loc", {})) == \
         ({0: 100, 1: 100}, {p: 100 for p in (0, 1) if p not in moving})
+
+
+def test_a_fetch_being_read_holds_its_fetch_offsets_before_it_records_what_it_served(monkeypatch):
+    """A fetch of A planned on a view older than the log a gate judges gaps on (campaign seed 4223:
+    key compaction's commit removed A's next records, which A's older view still held) serves
+    records the gate would move the group's committed offset over: from before A's fetch reads its
+    view to after it recorded what it served, the gate sees A's fetch offsets held. Else it passes
+    a resize's barrier meanwhile, and a moved key's post-resize record reaches another member
+    before A delivers the older ones."""
+    from serve.apis import fetch as fetch_api
+
+    served = ServedRecords()
+    seen = []
+
+    def read_all(server, topics, max_bytes, groups, reading):
+        seen.append(_committed_with_hold(monkeypatch, served))  # a gate of another fetch, meanwhile
+        reading.record("t", "loc", 0, 100, 200)
+        return [("t", [])], 1
+
+    async def run(fn, *args):
+        return fn(*args)
+
+    server = SimpleNamespace(
+        allowed=lambda *a: True, gates=SimpleNamespace(served=served), ctx=SimpleNamespace(run=run),
+        groups_reading=lambda client, host, topic=None, departed=True: ["g"] if (client, host) == A else [])
+    request = SimpleNamespace(client_id=A[0], body=SimpleNamespace(
+        max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20,
+        topics=[SimpleNamespace(topic="t", partitions=[SimpleNamespace(partition=0, fetch_offset=100)])]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fetch_api, "_read_all", read_all)
+        asyncio.run(fetch_api.fetch(server, SimpleNamespace(peer=f"{A[1]}:5000"), request))
+    # held until a commit covers what it served; its fetch offset no longer once read
+    assert seen + [_committed_with_hold(monkeypatch, served), served.held("g", "t", "loc", {0: 200})] == \
+        [{0: 100}, {0: 100}, {}]
