@@ -8,6 +8,7 @@ the first time a marker is written (docs/design.md, Transactions)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -29,8 +30,7 @@ CONTROL_COLUMN = "control"  # "commit" / "abort" on a marker; null on a record
 
 
 def has_control_column(txn) -> bool:
-    import json
-
+    """Whether the log of ``txn`` (as of its read version) has the ``control`` column."""
     return any(f["name"] == CONTROL_COLUMN for f in json.loads(txn.schema_json())["fields"])
 
 

@@ -139,3 +139,25 @@ def test_an_append_racing_the_markers_retries_and_is_refused(log, monkeypatch):
         log.append_rows(rows("tx", 0, ["late"], first_seq=1), 2, {"tx": 0}, transactional={"tx": 0})
     assert raced == [{0: 1}] and log.log_end_offsets() == {0: 2, 1: 0}
     assert [r[CONTROL_COLUMN] for r in read_back(log) if r["partition"] == 0] == [None, "abort"]
+
+
+def test_markers_in_a_log_of_an_earlier_release_whose_values_are_not_null(tmp_path):
+    """A log made before tombstones (value NOT NULL) and before markers: the first marker adds the
+    control column, writes an empty value, and ordinary appends go on."""
+    from pyspark.sql.types import StructField, StructType
+
+    from log_store.table_create import create_table
+    from log_store.topic_log import RECORD_SCHEMA
+
+    old = StructType([StructField(f.name, f.dataType, False) if f.name == "value" else f for f in RECORD_SCHEMA.fields])
+    spark = LazySession(lambda: pytest.fail("a JVM was started"))
+    path = str(tmp_path / "old")
+    create_table(spark, path, old, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
+    log = TopicLog(spark, path)
+    log.ensure_log_ends([0])
+    log.append_rows(rows("tx", 0, ["a"]), 1, {"tx": -1}, transactional={"tx": 0})
+    assert write_markers(log, "tx", 0, True, [0], 1) == {0: 1}
+    log.append_rows(rows("plain", 0, ["b"]), 1, {"plain": -1})
+    assert [(r["offset"], r["value"], r[CONTROL_COLUMN]) for r in read_back(log)] == \
+        [(0, b"a", None), (1, b"", "commit"), (2, b"b", None)]
+    assert not log.keeps_null_values() and not spark.started
