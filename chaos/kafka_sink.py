@@ -95,7 +95,11 @@ class DeltaSink:
         for attempt in range(ATTEMPTS):
             table = DeltaTable(self.path)
             held = self._positions(table, {r.partition for r in records})
-            fresh = [r for r in records if r.offset >= held.get(r.partition, -1)]
+            fresh, at = [], dict(held)  # each offset once: a client reset to an earlier offset repeats records in one batch
+            for r in records:
+                if r.offset >= at.get(r.partition, -1):
+                    fresh.append(r)
+                    at[r.partition] = r.offset + 1
             if not fresh:
                 return {}
             ranges: dict[int, tuple[int, int]] = {}

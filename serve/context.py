@@ -55,6 +55,12 @@ class TopicView:
                 if pm.mode is Mode.READ_WRITE and p < meta.undeleted_partition_count]
 
 
+def _newer(kept: TopicView, read: TopicView) -> bool:
+    """Whether ``kept`` shows the same log as ``read`` at a later snapshot."""
+    return (kept.record.location == read.record.location and kept.log_id == read.log_id
+            and kept.snapshot.version > read.snapshot.version)
+
+
 class ServeContext:
     """One server's shared state; blocking calls go through ``run`` (the thread pool)."""
 
@@ -118,6 +124,9 @@ class ServeContext:
             raise TopicDeletedError(f"topic '{topic}' was deleted")
         view = TopicView(record, snap, topic_id, first, log_id)
         with self._lock:
+            kept = self._views.get(topic)
+            if kept is not None and _newer(kept[0], view):  # another thread read a later snapshot meanwhile:
+                return kept[0]  # views only move forward (a fetch judged by an older one is answered out of range)
             self._views[topic] = (view, time.monotonic())
             self._ids[topic] = topic_id
         return view

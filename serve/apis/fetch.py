@@ -85,13 +85,13 @@ def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int
 
 
 def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                holder: tuple[tuple[str, str], list[str]] = (("", ""), [])) -> list[_Part]:
+                holder: tuple[tuple[str, str], list[str]] = (("", ""), []), fresh: bool = False) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
     groups whose resize gates hold the fetching client (``serve.gates``); ``holder``: the client's
     id and host, and the groups it is a member of now, recorded as holding what it is served
-    (``serve.held``)."""
+    (``serve.held``). ``fresh``: the topic looked at again (a fetch past a cached view's end)."""
     try:
-        view = server.ctx.view(topic, max_age=server.settings.fetch_poll_ms / 1000)
+        view = server.ctx.view(topic, max_age=0 if fresh else server.settings.fetch_poll_ms / 1000)
     except UnknownTopicError:
         return [_Part(p.partition, "UNKNOWN_TOPIC_OR_PARTITION") for p in wanted]
     except LOST_ROOT:  # its log's root lost: the client asks again (after an election, the new leader's log)
@@ -114,6 +114,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         # in range up to the leader's log end, as Kafka's: a replicated topic's high watermark can step
         # back under a client's position (an in-sync root unreadable, a root starting to join)
         if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
+            if p.fetch_offset > part.log_start and not fresh:  # past a cached view's end: look again first
+                return _read_topic(server, topic, wanted, budget, groups, holder, fresh=True)
             part.error = "OFFSET_OUT_OF_RANGE"
             if p.fetch_offset < part.log_start:
                 cut[p.partition] = p.fetch_offset

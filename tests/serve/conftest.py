@@ -105,6 +105,15 @@ class ServerProcess:
             self.proc.wait(60)
 
 
+def keys_across_a_grow(staying: int) -> tuple[list[bytes], bytes]:
+    """``staying`` keys that stay in partition 0 when one partition grows to two, and one key the
+    grow moves to partition 1 (the gate tests' keys)."""
+    from log_store.partitioner import partition_for
+
+    names = [b"k%d" % i for i in range(100)]
+    return [k for k in names if partition_for(k, 2) == 0][:staying], next(k for k in names if partition_for(k, 2) == 1)
+
+
 def poll_committing(consumer, count: int, seconds: float = 40) -> list[tuple[int, int]]:
     """(partition, offset) of up to ``count`` records a confluent-kafka ``consumer`` polls within
     ``seconds``, committing each one's offset + 1 after it, as an application that commits after

@@ -12,8 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
-from log_store.partitioner import partition_for
-from tests.serve.conftest import bootstrap, poll_into, two_members
+from tests.serve.conftest import bootstrap, keys_across_a_grow, poll_into, two_members
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -28,9 +27,7 @@ def test_a_gate_stays_shut_while_a_member_holds_records_below_a_raised_log_start
     boot = bootstrap(served)
     served.ctx.admin.create("t", 1)
     ctl = TopicController(spark, root)
-    names = [b"k%d" % i for i in range(100)]
-    stays = [k for k in names if partition_for(k, 2) == 0][:3]
-    moved = next(k for k in names if partition_for(k, 2) == 1)
+    stays, moved = keys_across_a_grow(3)
     producer = Producer({"bootstrap.servers": boot})
 
     def send(key: bytes) -> None:
@@ -72,9 +69,7 @@ def test_a_gate_stays_shut_while_a_member_holds_a_moved_keys_tombstone_that_comp
     served.ctx.admin.create("t", 1)
     ctl = TopicController(spark, root)
     ctl.alter_config("t", ["cleanup.policy=compact", "min.cleanable.dirty.ratio=0", "delete.retention.ms=0"])
-    names = [b"k%d" % i for i in range(100)]
-    stays = [k for k in names if partition_for(k, 2) == 0][:2]
-    moved = next(k for k in names if partition_for(k, 2) == 1)
+    stays, moved = keys_across_a_grow(2)
     producer = Producer({"bootstrap.servers": boot})
 
     def send(key: bytes, value: bytes | None) -> None:

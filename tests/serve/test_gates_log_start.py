@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from control_plane.controller import TopicController
-from log_store.partitioner import partition_for
-from tests.serve.conftest import bootstrap, poll_committing
+from tests.serve.conftest import bootstrap, keys_across_a_grow, poll_committing
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -23,9 +22,7 @@ def test_a_kafka_group_that_never_committed_passes_a_grow_whose_pre_grow_records
     boot = bootstrap(served)
     served.ctx.admin.create("t", 1)
     ctl = TopicController(spark, root)
-    names = [b"k%d" % i for i in range(100)]
-    stays = [k for k in names if partition_for(k, 2) == 0][:4]
-    moved = next(k for k in names if partition_for(k, 2) == 1)
+    stays, moved = keys_across_a_grow(4)
     producer = Producer({"bootstrap.servers": boot})
 
     def send(key: bytes) -> None:

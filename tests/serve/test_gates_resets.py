@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from control_plane.controller import TopicController
-from log_store.partitioner import partition_for
-from tests.serve.conftest import bootstrap, poll_committing, poll_into, two_members
+from tests.serve.conftest import bootstrap, keys_across_a_grow, poll_committing, poll_into, two_members
 
 pytestmark = pytest.mark.kafka_clients
 
@@ -26,9 +25,7 @@ def test_a_group_whose_offsets_were_reset_after_it_passed_a_grow_is_held_at_the_
     boot = bootstrap(served)
     served.ctx.admin.create("t", 1)
     ctl = TopicController(spark, root)
-    names = [b"k%d" % i for i in range(100)]
-    stays = [k for k in names if partition_for(k, 2) == 0][:2]
-    moved = next(k for k in names if partition_for(k, 2) == 1)
+    stays, moved = keys_across_a_grow(2)
     producer = Producer({"bootstrap.servers": boot})
     for key in (stays[0], moved, stays[1]):  # partition 0: offsets 0-2 before the grow, the moved key at 1
         producer.produce("t", key=key, value=key)

@@ -63,6 +63,16 @@ def test_a_batch_the_sink_holds_already_writes_nothing(tmp_path):
     assert sorted(r["offset"] for r in read_changes(str(tmp_path / "sink"))) == list(range(8))
 
 
+def test_a_batch_read_again_after_a_reset_to_an_earlier_offset_takes_each_record_once(tmp_path):
+    # proves: a client reset to an earlier offset (an OFFSET_OUT_OF_RANGE answer, seed 4002) hands
+    # one batch its prefetched records and the same ones read again: each offset reaches the sink once
+    sink = DeltaSink(str(tmp_path / "sink"), "g", "t", "m1")
+    sink.ensure()
+    assert sink.write(_records(0, 0, 3)) == {0: (0, 3)}
+    assert sink.write(_records(0, 3, 6) + _records(0, 0, 7)) == {0: (3, 7)}
+    assert sorted(r["offset"] for r in read_changes(str(tmp_path / "sink"))) == list(range(7))
+
+
 def test_a_records_value_names_its_producer_and_sequence():
     assert named_by_value(b"kp:17") == ("kp", 17)
     assert named_by_value(b"team.a:kp:3") == ("team.a:kp", 3)
