@@ -59,6 +59,7 @@ from log_store.log_metadata import (
 from log_store.names import log_end_app_id, commit_metadata
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes, check_kind
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
+from log_store.txn_marks import CONTROL_COLUMN, marks_by_partition
 
 T = TypeVar("T")
 
@@ -75,6 +76,17 @@ RECORD_SCHEMA = StructType(
         StructField("sequence", LongType(), True),
     ]
 )
+# A log's columns: its records' and ``control``, which tells a transaction's marker (a control
+# record, docs/design.md, Transactions) from a record. A log has it from its creation; one of an
+# earlier release gets it added by its first marker (``txn_markers.ensure_control_column``).
+CONTROL_FIELD = StructField(CONTROL_COLUMN, StringType(), True)
+
+
+def log_schema(records: StructType) -> StructType:
+    """A new log's schema: the ``records`` columns, then ``control``."""
+    return StructType([*records.fields, CONTROL_FIELD])
+
+
 # The columns Delta keeps statistics for in each written file: the append counts records and
 # checks offsets and sequences from them, and reads skip files by offset, timestamp and epoch.
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
@@ -137,7 +149,8 @@ class TopicLog:
             **(properties or {}),
         }
         # A racing creator's table is found made; the caller compares its metadata.
-        create_table(spark, path, RECORD_SCHEMA, properties, None if arrival else "partition", "the log table")
+        create_table(spark, path, log_schema(RECORD_SCHEMA), properties, None if arrival else "partition",
+                     "the log table")
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
         return log
@@ -294,6 +307,7 @@ class TopicLog:
             log_starts=log_starts(known, meta.partitions), cleaned=cleaned_offsets(known, meta.partitions),
             layout=layout_of(conf),
             timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, meta.partitions),
+            txn_marks=marks_by_partition(known) if ends else None,
         )
 
     def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, NamedTuple
 
+CONTROL_COLUMN = "control"  # a log row's: "commit" / "abort" on a marker (a control record); null on a record
 TXN_MARK_PREFIX = "lakelog.txn.mark."
 TXN_EPOCH_PREFIX = "lakelog.txn.epoch."
 
@@ -50,6 +51,24 @@ def last_stable_offset(marks: Mapping[str, int], end: int) -> int:
     its end (a read_committed reader reads below it only)."""
     firsts = [f for f in (open_since(m) for m in marks.values()) if f is not None]
     return min([end, *firsts])
+
+
+def marks_by_partition(known: Mapping[str, int]) -> dict[int, dict[str, int]]:
+    """Partition -> producer id -> mark of every transactional producer, from a log snapshot's
+    application versions (``known``), in one pass; partitions with none are absent."""
+    out: dict[int, dict[str, int]] = {}
+    for app_id, mark in known.items():
+        if app_id.startswith(TXN_MARK_PREFIX):
+            partition, _, producer = app_id[len(TXN_MARK_PREFIX):].partition(".")
+            out.setdefault(int(partition), {})[producer] = mark
+    return out
+
+
+def closed_without_marker(mark: int | None, end: int) -> int | None:
+    """The mark that ends, without a control row, a transaction open in a retired partition whose
+    log ends at ``end`` (its rows are purged: nothing is left for a marker to decide); None when
+    none is open. Above the open mark (its first offset is below ``end``), as marks must rise."""
+    return None if open_since(mark) is None else closed_mark(end - 1)
 
 
 def append_refusal(partition_epoch: int | None, epoch: int) -> str | None:

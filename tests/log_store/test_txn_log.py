@@ -6,6 +6,7 @@ may not start (using it fails the test), as under ``LAKELOG_NO_JVM=1``."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,12 +15,12 @@ import pytest
 from deltalake import DeltaTable
 
 from log_store.errors import ProducerFencedError
-from log_store.log_metadata import TopicLogMetadata
+from log_store.log_metadata import Mode, TopicLogMetadata
 from log_store.session import LazySession
 from log_store.topic_log import TopicLog
 from log_store.txn_markers import CONTROL_COLUMN, write_markers
-from log_store.txn_marks import (Marker, Row, closed_mark, committed_view, open_mark, txn_epoch_app_id,
-                                 txn_mark_app_id)
+from log_store.txn_marks import (Marker, Row, closed_mark, committed_view, open_mark, open_since,
+                                 txn_epoch_app_id, txn_mark_app_id)
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -161,3 +162,72 @@ def test_markers_in_a_log_of_an_earlier_release_whose_values_are_not_null(tmp_pa
     assert [(r["offset"], r["value"], r[CONTROL_COLUMN]) for r in read_back(log)] == \
         [(0, b"a", None), (1, b"", "commit"), (2, b"b", None)]
     assert not log.keeps_null_values() and not spark.started
+
+
+def commit_actions(log: TopicLog) -> list[set[str]]:
+    """The kinds of action of each commit file of the log, by version."""
+    folder = Path(log.path) / "_delta_log"
+    return [{next(iter(json.loads(line))) for line in f.read_text().splitlines() if line.strip()}
+            for f in sorted(folder.glob("*.json"))]
+
+
+def test_a_new_log_has_the_control_column_so_its_markers_change_no_schema(log):
+    """Both layouts: ``control`` is in version 0's schema, and a marker is one commit of rows and
+    marks, never a metadata commit that every open append would conflict with."""
+    assert CONTROL_COLUMN in DeltaTable(log.path, version=0).schema().to_arrow().names
+    log.append_rows(rows("tx", 0, ["a"]), 2, {"tx": -1}, transactional={"tx": 0})
+    before = len(commit_actions(log))
+    assert write_markers(log, "tx", 0, True, [0], 2) == {0: 1}
+    after = commit_actions(log)
+    assert len(after) == before + 1 and "metaData" not in after[-1] and "add" in after[-1]
+    assert not any("metaData" in kinds for kinds in after[1:]), "no schema change after version 0"
+
+
+def test_a_log_of_an_earlier_release_gets_the_column_once(tmp_path):
+    from log_store.table_create import create_table
+    from log_store.topic_log import RECORD_SCHEMA
+
+    spark = LazySession(lambda: pytest.fail("a JVM was started"))
+    path = str(tmp_path / "old")
+    create_table(spark, path, RECORD_SCHEMA, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
+    old = TopicLog(spark, path)
+    old.ensure_log_ends([0])
+    assert CONTROL_COLUMN not in DeltaTable(path).schema().to_arrow().names
+    for epoch in range(3):
+        old.append_rows(rows("tx", 0, ["a"], first_seq=epoch), 1, {"tx": epoch - 1}, transactional={"tx": epoch})
+        write_markers(old, "tx", epoch, epoch % 2 == 0, [0], 1)
+    assert sum("metaData" in kinds for kinds in commit_actions(old)) == 2, "version 0 and the one column added"
+    assert [r[CONTROL_COLUMN] for r in read_back(old)] == [None, "commit", None, "abort", None, "commit"]
+
+
+def with_modes(log: TopicLog, modes: dict[int, Mode]) -> None:
+    meta = log.metadata()
+    log.set_metadata(meta.model_copy(update={"partitions": {
+        p: pm.model_copy(update={"mode": modes.get(p, pm.mode), "end_offset": log.log_end_offsets()[p]
+                                 if p in modes else pm.end_offset}) for p, pm in meta.partitions.items()}}))
+
+
+def test_a_transaction_ends_in_a_marked_partition_with_a_marker_and_in_a_retired_one_without(log):
+    """A transaction must always be endable: a marked (ReadOnly) partition takes its marker past
+    the final log end; a retired one, whose rows are purged, has its mark closed and its epoch
+    raised with no row; a partition the topic does not have is left alone."""
+    log.append_rows(pa.concat_tables([rows("tx", 0, ["a"]), rows("tx", 1, ["b"], first_seq=1)]), 2, {"tx": -1},
+                    transactional={"tx": 5})
+    with_modes(log, {0: Mode.READ_ONLY, 1: Mode.NONE})
+    assert write_markers(log, "tx", 5, False, [0, 1, 7], 2) == {0: 1, 1: None, 7: None}
+    known = log.app_versions()
+    assert known[txn_mark_app_id("tx", 0)] == closed_mark(1) and open_since(known[txn_mark_app_id("tx", 1)]) is None
+    assert known[txn_epoch_app_id("tx", 0)] == known[txn_epoch_app_id("tx", 1)] == 6
+    assert log.log_end_offsets() == {0: 2, 1: 1}, "the retired partition's log end did not move"
+    assert [(r["partition"], r["offset"], r[CONTROL_COLUMN]) for r in read_back(log)] == \
+        [(0, 0, None), (0, 1, "abort"), (1, 0, None)]
+    assert write_markers(log, "tx", 5, False, [0, 1], 2) == {0: None, 1: None}, "ended: nothing more"
+
+
+def test_a_retired_partition_alone_ends_in_a_commit_of_marks(log):
+    log.append_rows(rows("tx", 1, ["b"]), 2, {"tx": -1}, transactional={"tx": 0})
+    with_modes(log, {1: Mode.NONE})
+    files = {f for f in on_disk(log) if not f.startswith("_delta_log")}
+    assert write_markers(log, "tx", 0, True, [1], 2) == {1: None}
+    assert open_since(log.app_versions()[txn_mark_app_id("tx", 1)]) is None
+    assert {f for f in on_disk(log) if not f.startswith("_delta_log")} == files, "no data file written"
