@@ -105,20 +105,37 @@ class Row(NamedTuple):
     transactional: bool
 
 
+class AbortedSpan(NamedTuple):
+    """An aborted transaction of ``producer`` in one partition: its rows are the producer's at
+    offsets in (``after``, ``marker``): after the producer's previous marker (-1: none known),
+    before the abort marker (Kafka's AbortedTransaction, its first offset as the marker before)."""
+
+    producer: str
+    after: int
+    marker: int
+
+
+def aborted_spans(markers: Iterable[Marker]) -> list[AbortedSpan]:
+    """Each abort among ``markers`` (one partition's, from some offset on) as the span of offsets
+    its transaction's rows lie in: a transactional producer's rows belong to the transaction its
+    next marker ends."""
+    previous: dict[str, int] = {}
+    out = []
+    for m in sorted(markers):
+        if not m.commit:
+            out.append(AbortedSpan(m.producer, previous.get(m.producer, -1), m.offset))
+        previous[m.producer] = m.offset
+    return out
+
+
 def aborted_below(markers: Iterable[Marker], rows: Iterable[Row]) -> set[int]:
     """The offsets of rows that aborted transactions wrote: each transactional row whose
-    producer's next marker after it is an abort."""
-    ends: dict[str, list[Marker]] = {}
-    for m in sorted(markers):
-        ends.setdefault(m.producer, []).append(m)
-    out = set()
-    for r in rows:
-        if not r.transactional:
-            continue
-        after = next((m for m in ends.get(r.producer, []) if m.offset > r.offset), None)
-        if after is not None and not after.commit:
-            out.add(r.offset)
-    return out
+    producer's next marker after it is an abort (``aborted_spans``)."""
+    spans: dict[str, list[AbortedSpan]] = {}
+    for span in aborted_spans(markers):
+        spans.setdefault(span.producer, []).append(span)
+    return {r.offset for r in rows if r.transactional
+            and any(s.after < r.offset < s.marker for s in spans.get(r.producer, ()))}
 
 
 def committed_view(rows: Iterable[Row], markers: Iterable[Marker], marks: Mapping[str, int], end: int,
