@@ -11,7 +11,9 @@ on the range is *dirty*.
 
 Within the range a record survives iff no later record of its key is in the range: each key's
 latest record, at its own offset (offsets stay, with gaps). A record with a null key has nothing
-to be superseded by and is kept. A tombstone (a null value) survives while it is its key's
+to be superseded by and is kept; so is a transaction's marker (a control row, whose key is null),
+and it is no tombstone: only a keyed record's null value is. The range ends below the partition's
+last stable offset (``key_compaction``): an open transaction's record supersedes nothing. A tombstone (a null value) survives while it is its key's
 latest, until ``delete.retention.ms`` after the cleaning that first passed it (KIP-534's delete
 horizon), kept per file in its ``lakelog.cleaned`` tag.
 
@@ -90,6 +92,12 @@ def due(files: list[DataFile], cleaned: int, now_ms: int, cleaner: Cleaner) -> s
     if any(expired_tombstones(f, now_ms, cleaner.delete_retention_ms) for f in files):
         return "tombstones past delete.retention.ms"
     return None
+
+
+def keyed_tombstones(rows: pa.Table) -> pa.Array:
+    """Which ``rows`` are tombstones that expire: a null value under a key. A null-keyed row (a
+    transaction's marker among them) is kept whatever its value, so it dates no delete horizon."""
+    return pc.and_(pc.is_null(rows.column("value")), pc.is_valid(rows.column("key")))
 
 
 def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:

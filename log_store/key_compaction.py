@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from log_store import commits, rs_reader
-from log_store.cleaning import Cleaner, cleanable_end, due, range_files, rewrites, survivors
+from log_store.cleaning import Cleaner, cleanable_end, due, keyed_tombstones, range_files, rewrites, survivors
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
@@ -51,6 +51,7 @@ from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
 from log_store.rs_engine import RsTransaction
+from log_store.txn_marks import last_stable_offset, marks_by_partition
 
 
 class KeyCompaction(BaseModel):
@@ -104,15 +105,19 @@ class _Due(BaseModel):
 
 def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
             cleaner: Cleaner, now: int) -> dict[int, _Due]:
-    """Each readable partition's cleanable range, ``reason`` empty where cleaning is not due."""
+    """Each readable partition's cleanable range, ``reason`` empty where cleaning is not due. It
+    ends below the last stable offset, as Kafka's cleaner stops at the first unstable one: an open
+    transaction's record supersedes nothing until its transaction commits."""
     out: dict[int, _Due] = {}
+    marks = marks_by_partition(known)
     for p, pm in sorted(meta.partitions.items()):
         if pm.mode is Mode.NONE:
             continue
         start = max(pm.start_offset, known.get(log_start_app_id(p), 0))
         cleaned = max(start, known.get(cleaned_app_id(p), start))
         fs = files.get(p, [])
-        end = cleanable_end(fs, start, log_end(known, p, pm.start_offset), now, cleaner.min_lag_ms)
+        stable = last_stable_offset(marks.get(p, {}), log_end(known, p, pm.start_offset))
+        end = cleanable_end(fs, start, stable, now, cleaner.min_lag_ms)
         found = range_files(fs, start, end)
         out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=due(found, cleaned, now, cleaner) or "")
     return out
@@ -227,7 +232,7 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
     keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier)
     offsets = rows.column("offset").to_numpy()
-    tombstone = pc.is_null(rows.column("value")).to_numpy(zero_copy_only=False)
+    tombstone = keyed_tombstones(rows).to_numpy(zero_copy_only=False)
     mask = keep.to_numpy(zero_copy_only=False)
     kept = [int(mask[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
     dead = [int((mask & tombstone)[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
@@ -240,7 +245,7 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         gone.extend(r.files)
         if not part.num_rows:
             continue
-        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(pc.is_null(part.column("value"))).as_py() or 0)}
+        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(keyed_tombstones(part)).as_py() or 0)}
         if arrival:
             first, last = part.column("offset")[0].as_py(), part.column("offset")[-1].as_py()
             tags[RANGES_TAG] = encode_ranges({partition: (first, last, part.num_rows)})
