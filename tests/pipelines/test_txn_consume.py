@@ -53,17 +53,17 @@ def rows(producer: str, partition: int, values: list[str], first_seq: int = 0) -
 class Producers:
     """Appends of plain and transactional producers to the log, each numbering its own sequences."""
 
-    def __init__(self, log) -> None:
-        self.log, self.marks = log, {}
+    def __init__(self, log, count: int = 2) -> None:
+        self.log, self.count, self.marks = log, count, {}
 
     def send(self, producer: str, partition: int, values: list[str], epoch: int | None = None) -> None:
         mark = self.marks.get(producer, -1)
-        self.log.append_rows(rows(producer, partition, values, mark + 1), 2, {producer: mark},
+        self.log.append_rows(rows(producer, partition, values, mark + 1), self.count, {producer: mark},
                              transactional=None if epoch is None else {producer: epoch})
         self.marks[producer] = mark + len(values)
 
     def end(self, producer: str, epoch: int, commit: bool, partitions: list[int]) -> dict:
-        return write_markers(self.log, producer, epoch, commit, partitions, 2)
+        return write_markers(self.log, producer, epoch, commit, partitions, self.count)
 
 
 def root_of(log) -> str:
