@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from log_store.topic_log import TopicLog
 
 
-
 def has_control_column(txn) -> bool:
     """Whether the log of ``txn`` (as of its read version) has the ``control`` column."""
     return any(f["name"] == CONTROL_COLUMN for f in json.loads(txn.schema_json())["fields"])

@@ -16,26 +16,19 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from log_store.errors import InvalidConfigurationError
 from log_store.txn_marks import CONTROL_COLUMN, AbortedSpan, Marker, aborted_spans
 
 if TYPE_CHECKING:
     from log_store.log_metadata import LogSnapshot
     from log_store.topic_log import TopicLog
 
-READ_UNCOMMITTED = "read_uncommitted"  # Kafka's default: every record, open and aborted ones too
+# Kafka's isolation levels: "read_uncommitted" (the default) delivers every record, open and
+# aborted transactions' too; this one stops at the last stable offset and drops aborted ones.
 READ_COMMITTED = "read_committed"
-ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 Ranges = Mapping[int, tuple[int, int]]
 Spans = Mapping[int, list[AbortedSpan]]
 LOG_END = 2**62  # an offset past any log's end: a read "to the end" of a snapshot
-
-
-def check_isolation_level(level: str) -> str:
-    if level not in ISOLATION_LEVELS:
-        raise InvalidConfigurationError(f"unknown isolation level {level!r}: give {' or '.join(ISOLATION_LEVELS)}")
-    return level
 
 
 def records_predicate(quote: str = '"') -> str:
