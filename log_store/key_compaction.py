@@ -51,7 +51,9 @@ from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, log_start_app_id
 from log_store.rs_engine import RsTransaction
-from log_store.txn_marks import last_stable_offset, marks_by_partition
+from log_store.txn_markers import has_control_column
+from log_store.txn_marks import CONTROL_COLUMN, AbortedSpan, last_stable_offset, marks_by_partition
+from log_store.txn_reads import LOG_END, MARKER_COLUMNS, aborted_rows, markers_of, spans_of
 
 
 class KeyCompaction(BaseModel):
@@ -182,6 +184,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         return []
     ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
     rows = _read(spark, txn, path, ranges)
+    aborted = _aborted(spark, txn, path, ranges, known)
     arrival = meta_layout(txn) == ARRIVAL
     results, removed = [], []
     for p in chosen:
@@ -192,7 +195,8 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         if mine is not None and mine.num_rows != before:
             raise OffsetCheckError(f"key compaction of partition {p} read {mine.num_rows} records from files holding "
                                    f"{before}; nothing was committed. This is a bug in lakelog")
-        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival, topic)
+        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival, topic,
+                                          aborted.get(p, []))
         removed.extend(gone)
         results.append(dict(partition=p, reason=d.reason, records_before=before,
                             records_after=before - sum(f.records for f in gone) + kept_rows,
@@ -219,8 +223,21 @@ def _read(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]
     return to_arrow(log.where(where or "false")).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
+def _aborted(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]],
+             known: dict[str, int]) -> dict[int, list[AbortedSpan]]:
+    """The aborted transactions of the partitions in ``ranges`` that transactions wrote to, from
+    their abort markers from each range's start to the log end (``txn_reads``)."""
+    marks = marks_by_partition(known)
+    wanted = {p: (a, LOG_END) for p, (a, _b) in ranges.items() if p in marks}
+    if not wanted or not has_control_column(txn):
+        return {}
+    found = _read(spark, txn, path, wanted, MARKER_COLUMNS)
+    return spans_of(markers_of(found.filter(pc.is_valid(found.column(CONTROL_COLUMN)))))
+
+
 def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, now: int, cleaner: Cleaner,
-             target_bytes: int, arrival: bool, topic: _Topic | None) -> tuple[int, list[DataFile], int]:
+             target_bytes: int, arrival: bool, topic: _Topic | None,
+             aborted: list[AbortedSpan] = ()) -> tuple[int, list[DataFile], int]:
     """Write the survivors of the files ``cleaning.rewrites`` picks; return the records kept in
     them, the files they replace and how many files were written."""
     if rows is None or rows.num_rows == 0:
@@ -230,7 +247,8 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(),
                    topic.barriers)
         later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
-    keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier)
+    keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier,
+                     aborted_rows(rows, list(aborted)) if aborted else None)
     offsets = rows.column("offset").to_numpy()
     tombstone = keyed_tombstones(rows).to_numpy(zero_copy_only=False)
     mask = keep.to_numpy(zero_copy_only=False)

@@ -89,5 +89,18 @@ def aborted_in(log: "TopicLog", ranges: Ranges, snap: "LogSnapshot", quote: str 
     return aborted_predicate(spans_of(markers_of(found)), quote)
 
 
+def aborted_rows(rows: pa.Table, spans: list[AbortedSpan]) -> pa.Array:
+    """Which of one partition's ``rows`` (``offset``, ``producer_id``) the aborted transactions of
+    ``spans`` wrote: the same rule as ``aborted_predicate``, on rows in memory."""
+    import pyarrow.compute as pc
+
+    out = pa.array([False] * rows.num_rows, pa.bool_())
+    offsets, producers = rows.column("offset"), rows.column("producer_id")
+    for s in spans:
+        hit = pc.and_(pc.equal(producers, s.producer), pc.and_(pc.greater(offsets, s.after), pc.less(offsets, s.marker)))
+        out = pc.or_(out, pc.fill_null(hit, False))
+    return out
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
