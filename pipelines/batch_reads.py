@@ -74,4 +74,11 @@ class BatchReads:
             if snap.dense_from(p) > s:
                 gappy[p] = (s, min(snap.dense_from(p), e))
             dense += max(0, e - max(s, snap.dense_from(p)))
-        return dense + (self.records(log, gappy, snap, ["offset"]).num_rows if gappy else 0)
+        if not gappy:
+            return dense
+        here, storage = delta_rs_reads(self.spark, log.path)
+        if here:
+            return dense + rs_reader.log_ranges(log.path, snap.version, gappy, ["offset"], storage, records_only=True,
+                                                exclude=self.aborted(log, gappy, snap, '"')).num_rows
+        return dense + log.read(dict(gappy), ordered=False, version=snap.version,
+                                exclude=self.aborted(log, gappy, snap, "`")).count()
