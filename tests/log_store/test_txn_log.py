@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 
 from log_store.errors import ProducerFencedError
 from log_store.log_metadata import Mode, TopicLogMetadata
+from log_store.rs_reader import arrow_table
 from log_store.session import LazySession
 from log_store.topic_log import TopicLog
 from log_store.txn_markers import CONTROL_COLUMN, write_markers
@@ -181,6 +182,8 @@ def test_a_new_log_has_the_control_column_so_its_markers_change_no_schema(log):
     after = commit_actions(log)
     assert len(after) == before + 1 and "metaData" not in after[-1] and "add" in after[-1]
     assert not any("metaData" in kinds for kinds in after[1:]), "no schema change after version 0"
+    adds = arrow_table(DeltaTable(log.path).get_add_actions(flatten=True)).to_pydict()
+    assert sorted(adds["null_count.control"]) == [0, 1], "its null count kept: a search for markers skips files"
 
 
 def test_a_log_of_an_earlier_release_gets_the_column_once(tmp_path):
