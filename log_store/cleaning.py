@@ -11,7 +11,10 @@ on the range is *dirty*.
 
 Within the range a record survives iff no later record of its key is in the range: each key's
 latest record, at its own offset (offsets stay, with gaps). A record with a null key has nothing
-to be superseded by and is kept. A tombstone (a null value) survives while it is its key's
+to be superseded by and is kept; so is a transaction's marker (a control row, whose key is null),
+and it is no tombstone: only a keyed record's null value is. The range ends below the partition's
+last stable offset (``key_compaction``): an open transaction's record supersedes nothing; an
+aborted transaction's records go, and supersede nothing either. A tombstone (a null value) survives while it is its key's
 latest, until ``delete.retention.ms`` after the cleaning that first passed it (KIP-534's delete
 horizon), kept per file in its ``lakelog.cleaned`` tag.
 
@@ -100,6 +103,12 @@ def dirty_due(files: list[DataFile], since: int, now_ms: int, cleaner: Cleaner) 
     return None
 
 
+def keyed_tombstones(rows: pa.Table) -> pa.Array:
+    """Which ``rows`` are tombstones that expire: a null value under a key. A null-keyed row (a
+    transaction's marker among them) is kept whatever its value, so it dates no delete horizon."""
+    return pc.and_(pc.is_null(rows.column("value")), pc.is_valid(rows.column("key")))
+
+
 def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:
     """The index in ``files`` (by first offset, disjoint) of the file holding each offset."""
     import numpy as np
@@ -109,7 +118,8 @@ def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:
 
 
 def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retention_ms: int,
-              later: pa.Array | None = None, earlier: pa.Array | None = None) -> pa.Array:
+              later: pa.Array | None = None, earlier: pa.Array | None = None,
+              aborted: pa.Array | None = None) -> pa.Array:
     """Which of one partition's ``rows`` (``offset``, ``key``, ``value``: every record of the range
     ``files``) survive: each key's latest record, every record with a null key, and no tombstone
     past its file's delete horizon. A boolean per row.
@@ -117,12 +127,20 @@ def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retenti
     Across partitions (``key_order.elsewhere``, per row): a row whose key has a record of a later
     era in another partition (``later``) is superseded by it; a tombstone whose key still has a
     record of an earlier era in another partition (``earlier``) stays past its horizon, or a
-    reader would get that record as the key's latest."""
+    reader would get that record as the key's latest.
+
+    ``aborted`` (per row): the records of aborted transactions, which go and supersede nothing, as
+    Kafka's cleaner discards them (a read_committed reader would otherwise lose the key's latest
+    committed record to one it never delivers)."""
     offsets, keys = rows.column("offset").combine_chunks(), rows.column("key").combine_chunks()
     if rows.num_rows == 0:
         return pa.array([], pa.bool_())
-    latest = pa.table({"key": keys, "offset": offsets}).group_by("key").aggregate([("offset", "max")])
+    live = pa.table({"key": keys, "offset": offsets})
+    live = live if aborted is None else live.filter(pc.invert(aborted))
+    latest = live.group_by("key").aggregate([("offset", "max")])
     kept = pc.or_(pc.is_null(keys), pc.is_in(offsets, value_set=latest.column("offset_max")))
+    if aborted is not None:
+        kept = pc.and_(kept, pc.invert(aborted))
     if later is not None:
         kept = pc.and_(kept, pc.invert(later))
     horizon_passed = pa.array([expired_tombstones(f, now_ms, delete_retention_ms) for f in files], pa.bool_())

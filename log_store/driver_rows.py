@@ -11,8 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from log_store.errors import InvalidPartitionMetadataError, InvalidRecordError, StaleProducerSequenceError
+from log_store.errors import (InvalidPartitionMetadataError, InvalidRecordError, ProducerFencedError,
+                              StaleProducerSequenceError)
 from log_store.names import producer_app_id
+from log_store.txn_marks import append_refusal, open_mark, open_since, txn_epoch_app_id, txn_mark_app_id
 
 # What a caller hands to ``TopicLog.append_rows`` (as ``PRODUCER_COLUMNS``; the append adds
 # ``offset`` and ``leader_epoch``).
@@ -91,3 +93,34 @@ def number_rows(rows: pa.Table, bases: Mapping[int, int], epochs: Mapping[int, i
     epochs_out = np.empty(len(parts), dtype=np.int32)
     epochs_out[order] = leader_epochs
     return rows.append_column("offset", pa.array(offsets)).append_column("leader_epoch", pa.array(epochs_out))
+
+
+def transaction_marks(rows: pa.Table, known: Mapping[str, int], transactional: Mapping[str, int],
+                      topic: str) -> tuple[dict[str, int], list[str]]:
+    """What an append of numbered ``rows`` moves of the transactional producers' partition state
+    (``log_store.txn_marks``): per partition holding rows of a producer in ``transactional``
+    (producer id -> epoch), its mark opened at its first row there unless already open, and its
+    epoch. Returns (application versions to set, ids the commit must depend on: a marker or
+    another append moving them makes it retry and read them again). Refused with
+    ProducerFencedError, before anything is written, where the partition has seen a higher epoch."""
+    if not transactional or rows.num_rows == 0:
+        return {}, []
+    pids = pa.array(list(transactional), pa.string())
+    mine = rows.select(["producer_id", "partition", "offset"]).filter(pc.is_in(rows.column("producer_id"), pids))
+    if mine.num_rows == 0:
+        return {}, []
+    firsts = mine.group_by(["producer_id", "partition"]).aggregate([("offset", "min")])
+    versions: dict[str, int] = {}
+    depends: list[str] = []
+    for pid, p, first in zip(firsts["producer_id"].to_pylist(), firsts["partition"].to_pylist(),
+                             firsts["offset_min"].to_pylist()):
+        epoch_id, mark_id = txn_epoch_app_id(pid, p), txn_mark_app_id(pid, p)
+        refusal = append_refusal(known.get(epoch_id), transactional[pid])
+        if refusal:
+            raise ProducerFencedError(f"producer {pid} may not append to partition {p} of {topic}: {refusal}. "
+                                      "Nothing was written; a new producer instance must initialise its id again")
+        if open_since(known.get(mark_id)) is None:
+            versions[mark_id] = open_mark(int(first))
+        versions[epoch_id] = int(transactional[pid])
+        depends += [epoch_id, mark_id]
+    return versions, depends

@@ -71,6 +71,12 @@ class StaleProducerSequenceError(RetriableError):
         self.marks = marks or {}
 
 
+class ProducerFencedError(LakelogError):
+    """A transactional producer's append (or a marker's) came at a producer epoch below one the
+    partition has seen for its id: a zombie, or a retry of a transaction that has ended. Not
+    retriable: the producer is fenced; a new instance calls InitProducerId. Nothing was written."""
+
+
 class ConcurrentCommitError(RetriableError):
     """Delta's optimistic concurrency rejected a commit: another writer changed what this one
     read (a partition's log end, the table's metadata, a fence, a MERGE's rows) first. Retry

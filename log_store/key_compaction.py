@@ -53,7 +53,7 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from log_store import commits, rs_reader
-from log_store.cleaning import Cleaner, cleanable_end, dirty_due, due, range_files, rewrites, survivors
+from log_store.cleaning import Cleaner, cleanable_end, dirty_due, due, keyed_tombstones, range_files, rewrites, survivors
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
@@ -66,6 +66,9 @@ from log_store import log_metadata
 from log_store.log_metadata import ARRIVAL, TOPIC_VERSION_PROP, Mode, TopicLogMetadata, log_end
 from log_store.names import cleaned_app_id, judged_app_id, log_start_app_id
 from log_store.rs_engine import RsTransaction
+from log_store.txn_markers import has_control_column
+from log_store.txn_marks import CONTROL_COLUMN, AbortedSpan, last_stable_offset, marks_by_partition
+from log_store.txn_reads import LOG_END, MARKER_COLUMNS, aborted_rows, markers_of, spans_of
 
 
 class KeyCompaction(BaseModel):
@@ -120,8 +123,11 @@ class _Due(BaseModel):
 
 def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dict[str, int],
             cleaner: Cleaner, now: int) -> dict[int, _Due]:
-    """Each readable partition's cleanable range, ``reason`` empty where cleaning is not due."""
+    """Each readable partition's cleanable range, ``reason`` empty where cleaning is not due. It
+    ends below the last stable offset, as Kafka's cleaner stops at the first unstable one: an open
+    transaction's record supersedes nothing until its transaction commits."""
     out: dict[int, _Due] = {}
+    marks = marks_by_partition(known)
     for p, pm in sorted(meta.partitions.items()):
         if pm.mode is Mode.NONE:
             continue
@@ -129,7 +135,8 @@ def _ranges(files: dict[int, list[DataFile]], meta: TopicLogMetadata, known: dic
         cleaned = max(start, known.get(cleaned_app_id(p), start))
         judged = max(start, known.get(judged_app_id(p), start))
         fs = files.get(p, [])
-        end = cleanable_end(fs, start, log_end(known, p, pm.start_offset), now, cleaner.min_lag_ms)
+        stable = last_stable_offset(marks.get(p, {}), log_end(known, p, pm.start_offset))
+        end = cleanable_end(fs, start, stable, now, cleaner.min_lag_ms)
         found = range_files(fs, start, end)
         out[p] = _Due(files=found, start=start, end=end, cleaned=cleaned, reason=due(found, cleaned, now, cleaner) or "",
                       unjudged=dirty_due(found, judged, now, cleaner) or "")
@@ -211,6 +218,7 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         return []
     ranges = {p: (found[p].files[0].first, found[p].end) for p in chosen if found[p].files}
     rows = _read(spark, txn, path, ranges) if ranges else None
+    aborted = _aborted(spark, txn, path, ranges, known)
     arrival = meta_layout(txn) == ARRIVAL
     results, removed = [], []
     for p in chosen:
@@ -221,7 +229,8 @@ def _compact_batch(spark: SparkSession, path: str, cleaner: Cleaner, target_byte
         if mine is not None and mine.num_rows != before:
             raise OffsetCheckError(f"key compaction of partition {p} read {mine.num_rows} records from files holding "
                                    f"{before}; nothing was committed. This is a bug in lakelog")
-        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival, topic)
+        kept_rows, gone, added = _rewrite(txn, p, d.files, mine, now, cleaner, target_bytes, arrival, topic,
+                                          aborted.get(p, []))
         removed.extend(gone)
         results.append(dict(partition=p, reason=d.reason, records_before=before,
                             records_after=before - sum(f.records for f in gone) + kept_rows,
@@ -249,8 +258,21 @@ def _read(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]
     return to_arrow(log.where(where or "false")).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
+def _aborted(spark: SparkSession, txn, path: str, ranges: dict[int, tuple[int, int]],
+             known: dict[str, int]) -> dict[int, list[AbortedSpan]]:
+    """The aborted transactions of the partitions in ``ranges`` that transactions wrote to, from
+    their abort markers from each range's start to the log end (``txn_reads``)."""
+    marks = marks_by_partition(known)
+    wanted = {p: (a, LOG_END) for p, (a, _b) in ranges.items() if p in marks}
+    if not wanted or not has_control_column(txn):
+        return {}
+    found = _read(spark, txn, path, wanted, MARKER_COLUMNS)
+    return spans_of(markers_of(found.filter(pc.is_valid(found.column(CONTROL_COLUMN)))))
+
+
 def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, now: int, cleaner: Cleaner,
-             target_bytes: int, arrival: bool, topic: _Topic | None) -> tuple[int, list[DataFile], int]:
+             target_bytes: int, arrival: bool, topic: _Topic | None,
+             aborted: list[AbortedSpan] = ()) -> tuple[int, list[DataFile], int]:
     """Write the survivors of the files ``cleaning.rewrites`` picks; return the records kept in
     them, the files they replace and how many files were written."""
     if rows is None or rows.num_rows == 0:
@@ -260,9 +282,10 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(),
                    topic.barriers)
         later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
-    keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier)
+    keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier,
+                     aborted_rows(rows, list(aborted)) if aborted else None)
     offsets = rows.column("offset").to_numpy()
-    tombstone = pc.is_null(rows.column("value")).to_numpy(zero_copy_only=False)
+    tombstone = keyed_tombstones(rows).to_numpy(zero_copy_only=False)
     mask = keep.to_numpy(zero_copy_only=False)
     kept = [int(mask[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
     dead = [int((mask & tombstone)[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
@@ -275,7 +298,7 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         gone.extend(r.files)
         if not part.num_rows:
             continue
-        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(pc.is_null(part.column("value"))).as_py() or 0)}
+        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(keyed_tombstones(part)).as_py() or 0)}
         if arrival:
             first, last = part.column("offset")[0].as_py(), part.column("offset")[-1].as_py()
             tags[RANGES_TAG] = encode_ranges({partition: (first, last, part.num_rows)})

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.dense_offsets import check_dense, use_one_task
-from log_store.driver_rows import ROW_COLUMNS, check_marks, drop_committed, number_rows, producer_marks
+from log_store.driver_rows import (ROW_COLUMNS, check_marks, drop_committed, number_rows, producer_marks,
+                                   transaction_marks)
 from log_store.engine import DeltaTransaction
 from log_store.errors import (
     NULL_VALUE_MARK,
@@ -124,7 +125,7 @@ def append(
 
 def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Mapping[str, int | None] | None = None,
                 max_retries: int = 20, backoff_ms: int = 50,
-                stamps: dict[str, int] | None = None) -> AppendResult:
+                stamps: dict[str, int] | None = None, transactional: Mapping[str, int] | None = None) -> AppendResult:
     """Append rows already in the driver (Arrow, ``driver_rows.ROW_COLUMNS``), fenced as ``append``
     is, with no Spark job: each partition's rows numbered in their order in ``rows``, written by
     pyarrow. Several producers may share the commit: ``marks`` holds, for every producer id in
@@ -133,7 +134,10 @@ def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Map
     rows at or below its mark in the log are dropped as a retry's duplicates (as ``append``
     does without ``expected_mark``). A row of a partition that is not writable makes the append
     refuse with InvalidPartitionMetadataError naming it. ``stamps`` as for ``append``; the
-    result's ``producer_mark`` is the one producer's mark after it, when there is one."""
+    result's ``producer_mark`` is the one producer's mark after it, when there is one.
+    ``transactional``: producer id -> producer epoch of the producers whose rows here belong to
+    their open transaction: each partition's transaction mark and epoch move in the same commit
+    (``driver_rows.transaction_marks``; ProducerFencedError, nothing written, below the partition's epoch)."""
 
     def attempt() -> AppendResult:
         txn, conf, meta, writable, known, bases = open_append(log, expected_count, log.rows_transaction())
@@ -145,11 +149,12 @@ def append_rows(log: "TopicLog", rows: pa.Table, expected_count: int, marks: Map
         new_marks = producer_marks(todo, expected)
         table = number_rows(stamp_log_append_time(todo.select(list(ROW_COLUMNS)), conf), bases,
                             {p: meta.partitions[p].leader_epoch for p in writable}, meta.topic)
+        txn_versions, txn_depends = transaction_marks(table, known, transactional or {}, meta.topic)
         writer = write_arrival_rows if conf.get(LAYOUT_PROP) == ARRIVAL else write_partitioned_rows
         parts = writer(log.path, txn, table) if table.num_rows else []
         one = next(iter(expected)) if len(expected) == 1 else None
         result = _commit_parts(log, txn, meta, parts, bases, known, writable, new_marks, expected_count,
-                                    one, stamps)
+                                    one, stamps, txn_versions, txn_depends)
         update = {"written": table, "table_id": txn.table_id(),
                   "log_append_time": TimestampTypes.of(conf).current == LOG_APPEND_TIME}
         if one is not None:
@@ -253,11 +258,14 @@ def value_as_kept(txn: "DeltaTransaction | RsTransaction"):
 def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata, parts: list[tuple[int, int, int, int]],
                   bases: dict[int, int], known: dict[str, int], writable: list[int], marks: dict[str, int],
                   expected_count: int, producer_id: str | None = None,
-                  stamps: dict[str, int] | None = None) -> AppendResult:
+                  stamps: dict[str, int] | None = None, more: Mapping[str, int] | None = None,
+                  depends: list[str] | None = None, kind: str = "append") -> AppendResult:
     """Commit the written files whose (partition, rows, first, last offset) are ``parts``: every
     partition writable, its offsets dense from its log end, and the log ends and the producers'
     new ``marks`` (producer id -> highest sequence) moved in the same commit, which fails if
-    another writer moved them first. ``producer_id`` names the one producer in the commit's metadata."""
+    another writer moved them first. ``producer_id`` names the one producer in the commit's metadata.
+    ``more``: other application versions the commit sets, and ``depends`` other ids it reads (the
+    transactions' marks and epochs); ``kind`` names the commit in its metadata."""
     counts: dict[int, int] = {}
     for p, n, _a, _b in parts:
         counts[p] = counts.get(p, 0) + n
@@ -279,14 +287,16 @@ def _commit_parts(log: "TopicLog", txn: DeltaTransaction, meta: TopicLogMetadata
     check_dense(parts, bases)
     crash_point("produce:after_write")
     # the commit now fails if another writer moved these partitions, or these producers' marks
-    txn.depend_on([log_end_app_id(p) for p in counts] + [producer_app_id(pid) for pid in marks] + list(stamps or {}))
+    txn.depend_on([log_end_app_id(p) for p in counts] + [producer_app_id(pid) for pid in marks] + list(stamps or {})
+                   + list(more or {}) + list(depends or []))
     versions = {log_end_app_id(p): bases[p] + n for p, n in counts.items()}
     for pid, mark in marks.items():
         versions[producer_app_id(pid)] = mark
+    versions |= dict(more or {})
     ranges = {p: (bases[p], bases[p] + n) for p, n in counts.items()}
     extra = {"producer_id": producer_id} if producer_id or not marks else {"producers": len(marks)}
     version = txn.commit(versions, commit_metadata(
-        "append", **extra, undeleted_partition_count=expected_count,
+        kind, **extra, undeleted_partition_count=expected_count,
         ranges={str(p): list(r) for p, r in sorted(ranges.items())}), counters=stamps)
     crash_point("produce:after_commit")
     return AppendResult(version=version, ranges=ranges)

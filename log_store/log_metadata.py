@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from log_store.errors import FencedLeaderEpochError, TableConfigError, TopicDeletedError
 from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
+from log_store.txn_marks import last_stable_offset
 
 COUNT_PROP = "lakelog.undeleted_partition_count"
 TOPIC_PROP = "lakelog.topic"
@@ -182,6 +183,9 @@ class LogSnapshot(BaseModel):
     # A replicated log's kept high watermark and the leader epoch it was kept under (``kept_high_watermark``).
     kept_high_watermark: dict[int, int] = {}
     kept_epoch: int = -1
+    # Each partition's transactional producers' marks (``txn_marks``; producer id -> mark), from
+    # the snapshot's application versions; None where the snapshot did not read them (``stable_end``).
+    txn_marks: dict[int, dict[str, int]] | None = None
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""
@@ -197,6 +201,17 @@ class LogSnapshot(BaseModel):
         its cleaned offset once key compaction removed superseded records below that (gaps there are
         compaction's, not lost records)."""
         return max(self.first_offset(partition), self.cleaned.get(partition, 0))
+
+    def stable_end(self, partition: int) -> int:
+        """Where a read_committed reader stops in ``partition``: Kafka's last stable offset, from
+        the marks (``txn_marks.last_stable_offset``, no row scanned), at most the log end (as
+        capped: a replicated log's high watermark), and never below the incarnation's start (a
+        transaction left open in a retired incarnation holds back no later one's reader past it)."""
+        if self.txn_marks is None:
+            raise ValueError("this log snapshot was read without its transaction marks; read it with its log ends")
+        end = self.log_ends[partition]
+        stable = last_stable_offset(self.txn_marks.get(partition, {}), end)
+        return min(end, max(stable, self.metadata.partitions[partition].start_offset))
 
     def removed_prefix(self, partition: int) -> tuple[int, int] | None:
         """[start, log start) of the partition's current incarnation, deleted by retention or

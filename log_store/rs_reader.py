@@ -29,6 +29,8 @@ from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
 from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
+from log_store.txn_marks import CONTROL_COLUMN
+from log_store.txn_reads import MARKER_COLUMNS, no_markers, records_predicate
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, cleaned_offsets,
     kept_high_watermark, layout_of, log_end, log_starts, topic_id_of,
@@ -105,19 +107,33 @@ def arrow(path: str, version: int | None = None, storage: Storage = None) -> pa.
 
 
 def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str] | None = None,
-               storage: Storage = None) -> pa.Table:
-    """The records of a topic log in [start, end) of each partition, as of ``version``
+               storage: Storage = None, records_only: bool = False, exclude: str | None = None) -> pa.Table:
+    """The rows of a topic log in [start, end) of each partition, as of ``version``
     (``columns``, default all), by partition and offset, typed as the table is: a small read
     without a Spark job (Spark's read at a version rebuilds that version's state). Through delta-rs's
     query engine, as ``rows`` reads, not a pyarrow dataset scan: a process that scanned one may
-    abort at exit ("terminate called without an active exception")."""
+    abort at exit ("terminate called without an active exception"). ``records_only``: no
+    transaction markers (``txn_reads``); ``exclude``: a predicate (DataFusion's SQL) of rows left out."""
     table = _table(path, version, storage)  # opened once: its schema, then the query
     schema = pa.schema(table.schema().to_arrow())
     wanted = pa.schema([schema.field(name) for name in (columns or schema.names)])
     if not ranges:
         return wanted.empty_table()
     spans = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
-    return _scan(path, table, _ranges_sql(spans, wanted.names)).cast(wanted)
+    more = [f"NOT ({exclude})"] if exclude else []
+    if records_only and CONTROL_COLUMN in schema.names:
+        more.append(records_predicate())
+    return _scan(path, table, _ranges_sql(spans, wanted.names, more)).cast(wanted)
+
+
+def log_markers(path: str, version: int, ranges: Mapping[int, tuple[int, int]], storage: Storage = None) -> pa.Table:
+    """The transaction markers (partition, offset, producer_id, control) of a topic log in [start,
+    end) of each partition, as of ``version``: none in a log without the control column."""
+    table = _table(path, version, storage)
+    if CONTROL_COLUMN not in table.schema().to_arrow().names or not ranges:
+        return no_markers()
+    spans = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
+    return _scan(path, table, _ranges_sql(spans, MARKER_COLUMNS, [f'"{CONTROL_COLUMN}" IS NOT NULL']))
 
 
 def arrow_table(found) -> pa.Table:
@@ -293,11 +309,13 @@ def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], co
     return _query(path, version, _ranges_sql(spans, columns), storage)
 
 
-def _ranges_sql(spans: list[tuple[int, int, int]], columns: list[str]) -> str:
-    """The query of ``offset_ranges``: ``columns`` of the records in each (partition, start, end)."""
+def _ranges_sql(spans: list[tuple[int, int, int]], columns: list[str], more: list[str] = ()) -> str:
+    """The query of ``offset_ranges``: ``columns`` of the records in each (partition, start, end),
+    and where each predicate of ``more`` holds."""
     names = ", ".join(f'"{c}"' for c in columns)
     where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})' for p, s, e in spans)
-    return f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"'
+    also = "".join(f" AND ({m})" for m in more)
+    return f'SELECT {names} FROM t WHERE ({where}){also} ORDER BY "partition", "offset"'
 
 
 def first_sequences(path: str, version: int, points: Mapping[int, int], storage: Storage = None) -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -59,6 +59,11 @@ from log_store.log_metadata import (
 from log_store.names import log_end_app_id, commit_metadata
 from log_store.timestamp_types import TIMESTAMP_TYPES_PROP, TimestampTypes, check_kind
 from log_store.read_ranges import batch_position, by_partition, ordering_keys, range_filter
+from log_store.txn_marks import CONTROL_COLUMN, marks_by_partition
+from log_store.txn_reads import MARKER_COLUMNS, no_markers
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -75,11 +80,25 @@ RECORD_SCHEMA = StructType(
         StructField("sequence", LongType(), True),
     ]
 )
+# A log's columns: its records' and ``control``, which tells a transaction's marker (a control
+# record, docs/design.md, Transactions) from a record. A log has it from its creation; one of an
+# earlier release gets it added by its first marker (``txn_markers.ensure_control_column``).
+CONTROL_FIELD = StructField(CONTROL_COLUMN, StringType(), True)
+
+
+def log_schema(records: StructType) -> StructType:
+    """A new log's schema: the ``records`` columns, then ``control``."""
+    return StructType([*records.fields, CONTROL_FIELD])
+
+
 # The columns Delta keeps statistics for in each written file: the append counts records and
 # checks offsets and sequences from them, and reads skip files by offset, timestamp and epoch.
 # Keys, values, headers and producer ids get none: collecting them cost about 12 % of a 1M-record
 # write (BENCHMARKS.md, 2026-11-26), and no read filters on them.
 STATS_COLUMNS = "offset,sequence,leader_epoch,timestamp"
+# A new log's: ``control`` too (its null count), so a search for markers skips the files holding
+# none (300 files of records, one marker: 11 ms rather than 110 ms by delta-rs).
+LOG_STATS_COLUMNS = f"{STATS_COLUMNS},{CONTROL_COLUMN}"
 DEFAULT_LAYOUT = os.environ.get("LAKELOG_LAYOUT", "partitioned")  # a new topic's, without a layout given
 CHECKPOINT_INTERVAL = "100"  # commits between Delta checkpoints of a log (Delta's default: 10)
 
@@ -126,7 +145,7 @@ class TopicLog:
             # The change feed keeps every record ever appended readable (``table_changes``)
             # after a retired partition's rows are deleted, for the ordering audit.
             "delta.enableChangeDataFeed": "true",
-            "delta.dataSkippingStatsColumns": f"partition,{STATS_COLUMNS}" if arrival else STATS_COLUMNS,
+            "delta.dataSkippingStatsColumns": f"partition,{LOG_STATS_COLUMNS}" if arrival else LOG_STATS_COLUMNS,
             # Each checkpoint lists every file removed in the last week (compaction removes one
             # per produce and partition): one every 10 commits, Delta's default, made the log
             # folder of a soaked topic almost all checkpoints (BENCHMARKS.md, soak).
@@ -137,7 +156,8 @@ class TopicLog:
             **(properties or {}),
         }
         # A racing creator's table is found made; the caller compares its metadata.
-        create_table(spark, path, RECORD_SCHEMA, properties, None if arrival else "partition", "the log table")
+        create_table(spark, path, log_schema(RECORD_SCHEMA), properties, None if arrival else "partition",
+                     "the log table")
         log = cls(spark, path)
         log.ensure_log_ends(list(metadata.partitions))
         return log
@@ -249,13 +269,17 @@ class TopicLog:
     def table(self) -> DataFrame:
         return self.spark.read.format("delta").load(self.path)
 
-    def read(self, ranges: dict[int, tuple[int, int]], ordered: bool = True, version: int | None = None) -> DataFrame:
+    def read(self, ranges: dict[int, tuple[int, int]], ordered: bool = True, version: int | None = None,
+             records_only: bool = True, exclude: str | None = None) -> DataFrame:
         """Records in [start, end) of each partition, ordered by partition and offset.
 
         ``version`` reads the log as of that Delta version (the snapshot a batch was planned
         on). ``ordered=False`` skips the sort (a shuffle) for callers that keep the offsets,
         such as a Delta sink. The order needs no sampling pass (log_store/read_ranges.py); a
-        batch of up to ONE_TASK_ROWS records needs no shuffle either.
+        batch of up to ONE_TASK_ROWS records needs no shuffle either. Transaction markers are
+        left out, with the ``control`` column (``records_only=False``: every row, and the column
+        where the log has it); ``exclude``: a Spark SQL predicate of records left out
+        (``txn_reads.aborted_predicate``).
         """
         cond = range_filter(ranges)
         if cond is None:
@@ -264,6 +288,10 @@ class TopicLog:
         if version is not None:
             reader = reader.option("versionAsOf", version)
         found = reader.load(self.path).where(F.expr(cond))
+        if exclude:
+            found = found.where(~F.expr(exclude))
+        if records_only and CONTROL_COLUMN in found.columns:
+            found = found.where(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
         if not ordered:
             return found
         position = F.expr(batch_position(ranges))
@@ -273,6 +301,18 @@ class TopicLog:
             return found.coalesce(1).sortWithinPartitions(position)
         keys, shuffle_partitions = ordering_keys(ranges, parallelism(self.spark))
         return found.repartition(shuffle_partitions, F.expr(by_partition(keys))).sortWithinPartitions(position)
+
+    def markers(self, ranges: dict[int, tuple[int, int]], version: int) -> "pa.Table":
+        """The transaction markers (partition, offset, producer_id, control) in ``ranges`` as of
+        ``version``: read by delta-rs where lakelog can, else by Spark; none in a log without the
+        control column."""
+        here, storage = delta_rs_reads(self.spark, self.path)
+        if here:
+            return rs_reader.log_markers(self.path, version, ranges, storage)
+        rows = self.read(ranges, ordered=False, version=version, records_only=False)
+        if CONTROL_COLUMN not in rows.columns:
+            return no_markers()
+        return rows.where(F.col(CONTROL_COLUMN).isNotNull()).select(*MARKER_COLUMNS).toArrow()
 
     def snapshot(self, ends: bool = True, txn: "DeltaTransaction | RsTransaction | None" = None) -> LogSnapshot:
         """The log's latest version (or ``txn``'s), metadata and log ends, all from one Delta snapshot.
@@ -294,6 +334,7 @@ class TopicLog:
             log_starts=log_starts(known, meta.partitions), cleaned=cleaned_offsets(known, meta.partitions),
             layout=layout_of(conf),
             timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, meta.partitions),
+            txn_marks=marks_by_partition(known) if ends else None,
         )
 
     def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:
@@ -336,7 +377,7 @@ class TopicLog:
         here, storage = delta_rs_reads(self.spark, self.path)
         if here:
             return rs_reader.end_after_records(self.path, version, partition, start, end, records, storage)
-        offsets = self.read({partition: (start, end)}, ordered=False, version=version).select("offset")
+        offsets = self.read({partition: (start, end)}, ordered=False, version=version, records_only=False).select("offset")
         last, found = offsets.orderBy("offset").limit(records).agg(F.max("offset"), F.count("*")).first()
         return end if found < records else int(last) + 1
 
@@ -348,7 +389,7 @@ class TopicLog:
         if here:
             return rs_reader.first_offsets(self.path, version, spans, storage)
         ranges = {p: (s, e) for p, s, e in spans}
-        rows = self.read(ranges, ordered=False, version=version).groupBy("partition").agg(F.min("offset")).collect()
+        rows = self.read(ranges, ordered=False, version=version, records_only=False).groupBy("partition").agg(F.min("offset")).collect()
         found = {int(r[0]): int(r[1]) for r in rows}
         return {p: found.get(p, e) for p, _s, e in spans}
 

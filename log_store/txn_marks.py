@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, NamedTuple
 
+CONTROL_COLUMN = "control"  # a log row's: "commit" / "abort" on a marker (a control record); null on a record
 TXN_MARK_PREFIX = "lakelog.txn.mark."
 TXN_EPOCH_PREFIX = "lakelog.txn.epoch."
 
@@ -52,6 +53,24 @@ def last_stable_offset(marks: Mapping[str, int], end: int) -> int:
     return min([end, *firsts])
 
 
+def marks_by_partition(known: Mapping[str, int]) -> dict[int, dict[str, int]]:
+    """Partition -> producer id -> mark of every transactional producer, from a log snapshot's
+    application versions (``known``), in one pass; partitions with none are absent."""
+    out: dict[int, dict[str, int]] = {}
+    for app_id, mark in known.items():
+        if app_id.startswith(TXN_MARK_PREFIX):
+            partition, _, producer = app_id[len(TXN_MARK_PREFIX):].partition(".")
+            out.setdefault(int(partition), {})[producer] = mark
+    return out
+
+
+def closed_without_marker(mark: int | None, end: int) -> int | None:
+    """The mark that ends, without a control row, a transaction open in a retired partition whose
+    log ends at ``end`` (its rows are purged: nothing is left for a marker to decide); None when
+    none is open. Above the open mark (its first offset is below ``end``), as marks must rise."""
+    return None if open_since(mark) is None else closed_mark(end - 1)
+
+
 def append_refusal(partition_epoch: int | None, epoch: int) -> str | None:
     """Why a producer at ``epoch`` may not append to a partition whose latest epoch for its
     producer id is ``partition_epoch`` (None: it may). A marker written at a higher epoch (an
@@ -86,20 +105,37 @@ class Row(NamedTuple):
     transactional: bool
 
 
+class AbortedSpan(NamedTuple):
+    """An aborted transaction of ``producer`` in one partition: its rows are the producer's at
+    offsets in (``after``, ``marker``): after the producer's previous marker (-1: none known),
+    before the abort marker (Kafka's AbortedTransaction, its first offset as the marker before)."""
+
+    producer: str
+    after: int
+    marker: int
+
+
+def aborted_spans(markers: Iterable[Marker]) -> list[AbortedSpan]:
+    """Each abort among ``markers`` (one partition's, from some offset on) as the span of offsets
+    its transaction's rows lie in: a transactional producer's rows belong to the transaction its
+    next marker ends."""
+    previous: dict[str, int] = {}
+    out = []
+    for m in sorted(markers):
+        if not m.commit:
+            out.append(AbortedSpan(m.producer, previous.get(m.producer, -1), m.offset))
+        previous[m.producer] = m.offset
+    return out
+
+
 def aborted_below(markers: Iterable[Marker], rows: Iterable[Row]) -> set[int]:
     """The offsets of rows that aborted transactions wrote: each transactional row whose
-    producer's next marker after it is an abort."""
-    ends: dict[str, list[Marker]] = {}
-    for m in sorted(markers):
-        ends.setdefault(m.producer, []).append(m)
-    out = set()
-    for r in rows:
-        if not r.transactional:
-            continue
-        after = next((m for m in ends.get(r.producer, []) if m.offset > r.offset), None)
-        if after is not None and not after.commit:
-            out.add(r.offset)
-    return out
+    producer's next marker after it is an abort (``aborted_spans``)."""
+    spans: dict[str, list[AbortedSpan]] = {}
+    for span in aborted_spans(markers):
+        spans.setdefault(span.producer, []).append(span)
+    return {r.offset for r in rows if r.transactional
+            and any(s.after < r.offset < s.marker for s in spans.get(r.producer, ()))}
 
 
 def committed_view(rows: Iterable[Row], markers: Iterable[Marker], marks: Mapping[str, int], end: int,

@@ -27,8 +27,6 @@ from control_plane.replication.operations import Replication
 from control_plane.replication.reads import check_position, latest_unknown
 from control_plane.topics import TopicAdmin
 from pipelines.settings import ConsumerSettings
-from log_store import rs_reader
-from log_store.object_store import delta_rs_reads
 from log_store.headers import headers_as
 from log_store.crash import crash_point
 from log_store.delta_errors import is_missing_file
@@ -45,6 +43,8 @@ from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 from pipelines.sink_positions import SinkPositions, incarnation_of
 from pipelines.waits import LostRootWait
+from log_store.txn_reads import READ_COMMITTED
+from pipelines.batch_reads import BatchReads
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
 
@@ -127,6 +127,7 @@ class Consumer:
         # the wait for a lost leader root (pipelines.waits); its clock runs until the log is read again
         self.wait = LostRootWait(topic, self.settings.leader_wait_timeout_ms, "consumer.leader_wait_timeout_ms",
                                  lambda: self.admin.replica_state(topic))
+        self.reads = BatchReads(spark, self.settings.isolation_level == READ_COMMITTED)  # its batches as delivered
 
     # -- positions ---------------------------------------------------------------------------
     def positions(self, sink_path: str | None = None, snap: LogSnapshot | None = None,
@@ -306,7 +307,7 @@ class Consumer:
         looked up again (an election moves it to the new leader's root), and each partition's log
         end is capped at the high watermark (``Replication.below_high_watermark``)."""
         if self._replication is None:
-            return self.log.snapshot()
+            return self._isolated(self.log.snapshot())
 
         def leader_snapshot(location: str) -> LogSnapshot:
             try:
@@ -320,7 +321,15 @@ class Consumer:
 
         snap, state = self._replication.below_high_watermark(self.topic, leader_snapshot)
         self._unread = self._replication.unread(state)
-        return snap
+        return self._isolated(snap)
+
+    def _isolated(self, snap: LogSnapshot) -> LogSnapshot:
+        """``snap`` as this consumer's isolation level sees it: under read_committed each log end
+        is the partition's last stable offset (``LogSnapshot.stable_end``), where batches, the
+        ``latest`` reset and being caught up stop, as Kafka's read_committed consumer stops."""
+        if not self.reads.committed:
+            return snap
+        return snap.model_copy(update={"log_ends": {p: snap.stable_end(p) for p in snap.log_ends}})
 
     def _first_snapshot(self) -> LogSnapshot:
         """``snapshot``, waiting (``self.wait``) for a lost leader root or an election that moved it
@@ -382,9 +391,10 @@ class Consumer:
             if not ranges:
                 return ranges
             if isinstance(handler, ArrowHandler) and not sink_path:
-                handler(self._arrow_batch(ranges, snap.version), ranges)
+                handler(self.reads.batch(self.log, ranges, snap, RECORD_SCHEMA.fieldNames()), ranges)
             else:
-                data = self.log.read(ranges, ordered=sink_path is None, version=snap.version)
+                data = self.log.read(ranges, ordered=sink_path is None, version=snap.version,
+                                     exclude=self.reads.aborted(self.log, ranges, snap, "`"))
                 if sink_path:
                     self._write_sink(sink_path, data, ranges)
                 else:
@@ -403,26 +413,8 @@ class Consumer:
         return ranges
 
     def records_in(self, ranges: Ranges, snap: LogSnapshot) -> int:
-        """How many records ``ranges`` of ``snap`` hold: one per offset where offsets are dense,
-        counted in the log at ``snap``'s version below where key compaction left gaps
-        (``LogSnapshot.dense_from``), as a Kafka consumer counts the records a fetch returned."""
-        gappy = {p: (s, min(snap.dense_from(p), e)) for p, (s, e) in ranges.items() if snap.dense_from(p) > s}
-        dense = sum(e - max(s, snap.dense_from(p)) for p, (s, e) in ranges.items() if e > max(s, snap.dense_from(p)))
-        if not gappy:
-            return dense
-        here, storage = delta_rs_reads(self.spark, self.log.path)
-        if here:
-            return dense + rs_reader.log_ranges(self.log.path, snap.version, gappy, ["offset"], storage).num_rows
-        return dense + self.log.read(gappy, ordered=False, version=snap.version).count()
-
-    def _arrow_batch(self, ranges: Ranges, version: int) -> pa.Table:
-        """The batch for an ``ArrowHandler``: read with delta-rs where lakelog can (``delta_rs_reads``:
-        a local or S3 log)."""
-        here, storage = delta_rs_reads(self.spark, self.log.path)
-        if not here:
-            return self.log.read(ranges, ordered=True, version=version).toArrow()
-        batch = rs_reader.log_ranges(self.log.path, version, ranges, RECORD_SCHEMA.fieldNames(), storage)
-        return batch.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        """How many records ``ranges`` of ``snap`` hold, as this consumer delivers them (``BatchReads.count``)."""
+        return self.reads.count(self.log, ranges, snap)
 
     def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
         txn = commits.start(self.spark, sink_path, "the sink")

@@ -9,6 +9,7 @@ from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidConfigurationError
 from log_store.topic_log import TopicLog
+from log_store.txn_reads import READ_COMMITTED, aborted_in
 from pipelines.settings import ConsumerSettings
 from pipelines.waits import LostRootWait
 
@@ -19,7 +20,10 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
     topic is read at its leader, below its high watermark. A lost leader root is waited for, up to
-    ``settings.leader_wait_timeout_ms`` (``pipelines.waits``)."""
+    ``settings.leader_wait_timeout_ms`` (``pipelines.waits``). Under read_committed
+    (``settings.isolation_level``) the read ends at the last stable offset and leaves aborted
+    transactions' records out; no isolation level delivers a marker (``log_store.txn_reads``)."""
+    settings = settings or ConsumerSettings()
     admin = TopicAdmin(spark, root)
     admin.get(topic)  # UnknownTopicError first
 
@@ -30,7 +34,7 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
         log = admin.log(topic)
         return log, log.snapshot()
 
-    wait = LostRootWait(topic, (settings or ConsumerSettings()).leader_wait_timeout_ms,
+    wait = LostRootWait(topic, settings.leader_wait_timeout_ms,
                         "consumer.leader_wait_timeout_ms",
                         lambda: admin.replica_state(topic))
     log, snap = wait.run(snapshot)
@@ -39,7 +43,8 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     if partition not in readable:
         raise InvalidConfigurationError(f"partition {partition} is not a readable partition of '{topic}' "
                                         f"(readable: {readable}); `lakelog topics describe --topic {topic}` lists them")
-    start, end = snap.first_offset(partition), snap.log_ends[partition]
+    committed = settings.isolation_level == READ_COMMITTED
+    start, end = snap.first_offset(partition), snap.stable_end(partition) if committed else snap.log_ends[partition]
     if offset in ("earliest", "latest"):
         first = start if offset == "earliest" else end
     else:
@@ -53,4 +58,6 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     last = end if max_records is None else min(end, first + max_records)
     if max_records is not None and snap.dense_from(partition) > first:  # key compaction's gaps: count records
         last = log.end_after_records(partition, first, end, max_records, snap.version)
-    return log.read({partition: (first, max(first, last))}, ordered=True, version=snap.version)
+    ranges = {partition: (first, max(first, last))}
+    return log.read(ranges, ordered=True, version=snap.version,
+                    exclude=aborted_in(log, ranges, snap, "`") if committed else None)

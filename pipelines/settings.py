@@ -38,6 +38,10 @@ class ConsumerSettings(Strict):
     # root that may be elected cleanly holds, as Kafka's consumers read. Unreplicated topics read
     # up to the log end.
     isolation: Literal["replicated"] = "replicated"
+    # Kafka's isolation.level (docs/concepts.md): read_uncommitted delivers every record, open and
+    # aborted transactions' too; read_committed stops at the last stable offset and leaves aborted
+    # transactions' records out. Neither delivers a marker.
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
 
     @field_validator("isolation", mode="before")
     @classmethod

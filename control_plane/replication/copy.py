@@ -57,7 +57,9 @@ from log_store.names import (
     log_end_app_id, producer_app_id, stream_batch_app_id,
 )
 from log_store.read_ranges import range_filter
-from log_store.topic_log import RECORD_SCHEMA
+from log_store.topic_log import RECORD_SCHEMA, TopicLog
+from log_store.txn_markers import ensure_control_column, has_control_column
+from log_store.txn_marks import CONTROL_COLUMN, TXN_EPOCH_PREFIX, TXN_MARK_PREFIX
 
 TRUNCATE = "truncate"  # the commit metadata's kind of a commit that truncates (docs/storage-format.md)
 REPLICATE = "replicate"
@@ -67,8 +69,11 @@ _OWN_PROPS = (REPLICA_ROLE_PROP, REPLICA_EPOCH_PROP, REPLICA_DATA_EPOCH_PROP, LA
 # (a stream sink's micro-batch mark too: a replay after a failover must find it at the new leader;
 # and the kept high watermark: a follower elected starts from the one its leader kept, as Kafka's
 # follower keeps the high watermark its leader sends it)
-_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, HIGH_WATERMARK_PREFIX)
-_MARKS = (PRODUCER_PREFIX, STREAM_BATCH_PREFIX)
+# (and the transactions' marks and epochs: a follower elected tells open transactions and fences
+# zombies as its leader did)
+_COPIED_APPS = (LOG_END_PREFIX, LOG_START_PREFIX, PRODUCER_PREFIX, STREAM_BATCH_PREFIX, HIGH_WATERMARK_PREFIX,
+                TXN_MARK_PREFIX, TXN_EPOCH_PREFIX)
+_MARKS = (PRODUCER_PREFIX, STREAM_BATCH_PREFIX, TXN_MARK_PREFIX, TXN_EPOCH_PREFIX)
 Points = Mapping[int, int]
 
 
@@ -225,7 +230,7 @@ def _truncate_in(spark: SparkSession, txn: DeltaTransaction, path: str, points: 
     keep = {p: (min(f["_first"] for f in fs), points[p]) for p, fs in files.items()
             if min(f["_first"] for f in fs) < points[p]}
     if keep:
-        written = _write_ranges(spark, txn, path, txn.read_version, keep)
+        written = _write_ranges(spark, txn, path, txn.read_version, keep, has_control_column(txn))
         counts = _counted(written)
         wanted = {p: b - a for p, (a, b) in keep.items()}
         if counts != wanted:
@@ -236,12 +241,12 @@ def _truncate_in(spark: SparkSession, txn: DeltaTransaction, path: str, points: 
 
 
 def _write_ranges(spark: SparkSession, txn: DeltaTransaction, source: str, version: int,
-                  ranges: dict[int, tuple[int, int]]) -> list:
+                  ranges: dict[int, tuple[int, int]], markers: bool) -> list:
     """Write the records of ``source`` in ``ranges`` (as of ``version``) into ``txn``'s table. A
     small copy (an ``acks: all`` produce's) is read with delta-rs where it can be and written by
     pyarrow from the driver, as a small produce is: Spark's read at a version and its write job cost
     about 1.2 s for 100 records."""
-    columns = [f.name for f in RECORD_SCHEMA.fields]
+    columns = [f.name for f in RECORD_SCHEMA.fields] + ([CONTROL_COLUMN] if markers else [])  # ``markers``: the source has it
     here, storage = delta_rs_reads(spark, source)
     if isinstance(txn, RsTransaction) and here:  # read with delta-rs, written by pyarrow
         return txn.write_rows(rs_reader.log_ranges(source, version, ranges, columns, storage), partition_by="partition")
@@ -292,6 +297,9 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                                "move it with `lakelog topics alter --layout partitioned`")
     smeta = TopicLogMetadata.from_properties(sconf)
     sknown = src.snapshot_app_versions()
+    markers = has_control_column(src)  # the follower takes the column first (one of an earlier release)
+    if markers and has_log(spark, target):
+        ensure_control_column(TopicLog(spark, target))
     s_ends = {p: log_end(sknown, p, pm.start_offset) for p, pm in smeta.partitions.items()}
 
     # delta-rs commits table properties or files, not both: a copy that changes the follower's
@@ -368,7 +376,7 @@ def copy_log(spark: SparkSession, source: str, target: str, stamp: int, state: A
                               data_epoch=trole.data)
         copied: dict[int, int] = {}
         if ranges:
-            copied = _counted(_write_ranges(spark, txn, source, src.read_version, ranges))
+            copied = _counted(_write_ranges(spark, txn, source, src.read_version, ranges, markers))
         wanted = {p: b - a for p, (a, b) in ranges.items()}
         if copied != wanted:
             raise OffsetCheckError(f"copying {source} to {target} read {copied} records per partition where the "

@@ -31,13 +31,16 @@ from jobs.output import emit, stderr
 @click.option("--heartbeat-interval-ms", type=int, default=None)
 @click.option("--idle-timeout", type=float, default=0.0, show_default=True,
               help="Seconds to stay in the group once caught up (0: leave as soon as caught up).")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default=None,
+              help="read_committed: only committed transactions' records, up to the last stable offset "
+                   "(conf: consumer.isolation_level; default read_uncommitted, as Kafka's).")
 @click.option("--standalone", is_flag=True, help="Consume every partition without joining the group (no membership).")
 @json_option
 @pass_ctx
 def consume(c: Context, topic: str, group: str | None, from_beginning: bool, partition: int | None, offset: str | None,
             output: str | None, max_records: int | None, member_id: str | None,
             protocol: str | None, assignor: str | None, session_timeout_ms: int | None, heartbeat_interval_ms: int | None,
-            idle_timeout: float, standalone: bool, as_json: bool) -> None:
+            idle_timeout: float, isolation_level: str | None, standalone: bool, as_json: bool) -> None:
     """Consume TOPIC as a member of GROUP (to stdout, or exactly once to a Delta sink).
 
     Several processes with the same GROUP share the partitions; each leaves the group when it
@@ -73,10 +76,13 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
 
     print_arrow = ArrowHandler(lambda batch, _ranges: print_rows(batch.to_pylist()))
 
+    consumer_settings = c.config.consumer
+    if isolation_level:
+        consumer_settings = consumer_settings.model_copy(update={"isolation_level": isolation_level})
     if partition is not None:
         from pipelines.partition_read import read_partition
 
-        data = read_partition(c.spark, c.root, topic, partition, offset, max_records, c.config.consumer)
+        data = read_partition(c.spark, c.root, topic, partition, offset, max_records, consumer_settings)
         print_batch(data, None)
         return
     if not group:
@@ -84,7 +90,6 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
 
         group = f"console-consumer-{random.randint(10000, 99999)}"
         stderr.print(f"group {group} (no --group given)", highlight=False)
-    consumer_settings = c.config.consumer
     if from_beginning:
         consumer_settings = consumer_settings.model_copy(update={"auto_offset_reset": "earliest"})
     settings = c.group_settings({"protocol": protocol, "assignor": assignor, "session_timeout_ms": session_timeout_ms,

@@ -12,7 +12,7 @@ from control_plane.layout import RootLayout
 from control_plane.tables import FORMAT_PROP, ON_DEMAND, TABLES, ControlTables
 from log_store.log_metadata import TopicLogMetadata
 from log_store.table_create import create_table
-from log_store.topic_log import RECORD_SCHEMA, TopicLog
+from log_store.topic_log import RECORD_SCHEMA, TopicLog, log_schema
 
 
 def actions(table: str, version: int = 0) -> list[dict]:
@@ -36,7 +36,7 @@ def test_tables_made_without_a_jvm_are_read_by_spark_at_version_0_with_their_pro
             assert conf.get(FORMAT_PROP) == "3", path
         else:
             assert TopicLogMetadata.from_properties(conf) == TopicLogMetadata.initial("t", 3)
-    assert spark.read.format("delta").load(log.path).schema == RECORD_SCHEMA
+    assert spark.read.format("delta").load(log.path).schema == log_schema(RECORD_SCHEMA)
 
 
 def _make(path: str, start, out) -> None:

@@ -171,13 +171,15 @@ def test_the_log_checkpoints_every_hundred_commits(spark, log):
 @pytest.mark.partitioned_only
 def test_files_keep_statistics_only_for_what_appends_and_reads_use(spark, log):
     """Offsets, sequences, epochs and timestamps have statistics (the append counts and checks
-    from them, reads skip by them); keys, values, headers and producer ids none (cost, no use)."""
+    from them, reads skip by them), and the control column (a search for transaction markers skips
+    by its null count); keys, values, headers and producer ids none (cost, no use)."""
     log.append(batch(spark, 0, 9), 3, "p1")
     stats = [json.loads(a["stats"]) for a in log_adds(log.path)]
     assert stats and all(s["numRecords"] == 3 for s in stats)
+    kept = {"offset", "sequence", "leader_epoch", "timestamp"}
     for s in stats:
-        assert set(s["minValues"]) == set(s["maxValues"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
-        assert set(s["nullCount"]) == {"offset", "sequence", "leader_epoch", "timestamp"}
+        assert kept <= set(s["minValues"]) == set(s["maxValues"]) <= kept | {"control"}
+        assert set(s["nullCount"]) == kept | {"control"} and s["nullCount"]["control"] == 3
 
 
 def test_a_topic_made_before_the_statistics_change_takes_it_from_the_readme_alter(spark, log):
