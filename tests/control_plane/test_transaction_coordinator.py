@@ -210,3 +210,13 @@ def test_unknown_ids_and_nothing_to_abort_are_refused_clearly(spark, root):
         coord.abort("t1")
     coord.add_partitions("t1", 0, {"a": [0]})
     assert coord.abort("t1").state == TxnState.COMPLETE_ABORT
+
+
+def test_racing_initialisations_of_a_new_id_share_one_producer_id_at_two_epochs(spark, root):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        rows = list(pool.map(lambda _i: TransactionCoordinator(spark, root).init_producer_id("t1"), range(3)))
+    assert len({r.producer_id for r in rows}) == 1, "one writer of version 1 won; the others built on its row"
+    assert sorted(r.epoch for r in rows) == [0, 1, 2]
+    assert [r.version for r in TransactionCoordinator(spark, root).table.history("t1")] == [1, 2, 3]
