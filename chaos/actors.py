@@ -13,6 +13,9 @@ exit code 1 and an ``error`` line. Kinds:
   exists; ``lag_s`` sleeps after each batch (a slow consumer).
 - ``stream_read``: a Structured Streaming query reading the topic into a Delta sink, run again and
   again until ``stop_file`` exists (on a Spark Connect session when ``remote`` names a server).
+- ``txn_copy``: read-process-write: the group ``group`` reads the topic (read_committed) and writes
+  each record to each of ``outputs`` with the group's positions, one transaction per ``batch``
+  records, under ``transactional_id``, until caught up.
 """
 
 from __future__ import annotations
@@ -273,9 +276,32 @@ def stream_read(spark, a: dict) -> None:
         time.sleep(a["pause_s"])
 
 
+def txn_copy(spark, a: dict) -> None:
+    from pipelines.consumer import ArrowHandler, Consumer
+    from pipelines.producer import Producer
+    from pipelines.settings import ConsumerSettings
+
+    outputs = a["outputs"]
+    producer = Producer(spark, a["root"], outputs[0])
+    consumer = Consumer(spark, a["root"], a["topic"], a["group"], ConsumerSettings(isolation_level="read_committed"))
+    while True:
+        # The positions are read inside the transaction, after InitProducerId finished or aborted
+        # what an earlier instance of the id left: a decided commit's positions are the group's by then.
+        with producer.transaction(transactional_id=a["transactional_id"]) as txn:
+            taken: list[dict] = []
+            ranges = consumer.deliver(consumer.positions(), a["batch"], handler=ArrowHandler(
+                lambda rows, _r: taken.extend(rows.to_pylist())))
+            if not ranges:
+                return
+            for i, topic in enumerate(outputs):
+                txn.send([{"key": r["key"], "value": r["value"] + f"-{i}".encode()} for r in taken], topic=topic)
+            txn.send_offsets(a["group"], {a["topic"]: {p: end for p, (_s, end) in ranges.items()}})
+        say("copied", records=len(taken))
+
+
 ACTORS = {"layout": layout, "create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
           "stream_write": stream_write, "stream_read": stream_read, "delete_records": delete_records, "compact": compact, "retention": retention,
-          "compact_keys": compact_keys}
+          "compact_keys": compact_keys, "txn_copy": txn_copy}
 
 
 def main() -> int:

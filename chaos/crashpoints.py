@@ -328,13 +328,43 @@ def scenario_layout(scene: Scene) -> None:
     scene.expect("a consumer reads it all", scene.member("g", "g-a") == 0)
 
 
+def scenario_txn(scene: Scene) -> None:
+    """A read-process-write group (``actors.txn_copy``) killed at a transaction's crash point and
+    started again: read_committed readers of both outputs get every input record exactly once,
+    and the group's positions stand at the input's end."""
+    from control_plane.group.offsets import GroupOffsets
+    from control_plane.topics import TopicAdmin
+    from log_store.session import LazySession
+    from pipelines.consumer import ArrowHandler, Consumer
+    from pipelines.settings import ConsumerSettings
+
+    spark = LazySession(lambda: None)  # delta-rs reads on the local root: no session started
+    scene.create(partitions=2)
+    scene.produce("p0", n=40)
+    outputs = [f"{TOPIC}-out0", f"{TOPIC}-out1"]
+    admin = TopicAdmin(spark, scene.root)
+    for topic in outputs:
+        admin.create(topic, 2)
+    args = {"transactional_id": "copier", "group": "copier", "outputs": outputs, "batch": 7}
+    crashed(scene, scene.actor("copier", "txn_copy", args, crash=f"{scene.point}@2"))
+    scene.expect("the copier run again must finish", scene.actor("copier", "txn_copy", args) == 0)
+    expected = sorted(f"p0:{i}" for i in range(40))
+    for i, topic in enumerate(outputs):
+        got: list[str] = []
+        reader = Consumer(spark, scene.root, topic, "check", ConsumerSettings(isolation_level="read_committed"))
+        reader.run(ArrowHandler(lambda batch, _r: got.extend(r["value"].decode() for r in batch.to_pylist())))
+        scene.expect(f"{topic}: each input record once, committed", sorted(v.removesuffix(f"-{i}") for v in got) == expected)
+    scene.expect("the group at the input's end",
+                 GroupOffsets(spark, scene.root).committed("copier", TOPIC) == admin.log(TOPIC).log_end_offsets())
+
+
 SCENARIOS: dict[str, Callable[[Scene], None]] = {
     "layout": scenario_layout,
     "create": scenario_create, "produce": scenario_produce, "consume": scenario_consume, "group": scenario_group,
     "alter": scenario_alter, "retire": scenario_retire, "delete": scenario_delete, "spark_sink": scenario_spark_sink,
     "retention": scenario_retention, "compact": scenario_compact, "compaction": scenario_compaction,
     "elect": scenario_elect,
-    "replicate": scenario_replicate,
+    "replicate": scenario_replicate, "txn": scenario_txn,
 }
 
 

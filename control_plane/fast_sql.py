@@ -29,7 +29,7 @@ from log_store.rs_reader import FastReadUnavailable
 BASE_TABLES = {"topic_history": "topics", "offset_commits": "offset_commits",
                "group_generations": "group_generations", "group_members": "group_members",
                "topic_configs": "topic_configs", "record_deletions": "record_deletions",
-               "replica_history": "topic_replicas"}
+               "replica_history": "topic_replicas", "transaction_history": "transactions"}
 # group_offsets' columns (``control_plane.tables.GROUP_OFFSETS_COLUMNS``), typed as Spark types them.
 GROUP_OFFSETS = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                            ("offset", pa.int64()), ("committed_at", pa.timestamp("us")), ("generation", pa.int32())])

@@ -21,6 +21,7 @@ from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
     MemberHeartbeat,
 )
+from control_plane.transactions.state import TRANSACTION_SCHEMA
 from log_store import commits, rs_reader, rs_tables
 from log_store.engine import DeltaTransaction, log_read_directly
 from log_store.rs_engine import RsTransaction
@@ -60,9 +61,10 @@ TABLES = {
     "key_compactions": KEY_COMPACTION_SCHEMA,  # one row per partition a key compaction cleaned
     "topic_replicas": REPLICA_SCHEMA,  # control_plane.replication.state
     "servers": SERVER_SCHEMA,  # control_plane.servers (lakelog serve)
+    "transactions": TRANSACTION_SCHEMA,  # control_plane.transactions.table: one row per version of an id's state
 }
 # Made when first written (``ensure_table``), not with every root: only replicated topics use them.
-ON_DEMAND = ("topic_replicas", "servers", "key_compactions")
+ON_DEMAND = ("topic_replicas", "servers", "key_compactions", "transactions")
 # Every control table keeps the change feed (``table_changes``).
 COMMON_PROPERTIES = {"delta.enableChangeDataFeed": "true", FORMAT_PROP: str(FORMAT_VERSION)}
 # The tables whose current state is "the latest row in commit order" (never a writer's clock):
@@ -179,6 +181,10 @@ DERIVED_VIEWS = {
     "groups": (("group_generations",),
                "SELECT g.* FROM group_generations g JOIN (SELECT `group`, max(generation) AS latest "
                "FROM group_generations GROUP BY `group`) m ON g.`group` = m.`group` AND g.generation = m.latest"),
+    "transactions": (("transaction_history",),
+                     "SELECT h.* FROM transaction_history h JOIN (SELECT transactional_id, max(version) AS latest "
+                     "FROM transaction_history GROUP BY transactional_id) m "
+                     "ON h.transactional_id = m.transactional_id AND h.version = m.latest"),
     "expired_records": (("offset_commits",),
                         "SELECT `group`, topic, partition, offset AS first_offset, end_offset, "
                         "end_offset - offset AS records, member_id, committed_at "
@@ -456,7 +462,7 @@ class ControlTables:
     CONTROL_VIEWS = ("topic_history", "replica_history", "topics", "partitions", "offset_commits", "group_offsets",
                      "expired_records",
                      "group_generations", "groups", "group_members", "topic_configs", "record_deletions",
-                     "key_compactions")
+                     "key_compactions", "transaction_history", "transactions")
 
     def register_views(self, wanted: set[str] | None = None) -> list[str]:
         """Register stable SQL names for the control plane and every topic's log; return them.
@@ -498,8 +504,9 @@ class ControlTables:
     def _view(self, name: str, view) -> DataFrame:
         """One control-plane view; ``view`` gives the others it is built from."""
         if name in ("topic_history", "offset_commits", "group_generations", "group_members", "topic_configs",
-                    "record_deletions", "key_compactions", "replica_history"):
-            return self.read({"topic_history": "topics", "replica_history": "topic_replicas"}.get(name, name))
+                    "record_deletions", "key_compactions", "replica_history", "transaction_history"):
+            return self.read({"topic_history": "topics", "replica_history": "topic_replicas",
+                              "transaction_history": "transactions"}.get(name, name))
         if name == "group_offsets":  # no table yet: an empty view with the view's columns
             if not self.exists("offset_commits"):
                 return rows_frame(self.spark, [], GROUP_OFFSETS_SCHEMA)

@@ -22,6 +22,7 @@ from jobs.commands.serve import serve
 from jobs.commands.sql import sql
 from jobs.commands.stream import stream
 from jobs.commands.topics import topics
+from jobs.commands.transactions import transactions
 from jobs.context import REMOTE_HELP, Context, LakelogGroup, add_global_options
 
 
@@ -49,7 +50,7 @@ def cli(ctx: click.Context, root: str | None, conf: str | None, as_json: bool, v
         obj.remote = obj.remote or remote
 
 
-for command in (topics, produce, consume, stream, groups, controller, audit, sql, demo, replicate, serve):
+for command in (topics, produce, consume, stream, groups, transactions, controller, audit, sql, demo, replicate, serve):
     cli.add_command(command)
 add_global_options(cli)
 

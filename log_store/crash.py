@@ -57,6 +57,11 @@ POINTS: dict[str, str] = {
     "replicate:after_truncate": "replicate or elect: a truncation's kept records rewritten, not committed",
     "layout:before_commit": "topics alter --layout: the log's files rewritten in the new layout, not committed",
     "elect:after_fence": "leader election: the old leader's log fenced, the new epoch not recorded",
+    "txn:after_add_partitions": "transactional producer: partitions added to the transaction, nothing appended",
+    "txn:after_append": "transactional producer: records appended in the transaction, not ended",
+    "txn:after_decision": "transaction end: Prepare* recorded, no marker written",
+    "txn:after_topic_markers": "transaction end: one topic's markers written, the next topic's not yet",
+    "txn:after_positions": "transaction end: markers and the group's positions written, Complete* not recorded",
     "elect:after_record": "leader election: the new epoch recorded, not finished (the topic's record, the new leader's commit)",
 }
 

@@ -104,8 +104,22 @@ class Producer:
         # read lists the Delta log folder: BENCHMARKS.md, soak). The append checks it in its
         # transaction; another process producing under the same id makes it read again.
         self._mark: int | None = None
+        # Set by a transaction (pipelines/transactions.py): called with each batch's partitioned rows
+        # before their append, it adds their partitions to the transaction and gives {producer id: epoch}.
+        self.in_transaction: Callable[[str, pa.Table], dict[str, int]] | None = None
+        self._transactional_ids: dict = {}  # transactional id -> pipelines.transactions.TransactionalId
         self._replicas = None  # the topic's Replication under acks: all (False: not replicated)
         self._is_replicated: bool | None = None
+
+    def transaction(self, transactional_id: str, timeout_ms: int = 60_000):
+        """A transaction of ``transactional_id`` (pipelines/transactions.py): ``with
+        producer.transaction(transactional_id=...) as txn`` sends to any topics and a group's
+        positions, committed on exit, aborted on an exception; ProducerFencedError for a zombie."""
+        from pipelines.transactions import TransactionalId
+
+        if transactional_id not in self._transactional_ids:
+            self._transactional_ids[transactional_id] = TransactionalId(self, transactional_id, timeout_ms)
+        return self._transactional_ids[transactional_id].begin()
 
     def next_sequence(self) -> int:
         """One past the highest sequence this producer id has committed (waiting for a lost root)."""
@@ -441,9 +455,11 @@ class Producer:
                 # acks: all is acknowledged only under the leader epoch read before the append
                 epoch = replication.state(self.topic).leader_epoch if replication is not None else -1
                 if isinstance(batch, pa.Table):
+                    parted = partitioned(batch, count)  # in a transaction: its partitions added first
                     appended = self.log.append_rows(
-                        partitioned(batch, count), count, {self.producer_id: expected_mark},
-                        max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, stamps=stamps)
+                        parted, count, {self.producer_id: expected_mark},
+                        max_retries=self.settings.max_retries, backoff_ms=self.settings.retry_backoff_ms, stamps=stamps,
+                        transactional=self.in_transaction(self.topic, parted) if self.in_transaction else None)
                 else:
                     chosen = partition_column(self.spark, "key", "sequence", count)
                     if "partition" in batch.columns:  # the row's own, as Kafka's producer takes one; else the key's

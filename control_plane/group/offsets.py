@@ -204,6 +204,27 @@ class GroupOffsets:
             return
         self._fenced(group, rows, generation, member_id, raise_version=None)
 
+    def commit_once(self, group: str, positions: dict[TopicPartition, int], app_id: str, version: int,
+                    generation: int = 0, member_id: str = "") -> bool:
+        """Commit positions in one commit that raises application version ``app_id`` to ``version``,
+        unless it is there already (then nothing: False). Unfenced, as Kafka writes a transaction's
+        offsets at its commit marker: whoever finishes a transaction may commit its positions, once
+        (the transaction coordinator; the generation was checked when they were sent)."""
+        check_group_name(group)
+        self.tables.ensure()
+        rows = self._position_rows(group, positions, generation, member_id, CommitKind.COMMIT, {})
+
+        def attempt() -> bool:
+            txn = self.tables.rows_transaction("offset_commits")
+            if counted(txn, app_id) >= version:
+                txn.release()
+                return False
+            self.tables.write_labelled(txn, "offset_commits", rows)
+            txn.commit({app_id: version}, commit_metadata("commit", group=group, generation=generation))
+            return True
+
+        return retry_on_conflict(attempt, attempts=50, backoff_ms=10)
+
     def fence(self, group: str) -> int:
         """The group's current generation fence (0 before its first generation)."""
         if not self.tables.exists("offset_commits"):

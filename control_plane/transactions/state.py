@@ -12,15 +12,24 @@ from typing import Callable
 from pydantic import BaseModel, Field
 
 from control_plane.transactions.rules import TxnState, transition_refusal
-from log_store.errors import LakelogError
+from log_store.errors import LakelogError, ProducerFencedError  # noqa: F401 (raised here, imported from here too)
 
 
-class ProducerFencedError(LakelogError):
-    """A producer of an older epoch than its transactional id's: another instance took over."""
+class UnknownTransactionalIdError(LakelogError):
+    """No row for the transactional id: no producer initialised it under this root."""
 
 
 class InvalidTransactionStateError(LakelogError):
     """A change the transaction's state does not allow (Kafka's INVALID_TXN_STATE)."""
+
+
+# The ``transactions`` control table: one row per version of a transactional id's state.
+TRANSACTION_SCHEMA = (
+    "transactional_id STRING NOT NULL, producer_id STRING NOT NULL, epoch INT NOT NULL, state STRING NOT NULL, "
+    "partitions ARRAY<STRUCT<topic: STRING, partitions: ARRAY<INT>>>, `group` STRING, "
+    "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, generation INT, member_id STRING, "
+    "timeout_ms BIGINT, ended_epoch INT, version BIGINT NOT NULL, changed_at TIMESTAMP_NTZ, changed_by STRING"
+)
 
 
 def utcnow() -> datetime:
@@ -36,6 +45,11 @@ class TransactionRow(BaseModel):
     state: TxnState = TxnState.EMPTY
     partitions: dict[str, list[int]] = Field(default_factory=dict)  # topic -> partitions added
     group: str | None = None  # the group whose positions the transaction commits (AddOffsetsToTxn)
+    # the group's positions pending in the transaction (TxnOffsetCommit): topic -> partition ->
+    # next offset; the group's committed positions only once the commit decision completes
+    positions: dict[str, dict[int, int]] = Field(default_factory=dict)
+    generation: int = 0  # the group generation the positions were sent under (0: no group member)
+    member_id: str = ""
     timeout_ms: int = 60_000
     ended_epoch: int = -1  # the epoch of the transaction being, or last, decided
     version: int = 1  # the row's version (an application version of the table)
@@ -44,6 +58,25 @@ class TransactionRow(BaseModel):
 
     def changed(self, **changes) -> "TransactionRow":
         return self.model_copy(update={**changes, "version": self.version + 1, "changed_at": utcnow()})
+
+    def row(self) -> dict:
+        """The table's row (``TRANSACTION_SCHEMA``)."""
+        out = self.model_dump()
+        out["state"] = self.state.value
+        out["partitions"] = [{"topic": t, "partitions": ps} for t, ps in sorted(self.partitions.items())]
+        out["positions"] = [{"topic": t, "partition": p, "offset": o}
+                            for t, ps in sorted(self.positions.items()) for p, o in sorted(ps.items())]
+        return out
+
+    @classmethod
+    def of(cls, row: dict) -> "TransactionRow":
+        """A row as the table holds it, back (``row``'s inverse)."""
+        positions: dict[str, dict[int, int]] = {}
+        for r in row.get("positions") or []:
+            positions.setdefault(r["topic"], {})[r["partition"]] = r["offset"]
+        return cls.model_validate({**row, "partitions": {r["topic"]: list(r["partitions"] or [])
+                                                         for r in row.get("partitions") or []},
+                                   "positions": positions})
 
 
 def _refuse(row: TransactionRow, wanted: TxnState, epoch: int) -> None:
@@ -64,7 +97,8 @@ def initialized(row: TransactionRow | None, transactional_id: str, producer_id: 
     if not row.state.settled:
         raise InvalidTransactionStateError(f"transactional id '{transactional_id}' is {row.state.value}: "
                                            "finish or abort it before initializing")
-    return row.changed(epoch=row.epoch + 1, state=TxnState.EMPTY, partitions={}, group=None, timeout_ms=timeout_ms)
+    return row.changed(epoch=row.epoch + 1, state=TxnState.EMPTY, partitions={}, group=None, positions={},
+                       timeout_ms=timeout_ms)
 
 
 def with_partitions(row: TransactionRow, epoch: int, partitions: dict[str, list[int]]) -> TransactionRow:
@@ -74,7 +108,8 @@ def with_partitions(row: TransactionRow, epoch: int, partitions: dict[str, list[
     merged = {t: list(ps) for t, ps in row.partitions.items()} if ongoing else {}
     for topic, ps in partitions.items():
         merged[topic] = sorted(set(merged.get(topic, [])) | set(ps))
-    return row.changed(state=TxnState.ONGOING, partitions=merged, group=row.group if ongoing else None)
+    return row.changed(state=TxnState.ONGOING, partitions=merged, group=row.group if ongoing else None,
+                       positions=row.positions if ongoing else {})
 
 
 def with_group(row: TransactionRow, epoch: int, group: str) -> TransactionRow:
@@ -83,8 +118,23 @@ def with_group(row: TransactionRow, epoch: int, group: str) -> TransactionRow:
     if row.group not in (None, group):
         raise InvalidTransactionStateError(f"transactional id '{row.transactional_id}' commits the positions of "
                                            f"group '{row.group}' already; one group per transaction")
-    base = row.partitions if row.state == TxnState.ONGOING else {}
-    return row.changed(state=TxnState.ONGOING, partitions=base, group=group)
+    ongoing = row.state == TxnState.ONGOING
+    return row.changed(state=TxnState.ONGOING, partitions=row.partitions if ongoing else {}, group=group,
+                       positions=row.positions if ongoing else {})
+
+
+def with_positions(row: TransactionRow, epoch: int, group: str, positions: dict[str, dict[int, int]],
+                   generation: int = 0, member_id: str = "") -> TransactionRow:
+    """TxnOffsetCommit: ``group``'s positions kept with the transaction (later ones of a partition
+    replace earlier), after AddOffsetsToTxn named the group."""
+    _refuse(row, TxnState.ONGOING, epoch)
+    if row.state != TxnState.ONGOING or row.group != group:
+        raise InvalidTransactionStateError(f"transactional id '{row.transactional_id}' has not added group "
+                                           f"'{group}' to its transaction (AddOffsetsToTxn first)")
+    merged = {t: dict(ps) for t, ps in row.positions.items()}
+    for topic, ps in positions.items():
+        merged.setdefault(topic, {}).update({int(p): int(o) for p, o in ps.items()})
+    return row.changed(positions=merged, generation=generation, member_id=member_id)
 
 
 def decided(row: TransactionRow, epoch: int, commit: bool) -> TransactionRow:

@@ -23,13 +23,21 @@ def controller() -> None:
 @pass_ctx
 def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: bool) -> None:
     """Finish interrupted changes, retire drained or expired marked partitions, delete their rows,
-    apply each topic's retention (retention.ms, retention.bytes) and merge small files."""
+    apply each topic's retention (retention.ms, retention.bytes) and merge small files; finish
+    transactions whose decision was recorded and whose markers were not all written."""
     c.config
     from log_store.errors import StorageError
+
+    from control_plane.transactions.coordinator import TransactionCoordinator
 
     results = c.controller().tick(topic, delete_delay)
     rows = [r.model_dump(mode="json") for r in results]
     emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
+    # transactions decided and left unfinished (their producer died after the decision) are finished
+    finished = TransactionCoordinator(c.spark, c.root).tick() if topic is None else []
+    if finished and not as_json:
+        emit([{"transactional_id": r.transactional_id, "state": r.state.value} for r in finished], False,
+             "transactions finished")
     failed = [r for r in results if r.error]
     if failed:  # the others were ticked; the job still fails, so a lost root is noticed
         raise StorageError(f"{len(failed)} topic(s) could not be ticked, the others were: " + "; ".join(

@@ -51,6 +51,8 @@ QUERIES = [
     "SELECT v.topic, v.latest, t.partition_count FROM v JOIN topics t ON t.topic = v.topic ORDER BY 1",
     "SELECT count(*) FROM topic_history",
     "SELECT topic, CAST(partition_count AS STRING) AS n, partition_count / 2 AS half FROM topics ORDER BY topic",
+    "SELECT * FROM transaction_history ORDER BY transactional_id, version",
+    "SELECT transactional_id, state, epoch, `group` FROM transactions ORDER BY 1",
 ]
 
 
@@ -62,7 +64,7 @@ def _spark_rows(spark, root: str, query: str) -> list[dict]:
 def history(spark, tmp_path_factory):
     """A root with a topic resized both ways, a partition retired and its number reused, a
     deleted and re-created topic, a member's generations and heartbeats, an expiry report, a
-    reset, a deleted group."""
+    reset, a deleted group, a committed transaction and an open one."""
     root = str(tmp_path_factory.mktemp("fast-sql") / "root")
     admin = TopicAdmin(spark, root)
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
@@ -90,6 +92,11 @@ def history(spark, tmp_path_factory):
     group_admin.delete("old")
     controller.delete("gone")
     admin.create("gone", 2)  # a new incarnation
+    producer = Producer(spark, root, "a")
+    with producer.transaction(transactional_id="etl") as txn:  # the transactions table: arrays of structs
+        txn.send([{"key": "k", "value": "v"}])
+        txn.send_offsets("grp", {"a": {0: 11}})
+    producer.transaction(transactional_id="hung").send([{"key": "k", "value": "w"}])
     return root
 
 

@@ -7,9 +7,10 @@ import pytest
 
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (
-    InvalidTransactionStateError, ProducerFencedError, TimeoutWatch, aborted_on_timeout, completed, decided,
-    initialized, with_group, with_partitions,
+    InvalidTransactionStateError, TimeoutWatch, aborted_on_timeout, completed, decided, initialized, with_group,
+    with_partitions, with_positions,
 )
+from log_store.errors import ProducerFencedError
 
 
 def test_a_transaction_from_init_to_commit_raises_the_epoch_at_its_end():
@@ -26,6 +27,20 @@ def test_a_transaction_from_init_to_commit_raises_the_epoch_at_its_end():
     # the next transaction, at the raised epoch, starts with no partitions and no group
     row = with_partitions(row, 1, {"b": [3]})
     assert row.partitions == {"b": [3]} and row.group is None
+
+
+def test_positions_wait_in_the_transaction_for_its_group_and_go_with_it():
+    row = with_group(with_partitions(initialized(None, "t", "pid-1", 30_000), 0, {"a": [0]}), 0, "g")
+    with pytest.raises(InvalidTransactionStateError, match="AddOffsetsToTxn first"):
+        with_positions(row, 0, "h", {"in": {0: 5}})
+    row = with_positions(row, 0, "g", {"in": {0: 5, 1: 2}}, generation=3, member_id="m")
+    row = with_positions(row, 0, "g", {"in": {1: 4}})
+    assert row.positions == {"in": {0: 5, 1: 4}} and row.partitions == {"a": [0]}
+    with pytest.raises(ProducerFencedError):
+        with_positions(row, 1, "g", {"in": {0: 6}})
+    done = completed(decided(row, 0, commit=True))
+    assert done.positions == {"in": {0: 5, 1: 4}}, "kept with the decision for whoever completes it"
+    assert with_partitions(done, 1, {"a": [0]}).positions == {}, "the next transaction starts with none"
 
 
 def test_a_zombie_is_fenced_and_a_decision_is_final():

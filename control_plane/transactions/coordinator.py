@@ -1,0 +1,213 @@
+"""The transaction coordinator: Kafka's steps over the ``transactions`` table (docs/design.md,
+Transactions). Each change to a transactional id's row is one commit that depends on the row's
+version (``TransactionTable.record``); a change that lost to another is read again and tried
+again, so its checks (``state``'s transitions, the epoch fence) are made on the row it replaces.
+
+Ending a transaction: the decision (Prepare*, the epoch raised) in one commit to the row; then, for
+each topic, its partitions' markers in one commit (``log_store.txn_markers.write_markers``, at
+the raised epoch); then, on a commit, the group's positions kept with the transaction (once, by
+an application version of ``offset_commits``); then Complete*. Whoever finds a decision without
+its Complete* finishes it (the next InitProducerId, ``tick``, ``abort``): every step after the
+decision is idempotent. A crash point names each gap (``log_store.crash``)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable
+
+from control_plane.group.offsets import GroupOffsets
+from control_plane.layout import RootLayout
+from control_plane.records import TopicPartition
+from control_plane.tables import ControlTables, counted
+from control_plane.topics import TopicAdmin
+from control_plane.transactions.rules import TxnState
+from control_plane.transactions.state import (
+    InvalidTransactionStateError, TimeoutWatch, TransactionRow, UnknownTransactionalIdError, completed, decided,
+    initialized, with_group, with_partitions, with_positions,
+)
+from control_plane.transactions.table import TransactionTable
+from log_store.crash import crash_point
+from log_store.errors import ConcurrentCommitError, IllegalGenerationError, InvalidPartitionMetadataError, UnknownTopicError
+from log_store.names import fence_property
+from log_store.txn_markers import write_markers
+
+ATTEMPTS = 50  # changes to one id's row lost to others before giving up
+
+
+def positions_app_id(transactional_id: str) -> str:
+    """The application version of ``offset_commits`` recording which of the id's transactions
+    (its ended epoch + 1) had its positions committed: written once, whoever finishes it."""
+    return f"lakelog.txn.positions.{transactional_id}"
+
+
+class TransactionCoordinator:
+    """The coordinator's steps for every transactional id under one root."""
+
+    def __init__(self, spark, root: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.tables = ControlTables(spark, RootLayout(root))
+        self.table = TransactionTable(self.tables)
+        self.admin = TopicAdmin(spark, root)
+        self.offsets = GroupOffsets(spark, root)
+        self.watch = TimeoutWatch(clock)  # this observer's own clock, for ``expire``
+
+    # -- the producer's steps --------------------------------------------------------------
+    def init_producer_id(self, transactional_id: str, timeout_ms: int = 60_000) -> TransactionRow:
+        """InitProducerId: a decided transaction finished, an ongoing one aborted, then the epoch
+        raised (a new id gets a producer id of its own, kept across epochs, at epoch 0). Returns
+        the row at the new epoch: the caller's producer id and epoch."""
+        if not transactional_id:
+            raise InvalidTransactionStateError("a transactional id must not be empty")
+        for _ in range(ATTEMPTS):
+            row = self.table.get(transactional_id)
+            if row is not None and not row.state.settled:
+                self._settle(row)
+                continue
+            new = initialized(row, transactional_id, row.producer_id if row else f"txn-{uuid.uuid4()}", timeout_ms)
+            if self.table.record(new):
+                return new
+        raise ConcurrentCommitError(f"transactional id '{transactional_id}': InitProducerId lost to other changes "
+                                    f"{ATTEMPTS} times; try again")
+
+    def add_partitions(self, transactional_id: str, epoch: int, partitions: dict[str, list[int]]) -> TransactionRow:
+        """AddPartitionsToTxn, before any append to them (nothing recorded when all are in already)."""
+        def change(row: TransactionRow) -> TransactionRow | None:
+            if (row.epoch == epoch and row.state == TxnState.ONGOING
+                    and all(set(ps) <= set(row.partitions.get(t, [])) for t, ps in partitions.items())):
+                return None
+            return with_partitions(row, epoch, partitions)
+
+        return self._change(transactional_id, change)
+
+    def add_offsets(self, transactional_id: str, epoch: int, group: str) -> TransactionRow:
+        """AddOffsetsToTxn: ``group``'s positions will be committed by the transaction."""
+        def change(row: TransactionRow) -> TransactionRow | None:
+            if row.epoch == epoch and row.state == TxnState.ONGOING and row.group == group:
+                return None
+            return with_group(row, epoch, group)
+
+        return self._change(transactional_id, change)
+
+    def txn_offset_commit(self, transactional_id: str, epoch: int, group: str, positions: dict[str, dict[int, int]],
+                          generation: int = 0, member_id: str = "") -> TransactionRow:
+        """TxnOffsetCommit: positions kept with the transaction, the group's only when its commit
+        completes. A member's generation is checked now, against the group's fence, as Kafka's
+        group coordinator checks it (IllegalGenerationError: the member was replaced)."""
+        if generation > 0 and self.tables.exists("offset_commits"):
+            txn = self.tables.rows_transaction("offset_commits")
+            try:
+                fence = counted(txn, fence_property(group))
+            finally:
+                txn.release()
+            if fence > generation:
+                raise IllegalGenerationError(f"member '{member_id}' of group '{group}' sends positions of generation "
+                                             f"{generation}, but the group is on generation {fence}: it must rejoin")
+        return self._change(transactional_id, lambda row: with_positions(row, epoch, group, positions, generation,
+                                                                         member_id))
+
+    def end_txn(self, transactional_id: str, epoch: int, commit: bool) -> TransactionRow:
+        """EndTxn: the decision recorded, then finished (markers, positions, Complete*). A retried
+        EndTxn of the transaction just ended (the same decision) finishes it again, if need be."""
+        wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+
+        def change(row: TransactionRow) -> TransactionRow | None:
+            if row.ended_epoch == epoch and row.epoch == epoch + 1 and row.state in (wanted, done):
+                return None  # a retry: decided already
+            return decided(row, epoch, commit)
+
+        row = self._change(transactional_id, change)
+        crash_point("txn:after_decision")
+        return self.finish(row)
+
+    # -- finishing, aborting, the timeout ------------------------------------------------------
+    def finish(self, row: TransactionRow) -> TransactionRow:
+        """Finish the decision ``row`` holds: markers to each topic's partitions (none where they are
+        already, or the partition has seen a later epoch), the positions on a commit, Complete* in a
+        commit that depends on the row's version (a finisher that lost the race completes nothing).
+        Returns the row as it then stands."""
+        if not row.state.deciding:
+            return row
+        commit = row.state == TxnState.PREPARE_COMMIT
+        for topic, partitions in sorted(row.partitions.items()):
+            self._markers(topic, row.producer_id, row.ended_epoch, commit, partitions)
+            crash_point("txn:after_topic_markers")
+        if commit and row.group and row.positions:
+            self.offsets.commit_once(
+                row.group, {TopicPartition(topic=t, partition=p): o for t, ps in row.positions.items() for p, o in ps.items()},
+                positions_app_id(row.transactional_id), row.ended_epoch + 1, row.generation, row.member_id)
+            crash_point("txn:after_positions")
+        done = completed(row)
+        if self.table.record(done):
+            return done
+        return self.table.get(row.transactional_id) or done
+
+    def _markers(self, topic: str, producer_id: str, ended: int, commit: bool, partitions: list[int]) -> None:
+        """One topic's markers, the partition count read again when a resize moved it meanwhile. A
+        deleted topic takes none: its log, and what the transaction wrote there, is gone."""
+        for attempt in range(ATTEMPTS):
+            try:
+                log = self.admin.log(topic)
+                write_markers(log, producer_id, ended, commit, partitions, log.metadata().undeleted_partition_count)
+                return
+            except UnknownTopicError:
+                return
+            except InvalidPartitionMetadataError:
+                if attempt == ATTEMPTS - 1:
+                    raise
+
+    def _settle(self, row: TransactionRow) -> TransactionRow:
+        """An ongoing transaction aborted (in a commit that depends on the version read), a decided
+        one finished: what InitProducerId, ``abort`` and the timeout do before anything else."""
+        if row.state == TxnState.ONGOING:
+            aborted = decided(row, row.epoch, commit=False)
+            if not self.table.record(aborted):
+                return self.table.get(row.transactional_id) or row  # it moved: the caller reads it again
+            row = aborted
+            crash_point("txn:after_decision")
+        return self.finish(row)
+
+    def abort(self, transactional_id: str) -> TransactionRow:
+        """Abort the id's ongoing transaction, or finish its decided one (kafka-transactions.sh's
+        abort); the id's next producer goes on at the raised epoch, its current one is fenced."""
+        row = self.table.get(transactional_id)
+        if row is None:
+            raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}': "
+                                              "`lakelog transactions list` shows the known ones")
+        if row.state.settled:
+            raise InvalidTransactionStateError(f"transactional id '{transactional_id}' has no open transaction "
+                                               f"(it is {row.state.value}): nothing to abort")
+        for _ in range(ATTEMPTS):
+            row = self._settle(row)
+            if row.state.settled:
+                return row
+            row = self.table.get(transactional_id)
+        raise ConcurrentCommitError(f"transactional id '{transactional_id}': the abort lost to other changes "
+                                    f"{ATTEMPTS} times; try again")
+
+    def tick(self) -> list[TransactionRow]:
+        """Finish every decided transaction, and abort every ongoing one this observer has seen
+        unchanged for its ``timeout_ms`` (``TimeoutWatch``: its own clock, from the version it first
+        saw; the abort depends on that version). Returns the rows it moved."""
+        moved = []
+        for row in self.table.latest().values():
+            if row.state.deciding or self.watch.expired(row):
+                moved.append(self._settle(row))
+        return moved
+
+    # -- one change ----------------------------------------------------------------------------
+    def _change(self, transactional_id: str, change: Callable[[TransactionRow], TransactionRow | None]) -> TransactionRow:
+        """Read the id's row, ``change`` it (None: nothing to record), record it at the next version;
+        read again when another change landed first."""
+        for _ in range(ATTEMPTS):
+            row = self.table.get(transactional_id)
+            if row is None:
+                raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}': a producer "
+                                                  "initialises it first (InitProducerId)")
+            new = change(row)
+            if new is None:
+                return row
+            if self.table.record(new):
+                return new
+        raise ConcurrentCommitError(f"transactional id '{transactional_id}': a change lost to others {ATTEMPTS} "
+                                    "times; try again")

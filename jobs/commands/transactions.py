@@ -1,0 +1,74 @@
+"""``lakelog transactions``: list, describe and abort transactional ids (Kafka's ``kafka-transactions.sh``)."""
+
+from __future__ import annotations
+
+import click
+
+from jobs.context import Context, json_option, pass_ctx
+from jobs.output import emit
+
+
+@click.group()
+def transactions() -> None:
+    """Inspect and abort transactions (the ``transactions`` control table)."""
+
+
+def _coordinator(c: Context):
+    from control_plane.transactions.coordinator import TransactionCoordinator
+
+    return TransactionCoordinator(c.spark, c.root)
+
+
+def _summary(row) -> dict:
+    """One id's latest row, for the list and the describe."""
+    return {"transactional_id": row.transactional_id, "producer_id": row.producer_id, "epoch": row.epoch,
+            "state": row.state.value, "timeout_ms": row.timeout_ms,
+            "partitions": ", ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(row.partitions.items())),
+            "group": row.group, "changed_at": row.changed_at, "version": row.version}
+
+
+@transactions.command("list")
+@json_option
+@pass_ctx
+def list_(c: Context, as_json: bool) -> None:
+    """Every transactional id under the root with its producer id, epoch and state."""
+    rows = sorted(_coordinator(c).table.latest().values(), key=lambda r: r.transactional_id)
+    emit([_summary(r) for r in rows], as_json, "transactions")
+
+
+@transactions.command("describe")
+@click.option("--transactional-id", "transactional_id", required=True)
+@json_option
+@pass_ctx
+def describe(c: Context, transactional_id: str, as_json: bool) -> None:
+    """One id's state: producer id, epoch, state, the partitions and group of its transaction, the
+    group's positions pending in it, and the row's versions."""
+    from control_plane.transactions.state import UnknownTransactionalIdError
+
+    history = _coordinator(c).table.history(transactional_id)
+    if not history:
+        raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}' under {c.root}: "
+                                          "`lakelog transactions list` shows the known ones")
+    row = history[-1]
+    out = {**_summary(row), "ended_epoch": row.ended_epoch,
+           "pending_positions": [{"topic": t, "partition": p, "offset": o}
+                                 for t, ps in sorted(row.positions.items()) for p, o in sorted(ps.items())]}
+    if as_json:
+        emit({**out, "partitions": row.partitions, "history": [
+            {"version": r.version, "epoch": r.epoch, "state": r.state.value, "changed_at": r.changed_at}
+            for r in history]}, True)
+        return
+    emit({**out, "pending_positions": ", ".join(f"{p['topic']}:{p['partition']}={p['offset']}"
+                                                for p in out["pending_positions"])}, False,
+         f"transactional id {transactional_id}")
+
+
+@transactions.command("abort")
+@click.option("--transactional-id", "transactional_id", required=True)
+@json_option
+@pass_ctx
+def abort(c: Context, transactional_id: str, as_json: bool) -> None:
+    """Abort the id's open transaction (a hung one), or finish its decided one: abort markers to
+    its partitions, the epoch raised, so its producer is fenced. Refused when nothing is open."""
+    row = _coordinator(c).abort(transactional_id)
+    emit(_summary(row), as_json, f"transactional id {transactional_id}")
