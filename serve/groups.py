@@ -190,8 +190,7 @@ class Coordinator:
                 await group.drained.wait()
             for mid in [m for m, member in group.members.items() if member.joining is None]:
                 self._gone(group, group.members.pop(mid))  # did not rejoin in time
-            if not group.members:
-                group.state, group.leader, group.protocol = EMPTY, None, None
+            if self._emptied(group):
                 return
             try:
                 group.generation = await self.records.run(self.records.start_generation, group.name, group.generation + 1)
@@ -200,6 +199,8 @@ class Coordinator:
                 self.drop(group.name)
                 return
             partitions = await self._partitions(group)
+            if self._emptied(group):  # every member left while the generation was started
+                return
             group.protocol = self._choose(group)
             self._revoked(group)
             if group.leader not in group.members:
@@ -217,6 +218,14 @@ class Coordinator:
                 m.joining, m.seen = None, time.monotonic()
         finally:
             group.completing = False
+
+    @staticmethod
+    def _emptied(group: Group) -> bool:
+        """Whether no member is left to answer: then the group is empty."""
+        if group.members:
+            return False
+        group.state, group.leader, group.protocol = EMPTY, None, None
+        return True
 
     async def _partitions(self, group: Group) -> dict[str, set[int]]:
         """The partitions each topic the members subscribe to has now: what the leader is told they
