@@ -210,3 +210,37 @@ def test_a_gate_reads_a_threshold_after_compaction_removed_its_epochs_records():
     m.compact(_Draws(0, 4))  # p0 below 4: k3's offsets 0..2 superseded by 3
     assert m.threshold(0, 1) == -1
     m.teardown()
+
+
+def _moved_key(before: int, after: int) -> int:
+    """A key of the model's range whose partition differs between the two counts."""
+    return next(k for k in range(8) if partition_for(f"k{k}".encode(), before) != partition_for(f"k{k}".encode(), after))
+
+
+def test_a_key_moved_by_a_grow_waits_for_its_records_before_the_grow():
+    """Fixed run (the random ones may miss it): a key moved by a grow, its new partition read
+    first, gets nothing until its records in the old partition are delivered."""
+    k = _moved_key(2, 3)
+    m = OrderingModel()
+    m.produce(k, 2)
+    m.grow(1)
+    m.produce(k, 1)
+    new = partition_for(f"k{k}".encode(), 3)
+    assert m.deliver(new, 5) == 0, "the moved key's newer record came before its earlier ones"
+    m.teardown()
+    assert m.delivered[f"k{k}"] == [0, 1, 2]
+
+
+def test_a_key_moved_by_a_shrink_waits_for_its_records_in_the_marked_partition():
+    """Fixed run: a shrink moves a key off the last partition; its new partition waits for the
+    marked one to drain."""
+    m = OrderingModel()
+    m.grow(1)
+    k = next(k for k in range(8) if partition_for(f"k{k}".encode(), 3) == 2)
+    m.produce(k, 2)
+    m.shrink(_Draws(2))
+    m.produce(k, 1)
+    new = partition_for(f"k{k}".encode(), 2)
+    assert m.deliver(new, 5) == 0, "the moved key's newer record came before its records in the marked partition"
+    m.teardown()
+    assert m.delivered[f"k{k}"] == [0, 1, 2]
