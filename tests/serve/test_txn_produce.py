@@ -26,9 +26,13 @@ UNCOMMITTED = ConsumerSettings(isolation_level="read_uncommitted")
 
 
 @pytest.fixture()
-def served(tmp_path, monkeypatch):
+def txn_served(tmp_path, monkeypatch):
     """(server, its bootstrap address, the root, a session that may not start): topics ``in`` (1
     partition), ``out`` (2) and ``audit`` (1)."""
+    yield from serve_txn(tmp_path, monkeypatch)
+
+
+def serve_txn(tmp_path, monkeypatch, **settings):
     from serve.server import Server
     from serve.settings import ServeSettings
 
@@ -39,7 +43,7 @@ def served(tmp_path, monkeypatch):
     for topic, count in (("in", 1), ("out", 2), ("audit", 1)):
         admin.create(topic, count)
     server = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5,
-                                               transaction_abort_interval_ms=200)).run_in_thread()
+                                               transaction_abort_interval_ms=200, **settings)).run_in_thread()
     yield server, f"127.0.0.1:{server.port}", root, spark
     stopped_with_no_task_left(server)
 
@@ -58,8 +62,8 @@ def read(spark, root: str, topic: str, settings: ConsumerSettings) -> list[str]:
     return sorted(got)
 
 
-def test_read_process_write_commits_and_aborts_with_the_groups_positions(served):
-    server, bootstrap, root, spark = served
+def test_read_process_write_commits_and_aborts_with_the_groups_positions(txn_served):
+    server, bootstrap, root, spark = txn_served
     plain = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
     for i in range(6):
         plain.produce("in", value=f"in{i}")
@@ -101,8 +105,8 @@ def test_read_process_write_commits_and_aborts_with_the_groups_positions(served)
     assert row.state.value == "CompleteAbort" and row.producer_id.startswith("kafka-")
 
 
-def test_a_zombie_is_fenced_by_a_new_instance_of_its_transactional_id(served):
-    _server, bootstrap, root, spark = served
+def test_a_zombie_is_fenced_by_a_new_instance_of_its_transactional_id(txn_served):
+    _server, bootstrap, root, spark = txn_served
     old = producer(bootstrap, "z")
     old.begin_transaction()
     old.produce("out", key=b"k", value=b"zombie-1")
@@ -133,8 +137,8 @@ KILLED = textwrap.dedent("""
 """)
 
 
-def test_a_killed_producers_transaction_is_aborted_after_its_timeout(served):
-    _server, bootstrap, root, spark = served
+def test_a_killed_producers_transaction_is_aborted_after_its_timeout(txn_served):
+    _server, bootstrap, root, spark = txn_served
     proc = subprocess.Popen([sys.executable, "-c", KILLED, bootstrap], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
