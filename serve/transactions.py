@@ -137,7 +137,8 @@ class Transactions:
     def init(self, tid: str, timeout_ms: int, held_id: int = -1, held_epoch: int = -1) -> TransactionRow:
         """InitProducerId with a transactional id: the coordinator's (its ongoing transaction
         aborted, the epoch raised). A client naming the id and epoch it holds (KIP-360) must name
-        the id's producer, at an epoch not below the coordinator's."""
+        the id's producer, at the coordinator's epoch, or at the one an abort (its timeout's)
+        raised it from."""
         if not 0 < timeout_ms <= self.ctx.settings.transaction_max_timeout_ms:
             raise TxnError("INVALID_TRANSACTION_TIMEOUT", f"transaction timeout {timeout_ms} ms is not within "
                            f"1 .. serve.transaction_max_timeout_ms ({self.ctx.settings.transaction_max_timeout_ms})")
@@ -145,7 +146,9 @@ class Transactions:
             row = self.coordinator.table.get(tid)
             if row is not None:
                 self._check_id(row, held_id)
-                if self.coordinator_epoch(tid, held_epoch) < row.epoch and not row.state.deciding:
+                held = self.coordinator_epoch(tid, held_epoch)
+                timed_out = row.state == TxnState.COMPLETE_ABORT and row.ended_epoch == held  # its abort's bump
+                if held < row.epoch and not row.state.deciding and not timed_out:
                     raise TxnError(FENCED, f"transactional id '{tid}' is at epoch {row.epoch}")
         row = self.coordinator.init_producer_id(tid, timeout_ms, new_producer_id)
         with self._lock:

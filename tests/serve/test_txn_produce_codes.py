@@ -136,3 +136,24 @@ def test_a_transactional_id_needs_write_on_it(tmp_path, monkeypatch):
         client.close()
     finally:
         next(gen, None)
+
+
+def test_a_producer_whose_transaction_was_aborted_initialises_again_with_its_id_and_epoch(txn_served):
+    """KIP-360: InitProducerId naming the id and epoch the client holds goes on after its
+    transaction's abort raised the epoch (the timeout's, here ``transactions abort``'s); an epoch
+    older than that is fenced, another producer id refused."""
+    server, _bootstrap, _root, _spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "k")
+    assert add(client, "k", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+    server.transactions.coordinator.abort("k")
+
+    def again(held_id: int, held_epoch: int) -> tuple[str, int, int]:
+        r = client.call(22, 4, {"transactional_id": "k", "transaction_timeout": TIMEOUT, "producer_id": held_id,
+                                "producer_epoch": held_epoch})
+        return name(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+    assert again(pid + 1, epoch)[0] == "INVALID_PRODUCER_ID_MAPPING"
+    assert again(pid, epoch) == ("NONE", pid, epoch + 2)
+    assert again(pid, epoch)[0] == "PRODUCER_FENCED", "an epoch two behind"
+    client.close()
