@@ -218,9 +218,10 @@ class Batcher:
                 self._acknowledge(view, todo, outcomes)  # retries answered as duplicates wait as well
                 return
             rows, stamps, txn, after = transactional_rows(self._rows(accepted), accepted, expected)
+            more = {"stamps": stamps, "transactional": txn} if txn else {}
             try:
                 result = TopicLog(self.ctx.spark, path).append_rows(
-                    rows, view.snapshot.metadata.undeleted_partition_count, expected, stamps=stamps, transactional=txn)
+                    rows, view.snapshot.metadata.undeleted_partition_count, expected, **more)
             except Exception as exc:
                 # Nothing appended: what this attempt judged (duplicates, sequence refusals, places)
                 # is judged again by the next on a fresh view, or answered with the failure. A

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING
 
 from log_store.errors import LOST_ROOT, InvalidConfigurationError, TopicDeletedError, UnknownTopicError
@@ -24,14 +25,14 @@ ACKS = (0, 1, -1)  # Kafka's: none, the leader's, every in-sync replica's
 
 
 def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str, int, bytes | None]],
-             tid: str | None = None) -> list[tuple[list, tuple | None] | Outcome]:
-    """Each partition's batches (with, for a transactional producer's, the lakelog producer id
-    and coordinator epoch they are appended under: ``apis.transactions.writers``), or the outcome
+             tid: str | None = None) -> list[list | tuple[list, tuple] | Outcome]:
+    """Each partition's batches (a transactional producer's with the lakelog producer id and
+    coordinator epoch they are appended under: ``apis.transactions.writers``), or the outcome
     it is answered with, checked in Kafka's order: WRITE on the topic, a legal name, a live topic,
     then the batches (their size against the topic's ``max.message.bytes``, their CRC, then their
     records, inflated within the limits), then the transaction. Nothing of a partition the caller
     may not write to is read."""
-    out: list[list | Outcome] = []
+    out: list[list | tuple[list, tuple] | Outcome] = []
     budget = Budget(server.settings.max_request_bytes)
     for topic, partition, data in parts:
         if not may_write[topic]:
@@ -56,7 +57,7 @@ def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str
             out.append(Outcome(error=exc.code, message=str(exc)))
             continue
         txn = writers(server, tid, topic, partition, batches)
-        out.append(txn if isinstance(txn, Outcome) else (batches, txn))
+        out.append(batches if txn is None else txn if isinstance(txn, Outcome) else (batches, txn))
     return out
 
 
@@ -104,7 +105,7 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
     try:
         may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
         async with server.decoded.decoding():
-            prepared = await server.ctx.run(_prepare, server, may_write, parts, body.transactional_id)
+            prepared = await server.ctx.run(partial(_prepare, tid=body.transactional_id), server, may_write, parts)
         if earlier is not None:
             await asyncio.shield(earlier)
         for (topic, partition, data), ready in zip(parts, prepared):
@@ -112,7 +113,7 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
             if isinstance(ready, Outcome):
                 answers[key] = ready
                 continue
-            batches, txn = ready
+            batches, txn = ready if isinstance(ready, tuple) else (ready, None)
             entries = [Entry(topic=topic, partition=partition, batch=batch, acks=body.acks, future=loop.create_future(),
                              size=len(data) // len(batches), txn=txn) for batch in batches]
             for entry in entries:
