@@ -157,3 +157,43 @@ def test_a_producer_whose_transaction_was_aborted_initialises_again_with_its_id_
     assert again(pid, epoch) == ("NONE", pid, epoch + 2)
     assert again(pid, epoch)[0] == "PRODUCER_FENCED", "an epoch two behind"
     client.close()
+
+
+def test_txn_offset_commit_checks_the_member_as_the_group_coordinator_does(txn_served):
+    """A live member of a classic group (librdkafka, static membership): another member id under
+    its instance id is FENCED_INSTANCE_ID, an unknown member UNKNOWN_MEMBER_ID, the member at a
+    generation the group is not at ILLEGAL_GENERATION."""
+    import time
+
+    import confluent_kafka
+
+    server, bootstrap, _root, _spark = txn_served
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "sg", "group.instance.id": "inst",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["in"])
+    deadline = time.monotonic() + 60
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    member = consumer.memberid()
+    client = RawClient(server.port)
+    try:
+        _code, pid, epoch = init(client, "m")
+        assert add(client, "m", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+        assert name(client.call(25, 3, {"transactional_id": "m", "producer_id": pid, "producer_epoch": epoch,
+                                        "group_id": "sg"}).error_code) == "NONE"
+
+        def commit(member_id: str, generation: int, instance: str | None) -> str:
+            r = client.call(28, 3, {"transactional_id": "m", "group_id": "sg", "producer_id": pid,
+                                    "producer_epoch": epoch, "generation_id": generation, "member_id": member_id,
+                                    "group_instance_id": instance, "topics": [{"name": "in", "partitions": [
+                                        {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
+            return name(r.topics[0].partitions[0].error_code)
+
+        generation = server.coordinator.groups["sg"].generation
+        assert commit("someone-else", generation, "inst") == "FENCED_INSTANCE_ID"
+        assert commit("nobody", generation, None) == "UNKNOWN_MEMBER_ID"
+        assert commit(member, generation + 1, "inst") == "ILLEGAL_GENERATION"
+        assert commit(member, generation, "inst") == "NONE"
+    finally:
+        client.close()
+        consumer.close()
