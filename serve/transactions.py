@@ -37,6 +37,7 @@ log = logging.getLogger("lakelog.serve")
 KAFKA = "kafka-"
 FENCED = "FENCED"  # answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, by the request's version
 FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2}  # API key -> first version answering PRODUCER_FENCED (KIP-588)
+MAX_EPOCH = 2**15 - 1  # a Kafka producer epoch is an int16
 SHORTEST_LOOK = 0.05  # seconds: the observer looks no more often than this
 
 
@@ -150,7 +151,7 @@ class Transactions:
                 timed_out = row.state == TxnState.COMPLETE_ABORT and row.ended_epoch == held  # its abort's bump
                 if held < row.epoch and not row.state.deciding and not timed_out:
                     raise TxnError(FENCED, f"transactional id '{tid}' is at epoch {row.epoch}")
-        row = self.coordinator.init_producer_id(tid, timeout_ms, new_producer_id)
+        row = self._in_int16(self.coordinator.init_producer_id(tid, timeout_ms, new_producer_id))
         with self._lock:
             self._epochs[tid] = (row.epoch, row.epoch)
             self._ended.pop(tid, None)
@@ -193,6 +194,8 @@ class Transactions:
         if retried:  # the answer to an EndTxn was lost and the client sent it again
             return row
         ended = self._keep(self.coordinator.end_txn(tid, at, commit))
+        if learns_bump:
+            self._in_int16(ended)
         with self._lock:
             held = epoch if not learns_bump else ended.epoch
             self._epochs[tid] = (held, ended.epoch)
@@ -247,6 +250,15 @@ class Transactions:
             self._keep(self.coordinator.finish(row))
             raise TxnError("CONCURRENT_TRANSACTIONS", f"the last transaction of '{tid}' is being finished; retry")
         return row, at
+
+    @staticmethod
+    def _in_int16(row: TransactionRow) -> TransactionRow:
+        """``row``, whose epoch a Kafka client can hold (an int16); else refused, said plainly: the
+        coordinator keeps one producer id per transactional id, where Kafka's gives a new one."""
+        if row.epoch > MAX_EPOCH:
+            raise TxnError("UNKNOWN_SERVER_ERROR", f"transactional id '{row.transactional_id}' is at epoch {row.epoch}, "
+                           f"past Kafka's {MAX_EPOCH}: give the producer another transactional.id")
+        return row
 
     @staticmethod
     def _check_id(row: TransactionRow, producer_id: int) -> None:

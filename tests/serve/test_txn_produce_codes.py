@@ -197,3 +197,13 @@ def test_txn_offset_commit_checks_the_member_as_the_group_coordinator_does(txn_s
     finally:
         client.close()
         consumer.close()
+
+
+def test_an_epoch_past_kafkas_int16_is_refused_plainly(txn_served):
+    server, _bootstrap, _root, _spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "old")
+    table = server.transactions.coordinator.table
+    table.record(table.get("old").changed(epoch=2**15 - 1))
+    assert init(client, "old")[0] == "UNKNOWN_SERVER_ERROR", "epoch 32768 cannot be answered"
+    client.close()
