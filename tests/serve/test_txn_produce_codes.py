@@ -207,3 +207,21 @@ def test_an_epoch_past_kafkas_int16_is_refused_plainly(txn_served):
     table.record(table.get("old").changed(epoch=2**15 - 1))
     assert init(client, "old")[0] == "UNKNOWN_SERVER_ERROR", "epoch 32768 cannot be answered"
     client.close()
+
+
+def test_a_control_batch_from_a_producer_is_refused(txn_served):
+    """Markers are the coordinator's to write: a producer's control batch (attributes 0x20) is
+    INVALID_RECORD, even inside its transaction."""
+    from tests.serve.raw import produce_request, rebuilt
+
+    server, _bootstrap, _root, _spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "c")
+    assert add(client, "c", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=pid,
+                                        producer_epoch=epoch, base_sequence=0, batch_size=2**20)
+    builder.append(0, 1_700_000_000_000, None, b"v", [])
+    control = rebuilt(bytes(builder.build()), attributes=0x30)
+    r = client.call(0, 9, {**produce_request("out", 0, control), "transactional_id": "c"})
+    assert name(r.responses[0].partition_responses[0].error_code) == "INVALID_RECORD"
+    client.close()
