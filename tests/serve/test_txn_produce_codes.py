@@ -225,3 +225,62 @@ def test_a_control_batch_from_a_producer_is_refused(txn_served):
     r = client.call(0, 9, {**produce_request("out", 0, control), "transactional_id": "c"})
     assert name(r.responses[0].partition_responses[0].error_code) == "INVALID_RECORD"
     client.close()
+
+
+def test_a_transactional_batch_sent_again_is_answered_as_first_and_written_once(txn_served):
+    """Kafka's idempotence rules hold within a transaction (``serve.producers.judge``): a retry is
+    answered with its first offset and not written again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    server, _bootstrap, root, spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "d")
+    assert add(client, "d", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+
+    def send(seq: int) -> tuple[str, int]:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=pid,
+                                            producer_epoch=epoch, base_sequence=seq, batch_size=2**20)
+        builder.append(0, 1_700_000_000_000, None, f"s{seq}".encode(), [])
+        r = client.call(0, 9, {"transactional_id": "d", "acks": -1, "timeout": 30000, "topic_data": [
+            {"name": "out", "partition_data": [{"index": 0, "records": bytes(builder.build())}]}]})
+        answer = r.responses[0].partition_responses[0]
+        return name(answer.error_code), int(answer.base_offset)
+
+    assert send(0) == ("NONE", 0)
+    assert send(1) == ("NONE", 1)
+    assert send(1) == ("NONE", 1), "a retry: its first offset"
+    assert send(5)[0] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    assert end(client, "d", pid, epoch, True)[0] == "NONE"
+    client.close()
+    from tests.serve.test_txn_produce import COMMITTED, read
+
+    assert read(spark, root, "out", COMMITTED) == ["s0", "s1"]
+
+
+def test_a_transactional_retry_after_a_restart_is_not_written_again(txn_served):
+    """The per-partition sequence marks are the log's (set in the append's commit), so a server
+    started again knows a retry: DUPLICATE_SEQUENCE_NUMBER (Kafka's answer to a retry it cannot
+    place; clients take it as written), nothing appended."""
+    from serve.server import Server
+    from serve.settings import ServeSettings
+    from tests.serve.conftest import stopped_with_no_task_left
+    from tests.serve.test_txn_produce import UNCOMMITTED, read
+
+    server, _bootstrap, root, spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "r")
+    assert add(client, "r", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=pid,
+                                        producer_epoch=epoch, base_sequence=0, batch_size=2**20)
+    builder.append(0, 1_700_000_000_000, None, b"once", [])
+    request = {"transactional_id": "r", "acks": -1, "timeout": 30000, "topic_data": [
+        {"name": "out", "partition_data": [{"index": 0, "records": bytes(builder.build())}]}]}
+    assert name(client.call(0, 9, request).responses[0].partition_responses[0].error_code) == "NONE"
+    client.close()
+    again = Server(spark, root, ServeSettings(listen="127.0.0.1:0", linger_ms=5)).run_in_thread()
+    try:
+        client = RawClient(again.port)
+        answer = client.call(0, 9, request).responses[0].partition_responses[0]
+        assert name(answer.error_code) == "DUPLICATE_SEQUENCE_NUMBER"
+        client.close()
+    finally:
+        stopped_with_no_task_left(again)
+    assert read(spark, root, "out", UNCOMMITTED) == ["once"]
