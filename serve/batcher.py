@@ -32,10 +32,11 @@ from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of, unreachable
-from serve.placement import UNKNOWN, base_offsets, place_records
+from serve.placement import CLIENT, UNKNOWN, base_offsets, place_records
 from serve.producers import BATCHES_KEPT, NO_PRODUCER, ProducerStates, judge, lakelog_producer_id
 from serve.records import ProducedBatch, rows_of
 from serve.tail import pieces_of
+from serve.transactions import transactional_rows
 from serve.topic_limits import TopicLimits
 
 log = logging.getLogger("lakelog.serve")
@@ -66,6 +67,7 @@ class Entry:
     acks: int
     future: asyncio.Future
     producer: str | None = None  # the lakelog producer id of an idempotent batch
+    txn: tuple[str, int] | None = None  # a transactional batch's (lakelog producer id, coordinator epoch)
     first: int = -1  # its first sequence value, once judged
     size: int = 0
     placed: np.ndarray | None = None  # the partition of each record, as the last attempt placed them
@@ -215,9 +217,11 @@ class Batcher:
             if not accepted:
                 self._acknowledge(view, todo, outcomes)  # retries answered as duplicates wait as well
                 return
+            rows, stamps, txn, after = transactional_rows(self._rows(accepted), accepted, expected)
+            more = {"stamps": stamps, "transactional": txn} if txn else {}
             try:
                 result = TopicLog(self.ctx.spark, path).append_rows(
-                    self._rows(accepted), view.snapshot.metadata.undeleted_partition_count, expected)
+                    rows, view.snapshot.metadata.undeleted_partition_count, expected, **more)
             except Exception as exc:
                 # Nothing appended: what this attempt judged (duplicates, sequence refusals, places)
                 # is judged again by the next on a fresh view, or answered with the failure. A
@@ -232,6 +236,8 @@ class Batcher:
                 outcomes[id(e)] = Outcome()
             self.committed += 1
             self.ctx.forget(path)
+            for pid, mark in after.items():
+                self._producers.learned((path, pid), mark, time.monotonic())
             self._answered(view, path, accepted, result, outcomes)
             self._acknowledge(view, todo, outcomes)
             return
@@ -319,7 +325,9 @@ class Batcher:
         count = view.snapshot.metadata.undeleted_partition_count
         writable = view.writable()
         placement = self._placements.get(view.name, self.ctx.settings.placement)
-        return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable, placement) for e in entries]
+        # a transaction's records go where its producer addressed them: the partitions it added
+        return [place_records(e.batch.keys.to_pylist(), e.partition, count, writable,
+                              CLIENT if e.txn is not None else placement) for e in entries]
 
     def _place(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> list[Entry]:
         """``todo`` with each entry's records placed; a unit one of whose entries cannot be taken
@@ -336,6 +344,10 @@ class Batcher:
             if e.partition not in meta.partitions or not writable:  # a partition that never was: the client's mistake
                 failed[e.unit] = Outcome(error="UNKNOWN_TOPIC_OR_PARTITION",
                                          message=f"partition {e.partition} of {view.name} does not exist")
+                continue
+            if e.txn is not None and e.partition not in writable:  # its records may go to no other partition
+                failed[e.unit] = Outcome(error="NOT_LEADER_OR_FOLLOWER", message=f"partition {e.partition} of "
+                                         f"{view.name} takes no appends now; add a writable partition")
                 continue
             b = e.batch
             if not b.count or not len(b.keys) == len(b.headers) == len(b.timestamps) == b.count:
@@ -397,6 +409,8 @@ class Batcher:
                 verdict = judge(mark, e.batch.producer_epoch, e.batch.base_sequence, e.batch.count, recent)
                 if verdict.appends:
                     expected.setdefault(pid, mark)
+                    if e.txn is not None:  # its rows are numbered after the transaction's producer's mark
+                        expected.setdefault(e.txn[0], known[e.txn[0]][0])
                     e.first = verdict.first
                     last = verdict.first + e.batch.count - 1
                     running[pid] = (last, None if recent is None or mark != e.first - 1
@@ -489,6 +503,7 @@ class Batcher:
         append checks the marks), or, for those it does not know (never met, or forgotten once
         idle), the log's marks, read in one read; and which of them came from memory."""
         pids = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
+        pids |= {e.txn[0] for e in entries if e.txn is not None}
         now = time.monotonic()
         found = {pid: state for (_path, pid), state in self._producers.known([(path, p) for p in pids], now).items()}
         remembered = set(found)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from log_store.errors import (
     ConcurrentCommitError, FencedLeaderEpochError, IllegalGenerationError, InvalidConfigurationError,
     InvalidPartitionMetadataError, InvalidPartitionsError, InvalidRecordError, LakelogError, LeaderNotAvailableError,
-    NotEnoughReplicasError, StorageError, TopicExistsError, UnknownGroupError, UnknownTopicError,
+    NotEnoughReplicasError, ProducerFencedError, StorageError, TopicExistsError, UnknownGroupError, UnknownTopicError,
 )
 
 log = logging.getLogger("lakelog.serve")
@@ -22,6 +22,7 @@ _CODES: list[tuple[type[Exception], str]] = [
     (LeaderNotAvailableError, "LEADER_NOT_AVAILABLE"),
     (NotEnoughReplicasError, "NOT_ENOUGH_REPLICAS"),
     (ConcurrentCommitError, "REQUEST_TIMED_OUT"),
+    (ProducerFencedError, "INVALID_PRODUCER_EPOCH"),  # a transactional append below the partition's epoch
     (UnknownTopicError, "UNKNOWN_TOPIC_OR_PARTITION"),
     (TopicExistsError, "TOPIC_ALREADY_EXISTS"),
     (InvalidPartitionsError, "INVALID_PARTITIONS"),

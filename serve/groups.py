@@ -371,6 +371,21 @@ class Coordinator:
         self._member(group, member_id, generation)
         return generation
 
+    def check_txn_member(self, name: str, member_id: str, generation: int, instance_id: str | None) -> None:
+        """A TxnOffsetCommit's member, as Kafka's coordinator checks it (GroupError): none named (a
+        producer sending positions without a consumer's group metadata), else a member of the
+        group's generation, not fenced by a newer member of its static instance id."""
+        group = self.groups.get(name)
+        if generation < 0 and not member_id:
+            return
+        if group is None:  # no live group here: only a generation it never had is refused
+            if generation >= 0:
+                raise GroupError("ILLEGAL_GENERATION")
+            return
+        if instance_id and any(m.instance_id == instance_id and m.member_id != member_id for m in group.members.values()):
+            raise GroupError("FENCED_INSTANCE_ID")
+        self._member(group, member_id, generation)
+
     async def commit(self, name: str, member_id: str, generation: int, offsets: dict[tuple[str, int], int],
                      epochs: dict[tuple[str, int], int]) -> None:
         """An OffsetCommit (``check_commit``), written in its generation (``serve.commit_queue``): the

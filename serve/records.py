@@ -67,6 +67,7 @@ class ProducedBatch:
     headers: pa.Array
     timestamps: pa.Array
     wire: bytes = b""  # the batch as the producer sent it (what a server's tail serves, serve/tail.py)
+    transactional: bool = False  # attributes bit 0x10: the records belong to the producer's open transaction
 
     @property
     def count(self) -> int:
@@ -134,8 +135,8 @@ def _checked(wire: bytes, max_batch: int, budget: Budget) -> ProducedBatch:
         raise BatchError("CORRUPT_MESSAGE", "a record batch's CRC does not match its contents")
     attributes, last_delta = _ATTRIBUTES_DELTA.unpack_from(wire, _ATTRIBUTES_AT)
     count = _LENGTH.unpack_from(wire, _COUNT_AT)[0]
-    if attributes & (_TRANSACTIONAL | _CONTROL):
-        raise BatchError("INVALID_RECORD", "transactions are not supported: a transactional or control batch was sent")
+    if attributes & _CONTROL:  # markers are the coordinator's to write (EndTxn), never a producer's
+        raise BatchError("INVALID_RECORD", "a producer may not send a control batch; end a transaction with EndTxn")
     if count <= 0 or last_delta + 1 != count:
         raise BatchError("INVALID_RECORD", f"a record batch claims {count} records and a last offset delta of "
                                            f"{last_delta}: a batch holds one record or more, numbered 0, 1, 2, ...")
@@ -213,7 +214,7 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         keys=pa.array(keys, pa.binary()), values=pa.array(values, pa.binary()), headers=headers.cast(HEADERS_ARROW),
         timestamps=pc.if_else(pc.less(millis, 0), None, micros).cast(TIMESTAMP_ARROW),
-        wire=wire,
+        wire=wire, transactional=bool(batch.attributes & _TRANSACTIONAL),
     )
 
 

@@ -1,5 +1,5 @@
 """Who a connection is and what it may do: TLS, SASL (PLAIN, SCRAM-SHA-256/512) with principals
-from the configuration, and per-principal permissions on topics and groups (docs/serve.md).
+from the configuration, and per-principal permissions on topics, groups and transactional ids (docs/serve.md).
 
 With no ``serve.acls`` configured, every principal may do everything (Kafka without an
 authorizer); with ``acls``, a principal may do only what an entry allows it (super users
@@ -26,10 +26,10 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 class Acl(Strict):
     """One permission: ``principal`` (``User:alice``, or ``User:*``) may do ``operations`` on the
-    ``resource`` (topic, group, cluster) named ``name``."""
+    ``resource`` (topic, group, cluster, transactional_id) named ``name``."""
 
     principal: str
-    resource: Literal["topic", "group", "cluster"]
+    resource: Literal["topic", "group", "cluster", "transactional_id"]
     name: str = "*"
     operations: list[Operation] = Field(min_length=1)
 

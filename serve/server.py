@@ -66,6 +66,7 @@ class Server:
         ``replication``: those ``acks=all`` produces on replicated topics run with (the time lag)."""
         from serve.apis import handlers
         from serve.batcher import Batcher
+        from serve.transactions import Transactions
         from serve.waits import Waits
 
         self.settings = settings or ServeSettings()
@@ -84,6 +85,7 @@ class Server:
         self.gates = KafkaGates(self.ctx, self.records)
         self.coordinator = Coordinator(self.records, self.settings.group_initial_rebalance_delay_ms, self.gates.served)
         self.consumer_groups = ConsumerGroups(self.records, self.ctx, self.settings, self.gates)  # KIP-848's
+        self.transactions = Transactions(self.ctx)  # transactional producers' (serve/transactions.py)
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[asyncio.Task, Connection] = {}
@@ -118,6 +120,7 @@ class Server:
         self.waits.start()
         self.coordinator.start()
         self.consumer_groups.start()
+        self.transactions.start()
         self._beating = asyncio.get_running_loop().create_task(self._beat())
         self._sweeping = asyncio.get_running_loop().create_task(self._sweep())
         await self._server.start_serving()
@@ -174,6 +177,7 @@ class Server:
         await self.batcher.stop()
         self.coordinator.stop()
         self.consumer_groups.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.transactions.stop)
         unmarked = None
         if getattr(self, "_sweeping", None):
             self._sweeping.cancel()

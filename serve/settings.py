@@ -55,6 +55,10 @@ class ServeSettings(Strict):
     consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=10)  # how often members are told to heartbeat
     consumer_assignor: Literal["uniform", "range"] = "uniform"  # for groups whose members name none
     producer_id_expiration_ms: int = Field(default=86_400_000, ge=1)  # Kafka's producer.id.expiration.ms
+    transaction_max_timeout_ms: int = Field(default=900_000, ge=1)  # Kafka's transaction.max.timeout.ms
+    # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: the longest wait between two
+    # looks for hung transactions (shorter for short transaction timeouts: a tenth of the shortest)
+    transaction_abort_interval_ms: int = Field(default=10_000, ge=10)
 
     # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
     # (principal name -> password), and permissions (none: everyone may do everything).

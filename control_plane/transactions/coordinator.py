@@ -41,6 +41,10 @@ def positions_app_id(transactional_id: str) -> str:
     return f"lakelog.txn.positions.{transactional_id}"
 
 
+def _uuid_id() -> str:
+    return f"txn-{uuid.uuid4()}"
+
+
 class TransactionCoordinator:
     """The coordinator's steps for every transactional id under one root."""
 
@@ -52,10 +56,12 @@ class TransactionCoordinator:
         self.watch = TimeoutWatch(clock)  # this observer's own clock, for ``expire``
 
     # -- the producer's steps --------------------------------------------------------------
-    def init_producer_id(self, transactional_id: str, timeout_ms: int = 60_000) -> TransactionRow:
+    def init_producer_id(self, transactional_id: str, timeout_ms: int = 60_000,
+                         new_producer_id: Callable[[], str] | None = None) -> TransactionRow:
         """InitProducerId: a decided transaction finished, an ongoing one aborted, then the epoch
         raised (a new id gets a producer id of its own, kept across epochs, at epoch 0). Returns
-        the row at the new epoch: the caller's producer id and epoch."""
+        the row at the new epoch: the caller's producer id and epoch. ``new_producer_id`` names a
+        new id's producer (``lakelog serve`` hands Kafka's clients an int: ``kafka-<n>``)."""
         if not transactional_id:
             raise InvalidTransactionStateError("a transactional id must not be empty")
         for _ in range(ATTEMPTS):
@@ -63,7 +69,8 @@ class TransactionCoordinator:
             if row is not None and not row.state.settled:
                 self._settle(row)
                 continue
-            new = initialized(row, transactional_id, row.producer_id if row else f"txn-{uuid.uuid4()}", timeout_ms)
+            new = initialized(row, transactional_id, row.producer_id if row else (new_producer_id or _uuid_id)(),
+                              timeout_ms)
             if self.table.record(new):
                 return new
         raise ConcurrentCommitError(f"transactional id '{transactional_id}': InitProducerId lost to other changes "

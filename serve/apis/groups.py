@@ -45,11 +45,15 @@ async def find_coordinator(server: "Server", conn: "Connection", request: "Reque
     key_type = getattr(body, "key_type", GROUP)
     found = []
     for key in keys:
-        if key_type == GROUP and not server.allowed(conn, "DESCRIBE", "GROUP", key):
+        resource, refusal = ("GROUP", "GROUP_AUTHORIZATION_FAILED") if key_type == GROUP else (
+            "TRANSACTIONAL_ID", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        if key_type in (GROUP, TRANSACTION) and not server.allowed(conn, "DESCRIBE", resource, key):
             found.append({"key": key, "node_id": -1, "host": "", "port": -1,
-                          "error_code": code_of("GROUP_AUTHORIZATION_FAILED"), "error_message": None})
+                          "error_code": code_of(refusal), "error_message": None})
             continue
-        broker = await server.coordinator_of(key) if key_type == GROUP else server.brokers()[0]
+        # a transactional id's coordinator is the server asked: every server reads and records its
+        # row in the root's ``transactions`` table, each change fenced by the row's version
+        broker = await server.coordinator_of(key) if key_type == GROUP else server.cluster.me
         if broker is None:
             found.append({"key": key, "node_id": -1, "host": "", "port": -1,
                           "error_code": code_of("COORDINATOR_NOT_AVAILABLE"), "error_message": None})

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING
 
 from log_store.errors import LOST_ROOT, InvalidConfigurationError, TopicDeletedError, UnknownTopicError
 from log_store.names import check_topic_name
+from serve.apis.transactions import init_transactional, writers
 from serve.batcher import Entry, Outcome
 from serve.errors import code_of, unreachable
 from serve.records import BatchError, Budget, decode_batches
@@ -22,14 +24,17 @@ if TYPE_CHECKING:
 ACKS = (0, 1, -1)  # Kafka's: none, the leader's, every in-sync replica's
 
 
-def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str, int, bytes | None]]) -> list[list | Outcome]:
-    """Each partition's batches, or the outcome it is answered with, checked in Kafka's order:
-    WRITE on the topic, a legal name, a live topic, then the batches (their size against the
-    topic's ``max.message.bytes``, their CRC, then their records, inflated within the limits).
-    Nothing of a partition the caller may not write to is read."""
-    out: list[list | Outcome] = []
+def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str, int, bytes | None]],
+             tid: str | None = None) -> list[list | tuple[list, tuple] | Outcome]:
+    """Each partition's batches (a transactional producer's with the lakelog producer id and
+    coordinator epoch they are appended under: ``apis.transactions.writers``), or the outcome
+    it is answered with, checked in Kafka's order: WRITE on the topic, a legal name, a live topic,
+    then the batches (their size against the topic's ``max.message.bytes``, their CRC, then their
+    records, inflated within the limits), then the transaction. Nothing of a partition the caller
+    may not write to is read."""
+    out: list[list | tuple[list, tuple] | Outcome] = []
     budget = Budget(server.settings.max_request_bytes)
-    for topic, _partition, data in parts:
+    for topic, partition, data in parts:
         if not may_write[topic]:
             out.append(Outcome(error="TOPIC_AUTHORIZATION_FAILED"))
             continue
@@ -47,9 +52,12 @@ def _prepare(server: "Server", may_write: dict[str, bool], parts: list[tuple[str
             out.append(Outcome(error=unreachable(server.batcher.ctx.replicated(topic)), message=str(exc)))
             continue
         try:
-            out.append(decode_batches(data, limit, budget))
+            batches = decode_batches(data, limit, budget)
         except BatchError as exc:
             out.append(Outcome(error=exc.code, message=str(exc)))
+            continue
+        txn = writers(server, tid, topic, partition, batches)
+        out.append(batches if txn is None else txn if isinstance(txn, Outcome) else (batches, txn))
     return out
 
 
@@ -66,7 +74,7 @@ async def produce(server: "Server", conn: "Connection", request: "Request") -> d
     time.) The turn is taken before the first await, so in the order the connection's requests
     were read."""
     body = request.body
-    if body.transactional_id is not None:
+    if body.transactional_id is not None and not server.allowed(conn, "WRITE", "TRANSACTIONAL_ID", body.transactional_id):
         return _answer(body, {}, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
     if body.acks not in ACKS:
         return _answer(body, {}, "INVALID_REQUIRED_ACKS")
@@ -97,16 +105,17 @@ async def _queue(server: "Server", conn: "Connection", body, earlier: asyncio.Fu
     try:
         may_write = {t: server.allowed(conn, "WRITE", "TOPIC", t) for t in {name for name, _p, _d in parts}}
         async with server.decoded.decoding():
-            prepared = await server.ctx.run(_prepare, server, may_write, parts)
+            prepared = await server.ctx.run(partial(_prepare, tid=body.transactional_id), server, may_write, parts)
         if earlier is not None:
             await asyncio.shield(earlier)
-        for (topic, partition, data), batches in zip(parts, prepared):
+        for (topic, partition, data), ready in zip(parts, prepared):
             key = (topic, partition)
-            if isinstance(batches, Outcome):
-                answers[key] = batches
+            if isinstance(ready, Outcome):
+                answers[key] = ready
                 continue
+            batches, txn = ready if isinstance(ready, tuple) else (ready, None)
             entries = [Entry(topic=topic, partition=partition, batch=batch, acks=body.acks, future=loop.create_future(),
-                             size=len(data) // len(batches)) for batch in batches]
+                             size=len(data) // len(batches), txn=txn) for batch in batches]
             for entry in entries:
                 server.decoded.hold(entry.batch.nbytes, entry.future)
             server.batcher.submit(entries)
@@ -146,15 +155,15 @@ async def init_producer_id(server: "Server", conn: "Connection", request: "Reque
     """A new producer id for an idempotent producer, as Kafka's coordinator gives one when there is
     no transactional id (a client that holds an id and epoch, KIP-360, gets a new id too: the
     epoch of an id is bumped only for a transactional producer). The caller needs IDEMPOTENT_WRITE
-    on the cluster or WRITE on some topic (``KafkaApis.handleInitProducerIdRequest``); transactions
-    are not supported."""
+    on the cluster or WRITE on some topic (``KafkaApis.handleInitProducerIdRequest``). A
+    transactional producer's is the transaction coordinator's (``apis.transactions``)."""
     body = request.body
+    if body.transactional_id is not None:
+        return await init_transactional(server, conn, request)
 
     def answer(error: str, producer_id: int = -1, epoch: int = -1) -> dict:
         return {"throttle_time": 0, "error_code": code_of(error), "producer_id": producer_id, "producer_epoch": epoch}
 
-    if body.transactional_id is not None:
-        return answer("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
     if not (server.allowed(conn, "IDEMPOTENT_WRITE", "CLUSTER", "kafka-cluster")
             or allowed_on_some(server.settings.acls, server.settings.super_users, conn.principal, "WRITE", "TOPIC")):
         return answer("CLUSTER_AUTHORIZATION_FAILED")

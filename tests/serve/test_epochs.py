@@ -55,15 +55,20 @@ def test_batches_carry_lakelog_epochs_and_a_grow_ends_an_epoch_where_the_next_be
     client.close()
 
 
-def test_transactions_are_refused_as_kafkas_clients_expect(served):
+def test_transactions_are_served_and_a_control_batch_refused(served):
+    """The transactional producer's APIs are advertised (tests/serve/test_txn_produce*.py use
+    them); a transactional batch sent without a transactional id, or a control batch (a marker,
+    the coordinator's to write), is refused."""
+    from tests.serve.raw import rebuilt
+
     client = RawClient(served.port)
     versions = {k.api_key for k in client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"}).api_keys}
-    assert not versions & {24, 25, 26, 28}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
+    assert {24, 25, 26, 28} <= versions  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
     assert {68, 69} <= versions  # KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe are served
-    answer = client.call(22, 4, {"transactional_id": "tx", "transaction_timeout": 60000})
-    assert answer.error_code == ErrorCode.transactional_id_authorization_failed  # the producer fails at once
     served.ctx.admin.create("t", 1)
     code, _ = produce(client, "t", 0, _transactional_batch())
+    assert code == ErrorCode.invalid_record
+    code, _ = produce(client, "t", 0, rebuilt(_transactional_batch(), attributes=0x30))
     assert code == ErrorCode.invalid_record
     client.close()
 

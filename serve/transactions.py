@@ -1,0 +1,308 @@
+"""A server's side of Kafka's transactional producers, over lakelog's transaction coordinator
+(``control_plane.transactions``, whose rules decide every step): Kafka's int producer ids and
+epochs for the coordinator's, the coordinator's errors as Kafka's codes, which partitions a
+producer may append to in its transaction, and the observer that aborts hung transactions
+(docs/serve.md, Transactions).
+
+Producer ids: a transactional id a server initialises first gets ``kafka-<n>`` (``n`` a random
+62-bit int, the Kafka producer id handed to the client); its records carry that id, with no
+partition suffix, so the coordinator's markers (written for the row's producer id) close them.
+An id a Python producer initialised (``txn-<uuid>``) is handed a stable hash of it.
+
+Epochs: the coordinator raises the epoch at every end of a transaction (KIP-890's bump). A client
+that learns the bump (EndTxn v5) uses it; an older one (Kafka's transaction version 1: EndTxn v4
+and below, librdkafka) keeps the epoch InitProducerId gave it, which this server maps to the
+coordinator's epoch it stands for now. The map is the server's memory: after a restart such a
+client that had ended a transaction is fenced (it initialises again), never taken for another."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+
+import pyarrow as pa
+
+from control_plane.transactions.coordinator import TransactionCoordinator
+from control_plane.transactions.rules import TxnState
+from control_plane.transactions.state import (
+    InvalidTransactionStateError, TransactionRow, UnknownTransactionalIdError,
+)
+from log_store.errors import LOST_ROOT, ConcurrentCommitError, IllegalGenerationError, ProducerFencedError
+from log_store.names import producer_app_id
+from log_store.session import activate
+
+log = logging.getLogger("lakelog.serve")
+KAFKA = "kafka-"
+FENCED = "FENCED"  # answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, by the request's version
+FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2}  # API key -> first version answering PRODUCER_FENCED (KIP-588)
+MAX_EPOCH = 2**15 - 1  # a Kafka producer epoch is an int16
+SHORTEST_LOOK = 0.05  # seconds: the observer looks no more often than this
+
+
+def kafka_producer_id(producer_id: str) -> int:
+    """The Kafka producer id of the coordinator's ``producer_id``: ``n`` of ``kafka-<n>``; another
+    (a Python producer's ``txn-<uuid>``) a stable hash of it, from 2^62 up, where no ``n`` is."""
+    rest = producer_id[len(KAFKA):]
+    if producer_id.startswith(KAFKA) and rest.isdigit():
+        return int(rest)
+    return (1 << 62) | int.from_bytes(hashlib.blake2b(producer_id.encode(), digest_size=8).digest(), "big") >> 2
+
+
+def new_producer_id() -> str:
+    return f"{KAFKA}{secrets.randbits(62) + 1}"
+
+
+def transactional_rows(rows: pa.Table, entries: list, expected: dict[str, int]
+                       ) -> tuple[pa.Table, dict[str, int] | None, dict[str, int] | None, dict[str, int]]:
+    """An append's rows (``entries``' in order) with each transactional batch's records carried by
+    its transaction's producer id, numbered after that id's mark in ``expected`` (the log keeps one
+    mark per producer id and topic); its Kafka sequences, per partition as Kafka numbers them, are
+    the marks of ``kafka-<n>-<partition>`` (``serve.producers``), set in the same commit. Returns
+    (rows, those marks, producer id -> coordinator epoch, the transaction ids' marks after);
+    ``rows`` as given and Nones when no batch is transactional."""
+    if not any(e.txn is not None for e in entries):
+        return rows, None, None, {}
+    producers = rows.column("producer_id").to_pylist()
+    sequences = rows.column("sequence").to_pylist()
+    stamps: dict[str, int] = {}
+    epochs: dict[str, int] = {}
+    after: dict[str, int] = {}
+    at = 0
+    for e in entries:
+        n = e.batch.count
+        if e.txn is not None:
+            pid, epoch = e.txn
+            first = after.get(pid, expected[pid]) + 1
+            producers[at:at + n] = [pid] * n
+            sequences[at:at + n] = range(first, first + n)
+            after[pid] = first + n - 1
+            key = producer_app_id(e.producer)
+            stamps[key] = max(stamps.get(key, -1), e.first + n - 1)
+            epochs[pid] = epoch
+        at += n
+    rows = rows.set_column(rows.schema.get_field_index("producer_id"), "producer_id", pa.array(producers, pa.string()))
+    rows = rows.set_column(rows.schema.get_field_index("sequence"), "sequence", pa.array(sequences, pa.int64()))
+    return rows, stamps, epochs, after
+
+
+def fenced_code(api_key: int, version: int) -> str:
+    """Kafka's answer to a fenced producer: PRODUCER_FENCED from the version that knows it."""
+    return "PRODUCER_FENCED" if version >= FENCED_FROM.get(api_key, 99) else "INVALID_PRODUCER_EPOCH"
+
+
+class TxnError(Exception):
+    """A transactional request answered with Kafka's ``code`` (a code name, or ``FENCED``)."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
+
+
+def kafka_code(exc: Exception) -> str | None:
+    """The code a coordinator's refusal is answered with (None: not one of its refusals)."""
+    if isinstance(exc, TxnError):
+        return exc.code
+    if isinstance(exc, ProducerFencedError):
+        return FENCED
+    if isinstance(exc, InvalidTransactionStateError):
+        return "INVALID_TXN_STATE"
+    if isinstance(exc, UnknownTransactionalIdError):
+        return "INVALID_PRODUCER_ID_MAPPING"
+    if isinstance(exc, IllegalGenerationError):
+        return "ILLEGAL_GENERATION"
+    if isinstance(exc, ConcurrentCommitError):
+        return "CONCURRENT_TRANSACTIONS"  # other changes to the id won every try: the client retries
+    if isinstance(exc, LOST_ROOT):
+        return "COORDINATOR_NOT_AVAILABLE"
+    return None
+
+
+class Transactions:
+    """The transactional ids served here: the coordinator's calls (blocking: on the pool) and what
+    the server remembers between them."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.coordinator = TransactionCoordinator(ctx.spark, ctx.root)
+        self._lock = threading.Lock()
+        self._epochs: dict[str, tuple[int, int]] = {}  # id -> (its client's epoch, the coordinator's it stands for)
+        self._ended: dict[str, tuple[int, bool]] = {}  # id -> (epoch after its last EndTxn here, committed)
+        self._rows: dict[str, TransactionRow] = {}  # id -> its row as this server last recorded or read it
+        self._shortest: int | None = None  # the shortest transaction timeout initialised here
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the producer's steps (on the pool) ------------------------------------------------------
+    def init(self, tid: str, timeout_ms: int, held_id: int = -1, held_epoch: int = -1) -> TransactionRow:
+        """InitProducerId with a transactional id: the coordinator's (its ongoing transaction
+        aborted, the epoch raised). A client naming the id and epoch it holds (KIP-360) must name
+        the id's producer, at the coordinator's epoch, or at the one an abort (its timeout's)
+        raised it from."""
+        if not 0 < timeout_ms <= self.ctx.settings.transaction_max_timeout_ms:
+            raise TxnError("INVALID_TRANSACTION_TIMEOUT", f"transaction timeout {timeout_ms} ms is not within "
+                           f"1 .. serve.transaction_max_timeout_ms ({self.ctx.settings.transaction_max_timeout_ms})")
+        if held_id != -1:
+            row = self.coordinator.table.get(tid)
+            if row is not None:
+                self._check_id(row, held_id)
+                held = self.coordinator_epoch(tid, held_epoch)
+                timed_out = row.state == TxnState.COMPLETE_ABORT and row.ended_epoch == held  # its abort's bump
+                if held < row.epoch and not row.state.deciding and not timed_out:
+                    raise TxnError(FENCED, f"transactional id '{tid}' is at epoch {row.epoch}")
+        row = self._in_int16(self.coordinator.init_producer_id(tid, timeout_ms, new_producer_id))
+        with self._lock:
+            self._epochs[tid] = (row.epoch, row.epoch)
+            self._ended.pop(tid, None)
+            self._rows[tid] = row
+            self._shortest = min(self._shortest or timeout_ms, timeout_ms)
+        return row
+
+    def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: dict[str, list[int]],
+                       verify_only: bool = False) -> TransactionRow:
+        """AddPartitionsToTxn (``verify_only``: KIP-890's check that they are in already)."""
+        row, at = self._current(tid, producer_id, epoch)
+        if verify_only:
+            if row.state != TxnState.ONGOING or any(set(ps) - set(row.partitions.get(t, [])) for t, ps in partitions.items()):
+                raise TxnError("INVALID_TXN_STATE", "the partitions are not in the ongoing transaction")
+            return row
+        return self._keep(self.coordinator.add_partitions(tid, at, partitions))
+
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> TransactionRow:
+        _row, at = self._current(tid, producer_id, epoch)
+        return self._keep(self.coordinator.add_offsets(tid, at, group))
+
+    def commit_offsets(self, tid: str, producer_id: int, epoch: int, group: str, positions: dict[str, dict[int, int]],
+                       generation: int, member_id: str) -> TransactionRow:
+        """TxnOffsetCommit: the positions kept with the transaction (the member checked by the caller
+        against the live group; the coordinator checks its generation against the group's fence)."""
+        _row, at = self._current(tid, producer_id, epoch)
+        return self._keep(self.coordinator.txn_offset_commit(tid, at, group, positions, max(generation, 0), member_id))
+
+    def end(self, tid: str, producer_id: int, epoch: int, commit: bool, learns_bump: bool) -> TransactionRow:
+        """EndTxn: the coordinator's decision, finished. ``learns_bump`` (v5): the client is answered
+        the raised epoch and uses it; else it keeps its epoch, mapped to the raised one here."""
+        row = self.coordinator.table.get(tid)
+        if row is None:
+            raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")
+        self._check_id(row, producer_id)
+        at = self.coordinator_epoch(tid, epoch)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        with self._lock:
+            retried = self._ended.get(tid) == (at, commit) and row.epoch == at and row.state == done
+        if retried:  # the answer to an EndTxn was lost and the client sent it again
+            return row
+        ended = self._keep(self.coordinator.end_txn(tid, at, commit))
+        if learns_bump:
+            self._in_int16(ended)
+        with self._lock:
+            held = epoch if not learns_bump else ended.epoch
+            self._epochs[tid] = (held, ended.epoch)
+            self._ended[tid] = (ended.epoch, commit)
+        return ended
+
+    def writer(self, tid: str, producer_id: int, epoch: int, topic: str, partition: int) -> tuple[str, int]:
+        """(the lakelog producer id, the coordinator's epoch) a transactional batch to ``topic``'s
+        ``partition`` is appended under: refused when the partition is not in the producer's ongoing
+        transaction (INVALID_TXN_STATE) or the producer is not the id's (INVALID_PRODUCER_ID_MAPPING).
+        Judged on the row as last seen here, read again before refusing; the log's epoch fence
+        refuses an append of a transaction ended meanwhile (``ProducerFencedError``)."""
+        at = self.coordinator_epoch(tid, epoch)
+        for fresh in (False, True):
+            with self._lock:
+                row = None if fresh else self._rows.get(tid)
+            if row is None:
+                row = self._keep(self.coordinator.table.get(tid)) if fresh else None
+            if row is None:
+                continue
+            if (kafka_producer_id(row.producer_id) == producer_id and row.epoch == at
+                    and row.state == TxnState.ONGOING and partition in row.partitions.get(topic, [])):
+                return row.producer_id, at
+        if row is None:
+            raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")
+        self._check_id(row, producer_id)
+        if at < row.epoch:
+            raise TxnError("INVALID_PRODUCER_EPOCH", f"producer epoch {epoch} of '{tid}' is fenced")
+        raise TxnError("INVALID_TXN_STATE", f"partition {partition} of {topic} is not in the ongoing transaction of "
+                       f"'{tid}': the producer adds it first (AddPartitionsToTxn)")
+
+    # -- what the server keeps -----------------------------------------------------------------
+    def coordinator_epoch(self, tid: str, epoch: int) -> int:
+        """The coordinator's epoch a client's ``epoch`` stands for (itself, unless this server
+        ended a transaction of the client's without it learning the bump)."""
+        with self._lock:
+            held = self._epochs.get(tid)
+        return held[1] if held is not None and held[0] == epoch else epoch
+
+    def _current(self, tid: str, producer_id: int, epoch: int) -> tuple[TransactionRow, int]:
+        """The id's row read now and the coordinator's epoch of the client's, in Kafka's order of
+        checks: the producer id, the epoch, then a decision being finished (CONCURRENT_TRANSACTIONS,
+        finished here first so the client's retry goes on)."""
+        row = self.coordinator.table.get(tid)
+        if row is None:
+            raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}': InitProducerId first")
+        self._check_id(row, producer_id)
+        at = self.coordinator_epoch(tid, epoch)
+        if at != row.epoch:
+            raise TxnError(FENCED, f"producer epoch {epoch} of '{tid}' is fenced: the id is at epoch {row.epoch}")
+        if row.state.deciding:
+            self._keep(self.coordinator.finish(row))
+            raise TxnError("CONCURRENT_TRANSACTIONS", f"the last transaction of '{tid}' is being finished; retry")
+        return row, at
+
+    @staticmethod
+    def _in_int16(row: TransactionRow) -> TransactionRow:
+        """``row``, whose epoch a Kafka client can hold (an int16); else refused, said plainly: the
+        coordinator keeps one producer id per transactional id, where Kafka's gives a new one."""
+        if row.epoch > MAX_EPOCH:
+            raise TxnError("UNKNOWN_SERVER_ERROR", f"transactional id '{row.transactional_id}' is at epoch {row.epoch}, "
+                           f"past Kafka's {MAX_EPOCH}: give the producer another transactional.id")
+        return row
+
+    @staticmethod
+    def _check_id(row: TransactionRow, producer_id: int) -> None:
+        if kafka_producer_id(row.producer_id) != producer_id:
+            raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"producer id {producer_id} is not transactional id "
+                           f"'{row.transactional_id}''s ({kafka_producer_id(row.producer_id)})")
+
+    def _keep(self, row: TransactionRow | None) -> TransactionRow | None:
+        if row is not None:
+            with self._lock:
+                kept = self._rows.get(row.transactional_id)
+                if kept is None or kept.version <= row.version:
+                    self._rows[row.transactional_id] = row
+        return row
+
+    # -- the observer ----------------------------------------------------------------------------
+    def interval(self) -> float:
+        """Seconds between two looks for hung transactions: ``transaction_abort_interval_ms``, or a
+        tenth of the shortest timeout initialised here, if less."""
+        every = self.ctx.settings.transaction_abort_interval_ms
+        with self._lock:
+            if self._shortest is not None:
+                every = min(every, self._shortest // 10)
+        return max(SHORTEST_LOOK, every / 1000)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._observe, name="lakelog-serve-txn-observer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def _observe(self) -> None:
+        """``coordinator.tick`` until stopped: decisions finished, transactions unchanged past their
+        timeout aborted (on this server's monotonic clock; the coordinator's ``TimeoutWatch``)."""
+        activate(self.ctx.spark)
+        while not self._stop.wait(self.interval()):
+            try:
+                for row in self.coordinator.tick():
+                    self._keep(row)
+                    log.info("transactional id %s: %s at epoch %s by the observer", row.transactional_id,
+                             row.state.value, row.epoch)
+            except Exception:  # noqa: BLE001 - looked at again next time
+                log.exception("looking for hung transactions failed")
