@@ -11,6 +11,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from chaos.checker import Findings
+from chaos.checker_compaction import check_compaction, compaction_removals
+from chaos.checker_reads import as_sent, read_current, read_log_changes
 from log_store.cleaning import Cleaner
 from log_store.file_compaction import compact_partitions
 from log_store.key_compaction import compact_keys
@@ -194,6 +197,10 @@ def test_markers_stay_while_their_transactions_have_records_and_readers_read_com
     w.send("tx", [("d", "d1")], epoch=3)
     w.end("tx", 3, False)  # its span: from the commit marker at 3
     assert committed(log, {"tx"}) == ["c1", "a2"] == read_committed(log)
+    found = Findings()
+    check_compaction(as_sent(read_log_changes(log.path)), read_current(log.path), compaction_removals(log.path), [],
+                     found)
+    assert not found.anomalies and found.stats["markers_removed"] == 2, found.summary()
 
 
 def read_committed(log: TopicLog) -> list[str]:
