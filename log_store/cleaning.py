@@ -163,6 +163,20 @@ def file_index(offsets: pa.Array, files: list[DataFile]) -> pa.Array:
     return pa.array(np.searchsorted(firsts, offsets.to_numpy(zero_copy_only=False), side="right") - 1)
 
 
+def undated(rows: pa.Table, files: list[DataFile], dying: pa.Array) -> pa.Array:
+    """Which of a range's ``rows`` lie in a dated file (``files``) that holds more expiring rows
+    (``dying``, per row: ``expiring``) than its tag counts: a file's rows never change, so a marker
+    there was left bare after the file was dated (its records removed below the log start, or by
+    a cleaning of an earlier release) and has no date of its own yet."""
+    import numpy as np
+
+    at = file_index(rows.column("offset").combine_chunks(), files).to_numpy(zero_copy_only=False)
+    counts = np.bincount(at[np.asarray(dying.to_numpy(zero_copy_only=False), dtype=bool)], minlength=len(files))
+    stale = np.array([f.cleaned_at_ms is not None and counts[i] > (f.tombstones or 0) for i, f in enumerate(files)],
+                     dtype=bool)
+    return pa.array(stale[at] if len(files) else np.zeros(rows.num_rows, dtype=bool), pa.bool_())
+
+
 def survivors(rows: pa.Table, files: list[DataFile], now_ms: int, delete_retention_ms: int,
               later: pa.Array | None = None, earlier: pa.Array | None = None,
               aborted: pa.Array | None = None, bare: pa.Array | None = None) -> pa.Array:

@@ -54,7 +54,7 @@ from pyspark.sql import SparkSession
 
 from log_store import commits, rs_reader
 from log_store.cleaning import (
-    Cleaner, bare_markers, cleanable_end, dirty_due, due, expiring, range_files, rewrites, survivors,
+    Cleaner, bare_markers, cleanable_end, dirty_due, due, expiring, range_files, rewrites, survivors, undated,
 )
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
@@ -307,7 +307,8 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(),
                    topic.barriers)
         later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
-    before = bare_markers(rows, pa.array([True] * rows.num_rows, pa.bool_()))
+    bare = bare_markers(rows, pa.array([True] * rows.num_rows, pa.bool_()))
+    before = pc.and_(bare, pc.invert(undated(rows, files, expiring(rows, bare))))  # bare, and dated so
     keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier,
                      aborted_rows(rows, list(aborted)) if aborted else None, bare=before)
     bare = pc.and_(bare_markers(rows, keep), keep)
@@ -324,7 +325,7 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         chosen = pc.and_(keep, pc.and_(pc.greater_equal(rows.column("offset"), r.first),
                                        pc.less_equal(rows.column("offset"), r.last)))
         part = rows.filter(chosen)
-        gone.extend(f for f in r.files if all(f is not g for g in gone))
+        gone.extend(f for f in r.files if not gone or gone[-1] is not f)  # a file split in two: once
         if not part.num_rows:
             continue
         count = int(dying[chosen.to_numpy(zero_copy_only=False)].sum())

@@ -5,6 +5,7 @@ may not start (using it fails the test), as under ``LAKELOG_NO_JVM=1``."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from log_store.file_compaction import compact_partitions
 from log_store.key_compaction import compact_keys
 from log_store import rs_reader
 from log_store.key_order import Barrier
+from log_store.log_files import raise_log_starts
 from log_store.log_metadata import TopicLogMetadata
 from log_store.session import LazySession
 from log_store.topic_log import TopicLog
@@ -175,6 +177,28 @@ def test_a_marker_left_bare_in_a_file_cleaned_before_waits_delete_retention_from
     assert on_disk(log)[0] == (2, None, None, "commit"), "half a day after it was left bare, the marker stays"
     compact_keys(log.spark, log.path, CLEANER, 1 << 30, now_ms=now + 3 * DAY_MS)
     assert on_disk(log) == [(3, "x", "x2", None), (4, "a", "a2", None)]
+
+
+def test_a_marker_left_bare_by_retention_in_a_file_dated_before_waits_delete_retention_from_the_next_cleaning(log):
+    """Retention removed the transaction's record (a whole file below the log start) after the
+    marker's file was dated: the file's tag counts fewer expiring rows than it holds, so the
+    marker has no date yet and the next cleaning gives it one."""
+    w = Writer(log)
+    w.send("tx", [("a", secrets.token_hex(100_000))], epoch=0)  # a file too big to merge
+    w.end("tx", 0, True)
+    w.send("plain", [("x", "x1")])
+    w.send("plain", [("x", "x2")])
+    assert compact_partitions(log.spark, log.path, 50_000), "one file: the marker, x1, x2"
+    now = now_ms()
+    compact_keys(log.spark, log.path, CLEANER, 1 << 30, now_ms=now)  # x1 goes: the marker's file is dated now
+    assert [r[0] for r in on_disk(log)] == [0, 1, 3]
+    assert [c.partition for c in raise_log_starts(log.spark, log.path, {0: 1})] == [0]
+    w.send("plain", [("y", "y1")])  # dirty again
+    compact_keys(log.spark, log.path, CLEANER, 1 << 30, now_ms=now + 2 * DAY_MS)
+    assert on_disk(log)[0] == (1, None, None, "commit"), "dated by this cleaning, not by its file's"
+    w.send("plain", [("y", "y2")])
+    compact_keys(log.spark, log.path, CLEANER, 1 << 30, now_ms=now + 3 * DAY_MS)
+    assert [r[0] for r in on_disk(log)] == [3, 5]
 
 
 def test_markers_stay_while_their_transactions_have_records_and_readers_read_committed_after(log):

@@ -5,7 +5,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log_store.cleaning import Cleaner, bare_markers, cleanable_end, dirty_ratio, due, range_files, rewrites, survivors
+from log_store.cleaning import (
+    Cleaner, bare_markers, cleanable_end, dirty_ratio, due, range_files, rewrites, survivors, undated,
+)
 from log_store.log_files import DataFile
 
 DAY = 86_400_000
@@ -159,3 +161,11 @@ def test_bare_markers_against_a_model(found):
         expected.append(c is not None and not any(found[j][0] == pid and found[j][1] is None and keep[j]
                                                   for j in range(since, i)))
     assert bare_markers(rows, pa.array(keep, pa.bool_())).to_pylist() == expected
+
+
+def test_a_dated_file_holding_more_expiring_rows_than_its_tag_counts_is_undated():
+    files = [data_file(0, 4, cleaned_at=5, tombstones=1), data_file(5, 9, cleaned_at=5, tombstones=1), data_file(10, 14)]
+    rows = pa.table({"offset": pa.array(range(15), pa.int64())})
+    dying = pa.array([i in (2, 6, 8, 12) for i in range(15)])
+    assert undated(rows, files, dying).to_pylist() == [False] * 5 + [True] * 5 + [False] * 5, \
+        "the second file's tag counts one; a file never dated is dated whole anyway"
