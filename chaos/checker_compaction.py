@@ -14,7 +14,15 @@ as Kafka cleans. Anomalies:
 - ``compaction_lost``: a record key compaction removed while no later record of its key had been
   appended by then (the key's latest record removed, one superseded only by a record of its era
   in another partition, or a record with a null key), unless it is a tombstone (a tombstone goes
-  after ``delete.retention.ms``; its timing is lakelog's clock, not judged here);
+  after ``delete.retention.ms``; its timing is lakelog's clock, not judged here) or an aborted
+  transaction's record whose abort marker was appended by then. A transaction's record supersedes
+  only once its commit marker was appended (an aborted or open one supersedes nothing). A
+  transaction marker (a row whose ``control`` is set) removed while a record of its transaction
+  was still in the log is lost too: a reader could no longer tell what the transaction decided;
+  once none is left it may go (its ``delete.retention.ms`` is lakelog's clock, as a tombstone's).
+  A producer's records belong to the transaction its next marker in the partition ends; a producer
+  without a marker there is taken as not transactional (an open transaction of such a producer is
+  not told apart);
 - ``compaction_resurrected``: a record still in the log while a later tombstone of its key that
   nothing follows was removed: reading the log from its start gives the key a value it no longer
   has;
@@ -86,9 +94,11 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
     Returns the offsets compaction removed (groups skip them)."""
     log = [{**r, "_era": era(r, resizes)} for r in log]
     appended = {(r["partition"], r["offset"]): r for r in log}
+    ends, members = _transactions(log)
+    aborted = {i for i, m in ends.items() if m is not None and appended[m].get("control") == "abort"}
     by_key: dict[str, list[dict]] = defaultdict(list)
     for r in log:
-        if r["key"] is not None:
+        if r["key"] is not None and (r["partition"], r["offset"]) not in aborted:
             by_key[text(r["key"])].append(r)
     held: dict[tuple[int, int], dict] = {}
     for r in as_sent(current):
@@ -103,10 +113,22 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
     removed = {ident: v for ident, v in removals.items() if ident in appended and ident not in held}
     for ident, version in sorted(removed.items()):
         r = appended[ident]
+        if r.get("control") is not None:
+            left = [i for i in members.get(ident, []) if i in held or removed.get(i, version) > version]
+            if left:
+                out.add("compaction_lost", f"p{ident[0]}@{ident[1]} ({r['control']} marker of {r['producer_id']}) "
+                                           f"removed in log version {version} while {len(left)} record(s) of its "
+                                           f"transaction were still in the log (p{left[0][0]}@{left[0][1]})")
+            else:
+                out.stats["markers_removed"] += 1
+            continue
+        if ident in aborted and appended[ends[ident]]["_commit_version"] < version:
+            out.stats["aborted_records_removed"] += 1
+            continue
         if r["value"] is None and r["key"] is not None:
             out.stats["tombstones_removed"] += 1
             continue
-        later = [x for x in by_key.get(text(r["key"]), []) if _precedes(r, x) and x["_commit_version"] < version] \
+        later = [x for x in by_key.get(text(r["key"]), []) if _precedes(r, x) and _settled(x, ends, appended) < version] \
             if r["key"] is not None else []
         if later:
             out.stats["records_compacted"] += 1
@@ -132,6 +154,42 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
     out.stats["compacted_topic"] = 1
     out.stats["log_records_now"] = len(held)
     return set(removed)
+
+
+def _transactions(log: list[dict]) -> tuple[dict[tuple[int, int], tuple[int, int] | None],
+                                             dict[tuple[int, int], list[tuple[int, int]]]]:
+    """The transactions of the log's records: each transactional record's marker ((partition,
+    offset); None while its transaction is open), and each marker's records. A producer's records
+    belong to its next marker in the partition; a producer with no marker in a partition is not
+    transactional there (absent)."""
+    ends: dict[tuple[int, int], tuple[int, int] | None] = {}
+    members: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    pending: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    marked: set[tuple[int, str]] = set()
+    for r in sorted(log, key=lambda r: (r["partition"], r["offset"])):
+        ident, who = (r["partition"], r["offset"]), (r["partition"], r["producer_id"])
+        if r.get("control") is None:
+            pending[who].append(ident)
+            continue
+        members[ident] = pending.pop(who, [])
+        ends.update((i, ident) for i in members[ident])
+        marked.add(who)
+    for who, idents in pending.items():
+        if who in marked:
+            ends.update((i, None) for i in idents)
+    return ends, members
+
+
+def _settled(x: dict, ends: dict, appended: dict) -> float:
+    """The log version from which the record ``x`` supersedes its key's earlier records: its own
+    (not transactional), its commit marker's (a transaction's), never (open or aborted)."""
+    ident = (x["partition"], x["offset"])
+    if ident not in ends:
+        return x["_commit_version"]
+    m = ends[ident]
+    if m is None or appended[m].get("control") != "commit":
+        return float("inf")
+    return appended[m]["_commit_version"]
 
 
 def _same(r: dict) -> tuple:

@@ -53,7 +53,9 @@ from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
 from log_store import commits, rs_reader
-from log_store.cleaning import Cleaner, cleanable_end, dirty_due, due, keyed_tombstones, range_files, rewrites, survivors
+from log_store.cleaning import (
+    Cleaner, bare_markers, cleanable_end, dirty_due, due, expiring, range_files, rewrites, survivors, undated,
+)
 from log_store.crash import crash_point
 from log_store.errors import OffsetCheckError
 from log_store.files import is_remote
@@ -158,7 +160,8 @@ def _judged(ranges: dict[int, _Due], found: set[int], chosen: set[int], whole: b
 
 
 class _Topic(BaseModel):
-    """The topic's records (``partition``, ``offset``, ``key``, ``era``) and its resizes."""
+    """The topic's records (``partition``, ``offset``, ``key``, ``era``, and ``settled`` where
+    transactions wrote: ``key_order.elsewhere``) and its resizes."""
 
     model_config = {"arbitrary_types_allowed": True}
     rows: pa.Table
@@ -173,10 +176,32 @@ def _topic(spark: SparkSession, path: str, txn, meta: TopicLogMetadata, known: d
         return None
     ranges = {p: (max(pm.start_offset, known.get(log_start_app_id(p), 0)), log_end(known, p, pm.start_offset))
               for p, pm in meta.partitions.items() if pm.mode is not Mode.NONE}
+    marks = marks_by_partition(known) if has_control_column(txn) else {}
     rows = _read(spark, txn, path, {p: r for p, r in ranges.items() if r[0] < r[1]},
-                 ["partition", "offset", "key", "leader_epoch"])
+                 ["partition", "offset", "key", "leader_epoch"] + (["producer_id", CONTROL_COLUMN] if marks else []))
     era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(), found)
-    return _Topic(rows=rows.select(["partition", "offset", "key"]).append_column("era", era), barriers=found)
+    out = rows.select(["partition", "offset", "key"]).append_column("era", era)
+    if marks:
+        out = out.append_column("settled", _settled(rows, marks, {p: e for p, (_s, e) in ranges.items()}))
+    return _Topic(rows=out, barriers=found)
+
+
+def _settled(rows: pa.Table, marks: dict[int, dict[str, int]], ends: dict[int, int]) -> pa.Array:
+    """Which of the topic's ``rows`` (from each partition's log start to its end, markers among
+    them) may supersede a record elsewhere: none of an aborted transaction (``txn_reads``'s rule),
+    none at or past its partition's last stable offset (as a partition is cleaned below it only)."""
+    import numpy as np
+
+    parts = rows.column("partition").combine_chunks().to_numpy(zero_copy_only=False)
+    offsets = rows.column("offset").combine_chunks().to_numpy(zero_copy_only=False)
+    out = np.ones(rows.num_rows, dtype=bool)
+    spans = spans_of(markers_of(rows.filter(pc.is_valid(rows.column(CONTROL_COLUMN)))))
+    for p, pm in marks.items():
+        mine = np.flatnonzero(parts == p)
+        out[mine[offsets[mine] >= last_stable_offset(pm, ends.get(p, 0))]] = False
+        if spans.get(p):
+            out[mine[aborted_rows(rows.take(mine), spans[p]).to_numpy(zero_copy_only=False)]] = False
+    return pa.array(out, pa.bool_())
 
 
 def _superseded_elsewhere(topic: _Topic, ranges: dict[int, _Due]) -> dict[int, _Due]:
@@ -282,26 +307,42 @@ def _rewrite(txn, partition: int, files: list[DataFile], rows: pa.Table | None, 
         era = eras(rows.column("partition").combine_chunks(), rows.column("leader_epoch").combine_chunks(),
                    topic.barriers)
         later, earlier = elsewhere(pa.table({"key": rows.column("key"), "era": era}), partition, topic.rows)
+    bare = bare_markers(rows, pa.array([True] * rows.num_rows, pa.bool_()))
+    before = pc.and_(bare, pc.invert(undated(rows, files, expiring(rows, bare))))  # bare, and dated so
     keep = survivors(rows, files, now, cleaner.delete_retention_ms, later, earlier,
-                     aborted_rows(rows, list(aborted)) if aborted else None)
+                     aborted_rows(rows, list(aborted)) if aborted else None, bare=before)
+    bare = pc.and_(bare_markers(rows, keep), keep)
     offsets = rows.column("offset").to_numpy()
-    tombstone = keyed_tombstones(rows).to_numpy(zero_copy_only=False)
     mask = keep.to_numpy(zero_copy_only=False)
-    kept = [int(mask[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
-    dead = [int((mask & tombstone)[(offsets >= f.first) & (offsets <= f.last)].sum()) for f in files]
-    plan = rewrites(files, kept, dead, now, target_bytes)
+    dying = expiring(rows, bare).to_numpy(zero_copy_only=False)
+    newly = pc.and_(bare, pc.invert(before)).to_numpy(zero_copy_only=False)
+    inside = [(offsets >= f.first) & (offsets <= f.last) for f in files]
+    kept = [int(mask[i].sum()) for i in inside]
+    dead = [int((mask & dying)[i].sum()) for i in inside]
+    plan = rewrites(files, kept, dead, now, target_bytes, [_fresh(offsets, mask, newly, i) for i in inside])
     kept_rows, added, gone = 0, 0, []
     for r in plan:
-        a, b = r.files[0].first, r.files[-1].last
-        part = rows.filter(pc.and_(keep, pc.and_(pc.greater_equal(rows.column("offset"), a),
-                                                  pc.less_equal(rows.column("offset"), b))))
-        gone.extend(r.files)
+        chosen = pc.and_(keep, pc.and_(pc.greater_equal(rows.column("offset"), r.first),
+                                       pc.less_equal(rows.column("offset"), r.last)))
+        part = rows.filter(chosen)
+        gone.extend(f for f in r.files if not gone or gone[-1] is not f)  # a file split in two: once
         if not part.num_rows:
             continue
-        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, pc.sum(keyed_tombstones(part)).as_py() or 0)}
+        count = int(dying[chosen.to_numpy(zero_copy_only=False)].sum())
+        tags = {CLEANED_TAG: encode_cleaned(r.cleaned_at_ms, count)}
         if arrival:
             first, last = part.column("offset")[0].as_py(), part.column("offset")[-1].as_py()
             tags[RANGES_TAG] = encode_ranges({partition: (first, last, part.num_rows)})
         added += len(txn.write_rows(part, partition_by=None if arrival else "partition", tags=tags, data_change=False))
         kept_rows += part.num_rows
     return kept_rows, gone, added
+
+
+def _fresh(offsets, kept, newly, inside) -> tuple[int, int] | None:
+    """For one file (``inside``: its rows), the offset of its first marker this cleaning left bare
+    and the records it keeps from there on (``cleaning.rewrites``'s ``fresh``); None if none."""
+    found = offsets[inside & newly]
+    if not len(found):
+        return None
+    at = int(found.min())
+    return at, int((kept & inside & (offsets >= at)).sum())

@@ -55,11 +55,16 @@ def elsewhere(rows: pa.Table, partition: int, topic: pa.Table) -> tuple[pa.Array
     """For each of one partition's ``rows`` (``key``, ``era``): whether a record of its key in
     another partition of ``topic`` (``partition``, ``key``, ``era``: the topic's records) is of a
     later era (it supersedes the row), and whether one is of an earlier era (the row's tombstone
-    must stay while it does: a reader would get that older record as the key's latest)."""
+    must stay while it does: a reader would get that older record as the key's latest). Where
+    ``topic`` has a ``settled`` column, only its settled records supersede: an aborted
+    transaction's record, or one an open transaction may yet abort, supersedes nothing."""
     others = topic.filter(pc.and_(pc.not_equal(topic.column("partition"), partition), pc.is_valid(topic.column("key"))))
-    span = others.group_by("key").aggregate([("era", "max"), ("era", "min")])
-    at = pc.index_in(rows.column("key"), value_set=span.column("key"))
+    settled = others.filter(others.column("settled")) if "settled" in others.column_names else others
+    newest = settled.group_by("key").aggregate([("era", "max")])
+    oldest = others.group_by("key").aggregate([("era", "min")])
     era = rows.column("era")
-    later = pc.fill_null(pc.greater(pc.take(span.column("era_max"), at), era), False)
-    earlier = pc.fill_null(pc.less(pc.take(span.column("era_min"), at), era), False)
+    at = pc.index_in(rows.column("key"), value_set=newest.column("key"))
+    later = pc.fill_null(pc.greater(pc.take(newest.column("era_max"), at), era), False)
+    at = pc.index_in(rows.column("key"), value_set=oldest.column("key"))
+    earlier = pc.fill_null(pc.less(pc.take(oldest.column("era_min"), at), era), False)
     return later, earlier

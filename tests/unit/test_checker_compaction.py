@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from chaos.checker_compaction import era
-from chaos.checker_reads import resizes
+from chaos.checker import Findings
+from chaos.checker_compaction import check_compaction, compaction_removals, era
+from chaos.checker_reads import as_sent, read_current, read_log_changes, resizes
 from chaos.tables import drain_gap
 from tests.unit.test_checker import LOG, TOPICS, Root, anomalies
 
@@ -318,3 +319,69 @@ def test_a_group_that_committed_past_a_live_record_compaction_removed_only_later
     root.clean((0, 0), (0, 1))  # only now: a's records superseded by p1@2
     found = root.check()
     assert "undelivered" in anomalies(found), found.summary()
+TXN_LOG = LOG.append(pa.field("control", pa.string()))
+
+
+def put_txn(root: Compacted, *rows: tuple) -> None:
+    """One append of rows (offset, producer, key or None, value or None, control or None) to partition 0."""
+    root._write("topics/t", TXN_LOG, [dict(partition=0, offset=o, leader_epoch=0, key=k and k.encode(),
+                                           value=v and v.encode(), producer_id=pid, sequence=o, control=c)
+                                      for o, pid, k, v, c in rows])
+
+
+def judged(root: Compacted) -> Findings:
+    """``check_compaction`` of topic t's log alone (no resize)."""
+    location = str(root.path / "topics" / "t")
+    found = Findings()
+    check_compaction(as_sent(read_log_changes(location)), read_current(location), compaction_removals(location), [],
+                     found)
+    return found
+
+
+def transactions(root: Compacted) -> None:
+    """a1 committed then a2 plain; b1 aborted; c1 plain then c2 aborted."""
+    put_txn(root, (0, "tx", "a", "a1", None), (1, "tx", None, None, "commit"), (2, "plain", "a", "a2", None),
+            (3, "tx", "b", "b1", None), (4, "tx", None, None, "abort"), (5, "plain", "c", "c1", None),
+            (6, "tx", "c", "c2", None), (7, "tx", None, None, "abort"))
+
+
+def test_aborted_records_and_then_markers_without_records_removed_are_what_the_log_promised(tmp_path):
+    root = Compacted(tmp_path / "root")
+    transactions(root)
+    root.clean((0, 0), (0, 3), (0, 6))  # a1 superseded, the aborted b1 and c2
+    root.clean((0, 1), (0, 4), (0, 7))  # later, past delete.retention.ms: the markers left without records
+    found = judged(root)
+    assert anomalies(found) == {}, found.summary()
+    assert (found.stats["markers_removed"], found.stats["aborted_records_removed"],
+            found.stats["records_compacted"]) == (3, 2, 1)
+
+
+def test_a_marker_removed_while_its_transaction_has_a_record_is_lost(tmp_path):
+    root = Compacted(tmp_path / "root")
+    transactions(root)
+    root.clean((0, 1))  # a1 is still there
+    assert anomalies(judged(root)) == {"compaction_lost": 1}
+
+
+def test_an_aborted_record_supersedes_nothing_and_goes_only_after_its_abort_marker(tmp_path):
+    root = Compacted(tmp_path / "root")
+    transactions(root)
+    root.clean((0, 5))  # c1 removed for c2, which was aborted: c has no value left
+    assert anomalies(judged(root)) == {"compaction_lost": 1}
+    early = Compacted(tmp_path / "early")
+    put_txn(early, (0, "tx", "d", "d1", None))
+    early.clean((0, 0))  # its transaction still open
+    put_txn(early, (1, "tx", None, None, "abort"))
+    assert anomalies(judged(early)) == {"compaction_lost": 1}
+
+
+def test_a_transactions_record_supersedes_only_once_its_commit_marker_is_in_the_log(tmp_path):
+    root = Compacted(tmp_path / "root")
+    put_txn(root, (0, "plain", "e", "e1", None), (1, "tx", "e", "e2", None))
+    root.clean((0, 0))  # e2's transaction still open: it might have been aborted
+    put_txn(root, (2, "tx", None, None, "commit"))
+    assert anomalies(judged(root)) == {"compaction_lost": 1}
+    later = Compacted(tmp_path / "later")
+    put_txn(later, (0, "plain", "e", "e1", None), (1, "tx", "e", "e2", None), (2, "tx", None, None, "commit"))
+    later.clean((0, 0))
+    assert anomalies(judged(later)) == {}

@@ -5,7 +5,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log_store.cleaning import Cleaner, cleanable_end, dirty_ratio, due, range_files, rewrites, survivors
+from log_store.cleaning import (
+    Cleaner, bare_markers, cleanable_end, dirty_ratio, due, range_files, rewrites, survivors, undated,
+)
 from log_store.log_files import DataFile
 
 DAY = 86_400_000
@@ -113,3 +115,57 @@ def test_rewrites_take_files_losing_records_and_undated_tombstones_grouped_by_cl
     assert [[f.first for f in r.files] for r in plan] == [[0, 10], [20], [30], [40], [50]], \
         "survivors up to the target in a file"
     assert rewrites(fs, kept=[10] * 6, tombstones=[0] * 6, now_ms=7, target_bytes=1_000) == []
+
+
+def test_a_dated_file_holding_a_marker_left_bare_is_rewritten_in_two_the_rest_keeping_its_date():
+    fs = [data_file(0, 9, cleaned_at=5), data_file(10, 19, cleaned_at=5), data_file(20, 29), data_file(30, 39)]
+    plan = rewrites(fs, kept=[10, 10, 10, 10], tombstones=[1, 0, 1, 0], now_ms=7, target_bytes=1_000,
+                    fresh=[(4, 6), None, (25, 5), None])
+    assert [([f.first for f in r.files], r.cleaned_at_ms, r.first, r.last) for r in plan] == \
+        [([0], 5, 0, 3), ([0], 7, 4, 9), ([20], 7, 20, 29)], \
+        "from the bare marker on, dated now; an undated file is dated whole"
+    plan = rewrites(fs, kept=[10, 10, 10, 10], tombstones=[0] * 4, now_ms=7, target_bytes=1_000,
+                    fresh=[(0, 10), None, None, None])
+    assert [(r.cleaned_at_ms, r.first, r.last) for r in plan] == [(7, 0, 9)]
+
+
+def marker_rows(rows: list[tuple[int, str, str | None]]) -> pa.Table:
+    """(offset, producer, control) rows."""
+    return pa.table({"offset": pa.array([r[0] for r in rows], pa.int64()), "producer_id": [r[1] for r in rows],
+                     "control": [r[2] for r in rows]})
+
+
+def test_a_marker_is_bare_once_no_record_of_its_producer_lies_since_its_previous_marker():
+    rows = marker_rows([(0, "p", None), (1, "p", "commit"), (2, "q", None), (3, "p", None), (4, "p", "abort"),
+                        (5, "p", "commit"), (6, "q", "abort"), (7, "p", None)])
+    every = pa.array([True] * 8)
+    assert bare_markers(rows, every).to_pylist() == [False, False, False, False, False, True, False, False], \
+        "a transaction without records (5) is bare; others' records (2 before 4) do not count"
+    without = pa.array([False, True, True, False, True, True, True, True])
+    assert bare_markers(rows, without).to_pylist() == [False, True, False, False, True, True, False, False], \
+        "the aborted transaction's marker is bare only once its record (3) is gone too"
+    gone_marker = pa.array([True, False, True, False, True, True, True, True])
+    assert bare_markers(rows, gone_marker).to_pylist()[4] is True, "the previous marker bounds it, kept or not"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["p", "q"]), st.sampled_from([None, "commit", "abort"]), st.booleans()),
+                max_size=30))
+def test_bare_markers_against_a_model(found):
+    rows = marker_rows([(i, pid, c) for i, (pid, c, _k) in enumerate(found)])
+    keep = [k for _p, _c, k in found]
+    expected = []
+    for i, (pid, c, _k) in enumerate(found):
+        before = [j for j in range(i) if found[j][0] == pid and found[j][1] is not None]
+        since = before[-1] + 1 if before else 0
+        expected.append(c is not None and not any(found[j][0] == pid and found[j][1] is None and keep[j]
+                                                  for j in range(since, i)))
+    assert bare_markers(rows, pa.array(keep, pa.bool_())).to_pylist() == expected
+
+
+def test_a_dated_file_holding_more_expiring_rows_than_its_tag_counts_is_undated():
+    files = [data_file(0, 4, cleaned_at=5, tombstones=1), data_file(5, 9, cleaned_at=5, tombstones=1), data_file(10, 14)]
+    rows = pa.table({"offset": pa.array(range(15), pa.int64())})
+    dying = pa.array([i in (2, 6, 8, 12) for i in range(15)])
+    assert undated(rows, files, dying).to_pylist() == [False] * 5 + [True] * 5 + [False] * 5, \
+        "the second file's tag counts one; a file never dated is dated whole anyway"
