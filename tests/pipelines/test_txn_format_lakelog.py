@@ -155,3 +155,15 @@ def test_the_sink_writes_after_markers_and_readers_read_past_them(lakelog, root)
      .write.format("lakelog").option("topic", "t").mode("append").save())
     assert got(read(lakelog).collect()) == sorted(EVERY + [(0, 10, "s0"), (1, 3, "s1")])
     assert got(read(lakelog, **{LEVEL: "read_committed"}).collect()) == sorted(COMMITTED + [(1, 3, "s1")])
+
+
+def test_the_python_data_source_reads_by_isolation_level_too(spark, root):
+    """The Spark Python data source (Spark Connect, no jar) drives the same planner and reads
+    the ranges with delta-rs (``reading.read_range``); here on a classic session."""
+    from pipelines.spark.python_source import register
+
+    interleaved(spark, root)
+    assert register(spark, root, "lakelog_python")
+    for level, expected in (("read_uncommitted", EVERY), ("read_committed", COMMITTED)):
+        found = spark.read.format("lakelog_python").option("subscribe", "t").option(LEVEL, level).load().collect()
+        assert got(found) == expected
