@@ -80,3 +80,16 @@ def moved_on(path: str | None, table_id: str, version: int) -> dict[str, int] | 
     if version > since:
         remember(path, table_id, version, out)
     return out
+
+
+def of_version(path: str, table_id: str, version: int, fs, log_dir: str) -> dict[str, int]:
+    """Every application version of the table at ``path`` as of ``version``: moved on from those
+    kept (``moved_on``), else from its last checkpoint and the commits after it (``delta_log``,
+    through ``fs``, the table's log folder ``log_dir`` in it), and kept."""
+    from log_store import delta_log
+
+    known = moved_on(path, table_id, version)
+    if known is None:
+        known = delta_log.replay(fs, log_dir, version).txns
+        remember(path, table_id, version, known)
+    return known

@@ -122,11 +122,8 @@ class RsTransaction:
         this process kept of an earlier version and the commit files since (a local table), else
         from the last checkpoint and the commits after it."""
         if self._known is None:
-            known = carried_versions.moved_on(self.path, self.table_id(), self.read_version)
-            if known is None:
-                known = delta_log.replay(self._fs, self._log, self.read_version).txns
-                carried_versions.remember(self.path, self.table_id(), self.read_version, known)
-            self._known = known
+            self._known = carried_versions.of_version(self.path, self.table_id(), self.read_version, self._fs,
+                                                      self._log)
         return dict(self._known)
 
     def app_version(self, app_id: str) -> int:

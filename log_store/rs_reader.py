@@ -29,7 +29,7 @@ from log_store.errors import StorageError
 from log_store.files import is_remote, local_path
 from log_store.names import cleaned_app_id, high_watermark_app_id, log_end_app_id, log_start_app_id
 from log_store.timestamp_types import TimestampTypes
-from log_store.txn_marks import CONTROL_COLUMN
+from log_store.txn_marks import CONTROL_COLUMN, marks_by_partition
 from log_store.txn_reads import MARKER_COLUMNS, no_markers, records_predicate
 from log_store.log_metadata import (
     TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, cleaned_offsets,
@@ -232,14 +232,16 @@ def only_appends(path: str, first: int, last: int) -> bool:
     return True
 
 
-def log_snapshot(path: str, version: int | None = None, storage: Storage = None) -> tuple[LogSnapshot, str]:
+def log_snapshot(path: str, version: int | None = None, storage: Storage = None,
+                 marks: bool = False) -> tuple[LogSnapshot, str]:
     """A topic log's snapshot (metadata and log ends, as ``TopicLog.snapshot`` reads them) and its
-    table id, as of ``version`` (default: the latest)."""
-    snap, topic_id, _conf = log_view(path, version, storage)
+    table id, as of ``version`` (default: the latest). ``marks``: with its transaction marks
+    (``LogSnapshot.txn_marks``, for ``stable_end``): every application version of the snapshot."""
+    snap, topic_id, _conf = log_view(path, version, storage, marks)
     return snap, topic_id
 
 
-def log_view(path: str, version: int | None = None, storage: Storage = None
+def log_view(path: str, version: int | None = None, storage: Storage = None, marks: bool = False
              ) -> tuple[LogSnapshot, str, dict[str, str]]:
     """``log_snapshot`` with the log's table properties (a replica's role and epochs among them)."""
     table = _table(path, version, storage)
@@ -260,8 +262,26 @@ def log_view(path: str, version: int | None = None, storage: Storage = None
         log_starts=log_starts(known, metadata.partitions), cleaned=cleaned_offsets(known, metadata.partitions),
         layout=layout_of(conf),
         timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, metadata.partitions),
+        txn_marks=_txn_marks(path, table, storage) if marks else None,
     )
     return snap, topic_id_of(conf, meta.id), conf
+
+
+def _txn_marks(path: str, table: DeltaTable, storage: Storage) -> dict[int, dict[str, int]]:
+    """The transaction marks of ``table``'s version: among all its application versions, which
+    delta-rs names one by one only (``app_versions.of_version`` reads them all)."""
+    from log_store import app_versions
+    from log_store.errors import InvalidConfigurationError
+    from log_store.object_store import arrow_filesystem, is_s3
+
+    if is_remote(path) and not is_s3(path):
+        raise InvalidConfigurationError(
+            f"{path}: a read_committed read finds open transactions in the log's commit files, which lakelog reads "
+            "on local and S3 roots only; read this log with isolation level read_uncommitted")
+    fs, root = arrow_filesystem(path, storage)
+    with _remote_errors(path):
+        known = app_versions.of_version(path, table.metadata().id, table.version(), fs, f"{root}/_delta_log")
+    return marks_by_partition(known)
 
 
 def _query(path: str, version: int | None, sql: str, storage: Storage = None) -> pa.Table:
@@ -302,11 +322,15 @@ def last_offset_of_epoch(path: str, partition: int, epoch: int, version: int | N
 
 
 def offset_ranges(path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str],
-                  storage: Storage = None) -> pa.Table:
-    """The records with offsets in [start, end) of each (partition, start, end) in ``spans``, by
-    partition and offset, as of the log's ``version``: ``columns`` of the record schema. Files of
+                  storage: Storage = None, controls: bool = False) -> pa.Table:
+    """The rows with offsets in [start, end) of each (partition, start, end) in ``spans``, by
+    partition and offset, as of the log's ``version``: ``columns`` of the record schema, and with
+    ``controls`` the ``control`` column where the log has it (set on transaction markers). Files of
     other partitions or outside the ranges are skipped by partition values and offset statistics."""
-    return _query(path, version, _ranges_sql(spans, columns), storage)
+    table = _table(path, version, storage)
+    if controls and CONTROL_COLUMN in table.schema().to_arrow().names:
+        columns = [*columns, CONTROL_COLUMN]
+    return _scan(path, table, _ranges_sql(spans, columns))
 
 
 def _ranges_sql(spans: list[tuple[int, int, int]], columns: list[str], more: list[str] = ()) -> str:

@@ -11,7 +11,7 @@ predicate, written in each dialect's quoting (``aborted_predicate``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -64,9 +64,11 @@ def spans_of(markers: Mapping[int, list[Marker]]) -> dict[int, list[AbortedSpan]
 
 def aborted_predicate(spans: Spans, quote: str = '"') -> str | None:
     """A SQL predicate true for the records of ``spans`` (aborted transactions), in DataFusion's
-    quoting (``"``) or Spark's (`````); None when there are none."""
+    quoting (``"``) or Spark's (`````); None when there are none. False, never null, on a record
+    without a producer id: its reader's ``NOT`` keeps it."""
     q = quote
-    terms = [f"({q}partition{q} = {int(p)} AND producer_id = {_literal(s.producer)} AND {q}offset{q} > {int(s.after)} "
+    terms = [f"({q}partition{q} = {int(p)} AND producer_id IS NOT NULL AND producer_id = {_literal(s.producer)} "
+             f"AND {q}offset{q} > {int(s.after)} "
              f"AND {q}offset{q} < {int(s.marker)})" for p, ss in sorted(spans.items()) for s in ss]
     return " OR ".join(terms) if terms else None
 
@@ -79,14 +81,25 @@ def transactional_partitions(ranges: Ranges, marks: Mapping[int, Mapping[str, in
 
 def aborted_in(log: "TopicLog", ranges: Ranges, snap: "LogSnapshot", quote: str = '"') -> str | None:
     """The predicate (``aborted_predicate``, in ``quote``'s dialect) of the aborted transactions'
-    records in ``ranges`` of ``log`` at ``snap``'s version; None when there are none. The markers
-    are read from each range's start to the log end: the one ending a record's transaction may lie
-    past the range, even past the last stable offset."""
+    records in ``ranges`` of ``log`` at ``snap``'s version; None when there are none."""
+    return aborted_predicate(aborted_spans_in(log.markers, ranges, snap), quote)
+
+
+def aborted_spans_in(markers: Callable[[Ranges, int], pa.Table], ranges: Ranges, snap: "LogSnapshot") -> Spans:
+    """The aborted transactions' spans (``spans_of``) over ``ranges`` at ``snap``'s version, whose
+    markers ``markers(ranges, version)`` reads (``TopicLog.markers``, ``rs_reader.log_markers``).
+    The markers are read from each range's start to the log end: the one ending a record's
+    transaction may lie past the range, even past the last stable offset."""
     txn = transactional_partitions(ranges, snap.txn_marks or {})
     if not txn:
-        return None
-    found = log.markers({p: (s, LOG_END) for p, (s, _e) in txn.items()}, snap.version)
-    return aborted_predicate(spans_of(markers_of(found)), quote)
+        return {}
+    return spans_of(markers_of(markers({p: (s, LOG_END) for p, (s, _e) in txn.items()}, snap.version)))
+
+
+def stable_view(snap: "LogSnapshot") -> "LogSnapshot":
+    """``snap`` as a read_committed reader sees it: each log end at the partition's last stable
+    offset (``LogSnapshot.stable_end``), where its reads, ``latest`` and being caught up stop."""
+    return snap.model_copy(update={"log_ends": {p: snap.stable_end(p) for p in snap.log_ends}})
 
 
 def aborted_rows(rows: pa.Table, spans: list[AbortedSpan]) -> pa.Array:

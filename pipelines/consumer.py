@@ -43,7 +43,7 @@ from log_store.topic_log import RECORD_SCHEMA, TopicLog
 from pipelines.gating import CommittedPositions, GroupPositions, OffsetGate, plan_ranges
 from pipelines.sink_positions import SinkPositions, incarnation_of
 from pipelines.waits import LostRootWait
-from log_store.txn_reads import READ_COMMITTED
+from log_store.txn_reads import READ_COMMITTED, stable_view
 from pipelines.batch_reads import BatchReads
 
 Handler = Callable[[DataFrame, dict[int, tuple[int, int]]], None]
@@ -327,9 +327,7 @@ class Consumer:
         """``snap`` as this consumer's isolation level sees it: under read_committed each log end
         is the partition's last stable offset (``LogSnapshot.stable_end``), where batches, the
         ``latest`` reset and being caught up stop, as Kafka's read_committed consumer stops."""
-        if not self.reads.committed:
-            return snap
-        return snap.model_copy(update={"log_ends": {p: snap.stable_end(p) for p in snap.log_ends}})
+        return stable_view(snap) if self.reads.committed else snap
 
     def _first_snapshot(self) -> LogSnapshot:
         """``snapshot``, waiting (``self.wait``) for a lost leader root or an election that moved it

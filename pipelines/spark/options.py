@@ -59,6 +59,11 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source's default,
 # as consumers wait (pipelines/waits.py, consumer.leader_wait_timeout_ms); lakelog's own option.
 LEADER_WAIT_TIMEOUT = "leaderWaitTimeout"
 DEFAULT_LEADER_WAIT_TIMEOUT_MS = 5 * 60 * 1000
+# Kafka's consumer setting, under the name Spark's Kafka source passes it to its consumer: which
+# records of transactions a read delivers (docs/concepts.md). Spark sets none, so Kafka's consumer
+# default applies there: read_uncommitted; here too.
+ISOLATION_LEVEL = "kafka.isolation.level"
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # storage.<key>: a delta-rs storage option (credentials, endpoint) for a root in an object store.
 STORAGE_PREFIX = "storage."
 # Spark may hand a streaming query's checkpoint (and, in a declarative pipeline's sink, the flow's
@@ -71,7 +76,7 @@ SOURCE_OPTIONS = (ROOT, SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING_OFFSETS, 
                   STARTING_TIMESTAMP, STARTING_OFFSETS_BY_TIMESTAMP, TIMESTAMP_STRATEGY, ENDING_TIMESTAMP,
                   ENDING_OFFSETS_BY_TIMESTAMP, FAIL_ON_DATA_LOSS, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
                   MAX_TRIGGER_DELAY, MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, INCLUDE_HEADERS, GROUP,
-                  LEADER_WAIT_TIMEOUT)
+                  LEADER_WAIT_TIMEOUT, ISOLATION_LEVEL)
 SINK_OPTIONS = (ROOT, TOPIC, PRODUCER_ID, ACKS, MIN_INSYNC_REPLICAS)
 _STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
 _IGNORED = {CHECKPOINT_LOCATION.lower(), QUERY_NAME.lower()}
@@ -109,7 +114,14 @@ class SourceOptions(_Frozen):
     max_records_per_partition: int | None = None
     include_headers: bool = False
     group: str | None = None
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     storage: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets: kept out of repr
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the read stops at each partition's last stable offset and leaves out aborted
+        transactions' records (``kafka.isolation.level``)."""
+        return self.isolation_level == "read_committed"
 
     @property
     def strategy(self) -> str:
@@ -147,7 +159,7 @@ def _collect(options: Mapping[str, object], known: tuple[str, ...], what: str, p
             raise InvalidConfigurationError(
                 f"option '{key}': lakelog is not a Kafka broker; give .option('acks', '1' or 'all') for a replicated "
                 "topic's acknowledgement")
-        if lower.startswith("kafka."):
+        if lower.startswith("kafka.") and lower not in canonical:
             raise InvalidConfigurationError(
                 f"option '{key}': lakelog is not a Kafka broker, so kafka.* options do not apply: "
                 "use root (.option('root', PATH_OR_URI)) to say which lakelog to use")
@@ -334,8 +346,21 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         max_records_per_partition=_positive(MAX_RECORDS_PER_PARTITION, given, "a positive number of records"),
         include_headers=_boolean(INCLUDE_HEADERS, given[INCLUDE_HEADERS]) if INCLUDE_HEADERS in given else False,
         group=check_group_name(given[GROUP]) if GROUP in given else None,
+        isolation_level=_isolation_level(given),
         storage=_storage(options),
     )
+
+
+def _isolation_level(given: dict[str, str]) -> str:
+    """``kafka.isolation.level``, one of Kafka's two (default read_uncommitted, as Spark's Kafka
+    source leaves its consumer's)."""
+    level = given.get(ISOLATION_LEVEL, ISOLATION_LEVELS[0]).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise InvalidConfigurationError(
+            f"{ISOLATION_LEVEL} must be read_uncommitted (every record, open and aborted transactions' too) or "
+            f"read_committed (committed transactions' records only, up to the last stable offset), "
+            f"not {given[ISOLATION_LEVEL]!r}")
+    return level
 
 
 def _acks(given: dict[str, str]) -> str:

@@ -26,12 +26,13 @@ from log_store.delta_errors import lost_root
 from log_store.errors import LOST_ROOT, InvalidConfigurationError, LakelogError, LeaderNotAvailableError, leader_unavailable
 from log_store.files import is_remote
 from log_store.log_metadata import LogSnapshot
+from log_store.txn_reads import stable_view
 from pipelines.gating import OffsetGate, plan_ranges
 from pipelines.spark.offsets import StreamOffset, TopicOffset
 from pipelines.spark.losses import Losses, member_id
 from pipelines.spark.options import LEADER_WAIT_TIMEOUT, SourceOptions
 from pipelines.waits import LostRootWait
-from pipelines.spark.reading import DataLossError, TopicRead
+from pipelines.spark.reading import DataLossError, TopicRead, with_aborted
 from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.tasks import share_by_lag
 from pipelines.spark.positions import (
@@ -158,7 +159,8 @@ class Planner:
             for topic in resolve_topics(self.opts, live):
                 location = self._locations[topic] = self._log_location(self.reader.latest(topic, images, states))
                 try:
-                    snap, topic_id = rs_reader.log_snapshot(location, storage=self.storage)
+                    snap, topic_id = rs_reader.log_snapshot(location, storage=self.storage,
+                                                            marks=self.opts.read_committed)
                 except Exception as exc:  # its root lost (delta_errors.lost_root): waited out by ``topics``
                     if not (isinstance(exc, LOST_ROOT) or lost_root(exc)):
                         raise
@@ -172,6 +174,8 @@ class Planner:
             if any(now.snap.topic_version > now.image.version for now in out.values()):
                 images = self.reader.images()
                 out = {t: now._replace(image=images[t]) for t, now in out.items()}
+            if self.opts.read_committed:  # its ends, latest and a stream's caps: the last stable offsets
+                out = {t: now._replace(snap=stable_view(now.snap)) for t, now in out.items()}
             return out
         raise LakelogError("the replicated topics this read covers kept changing leaders while it was planned; "
                            "the next trigger plans again")
@@ -412,7 +416,7 @@ class Planner:
         for topic, to in end.topics.items():
             location = self.location(topic)
             version = self._planned.get((topic, tuple(sorted(to.positions.items()))))
-            snap = rs_reader.log_snapshot(location, version, self.storage)[0]
+            snap = rs_reader.log_snapshot(location, version, self.storage, self.opts.read_committed)[0]
             had = start.topics.get(topic)
             # Positions of another incarnation (the topic deleted and created again) say nothing here.
             begun = dict(had.positions) if had is not None and had.topic_id in (None, to.topic_id) else {}
@@ -432,8 +436,9 @@ class Planner:
                 lost = [r for r in lost if (r.partition, r.end) not in reported]
                 if lost:
                     self.losses.report(topic, "records of this batch were removed from the log before it read them", lost)
-            out.append(TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage,
-                                 tuple((p, snap.dense_from(p)) for p, _s, _e in spans)))
+            read = TopicRead(topic, location, snap.version, tuple(spans), snap.timestamp_types, self.storage,
+                             tuple((p, snap.dense_from(p)) for p, _s, _e in spans))
+            out.append(with_aborted(read, snap) if self.opts.read_committed else read)
         return out
 
     def batch_range(self) -> tuple[StreamOffset, StreamOffset]:

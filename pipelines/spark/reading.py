@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -33,8 +34,11 @@ from log_store.delta_classes import jvm
 from log_store.delta_errors import missing_file
 from log_store.errors import LakelogError, LeaderNotAvailableError
 from log_store.headers import HEADERS_TYPE, headers_as
+from log_store.log_metadata import LogSnapshot
 from log_store.read_ranges import range_filter
 from log_store.timestamp_types import CODES, TimestampTypes
+from log_store.txn_marks import CONTROL_COLUMN, AbortedSpan
+from log_store.txn_reads import aborted_predicate, aborted_rows, aborted_spans_in, records_predicate
 from pipelines.spark.tasks import Span, plan_tasks
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -90,6 +94,39 @@ class TopicRead:
     # (partition, offset) pairs: where a partition's offsets are dense again (``LogSnapshot.dense_from``);
     # below, key compaction left gaps. A partition absent is dense throughout.
     dense_from: tuple[tuple[int, int], ...] = ()
+    # (partition, span) pairs: aborted transactions' records left out (read_committed; ``with_aborted``).
+    aborted: tuple[tuple[int, AbortedSpan], ...] = ()
+
+    def aborted_spans(self) -> dict[int, list[AbortedSpan]]:
+        out: dict[int, list[AbortedSpan]] = {}
+        for p, span in self.aborted:
+            out.setdefault(p, []).append(span)
+        return out
+
+
+def with_aborted(read: TopicRead, snap: LogSnapshot) -> TopicRead:
+    """``read`` leaving out the aborted transactions' records in its spans (read_committed), found
+    from the markers at ``snap``'s version (``txn_reads.aborted_spans_in``)."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for p, s, e in read.spans:
+        lo, hi = ranges.get(p, (s, e))
+        ranges[p] = (min(lo, s), max(hi, e))
+    found = aborted_spans_in(lambda r, v: rs_reader.log_markers(read.location, v, r, read.storage), ranges, snap)
+    return replace(read, aborted=tuple((p, span) for p, spans in sorted(found.items()) for span in spans))
+
+
+def delivered(rows: pa.Table, aborted: Mapping[int, list[AbortedSpan]]) -> pa.Array:
+    """Which of ``rows`` (partition, offset, and ``control`` and ``producer_id`` where present) a
+    read delivers: no marker, none of ``aborted``'s records."""
+    keep = (pc.is_null(rows.column(CONTROL_COLUMN)) if CONTROL_COLUMN in rows.column_names
+            else pa.array([True] * rows.num_rows, pa.bool_()))
+    partitions = rows.column("partition")
+    if aborted:  # as delta-rs gives them (string views), which some of pyarrow's kernels do not take
+        rows = rows.select(["offset", "producer_id"]).cast(pa.schema([("offset", pa.int64()), ("producer_id", pa.string())]))
+    for p, spans in aborted.items():
+        hit = pc.and_(pc.equal(partitions, p), aborted_rows(rows, spans))
+        keep = pc.and_(keep, pc.invert(hit))
+    return keep
 
 
 def frame(spark: SparkSession, reads: list[TopicRead], include_headers: bool, spark_reads: bool,
@@ -122,6 +159,11 @@ def _files_frame(spark: SparkSession, read: TopicRead, files: rs_reader.RangeFil
     scan = jvm(spark, "lakelog.spark.KnownFiles").parquet(spark._jsparkSession, hadoop(files.base), known,
                                                           json.dumps(files.schema))
     rows = DataFrame(scan, spark).where(F.expr(range_filter({p: (s, e) for p, s, e in read.spans})))
+    if CONTROL_COLUMN in table_schema.names:  # no marker (a log of an earlier release: no column, none)
+        rows = rows.where(records_predicate("`"))
+    aborted = aborted_predicate(read.aborted_spans(), "`")
+    if aborted:
+        rows = rows.where(f"NOT ({aborted})")
     columns: list[Column] = [
         F.col("key"), F.col("value"), F.lit(read.topic).alias("topic"), F.col("partition").cast("int").alias("partition"),
         F.col("offset"), F.col("timestamp").cast("timestamp").alias("timestamp"),
@@ -167,16 +209,21 @@ def range_tasks(reads: list[TopicRead], min_partitions: int | None = None,
 
 def read_range(task: RangeTask, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The records of ``task`` as Arrow batches in the source's columns, by partition and offset;
-    fewer than its ranges hold where offsets are dense is data loss (files removed under a planned
-    read). Offsets key compaction removed are gaps, as in Kafka's compacted topics: not counted."""
+    fewer rows than its ranges hold where offsets are dense is data loss (files removed under a
+    planned read): a transaction's marker is a row there, and an aborted record too, though neither
+    is delivered. Offsets key compaction removed are gaps, as in Kafka's compacted topics: not counted."""
     read = task.read
-    columns = ["key", "value", "partition", "offset", "timestamp", "leader_epoch", *(["headers"] if include_headers else [])]
-    table = rs_reader.offset_ranges(read.location, read.version, list(task.spans), columns, read.storage)
+    columns = ["key", "value", "partition", "offset", "timestamp", "leader_epoch", *(["headers"] if include_headers else []),
+               *(["producer_id"] if read.aborted else [])]
+    table = rs_reader.offset_ranges(read.location, read.version, list(task.spans), columns, read.storage,
+                                    controls=True)
+    # markers and aborted records are in the log: counted here, left out after
     short = missing_records(table, task.spans, dict(read.dense_from))
     if short:
         named = ", ".join(f"partition {p} offsets {s}-{e - 1} should hold {n} records, found {k}"
                           for p, s, e, n, k in short)
         raise DataLossError(f"topic '{read.topic}' at log version {read.version}: {named}")
+    keep = delivered(table, read.aborted_spans())
     n = table.num_rows
     arrays = [
         table.column("key").cast(pa.binary()), table.column("value").cast(pa.binary()),
@@ -190,7 +237,7 @@ def read_range(task: RangeTask, include_headers: bool) -> Iterator[pa.RecordBatc
         names.append("headers")
     arrays.append(table.column("leader_epoch").cast(pa.int32()))
     names.append("leader_epoch")
-    yield from pa.Table.from_arrays(arrays, names=names).to_batches()
+    yield from pa.Table.from_arrays(arrays, names=names).filter(keep).to_batches()
 
 
 def missing_records(table: pa.Table, spans: tuple[Span, ...], dense_from: dict[int, int]

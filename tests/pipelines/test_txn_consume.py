@@ -119,6 +119,19 @@ def test_a_committed_transaction_appears_at_once_and_whole(spark, log):
     assert result.positions == {0: 4, 1: 3}
 
 
+def test_a_record_without_a_producer_id_among_aborted_ones_is_delivered(spark, log):
+    """The aborted records' predicate is false, not null, on a record of no producer: ``NOT``
+    keeps it."""
+    tx = Producers(log)
+    tx.send("x", 0, ["x0"], epoch=0)
+    anonymous = rows("x", 0, ["n0"])
+    log.append_rows(anonymous.set_column(anonymous.schema.get_field_index("producer_id"), "producer_id",
+                                         pa.nulls(1, pa.string())), 2, {})
+    tx.send("x", 0, ["x1"], epoch=0)
+    tx.end("x", 0, False, [0])
+    assert run(spark, log, "g", COMMITTED)[0] == [(0, 1, "n0")]
+
+
 def test_an_aborted_record_is_dropped_though_its_marker_lies_past_the_batch_and_the_stable_offset(spark, log):
     """The abort marker of a record below the last stable offset may lie above it (another
     transaction opened in between and is still open): the reader looks for it to the log end, in

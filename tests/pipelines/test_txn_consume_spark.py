@@ -4,7 +4,6 @@ column; under read_committed they get no aborted or open transaction's record.""
 
 from __future__ import annotations
 
-import pytest
 from deltalake import DeltaTable
 
 from control_plane.topics import TopicAdmin
@@ -48,9 +47,6 @@ def test_spark_reads_skip_markers_and_read_committed_skips_aborted_and_open_reco
     assert [r["offset"] for r in every] == [0, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="format(\"lakelog\") reads every row of the log: a transaction's marker comes "
-                                       "out as a record with no key and no value (its planner and data-loss check "
-                                       "take offsets as dense above key compaction's cleaned offset)")
 def test_format_lakelog_delivers_no_marker(lakelog, root):
     admin = TopicAdmin(lakelog, root)
     admin.create("t", 1)
