@@ -34,6 +34,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from chaos.checker_reads import as_sent, read_current, text
+from chaos.checker_txn import ABORTED, is_marker
 
 
 def compacted(root: str, topic: str, location: str) -> bool:
@@ -79,16 +80,19 @@ def _precedes(x: dict, y: dict) -> bool:
 
 
 def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[int, int], int],
-                     resizes: list[dict[int, int]], out) -> set[tuple[int, int]]:
+                     resizes: list[dict[int, int]], out, states: dict[tuple[int, int], str] | None = None) -> set[tuple[int, int]]:
     """Judge a compacted topic: ``log`` its records as appended (``as_sent``, with
     ``_commit_version``), ``current`` the rows it holds now, ``removals`` what key compaction
-    removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``).
-    Returns the offsets compaction removed (groups skip them)."""
+    removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``),
+    ``states`` its transactional records' (``checker_txn.states``): an aborted record supersedes
+    nothing and may go; a marker is no key's record, and may go once no record of its transaction
+    is held. Returns the offsets compaction removed (groups skip them)."""
+    states = states or {}
     log = [{**r, "_era": era(r, resizes)} for r in log]
     appended = {(r["partition"], r["offset"]): r for r in log}
     by_key: dict[str, list[dict]] = defaultdict(list)
     for r in log:
-        if r["key"] is not None:
+        if r["key"] is not None and states.get((r["partition"], r["offset"])) != ABORTED:
             by_key[text(r["key"])].append(r)
     held: dict[tuple[int, int], dict] = {}
     for r in as_sent(current):
@@ -103,6 +107,18 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
     removed = {ident: v for ident, v in removals.items() if ident in appended and ident not in held}
     for ident, version in sorted(removed.items()):
         r = appended[ident]
+        if states.get(ident) == ABORTED:
+            out.stats["aborted_removed"] += 1
+            continue
+        if is_marker(r):
+            kept = _transaction_held(ident, r["producer_id"], appended, held)
+            if kept:
+                out.add("compaction_lost", f"p{ident[0]}@{ident[1]} (the {r['control']} marker of {r['producer_id']}) "
+                                           f"removed in log version {version} while its transaction's records stay, "
+                                           f"first at p{ident[0]}@{kept[0]}")
+            else:
+                out.stats["markers_removed"] += 1
+            continue
         if r["value"] is None and r["key"] is not None:
             out.stats["tombstones_removed"] += 1
             continue
@@ -132,6 +148,17 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
     out.stats["compacted_topic"] = 1
     out.stats["log_records_now"] = len(held)
     return set(removed)
+
+
+def _transaction_held(marker: tuple[int, int], pid: str, appended: dict[tuple[int, int], dict],
+                      held: dict[tuple[int, int], dict]) -> list[int]:
+    """The offsets of the records of the transaction ``marker`` ended (``pid``'s in its partition
+    after its marker before) that the log still holds."""
+    p, at = marker
+    before = max((o for (q, o), r in appended.items() if q == p and o < at and is_marker(r) and r["producer_id"] == pid),
+                 default=-1)
+    return sorted(o for (q, o), r in held.items() if q == p and before < o < at and r["producer_id"] == pid
+                  and not is_marker(r))
 
 
 def _same(r: dict) -> tuple:
