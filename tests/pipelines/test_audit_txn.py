@@ -4,14 +4,17 @@ one past the last stable offset; a read_uncommitted sink owes every record. A re
 still fails: a reordered key, a committed record missing, an aborted record or a marker
 delivered."""
 
+import json
 from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from control_plane.topics import TopicAdmin
+from jobs.cli import cli
 from log_store.table_create import create_table
 from log_store.topic_log import RECORD_SCHEMA
 from log_store.txn_markers import write_markers
@@ -102,11 +105,13 @@ def test_the_level_judged_decides_what_is_owed_and_what_is_forbidden(spark, topi
     assert failed(rc_as_ru) == ["sink.nothing_missing"]
     missing = checks(rc_as_ru)["sink.nothing_missing"]
     assert {(s["partition"], s["offset"]) for s in missing.samples} == ABORTED | UNSTABLE
-    ru_as_rc = run_audit(spark, topic, "t", f"{topic}/ru", str(tmp_path / "b.md"), group="ru",
-                         isolation_level="read_committed")
-    assert failed(ru_as_rc) == ["sink.read_committed"]
-    wrong = checks(ru_as_rc)["sink.read_committed"]
-    assert {(s["partition"], s["offset"], s["txn"]) for s in wrong.samples} == {
+    res = CliRunner().invoke(cli, ["--root", topic, "audit", "--topic", "t", "--sink", f"{topic}/ru", "--group", "ru",
+                                   "--isolation-level", "read_committed", "--json"], catch_exceptions=False)
+    assert res.exit_code == 1, res.output
+    ru_as_rc = json.loads(res.stdout)
+    assert sorted(c["name"] for c in ru_as_rc["checks"] if not c["passed"]) == ["sink.read_committed"]
+    wrong = next(c for c in ru_as_rc["checks"] if c["name"] == "sink.read_committed")
+    assert {(s["partition"], s["offset"], s["txn"]) for s in wrong["samples"]} == {
         (0, 2, "aborted"), (1, 1, "aborted"), (0, 7, "unstable"), (0, 8, "unstable")}
 
 
