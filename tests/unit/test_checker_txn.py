@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
-from chaos.checker_txn import ABORTED, COMMITTED, OPEN, Transactions, output_problems, states
+from chaos.checker_txn import ABORTED, COMMITTED, OPEN, output_problems, states
 from tests.unit.test_checker import CDF, LOG, SINK, Root, anomalies
 from tests.unit.test_checker_compaction import Compacted
 
