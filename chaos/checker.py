@@ -26,6 +26,11 @@ Kafka's columns (no producer id or sequence), so each row is the log record at i
 holds that record's key and value (``named_by_log``), and its view starts at the topic version its
 checkpoint says it first read the topic at.
 
+A log with transactions (``chaos.checker_txn``): a marker is no record (not a duplicate, phantom
+or key's record; its offset is taken); a group owes and may deliver what its isolation level
+reads (``read_committed`` names the groups that read so): ``marker_delivered``,
+``aborted_delivered``, ``open_delivered``.
+
 A compacted topic (``cleanup.policy`` with ``compact``) is also judged by what log cleaning
 promises (``chaos.checker_compaction``: ``compaction_lost``, ``compaction_resurrected``,
 ``compaction_phantom``); what it removed is not owed to a group that never delivered it.
@@ -50,6 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from chaos.checker_compaction import check_compaction, compacted, compaction_removals
+from chaos.checker_order import check_commit_order
+from chaos import checker_txn
+from chaos.checker_txn import Transactions
 from chaos.checker_reads import (
     as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
     removed_while_live, resizes, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
@@ -60,6 +68,7 @@ ANOMALIES = (
     "log_key_reorder", "sink_duplicate", "sink_phantom", "delivery_reorder", "undelivered",
     "expired_unreported", "two_owners", "position_backwards", "position_beyond_end", "duplicate_generation",
     "order_label_disagrees", "replica_divergence", "compaction_lost", "compaction_resurrected", "compaction_phantom",
+    "marker_delivered", "aborted_delivered", "open_delivered",
 )
 SAMPLES = 5
 
@@ -131,9 +140,11 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
     by_partition: dict[int, list[dict]] = defaultdict(list)
     for r in log:
         by_partition[r["partition"]].append(r)
-        if r["producer_id"] is not None:
+        if checker_txn.is_marker(r):  # it takes an offset, but is no producer's record
+            out.stats["log_markers"] += 1
+        elif r["producer_id"] is not None:
             by_record[(r["producer_id"], r["sequence"])].append(r)
-    out.stats["log_records"] = len(log)
+    out.stats["log_records"] = len(log) - out.stats["log_markers"]
     for (pid, seq), copies in by_record.items():
         if len(copies) > 1:
             out.add("log_duplicate", f"{pid}#{seq} at " + ", ".join(f"p{c['partition']}@{c['offset']}" for c in copies),
@@ -160,7 +171,7 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
             if r["leader_epoch"] < last_epoch:
                 out.add("epoch_decrease", f"p{p}@{r['offset']}: epoch {r['leader_epoch']} after {last_epoch}")
             last_epoch = max(last_epoch, r["leader_epoch"])
-            if r["key"] is not None and r["producer_id"] is not None:
+            if r["key"] is not None and r["producer_id"] is not None and not checker_txn.is_marker(r):
                 k = (r["producer_id"], text(r["key"]))
                 if r["sequence"] < last_seq.get(k, -1):
                     out.add("log_key_reorder", f"p{p}@{r['offset']}: {k[0]}/{k[1]} sequence {r['sequence']} after "
@@ -173,10 +184,12 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
                 removed: dict[int, list[tuple[int, int]]], since: int | None = None,
-                cleaned: frozenset = frozenset()) -> None:
+                cleaned: frozenset = frozenset(), txn: Transactions | None = None) -> None:
     """``removed``: ``removed_while_live`` of the topic's log. ``since``: a stream's group (no
     generations): the topic version the stream first read the topic at (``stream_since``).
-    ``cleaned``: the offsets key compaction removed (a compacted topic: ``check_compaction``)."""
+    ``cleaned``: the offsets key compaction removed (a compacted topic: ``check_compaction``).
+    ``txn``: the log's transactions and the level the group read at (default: read_uncommitted)."""
+    txn = txn or Transactions()
     history = topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
                          key=lambda g: g["generation"])
@@ -186,8 +199,9 @@ def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], o
     if generations:
         first_version = dict(generations[0].get("topic_versions") or []).get(topic, 0)
     excluded = retired_before(history, first_version)
-    expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)}
-    check_sink(group, sink, topic, log, expected, commits, history, out, removed, cleaned)
+    expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)
+                and txn.owed(r)}
+    check_sink(group, sink, topic, log, expected, commits, history, out, removed, cleaned, txn)
     check_ownership(group, topic, generations, commits, out)
     check_positions(group, topic, commits, log, out)
 
@@ -202,14 +216,16 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
                commits: list[dict], history: list[dict], out: Findings,
-               removed: dict[int, list[tuple[int, int]]], cleaned: frozenset = frozenset()) -> None:
+               removed: dict[int, list[tuple[int, int]]], cleaned: frozenset = frozenset(),
+               txn: Transactions | None = None) -> None:
     """``removed``: the offsets retention or delete-records took out while their partition was
     live (``removed_while_live``). A record there that the group neither delivered nor reported
     expired is ``expired_unreported`` if the group ever stood at or below it (it was to read it);
     otherwise it was deleted before the group came near it (a group without a position starts at
     the log start), counted, not flagged, also if its partition was retired later. ``cleaned``:
     the offsets key compaction removed; one the group never delivered it skipped, as Kafka's
-    consumers do (counted)."""
+    consumers do (counted). ``txn``: what of the log the group may deliver (``checker_txn``)."""
+    txn = txn or Transactions()
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
     # a stream's rows, and a Kafka member's tombstones (no value to name them by), as the log names them
@@ -227,6 +243,11 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
             out.add("sink_phantom", f"{group}: p{ident[0]}@{ident[1]} ({r['producer_id']}#{r['sequence']} key "
                                     f"{text(r['key'])!r}) is not that log record: the log holds {held} there")
             continue  # and the record the log holds there is still to be delivered
+        wrong = txn.forbidden(src)
+        if wrong is not None:
+            out.add(wrong, f"{group}: p{ident[0]}@{ident[1]} ({src['producer_id']}#{src['sequence']}) delivered in "
+                           f"version {r['_commit_version']}")
+            continue
         if ident in seen:
             out.add("sink_duplicate", f"{group}: p{ident[0]}@{ident[1]} delivered again in version {r['_commit_version']}")
             continue
@@ -367,57 +388,16 @@ def check_positions(group: str, topic: str, commits: list[dict], log: list[dict]
 # -- the whole check ----------------------------------------------------------------------------
 
 
-def _label_keys(table: str, r: dict) -> list[tuple]:
-    """The keys whose rows must be labelled in commit order: a partition's positions, a member's
-    states, and all of a group's rows relative to its deletions."""
-    if table == "group_members":
-        return [(r["group"], r["member_id"])]
-    keys = [("deletion", r["group"])]
-    if r["kind"] in ("commit", "revoke", "reset") and r["partition"] >= 0:
-        keys.append((r["group"], r["topic"], r["partition"]))
-    return keys
-
-
-def check_commit_order(root: str, out: Findings) -> None:
-    """``order_label_disagrees``: see the module docstring."""
-    for table in ("offset_commits", "group_members"):
-        rows = [r for r in read_changes(f"{root}/control/{table}") if r.get("commit_order") is not None]
-        last: dict[tuple, dict] = {}
-        deletions: dict[str, list[dict]] = defaultdict(list)
-        for r in sorted(rows, key=lambda r: r["_commit_version"]):
-            if r["commit_order"] > r["_commit_version"]:
-                out.add("order_label_disagrees", f"{table}: label {r['commit_order']} above version {r['_commit_version']}")
-            if table == "offset_commits" and r["kind"] == "deleted":
-                deletions[r["group"]].append(r)
-            for key in _label_keys(table, r):
-                if key[0] == "deletion":
-                    continue
-                prev = last.get(key)
-                if prev is not None and prev["_commit_version"] < r["_commit_version"] and prev["commit_order"] >= r["commit_order"]:
-                    out.add("order_label_disagrees", f"{table} {key}: label {r['commit_order']} (version "
-                                                     f"{r['_commit_version']}) not above {prev['commit_order']} "
-                                                     f"(version {prev['_commit_version']})")
-                last[key] = r
-        for r in rows:
-            for d in deletions.get(r["group"], []):
-                if r["_commit_version"] == d["_commit_version"]:
-                    continue
-                # readers cut off rows labelled at or below a deletion's label
-                if (r["_commit_version"] < d["_commit_version"]) != (r["commit_order"] <= d["commit_order"]):
-                    out.add("order_label_disagrees", f"{table}: {r['group']}'s row of version {r['_commit_version']} "
-                                                     f"is on the other side of its deletion (version {d['_commit_version']}) by label")
-        out.stats[f"labelled[{table}]"] = len(rows)
-
-
 def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Iterable[int]],
           groups: dict[str, str], commit_order: bool = True, other_logs: Iterable[str] = (),
-          streams: dict[str, tuple[str, str]] | None = None) -> Findings:
+          streams: dict[str, tuple[str, str]] | None = None, read_committed: Iterable[str] = ()) -> Findings:
     """Check ``topic`` under ``root``: producers' inputs (id -> JSON Lines path), the sequences each
     producer had acknowledged, and each group's sink (group -> sink path; groups may share one).
     ``commit_order``: also the control plane's commit-order labels (once per root). ``other_logs``:
     the topic's logs at its other roots (a replicated topic), for what an earlier leader held
     below the log start (``removed_before_copied``). ``streams``: streams reading the topic with
-    the ``group`` option (their group -> their Delta sink and checkpoint), judged as groups are."""
+    the ``group`` option (their group -> their Delta sink and checkpoint), judged as groups are.
+    ``read_committed``: the groups (and streams) that read at that isolation level (``checker_txn``)."""
     out = Findings()
     leader = log_location(root, topic)
     log = read_log_changes(leader)
@@ -427,13 +407,15 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
     cleaned = frozenset()
+    txn, committed = Transactions.of(leader, log), set(read_committed)
     if compacted(root, topic, leader):  # what log cleaning removed, and why it could
         cleaned = frozenset(check_compaction(log, read_current(leader), compaction_removals(leader),
-                                             resizes(topic_history(root, topic)), out))
+                                             resizes(topic_history(root, topic)), out, txn.state))
     for group, sink in sorted(groups.items()):
-        check_group(root, topic, group, sink, log, out, removed, cleaned=cleaned)
+        check_group(root, topic, group, sink, log, out, removed, cleaned=cleaned, txn=txn.reading(group in committed))
     for group, (sink, checkpoint) in sorted((streams or {}).items()):
-        check_group(root, topic, group, sink, log, out, removed, since=stream_since(checkpoint, topic), cleaned=cleaned)
+        check_group(root, topic, group, sink, log, out, removed, since=stream_since(checkpoint, topic), cleaned=cleaned,
+                    txn=txn.reading(group in committed))
     if commit_order:
         check_commit_order(root, out)
     return out

@@ -42,6 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from chaos.checker_reads import as_sent, read_current, text
+from chaos.checker_txn import ABORTED
 
 
 def compacted(root: str, topic: str, location: str) -> bool:
@@ -87,18 +88,22 @@ def _precedes(x: dict, y: dict) -> bool:
 
 
 def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[int, int], int],
-                     resizes: list[dict[int, int]], out) -> set[tuple[int, int]]:
+                     resizes: list[dict[int, int]], out, states: dict[tuple[int, int], str] | None = None) -> set[tuple[int, int]]:
     """Judge a compacted topic: ``log`` its records as appended (``as_sent``, with
     ``_commit_version``), ``current`` the rows it holds now, ``removals`` what key compaction
-    removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``).
-    Returns the offsets compaction removed (groups skip them)."""
+    removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``),
+    ``states`` its transactional records' (``checker_txn.states``): an aborted record supersedes
+    nothing and may go; a marker is no key's record, and may go once no record of its transaction
+    is held. Returns the offsets compaction removed (groups skip them)."""
+    states = states or {}
     log = [{**r, "_era": era(r, resizes)} for r in log]
     appended = {(r["partition"], r["offset"]): r for r in log}
     ends, members = _transactions(log)
     aborted = {i for i, m in ends.items() if m is not None and appended[m].get("control") == "abort"}
     by_key: dict[str, list[dict]] = defaultdict(list)
     for r in log:
-        if r["key"] is not None and (r["partition"], r["offset"]) not in aborted:
+        if (r["key"] is not None and (r["partition"], r["offset"]) not in aborted
+                and states.get((r["partition"], r["offset"])) != ABORTED):
             by_key[text(r["key"])].append(r)
     held: dict[tuple[int, int], dict] = {}
     for r in as_sent(current):

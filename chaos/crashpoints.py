@@ -332,6 +332,8 @@ def scenario_txn(scene: Scene) -> None:
     """A read-process-write group (``actors.txn_copy``) killed at a transaction's crash point and
     started again: read_committed readers of both outputs get every input record exactly once,
     and the group's positions stand at the input's end."""
+    from chaos.checker_reads import log_location, read_log_changes
+    from chaos.checker_txn import open_firsts, output_problems
     from control_plane.group.offsets import GroupOffsets
     from control_plane.topics import TopicAdmin
     from log_store.session import LazySession
@@ -350,10 +352,18 @@ def scenario_txn(scene: Scene) -> None:
     scene.expect("the copier run again must finish", scene.actor("copier", "txn_copy", args) == 0)
     expected = sorted(f"p0:{i}" for i in range(40))
     for i, topic in enumerate(outputs):
-        got: list[str] = []
+        got: list[dict] = []
         reader = Consumer(spark, scene.root, topic, "check", ConsumerSettings(isolation_level="read_committed"))
-        reader.run(ArrowHandler(lambda batch, _r: got.extend(r["value"].decode() for r in batch.to_pylist())))
-        scene.expect(f"{topic}: each input record once, committed", sorted(v.removesuffix(f"-{i}") for v in got) == expected)
+        reader.run(ArrowHandler(lambda batch, _r: got.extend(batch.to_pylist())))
+        scene.expect(f"{topic}: each input record once, committed",
+                     sorted(r["value"].decode().removesuffix(f"-{i}") for r in got) == expected)
+        # judged again from the log's rows by the independent checker (delta-rs, no lakelog reader)
+        location = log_location(scene.root, topic)
+        log = read_log_changes(location)
+        problems = output_problems(log, open_firsts(location, log), expected, f"-{i}",
+                                   [(r["partition"], r["offset"]) for r in got])
+        scene.expect(f"{topic}, as the checker reads it: {'; '.join(problems) or 'each committed transaction whole'}",
+                     not problems)
     scene.expect("the group at the input's end",
                  GroupOffsets(spark, scene.root).committed("copier", TOPIC) == admin.log(TOPIC).log_end_offsets())
 

@@ -25,6 +25,7 @@ from control_plane.tables import DERIVED_VIEWS, latest_position_rows, views_name
 from log_store import rs_reader
 from log_store.names import log_view_names
 from log_store.rs_reader import FastReadUnavailable
+from log_store.txn_marks import CONTROL_COLUMN
 
 BASE_TABLES = {"topic_history": "topics", "offset_commits": "offset_commits",
                "group_generations": "group_generations", "group_members": "group_members",
@@ -156,7 +157,7 @@ class FastSql:
             locations = dict(con.execute("SELECT topic, location FROM topics").fetchall())
             for name, topic in log_view_names(list(locations)).items():
                 if name.lower() in wanted:
-                    con.register(name, self._read(locations[topic]))
+                    con.register(name, _with_control(self._read(locations[topic])))
 
     def _read(self, path: str) -> pa.Table:
         if not rs_reader.exists(path, self.storage):  # a root without topics yet, a deleted topic's log
@@ -170,6 +171,13 @@ class FastSql:
         """As ``ControlTables`` builds it with Spark: the rule's plain-Python twin over rows in commit order."""
         rows = latest_position_rows(rs_reader.rows_in_commit_order(self.layout.control("offset_commits"), storage=self.storage))
         return pa.Table.from_pylist([{c: r[c] for c in GROUP_OFFSETS.names} for r in rows.values()], schema=GROUP_OFFSETS)
+
+
+def _with_control(log: pa.Table) -> pa.Table:
+    """A log's rows with the ``control`` column, as Spark's view has it (null: a record)."""
+    if CONTROL_COLUMN in log.column_names:
+        return log
+    return log.append_column(CONTROL_COLUMN, pa.nulls(log.num_rows, pa.string()))
 
 
 def _python_rows(table: pa.Table) -> list[dict]:

@@ -32,6 +32,7 @@ from log_store.frames import arrow_rows, rows_frame, struct_of
 from log_store.errors import LakelogError, StorageError
 from log_store.names import log_view_names
 from log_store.session import is_connect
+from log_store.txn_marks import CONTROL_COLUMN
 from log_store.table_create import create_table, table_exists
 
 _CHECKED: set[str] = set()
@@ -466,6 +467,8 @@ class ControlTables:
 
     def register_views(self, wanted: set[str] | None = None) -> list[str]:
         """Register stable SQL names for the control plane and every topic's log; return them.
+        A log's view holds its rows as they are, transactions' markers too (``control`` says
+        commit or abort; null on a record, also in a log without the column yet).
 
         ``wanted``: only these names (lower case), as ``lakelog sql`` passes the words of its
         query: each view costs a Delta snapshot load, and a query names the few it reads.
@@ -487,7 +490,10 @@ class ControlTables:
             locations = {r["topic"]: r["location"] for r in view("topics").select("topic", "location").collect()}
             for name, topic in log_view_names(list(locations)).items():
                 if want(name):
-                    self.spark.read.format("delta").load(locations[topic]).createOrReplaceTempView(name)
+                    log = self.spark.read.format("delta").load(locations[topic])
+                    if CONTROL_COLUMN not in log.columns:  # a log of an earlier release before its first marker
+                        log = log.withColumn(CONTROL_COLUMN, F.lit(None).cast("string"))
+                    log.createOrReplaceTempView(name)
                     registered.append(name)
         return sorted(registered)
 

@@ -14,17 +14,21 @@ from jobs.output import emit, stdout
 @click.option("--report", "report_path", default=None, help="Markdown report path (default <root>/audit/<topic>-<time>.md).")
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(min=1), help="Sample violations per check.")
 @click.option("--group", default=None, help="The group that wrote the sink (default: the groups its positions name).")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default="read_uncommitted",
+              show_default=True, help="The level the sink's consumer read at: under read_committed the sink owes only "
+                                      "committed records and may hold no aborted one (Kafka's and lakelog's default: "
+                                      "read_uncommitted).")
 @json_option
 @pass_ctx
 def audit(c: Context, topic: str, sink: str | None, report_path: str | None, samples: int, group: str | None,
-          as_json: bool) -> None:
+          isolation_level: str, as_json: bool) -> None:
     """Check TOPIC's log (dense offsets, non-decreasing epochs) and a sink (no loss, no
     duplicate, per-key order). Exits 1 when a check fails; the report says which records.
     Runs Spark jobs (starts a JVM)."""
     from pipelines.audit import run_audit
 
     c.config
-    report = run_audit(c.spark, c.root, topic, sink, report_path, samples, group)
+    report = run_audit(c.spark, c.root, topic, sink, report_path, samples, group, isolation_level)
     if as_json:
         emit(report.model_dump(mode="json"), True)
     else:

@@ -65,8 +65,9 @@ def lakelog_error(exc: Exception) -> Exception:
 
 
 def topic_stream(c: Context, topic: str, group: str | None, starting_offsets: str, max_offsets_per_trigger: int | None,
-                 fail_on_data_loss: bool, include_headers: bool = False):
-    """``spark.readStream.format("lakelog")`` of ``topic`` with the command's options."""
+                 fail_on_data_loss: bool, include_headers: bool = False, isolation_level: str | None = None):
+    """``spark.readStream.format("lakelog")`` of ``topic`` with the command's options
+    (``isolation_level``: Kafka's ``kafka.isolation.level``; None: the source's default)."""
     from pipelines.spark import register
 
     spark = c.spark
@@ -80,6 +81,8 @@ def topic_stream(c: Context, topic: str, group: str | None, starting_offsets: st
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     if include_headers:
         reader = reader.option("includeHeaders", "true")
+    if isolation_level:
+        reader = reader.option("kafka.isolation.level", isolation_level)
     return reader.load()
 
 

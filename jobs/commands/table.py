@@ -27,7 +27,9 @@ from jobs.output import emit, stderr
 def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_trigger: int | None,
           interval: str | None, replace: bool, as_json: bool) -> None:
     """Keep the Delta table OUTPUT as TOPIC's latest record per key: a tombstone deletes its key's
-    row, records with a null key are left out. Query it with SQL (SELECT ... FROM delta.`OUTPUT`).
+    row, records with a null key are left out. Read read_committed: no aborted transaction's record
+    and no transaction's marker becomes a key's state, an open transaction's records not until it
+    commits. Query it with SQL (SELECT ... FROM delta.`OUTPUT`).
     Each run merges what came since the last (its CHECKPOINT), in the order the resize gates
     deliver, so a key's latest record holds across a resize. A Spark Structured Streaming query.
     OUTPUT is kept by one CHECKPOINT and one incarnation of TOPIC: another is refused (--replace rebuilds)."""
@@ -36,7 +38,9 @@ def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_
     query = None
     merged: dict[int, int] = {}  # micro-batch id -> its records
     try:
-        records = topic_stream(c, topic, None, "earliest", max_offsets_per_trigger, True, include_headers=True)
+        # read_committed: an aborted transaction's record is never a key's state, an open one's not yet
+        records = topic_stream(c, topic, None, "earliest", max_offsets_per_trigger, True, include_headers=True,
+                               isolation_level="read_committed")
         claim_id = claim(c.spark, records.select(*COLUMNS).schema, output, checkpoint, topic,
                          c.topic_reader().describe(topic).topic_id, replace)
         query = start(records, output, checkpoint, interval, claim_id)

@@ -14,6 +14,9 @@ sample rows naming partitions, offsets and keys. A readable Markdown report is a
 - sink (optional): no (partition, offset) delivered twice; per (producer_id, key) the sequence
   strictly increases in delivery order (_commit_version, partition, offset); every record ever
   appended to the log (its change feed's inserts) was delivered, grouped by retired partition.
+  A transaction's marker is no record (never owed; its offset taken in the log's checks); a
+  read_committed sink owes the committed records only and may hold no aborted or unstable one
+  (``txn``, ``sink.read_committed``).
   On a log or sink whose old commits or files Delta has removed, what it still has
   (``produced_rows``, ``sink_changes``), and the report says what it could not judge.
 """

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from control_plane.group.describe import DeliveryView
 from log_store.errors import LakelogError
 from pipelines.audit.rows import foreign_rows, log_rows, missing_rows
+from pipelines.audit.txn import READ_COMMITTED, READ_UNCOMMITTED, allowed_states, owed_states
 
 
 class OffsetRange(BaseModel):
@@ -124,10 +125,13 @@ def check_log(source, log: DataFrame, samples: int, cleaned: dict[int, int] | No
 
 def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[int], samples: int,
                views: list[DeliveryView] = (), asset: str = "sink",
-               log_starts: dict[int, int] | None = None) -> list[CheckResult]:
+               log_starts: dict[int, int] | None = None, isolation_level: str = READ_UNCOMMITTED) -> list[CheckResult]:
     """The sink checks of one group's deliveries (``asset``: a name of its own per group).
     ``log_starts``: given when ``produced`` is only what the log still remembers; deliveries it
-    cannot remember (below a log start, in a retired partition) are not judged against it."""
+    cannot remember (below a log start, in a retired partition) are not judged against it.
+    ``produced`` has each row's ``txn`` state (``audit.txn.with_states``): a marker is never owed;
+    under read_committed (``isolation_level``) only the committed records are, and an aborted or
+    unstable one delivered fails ``sink.read_committed``."""
     import great_expectations as gx
 
     E = gx.expectations
@@ -139,16 +143,23 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
     ], ["partition", "offset", "key", "producer_id", "sequence", "prev_sequence", "_commit_version", "copy"], samples)
     first = delivered.where(F.col("copy") == 1)
     forgotten = None if log_starts is None else (log_starts, retired)
-    [foreign] = _validate(source, f"{asset}_records", foreign_rows(produced, first, forgotten), [
+    records = [
         ("sink.records_match_log", "every delivered record is the record the log appended at its offset (key, "
-         "producer id and sequence), not one of a history an unclean election took back",
+         "producer id and sequence), not one of a history an unclean election took back, nor a transaction's marker",
          E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["in the log", "not judged"])),
-    ], ["partition", "offset", "key", "producer_id", "sequence", "_commit_version"], samples)
-    missing = missing_rows(produced, first, retired, views).persist()
+    ]
+    if isolation_level == READ_COMMITTED:  # nulls (rows not in the log) are records_match_log's
+        records.append(("sink.read_committed", "no delivered record is an aborted transaction's or at or past its "
+                        "partition's last stable offset (an open transaction's, or after one): the sink read "
+                        "read_committed", E.ExpectColumnValuesToBeInSet(column="txn", value_set=allowed_states(READ_COMMITTED))))
+    found = _validate(source, f"{asset}_records", foreign_rows(produced, first, forgotten), records,
+                      ["partition", "offset", "key", "producer_id", "sequence", "_commit_version", "txn"], samples)
+    missing = missing_rows(produced, first, retired, views, owed_states(isolation_level)).persist()
     try:
         [lost] = _validate(source, f"{asset}_missing", missing, [
             ("sink.nothing_missing", "every record the group owes is in the sink, or its group reported it expired "
-             "(its partition was retired before the group read it)",
+             "(its partition was retired before the group read it); markers are owed never, aborted and unstable "
+             "records not under read_committed",
              E.ExpectColumnValuesToBeInSet(column="outcome", value_set=["delivered", "expired"])),
         ], ["partition", "offset", "key", "sequence", "producer_id", "retired"], samples)
         if lost.violations:
@@ -158,6 +169,6 @@ def check_sink(source, delivered: DataFrame, produced: DataFrame, retired: set[i
             lost = lost.model_copy(update={"groups": {**lost.groups, "expired (reported)": expired}})
     finally:
         missing.unpersist()
-    return delivery + [foreign, lost]
+    return delivery + found + [lost]
 
 

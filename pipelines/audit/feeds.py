@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from log_store.delta_sql import history, properties
 from log_store.errors import InvalidConfigurationError
+from log_store.txn_marks import CONTROL_COLUMN
 
 
 def _cdf(spark: SparkSession, path: str) -> DataFrame:
@@ -26,7 +27,15 @@ def _cdf(spark: SparkSession, path: str) -> DataFrame:
         ) from None
 
 
-PRODUCED_COLUMNS = ("partition", "offset", "key", "sequence", "producer_id")
+PRODUCED_COLUMNS = ("partition", "offset", "key", "sequence", "producer_id", CONTROL_COLUMN)
+
+
+def _produced(rows: DataFrame) -> DataFrame:
+    """``PRODUCED_COLUMNS`` of a log's rows; ``control`` null where the log has no such column
+    (a log of an earlier release before its first marker: records only)."""
+    if CONTROL_COLUMN not in rows.columns:
+        rows = rows.withColumn(CONTROL_COLUMN, F.lit(None).cast("string"))
+    return rows.select(*PRODUCED_COLUMNS)
 
 
 def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
@@ -42,14 +51,14 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
     says that it was not judged."""
     if not _has_change_feed(spark, path):
         _cdf(spark, path)  # raises the error that says what the audit needs
-    rows, reason = _read_now(lambda: _without_truncated(spark, path, _feed_from(spark, path, 0))
-                             .select(*PRODUCED_COLUMNS, "_change_type"))
+    rows, reason = _read_now(lambda: _produced(_without_truncated(spark, path, _feed_from(spark, path, 0)))
+                             .withColumn("_change_type", F.lit("insert")))
     if rows is not None:
         return rows, []
     earliest = _earliest_version(spark, path)
     with _skipping_missing_files(spark):
-        feed = _without_truncated(spark, path, _feed_from(spark, path, earliest)).select(*PRODUCED_COLUMNS)
-        live = spark.read.format("delta").load(path).select(*PRODUCED_COLUMNS)
+        feed = _produced(_without_truncated(spark, path, _feed_from(spark, path, earliest)))
+        live = _produced(spark.read.format("delta").load(path))
         rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
                 .withColumn("_change_type", F.lit("insert")).persist())
         rows.count()  # read now, while missing files are skipped: nothing else in the audit skips them

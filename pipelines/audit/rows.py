@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from control_plane.group.describe import DeliveryView
 from log_store.read_ranges import by_partition
 from pipelines.audit.feeds import BEFORE_KEPT, SINK_ROW, UNATTRIBUTED
+from pipelines.audit.txn import MARKER
 
 
 def attributed_to(changes: DataFrame, others: list[int], shared: bool) -> DataFrame:
@@ -76,13 +77,16 @@ def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
 
 
 def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[int],
-                 views: list[DeliveryView] = ()) -> DataFrame:
+                 views: list[DeliveryView] = (), owed: list[str] | None = None) -> DataFrame:
     """Every record the sink's groups owe (every record ever appended, less the partitions
-    retired before a group started), with the sink version that delivered it (null: never) and
-    its ``outcome``: delivered, expired (its group reported it), or missing."""
+    retired before a group started; ``owed``: only rows of these ``txn`` states, ``audit.txn``:
+    never a marker), with the sink version that delivered it (null: never) and its ``outcome``:
+    delivered, expired (its group reported it), or missing."""
     got = first_deliveries.select("partition", "offset", *_IDENTITY_AS("_d"),
                                   F.col("_commit_version").alias("delivered_in_version"))
     rows = produced.where(F.col("_change_type") == "insert")
+    if owed is not None:
+        rows = rows.where(F.col("txn").isin(owed))
     before = {p: end for v in views for p, end in v.before_view.items()}
     for p, end in before.items():
         rows = rows.where(~((F.col("partition") == p) & (F.col("offset") < end)))
@@ -121,20 +125,23 @@ def _same_record(owed: DataFrame, got: DataFrame, suffix: str):
 def foreign_rows(produced: DataFrame, first_deliveries: DataFrame,
                  forgotten: tuple[Mapping[int, int], set[int]] | None = None) -> DataFrame:
     """Each first delivery with its ``outcome``: ``in the log`` when the log appended that record
-    at that offset (its key, producer id and sequence), else ``not in the log``: a record of a
-    history the log no longer holds (truncated by an unclean election after the group read it).
+    at that offset (its key, producer id and sequence), ``a marker`` when that is a transaction's
+    marker (no record: never delivered), else ``not in the log``: a record of a history the log no
+    longer holds (truncated by an unclean election after the group read it); and the log row's
+    ``txn`` state (``audit.txn``; null when not in the log).
 
     ``forgotten`` (log starts, retired partitions), when ``produced`` is only what the log still
     remembers (its old commits or VACUUMed files gone): a delivery below its partition's log start
     or in a retired partition, at an offset where the log remembers no record, is ``not judged``."""
+    states = F.col("txn") if "txn" in produced.columns else F.lit(None).cast("string")
     log = (produced.where(F.col("_change_type") == "insert")
-           .select("partition", "offset", *_IDENTITY_AS("_l")).withColumn("_in_log", F.lit(True)))
+           .select("partition", "offset", *_IDENTITY_AS("_l"), states.alias("txn")).withColumn("_in_log", F.lit(True)))
     same = ((first_deliveries["partition"] == log["partition"]) & (first_deliveries["offset"] == log["offset"])
             & F.lit(True))
     for c in _IDENTITY:
         left = first_deliveries[c].cast("string") if c == "key" else first_deliveries[c]
         same = same & left.eqNullSafe(log[f"{c}_l"])
-    out = first_deliveries.join(log, same, "left").select(first_deliveries["*"], F.col("_in_log"))
+    out = first_deliveries.join(log, same, "left").select(first_deliveries["*"], F.col("_in_log"), log["txn"])
     unknown = F.lit(False)
     if forgotten is not None:
         starts, retired = forgotten
@@ -147,7 +154,8 @@ def foreign_rows(produced: DataFrame, first_deliveries: DataFrame,
               .withColumn("_held", F.lit(True)))
         out = (out.join(at, (out["partition"] == at["_p"]) & (out["offset"] == at["_o"]), "left").drop("_p", "_o"))
         unknown = below & F.col("_held").isNull()
-    return out.withColumn("outcome", F.when(F.col("_in_log"), "in the log").when(unknown, "not judged")
+    return out.withColumn("outcome", F.when(F.col("_in_log") & (F.col("txn") == MARKER), "a marker")
+                          .when(F.col("_in_log"), "in the log").when(unknown, "not judged")
                           .otherwise("not in the log")).drop("_held")
 
 

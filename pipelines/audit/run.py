@@ -21,6 +21,7 @@ from log_store.names import legacy_sink_pairs, parse_commit_metadata, parse_sink
 from pipelines.audit.checks import CheckResult, _gx, check_log, check_sink
 from pipelines.audit.feeds import STREAM_SINK_COLUMNS, produced_rows, sink_changes
 from pipelines.audit.rows import attributed_to, delivered_rows
+from pipelines.audit.txn import READ_UNCOMMITTED, check_isolation_level, with_states
 from pipelines.consumer import SINK_SCHEMA
 
 
@@ -72,10 +73,13 @@ def run_audit(
     report_path: str | None = None,
     samples: int = 10,
     group: str | None = None,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> AuditReport:
     """Audit ``topic`` (and a sink of it, written by ``group`` or by the groups its positions
-    name); write the Markdown report and return the result."""
+    name, reading at ``isolation_level``: Kafka's, read_uncommitted, by default, as lakelog's
+    consumers); write the Markdown report and return the result."""
     started = time.perf_counter()
+    check_isolation_level(isolation_level)
     record = TopicAdmin(spark, root).get(topic)  # UnknownTopicError names the topic
     if sink_path is not None:
         if not table_exists(spark, sink_path):
@@ -94,7 +98,8 @@ def run_audit(
     if sink_path is not None:
         groups = [group] if group else sink_groups(spark, sink_path, topic)
         by_version = sink_commit_groups(spark, sink_path)
-        produced, coverage = produced_rows(spark, record.location)
+        feed, coverage = produced_rows(spark, record.location)
+        produced = with_states(feed, {p: snap.stable_end(p) for p in snap.log_ends})
         partial = bool(coverage)  # the log's feed is only what it still remembers
         retired = TopicAdmin(spark, root).image(topic).ever_retired()
         changes, sink_coverage = sink_changes(spark, sink_path, produced if lacking else None)
@@ -114,14 +119,14 @@ def run_audit(
                                    before_view=TopicAdmin(spark, root).log(topic).snapshot().log_starts)])
             try:
                 found = check_sink(source, delivered, produced, retired, samples, views, f"sink{i or ''}",
-                                   snap.log_starts if partial else None)
+                                   snap.log_starts if partial else None, isolation_level)
             finally:
                 delivered.unpersist()
             if len(groups) > 1:
                 found = [c.model_copy(update={"name": f"{c.name}[{g}]"}) for c in found]
             checks += found
         changes.unpersist()
-        produced.unpersist()
+        feed.unpersist()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     report = AuditReport(
         topic=topic, log_path=record.location, sink_path=sink_path, audited_at=now,
