@@ -348,7 +348,7 @@ def test_a_read_from_the_files_holds_what_its_own_partitions_records_take(monkey
     (each row read here is made; a read sized so would take gigabytes)."""
     sizes, asked = {0: 10, 1: 1 << 16}, []
 
-    def read_rows(server, view, spans):
+    def read_rows(server, view, spans, txn=False):
         asked.append(list(spans))
         rows = [(p, o) for p, s, e in spans for o in range(s, e)]
         assert sum(sizes[p] for p, _o in rows) <= 3 * (1 << 20) or len(rows) <= fetch_api.PROBE_ROWS, spans
