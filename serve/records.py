@@ -229,6 +229,10 @@ class TxnRows:
     epochs: list[int]
     controls: list[str | None]
 
+    def has_records(self) -> bool:
+        """Whether a transaction's record (not a marker) is among the rows."""
+        return any(pid >= 0 and c is None for pid, c in zip(self.producers, self.controls))
+
     def slice(self, start: int, stop: int) -> "TxnRows":
         return TxnRows(self.producers[start:stop], self.epochs[start:stop], self.controls[start:stop])
 

@@ -196,6 +196,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     for p in sorted(counts):  # the rows come by partition, then offset
         firsts[p], at = at, at + counts[p]
     types = view.snapshot.timestamp_types
+    transactional = set()
     for p in order:
         room = min(limits[p], budget.left)
         if room <= 0 and not budget.first:
@@ -211,6 +212,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
             first_offset, left = mine.column("offset")[0].as_py(), room - len(data)
             marked = txn_rows(mine, txn[p]) if txn.get(p) else None
+            if marked is not None and marked.has_records():  # aborted ones to name, if read_committed
+                transactional.add(p)
             more, after = _within(lambda n, mine=mine, p=p, left=left, marked=marked: encode_records(
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p),
                 marked if n is None or marked is None else marked.slice(0, n)), left, budget.first and not data,
@@ -228,7 +231,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     if isolation == READ_COMMITTED:
         ends = {p: e for p, _s, e in spans}
         aborted = aborted_transactions(server, view, {p: (fetched[p], ends[p]) for p in order
-                                                      if by_part[p].records and p in ends})
+                                                      if by_part[p].records and p in transactional})
         for p in order:
             by_part[p].aborted = aborted.get(p, [])
     return parts
