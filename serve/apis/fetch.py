@@ -181,8 +181,19 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         return parts
     fetched = {p.partition: p.fetch_offset for p in readable}
     by_part = {part.index: part for part in parts}
+    counts, firsts, at = {}, {}, 0
     try:
         found = read_rows(server, view, spans, any(txn.get(p) for p, _s, _e in spans)) if spans else None
+        if found is not None:
+            counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
+        for p in sorted(counts):  # the rows come by partition, then offset
+            firsts[p], at = at, at + counts[p]
+        # what a transactional producer's partition's rows carry; for read_committed, the aborted
+        # transactions among them, read before any is answered (never records without them)
+        marked = {p: txn_rows(found.slice(firsts[p], counts[p]), txn[p]) for p in counts if txn.get(p)}
+        aborted = aborted_transactions(server, view, {p: (fetched[p], e) for p, _s, e in spans
+                                                      if p in marked and marked[p].has_records()}
+                                       ) if isolation == READ_COMMITTED else {}
     except Exception as exc:  # the root lost since the view was read: the client asks again
         if not (isinstance(exc, LOST_ROOT) or lost_root(exc)):
             raise
@@ -190,13 +201,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         for p in order:
             by_part[p].error = unreachable(server.ctx.replicated(topic))
         return parts
-    counts, firsts, at = {}, {}, 0
-    if found is not None:
-        counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
-    for p in sorted(counts):  # the rows come by partition, then offset
-        firsts[p], at = at, at + counts[p]
     types = view.snapshot.timestamp_types
-    transactional = set()
     for p in order:
         room = min(limits[p], budget.left)
         if room <= 0 and not budget.first:
@@ -211,10 +216,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             server.record_bytes[(topic, p)] = max(mine.nbytes / mine.num_rows, 8)
         if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
             first_offset, left = mine.column("offset")[0].as_py(), room - len(data)
-            marked = txn_rows(mine, txn[p]) if txn.get(p) else None
-            if marked is not None and marked.has_records():  # aborted ones to name, if read_committed
-                transactional.add(p)
-            more, after = _within(lambda n, mine=mine, p=p, left=left, marked=marked: encode_records(
+            more, after = _within(lambda n, mine=mine, p=p, left=left, marked=marked.get(p): encode_records(
                 mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p),
                 marked if n is None or marked is None else marked.slice(0, n)), left, budget.first and not data,
                 first_offset)
@@ -228,11 +230,7 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 reading.record(topic, path, p, fetched[p], served)
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
-    if isolation == READ_COMMITTED:
-        ends = {p: e for p, _s, e in spans}
-        aborted = aborted_transactions(server, view, {p: (fetched[p], ends[p]) for p in order
-                                                      if by_part[p].records and p in transactional})
-        for p in order:
+        if isolation == READ_COMMITTED:
             by_part[p].aborted = aborted.get(p, [])
     return parts
 
