@@ -158,3 +158,16 @@ def test_kafka_java_consumer_reads_committed_and_resumes_past_markers(served):
     assert read(len(LATER)) == LATER
     tx.send("plain", 0, ["p3"])  # 14, after the last marker
     assert read(1) == ["p3"], "resumed past the markers: nothing again"
+
+
+def test_kafka_python_reads_committed(served):
+    kafka = pytest.importorskip("kafka")
+    tx, bootstrap = served
+    end_the_rest(tx)
+    c = kafka.KafkaConsumer("orders", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                            isolation_level="read_committed", consumer_timeout_ms=8000)
+    try:
+        got = [(m.offset, m.value.decode()) for m in c]
+    finally:
+        c.close()
+    assert got == [(0, "p0"), (1, "co0"), (3, "co1"), (5, "p1"), (7, "op0"), (8, "p2"), (12, "ab2")]
