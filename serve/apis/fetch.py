@@ -81,8 +81,8 @@ def partition_error(view: TopicView, partition: int) -> str | None:
 
 def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int]], txn: bool = False) -> pa.Table:
     """The rows of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version;
-    with ``txn``, markers too (else they are in the spans only where no transactional producer
-    wrote, i.e. nowhere) and the columns transactions need (``serve.txn_fetch.TXN_COLUMNS``)."""
+    ``txn``: a span is of a partition a transactional producer wrote to, so its markers are rows
+    too, with the columns transactions need (``serve.txn_fetch.TXN_COLUMNS``)."""
     path = view.record.location
     here, storage = delta_rs_reads(server.ctx.spark, path)
     if here:  # a local or S3 root (``delta_rs_reads``): no JVM
