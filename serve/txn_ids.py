@@ -9,8 +9,9 @@ The mapping is total, pure and the same in every server and process:
   to ``HANDED_OUT_MAX`` (``init_producer_id``'s range);
 - any other string (a coordinator's ``txn-<uuid>``, a lakelog producer's own name) gives a
   stable hash in ``[HASHED_MIN, 2**63 - 1]``, above every id serve hands out, so it never names
-  one of them. Serve answers InitProducerId of a transactional id with this function's id of the
-  coordinator's producer id.
+  one of them. InitProducerId of a transactional id is to answer this function's id of the
+  coordinator's producer id, so a client reads its own transactions' batches and markers under
+  the id it was given.
 """
 
 from __future__ import annotations
