@@ -27,16 +27,20 @@ class LogReads:
             return hit
 
     def offset_ranges(self, path: str, version: int, spans: list[tuple[int, int, int]], columns: list[str],
-                      storage: rs_reader.Storage = None) -> pa.Table:
+                      storage: rs_reader.Storage = None, optional: list[str] = ()) -> pa.Table:
         """As ``log_store.rs_reader.offset_ranges``, on the kept table (``storage``: an S3 root's
-        delta-rs storage options, ``object_store.delta_rs_reads``)."""
+        delta-rs storage options, ``object_store.delta_rs_reads``); ``optional``: more columns,
+        read where the table has them (at ``version``)."""
         table, lock = self._table(path, storage)
-        names = ", ".join(f'"{c}"' for c in columns)
         where = " OR ".join(f'("partition" = {int(p)} AND "offset" >= {int(s)} AND "offset" < {int(e)})'
                             for p, s, e in spans)
         with lock:
             if table.version() != version:
                 table.load_as_version(version)
+            if optional:
+                present = set(table.schema().to_arrow().names)
+                columns = [*columns, *(c for c in optional if c in present)]
+            names = ", ".join(f'"{c}"' for c in columns)
             return rs_reader.arrow_table(QueryBuilder().register("t", table).execute(
                 f'SELECT {names} FROM t WHERE {where} ORDER BY "partition", "offset"'))
 

@@ -41,6 +41,8 @@ _CRC = struct.Struct(">I")
 _BASE_OFFSET = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _ATTRIBUTES_DELTA = struct.Struct(">hi")
+_CONTROL_KEY = struct.Struct(">hh")  # a control record's key: version, type (0 abort, 1 commit)
+_CONTROL_VALUE = struct.Struct(">hi")  # its value: version, coordinator epoch
 _MAGIC, _CRC_AT, _ATTRIBUTES_AT, _COUNT_AT = 16, 17, 21, 57  # where a v2 batch's header fields are
 _SMALLEST_MESSAGE = 14  # bytes after the length of the smallest v0 message (its CRC, magic, attributes, key and value lengths)
 _CODEC, _TRANSACTIONAL, _CONTROL = 0x07, 0x10, 0x20  # bits of a batch's attributes
@@ -218,12 +220,32 @@ def _decode(batch: DefaultRecordBatch, wire: bytes) -> ProducedBatch:
     )
 
 
+@dataclass(frozen=True)
+class TxnRows:
+    """What each row of a table to encode carries of transactions (``serve.txn_fetch``): its Kafka
+    producer id (-1: a plain record), producer epoch, and its marker's kind ("commit" / "abort";
+    None: a record)."""
+
+    producers: list[int]
+    epochs: list[int]
+    controls: list[str | None]
+
+    def has_records(self) -> bool:
+        """Whether a transaction's record (not a marker) is among the rows."""
+        return any(pid >= 0 and c is None for pid, c in zip(self.producers, self.controls))
+
+    def slice(self, start: int, stop: int) -> "TxnRows":
+        return TxnRows(self.producers[start:stop], self.epochs[start:stop], self.controls[start:stop])
+
+
 def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable[[int], int] | None = None,
-                   type_starts: list[int] = ()) -> tuple[bytes, int]:
+                   type_starts: list[int] = (), txn: TxnRows | None = None) -> tuple[bytes, int]:
     """Record batches of ``rows`` (columns ``offset``, ``leader_epoch``, ``key``, ``value``, ``headers``,
     ``timestamp``, in offset order): a batch per run of consecutive offsets with one epoch and one
     timestamp type (``types(offset)``: 1 for LogAppendTime, whose batches are marked so and split
     where the append time changes, as a broker's are; ``type_starts``: where the type may change).
+    With ``txn`` (one entry a row), a transaction's records go in transactional batches of their
+    producer id and epoch, and each marker in a control batch of its own (``control_batch``).
     Stops before ``max_bytes`` would be passed, after at least one record (a fetch returns at
     least one, KIP-74). Returns the bytes and the offset after the last record encoded."""
     n = rows.num_rows
@@ -244,15 +266,22 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable
     stamps = _listed(pc.fill_null(pc.divide(rows.column("timestamp").cast(pa.int64()), 1000), NO_TIMESTAMP))
     out = bytearray()
     i = 0
+    pids, pepochs, controls = (txn.producers, txn.epochs, txn.controls) if txn is not None else ([-1] * n, None, None)
     while i < n:
-        start, epoch, first = i, epochs[i], offsets[i]
+        start, epoch, first, pid = i, epochs[i], offsets[i], pids[i]
+        if controls is not None and controls[i] is not None:
+            out += control_batch(first, epoch, stamps[i], pid, pepochs[i], controls[i] == "commit")
+            i += 1
+            continue
         appended = types is not None and types(first) == 1
         stop = min((s for s in type_starts if s > first), default=None)
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                            producer_epoch=-1, base_sequence=-1, batch_size=2**31 - 1)
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=int(pid >= 0),
+                                            producer_id=pid, producer_epoch=pepochs[i] if pid >= 0 else -1,
+                                            base_sequence=-1, batch_size=2**31 - 1)
         append = builder.append
         while (i < n and epochs[i] == epoch and offsets[i] == first + (i - start)
-               and (stop is None or offsets[i] < stop) and not (appended and stamps[i] != stamps[start])):
+               and (stop is None or offsets[i] < stop) and not (appended and stamps[i] != stamps[start])
+               and pids[i] == pid and (pid < 0 or (controls[i] is None and pepochs[i] == pepochs[start]))):
             append(i - start, stamps[i], keys[i], values[i], headers[i] if headers is not None else [])
             i += 1
         batch = builder.build()
@@ -262,6 +291,24 @@ def encode_records(rows: pa.Table, max_bytes: int | None = None, types: Callable
             _mark_log_append_time(batch)
         out += batch
     return bytes(out), offsets[n - 1] + 1
+
+
+def control_batch(offset: int, leader_epoch: int, stamp: int, producer_id: int, producer_epoch: int,
+                  commit: bool) -> bytes:
+    """A transaction's marker as Kafka's broker writes one: a batch with the control and transactional
+    bits, of the transaction's producer id and epoch, holding one control record whose key is version
+    0 and type 1 (commit) or 0 (abort), whose value is version 0 and the coordinator's epoch (0:
+    lakelog's coordinator has none). A client skips it, a read_committed one ending the producer's
+    aborted transaction there."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=producer_id,
+                                        producer_epoch=producer_epoch, base_sequence=-1, batch_size=2**31 - 1)
+    builder.append(0, stamp, _CONTROL_KEY.pack(0, 1 if commit else 0), _CONTROL_VALUE.pack(0, 0), [])
+    batch = builder.build()
+    _BASE_OFFSET.pack_into(batch, 0, offset)
+    _LEADER_EPOCH.pack_into(batch, 12, leader_epoch)
+    _ATTRIBUTES.pack_into(batch, _ATTRIBUTES_AT, _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)[0] | _CONTROL)
+    _CRC.pack_into(batch, _CRC_AT, crc32c(bytes(batch[_ATTRIBUTES_AT:])))
+    return bytes(batch)
 
 
 def empty_batch(start: int, end: int) -> bytes:

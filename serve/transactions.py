@@ -17,7 +17,6 @@ client that had ended a transaction is fenced (it initialises again), never take
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 import threading
@@ -32,6 +31,7 @@ from control_plane.transactions.state import (
 from log_store.errors import LOST_ROOT, ConcurrentCommitError, IllegalGenerationError, ProducerFencedError
 from log_store.names import producer_app_id
 from log_store.session import activate
+from serve.txn_ids import kafka_producer_id  # noqa: F401 (answered from here too)
 
 log = logging.getLogger("lakelog.serve")
 KAFKA = "kafka-"
@@ -39,15 +39,6 @@ FENCED = "FENCED"  # answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, by the 
 FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2}  # API key -> first version answering PRODUCER_FENCED (KIP-588)
 MAX_EPOCH = 2**15 - 1  # a Kafka producer epoch is an int16
 SHORTEST_LOOK = 0.05  # seconds: the observer looks no more often than this
-
-
-def kafka_producer_id(producer_id: str) -> int:
-    """The Kafka producer id of the coordinator's ``producer_id``: ``n`` of ``kafka-<n>``; another
-    (a Python producer's ``txn-<uuid>``) a stable hash of it, from 2^62 up, where no ``n`` is."""
-    rest = producer_id[len(KAFKA):]
-    if producer_id.startswith(KAFKA) and rest.isdigit():
-        return int(rest)
-    return (1 << 62) | int.from_bytes(hashlib.blake2b(producer_id.encode(), digest_size=8).digest(), "big") >> 2
 
 
 def new_producer_id() -> str:

@@ -1,5 +1,6 @@
-"""Fetch (long polling by max wait and min bytes), ListOffsets and OffsetForLeaderEpoch: reads of a
-topic's log at one snapshot, with lakelog's leader epochs as Kafka's (docs/serve.md)."""
+"""Fetch (long polling by max wait and min bytes): reads of a topic's log at one snapshot, with
+lakelog's leader epochs as Kafka's and its transactions as Kafka's (``serve.txn_fetch``; both
+isolation levels), docs/serve.md. ListOffsets and OffsetForLeaderEpoch: ``serve.apis.offsets``."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ import pyarrow as pa
 
 from log_store import rs_reader
 from log_store.delta_errors import lost_root
-from log_store.errors import LOST_ROOT, LakelogError, LeaderNotAvailableError, UnknownTopicError
+from log_store.errors import LOST_ROOT, LeaderNotAvailableError, UnknownTopicError
 from log_store.files import reads_with_delta_rs
 from log_store.log_metadata import Mode
 from log_store.object_store import delta_rs_reads
 from log_store.timestamp_types import TimestampTypes
 from log_store.topic_log import TopicLog
 from serve.context import TopicView
-from serve.errors import code_of, name_of, unreachable
+from serve.errors import code_of, unreachable
 from serve.held import Reading
 from serve.records import BATCH_HEADER, READ_COLUMNS, READ_SCHEMA, empty_batch, encode_records
 from serve.tail import PIECE_BYTES, Piece
+from serve.txn_fetch import (READ_COMMITTED, TXN_COLUMNS, TXN_SCHEMA, aborted_transactions, producers_in,
+                              read_end, stable_offset, txn_rows, with_txn_columns)
 
 if TYPE_CHECKING:
     from serve.server import Connection, Server
@@ -34,7 +37,6 @@ if TYPE_CHECKING:
 # twice a partition's byte limit in memory, and across partitions twice the fetch's.
 PROBE_ROWS = 16
 READ_MARGIN = 2.0
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
 @dataclass
@@ -52,11 +54,13 @@ class _Part:
     index: int
     error: str = "NONE"
     high_watermark: int = -1
+    last_stable: int = -1
     log_start: int = -1
     records: bytes = b""
+    aborted: list | None = None  # a read_committed fetch's AbortedTransactions (None: not asked)
 
 
-def _epoch_error(view: TopicView, partition: int, given: int) -> str | None:
+def epoch_error(view: TopicView, partition: int, given: int) -> str | None:
     """Kafka's check of a request's ``current_leader_epoch`` (-1: none given) against the partition's."""
     if given < 0:
         return None
@@ -68,31 +72,39 @@ def _epoch_error(view: TopicView, partition: int, given: int) -> str | None:
     return None
 
 
-def _partition_error(view: TopicView, partition: int) -> str | None:
+def partition_error(view: TopicView, partition: int) -> str | None:
     pm = view.snapshot.metadata.partitions.get(partition)
     if pm is None or pm.mode is Mode.NONE:
         return "UNKNOWN_TOPIC_OR_PARTITION"
     return None
 
 
-def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int]]) -> pa.Table:
-    """The records of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version."""
+def read_rows(server: "Server", view: TopicView, spans: list[tuple[int, int, int]], txn: bool = False) -> pa.Table:
+    """The rows of ``spans`` (partition, start, end) of ``view``'s log at its snapshot's version;
+    ``txn``: a span is of a partition a transactional producer wrote to, so its markers are rows
+    too, with the columns transactions need (``serve.txn_fetch.TXN_COLUMNS``)."""
     path = view.record.location
     here, storage = delta_rs_reads(server.ctx.spark, path)
     if here:  # a local or S3 root (``delta_rs_reads``): no JVM
-        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS, storage)
+        found = server.reads.offset_ranges(path, view.snapshot.version, spans, READ_COLUMNS, storage,
+                                           optional=TXN_COLUMNS if txn else [])
     else:
         ranges = {p: (s, e) for p, s, e in spans}
-        found = TopicLog(server.ctx.spark, path).read(ranges, version=view.snapshot.version).select(*READ_COLUMNS).toArrow()
-    return found.cast(READ_SCHEMA)  # delta-rs gives views (binary_view, string_view); the codec reads plain
+        frame = TopicLog(server.ctx.spark, path).read(ranges, version=view.snapshot.version, records_only=not txn)
+        found = frame.select(*READ_COLUMNS, *(c for c in TXN_COLUMNS if txn and c in frame.columns)).toArrow()
+    if txn:  # delta-rs gives views (binary_view, string_view); the codec reads plain
+        return with_txn_columns(found).select(READ_SCHEMA.names + TXN_SCHEMA.names).cast(
+            pa.schema([*READ_SCHEMA, *TXN_SCHEMA]))
+    return found.cast(READ_SCHEMA)
 
 
 def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                reading: Reading | None = None, fresh: bool = False) -> list[_Part]:
+                reading: Reading | None = None, fresh: bool = False, isolation: int = 0) -> list[_Part]:
     """One topic's partitions of a fetch (on the pool), within ``budget``; ``groups``: the consumer
     groups whose resize gates hold the fetching client (``serve.gates``); ``reading``: what it is
     served is recorded through it as held by the client (``serve.held``). ``fresh``: the topic
-    looked at again (a fetch past a cached view's end)."""
+    looked at again (a fetch past a cached view's end). ``isolation``: the request's isolation
+    level (read_committed: up to the last stable offset, ``serve.txn_fetch``)."""
     try:
         view = server.ctx.view(topic, max_age=0 if fresh else server.settings.fetch_poll_ms / 1000)
     except UnknownTopicError:
@@ -108,17 +120,18 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     for p in wanted:
         part = _Part(p.partition)
         parts.append(part)
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
+        error = partition_error(view, p.partition) or epoch_error(view, p.partition, leader_epoch(p))
         if error:
             part.error = error
             continue
         part.high_watermark = marks[p.partition]
+        part.last_stable = stable_offset(view, p.partition, marks[p.partition])
         part.log_start = view.snapshot.first_offset(p.partition)
         # in range up to the leader's log end, as Kafka's: a replicated topic's high watermark can step
         # back under a client's position (an in-sync root unreadable, a root starting to join)
         if not part.log_start <= p.fetch_offset <= max(part.high_watermark, view.snapshot.log_ends[p.partition]):
             if p.fetch_offset > part.log_start and not fresh:  # past a cached view's end: look again first
-                return _read_topic(server, topic, wanted, budget, groups, reading, fresh=True)
+                return _read_topic(server, topic, wanted, budget, groups, reading, True, isolation)
             part.error = "OFFSET_OUT_OF_RANGE"
             if p.fetch_offset < part.log_start:
                 cut[p.partition] = p.fetch_offset
@@ -130,18 +143,21 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
     gated = server.gates.limits(groups, view, {p.partition: p.fetch_offset for p in readable}) if groups else {}
     kept, order = {}, []
     gapped = {}  # partition -> its span [start, stop) read where key compaction left gaps
+    txn = {p.partition: producers_in(view, p.partition) for p in readable}
     planned = budget.left  # what the spans' reads may take together
     path, version = view.record.location, view.snapshot.version
     if readable and reads_with_delta_rs(path):  # another writer's appends since this server's last commit
         server.ctx.tail.follow(path, view.log_id, version, lambda a, b: rs_reader.only_appends(path, a, b))
     for p in readable:
-        end = min(marks[p.partition], gated.get(p.partition, marks[p.partition]))
+        end = min(read_end(view, p.partition, marks[p.partition], isolation), gated.get(p.partition, marks[p.partition]))
         if p.fetch_offset < end and (budget.left > 0 or budget.first):
             order.append(p.partition)
             limits[p.partition] = p.partition_max_bytes
             start = p.fetch_offset
             room = min(p.partition_max_bytes, budget.left)
-            pieces = server.ctx.tail.pieces(path, view.log_id, version, p.partition, start, end)
+            # a transactional producer's partition from the files: kept pieces hold no markers, no producer ids
+            pieces = [] if txn.get(p.partition) else server.ctx.tail.pieces(path, view.log_id, version, p.partition,
+                                                                             start, end)
             if pieces:  # from this server's own commits, in memory (serve/tail.py); the rest from the files
                 kept[p.partition] = (pieces, start, min(end, pieces[-1].end))
                 start = pieces[-1].end
@@ -165,8 +181,19 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         return parts
     fetched = {p.partition: p.fetch_offset for p in readable}
     by_part = {part.index: part for part in parts}
+    counts, firsts, at = {}, {}, 0
     try:
-        found = read_rows(server, view, spans) if spans else None
+        found = read_rows(server, view, spans, any(txn.get(p) for p, _s, _e in spans)) if spans else None
+        if found is not None:
+            counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
+        for p in sorted(counts):  # the rows come by partition, then offset
+            firsts[p], at = at, at + counts[p]
+        # what a transactional producer's partition's rows carry; for read_committed, the aborted
+        # transactions among them, read before any is answered (never records without them)
+        marked = {p: txn_rows(found.slice(firsts[p], counts[p]), txn[p]) for p in counts if txn.get(p)}
+        aborted = aborted_transactions(server, view, {p: (fetched[p], e) for p, _s, e in spans
+                                                      if p in marked and marked[p].has_records()}
+                                       ) if isolation == READ_COMMITTED else {}
     except Exception as exc:  # the root lost since the view was read: the client asks again
         if not (isinstance(exc, LOST_ROOT) or lost_root(exc)):
             raise
@@ -174,11 +201,6 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         for p in order:
             by_part[p].error = unreachable(server.ctx.replicated(topic))
         return parts
-    counts, firsts, at = {}, {}, 0
-    if found is not None:
-        counts = dict(zip(*[c.to_pylist() for c in found.group_by("partition").aggregate([("offset", "count")]).columns]))
-    for p in sorted(counts):  # the rows come by partition, then offset
-        firsts[p], at = at, at + counts[p]
     types = view.snapshot.timestamp_types
     for p in order:
         room = min(limits[p], budget.left)
@@ -194,9 +216,10 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
             server.record_bytes[(topic, p)] = max(mine.nbytes / mine.num_rows, 8)
         if mine is not None and mine.num_rows and (at is None or (at == kept[p][2] and len(data) < room)):
             first_offset, left = mine.column("offset")[0].as_py(), room - len(data)
-            more, after = _within(lambda n, mine=mine, p=p, left=left: encode_records(
-                mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p)),
-                left, budget.first and not data, first_offset)
+            more, after = _within(lambda n, mine=mine, p=p, left=left, marked=marked.get(p): encode_records(
+                mine if n is None else mine.slice(0, n), left, lambda o: types.code_at(p, o), types.starts(p),
+                marked if n is None or marked is None else marked.slice(0, n)), left, budget.first and not data,
+                first_offset)
             data += more
         served = after if after is not None else at  # after the last record: an empty batch over a gap holds none
         if p in gapped and p not in kept:
@@ -207,6 +230,8 @@ def _read_topic(server: "Server", topic: str, wanted: list, budget: _Budget, gro
                 reading.record(topic, path, p, fetched[p], served)
             budget.left = max(budget.left - len(data), 0)
             budget.first = False
+        if isolation == READ_COMMITTED:
+            by_part[p].aborted = aborted.get(p, [])
     return parts
 
 
@@ -244,7 +269,7 @@ def _within(encode, room: int, first: bool, start: int) -> tuple[bytes, int | No
         n = max(min(sent - 1, sent * room // len(data)), 1)
 
 
-def _leader_epoch(partition) -> int:
+def leader_epoch(partition) -> int:
     """A requested partition's current_leader_epoch; -1 (none given) where its version has none
     (Fetch before v9, ListOffsets before v4)."""
     return getattr(partition, "current_leader_epoch", -1)
@@ -279,7 +304,7 @@ def encode_kept(pieces: list[Piece], start: int, stop: int, max_bytes: int, type
 
 
 def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, groups: list[str],
-                reading: Reading | None) -> list[_Part]:
+                reading: Reading | None, isolation: int) -> list[_Part]:
     """One topic entry of a fetch, a part per requested partition in the request's order. A
     partition named again in the entry is read in a later pass (``_read_topic`` reads and answers
     by partition), from its own fetch offset."""
@@ -292,18 +317,20 @@ def _read_entry(server: "Server", topic: str, wanted: list, budget: _Budget, gro
         passes[n].append(i)
     out: list[_Part | None] = [None] * len(wanted)
     for indexes in passes:
-        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups, reading)):
+        for i, part in zip(indexes, _read_topic(server, topic, [wanted[i] for i in indexes], budget, groups,
+                                                       reading, isolation=isolation)):
             out[i] = part
     return out
 
 
 def _read_all(server: "Server", topics: list, max_bytes: int, groups: dict[str, list[str]],
-              reading: Reading | None = None) -> tuple[dict[str, list[_Part]], int]:
+              reading: Reading | None = None, isolation: int = 0) -> tuple[dict[str, list[_Part]], int]:
     """``reading``: the fetching client and the groups it is a member of per topic, read on the
-    event loop, whose members' served records are kept (``serve.held``)."""
+    event loop, whose members' served records are kept (``serve.held``); ``isolation``: the
+    request's isolation level."""
     budget = _Budget(max(min(max_bytes, server.settings.fetch_max_bytes), 0))
-    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []), reading))
-           for t in topics]
+    out = [(t.topic, _read_entry(server, t.topic, list(t.partitions), budget, groups.get(t.topic, []), reading,
+                                 isolation)) for t in topics]
     return out, sum(len(p.records) for _t, parts in out for p in parts)
 
 
@@ -325,7 +352,8 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
         else:
             reading.groups = members
         with reading.fetching({t.topic: {p.partition: p.fetch_offset for p in t.partitions} for t in allowed}):
-            found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading)
+            found, size = await server.ctx.run(_read_all, server, allowed, body.max_bytes, groups, reading,
+                                               getattr(body, "isolation_level", 0))
         errors = any(p.error != "NONE" for _t, parts in found for p in parts)
         left = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or errors or left <= 0 or not allowed:
@@ -339,140 +367,10 @@ async def fetch(server: "Server", conn: "Connection", request: "Request") -> dic
 
 def _partition_data(part: _Part) -> dict:
     return {"partition_index": part.index, "error_code": code_of(part.error), "high_watermark": part.high_watermark,
-            "last_stable_offset": part.high_watermark, "log_start_offset": part.log_start,
-            "aborted_transactions": None, "preferred_read_replica": -1, "records": part.records}
-
-
-# -- ListOffsets ---------------------------------------------------------------------------------
-def _list_topic(server: "Server", topic, version: int) -> dict:
-    try:
-        view = server.ctx.view(topic.name)
-    except UnknownTopicError:
-        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "UNKNOWN_TOPIC_OR_PARTITION")
-                                                   for p in topic.partitions]}
-    except LOST_ROOT:
-        code = unreachable(server.ctx.replicated(topic.name))
-        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, code) for p in topic.partitions]}
-    try:
-        marks = server.ctx.high_watermarks(view)
-    except LeaderNotAvailableError:
-        return {"name": topic.name, "partitions": [_offset_answer(p.partition_index, "NOT_LEADER_OR_FOLLOWER")
-                                                   for p in topic.partitions]}
-    unread = server.ctx.unread_roots(view)
-    out = []
-    for p in topic.partitions:
-        i = p.partition_index
-        error = _partition_error(view, i) or _epoch_error(view, i, _leader_epoch(p))
-        if error:
-            out.append(_offset_answer(i, error))
-            continue
-        if unread and p.timestamp != EARLIEST and marks[i] < view.snapshot.log_ends[i]:
-            # an in-sync root never read here holds the high watermark at the log start: "latest" (or a
-            # time) answered from it would send a new consumer back over the whole log. Kafka's leader
-            # answers this, retriable, until it knows its high watermark.
-            out.append(_offset_answer(i, "OFFSET_NOT_AVAILABLE"))
-            continue
-        epoch = view.snapshot.metadata.partitions[i].leader_epoch
-        try:
-            offset, stamp = _offset_for(server, view, i, p.timestamp, marks[i])
-        except LakelogError as exc:
-            out.append(_offset_answer(i, name_of(exc)))
-            continue
-        answer = {"partition_index": i, "error_code": 0, "timestamp": stamp, "offset": offset, "leader_epoch": epoch}
-        if version == 0:
-            answer["old_style_offsets"] = [offset]
-        out.append(answer)
-    return {"name": topic.name, "partitions": out}
-
-
-def _offset_for(server: "Server", view: TopicView, partition: int, timestamp: int, high: int) -> tuple[int, int]:
-    """(offset, timestamp) ListOffsets answers for ``timestamp`` (or earliest, latest)."""
-    if timestamp == EARLIEST:
-        return view.snapshot.first_offset(partition), -1
-    if timestamp in (LATEST, MAX_TIMESTAMP):
-        return high, -1
-    path = view.record.location
-    start = view.snapshot.first_offset(partition)
-    found = TopicLog(server.ctx.spark, path).offset_for_timestamp(partition, timestamp, view.snapshot.version, start)
-    if found is None or found >= high:
-        return -1, -1  # no record at or after it: Kafka answers -1
-    row = read_rows(server, view, [(partition, found, found + 1)])
-    stamp = row.column("timestamp").cast(pa.int64())[0].as_py()
-    return found, -1 if stamp is None else stamp // 1000
-
-
-def _offset_answer(index: int, error: str) -> dict:
-    return {"partition_index": index, "error_code": code_of(error), "timestamp": -1, "offset": -1, "leader_epoch": -1,
-            "old_style_offsets": []}
-
-
-async def list_offsets(server: "Server", conn: "Connection", request: "Request") -> dict:
-    topics = []
-    for t in request.body.topics:
-        if not server.allowed(conn, "DESCRIBE", "TOPIC", t.name):
-            topics.append({"name": t.name, "partitions": [_offset_answer(p.partition_index, "TOPIC_AUTHORIZATION_FAILED")
-                                                          for p in t.partitions]})
-            continue
-        topics.append(await server.ctx.run(_list_topic, server, t, request.version))
-    return {"throttle_time": 0, "topics": topics}
-
-
-# -- OffsetForLeaderEpoch -------------------------------------------------------------------------
-def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int) -> tuple[int, int]:
-    """(epoch, end offset) for a consumer that last read records of ``epoch``: where the first
-    record of a later epoch lies, or the leader's log end if none does (Kafka's answer, from which
-    a client detects records it read that are no longer in the log; never the high watermark, which
-    can step back under what a client read and would tell it of a truncation that did not happen)."""
-    current = view.snapshot.metadata.partitions[partition].leader_epoch
-    high = view.snapshot.log_ends[partition]
-    if epoch >= current:
-        return current, high
-    path = view.record.location
-    last = TopicLog(server.ctx.spark, path).last_offset_of_epoch(partition, epoch, view.snapshot.version)
-    # epochs never fall as offsets rise: the first record of a later epoch follows the last of this one
-    end = last + 1 if last >= 0 else view.snapshot.first_offset(partition)
-    return epoch, min(end, high)
-
-
-def _epochs_topic(server: "Server", topic) -> dict:
-    try:
-        view = server.ctx.view(topic.topic)
-    except UnknownTopicError:
-        return {"topic": topic.topic, "partitions": [
-            {"error_code": code_of("UNKNOWN_TOPIC_OR_PARTITION"), "partition": p.partition} for p in topic.partitions]}
-    except LOST_ROOT:
-        code = code_of(unreachable(server.ctx.replicated(topic.topic)))
-        return {"topic": topic.topic, "partitions": [{"error_code": code, "partition": p.partition}
-                                                     for p in topic.partitions]}
-    try:
-        server.ctx.high_watermarks(view)  # the view's leader still leads (else the client asks again)
-    except LeaderNotAvailableError:
-        return {"topic": topic.topic, "partitions": [
-            {"error_code": code_of("NOT_LEADER_OR_FOLLOWER"), "partition": p.partition} for p in topic.partitions]}
-    out = []
-    for p in topic.partitions:
-        error = _partition_error(view, p.partition) or _epoch_error(view, p.partition, _leader_epoch(p))
-        if error:
-            out.append({"error_code": code_of(error), "partition": p.partition})
-            continue
-        epoch, end = epoch_end(server, view, p.partition, p.leader_epoch)
-        out.append({"error_code": 0, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
-    return {"topic": topic.topic, "partitions": out}
-
-
-async def offset_for_leader_epoch(server: "Server", conn: "Connection", request: "Request") -> dict:
-    topics = []
-    for t in request.body.topics:
-        if not server.allowed(conn, "DESCRIBE", "TOPIC", t.topic):
-            topics.append({"topic": t.topic, "partitions": [
-                {"error_code": code_of("TOPIC_AUTHORIZATION_FAILED"), "partition": p.partition} for p in t.partitions]})
-            continue
-        topics.append(await server.ctx.run(_epochs_topic, server, t))
-    return {"throttle_time": 0, "topics": topics}
+            "last_stable_offset": part.last_stable, "log_start_offset": part.log_start,
+            "aborted_transactions": part.aborted, "preferred_read_replica": -1, "records": part.records}
 
 
 HANDLERS = {
     1: (4, 12, fetch),
-    2: (1, 6, list_offsets),
-    23: (2, 4, offset_for_leader_epoch),
 }

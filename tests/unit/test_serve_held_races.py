@@ -52,7 +52,7 @@ async def _fetch_racing(served: ServedRecords, loss, spans: dict[int, tuple[int,
     pool reads, between the fetch's read of its groups and its record of what it served."""
     from serve.apis import fetch as fetch_api
 
-    def read_all(server, topics, max_bytes, groups, reading):
+    def read_all(server, topics, max_bytes, groups, reading, isolation=0):
         for p, (start, end) in spans.items():
             reading.record("t", "loc", p, start, end)
         return [("t", [])], 1
@@ -256,7 +256,7 @@ def test_a_long_polled_fetch_whose_holder_lost_the_partition_while_it_waited_hol
         coordinator.groups = {"g": group}
         passes = []
 
-        def read_all(server, topics, max_bytes, groups, reading):
+        def read_all(server, topics, max_bytes, groups, reading, isolation=0):
             passes.append(reading)
             if len(passes) == 1:
                 return [("t", [])], 0  # nothing yet: the fetch waits
@@ -329,7 +329,7 @@ def test_a_fetch_being_read_holds_its_fetch_offsets_before_it_records_what_it_se
     served = ServedRecords()
     seen = []
 
-    def read_all(server, topics, max_bytes, groups, reading):
+    def read_all(server, topics, max_bytes, groups, reading, isolation=0):
         seen.append(_committed_with_hold(monkeypatch, served))  # a gate of another fetch, meanwhile
         reading.record("t", "loc", 0, 100, 200)
         return [("t", [])], 1

@@ -271,7 +271,7 @@ def _server(tail: Tail, version: int, ends: dict[int, int] | None = None) -> Sim
                          partition_count=2, undeleted_partition_count=2,
                          partitions=[PartitionState(partition=p) for p in (0, 1)])
     snap = LogSnapshot(version=version, topic_version=1, metadata=TopicLogMetadata.initial("t", 2),
-                       log_ends=ends or {p: len(v) for p, v in VALUES.items()})
+                       log_ends=ends or {p: len(v) for p, v in VALUES.items()}, txn_marks={})
     view = TopicView(record, snap, "topic-id", None, "delta-id")
     ctx = SimpleNamespace(view=lambda topic, max_age=0: view, high_watermarks=lambda v: v.snapshot.log_ends, tail=tail)
     return SimpleNamespace(ctx=ctx, settings=SimpleNamespace(fetch_poll_ms=200), record_bytes={},
@@ -282,7 +282,7 @@ def _files(monkeypatch) -> list:
     """The file reads asked for: every record of ``VALUES`` in the spans."""
     asked = []
 
-    def read_rows(server, view, spans):
+    def read_rows(server, view, spans, txn=False):
         asked.append(list(spans))
         rows = [(p, o, v) for p, s, e in spans for o, v in enumerate(VALUES[p]) if s <= o < e]
         rows.sort()
@@ -348,7 +348,7 @@ def test_a_read_from_the_files_holds_what_its_own_partitions_records_take(monkey
     (each row read here is made; a read sized so would take gigabytes)."""
     sizes, asked = {0: 10, 1: 1 << 16}, []
 
-    def read_rows(server, view, spans):
+    def read_rows(server, view, spans, txn=False):
         asked.append(list(spans))
         rows = [(p, o) for p, s, e in spans for o in range(s, e)]
         assert sum(sizes[p] for p, _o in rows) <= 3 * (1 << 20) or len(rows) <= fetch_api.PROBE_ROWS, spans
