@@ -371,7 +371,7 @@ def test_a_fetch_whose_read_fails_or_whose_connection_closes_holds_its_fetch_off
 
     served = ServedRecords()
 
-    def failing(server, topics, max_bytes, groups, reading):
+    def failing(server, topics, max_bytes, groups, reading, isolation=0):
         assert served.held("g", "t", "loc", {}) == {0: 100}
         raise RuntimeError("the read failed")
 
@@ -411,7 +411,7 @@ def test_what_a_fetch_whose_connection_closed_served_is_not_held():
 
     served, go, done = ServedRecords(), threading.Event(), threading.Event()
 
-    def read_all(server, topics, max_bytes, groups, reading):
+    def read_all(server, topics, max_bytes, groups, reading, isolation=0):
         go.wait(5)
         reading.record("t", "loc", 0, 100, 110)
         done.set()
