@@ -128,8 +128,8 @@ class TxnSteps:
         self.start_copier(i, plan)
         self.at(self.now() + plan.freeze_for, lambda: self.thaw(actor))
 
-    def txn_race(self, kind: str, args: dict) -> None:
-        if self.stopping:
+    def txn_race(self, kind: str, args: dict, last: bool = False) -> None:
+        if self.stopping and not last:
             return
         name = f"{kind}.{self.result.operations[f'{kind} runs']}"
 
@@ -178,7 +178,7 @@ class TxnSteps:
         """Once every copier stopped: one coordinator tick (what `controller tick` finishes), waited for."""
         if not self.txn:
             return
-        self.txn_race("txn_tick", {})
+        self.txn_race("txn_tick", {}, last=True)
         end = time.monotonic() + 120
         while any(a.kind == "txn_tick" for a in self.actors.values()) and time.monotonic() < end:
             self.step()
