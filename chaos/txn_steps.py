@@ -32,28 +32,28 @@ class TxnSteps:
         return self.s.transactions
 
     def txn_start(self, base: float) -> None:
-        """Create the copy topics one after another, then start the copiers, the reader and the races."""
+        """Create the copy topics (at once, racing each other), then start the copiers, the reader
+        and the races, their moments counted from when the copy topics exist."""
         if not self.txn:
             return
-        topics = list(self.txn.topics)
-
-        def create(k: int) -> None:
-            if k == len(topics):
-                self.txn_ready = True
-                self.txn_schedule(base)
-                return
-
-            def done(rc: int) -> None:
+        waiting = set(self.txn.topics)
+        for topic in self.txn.topics:
+            def done(rc: int, topic: str = topic) -> None:
                 if rc != 0:
-                    self.unexpected(f"create-{topics[k]}", rc)
-                create(k + 1)
-            self.spawn(f"create-{topics[k]}", "create", {"topic": topics[k], "partitions": self.txn.partitions}, done)
-        create(0)
+                    self.unexpected(f"create-{topic}", rc)
+                    self.at(self.now() + 1, lambda: self.spawn(f"create-{topic}", "create", {
+                        "topic": topic, "partitions": self.txn.partitions}, done))
+                    return
+                waiting.discard(topic)
+                if not waiting:
+                    self.txn_ready = True
+                    self.txn_schedule(self.now())
+            self.spawn(f"create-{topic}", "create", {"topic": topic, "partitions": self.txn.partitions}, done)
 
     def txn_schedule(self, base: float) -> None:
         t = self.txn
         for i, plan in enumerate(t.copiers):
-            self.at(max(self.now(), base + plan.start_at), lambda i=i, plan=plan: self.start_copier(i, plan))
+            self.at(base + plan.start_at, lambda i=i, plan=plan: self.start_copier(i, plan))
             if plan.kill_at is not None:
                 self.at(base + plan.kill_at, lambda i=i: self.kill_copier(i))
             if plan.freeze_at is not None:
@@ -63,9 +63,11 @@ class TxnSteps:
         for when, k in t.aborts:
             self.at(base + when, lambda k=k: self.txn_race("txn_abort", {"transactional_id": t.copiers[k].transactional_id}))
         if t.reader:
-            self.at(max(self.now(), base + t.reader.start_at), self.start_txn_reader)
+            self.at(base + t.reader.start_at, self.start_txn_reader)
             if t.reader.kill_at is not None:
                 self.at(base + t.reader.kill_at, self.kill_txn_reader)
+        # the schedule's work lasts until its transactions' last moment too
+        self.work_ends = max(getattr(self, "work_ends", 0.0), base + self.s.last_event)
 
     def start_copier(self, i: int, plan: CopierPlan) -> None:
         self.copier_pending.discard(i)
