@@ -62,8 +62,9 @@ def source(row: dict) -> tuple[int, int] | None:
 
 
 def check_copies(topic: str, index: int, rows: list[dict], inputs: dict[tuple[int, int], dict],
-                 positions: dict[int, int], excused: Callable[[int, int], bool], add: Add) -> int:
-    """One copy topic (the copier's ``index``-th output) against the input; returns its committed copies."""
+                 positions: dict[int, int], excused: Callable[[int, int], bool], add: Add) -> tuple[int, int]:
+    """One copy topic (the copier's ``index``-th output) against the input; returns its committed
+    copies, and the inputs below the group's position removed (retention, compaction) uncopied."""
     fate = fates(rows)
     committed = sorted((r for r in rows if fate.get((r["partition"], r["offset"])) == "commit"),
                        key=lambda r: (r["partition"], r["offset"]))
@@ -88,10 +89,14 @@ def check_copies(topic: str, index: int, rows: list[dict], inputs: dict[tuple[in
             add("txn_key_reorder", f"{where}: key {key[0]}'s copy of input p{src[0]}@{src[1]} after that of "
                                    f"p{src[0]}@{last[key][1]}")
         last[key] = max(last.get(key, src), src)
+    gone = 0
     for (p, o) in sorted(inputs):
-        if o < positions.get(p, 0) and not seen[(p, o)] and not excused(p, o):
-            add("txn_lost", f"{topic}: input p{p}@{o} is below the group's position {positions[p]} and was never copied")
-    return len(committed)
+        if o < positions.get(p, 0) and not seen[(p, o)]:
+            if excused(p, o):
+                gone += 1
+            else:
+                add("txn_lost", f"{topic}: input p{p}@{o} is below the group's position {positions[p]} and was never copied")
+    return len(committed), gone
 
 
 def check_reader(topic: str, rows: list[dict], sink: list[dict], add: Add) -> None:
@@ -164,7 +169,9 @@ def judge(root: str, topic: str, plan, found) -> None:
         for index, out_topic in enumerate(copier.outputs):
             where = log_location(root, out_topic)
             rows = read_log_changes(where)
-            found.stats[f"txn_copies[{out_topic}]"] = check_copies(out_topic, index, rows, inputs, positions, excused, add)
+            copies, gone = check_copies(out_topic, index, rows, inputs, positions, excused, add)
+            found.stats[f"txn_copies[{out_topic}]"] = copies
+            found.stats[f"txn_removed_before_copied[{out_topic}]"] = gone
             fate = Counter(fates(rows).values())
             found.stats["txn_aborted_records"] += fate["abort"]
             found.stats["txn_markers"] += fate["marker"]
