@@ -7,6 +7,7 @@
     python -m chaos --seeds 1-100 --resume     # go on with a run stopped earlier (same seeds, same code)
     python -m chaos --kafka --schedules 5      # the first 5 seeds whose schedules draw Kafka's clients
     python -m chaos --compacted --schedules 5  # the first 5 seeds whose schedules draw a compacted topic
+    python -m chaos --transactions --schedules 5  # ... whose schedules draw transactional copiers
 
 Prints a line per schedule and, at the end, a table of what it ran (operations, faults by kind)
 and what the checker found (anomalies by class). Exit code 1 if any anomaly was found; 130 if
@@ -110,11 +111,12 @@ def resumed(path: Path, seeds: list[int], code: str) -> dict:
 
 
 def drawn(args) -> tuple[str, Callable[[int], bool]] | None:
-    """What the seeds must draw (``--kafka``, ``--compacted``: both if both are given), and
+    """What the seeds must draw (``--kafka``, ``--compacted``, ``--transactions``: all given), and
     whether a seed's schedule does; None when any seed goes."""
     wanted = [(name, has) for flag, name, has in (
         ("kafka", "Kafka's clients (--kafka)", lambda s: s.kafka),
         ("compacted", "a compacted topic (--compacted)", lambda s: s.compaction is not None),
+        ("transactions", "transactions (--transactions)", lambda s: s.transactions is not None),
     ) if getattr(args, flag, False)]
     if not wanted:
         return None
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only schedules with Kafka's clients through `lakelog serve` (seeds that draw none are skipped)")
     parser.add_argument("--compacted", action="store_true",
                         help="only schedules with a compacted topic (seeds that draw none are skipped)")
+    parser.add_argument("--transactions", action="store_true",
+                        help="only schedules with transactional copiers (seeds that draw none are skipped)")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run in --workdir stopped earlier: same seeds, same committed code")
     args = parser.parse_args(argv)

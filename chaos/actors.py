@@ -15,7 +15,10 @@ exit code 1 and an ``error`` line. Kinds:
   again until ``stop_file`` exists (on a Spark Connect session when ``remote`` names a server).
 - ``txn_copy``: read-process-write: the group ``group`` reads the topic (read_committed) and writes
   each record to each of ``outputs`` with the group's positions, one transaction per ``batch``
-  records, under ``transactional_id``, until caught up.
+  records, under ``transactional_id``, until caught up (with ``stop_file``: until it exists);
+  ``abort_every``: every n-th transaction aborted on purpose. ``txn_tick`` / ``txn_abort``: the
+  coordinator's tick, `transactions abort` of an id.
+- ``member`` takes ``isolation_level`` (read_committed: a transactional topic's reader).
 """
 
 from __future__ import annotations
@@ -197,7 +200,8 @@ def member(spark, a: dict) -> None:
 
     settings = GroupSettings(protocol=a["protocol"], assignor=a["assignor"], session_timeout_ms=a["session_ms"],
                              heartbeat_interval_ms=a["heartbeat_ms"], rebalance_timeout_ms=a["session_ms"] * 3)
-    consumer = GroupConsumer(spark, a["root"], a["topic"], a["group"], ConsumerSettings(max_records_per_batch=a["batch"]),
+    consumer = GroupConsumer(spark, a["root"], a["topic"], a["group"], ConsumerSettings(
+        max_records_per_batch=a["batch"], isolation_level=a.get("isolation_level", "read_uncommitted")),
                              settings, a["member_id"], Listener())
     stop = Path(a["stop_file"])
 
@@ -277,13 +281,18 @@ def stream_read(spark, a: dict) -> None:
 
 
 def txn_copy(spark, a: dict) -> None:
+    import pyarrow as pa
+
     from pipelines.consumer import ArrowHandler, Consumer
+    from pipelines.driver_batches import HEADERS
     from pipelines.producer import Producer
     from pipelines.settings import ConsumerSettings
 
     outputs = a["outputs"]
     producer = Producer(spark, a["root"], outputs[0])
     consumer = Consumer(spark, a["root"], a["topic"], a["group"], ConsumerSettings(isolation_level="read_committed"))
+    stop = Path(a["stop_file"]) if a.get("stop_file") else None
+    every, n = a.get("abort_every", 0), 0
     while True:
         # The positions are read inside the transaction, after InitProducerId finished or aborted
         # what an earlier instance of the id left: a decided commit's positions are the group's by then.
@@ -291,17 +300,52 @@ def txn_copy(spark, a: dict) -> None:
             taken: list[dict] = []
             ranges = consumer.deliver(consumer.positions(), a["batch"], handler=ArrowHandler(
                 lambda rows, _r: taken.extend(rows.to_pylist())))
-            if not ranges:
+            if ranges:
+                # each copy names its input record (header ``src``: partition:offset), for the checker
+                src = [[{"key": "src", "value": f"{r['partition']}:{r['offset']}".encode()}] for r in taken]
+                for i, topic in enumerate(outputs):
+                    values = [None if r["value"] is None else r["value"] + f"-{i}".encode() for r in taken]
+                    txn.send(pa.table({"key": pa.array([r["key"] for r in taken], pa.binary()),
+                                       "value": pa.array(values, pa.binary()), "headers": pa.array(src, HEADERS)}),
+                             topic=topic)
+                txn.send_offsets(a["group"], {a["topic"]: {p: end for p, (_s, end) in ranges.items()}})
+                n += 1
+                if every and n % every == 0:
+                    txn.abort()  # on purpose: nothing of it may reach a read_committed reader
+                    say("aborted", records=len(taken))
+                    continue
+        if not ranges:
+            if stop is None or stop.exists():
                 return
-            for i, topic in enumerate(outputs):
-                txn.send([{"key": r["key"], "value": r["value"] + f"-{i}".encode()} for r in taken], topic=topic)
-            txn.send_offsets(a["group"], {a["topic"]: {p: end for p, (_s, end) in ranges.items()}})
+            time.sleep(0.5)
+            continue
         say("copied", records=len(taken))
+
+
+def txn_tick(spark, a: dict) -> None:
+    """The transactions' part of `lakelog controller tick`: finish decided transactions."""
+    from control_plane.transactions.coordinator import TransactionCoordinator
+
+    moved = TransactionCoordinator(spark, a["root"]).tick()
+    say("txn_ticked", moved=[(r.transactional_id, r.state.value) for r in moved])
+
+
+def txn_abort(spark, a: dict) -> None:
+    """`lakelog transactions abort` of a transactional id: nothing open is no failure here."""
+    from control_plane.transactions.coordinator import TransactionCoordinator
+    from control_plane.transactions.state import InvalidTransactionStateError, UnknownTransactionalIdError
+
+    try:
+        row = TransactionCoordinator(spark, a["root"]).abort(a["transactional_id"])
+    except (InvalidTransactionStateError, UnknownTransactionalIdError) as exc:  # nothing open, or not yet
+        say("txn_abort_noop", message=str(exc))
+        return
+    say("txn_aborted", state=row.state.value)
 
 
 ACTORS = {"layout": layout, "create": create, "replicate": replicate, "elect": elect, "diverge": diverge, "produce": produce, "alter": alter, "tick": tick, "delete": delete, "member": member,
           "stream_write": stream_write, "stream_read": stream_read, "delete_records": delete_records, "compact": compact, "retention": retention,
-          "compact_keys": compact_keys, "txn_copy": txn_copy}
+          "compact_keys": compact_keys, "txn_copy": txn_copy, "txn_tick": txn_tick, "txn_abort": txn_abort}
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ class Draining:
             for group in self.group_plans:
                 if not self.members[group.name]:
                     self.start_member(group, 0, MemberPlan(start_at=0))
-            groups = {g.name: self.topic_of[g.name] for g in self.group_plans} | self.stream_groups()
+            groups = {g.name: self.topic_of[g.name] for g in self.group_plans} | self.stream_groups() | self.txn_groups()
             behind = {g: why for g, topic in groups.items() if (why := drain_gap(self.root, topic, g))}
             now = time.monotonic()
             for group, why in behind.items():
@@ -49,7 +49,7 @@ class Draining:
         for group, why in behind.items():
             self.result.problems.append(f"group {group} did not drain ({verdicts[group]}): {why}")
         self.stopping = True
-        for group in [g.name for g in self.group_plans] + list(self.stream_groups()):
+        for group in [g.name for g in self.group_plans] + list(self.stream_groups()) + list(self.txn_groups()):
             (self.dir / "stop" / group).write_text("stop")
         end = time.monotonic() + 90
         while any(a.kind in MEMBER_KINDS for a in self.actors.values()) and time.monotonic() < end:

@@ -155,6 +155,53 @@ class CompactionPlan:
 
 
 @dataclass(frozen=True)
+class CopierPlan:
+    """A read-process-write copier (``actors.txn_copy``): group ``group`` reads the topic
+    read_committed and writes each record to both of ``outputs`` (two copy topics: a transaction
+    spanning topics) with the group's positions, ``batch`` records a transaction, under
+    ``transactional_id``, until the drain stops it. Faults on its runs: a SIGKILL at ``kill_at``
+    (mid-transaction: the successor's InitProducerId aborts what it left hanging), a first run
+    dying at ``crash_at`` (a transaction's crash point), a zombie (frozen at ``freeze_at`` for
+    ``freeze_for`` seconds while a successor under the same id starts: it must be fenced), and
+    every ``abort_every``-th transaction aborted on purpose (0: none)."""
+
+    transactional_id: str
+    group: str
+    outputs: tuple[str, ...]
+    batch: int
+    start_at: float
+    kill_at: float | None = None
+    crash_at: str | None = None
+    freeze_at: float | None = None
+    freeze_for: float = 0.0
+    restart_after: float = 2.0
+    abort_every: int = 0
+
+
+@dataclass(frozen=True)
+class TxnPlan:
+    """Transactions in a schedule (``schedule._transactions``): copiers, the copy topics' partitions,
+    ``controller tick``s (which finish decided transactions) and ``transactions abort``s (of a
+    copier's id) racing them, and a read_committed group reading the first copier's first copy
+    topic into the sink ``sink`` (its member killed at ``reader.kill_at`` if drawn)."""
+
+    copiers: tuple[CopierPlan, ...]
+    partitions: int
+    ticks: tuple[float, ...] = ()
+    aborts: tuple[tuple[float, int], ...] = ()  # (when, which copier)
+    reader: MemberPlan | None = None
+    group: str = "txn-rc"
+
+    @property
+    def topics(self) -> list[str]:
+        return [t for c in self.copiers for t in c.outputs]
+
+    @property
+    def sink(self) -> str:
+        return self.group
+
+
+@dataclass(frozen=True)
 class Schedule:
     seed: int
     partitions: int
@@ -173,6 +220,7 @@ class Schedule:
     stream: StreamPlan | None = None  # a stream reading the topic (``_stream``)
     stream_writer: ProducerPlan | None = None  # a stream writing its input to the topic (``_stream``)
     compaction: CompactionPlan | None = None  # a compacted topic (``_compacted``)
+    transactions: TxnPlan | None = None  # read-process-write copiers in transactions (``_transactions``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,7 +240,8 @@ class Schedule:
                       if d.get("stream") else None,
                       "stream_writer": ProducerPlan(**{**d["stream_writer"], "kill_after": tuple(d["stream_writer"]["kill_after"])})
                       if d.get("stream_writer") else None,
-                      "compaction": CompactionPlan(**d["compaction"]) if d.get("compaction") else None})
+                      "compaction": CompactionPlan(**d["compaction"]) if d.get("compaction") else None,
+                      "transactions": _txn_from_dict(d["transactions"]) if d.get("transactions") else None})
 
     @property
     def last_event(self) -> float:
@@ -208,9 +257,19 @@ class Schedule:
             times += [self.stream.start_at, *self.stream.kills]
         if self.stream_writer:
             times.append(self.stream_writer.start_at)
+        if self.transactions:
+            t = self.transactions
+            times += [c.start_at for c in t.copiers] + list(t.ticks) + [a for a, _ in t.aborts]
+            times += [x for c in t.copiers for x in (c.kill_at, c.freeze_at) if x is not None]
         return max(times, default=0.0)
 
 
 def _kafka_from_dict(d: dict) -> KafkaPlan:
     return KafkaPlan(**{**d, "kills": tuple(ServerKill(**x) for x in d["kills"]),
                         "members": tuple(MemberPlan(**m) for m in d["members"])})
+
+
+def _txn_from_dict(d: dict) -> TxnPlan:
+    return TxnPlan(**{**d, "copiers": tuple(CopierPlan(**{**c, "outputs": tuple(c["outputs"])}) for c in d["copiers"]),
+                      "ticks": tuple(d["ticks"]), "aborts": tuple(tuple(a) for a in d["aborts"]),
+                      "reader": MemberPlan(**d["reader"]) if d.get("reader") else None})

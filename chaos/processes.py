@@ -12,7 +12,8 @@ from typing import Callable
 PROJECT = Path(__file__).resolve().parents[1]
 CRASH_EXIT = 86
 ACTOR_TIMEOUT_S = 240.0
-MEMBER_KINDS = ("member", "kafka_member", "stream_read")  # group members and the stream: they run until the drain stops them
+# group members, the stream and the transactional copiers: they run until the drain stops them
+MEMBER_KINDS = ("member", "kafka_member", "stream_read", "txn_copy")
 LONG_RUNNING = (*MEMBER_KINDS, "serve")  # neither held to ACTOR_TIMEOUT_S nor waited for by the schedule's work
 
 

@@ -41,6 +41,7 @@ from chaos.processes import ACTOR_TIMEOUT_S, CRASH_EXIT, LONG_RUNNING, PROJECT, 
 from chaos.replica_steps import ReplicaSteps
 from chaos.schedule import GroupPlan, MemberPlan, ProducerPlan, Schedule, input_records, timezone_for
 from chaos.stream_steps import StreamSteps
+from chaos.txn_steps import TxnSteps
 from chaos.verdict import Verdict
 from log_store.crash import CRASH_ENV, PAUSE_DIR_ENV, PAUSE_ENV
 
@@ -74,7 +75,7 @@ class ScheduleResult:
         return cls(**{**d, "operations": Counter(d.get("operations", {})), "faults": Counter(d.get("faults", {}))})
 
 
-class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamSteps, Draining, Verdict):
+class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamSteps, TxnSteps, Draining, Verdict):
     """Executes one schedule in ``workdir`` with actors attached to the host JVM at ``gateway``."""
 
     def __init__(self, schedule: Schedule, workdir: Path, gateway: str | None,
@@ -118,6 +119,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
         self.cuts: list[list[float | None]] = []  # [lost at, back at] of every root lost, runner time
         self.kafka_init()
         self.stream_init()
+        self.txn_init()
 
     # -- plumbing --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -267,6 +269,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
         if self.s.kafka:
             self.kafka_start(base)
         self.stream_start(base)
+        self.txn_start(base)
         for plan in self.producer_plans:
             self.at(base + plan.start_at, lambda plan=plan: self.start_producer(plan, 0))
         self.pending_steps = len(self.s.controller)
@@ -313,6 +316,7 @@ class Runner(ReplicaSteps, ControllerSteps, GroupMembers, KafkaSteps, StreamStep
             if self.s.replicas:
                 self.settle_replicas()
             self.drain()
+            self.txn_settle()
         finally:
             for name in list(self.actors):
                 actor = self.actors[name]

@@ -12,8 +12,8 @@ import random
 from dataclasses import replace
 
 from chaos.plans import (  # noqa: F401 (the plans, also named from here)
-    CompactionPlan, ControllerStep, DecoyPlan, GroupPlan, KafkaPlan, MemberPlan, ProducerPlan, Schedule, ServerKill,
-    StreamPlan, _kafka_from_dict,
+    CompactionPlan, ControllerStep, CopierPlan, DecoyPlan, GroupPlan, KafkaPlan, MemberPlan, ProducerPlan, Schedule,
+    ServerKill, StreamPlan, TxnPlan, _kafka_from_dict,
 )
 
 PRODUCER_CRASHES = ("produce:after_write", "produce:after_commit")
@@ -144,6 +144,7 @@ def draw(seed: int, short: bool = False) -> Schedule:
     schedule = _kafka(schedule, random.Random(f"{seed}/kafka"))
     schedule = _stream(schedule, random.Random(f"{seed}/stream"))
     schedule = _compacted(schedule, random.Random(f"{seed}/compacted"))
+    schedule = _transactions(schedule, random.Random(f"{seed}/txn"))
     return shorten(schedule) if short else schedule
 
 
@@ -172,6 +173,47 @@ def _compacted(s: Schedule, rng: random.Random) -> Schedule:
     return replace(s, compaction=plan, keys=rng.randint(4, 10),
                    controller=tuple(sorted(s.controller + tuple(steps), key=lambda c: c.at)),
                    notes=s.notes + [f"compacted topic ({plan.policy}, delete.retention.ms={plan.delete_retention_ms})"])
+
+
+TXN_SHARE = 1 / 3  # of the schedules whose topic is not replicated: about one in seven of all
+TXN_HORIZON = 40.0  # the races fall within this many seconds of the start
+TXN_CRASHES = ("txn:after_add_partitions", "txn:after_append", "txn:after_decision", "txn:after_topic_markers",
+               "txn:after_positions")
+
+
+def _transactions(s: Schedule, rng: random.Random) -> Schedule:
+    """One in three of the schedules whose topic has one root (a replicated topic's elections and
+    lost roots are a dimension of their own; kept apart, a finding here is about transactions) add
+    read-process-write copiers (``TxnPlan``): one or two, each reading the topic read_committed
+    into two copy topics of its own in transactions of 5-40 records, some SIGKILLed mid-way (a
+    hanging transaction the successor aborts), killed at a transaction's crash point, frozen while a
+    successor under the same id starts (a zombie, to be fenced), or aborting every few transactions
+    on purpose; one to three coordinator ticks and sometimes `transactions abort` racing them; and
+    a read_committed group reading a copy topic into a sink. Drawn from a generator of its own, so
+    every other draw of a seed is what it was."""
+    if s.replicas or rng.random() >= TXN_SHARE:
+        return s
+    end = TXN_HORIZON  # not the schedule's last event: the other parts' draws move it
+    copiers = []
+    for i in range(rng.randint(1, 2)):
+        start = round(rng.uniform(1, 8), 1)
+        fault = rng.random()
+        copiers.append(CopierPlan(
+            transactional_id=f"copier{i}", group=f"copier{i}", outputs=(f"{s.topic}-copy{i}", f"{s.topic}-copy{i}-b"),
+            batch=rng.randint(5, 40), start_at=start,
+            kill_at=round(start + rng.uniform(4, 25), 1) if fault < 0.35 else None,
+            freeze_at=round(start + rng.uniform(4, 25), 1) if 0.35 <= fault < 0.65 else None,
+            freeze_for=round(rng.uniform(4, 10), 1), restart_after=round(rng.uniform(0.5, 3), 1),
+            crash_at=f"{rng.choice(TXN_CRASHES)}@{rng.randint(1, 3)}" if rng.random() < 0.5 else None,
+            abort_every=rng.choice((0, 0, 3, 5))))
+    ticks = tuple(sorted(round(rng.uniform(4, end), 1) for _ in range(rng.randint(1, 3))))
+    aborts = tuple(sorted((round(rng.uniform(6, end), 1), rng.randrange(len(copiers)))
+                          for _ in range(rng.randint(1, 2)))) if rng.random() < 0.5 else ()
+    reader_start = round(rng.uniform(2, 10), 1)
+    reader = MemberPlan(start_at=reader_start, kill_at=round(reader_start + rng.uniform(4, 20), 1)
+                        if rng.random() < 0.3 else None, restart_after=round(rng.uniform(1, 3), 1))
+    plan = TxnPlan(copiers=tuple(copiers), partitions=rng.randint(1, 3), ticks=ticks, aborts=aborts, reader=reader)
+    return replace(s, transactions=plan, notes=s.notes + [f"{len(copiers)} transactional copier(s)"])
 
 
 STREAM_SESSIONS = ("classic", "connect")
@@ -332,8 +374,10 @@ def shorten(s: Schedule) -> Schedule:
                                 start_at=min(s.kafka.start_at, 4.0), produce_for=min(s.kafka.produce_for, 15.0),
                                 kills=tuple(replace(k, at=min(k.at, 18.0)) for k in s.kafka.kills[:2]))
     # no streams: their JVMs or Connect server would double a short schedule's time
+    txn = s.transactions and replace(s.transactions, copiers=s.transactions.copiers[:1],
+                                     aborts=tuple(a for a in s.transactions.aborts if a[1] == 0))
     return replace(s, producers=producers, controller=s.controller[:3], groups=groups, kafka=kafka, stream=None,
-                   stream_writer=None, notes=s.notes + ["short"])
+                   stream_writer=None, transactions=txn, notes=s.notes + ["short"])
 
 
 def input_records(schedule: Schedule, plan: ProducerPlan) -> list[dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from chaos import checker, checker_reads
+from chaos import checker, checker_copies, checker_reads
 
 
 class Verdict:
@@ -43,6 +43,8 @@ class Verdict:
                 found.counts[kind] += n
                 found.samples[kind] += [f"[{topic}] {x}" for x in one.samples.get(kind, [])][:checker.SAMPLES]
             found.stats.update({f"{k}[{topic}]": v for k, v in one.stats.items()})
+        if self.s.transactions:  # the copy topics and their read_committed reader (chaos.checker_copies)
+            checker_copies.judge(self.root, self.s.topic, self.s.transactions, found)
         if self.s.replicas:  # every root holds the leader's records at the same offsets
             for what in checker.replica_divergence([leader, *others]):
                 found.add("replica_divergence", what)

@@ -126,6 +126,22 @@ def test_compacted_runs_only_the_schedules_with_a_compacted_topic(tmp_path, monk
         campaign.main(["--seeds", str(plain), "--compacted", "--workdir", str(tmp_path)])
 
 
+def test_transactions_runs_only_the_schedules_with_transactional_copiers(tmp_path, monkeypatch):
+    from chaos.schedule import draw
+
+    monkeypatch.setattr(campaign, "Host", FakeHost)
+    monkeypatch.setattr(campaign, "Runner", fake_runner(interrupt_at=-1))
+    txn = [seed for seed in range(1, 80) if draw(seed).transactions is not None]
+    assert 3 <= len(txn) < 79
+    campaign.main(["--seeds", "1-79", "--transactions", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == txn
+    campaign.main(["--schedules", "3", "--transactions", "--workdir", str(tmp_path), "--json"])
+    assert json.loads((tmp_path / "summary.json").read_text())["seeds"] == txn[:3], "the first three that draw them"
+    plain = next(seed for seed in range(1, 80) if seed not in txn)
+    with pytest.raises(SystemExit, match="none of these seeds draws a schedule with transactions"):
+        campaign.main(["--seeds", str(plain), "--transactions", "--workdir", str(tmp_path)])
+
+
 def test_the_summary_counts_schedules_with_compacted_topics_and_their_key_compactions(tmp_path, monkeypatch, capsys):
     class Runner:
         def __init__(self, schedule, workdir, gateway, progress=None, env=None):

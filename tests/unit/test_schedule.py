@@ -105,6 +105,7 @@ def test_kafka_clients_are_drawn_from_a_generator_of_their_own(monkeypatch):
 
     monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
     monkeypatch.setattr(schedule, "_compacted", lambda s, rng: s)
+    monkeypatch.setattr(schedule, "_transactions", lambda s, rng: s)  # their notes follow Kafka's
     drawn = {seed: draw(seed) for seed in range(1, 200)}
     monkeypatch.setattr(schedule, "_kafka", lambda s, rng: s)
     for seed, s in drawn.items():
@@ -151,6 +152,7 @@ def test_the_streams_are_drawn_from_a_generator_of_their_own(monkeypatch):
     import chaos.schedule as schedule
 
     monkeypatch.setattr(schedule, "_compacted", lambda s, rng: s)
+    monkeypatch.setattr(schedule, "_transactions", lambda s, rng: s)  # their notes follow the streams'
     drawn = {seed: draw(seed) for seed in range(1, 100)}
     monkeypatch.setattr(schedule, "_stream", lambda s, rng: s)
     for seed, s in drawn.items():
