@@ -157,3 +157,46 @@ def test_a_killed_producers_transaction_is_aborted_after_its_timeout(txn_served)
     assert read(spark, root, "out", COMMITTED) == ["after"]
     assert TransactionCoordinator(spark, root).table.get("killed").state.value == "CompleteAbort"
 
+
+
+def test_kafka_clients_at_both_ends_committed_transactions_whole_and_aborted_ones_never(txn_served):
+    """Kafka's transactional producer and Kafka's consumers, both through the server: committed and
+    aborted transactions interleaved with plain records in one partition; a read_committed consumer gets every
+    committed record and plain one in order and nothing aborted, a read_uncommitted one all."""
+    _server, bootstrap, _root, _spark = txn_served
+    tx = producer(bootstrap, "both-ends")
+    plain = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    want_committed, want_all = [], []
+    for i in range(6):
+        tx.begin_transaction()
+        values = [f"t{i}-{j}" for j in range(3)]
+        for v in values:
+            tx.produce("audit", key=b"k", value=v)
+        tx.flush(30)
+        (tx.commit_transaction if i % 2 == 0 else tx.abort_transaction)(30)
+        plain.produce("audit", key=b"k", value=f"plain{i}")
+        assert plain.flush(30) == 0
+        want_all += values + [f"plain{i}"]
+        want_committed += (values if i % 2 == 0 else []) + [f"plain{i}"]
+
+    def consume(level: str, want: int) -> list[str]:
+        c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{level}", "isolation.level": level,
+                                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe(["audit"])
+        got, deadline = [], time.monotonic() + 60
+        try:
+            while len(got) < want and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error():
+                    got.append(m.value().decode())
+            end = time.monotonic() + 2  # nothing more may come
+            while time.monotonic() < end:
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    got.append(m.value().decode())
+        finally:
+            c.close()
+        return got
+
+    assert consume("read_committed", len(want_committed)) == want_committed
+    assert sorted(consume("read_uncommitted", len(want_all))) == sorted(want_all)
