@@ -3,6 +3,8 @@ properties (read inside every append's transaction), and one consistent view of 
 
 - ``lakelog.undeleted_partition_count``, ``lakelog.topic``, ``lakelog.topic.deleted``
 - ``lakelog.partition.<p>.leader_epoch``, ``.mode``, ``.start_offset``, ``.end_offset``
+- ``lakelog.partition.<p>.epoch_ends``: the log end at each rise of the partition's epoch
+  (``epoch_raised``), which the gates' thresholds are read from
 - ``lakelog.topic_version``: the control-plane record the metadata was last set from
 - ``lakelog.replica.role``, ``lakelog.replica.epoch``: a replicated topic's copy (leader or follower)
 
@@ -102,7 +104,7 @@ class TopicLogMetadata(BaseModel):
         props = {k: v for k, v in props.items() if v != ""}  # empty: a property dropped through delta-rs
         for key, value in props.items():
             parts = key.split(".")
-            if len(parts) == 4 and key.startswith("lakelog.partition."):
+            if len(parts) == 4 and key.startswith("lakelog.partition.") and parts[3] in _PARTITION_FIELDS:
                 fields.setdefault(int(parts[2]), {"partition": int(parts[2])})[parts[3]] = value
         return cls(
             topic=props.get(TOPIC_PROP, ""),
@@ -112,12 +114,55 @@ class TopicLogMetadata(BaseModel):
         )
 
 
+_PARTITION_FIELDS = frozenset(PartitionMetadata.model_fields) - {"partition"}
+
+
 def start_offset_prop(partition: int) -> str:
     return f"lakelog.partition.{partition}.start_offset"
 
 
 def end_offset_prop(partition: int) -> str:
     return f"lakelog.partition.{partition}.end_offset"
+
+
+def epoch_ends_prop(partition: int) -> str:
+    return f"lakelog.partition.{partition}.epoch_ends"
+
+
+EpochEnd = tuple[int, int, int]  # (epoch before a rise, epoch after it, the log end at the rise)
+
+
+def epoch_ends_of(conf: Mapping[str, str], partitions: Iterable[int]) -> dict[int, tuple[EpochEnd, ...]]:
+    """The epoch rises recorded in a log's properties (``epoch_raised``): the one place they are
+    read. A property reads ``from-to:end`` entries, comma-separated, oldest first."""
+    out = {}
+    for p in partitions:
+        text = conf.get(epoch_ends_prop(p))
+        if text:
+            out[p] = tuple(tuple(int(n) for n in entry.replace("-", ":", 1).split(":")) for entry in text.split(","))
+    return out
+
+
+def epoch_raised(conf: Mapping[str, str], wanted: TopicLogMetadata, known: Mapping[str, int]) -> dict[str, str]:
+    """The properties a metadata commit setting ``wanted`` on a log with properties ``conf`` and
+    application versions ``known`` adds, recording each partition whose epoch it raises: the
+    epoch before, the epoch after and the log end. The commit must depend on those partitions'
+    log ends (``log_end_app_id``): no record of the old epoch lands after it (it changes the
+    metadata every append checks) nor, then, between its read and it. So the log end recorded
+    is where the old epoch's records end for good: the gates' threshold, which no later key
+    compaction, retention or delete-records moves (the largest offset of the epoch still in the
+    log does move). A partition new to the log has nothing to record."""
+    was = TopicLogMetadata.from_properties(dict(conf)).partitions
+    out = {}
+    for p, pm in wanted.partitions.items():
+        old = was.get(p)
+        if old is None or pm.leader_epoch <= old.leader_epoch:
+            continue
+        end = log_end(dict(known), p, old.start_offset)
+        entry = f"{old.leader_epoch}-{pm.leader_epoch}:{end}"
+        before = conf.get(epoch_ends_prop(p))
+        out[epoch_ends_prop(p)] = f"{before},{entry}" if before else entry
+    return out
 
 
 LAYOUT_PROP = "lakelog.layout"  # how the log's files are laid out (docs/design.md); absent: partitioned
@@ -186,10 +231,18 @@ class LogSnapshot(BaseModel):
     # Each partition's transactional producers' marks (``txn_marks``; producer id -> mark), from
     # the snapshot's application versions; None where the snapshot did not read them (``stable_end``).
     txn_marks: dict[int, dict[str, int]] | None = None
+    # Each partition's recorded epoch rises (``epoch_ends_of``).
+    epoch_ends: dict[int, tuple[EpochEnd, ...]] = {}
 
     def readable(self) -> list[int]:
         """Partitions consumers read: undeleted and marked ones, not retired ones."""
         return [p for p, pm in self.metadata.partitions.items() if pm.mode is not Mode.NONE]
+
+    def end_of_epoch(self, partition: int, epoch: int) -> int | None:
+        """The log end of ``partition`` when its epoch rose past ``epoch`` (every record at an
+        epoch up to it lies below; ``epoch_raised``); None if it has not risen past it, or the
+        rise was not recorded (made by an earlier release, or without the controller)."""
+        return next((end for low, high, end in self.epoch_ends.get(partition, ()) if low <= epoch < high), None)
 
     def first_offset(self, partition: int) -> int:
         """The first offset of ``partition`` a consumer can read: its incarnation's start, or the

@@ -32,7 +32,7 @@ from log_store.timestamp_types import TimestampTypes
 from log_store.txn_marks import CONTROL_COLUMN, marks_by_partition
 from log_store.txn_reads import MARKER_COLUMNS, no_markers, records_predicate
 from log_store.log_metadata import (
-    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, cleaned_offsets,
+    TOPIC_VERSION_PROP, LogSnapshot, TopicLogMetadata, check_set_transactions_kept, cleaned_offsets, epoch_ends_of,
     kept_high_watermark, layout_of, log_end, log_starts, topic_id_of,
 )
 
@@ -263,6 +263,7 @@ def log_view(path: str, version: int | None = None, storage: Storage = None, mar
         layout=layout_of(conf),
         timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, metadata.partitions),
         txn_marks=_txn_marks(path, table, storage) if marks else None,
+        epoch_ends=epoch_ends_of(conf, metadata.partitions),
     )
     return snap, topic_id_of(conf, meta.id), conf
 

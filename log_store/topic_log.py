@@ -50,6 +50,7 @@ from log_store.log_metadata import (
     TopicLogMetadata,
     check_set_transactions_kept,
     cleaned_offsets,
+    epoch_ends_of,
     kept_high_watermark,
     layout_of,
     log_end,
@@ -334,7 +335,7 @@ class TopicLog:
             log_starts=log_starts(known, meta.partitions), cleaned=cleaned_offsets(known, meta.partitions),
             layout=layout_of(conf),
             timestamp_types=TimestampTypes.of(conf), **kept_high_watermark(known, meta.partitions),
-            txn_marks=marks_by_partition(known) if ends else None,
+            txn_marks=marks_by_partition(known) if ends else None, epoch_ends=epoch_ends_of(conf, meta.partitions),
         )
 
     def identified_snapshot(self) -> tuple[LogSnapshot, str, str]:

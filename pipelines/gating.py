@@ -22,7 +22,7 @@ so a barrier never mistakes a reused number's new records or new end for the old
 
 The rules are pure functions (``barriers_of``, ``limits``), tested without Spark; ``OffsetGate``
 feeds them: the topic's history up to the version the log's metadata was set from (the log is
-the commit point), thresholds (fixed once their bump is in force: cached), marked partitions'
+the commit point), thresholds (the log ends the bumps' commits recorded), marked partitions'
 final ends from the same log snapshot a batch is planned on, and the group's positions.
 """
 
@@ -57,10 +57,11 @@ def barriers_of(image: TopicImage) -> list[Barrier]:
 def floored(barriers: list[Barrier], threshold: ThresholdFn) -> ThresholdFn:
     """``threshold`` raised to those of the earlier epochs ``barriers`` bumped each partition from.
 
-    The last offset at epochs up to e never falls below the one at an earlier epoch, but key
-    compaction can remove every record of a later epoch's before its threshold is read: read then,
-    it falls below the earlier one read before the compaction (cached), and would cap a position
-    already past it, shut for good (campaign seed 4261). The barriers that list a partition name
+    The last offset at epochs up to e never falls below the one at an earlier epoch, and the log
+    ends the bumps recorded never do; but where a threshold is read from the records the log
+    still holds (a bump no end was recorded for), key compaction can remove every record of a
+    later epoch's before it is read: read then, it falls below the earlier one read before the
+    compaction (cached), and would cap a position already past it, shut for good (campaign seed 4261). The barriers that list a partition name
     one incarnation of it (a retirement prunes the earlier ones), so no threshold of a retired
     incarnation raises a reused number's."""
     epochs: dict[int, set[int]] = {}
@@ -185,16 +186,24 @@ class OffsetGate:
         self._passed_versions: set[int] = set()
         self._shut: set[int] = set()
         self._committed: tuple[float, Positions] = (float("-inf"), {})  # (monotonic time read, positions)
+        self._seen: LogSnapshot | None = None  # the last snapshot given: thresholds' recorded ends
 
     def threshold(self, partition: int, epoch: int) -> int:
         """Last offset of ``epoch`` in ``partition`` (rule 3); fixed once the epoch was bumped.
 
-        Epochs of a reused partition number continue from the retired one's, so (partition,
-        epoch) names one incarnation's records.
+        The log end the bump's commit recorded, less one (``LogSnapshot.end_of_epoch``): the
+        same for every gate whenever it asks. The largest offset of the epoch the log still
+        holds is read only where no end was recorded (a bump made by an earlier release): key
+        compaction, retention and delete-records can remove the epoch's last records, and a gate
+        first asking after that would pass a barrier on a position a member whose gate asked
+        before still delivers records below (``floored`` keeps such a gate from falling below
+        an earlier epoch's). Epochs of a reused partition number continue from the retired
+        one's, so (partition, epoch) names one incarnation's records.
         """
         key = (partition, epoch)
         if key not in self._thresholds:
-            self._thresholds[key] = self.log.last_offset_of_epoch(partition, epoch)
+            end = (self._seen or self.log.snapshot()).end_of_epoch(partition, epoch)
+            self._thresholds[key] = end - 1 if end is not None else self.log.last_offset_of_epoch(partition, epoch)
         return self._thresholds[key]
 
     def barriers(self, topic_version: int) -> list[Barrier]:
@@ -213,7 +222,7 @@ class OffsetGate:
         """Partitions whose group position a shut gate waits on (rule 10's interest)."""
         if not self.enabled:
             return set()
-        snap = snap or self.log.snapshot()
+        snap = self._seen = snap or self.log.snapshot()
         out: set[int] = set()
         for b in self.barriers(snap.topic_version):
             if b.version not in self._passed_versions:
@@ -240,7 +249,7 @@ class OffsetGate:
         """For each partition in ``positions`` that is gated: the offset it may deliver up to (exclusive)."""
         if not self.enabled:
             return {}
-        snap = snap or self.log.snapshot()
+        snap = self._seen = snap or self.log.snapshot()
         barriers = self.barriers(snap.topic_version)
         if not barriers:
             return {}

@@ -10,15 +10,17 @@ A member's fetched records of a partition it lost are not its to deliver: Kafka'
 partition's fetch version, dropping what was queued), so an entry goes when its holder loses the
 partition, leaves, or its group commits past it. Fetches name no member: a holder is a client id
 and host, as ``Server.groups_reading`` finds a fetch's groups. A fetch's groups are read on the
-event loop and what it served recorded on the pool after its read (``Reading``, one for the whole
-request, its wait for records included): a partition its holder lost since the server took the
-request is not recorded, as the client drops that answer too. While a pass of a fetch is read, its
+event loop, and what a pass of it served is kept while it is read on the pool and recorded on the
+event loop once the read came back (``Reading``, one for the whole request, its wait for records
+included): a partition its holder lost since the server took the request is not recorded, as the
+client drops that answer too, and nothing is recorded of a pass whose answer is never sent (its
+connection closed, its read failed), though its read runs on on the pool. While a pass of a fetch is read, its
 fetch offsets are held already (``Reading.fetching``): it may be planned on an older view of the log
 than a gate judges gaps on (key compaction's commit landed in between), and serve records that view
 still holds before it records them; a gate moving the committed offset over them meanwhile would
 pass a resize's barrier, and a moved key's newer record reach another member first.
 
-Thread-safe: recorded on the pool, dropped on the event loop.
+Thread-safe: a fetch's passes recorded on the event loop, gates read on the pool.
 """
 
 from __future__ import annotations
@@ -51,20 +53,32 @@ class Reading:
     def __init__(self, served: "ServedRecords", holder: Holder, groups: dict[str, list[str]]) -> None:
         self.served, self.holder, self.groups = served, holder, groups
         self.losses: list[Loss] = []  # appended under ``served``'s lock
+        # what the pass being read served, recorded when it ends; left unrecorded if it fails
+        self._pass: list[tuple[str, str, int, int, int]] | None = None
 
     def record(self, topic: str, location: str, partition: int, start: int, end: int) -> None:
-        """Records of ``[start, end)`` of ``topic``'s ``partition`` served by this fetch."""
-        if self.groups.get(topic):
+        """Records of ``[start, end)`` of ``topic``'s ``partition`` served by this fetch: kept with
+        its pass while one is read (``fetching``), else recorded now."""
+        kept = self._pass  # read once: a pass abandoned keeps its list, never recorded
+        if kept is not None:
+            kept.append((topic, location, partition, start, end))
+        elif self.groups.get(topic):
             self.served.record(self.groups[topic], topic, location, partition, start, end, self.holder, self)
 
     @contextmanager
     def fetching(self, offsets: dict[str, dict[int, int]]) -> Iterator[None]:
         """While a pass of the fetch is read: its fetch offsets (per topic, partition -> offset) held
-        in the groups it is a member of, before it reads its view of the log."""
+        in the groups it is a member of, before it reads its view of the log, and what it serves
+        recorded once it came back, before they are let go. A pass that fails or is cancelled (its
+        connection closed) records nothing: its answer is never sent, though its read may run on."""
         keys = [(g, t, p, o) for t, wanted in offsets.items() for g in self.groups.get(t, ()) for p, o in wanted.items()]
         self.served.pend(keys, 1)
+        self._pass = []
         try:
             yield
+            kept, self._pass = self._pass, None
+            for served in kept:
+                self.record(*served)
         finally:
             self.served.pend(keys, -1)
 

@@ -20,7 +20,7 @@ from log_store.rs_engine import RsTransaction
 from log_store.delta_errors import retry_on_conflict
 from log_store.errors import ConcurrentCommitError, ConcurrentTopicChangeError
 from log_store.names import log_end_app_id
-from log_store.log_metadata import TOPIC_VERSION_PROP, Mode, end_offset_prop, log_end
+from log_store.log_metadata import TOPIC_VERSION_PROP, Mode, end_offset_prop, epoch_ends_prop, epoch_raised, log_end
 
 ATTEMPTS = 10
 
@@ -47,9 +47,10 @@ class TopicChanges:
         can never roll the log back to an older record: a newer one applied before our snapshot
         is seen, one applied after it fails our commit (and the retry sees it).
 
-        The same commit fixes each newly marked partition's final log end (``end_offset``): it
-        depends on the partition's log end, so an append that lands first makes it retry, and
-        no append can land after it. New partition numbers get their log end 0.
+        The same commit fixes each newly marked partition's final log end (``end_offset``), and
+        records each partition's log end as its epoch rises (``epoch_raised``: the gates'
+        thresholds): it depends on those partitions' log ends, so an append that lands first
+        makes it retry, and no append can land after it. New partition numbers get their log end 0.
         """
         record = record or self.latest(topic)
 
@@ -72,7 +73,8 @@ def metadata_change(txn: "DeltaTransaction | RsTransaction", conf: dict[str, str
                     ) -> tuple[dict[str, str], list[str], dict[str, int]] | None:
     """What applying ``record`` to the log of ``txn`` (properties ``conf``) sets, drops and
     starts (new partitions' log ends), or None if the log holds it or a newer one already. Each
-    newly marked partition's final log end is read in ``txn`` and depended on (see ``apply``)."""
+    newly marked partition's final log end, and each raised partition's, is read in ``txn`` and
+    depended on (see ``apply``)."""
     # A log never touched by the controller is as ``topics create`` made it: version 1.
     if int(conf.get(TOPIC_VERSION_PROP, "1")) >= record.topic_version:
         return None
@@ -89,6 +91,9 @@ def metadata_change(txn: "DeltaTransaction | RsTransaction", conf: dict[str, str
         else:
             txn.app_version(log_end_app_id(p))
             props[key] = str(log_end(known, p, pm.start_offset))
+    raised = epoch_raised(conf, wanted, known)
+    txn.depend_on(log_end_app_id(p) for p in wanted.partitions if epoch_ends_prop(p) in raised)
+    props |= raised
     new_ends = {log_end_app_id(p): pm.start_offset for p, pm in wanted.partitions.items()
                 if log_end_app_id(p) not in known}
     return props, drop, new_ends

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+from log_store.log_metadata import LogSnapshot, TopicLogMetadata
 from pipelines.gating import Barrier, OffsetGate
 from serve.groups import Coordinator, Group, Member
 
@@ -33,7 +34,8 @@ def _gate(committed: dict[int, int], own_delivered: bool) -> OffsetGate:
     return gate
 
 
-SNAP = SimpleNamespace(topic_version=1, metadata=SimpleNamespace(partitions={}), log_ends={})
+SNAP = LogSnapshot(version=2, topic_version=1, metadata=TopicLogMetadata(topic="t", undeleted_partition_count=2,
+                                                                         partitions={}), log_ends={})
 
 
 def test_a_kafka_clients_fetch_offsets_past_the_barrier_do_not_open_it_its_groups_commits_do():

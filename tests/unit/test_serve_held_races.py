@@ -399,12 +399,11 @@ def test_a_fetch_whose_read_fails_or_whose_connection_closes_holds_its_fetch_off
     assert (asyncio.run(closed()), served.held("g", "t", "loc", {})) == ({0: 100}, {})
 
 
-@pytest.mark.xfail(strict=True, reason="a fetch whose connection closed while its read was on the pool still records "
-                   "what the read served (serve/apis/fetch.py: the pool thread runs on after the handler is "
-                   "cancelled): the client never got it, so no commit may ever cover it (a Kafka client moved over "
-                   "a range compaction emptied since commits nothing), and the hold keeps a gate from moving the "
-                   "group's committed offset over the gap for as long as the client stays a member")
 def test_what_a_fetch_whose_connection_closed_served_is_not_held():
+    """The read runs on on the pool after the handler is cancelled; the client never got what it
+    served, so no commit may ever cover it (a Kafka client moved over a range compaction emptied
+    since commits nothing): held, it would keep a gate from moving the group's committed offset
+    over the gap for as long as the client stays a member."""
     import threading
 
     from serve.apis import fetch as fetch_api
