@@ -144,14 +144,16 @@ class ConnectWorker(JavaApp):
 
 class StreamsApp(JavaApp):
     """tests/serve/java/CountByWord.java, one instance, its state in ``folder/state``; its log in
-    ``folder/streams-N.err``; ``states``: the states it went through since it last started."""
+    ``folder/streams-N.err``; ``states``: the states it went through since it last started.
+    ``guarantee``: Kafka Streams' processing.guarantee (at_least_once or exactly_once_v2)."""
 
     name = "streams"
 
-    def __init__(self, folder: Path, bootstrap: str, application_id: str, source: str, sink: str) -> None:
+    def __init__(self, folder: Path, bootstrap: str, application_id: str, source: str, sink: str,
+                 guarantee: str = "at_least_once") -> None:
         super().__init__(folder)
         self.state_dir = folder / "state"
-        self.args = [bootstrap, application_id, str(self.state_dir), source, sink]
+        self.args = [bootstrap, application_id, str(self.state_dir), source, sink, guarantee]
         self.states: list[str] = []
 
     def start(self) -> None:

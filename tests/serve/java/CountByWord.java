@@ -13,11 +13,13 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
 /**
- * A Kafka Streams application (at-least-once) that counts the words of INPUT in a state store
+ * A Kafka Streams application (at-least-once, or GUARANTEE) that counts the words of INPUT in a state store
  * ("counts", backed by its compacted changelog topic) and writes each new count to OUTPUT, keyed by
  * the word. Re-keying by the word goes through a repartition topic, as a count by any other key than
  * the input's does. Run as a source file:
- * java -cp STREAMS_JARS CountByWord.java BOOTSTRAP APPLICATION_ID STATE_DIR INPUT OUTPUT
+ * java -cp STREAMS_JARS CountByWord.java BOOTSTRAP APPLICATION_ID STATE_DIR INPUT OUTPUT [GUARANTEE]
+ * GUARANTEE: Kafka Streams' processing.guarantee, at_least_once (the default) or exactly_once_v2
+ * (each commit a transaction: OUTPUT's counts, the changelog and the input's positions together).
  *
  * Prints {"name":"state","state":S} on standard output at each change of the application's state
  * (RUNNING once its store is restored and it processes), and stops on SIGTERM; exits with 1 on a
@@ -29,7 +31,7 @@ public class CountByWord {
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
         props.put(StreamsConfig.STATE_DIR_CONFIG, args[2]);
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args.length > 5 ? args[5] : StreamsConfig.AT_LEAST_ONCE);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 500);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);  // every count to OUTPUT, none merged
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
