@@ -1,9 +1,10 @@
 """Kafka Streams 4.4 with ``processing.guarantee=exactly_once_v2`` on `lakelog serve`
 (tests/serve/java/CountByWord.java): two instances count words while input keeps arriving, each
-killed (SIGKILL) mid-run, after the application committed, and started again. Read through serve
-with read_committed, the output holds each input record's effect exactly once: each word's
-committed counts are 1, 2, 3, ... with no repeat and no gap, the last one the number of input
-records with that word; and the application's committed positions on the input cover all of it."""
+killed (SIGKILL) in the middle of a transaction that has written counts (after the application
+committed at least once), and started again. Read through serve with read_committed, the output
+holds each input record's effect exactly once: each word's committed counts are 1, 2, 3, ... with
+no repeat and no gap, the last one the number of input records with that word; and the
+application's committed positions on the input cover all of it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.kafka_clients
 APP = "countbyword-eos"
 INPUT, OUTPUT, PARTITIONS = "words", "word-counts", 3
 BUDGET = 170  # seconds for the whole run, kills and restarts included
+COMMIT_MS = 3000  # long transactions: a kill seen to fall while one appends lands before its commit
 
 
 class Trickle(threading.Thread):
@@ -57,16 +59,17 @@ class Trickle(threading.Thread):
         return self.sent
 
 
-class Committed(threading.Thread):
-    """Reads OUTPUT through serve with isolation.level=read_committed, from its start, as a
-    consumer of Kafka would: ``seen`` holds (partition, offset, word, count) in the order read."""
+class Reader(threading.Thread):
+    """Reads OUTPUT through serve in ``isolation`` (read_committed or read_uncommitted), from its
+    start, as a consumer of Kafka would: ``seen`` holds (partition, offset, word, count) in the
+    order read."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, isolation: str) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-reader",
-                                  "isolation.level": "read_committed", "enable.auto.commit": False})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-{isolation}",
+                                  "isolation.level": isolation, "enable.auto.commit": False})
         self.consumer.assign([TopicPartition(OUTPUT, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         self.seen: list[tuple[int, int, str, int]] = []
         self.errors: list[str] = []
@@ -78,11 +81,16 @@ class Committed(threading.Thread):
                 if m.error():
                     self.errors.append(str(m.error()))
                 else:
-                    self.seen.append((m.partition(), m.offset(), m.key().decode(), int.from_bytes(m.value(), "big", signed=True)))
+                    count = int.from_bytes(m.value(), "big", signed=True)  # Kafka's 8-byte long
+                    self.seen.append((m.partition(), m.offset(), m.key().decode(), count))
         self.consumer.close()
 
     def latest(self) -> dict[str, int]:
         return {word: count for _p, _o, word, count in list(self.seen)}
+
+    def ends(self) -> dict[int, int]:
+        """Each partition's last offset read."""
+        return {p: offset for p, offset, _w, _c in list(self.seen)}
 
     def stop(self) -> None:
         self.stopping.set()
@@ -126,9 +134,9 @@ def test_exactly_once_streams_killed_mid_run_count_each_input_once(tmp_path):
     apps = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        apps.append(StreamsApp(tmp_path / name, bootstrap, APP, INPUT, OUTPUT, "exactly_once_v2"))
+        apps.append(StreamsApp(tmp_path / name, bootstrap, APP, INPUT, OUTPUT, "exactly_once_v2", COMMIT_MS))
     a, b = apps
-    trickle = committed = None
+    trickle = committed = uncommitted = None
 
     def running(app: StreamsApp, what):
         """``what``, failing at once if the other instance exited (StreamsApp.until watches its own)."""
@@ -142,17 +150,32 @@ def test_exactly_once_streams_killed_mid_run_count_each_input_once(tmp_path):
     def grew(beyond: int):
         return lambda: len(committed.seen) > beyond
 
+    def appending(app: StreamsApp):
+        """True once a partition of OUTPUT that one of ``app``'s tasks writes has records past its
+        committed ones and more than at the last look: a transaction of ``app`` open and appending."""
+        last: dict[int, int] = {}
+
+        def check():
+            owned = [int(t.split("_")[1]) for t in app.tasks if t.startswith("1_")] or range(PARTITIONS)
+            done, ahead = committed.ends(), uncommitted.ends()
+            growing = [p for p in owned if ahead.get(p, -1) > max(done.get(p, -1), last.get(p, 1 << 62))]
+            last.update(ahead)
+            return growing
+        return check
+
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for f in admin.create_topics([NewTopic(INPUT, PARTITIONS), NewTopic(OUTPUT, PARTITIONS)]).values():
             f.result(30)
-        committed, trickle = Committed(bootstrap), Trickle(bootstrap)
-        committed.start()
-        trickle.start()
+        committed, uncommitted = Reader(bootstrap, "read_committed"), Reader(bootstrap, "read_uncommitted")
+        trickle = Trickle(bootstrap)
+        for thread in (committed, uncommitted, trickle):
+            thread.start()
         a.start()
         b.start()
         a.until(running(a, grew(0)), left(90), "before its first committed count")
-        for app in (a, b):  # each instance killed after the application committed, and again after
+        for app in (a, b):  # each killed inside a transaction that wrote counts, once the application committed
+            app.until(running(app, appending(app)), left(30), f"before a transaction of tasks {app.tasks} wrote counts")
             before = len(committed.seen)
             app.kill()
             app.start()
@@ -166,7 +189,11 @@ def test_exactly_once_streams_killed_mid_run_count_each_input_once(tmp_path):
             raise AssertionError(f"{e}\nread_committed so far: {not_exactly_once(committed.seen, expected)[:8]}") from None
         wrong = not_exactly_once(committed.seen, expected)
         assert not wrong, f"read_committed, the counts are not exactly once ({len(wrong)} words):\n" + "\n".join(wrong)
-        assert not committed.errors, f"the read_committed consumer was told: {committed.errors[:5]}"
+        for reader in (committed, uncommitted):
+            assert not reader.errors, f"a consumer of {OUTPUT} was told: {reader.errors[:5]}"
+        a.until(running(a, lambda: uncommitted.latest() == expected), left(20), f"reading {OUTPUT} read_uncommitted")
+        assert len(uncommitted.seen) > len(committed.seen), \
+            "no kill fell in a transaction that had written counts (read_uncommitted shows no aborted count)"
 
         group = Consumer({"bootstrap.servers": bootstrap, "group.id": APP, "enable.auto.commit": False})
         try:
@@ -174,14 +201,17 @@ def test_exactly_once_streams_killed_mid_run_count_each_input_once(tmp_path):
                 out = group.committed([TopicPartition(INPUT, p) for p in range(PARTITIONS)], 10)
                 return {tp.partition: (tp.offset, group.get_watermark_offsets(tp, 10)[1]) for tp in out}
 
-            a.until(running(a, lambda: all(at == end for at, end in positions().values())), left(30),
-                    f"the application's committed positions (position, end) on {INPUT}: {positions()}")
+            try:  # a partition no record went to has no position
+                a.until(running(a, lambda: all(at == end or end == 0 for at, end in positions().values())), left(30),
+                        f"committing the application's positions on {INPUT}")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n(committed position, end) by partition: {positions()}") from None
         finally:
             group.close()
     finally:
         for app in apps:
             app.stop()
-        for thread in (trickle, committed):
+        for thread in (trickle, committed, uncommitted):
             if thread is not None and thread.is_alive():
                 thread.stopping.set()
                 thread.join(10)
