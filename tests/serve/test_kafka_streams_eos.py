@@ -116,10 +116,6 @@ def not_exactly_once(seen: list[tuple[int, int, str, int]], expected: dict[str, 
     return wrong
 
 
-@pytest.mark.xfail(strict=True, reason="serve's transaction APIs (InitProducerId with a transactional id, "
-                   "AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, FindCoordinator for "
-                   "transactions, transactional Produce) and read_committed Fetch (last stable offset, "
-                   "aborted transactions) are not built yet: Kafka Streams' exactly_once_v2 cannot run")
 def test_exactly_once_streams_killed_mid_run_count_each_input_once(tmp_path):
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
