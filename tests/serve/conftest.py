@@ -164,11 +164,12 @@ def two_members(boot: str, group: str, seconds: float = 60) -> tuple[list, list[
     return members, got, next(i for i, m in enumerate(members) if m.assignment()[0].partition == 0)
 
 
-def serve_without_jvm(root=None, conf=None, env=None) -> tuple:
+def serve_without_jvm(root=None, conf=None, env=None, log=None) -> tuple:
     """``lakelog serve`` on a local root (or the root of the configuration file ``conf``) in a
     process (and process group) of its own with ``LAKELOG_NO_JVM=1``, where any use of Spark's
     session fails the request that made it: the process, its address, and the seconds it took to
-    listen. ``env``: the environment to start from (default this process's)."""
+    listen. ``env``: the environment to start from (default this process's); ``log``: a file for
+    its standard error (a long run's warnings would fill a pipe no one reads until it stops)."""
     import json
     import os
     import subprocess
@@ -181,18 +182,19 @@ def serve_without_jvm(root=None, conf=None, env=None) -> tuple:
     where = ["--conf", str(conf)] if conf is not None else ["--root", str(root)]
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *where, "serve", "--listen", "127.0.0.1:0",
-                             "--json"], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--json"], cwd=PROJECT, stdout=subprocess.PIPE, text=True,
+                            stderr=subprocess.PIPE if log is None else open(log, "w"),
                             start_new_session=True, env=env)
     line = proc.stdout.readline()
-    assert "listening" in line, proc.stderr.read() if proc.poll() is not None else line
+    assert "listening" in line, (proc.stderr.read() if log is None else open(log).read()) if proc.poll() is not None else line
     return proc, json.loads(line)["listening"], time.monotonic() - began
 
 
 def stop_serving(proc) -> str:
-    """Stop a server of ``serve_without_jvm``: its standard error."""
+    """Stop a server of ``serve_without_jvm``: its standard error (empty when in a log file)."""
     import os
     import signal
 
     os.killpg(proc.pid, signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
-    return err
+    return err or ""

@@ -144,23 +144,36 @@ class ConnectWorker(JavaApp):
 
 class StreamsApp(JavaApp):
     """tests/serve/java/CountByWord.java, one instance, its state in ``folder/state``; its log in
-    ``folder/streams-N.err``; ``states``: the states it went through since it last started."""
+    ``folder/streams-N.err``; ``states``: the states it went through since it last started;
+    ``tasks``: its active tasks while RUNNING. ``guarantee``: Kafka Streams' processing.guarantee
+    (at_least_once or exactly_once_v2), ``commit_ms`` its commit.interval.ms."""
 
     name = "streams"
 
-    def __init__(self, folder: Path, bootstrap: str, application_id: str, source: str, sink: str) -> None:
+    def __init__(self, folder: Path, bootstrap: str, application_id: str, source: str, sink: str,
+                 guarantee: str = "at_least_once", commit_ms: int = 500) -> None:
         super().__init__(folder)
         self.state_dir = folder / "state"
-        self.args = [bootstrap, application_id, str(self.state_dir), source, sink]
+        self.args = [bootstrap, application_id, str(self.state_dir), source, sink, guarantee, str(commit_ms)]
         self.states: list[str] = []
+        self.tasks: list[str] = []
 
     def start(self) -> None:
-        self.states = []
+        self.states, self.tasks = [], []
         proc = self.spawn([*java_command("512m", "-XX:TieredStopAtLevel=1", classpath=streams_jars()),
                            str(HERE / "java" / "CountByWord.java"), *self.args], stdout=subprocess.PIPE, text=True)
         states = self.states
-        threading.Thread(target=lambda: states.extend(json.loads(line)["state"] for line in proc.stdout
-                                                      if line.startswith("{")), daemon=True).start()
+
+        def read() -> None:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    event = json.loads(line)
+                    if event["name"] == "state":
+                        states.append(event["state"])
+                    elif proc is self.proc:  # not a killed start's last words
+                        self.tasks = event["tasks"]
+
+        threading.Thread(target=read, daemon=True).start()
 
     def describe(self) -> str:
-        return f"states {self.states}:\n{tail(self.log)}"
+        return f"states {self.states}, tasks {self.tasks}:\n{tail(self.log)}"
