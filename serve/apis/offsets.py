@@ -109,6 +109,9 @@ def epoch_end(server: "Server", view: TopicView, partition: int, epoch: int) -> 
     high = view.snapshot.log_ends[partition]
     if epoch >= current:
         return current, high
+    recorded = view.snapshot.end_of_epoch(partition, epoch)  # whatever compaction removed since
+    if recorded is not None:
+        return epoch, min(recorded, high)
     path = view.record.location
     last = TopicLog(server.ctx.spark, path).last_offset_of_epoch(partition, epoch, view.snapshot.version)
     # epochs never fall as offsets rise: the first record of a later epoch follows the last of this one

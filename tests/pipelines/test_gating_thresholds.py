@@ -60,3 +60,10 @@ def test_a_grows_thresholds_read_before_and_after_key_compaction_agree(spark, ro
     assert left == [(0, 0), (1, 0)], "the moved key's pre-grow records compacted away"
     assert rs_reader.last_offset_of_epoch(location, 0, 0) == 0  # the largest offset the log still holds
     assert before == limits() == [{0: 3, 1: 0}] * 2  # partition 0 up to its end at the grow; 1 held
+    # OffsetForLeaderEpoch through the server answers epoch 0's end at the grow too: a client that
+    # read up to offset 3 must not take the compacted tail for a truncation
+    from types import SimpleNamespace
+
+    from serve.apis.offsets import epoch_end
+    view = SimpleNamespace(snapshot=rs_reader.log_snapshot(location)[0], record=SimpleNamespace(location=location))
+    assert epoch_end(SimpleNamespace(ctx=SimpleNamespace(spark=spark)), view, 0, 0) == (0, 3)
