@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PROJECT = Path(__file__).resolve().parents[1]
 WORKERS = PROJECT / "tests" / "processes"
 
@@ -152,3 +154,19 @@ def forget_commits_before(path: str, version: int) -> None:
     for f in log.iterdir():
         if f.name[:20].isdigit() and int(f.name[:20]) < version and ".checkpoint." not in f.name:
             f.unlink()
+
+
+@pytest.fixture(autouse=True)
+def no_jvm(monkeypatch):
+    """Fixture for modules that import it: every path runs without a JVM (delta-rs)."""
+    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
+
+
+@pytest.fixture()
+def spark():
+    """Fixture for modules that import it: a session that fails the test if a JVM starts."""
+    from log_store.session import LazySession
+
+    session = LazySession(lambda: pytest.fail("a JVM was started"))
+    yield session
+    assert not session.started

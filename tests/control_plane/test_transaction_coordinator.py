@@ -18,25 +18,13 @@ from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (InvalidTransactionStateError, UnknownTransactionalIdError, decided,
                                               with_partitions)
 from log_store.errors import IllegalGenerationError, ProducerFencedError
-from log_store.session import LazySession
 from log_store.txn_marks import closed_mark, txn_mark_app_id
 from log_store.txn_reads import READ_COMMITTED
 from pipelines.consumer import ArrowHandler, Consumer
 from pipelines.settings import ConsumerSettings
+from tests.support import no_jvm, spark  # noqa: F401 (fixtures: no JVM may start)
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
-
-
-@pytest.fixture()
-def spark():
-    session = LazySession(lambda: pytest.fail("a JVM was started"))
-    yield session
-    assert not session.started
 
 
 @pytest.fixture()

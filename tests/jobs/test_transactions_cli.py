@@ -13,21 +13,9 @@ from control_plane.topics import TopicAdmin
 from control_plane.transactions.coordinator import TransactionCoordinator
 from control_plane.transactions.state import decided
 from log_store.errors import ProducerFencedError
-from log_store.session import LazySession
 from pipelines.producer import Producer
 from tests.jobs.test_no_jvm import lakelog
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
-
-
-@pytest.fixture()
-def spark():
-    session = LazySession(lambda: pytest.fail("a JVM was started"))
-    yield session
-    assert not session.started
+from tests.support import no_jvm, spark  # noqa: F401 (fixtures: no JVM may start)
 
 
 @pytest.fixture()

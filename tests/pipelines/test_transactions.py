@@ -14,22 +14,10 @@ from control_plane.transactions.coordinator import TransactionCoordinator
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import InvalidTransactionStateError
 from log_store.errors import InvalidRecordError, ProducerFencedError
-from log_store.session import LazySession
 from pipelines.consumer import ArrowHandler, Consumer
 from pipelines.producer import Producer
 from pipelines.settings import ConsumerSettings, ProducerSettings
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
-
-
-@pytest.fixture()
-def spark():
-    session = LazySession(lambda: pytest.fail("a JVM was started"))
-    yield session
-    assert not session.started
+from tests.support import no_jvm, spark  # noqa: F401 (fixtures: no JVM may start)
 
 
 @pytest.fixture()

@@ -13,26 +13,14 @@ import pytest
 
 from control_plane.settings import GroupSettings
 from control_plane.topics import TopicAdmin
-from log_store.session import LazySession
 from log_store.txn_markers import write_markers
 from pipelines.consumer import ArrowHandler, Consumer
 from pipelines.group_consumer import GroupConsumer
 from pipelines.settings import ConsumerSettings
+from tests.support import no_jvm, spark  # noqa: F401 (fixtures: no JVM may start)
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 COMMITTED = ConsumerSettings(isolation_level="read_committed")
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
-
-
-@pytest.fixture()
-def spark():
-    session = LazySession(lambda: pytest.fail("a JVM was started"))
-    yield session
-    assert not session.started
 
 
 @pytest.fixture(params=["partitioned", "arrival"])

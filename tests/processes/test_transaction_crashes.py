@@ -16,26 +16,14 @@ from control_plane.group.offsets import GroupOffsets
 from control_plane.topics import TopicAdmin
 from control_plane.transactions.coordinator import TransactionCoordinator
 from log_store.crash import CRASH_ENV, CRASH_EXIT_CODE
-from log_store.session import LazySession
 from pipelines.consumer import ArrowHandler, Consumer
 from pipelines.producer import Producer
 from pipelines.settings import ConsumerSettings
+from tests.support import no_jvm, spark  # noqa: F401 (fixtures: no JVM may start)
 
 PROJECT = Path(__file__).resolve().parents[2]
 WORKER = PROJECT / "tests" / "processes" / "txn_workers.py"
 RECORDS = 23
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
-
-
-@pytest.fixture()
-def spark():
-    session = LazySession(lambda: pytest.fail("a JVM was started"))
-    yield session
-    assert not session.started
 
 
 def worker(root: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
