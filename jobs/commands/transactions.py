@@ -72,3 +72,32 @@ def abort(c: Context, transactional_id: str, as_json: bool) -> None:
     its partitions, the epoch raised, so its producer is fenced. Refused when nothing is open."""
     row = _coordinator(c).abort(transactional_id)
     emit(_summary(row), as_json, f"transactional id {transactional_id}")
+
+
+@transactions.command("watch")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between two looks at every transactional id.")
+@click.option("--for", "run_for", type=click.FloatRange(min=0), default=None,
+              help="Stop after this many seconds (default: until interrupted).")
+@json_option
+@pass_ctx
+def watch(c: Context, interval: float, run_for: float | None, as_json: bool) -> None:
+    """The transaction timeout's observer, for roots no `lakelog serve` watches: abort every
+    transaction seen unchanged past its `transaction.timeout.ms` (by this process's own clock, from
+    when it first saw it), and finish decided ones, so read_committed readers never wait longer.
+    Prints each transaction it moved."""
+    import json
+    import time
+
+    coordinator = _coordinator(c)
+    stop = None if run_for is None else time.monotonic() + run_for
+    try:
+        while stop is None or time.monotonic() < stop:
+            for row in coordinator.tick():
+                if as_json:  # one JSON object per line, as it happens
+                    click.echo(json.dumps(_summary(row), default=str))
+                else:
+                    emit(_summary(row), False, f"transactional id {row.transactional_id}")
+            time.sleep(interval if stop is None else max(0.0, min(interval, stop - time.monotonic())))
+    except KeyboardInterrupt:
+        pass

@@ -90,3 +90,23 @@ def test_controller_tick_finishes_a_decision_its_producer_left(spark, root):
     got = lakelog(root, "consume", "--topic", "a", "--group", "r", "--from-beginning", "--idle-timeout", "1",
                   "--isolation-level", "read_committed", "--json").stdout
     assert [json.loads(line)["value"] for line in got.splitlines() if line.startswith("{")] == ["decided"]
+
+
+def test_watch_aborts_a_hung_transaction_after_its_timeout_and_only_then(spark, root):
+    """``transactions watch`` is the timeout's observer without a server: a transaction left open
+    by its producer is aborted once the watcher saw it unchanged for its timeout, not before; a
+    read_committed reader then reads past it."""
+    producer = Producer(spark, root, "a")
+    hung = producer.transaction(transactional_id="slow", timeout_ms=60_000)
+    hung.send([{"key": "k", "value": "slow"}])
+    quick = Producer(spark, root, "a").transaction(transactional_id="etl", timeout_ms=1_000)
+    quick.send([{"key": "k", "value": "hung"}])
+    out = lakelog(root, "transactions", "watch", "--interval", "0.2", "--for", "6", "--json").stdout
+    moved = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(m["transactional_id"], m["state"]) for m in moved] == [("etl", "CompleteAbort")]
+    with pytest.raises(ProducerFencedError):
+        quick.commit()
+    states = {r["transactional_id"]: r["state"] for r in json.loads(lakelog(root, "transactions", "list", "--json").stdout)}
+    assert states == {"slow": "Ongoing", "etl": "CompleteAbort"}
+    proc = lakelog(root, "transactions", "watch", "--interval", "0", check=False)
+    assert proc.returncode == 2 and "--interval" in proc.stderr
