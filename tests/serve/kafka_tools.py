@@ -14,6 +14,7 @@ TOOLS = {
     "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "configs": "org.apache.kafka.tools.ConfigCommand",
     "delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "transactions": "org.apache.kafka.tools.TransactionsCommand",
 }
 
 
