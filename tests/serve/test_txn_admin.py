@@ -72,7 +72,7 @@ def described(client: RawClient, ids: list[str]) -> dict[str, dict]:
 @pytest.fixture()
 def two_txns(tmp_path, monkeypatch):
     """(server, bootstrap, root, spark, producer ids) after ``done`` committed 3 records to ``out``
-    partition 0 and ``open`` wrote 2 to partition 1 after one committed record there, still open."""
+    partition 0 and ``open`` wrote 2 to partition 1 after an idempotent producer's record there, still open."""
     gen = serve_txn(tmp_path, monkeypatch)
     server, bootstrap, root, spark = next(gen)
     done = producer(bootstrap, "done")
@@ -80,7 +80,7 @@ def two_txns(tmp_path, monkeypatch):
     for i in range(3):
         done.produce("out", value=f"d{i}", partition=0)
     done.commit_transaction(30)
-    plain = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    plain = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     plain.produce("out", value="plain", partition=1)
     assert plain.flush(30) == 0
     opened = producer(bootstrap, "open", **{"transaction.timeout.ms": 300_000})
@@ -141,7 +141,8 @@ def test_describe_producers_answers_the_open_transactions_first_offset(two_txns)
     assert (opened.current_txn_start_offset, opened.last_sequence) == (1, 1)  # after the plain record at 0
     coordinator = TransactionCoordinator(spark, root).table
     assert opened.producer_epoch == coordinator.get("open").epoch
-    assert ids["done"] not in first[("out", 1)]
+    idempotent = [s for pid, s in first[("out", 1)].items() if pid != ids["open"]]
+    assert [(s.producer_epoch, s.last_sequence, s.current_txn_start_offset) for s in idempotent] == [(0, 0, -1)]
     client.close()
 
 
@@ -190,5 +191,5 @@ def test_kafka_transactions_tool_lists_and_describes(two_txns):
     producers = [line.split("\t") for line in out.strip().splitlines()]
     head = [h.strip() for h in producers[0]]
     rows = [dict(zip(head, [v.strip() for v in r])) for r in producers[1:]]
-    assert [(r["ProducerId"], r["LastSequence"], r["CurrentTransactionStartOffset"]) for r in rows] == [
-        (str(ids["open"]), "1", "1")]
+    assert sorted((r["ProducerId"] == str(ids["open"]), r["LastSequence"], r["CurrentTransactionStartOffset"])
+                  for r in rows) == [(False, "0", "None"), (True, "1", "1")]
