@@ -27,15 +27,11 @@ from log_store.topic_log import TopicLog
 from log_store.txn_markers import write_markers
 from log_store.txn_marks import CONTROL_COLUMN, Marker, Row, committed_view
 from log_store.txn_reads import aborted_in
+from tests.support import no_jvm  # noqa: F401 (fixture: no JVM may start)
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 DAY_MS = 86_400_000
 CLEANER = Cleaner(min_lag_ms=0, delete_retention_ms=DAY_MS, min_dirty_ratio=0.0)
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
 
 
 @pytest.fixture(params=["partitioned", "arrival"])

@@ -22,13 +22,9 @@ from log_store.topic_log import TopicLog
 from log_store.txn_markers import CONTROL_COLUMN, write_markers
 from log_store.txn_marks import (Marker, Row, closed_mark, committed_view, open_mark, open_since,
                                  txn_epoch_app_id, txn_mark_app_id)
+from tests.support import no_jvm  # noqa: F401 (fixture: no JVM may start)
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-
-@pytest.fixture(autouse=True)
-def no_jvm(monkeypatch):
-    monkeypatch.setenv("LAKELOG_NO_JVM", "1")
 
 
 @pytest.fixture(params=["partitioned", "arrival"])
