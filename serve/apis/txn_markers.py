@@ -9,7 +9,9 @@ ended through the coordinator: the whole transaction aborted (or its decision fi
 partition of it is aborted while the others commit; a commit marker for an Ongoing row is refused,
 only the producer's EndTxn commits. Any other is written as a broker does, partition by partition,
 under the log's epoch rule. The coordinator epoch is not checked: lakelog has one coordinator
-table, with no epochs of its own (DescribeProducers answers -1) (docs/design.md, Transactions)."""
+table, with no epochs of its own (DescribeProducers answers -1); nor is v2's transaction version
+(the admin client sends 0): every marker is judged by the log's epoch rule (docs/design.md,
+Transactions)."""
 
 from __future__ import annotations
 
@@ -168,5 +170,5 @@ async def write_txn_markers(server: "Server", conn: "Connection", request: "Requ
 
 
 HANDLERS = {
-    27: (0, 1, write_txn_markers),
+    27: (1, 2, write_txn_markers),  # v0 is gone since Kafka 4.0 (KIP-896); v2's transaction version is not read
 }

@@ -32,11 +32,12 @@ def stable_end(port: int, partition: int) -> int:
     return answer.topics[0].partitions[0].offset
 
 
-def markers(port: int, producer_id: int, epoch: int, partitions: dict[str, list[int]], commit: bool = False) -> dict:
-    """WriteTxnMarkers v1, as Kafka's admin client sends it: each (topic, partition)'s code name."""
+def markers(port: int, producer_id: int, epoch: int, partitions: dict[str, list[int]], commit: bool = False,
+            version: int = 1) -> dict:
+    """WriteTxnMarkers, as Kafka's admin client sends it: each (topic, partition)'s code name."""
     client = RawClient(port)
     try:
-        answer = client.call(27, 1, {"markers": [{
+        answer = client.call(27, version, {"markers": [{
             "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit, "coordinator_epoch": -1,
             "topics": [{"name": t, "partition_indexes": ps} for t, ps in partitions.items()]}]})
     finally:
@@ -109,7 +110,7 @@ def test_kafka_transactions_abort_ends_a_hanging_transaction(tmp_path, monkeypat
 
         pid = kafka_producer_id(opened.producer_id)  # resent: its end is there already; an older epoch is stale
         assert markers(server.port, pid, opened.epoch, {"out": [1]}) == {("out", 1): "NONE"}
-        assert markers(server.port, pid, opened.epoch - 1, {"out": [1]}) == {("out", 1): "INVALID_PRODUCER_EPOCH"}
+        assert markers(server.port, pid, opened.epoch - 1, {"out": [1]}, version=2) == {("out", 1): "INVALID_PRODUCER_EPOCH"}
         assert markers(server.port, pid, opened.epoch + 1, {"out": [7], "nowhere": [0]}) == {
             ("out", 7): "UNKNOWN_TOPIC_OR_PARTITION", ("nowhere", 0): "UNKNOWN_TOPIC_OR_PARTITION"}
         assert stable_end(server.port, 1) == 5
