@@ -26,7 +26,7 @@ from log_store.errors import (LOST_ROOT, ConcurrentCommitError, InvalidPartition
 from log_store.txn_marks import TXN_EPOCH_PREFIX, TXN_MARK_PREFIX, open_since, txn_epoch_app_id, txn_mark_app_id
 from log_store.txn_markers import write_markers
 from serve.errors import code_of, name_of
-from serve.transactions import kafka_code
+from serve.transactions import FENCED, kafka_code
 from serve.txn_ids import kafka_producer_id
 
 if TYPE_CHECKING:
@@ -145,7 +145,9 @@ def write(server: "Server", producer_id: int, epoch: int, commit: bool,
                                                                   partitions).items()})
         return out
     except Exception as exc:  # noqa: BLE001 - every refusal is answered with its code
-        code = kafka_code(exc) or name_of(exc)
+        code = kafka_code(exc)
+        if code in (None, FENCED):  # a fenced producer's: INVALID_PRODUCER_EPOCH, as the log's fence
+            code = name_of(exc)
         if isinstance(exc, (InvalidPartitionMetadataError, ConcurrentCommitError, *LOST_ROOT)):
             code = RETRIABLE
         log.info("WriteTxnMarkers of producer id %s answered %s: %s", producer_id, code, exc)

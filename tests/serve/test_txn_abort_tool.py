@@ -13,6 +13,7 @@ import pytest
 
 from control_plane.transactions.coordinator import TransactionCoordinator
 from control_plane.transactions.rules import TxnState
+from log_store.errors import ConcurrentCommitError, ProducerFencedError, StorageError
 from serve.security import Acl
 from serve.txn_ids import kafka_producer_id
 from tests.serve.raw import RawClient
@@ -171,3 +172,44 @@ def test_abort_needs_cluster_action(tmp_path, monkeypatch):
         assert stable_end(server.port, 1) == 5
     finally:
         next(gen, None)
+
+
+def test_an_abort_of_a_transaction_decided_commit_finishes_the_commit_and_is_refused(tmp_path, monkeypatch):
+    """The coordinator decided commit and did not finish (its server died after the decision): an
+    abort marker would abort one partition of a committed transaction; the commit is finished
+    instead and the abort answered INVALID_TXN_STATE."""
+    from control_plane.transactions.state import decided
+
+    gen = serve_txn(tmp_path, monkeypatch)
+    server, bootstrap, root, spark = next(gen)
+    try:
+        hang(bootstrap)
+        table = TransactionCoordinator(spark, root).table
+        opened = table.get("hanging")
+        monkeypatch.setattr(server.transactions.coordinator, "tick", lambda: [])  # the observer finishes nothing
+        assert table.record(decided(opened, opened.epoch, commit=True))
+        pid = kafka_producer_id(opened.producer_id)
+        assert markers(server.port, pid, opened.epoch, {"out": [1]}) == {("out", 1): "INVALID_TXN_STATE"}
+        assert table.get("hanging").state.value == "CompleteCommit"
+        assert stable_end(server.port, 1) == 5
+        assert committed_values(bootstrap, 4) == ["before", "h0", "h1", "after"]
+    finally:
+        next(gen, None)
+
+
+@pytest.mark.parametrize("error, code", [(ProducerFencedError("fenced"), "INVALID_PRODUCER_EPOCH"),
+                                         (ConcurrentCommitError("lost"), "NOT_LEADER_OR_FOLLOWER"),
+                                         (StorageError("root lost"), "NOT_LEADER_OR_FOLLOWER")])
+def test_a_failure_is_answered_with_a_code_the_admin_client_knows(error, code):
+    """A fenced producer's refusal is Kafka's INVALID_PRODUCER_EPOCH; a lost race or an unreachable
+    root NOT_LEADER_OR_FOLLOWER, which the admin client retries after looking the leader up again."""
+    from types import SimpleNamespace
+
+    from serve.apis.txn_markers import write
+
+    def refuse():
+        raise error
+
+    server = SimpleNamespace(transactions=SimpleNamespace(coordinator=SimpleNamespace(
+        table=SimpleNamespace(latest=refuse))))
+    assert write(server, 7, 0, False, {"out": [0, 1]}) == {("out", 0): code, ("out", 1): code}
