@@ -116,6 +116,7 @@ def test_kafka_transactions_abort_ends_a_hanging_transaction(tmp_path, monkeypat
             ("out", 7): "UNKNOWN_TOPIC_OR_PARTITION", ("nowhere", 0): "UNKNOWN_TOPIC_OR_PARTITION"}
         assert stable_end(server.port, 1) == 5
     finally:
+        hanging = None  # noqa: F841 - gone before the server, which it would call on
         next(gen, None)
 
 
@@ -143,6 +144,7 @@ def test_markers_of_a_producer_the_coordinator_does_not_hold_are_written_as_a_br
         with pytest.raises(confluent_kafka.KafkaException):
             hanging.commit_transaction(30)
     finally:
+        hanging = None  # noqa: F841 - gone before the server, which it would call on
         next(gen, None)
 
 
@@ -156,7 +158,7 @@ def test_abort_needs_cluster_action(tmp_path, monkeypatch):
     gen = serve_txn(tmp_path, monkeypatch, acls=acls)
     server, bootstrap, root, spark = next(gen)
     try:
-        hang(bootstrap)
+        hanging = hang(bootstrap)
         opened = TransactionCoordinator(spark, root).table.get("hanging")
         pid = kafka_producer_id(opened.producer_id)
         assert markers(server.port, pid, opened.epoch, {"out": [1]}) == {("out", 1): "CLUSTER_AUTHORIZATION_FAILED"}
@@ -171,6 +173,7 @@ def test_abort_needs_cluster_action(tmp_path, monkeypatch):
         assert markers(server.port, pid, opened.epoch, {"out": [1]}) == {("out", 1): "NONE"}
         assert stable_end(server.port, 1) == 5
     finally:
+        hanging = None  # noqa: F841 - gone before the server, which it would call on
         next(gen, None)
 
 
@@ -183,7 +186,7 @@ def test_an_abort_of_a_transaction_decided_commit_finishes_the_commit_and_is_ref
     gen = serve_txn(tmp_path, monkeypatch)
     server, bootstrap, root, spark = next(gen)
     try:
-        hang(bootstrap)
+        hanging = hang(bootstrap)
         table = TransactionCoordinator(spark, root).table
         opened = table.get("hanging")
         monkeypatch.setattr(server.transactions.coordinator, "tick", lambda: [])  # the observer finishes nothing
@@ -194,6 +197,7 @@ def test_an_abort_of_a_transaction_decided_commit_finishes_the_commit_and_is_ref
         assert stable_end(server.port, 1) == 5
         assert committed_values(bootstrap, 4) == ["before", "h0", "h1", "after"]
     finally:
+        hanging = None  # noqa: F841 - gone before the server, which it would call on
         next(gen, None)
 
 
