@@ -114,8 +114,9 @@ def _holding_row(server: "Server", producer_id: int, epoch: int) -> TransactionR
 def end_through_coordinator(server: "Server", producer_id: int, epoch: int, commit: bool) -> str | None:
     """End the transaction a coordinator row holds at ``epoch`` as its coordinator would: an
     Ongoing one aborted, a decided one finished, each in commits that depend on the row's version.
-    None when no row holds it (or it settled meanwhile); else the refusal: INVALID_TXN_STATE for
-    a commit of an Ongoing transaction, or of one decided otherwise (that decision is finished)."""
+    None when no row holds it (or it settled meanwhile, the partitions then judged by their
+    epochs); else the refusal: INVALID_TXN_STATE for a commit of an Ongoing transaction, or for
+    a transaction at ``epoch`` decided otherwise (that decision is finished)."""
     coordinator = server.transactions.coordinator
     for _ in range(ATTEMPTS):
         row = _holding_row(server, producer_id, epoch)
@@ -127,8 +128,8 @@ def end_through_coordinator(server: "Server", producer_id: int, epoch: int, comm
         if settled.state.settled:
             log.info("WriteTxnMarkers: transactional id %s ended %s through the coordinator",
                      settled.transactional_id, settled.state.value)
-            aborted = settled.state == TxnState.COMPLETE_ABORT
-            return "INVALID_TXN_STATE" if aborted == commit else None
+            other = TxnState.COMPLETE_ABORT if commit else TxnState.COMPLETE_COMMIT
+            return "INVALID_TXN_STATE" if settled.state == other and settled.ended_epoch == epoch else None
     raise ConcurrentCommitError(f"producer id {producer_id}: the coordinator's row moved {ATTEMPTS} times; retry")
 
 

@@ -217,3 +217,25 @@ def test_a_failure_is_answered_with_a_code_the_admin_client_knows(error, code):
     server = SimpleNamespace(transactions=SimpleNamespace(coordinator=SimpleNamespace(
         table=SimpleNamespace(latest=refuse))))
     assert write(server, 7, 0, False, {"out": [0, 1]}) == {("out", 0): code, ("out", 1): code}
+
+
+def test_an_abort_racing_another_end_of_the_transaction_is_judged_by_what_ended_it():
+    """The row moved while the abort was being recorded: ended as asked, or moved on by a new
+    InitProducerId (Empty at a later epoch), the partitions are judged by their epochs (None); a
+    commit of the transaction at that epoch is refused the abort (INVALID_TXN_STATE)."""
+    from types import SimpleNamespace
+
+    from control_plane.transactions.state import TransactionRow
+    from serve.apis.txn_markers import end_through_coordinator
+
+    ongoing = TransactionRow(transactional_id="t", producer_id="kafka-7", epoch=3, state=TxnState.ONGOING)
+
+    def answer(moved: TransactionRow) -> str | None:
+        coordinator = SimpleNamespace(table=SimpleNamespace(latest=lambda: {"t": ongoing}), settle=lambda row: moved)
+        return end_through_coordinator(SimpleNamespace(transactions=SimpleNamespace(coordinator=coordinator)),
+                                       7, 3, False)
+
+    assert answer(ongoing.changed(state=TxnState.COMPLETE_ABORT, epoch=4, ended_epoch=3)) is None
+    assert answer(ongoing.changed(state=TxnState.EMPTY, epoch=5, ended_epoch=3)) is None
+    assert answer(ongoing.changed(state=TxnState.COMPLETE_COMMIT, epoch=4, ended_epoch=3)) == "INVALID_TXN_STATE"
+    assert answer(ongoing.changed(state=TxnState.COMPLETE_COMMIT, epoch=5, ended_epoch=4)) is None
