@@ -19,7 +19,7 @@ from pydantic import Field
 from log_store.config import Strict
 
 Operation = Literal["read", "write", "create", "delete", "alter", "describe", "describe_configs", "alter_configs",
-                    "idempotent_write", "all"]
+                    "idempotent_write", "cluster_action", "all"]
 IMPLIES = {"describe": {"read", "write", "delete", "alter"}, "describe_configs": {"alter_configs"}}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -174,6 +174,12 @@ class TransactionCoordinator:
             crash_point("txn:after_decision")
         return self.finish(row)
 
+    def settle(self, row: TransactionRow) -> TransactionRow:
+        """End the transaction ``row`` holds as the timeout does (``_settle``), for an admin naming it
+        by producer id and epoch: the abort depends on that version, so a row moved meanwhile is
+        returned as it stands, untouched."""
+        return self._settle(row)
+
     def abort(self, transactional_id: str) -> TransactionRow:
         """Abort the id's ongoing transaction, or finish its decided one (kafka-transactions.sh's
         abort); the id's next producer goes on at the raised epoch, its current one is fenced."""
