@@ -132,3 +132,25 @@ def test_a_row_of_the_older_format_marks_whatever_incarnation_exists(spark, root
     append(spark, root, "a", 0, row.producer_id, 0, ["x"])
     done = coord.end_txn("t1", 0, commit=True)
     assert done.incarnations == {} and committed(spark, root, "a") == ["x"]
+
+
+def test_a_transactions_table_of_the_older_format_gets_the_new_columns_without_a_jvm(spark, root, monkeypatch):
+    import control_plane.tables as tables
+    from control_plane.transactions.state import ADDED_TRANSACTION_COLUMNS, TRANSACTION_SCHEMA
+
+    old = TRANSACTION_SCHEMA.split(", incarnations")[0]
+    monkeypatch.setitem(tables.TABLES, "transactions", old)
+    monkeypatch.setitem(tables.ADDED_COLUMNS, "transactions", {})
+    coord = TransactionCoordinator(spark, root)
+    row = coord.init_producer_id("t1")  # a row of the older format, in a table without the columns
+    assert coord.table.get("t1").ended_producer_id is None
+    monkeypatch.undo()
+    tables._COMPLETE.discard(coord.tables.path("transactions"))
+    coord = TransactionCoordinator(spark, root)
+    assert coord.table.get("t1") == row, "read as it was written"
+    coord.add_partitions("t1", 0, {"a": [0]})
+    append(spark, root, "a", 0, row.producer_id, 0, ["x"])
+    done = coord.end_txn("t1", 0, commit=True)
+    assert set(ADDED_TRANSACTION_COLUMNS) <= set(coord.tables.rows("transactions")[0])
+    assert coord.table.get("t1") == done and done.incarnations == {"a": TopicAdmin(spark, root).incarnation("a")}
+    assert committed(spark, root, "a") == ["x"]
