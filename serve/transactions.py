@@ -28,7 +28,7 @@ import pyarrow as pa
 from control_plane.transactions.coordinator import TransactionCoordinator
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (
-    InvalidTransactionStateError, TransactionRow, UnknownTransactionalIdError,
+    MAX_EPOCH, InvalidTransactionStateError, TransactionRow, UnknownTransactionalIdError,
 )
 from log_store.errors import LOST_ROOT, ConcurrentCommitError, IllegalGenerationError, ProducerFencedError
 from log_store.names import producer_app_id
@@ -39,7 +39,6 @@ log = logging.getLogger("lakelog.serve")
 KAFKA = "kafka-"
 FENCED = "FENCED"  # answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, by the request's version
 FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2}  # API key -> first version answering PRODUCER_FENCED (KIP-588)
-MAX_EPOCH = 2**15 - 1  # a Kafka producer epoch is an int16
 SHORTEST_LOOK = 0.05  # seconds: the observer looks no more often than this
 
 
