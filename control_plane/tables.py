@@ -312,14 +312,18 @@ class ControlTables:
         for column, kind in wanted.items():
             if column in have:
                 continue
-            try:
-                if here:  # no JVM needed: delta-rs adds it (the type read as ``arrow_rows`` reads it)
-                    from deltalake import DeltaTable, Field
+            if here:  # no JVM needed: delta-rs adds it (the type read as ``arrow_rows`` reads it)
+                from deltalake import DeltaTable, Field
 
+                try:
                     field = arrow_rows(self.spark, [], f"`{column}` {kind}").schema.field(column)
                     DeltaTable(path, storage_options=storage).alter.add_columns(Field.from_arrow(field))
-                else:
-                    self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {kind})")
+                    continue
+                except Exception:  # noqa: BLE001 - a racing adder, or a table delta-rs cannot alter: Delta's engine
+                    if column in self._columns(path):
+                        continue
+            try:
+                self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {kind})")
             except Exception:
                 if column not in self._columns(path):
                     raise
