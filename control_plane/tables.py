@@ -21,7 +21,7 @@ from control_plane.records import (
     GENERATION_SCHEMA, MEMBER_SCHEMA, OFFSET_SCHEMA, REPLICA_SCHEMA, SERVER_SCHEMA, TOPIC_SCHEMA, CommitKind,
     MemberHeartbeat,
 )
-from control_plane.transactions.state import TRANSACTION_SCHEMA
+from control_plane.transactions.state import ADDED_TRANSACTION_COLUMNS, TRANSACTION_SCHEMA
 from log_store import commits, rs_reader, rs_tables
 from log_store.engine import DeltaTransaction, log_read_directly
 from log_store.rs_engine import RsTransaction
@@ -88,7 +88,7 @@ POSITION_KINDS = (CommitKind.COMMIT.value, CommitKind.REVOKE.value, CommitKind.R
 
 # Columns added to a table after its first release: an older table gets them when first written.
 ADDED_COLUMNS = {"offset_commits": {COMMIT_ORDER_COLUMN: "BIGINT", "leader_epoch": "INT"}, "group_members": {COMMIT_ORDER_COLUMN: "BIGINT"},
-                 "topic_replicas": {"joining": "ARRAY<STRING>"}}
+                 "topic_replicas": {"joining": "ARRAY<STRING>"}, "transactions": ADDED_TRANSACTION_COLUMNS}
 
 
 # The group_offsets view: each position with when and under which generation it was committed.
@@ -307,13 +307,25 @@ class ControlTables:
         have = set(self._columns(path))
         if all(column in have for column in wanted):
             return
+        here, storage = delta_rs_reads(self.spark, path)
+        here = here and not self.row_tracked(name)  # delta-rs writes no row-tracked table
         for column, kind in wanted.items():
             if column in have:
                 continue
+            if here:  # no JVM needed: delta-rs adds it (the type read as ``arrow_rows`` reads it)
+                from deltalake import DeltaTable, Field
+
+                try:
+                    field = arrow_rows(self.spark, [], f"`{column}` {kind}").schema.field(column)
+                    DeltaTable(path, storage_options=storage).alter.add_columns(Field.from_arrow(field))
+                    continue
+                except Exception:  # noqa: BLE001 - a racing adder, or a table delta-rs cannot alter: Delta's engine
+                    if column in self._columns(path):
+                        continue
             try:
                 self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {kind})")
             except Exception:
-                if column not in self.spark.read.format("delta").load(path).columns:
+                if column not in self._columns(path):
                     raise
 
     def _columns(self, path: str) -> list[str]:

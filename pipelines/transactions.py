@@ -30,6 +30,7 @@ from log_store.errors import InvalidRecordError, ProducerFencedError
 from pipelines.driver_batches import is_plain
 
 if TYPE_CHECKING:
+    from control_plane.transactions.state import TransactionRow
     from pipelines.producer import ProduceResult, Producer
 
 
@@ -85,11 +86,22 @@ class TransactionalId:
     def in_transaction(self, topic: str, rows: pa.Table) -> dict[str, int]:
         """Before a batch's append: its partitions added to the transaction (AddPartitionsToTxn)."""
         partitions = sorted(set(pc.unique(rows.column("partition")).to_pylist()))
-        self.guard(lambda: self.coordinator.add_partitions(self.transactional_id, self.epoch, {topic: partitions}))
+        self.guard(lambda: self.coordinator.add_partitions(self.transactional_id, self.epoch, {topic: partitions},
+                                                           self.producer_id))
         crash_point("txn:after_add_partitions")
         if self.open is not None:
             self.open.touched = True
         return {self.producer_id: self.epoch}
+
+    def follow(self, row: "TransactionRow | None") -> None:
+        """Go on at the producer id and epoch the end of this producer's transaction gave: every end
+        raises the epoch (KIP-890), an exhausted one moves the id to a new producer id at epoch 0
+        (the producers per topic made again under it). Nothing when ``row`` is not that end."""
+        if row is None or not row.ended_at(self.producer_id, self.epoch):
+            return
+        if row.producer_id != self.producer_id:
+            self.topics = {}
+        self.producer_id, self.epoch = row.producer_id, row.epoch
 
     def guard(self, step):
         """Run ``step``; a fence it meets is kept: every later step of this producer refuses."""
@@ -145,10 +157,10 @@ class Transaction:
         ``member_id``: a group member's, checked against the group's fence now."""
         self._check_open()
         owner = self.owner
-        owner.guard(lambda: owner.coordinator.add_offsets(owner.transactional_id, owner.epoch, group))
+        owner.guard(lambda: owner.coordinator.add_offsets(owner.transactional_id, owner.epoch, group, owner.producer_id))
         self.touched = True
         owner.guard(lambda: owner.coordinator.txn_offset_commit(owner.transactional_id, owner.epoch, group, positions,
-                                                                generation, member_id))
+                                                                generation, member_id, owner.producer_id))
 
     def commit(self) -> None:
         self._end(True)
@@ -162,15 +174,14 @@ class Transaction:
         try:
             if self.touched:
                 try:
-                    owner.guard(lambda: owner.coordinator.end_txn(owner.transactional_id, owner.epoch, commit))
+                    row = owner.guard(lambda: owner.coordinator.end_txn(owner.transactional_id, owner.epoch, commit,
+                                                                        owner.producer_id))
                 except ProducerFencedError:
                     raise
                 except Exception:  # decided before it failed: whoever finds the decision finishes it
-                    row = owner.coordinator.table.get(owner.transactional_id)
-                    if row is not None and (row.ended_epoch, row.epoch) == (owner.epoch, owner.epoch + 1):
-                        owner.epoch += 1
+                    owner.follow(owner.coordinator.table.get(owner.transactional_id))
                     raise
-                owner.epoch += 1  # every end raises the epoch (KIP-890): the next transaction's
+                owner.follow(row)
         finally:
             self._close()
 

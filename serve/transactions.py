@@ -9,11 +9,13 @@ Producer ids: a transactional id a server initialises first gets ``kafka-<n>`` (
 partition suffix, so the coordinator's markers (written for the row's producer id) close them.
 An id a Python producer initialised (``txn-<uuid>``) is handed a stable hash of it.
 
-Epochs: the coordinator raises the epoch at every end of a transaction (KIP-890's bump). A client
-that learns the bump (EndTxn v5) uses it; an older one (Kafka's transaction version 1: EndTxn v4
-and below, librdkafka) keeps the epoch InitProducerId gave it, which this server maps to the
-coordinator's epoch it stands for now. The map is the server's memory: after a restart such a
-client that had ended a transaction is fenced (it initialises again), never taken for another."""
+Epochs: the coordinator raises the epoch at every end of a transaction (KIP-890's bump), and moves
+the id to a new producer id at epoch 0 when the epoch would pass Kafka's int16 (the rotation). A
+client that learns the bump (EndTxn v5) uses the producer id and epoch answered; an older one
+(Kafka's transaction version 1: EndTxn v4 and below, librdkafka) keeps those InitProducerId gave
+it, which this server maps to the coordinator's they stand for now. The map is the server's
+memory: after a restart such a client that had ended a transaction is fenced (it initialises
+again), never taken for another."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import pyarrow as pa
 from control_plane.transactions.coordinator import TransactionCoordinator
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (
-    InvalidTransactionStateError, TransactionRow, UnknownTransactionalIdError,
+    MAX_EPOCH, InvalidTransactionStateError, TransactionRow, UnknownTransactionalIdError,
 )
 from log_store.errors import LOST_ROOT, ConcurrentCommitError, IllegalGenerationError, ProducerFencedError
 from log_store.names import producer_app_id
@@ -37,7 +39,6 @@ log = logging.getLogger("lakelog.serve")
 KAFKA = "kafka-"
 FENCED = "FENCED"  # answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, by the request's version
 FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2}  # API key -> first version answering PRODUCER_FENCED (KIP-588)
-MAX_EPOCH = 2**15 - 1  # a Kafka producer epoch is an int16
 SHORTEST_LOOK = 0.05  # seconds: the observer looks no more often than this
 
 
@@ -116,10 +117,11 @@ class Transactions:
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.coordinator = TransactionCoordinator(ctx.spark, ctx.root)
+        self.coordinator = TransactionCoordinator(ctx.spark, ctx.root, new_producer_id=new_producer_id)
         self._lock = threading.Lock()
-        self._epochs: dict[str, tuple[int, int]] = {}  # id -> (its client's epoch, the coordinator's it stands for)
-        self._ended: dict[str, tuple[int, bool]] = {}  # id -> (epoch after its last EndTxn here, committed)
+        # id -> (its client's (producer id, epoch), the coordinator's they stand for)
+        self._held: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
+        self._ended: dict[str, tuple[int, int, bool]] = {}  # id -> (producer id, epoch after its last EndTxn here, committed)
         self._rows: dict[str, TransactionRow] = {}  # id -> its row as this server last recorded or read it
         self._shortest: int | None = None  # the shortest transaction timeout initialised here
         self._stop = threading.Event()
@@ -137,14 +139,17 @@ class Transactions:
         if held_id != -1:
             row = self.coordinator.table.get(tid)
             if row is not None:
-                self._check_id(row, held_id)
-                held = self.coordinator_epoch(tid, held_epoch)
-                timed_out = row.state == TxnState.COMPLETE_ABORT and row.ended_epoch == held  # its abort's bump
-                if held < row.epoch and not row.state.deciding and not timed_out:
-                    raise TxnError(FENCED, f"transactional id '{tid}' is at epoch {row.epoch}")
+                pid, held = self.coordinator_ids(tid, held_id, held_epoch)
+                current, last = pid == kafka_producer_id(row.producer_id), pid == kafka_producer_id(row.ended_by)
+                if not (current or last):
+                    self._check_id(row, pid)
+                timed_out = last and row.state == TxnState.COMPLETE_ABORT and row.ended_epoch == held  # its abort's bump
+                if (not current or held < row.epoch) and not row.state.deciding and not timed_out:
+                    raise TxnError(FENCED, f"transactional id '{tid}' is at producer id "
+                                   f"{kafka_producer_id(row.producer_id)}, epoch {row.epoch}")
         row = self._in_int16(self.coordinator.init_producer_id(tid, timeout_ms, new_producer_id))
         with self._lock:
-            self._epochs[tid] = (row.epoch, row.epoch)
+            self._held[tid] = ((kafka_producer_id(row.producer_id), row.epoch),) * 2
             self._ended.pop(tid, None)
             self._rows[tid] = row
             self._shortest = min(self._shortest or timeout_ms, timeout_ms)
@@ -177,20 +182,21 @@ class Transactions:
         row = self.coordinator.table.get(tid)
         if row is None:
             raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")
-        self._check_id(row, producer_id)
-        at = self.coordinator_epoch(tid, epoch)
+        pid, at = self.coordinator_ids(tid, producer_id, epoch)
+        if pid not in (kafka_producer_id(row.producer_id), kafka_producer_id(row.ended_by)):
+            self._check_id(row, pid)
+        mine = row.producer_id if pid == kafka_producer_id(row.producer_id) else row.ended_by  # a retry's, after a move
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         with self._lock:
-            retried = self._ended.get(tid) == (at, commit) and row.epoch == at and row.state == done
+            retried = self._ended.get(tid) == (pid, at, commit) and row.epoch == at and row.state == done
         if retried:  # the answer to an EndTxn was lost and the client sent it again
             return row
-        ended = self._keep(self.coordinator.end_txn(tid, at, commit))
-        if learns_bump:
-            self._in_int16(ended)
+        ended = self._keep(self.coordinator.end_txn(tid, at, commit, mine))
+        self._in_int16(ended)
+        after = (kafka_producer_id(ended.producer_id), ended.epoch)
         with self._lock:
-            held = epoch if not learns_bump else ended.epoch
-            self._epochs[tid] = (held, ended.epoch)
-            self._ended[tid] = (ended.epoch, commit)
+            self._held[tid] = (after if learns_bump else (producer_id, epoch), after)
+            self._ended[tid] = (*after, commit)
         return ended
 
     def writer(self, tid: str, producer_id: int, epoch: int, topic: str, partition: int) -> tuple[str, int]:
@@ -199,7 +205,7 @@ class Transactions:
         transaction (INVALID_TXN_STATE) or the producer is not the id's (INVALID_PRODUCER_ID_MAPPING).
         Judged on the row as last seen here, read again before refusing; the log's epoch fence
         refuses an append of a transaction ended meanwhile (``ProducerFencedError``)."""
-        at = self.coordinator_epoch(tid, epoch)
+        producer_id, at = self.coordinator_ids(tid, producer_id, epoch)
         for fresh in (False, True):
             with self._lock:
                 row = None if fresh else self._rows.get(tid)
@@ -219,12 +225,12 @@ class Transactions:
                        f"'{tid}': the producer adds it first (AddPartitionsToTxn)")
 
     # -- what the server keeps -----------------------------------------------------------------
-    def coordinator_epoch(self, tid: str, epoch: int) -> int:
-        """The coordinator's epoch a client's ``epoch`` stands for (itself, unless this server
-        ended a transaction of the client's without it learning the bump)."""
+    def coordinator_ids(self, tid: str, producer_id: int, epoch: int) -> tuple[int, int]:
+        """The coordinator's (Kafka producer id, epoch) a client's stand for (themselves, unless this
+        server ended a transaction of the client's without it learning the bump or the rotation)."""
         with self._lock:
-            held = self._epochs.get(tid)
-        return held[1] if held is not None and held[0] == epoch else epoch
+            held = self._held.get(tid)
+        return held[1] if held is not None and held[0] == (producer_id, epoch) else (producer_id, epoch)
 
     def _current(self, tid: str, producer_id: int, epoch: int) -> tuple[TransactionRow, int]:
         """The id's row read now and the coordinator's epoch of the client's, in Kafka's order of
@@ -233,8 +239,8 @@ class Transactions:
         row = self.coordinator.table.get(tid)
         if row is None:
             raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}': InitProducerId first")
+        producer_id, at = self.coordinator_ids(tid, producer_id, epoch)
         self._check_id(row, producer_id)
-        at = self.coordinator_epoch(tid, epoch)
         if at != row.epoch:
             raise TxnError(FENCED, f"producer epoch {epoch} of '{tid}' is fenced: the id is at epoch {row.epoch}")
         if row.state.deciding:
@@ -244,11 +250,12 @@ class Transactions:
 
     @staticmethod
     def _in_int16(row: TransactionRow) -> TransactionRow:
-        """``row``, whose epoch a Kafka client can hold (an int16); else refused, said plainly: the
-        coordinator keeps one producer id per transactional id, where Kafka's gives a new one."""
+        """``row``, whose epoch a Kafka client can hold (an int16); else refused, said plainly (the
+        coordinator moves an exhausted id to a new producer id: only a row it did not raise is past)."""
         if row.epoch > MAX_EPOCH:
             raise TxnError("UNKNOWN_SERVER_ERROR", f"transactional id '{row.transactional_id}' is at epoch {row.epoch}, "
-                           f"past Kafka's {MAX_EPOCH}: give the producer another transactional.id")
+                           f"past Kafka's {MAX_EPOCH}: initialise the id again (InitProducerId) or give the producer "
+                           "another transactional.id")
         return row
 
     @staticmethod

@@ -13,7 +13,6 @@ decision is idempotent. A crash point names each gap (``log_store.crash``)."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Callable
 
 from control_plane.group.offsets import GroupOffsets
@@ -23,8 +22,8 @@ from control_plane.tables import ControlTables, counted
 from control_plane.topics import TopicAdmin
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (
-    InvalidTransactionStateError, TimeoutWatch, TransactionRow, UnknownTransactionalIdError, completed, decided,
-    initialized, with_group, with_partitions, with_positions,
+    InvalidTransactionStateError, ProducerFencedError, TimeoutWatch, TransactionRow, UnknownTransactionalIdError,
+    completed, decided, initialized, new_txn_producer_id, with_group, with_partitions, with_positions,
 )
 from control_plane.transactions.table import TransactionTable
 from log_store.crash import crash_point
@@ -36,19 +35,25 @@ ATTEMPTS = 50  # changes to one id's row lost to others before giving up
 
 
 def positions_app_id(transactional_id: str) -> str:
-    """The application version of ``offset_commits`` recording which of the id's transactions
-    (its ended epoch + 1) had its positions committed: written once, whoever finishes it."""
+    """The application version of ``offset_commits`` recording which of the id's transactions had
+    its positions committed (``positions_version``): written once, whoever finishes it."""
     return f"lakelog.txn.positions.{transactional_id}"
 
 
-def _uuid_id() -> str:
-    return f"txn-{uuid.uuid4()}"
+def positions_version(row: TransactionRow) -> int:
+    """The version ``positions_app_id`` is raised to by the decision ``row`` holds: the row's version,
+    which rises with every change to the id, across a move to a new producer id too (where the
+    epoch starts again at 0). A decision of the older format (no ``ended_producer_id``) counts
+    as it did, its ended epoch + 1, below any later decision's row version."""
+    return row.ended_epoch + 1 if row.ended_producer_id is None else row.version
 
 
 class TransactionCoordinator:
     """The coordinator's steps for every transactional id under one root."""
 
-    def __init__(self, spark, root: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spark, root: str, clock: Callable[[], float] = time.monotonic,
+                 new_producer_id: Callable[[], str] = new_txn_producer_id) -> None:
+        self.new_producer_id = new_producer_id  # names a new producer id (a new id's, an exhausted epoch's)
         self.tables = ControlTables(spark, RootLayout(root))
         self.table = TransactionTable(self.tables)
         self.admin = TopicAdmin(spark, root)
@@ -59,9 +64,10 @@ class TransactionCoordinator:
     def init_producer_id(self, transactional_id: str, timeout_ms: int = 60_000,
                          new_producer_id: Callable[[], str] | None = None) -> TransactionRow:
         """InitProducerId: a decided transaction finished, an ongoing one aborted, then the epoch
-        raised (a new id gets a producer id of its own, kept across epochs, at epoch 0). Returns
-        the row at the new epoch: the caller's producer id and epoch. ``new_producer_id`` names a
-        new id's producer (``lakelog serve`` hands Kafka's clients an int: ``kafka-<n>``)."""
+        raised (a new id gets a producer id of its own, kept across epochs, at epoch 0; an exhausted
+        epoch moves the id to a new one at 0). Returns the row at the new epoch: the caller's
+        producer id and epoch. ``new_producer_id`` names a new producer (default: the coordinator's)."""
+        new_producer_id = new_producer_id or self.new_producer_id
         if not transactional_id:
             raise InvalidTransactionStateError("a transactional id must not be empty")
         for _ in range(ATTEMPTS):
@@ -69,34 +75,39 @@ class TransactionCoordinator:
             if row is not None and not row.state.settled:
                 self._settle(row)
                 continue
-            new = initialized(row, transactional_id, row.producer_id if row else (new_producer_id or _uuid_id)(),
-                              timeout_ms)
+            new = initialized(row, transactional_id, row.producer_id if row else new_producer_id(), timeout_ms,
+                              new_producer_id)
             if self.table.record(new):
                 return new
         raise ConcurrentCommitError(f"transactional id '{transactional_id}': InitProducerId lost to other changes "
                                     f"{ATTEMPTS} times; try again")
 
-    def add_partitions(self, transactional_id: str, epoch: int, partitions: dict[str, list[int]]) -> TransactionRow:
-        """AddPartitionsToTxn, before any append to them (nothing recorded when all are in already)."""
+    def add_partitions(self, transactional_id: str, epoch: int, partitions: dict[str, list[int]],
+                       producer_id: str | None = None) -> TransactionRow:
+        """AddPartitionsToTxn, before any append to them (nothing recorded when all are in already),
+        each topic's incarnation recorded with them (its markers go to that one only)."""
+        incarnations = {t: self.admin.incarnation(t) for t in partitions}
+
         def change(row: TransactionRow) -> TransactionRow | None:
             if (row.epoch == epoch and row.state == TxnState.ONGOING
-                    and all(set(ps) <= set(row.partitions.get(t, [])) for t, ps in partitions.items())):
+                    and all(set(ps) <= set(row.partitions.get(t, [])) for t, ps in partitions.items())
+                    and all(row.incarnations.get(t) in (None, i) for t, i in incarnations.items())):
                 return None
-            return with_partitions(row, epoch, partitions)
+            return with_partitions(row, epoch, partitions, incarnations)
 
-        return self._change(transactional_id, change)
+        return self._change(transactional_id, change, producer_id)
 
-    def add_offsets(self, transactional_id: str, epoch: int, group: str) -> TransactionRow:
+    def add_offsets(self, transactional_id: str, epoch: int, group: str, producer_id: str | None = None) -> TransactionRow:
         """AddOffsetsToTxn: ``group``'s positions will be committed by the transaction."""
         def change(row: TransactionRow) -> TransactionRow | None:
             if row.epoch == epoch and row.state == TxnState.ONGOING and row.group == group:
                 return None
             return with_group(row, epoch, group)
 
-        return self._change(transactional_id, change)
+        return self._change(transactional_id, change, producer_id)
 
     def txn_offset_commit(self, transactional_id: str, epoch: int, group: str, positions: dict[str, dict[int, int]],
-                          generation: int = 0, member_id: str = "") -> TransactionRow:
+                          generation: int = 0, member_id: str = "", producer_id: str | None = None) -> TransactionRow:
         """TxnOffsetCommit: positions kept with the transaction, the group's only when its commit
         completes. A member's generation is checked now, against the group's fence, as Kafka's
         group coordinator checks it (IllegalGenerationError: the member was replaced)."""
@@ -110,18 +121,21 @@ class TransactionCoordinator:
                 raise IllegalGenerationError(f"member '{member_id}' of group '{group}' sends positions of generation "
                                              f"{generation}, but the group is on generation {fence}: it must rejoin")
         return self._change(transactional_id, lambda row: with_positions(row, epoch, group, positions, generation,
-                                                                         member_id))
+                                                                         member_id), producer_id)
 
-    def end_txn(self, transactional_id: str, epoch: int, commit: bool) -> TransactionRow:
+    def end_txn(self, transactional_id: str, epoch: int, commit: bool, producer_id: str | None = None) -> TransactionRow:
         """EndTxn: the decision recorded, then finished (markers, positions, Complete*). A retried
-        EndTxn of the transaction just ended (the same decision) finishes it again, if need be."""
+        EndTxn of the transaction just ended (the same decision) finishes it again, if need be. The
+        row returned holds the producer id and epoch the producer goes on with (a new producer id
+        at epoch 0 when the epoch was exhausted)."""
         wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
 
         def change(row: TransactionRow) -> TransactionRow | None:
-            if row.ended_epoch == epoch and row.epoch == epoch + 1 and row.state in (wanted, done):
+            if row.ended_at(producer_id, epoch) and row.state in (wanted, done):
                 return None  # a retry: decided already
-            return decided(row, epoch, commit)
+            self._check_producer(row, producer_id)
+            return decided(row, epoch, commit, self.new_producer_id)
 
         row = self._change(transactional_id, change)
         crash_point("txn:after_decision")
@@ -137,22 +151,26 @@ class TransactionCoordinator:
             return row
         commit = row.state == TxnState.PREPARE_COMMIT
         for topic, partitions in sorted(row.partitions.items()):
-            self._markers(topic, row.producer_id, row.ended_epoch, commit, partitions)
+            self._markers(topic, row.incarnations.get(topic), row.ended_by, row.ended_epoch, commit, partitions)
             crash_point("txn:after_topic_markers")
         if commit and row.group and row.positions:
             self.offsets.commit_once(
                 row.group, {TopicPartition(topic=t, partition=p): o for t, ps in row.positions.items() for p, o in ps.items()},
-                positions_app_id(row.transactional_id), row.ended_epoch + 1, row.generation, row.member_id)
+                positions_app_id(row.transactional_id), positions_version(row), row.generation, row.member_id)
             crash_point("txn:after_positions")
         done = completed(row)
         if self.table.record(done):
             return done
         return self.table.get(row.transactional_id) or done
 
-    def _markers(self, topic: str, producer_id: str, ended: int, commit: bool, partitions: list[int]) -> None:
+    def _markers(self, topic: str, incarnation: int | None, producer_id: str, ended: int, commit: bool,
+                 partitions: list[int]) -> None:
         """One topic's markers, the partition count read again when a resize moved it meanwhile. A
-        deleted topic takes none: its log, and what the transaction wrote there, is gone."""
+        deleted topic takes none: its log, and what the transaction wrote there, is gone; so does
+        one created again since the partitions were added (``incarnation``; None: not recorded)."""
         for attempt in range(ATTEMPTS):
+            if incarnation is not None and self.admin.incarnation(topic) != incarnation:
+                return
             try:
                 log = self.admin.log(topic)
                 write_markers(log, producer_id, ended, commit, partitions, log.metadata().undeleted_partition_count)
@@ -167,7 +185,7 @@ class TransactionCoordinator:
         """An ongoing transaction aborted (in a commit that depends on the version read), a decided
         one finished: what InitProducerId, ``abort`` and the timeout do before anything else."""
         if row.state == TxnState.ONGOING:
-            aborted = decided(row, row.epoch, commit=False)
+            aborted = decided(row, row.epoch, commit=False, new_producer_id=self.new_producer_id)
             if not self.table.record(aborted):
                 return self.table.get(row.transactional_id) or row  # it moved: the caller reads it again
             row = aborted
@@ -209,14 +227,25 @@ class TransactionCoordinator:
         return moved
 
     # -- one change ----------------------------------------------------------------------------
-    def _change(self, transactional_id: str, change: Callable[[TransactionRow], TransactionRow | None]) -> TransactionRow:
+    @staticmethod
+    def _check_producer(row: TransactionRow, producer_id: str | None) -> None:
+        """A producer naming its producer id (None: not named) is fenced when the id moved to
+        another: after a move the epoch starts again at 0, so the epoch alone does not fence it."""
+        if producer_id is not None and producer_id != row.producer_id:
+            raise ProducerFencedError(f"transactional id '{row.transactional_id}' is now producer id "
+                                      f"'{row.producer_id}', not '{producer_id}': this producer was replaced by a "
+                                      "newer instance: close it")
+
+    def _change(self, transactional_id: str, change: Callable[[TransactionRow], TransactionRow | None],
+                producer_id: str | None = None) -> TransactionRow:
         """Read the id's row, ``change`` it (None: nothing to record), record it at the next version;
-        read again when another change landed first."""
+        read again when another change landed first. ``producer_id``: the caller's, checked first."""
         for _ in range(ATTEMPTS):
             row = self.table.get(transactional_id)
             if row is None:
                 raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}': a producer "
                                                   "initialises it first (InitProducerId)")
+            self._check_producer(row, producer_id)
             new = change(row)
             if new is None:
                 return row

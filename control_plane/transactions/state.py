@@ -6,6 +6,7 @@ win. ``TimeoutWatch`` decides a transaction has hung by the observer's own monot
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -28,8 +29,20 @@ TRANSACTION_SCHEMA = (
     "transactional_id STRING NOT NULL, producer_id STRING NOT NULL, epoch INT NOT NULL, state STRING NOT NULL, "
     "partitions ARRAY<STRUCT<topic: STRING, partitions: ARRAY<INT>>>, `group` STRING, "
     "positions ARRAY<STRUCT<topic: STRING, partition: INT, offset: BIGINT>>, generation INT, member_id STRING, "
-    "timeout_ms BIGINT, ended_epoch INT, version BIGINT NOT NULL, changed_at TIMESTAMP_NTZ, changed_by STRING"
+    "timeout_ms BIGINT, ended_epoch INT, version BIGINT NOT NULL, changed_at TIMESTAMP_NTZ, changed_by STRING, "
+    "incarnations ARRAY<STRUCT<topic: STRING, incarnation: INT>>, ended_producer_id STRING"
 )
+# The columns added since the table's first release (``ControlTables._add_columns``).
+ADDED_TRANSACTION_COLUMNS = {"incarnations": "ARRAY<STRUCT<topic: STRING, incarnation: INT>>",
+                             "ended_producer_id": "STRING"}
+# A Kafka producer epoch is an int16: a raise past this moves the id to a new producer id at epoch
+# 0 (KIP-890's rotation), so the epoch never runs out. Module-level, so a test can lower it.
+MAX_EPOCH = 2**15 - 1
+
+
+def new_txn_producer_id() -> str:
+    """A producer id of the coordinator's own (``lakelog serve`` hands its clients ``kafka-<n>``)."""
+    return f"txn-{uuid.uuid4()}"
 
 
 def utcnow() -> datetime:
@@ -52,6 +65,12 @@ class TransactionRow(BaseModel):
     member_id: str = ""
     timeout_ms: int = 60_000
     ended_epoch: int = -1  # the epoch of the transaction being, or last, decided
+    # the producer id of that transaction: the row's own, unless the decision moved the id to a new
+    # one (the epoch exhausted); None in rows of the older format (then the row's own)
+    ended_producer_id: str | None = None
+    # topic -> the incarnation (``TopicAdmin.incarnation``) its partitions were added in; a topic
+    # absent (rows of the older format) takes markers in whatever incarnation exists at the end
+    incarnations: dict[str, int] = Field(default_factory=dict)
     version: int = 1  # the row's version (an application version of the table)
     changed_at: datetime = Field(default_factory=utcnow)
     changed_by: str = "lakelog"
@@ -66,7 +85,21 @@ class TransactionRow(BaseModel):
         out["partitions"] = [{"topic": t, "partitions": ps} for t, ps in sorted(self.partitions.items())]
         out["positions"] = [{"topic": t, "partition": p, "offset": o}
                             for t, ps in sorted(self.positions.items()) for p, o in sorted(ps.items())]
+        out["incarnations"] = [{"topic": t, "incarnation": i} for t, i in sorted(self.incarnations.items())]
         return out
+
+    @property
+    def ended_by(self) -> str:
+        """The producer id of the transaction being, or last, decided."""
+        return self.ended_producer_id or self.producer_id
+
+    def ended_at(self, producer_id: str | None, epoch: int) -> bool:
+        """Whether the transaction being, or last, decided is ``producer_id``'s (None: any) of ``epoch``,
+        the id raised past it since by that decision alone (a retried EndTxn's check)."""
+        if self.ended_epoch != epoch or producer_id not in (None, self.ended_by):
+            return False
+        rotated = self.ended_by != self.producer_id
+        return self.epoch == (0 if rotated else epoch + 1)
 
     @classmethod
     def of(cls, row: dict) -> "TransactionRow":
@@ -76,7 +109,8 @@ class TransactionRow(BaseModel):
             positions.setdefault(r["topic"], {})[r["partition"]] = r["offset"]
         return cls.model_validate({**row, "partitions": {r["topic"]: list(r["partitions"] or [])
                                                          for r in row.get("partitions") or []},
-                                   "positions": positions})
+                                   "positions": positions,
+                                   "incarnations": {r["topic"]: r["incarnation"] for r in row.get("incarnations") or []}})
 
 
 def _refuse(row: TransactionRow, wanted: TxnState, epoch: int) -> None:
@@ -89,27 +123,49 @@ def _refuse(row: TransactionRow, wanted: TxnState, epoch: int) -> None:
     raise InvalidTransactionStateError(f"transactional id '{row.transactional_id}': {why}")
 
 
-def initialized(row: TransactionRow | None, transactional_id: str, producer_id: str, timeout_ms: int) -> TransactionRow:
-    """InitProducerId on a settled id: the epoch raised (a new id starts at 0). A transaction still
-    ongoing or deciding must be aborted or finished first (``needs_finishing``)."""
+def _raised(row: TransactionRow, new_producer_id: Callable[[], str]) -> dict:
+    """The producer id and epoch after a raise: the epoch + 1, or, past ``MAX_EPOCH``, a new producer
+    id at epoch 0 (the old id's records and markers stay under the old one; its zombies are fenced
+    by the id and, in the log, by the markers written at its last epoch)."""
+    if row.epoch + 1 > MAX_EPOCH:
+        return {"producer_id": new_producer_id(), "epoch": 0}
+    return {"producer_id": row.producer_id, "epoch": row.epoch + 1}
+
+
+def initialized(row: TransactionRow | None, transactional_id: str, producer_id: str, timeout_ms: int,
+                new_producer_id: Callable[[], str] = new_txn_producer_id) -> TransactionRow:
+    """InitProducerId on a settled id: the epoch raised (a new id starts at 0 with ``producer_id``;
+    an exhausted epoch moves the id to ``new_producer_id()``). A transaction still ongoing or
+    deciding must be aborted or finished first (``needs_finishing``)."""
     if row is None:
         return TransactionRow(transactional_id=transactional_id, producer_id=producer_id, timeout_ms=timeout_ms)
     if not row.state.settled:
         raise InvalidTransactionStateError(f"transactional id '{transactional_id}' is {row.state.value}: "
                                            "finish or abort it before initializing")
-    return row.changed(epoch=row.epoch + 1, state=TxnState.EMPTY, partitions={}, group=None, positions={},
-                       timeout_ms=timeout_ms)
+    return row.changed(**_raised(row, new_producer_id), ended_producer_id=row.ended_by, state=TxnState.EMPTY,
+                       partitions={}, incarnations={}, group=None, positions={}, timeout_ms=timeout_ms)
 
 
-def with_partitions(row: TransactionRow, epoch: int, partitions: dict[str, list[int]]) -> TransactionRow:
-    """AddPartitionsToTxn: before any append to them, so whoever aborts knows every partition."""
+def with_partitions(row: TransactionRow, epoch: int, partitions: dict[str, list[int]],
+                    incarnations: dict[str, int] | None = None) -> TransactionRow:
+    """AddPartitionsToTxn: before any append to them, so whoever aborts knows every partition, and
+    in which incarnation of its topic (``incarnations``): a topic deleted and created again since
+    it was added is refused, the transaction is to be aborted (its partitions' records are gone)."""
     _refuse(row, TxnState.ONGOING, epoch)
     ongoing = row.state == TxnState.ONGOING
     merged = {t: list(ps) for t, ps in row.partitions.items()} if ongoing else {}
+    known = dict(row.incarnations) if ongoing else {}
     for topic, ps in partitions.items():
+        now = (incarnations or {}).get(topic)
+        if topic in merged and known.get(topic) not in (None, now):
+            raise InvalidTransactionStateError(
+                f"topic '{topic}' was deleted and created again since transactional id '{row.transactional_id}' added "
+                f"it (incarnation {known[topic]}, now {now}): abort the transaction and send again in a new one")
         merged[topic] = sorted(set(merged.get(topic, [])) | set(ps))
-    return row.changed(state=TxnState.ONGOING, partitions=merged, group=row.group if ongoing else None,
-                       positions=row.positions if ongoing else {})
+        if now is not None and topic not in known:
+            known[topic] = now
+    return row.changed(state=TxnState.ONGOING, partitions=merged, incarnations=known,
+                       group=row.group if ongoing else None, positions=row.positions if ongoing else {})
 
 
 def with_group(row: TransactionRow, epoch: int, group: str) -> TransactionRow:
@@ -119,7 +175,8 @@ def with_group(row: TransactionRow, epoch: int, group: str) -> TransactionRow:
         raise InvalidTransactionStateError(f"transactional id '{row.transactional_id}' commits the positions of "
                                            f"group '{row.group}' already; one group per transaction")
     ongoing = row.state == TxnState.ONGOING
-    return row.changed(state=TxnState.ONGOING, partitions=row.partitions if ongoing else {}, group=group,
+    return row.changed(state=TxnState.ONGOING, partitions=row.partitions if ongoing else {},
+                       incarnations=row.incarnations if ongoing else {}, group=group,
                        positions=row.positions if ongoing else {})
 
 
@@ -137,12 +194,15 @@ def with_positions(row: TransactionRow, epoch: int, group: str, positions: dict[
     return row.changed(positions=merged, generation=generation, member_id=member_id)
 
 
-def decided(row: TransactionRow, epoch: int, commit: bool) -> TransactionRow:
+def decided(row: TransactionRow, epoch: int, commit: bool,
+            new_producer_id: Callable[[], str] = new_txn_producer_id) -> TransactionRow:
     """EndTxn's decision: Prepare*, the epoch raised past the transaction (KIP-890's bump), so
-    its markers, written at the new epoch, fence its late appends."""
+    its markers, written at the new epoch, fence its late appends; past ``MAX_EPOCH`` the id goes
+    on under ``new_producer_id()`` at epoch 0 (KIP-890's rotation), the markers under the old one."""
     wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     _refuse(row, wanted, epoch)
-    return row.changed(state=wanted, epoch=row.epoch + 1, ended_epoch=row.epoch)
+    return row.changed(**_raised(row, new_producer_id), state=wanted, ended_epoch=row.epoch,
+                       ended_producer_id=row.producer_id)
 
 
 def completed(row: TransactionRow) -> TransactionRow:
@@ -154,10 +214,10 @@ def completed(row: TransactionRow) -> TransactionRow:
     return row.changed(state=done)
 
 
-def aborted_on_timeout(row: TransactionRow) -> TransactionRow:
+def aborted_on_timeout(row: TransactionRow, new_producer_id: Callable[[], str] = new_txn_producer_id) -> TransactionRow:
     """The timeout's abort of an ongoing transaction, at the row's own epoch (the observer holds no
     epoch of its own; its commit depends on the row's version like any other)."""
-    return decided(row, row.epoch, commit=False)
+    return decided(row, row.epoch, commit=False, new_producer_id=new_producer_id)
 
 
 class TimeoutWatch:

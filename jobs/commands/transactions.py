@@ -42,7 +42,8 @@ def list_(c: Context, as_json: bool) -> None:
 @pass_ctx
 def describe(c: Context, transactional_id: str, as_json: bool) -> None:
     """One id's state: producer id, epoch, state, the partitions and group of its transaction, the
-    group's positions pending in it, and the row's versions."""
+    group's positions pending in it, the producer id and epoch of the transaction last decided (the
+    producer id differs once an exhausted epoch moved the id to a new one), and the row's versions."""
     from control_plane.transactions.state import UnknownTransactionalIdError
 
     history = _coordinator(c).table.history(transactional_id)
@@ -50,12 +51,13 @@ def describe(c: Context, transactional_id: str, as_json: bool) -> None:
         raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}' under {c.root}: "
                                           "`lakelog transactions list` shows the known ones")
     row = history[-1]
-    out = {**_summary(row), "ended_epoch": row.ended_epoch,
+    out = {**_summary(row), "ended_epoch": row.ended_epoch, "ended_producer_id": row.ended_by,
            "pending_positions": [{"topic": t, "partition": p, "offset": o}
                                  for t, ps in sorted(row.positions.items()) for p, o in sorted(ps.items())]}
     if as_json:
         emit({**out, "partitions": row.partitions, "history": [
-            {"version": r.version, "epoch": r.epoch, "state": r.state.value, "changed_at": r.changed_at}
+            {"version": r.version, "producer_id": r.producer_id, "epoch": r.epoch, "state": r.state.value,
+             "changed_at": r.changed_at}
             for r in history]}, True)
         return
     emit({**out, "pending_positions": ", ".join(f"{p['topic']}:{p['partition']}={p['offset']}"

@@ -210,10 +210,6 @@ def test_racing_initialisations_of_a_new_id_share_one_producer_id_at_two_epochs(
     assert [r.version for r in TransactionCoordinator(spark, root).table.history("t1")] == [1, 2, 3]
 
 
-@pytest.mark.xfail(strict=True, reason="the coordinator writes a transaction's markers to whatever incarnation of a "
-                   "topic exists when it ends (control_plane/transactions/coordinator.py _markers): a topic deleted "
-                   "and created again while the transaction was open takes an abort marker, at offset 0, for records "
-                   "its old incarnation held; the row does not record which incarnation each partition was added in")
 def test_a_transaction_open_on_a_topic_deleted_and_created_again_leaves_the_new_topic_no_marker(spark, tmp_path):
     from control_plane.controller import TopicController
     from deltalake import DeltaTable

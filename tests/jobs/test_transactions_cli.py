@@ -42,6 +42,8 @@ def test_list_and_describe_show_each_ids_state_and_its_pending_positions(spark, 
     assert described["pending_positions"] == [{"topic": "a", "partition": 0, "offset": 4},
                                               {"topic": "a", "partition": 1, "offset": 2}]
     assert [h["state"] for h in described["history"]] == ["Empty", "Ongoing", "Ongoing", "Ongoing"]
+    done = json.loads(lakelog(root, "transactions", "describe", "--transactional-id", "done", "--json").stdout)
+    assert done["ended_producer_id"] == done["producer_id"] and done["ended_epoch"] == 0
     text = lakelog(root, "transactions", "describe", "--transactional-id", "open").stdout
     assert "Ongoing" in text and "a:0=4, a:1=2" in text
     assert "open" in lakelog(root, "transactions", "list").stdout

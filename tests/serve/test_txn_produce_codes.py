@@ -199,16 +199,6 @@ def test_txn_offset_commit_checks_the_member_as_the_group_coordinator_does(txn_s
         consumer.close()
 
 
-def test_an_epoch_past_kafkas_int16_is_refused_plainly(txn_served):
-    server, _bootstrap, _root, _spark = txn_served
-    client = RawClient(server.port)
-    _code, pid, epoch = init(client, "old")
-    table = server.transactions.coordinator.table
-    table.record(table.get("old").changed(epoch=2**15 - 1))
-    assert init(client, "old")[0] == "UNKNOWN_SERVER_ERROR", "epoch 32768 cannot be answered"
-    client.close()
-
-
 def test_a_control_batch_from_a_producer_is_refused(txn_served):
     """Markers are the coordinator's to write: a producer's control batch (attributes 0x20) is
     INVALID_RECORD, even inside its transaction."""
