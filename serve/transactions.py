@@ -110,6 +110,12 @@ def kafka_code(exc: Exception) -> str | None:
     return None
 
 
+def _named(tid: str) -> None:
+    """Kafka's coordinator answers a transactional step of an empty id INVALID_REQUEST."""
+    if not tid:
+        raise TxnError("INVALID_REQUEST", "a transactional id must not be empty")
+
+
 class Transactions:
     """The transactional ids served here: the coordinator's calls (blocking: on the pool) and what
     the server remembers between them."""
@@ -131,6 +137,7 @@ class Transactions:
         aborted, the epoch raised). A client naming the id and epoch it holds (KIP-360) must name
         the id's producer, at the coordinator's epoch, or at the one an abort (its timeout's)
         raised it from."""
+        _named(tid)
         if not 0 < timeout_ms <= self.ctx.settings.transaction_max_timeout_ms:
             raise TxnError("INVALID_TRANSACTION_TIMEOUT", f"transaction timeout {timeout_ms} ms is not within "
                            f"1 .. serve.transaction_max_timeout_ms ({self.ctx.settings.transaction_max_timeout_ms})")
@@ -153,6 +160,7 @@ class Transactions:
     def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: dict[str, list[int]],
                        verify_only: bool = False) -> TransactionRow:
         """AddPartitionsToTxn (``verify_only``: KIP-890's check that they are in already)."""
+        _named(tid)
         row, at = self._current(tid, producer_id, epoch)
         if verify_only:
             if row.state != TxnState.ONGOING or any(set(ps) - set(row.partitions.get(t, [])) for t, ps in partitions.items()):
@@ -161,6 +169,7 @@ class Transactions:
         return self._keep(self.coordinator.add_partitions(tid, at, partitions))
 
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> TransactionRow:
+        _named(tid)
         _row, at = self._current(tid, producer_id, epoch)
         return self._keep(self.coordinator.add_offsets(tid, at, group))
 
@@ -174,6 +183,7 @@ class Transactions:
     def end(self, tid: str, producer_id: int, epoch: int, commit: bool, learns_bump: bool) -> TransactionRow:
         """EndTxn: the coordinator's decision, finished. ``learns_bump`` (v5): the client is answered
         the raised epoch and uses it; else it keeps its epoch, mapped to the raised one here."""
+        _named(tid)
         row = self.coordinator.table.get(tid)
         if row is None:
             raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")

@@ -125,7 +125,8 @@ async def add_offsets(server: "Server", conn: "Connection", request: "Request") 
 async def txn_offset_commit(server: "Server", conn: "Connection", request: "Request") -> dict:
     """TxnOffsetCommit, to the group's coordinator: the member checked as an OffsetCommit's is
     (v3+: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION), the positions kept with the
-    transaction."""
+    transaction: those of partitions the caller may read and that exist (the others answered
+    TOPIC_AUTHORIZATION_FAILED or UNKNOWN_TOPIC_OR_PARTITION, as Kafka's broker answers them)."""
     body = request.body
     codes: dict[tuple[str, int], str] = {}
 
@@ -147,19 +148,25 @@ async def txn_offset_commit(server: "Server", conn: "Connection", request: "Requ
                                                 getattr(body, "group_instance_id", None))
     except GroupError as exc:
         return answer(exc.code)
-    positions: dict[str, dict[int, int]] = {}
+    positions: dict[str, dict[int, int]] = {}  # as Kafka's: the permitted partitions that exist are kept
     for t in body.topics:
         if not server.allowed(conn, "READ", "TOPIC", t.name):
             codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
             continue
-        positions[t.name] = {p.partition_index: p.committed_offset for p in t.partitions}
-    if codes:
+        known = await _partitions(server, t.name)
+        for p in t.partitions:
+            if p.partition_index in known:
+                positions.setdefault(t.name, {})[p.partition_index] = p.committed_offset
+            else:
+                codes[(t.name, p.partition_index)] = "UNKNOWN_TOPIC_OR_PARTITION"
+    if not positions:
         return answer()
     _row, code = await _call(server, request, server.transactions.commit_offsets, body.transactional_id,
                              body.producer_id, body.producer_epoch, body.group_id, positions, generation, member)
     if code == "PRODUCER_FENCED":  # the group coordinator's answer to an old epoch
         code = "INVALID_PRODUCER_EPOCH"
-    return answer(code)
+    codes.update({(t, p): code or "NONE" for t, ps in positions.items() for p in ps})
+    return answer()
 
 
 async def end_txn(server: "Server", conn: "Connection", request: "Request") -> dict:
