@@ -127,6 +127,7 @@ class Transactions:
         self._epochs: dict[str, tuple[int, int]] = {}  # id -> (its client's epoch, the coordinator's it stands for)
         self._ended: dict[str, tuple[int, bool]] = {}  # id -> (epoch after its last EndTxn here, committed)
         self._rows: dict[str, TransactionRow] = {}  # id -> its row as this server last recorded or read it
+        self._ids: dict[int, str] = {}  # Kafka producer id -> the transactional id of a row in ``_rows``
         self._shortest: int | None = None  # the shortest transaction timeout initialised here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -154,6 +155,7 @@ class Transactions:
             self._epochs[tid] = (row.epoch, row.epoch)
             self._ended.pop(tid, None)
             self._rows[tid] = row
+            self._ids[kafka_producer_id(row.producer_id)] = tid
             self._shortest = min(self._shortest or timeout_ms, timeout_ms)
         return row
 
@@ -273,7 +275,17 @@ class Transactions:
                 kept = self._rows.get(row.transactional_id)
                 if kept is None or kept.version <= row.version:
                     self._rows[row.transactional_id] = row
+                    self._ids[kafka_producer_id(row.producer_id)] = row.transactional_id
         return row
+
+    def open_in(self, producer_id: int, topic: str, partition: int) -> bool:
+        """Whether Kafka producer ``producer_id`` is a transactional id's whose ongoing transaction
+        holds ``topic``'s ``partition``, as this server last saw the id's row (an id never seen here
+        is not known)."""
+        with self._lock:
+            row = self._rows.get(self._ids.get(producer_id, ""))
+        return (row is not None and row.state == TxnState.ONGOING and kafka_producer_id(row.producer_id) == producer_id
+                and partition in row.partitions.get(topic, []))
 
     # -- the observer ----------------------------------------------------------------------------
     def interval(self) -> float:

@@ -189,9 +189,15 @@ async def end_txn(server: "Server", conn: "Connection", request: "Request") -> d
 def writers(server: "Server", tid: str | None, topic: str, partition: int,
             batches: list[ProducedBatch]) -> tuple[str, int] | Outcome | None:
     """(lakelog producer id, coordinator epoch) a partition's transactional batches are appended
-    under, the Outcome refusing them, or None when they are not transactional. Blocking: on the pool."""
+    under, the Outcome refusing them, or None when they are not transactional (refused when their
+    producer's transaction is open in the partition, Kafka's INVALID_TXN_STATE). Blocking: on the pool."""
     kinds = {(b.transactional, b.producer_id, b.producer_epoch) for b in batches}
     if not any(b.transactional for b in batches):
+        held = next((b.producer_id for b in batches if b.producer_id >= 0 and server.transactions.open_in(
+            b.producer_id, topic, partition)), None)
+        if held is not None:  # as Kafka's log: it would land inside the transaction, past read_committed readers
+            return Outcome(error="INVALID_TXN_STATE", message=f"producer {held} sent a non-transactional batch to "
+                           f"partition {partition} of {topic} while its transaction there is open")
         return None
     if len(kinds) > 1:
         return Outcome(error="INVALID_RECORD", message="a partition's batches of one request come from one "

@@ -397,3 +397,38 @@ def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served)
 
     assert len(read(spark, root, "out", COMMITTED)) == 20
     assert server.transactions.coordinator.table.get("good").state.value == "CompleteCommit"
+
+
+def test_a_plain_batch_under_a_transactional_producers_id_is_refused_while_its_transaction_is_open(txn_served):
+    """Kafka's log refuses a non-transactional batch of a producer whose transaction is open on
+    the partition (INVALID_TXN_STATE, "Expected transactional write"): a client that learnt the
+    producer id (DescribeProducers shows it) cannot slip records past read_committed readers, nor
+    move the producer's sequences."""
+    server, _bootstrap, root, spark = txn_served
+    client = RawClient(server.port)
+    code, pid, epoch = init(client, "t")
+    assert add(client, "t", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+    assert txn_produce(client, "t", pid, epoch, 0) == "NONE"
+    hostile = RawClient(server.port)
+    assert plain_produce(hostile, pid, epoch, 1) == "INVALID_TXN_STATE"
+    assert txn_produce(client, "t", pid, epoch, 1) == "NONE", "the producer's sequence was not moved"
+    assert end(client, "t", pid, epoch) == "NONE"
+    assert records(spark, root)["out"] == 2
+    client.close()
+    hostile.close()
+
+
+def txn_produce(client: RawClient, tid: str | None, pid: int, epoch: int, seq: int, transactional: bool = True,
+                partition: int = 0) -> str:
+    from aiokafka.record._crecords import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=int(transactional),
+                                        producer_id=pid, producer_epoch=epoch, base_sequence=seq, batch_size=2**20)
+    builder.append(0, 1_700_000_000_000, None, b"v", [])
+    r = client.call(0, 9, {"transactional_id": tid, "acks": -1, "timeout": 30000, "topic_data": [
+        {"name": "out", "partition_data": [{"index": partition, "records": bytes(builder.build())}]}]})
+    return name(r.responses[0].partition_responses[0].error_code)
+
+
+def plain_produce(client: RawClient, pid: int, epoch: int, seq: int) -> str:
+    return txn_produce(client, None, pid, epoch, seq, transactional=False)
