@@ -79,7 +79,9 @@ async def _add_one(server: "Server", conn: "Connection", request: "Request", tid
                    topics, verify_only: bool) -> list[dict]:
     """One transaction's partitions added (Kafka's order: the id's permission, each topic's, the
     partitions' existence; one refused, the others OPERATION_NOT_ATTEMPTED), as per-partition results."""
-    wanted = {t.name: list(t.partitions) for t in topics}
+    wanted: dict[str, list[int]] = {}  # a topic named twice: its entries' partitions together, as Kafka's
+    for t in topics:
+        wanted[t.name] = list(dict.fromkeys([*wanted.get(t.name, []), *t.partitions]))
     codes: dict[tuple[str, int], str] = {}
     if not server.allowed(conn, "WRITE", TID, tid):
         codes = {(t, p): "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" for t, ps in wanted.items() for p in ps}

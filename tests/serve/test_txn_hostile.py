@@ -248,6 +248,11 @@ def test_producer_ids_and_epochs_out_of_range_are_refused_and_write_nothing(txn_
         assert add(client, "t", pid, bad_epoch, {"out": [0]}) == {("out", 0): "PRODUCER_FENCED"}, bad_epoch
         assert add_offsets(client, "t", pid, bad_epoch) == "PRODUCER_FENCED"
         assert end(client, "t", pid, bad_epoch) == "PRODUCER_FENCED"
+    assert name(client.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]}).coordinators[0].error_code) == "NONE"
+    assert commit_offsets(client, "t", pid + 1, epoch, {"out": [0]}) == {("out", 0): "INVALID_PRODUCER_ID_MAPPING"}
+    assert commit_offsets(client, "t", pid, -1, {"out": [0]}) == {("out", 0): "INVALID_PRODUCER_EPOCH"}
+    for bad_pid, bad_epoch in ((pid + 1, epoch), (-1, epoch), (2**63 - 1, epoch), (pid, -1), (pid, 2**15 - 1)):
+        assert txn_produce(client, "t", bad_pid, bad_epoch, 0) != "NONE", (bad_pid, bad_epoch)
     # KIP-360: an InitProducerId naming another id's producer, or an epoch it never had
     r = client.call(22, 4, {"transactional_id": "t", "transaction_timeout": TIMEOUT, "producer_id": pid + 1,
                             "producer_epoch": epoch})
@@ -346,6 +351,22 @@ def test_positions_of_topics_or_partitions_that_do_not_exist_are_not_kept(txn_se
     versions = len(rows(server))
     assert commit_offsets(client, "t", pid, epoch, {"nope": [0]}) == {("nope", 0): "UNKNOWN_TOPIC_OR_PARTITION"}
     assert len(rows(server)) == versions
+    client.close()
+
+
+def test_a_topic_named_twice_in_add_partitions_adds_and_answers_every_partition(txn_served):
+    """Kafka's broker takes a request's partitions as a set: a topic in two entries, or a
+    partition named twice, is added and answered once per partition."""
+    server, _bootstrap, _root, _spark = txn_served
+    client = RawClient(server.port)
+    _code, pid, epoch = init(client, "t")
+    r = client.call(24, 3, {"v3_and_below_transactional_id": "t", "v3_and_below_producer_id": pid,
+                            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [
+                                {"name": "out", "partitions": [0, 0]}, {"name": "out", "partitions": [1]}]})
+    answered = sorted((t.name, p.partition_index, name(p.partition_error_code))
+                      for t in r.results_by_topic_v3_and_below for p in t.results_by_partition)
+    assert answered == [("out", 0, "NONE"), ("out", 1, "NONE")]
+    assert server.transactions.coordinator.table.get("t").partitions == {"out": [0, 1]}
     client.close()
 
 
