@@ -7,6 +7,7 @@ else meanwhile, a transactional producer included. The server runs in this proce
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -51,6 +52,12 @@ def rows(server) -> list[dict]:
 def records(spark, root: str) -> dict[str, int]:
     """Records of each topic, open and aborted ones included."""
     return {t: len(read(spark, root, t, UNCOMMITTED)) for t in ("in", "out")}
+
+
+def no_request_failed(caplog) -> None:
+    """The server logged no failure (a request that raised closes its connection with an ERROR)."""
+    failed = [r.getMessage() for r in caplog.records if r.name.startswith("lakelog") and r.levelno >= logging.ERROR]
+    assert not failed, failed
 
 
 def still_serving(server) -> None:
@@ -111,7 +118,7 @@ def valid_requests(tid: str = "t") -> dict[int, tuple[int, dict]]:
     }
 
 
-def test_truncated_malformed_and_unserved_versions_close_only_their_connection(txn_served):
+def test_truncated_malformed_and_unserved_versions_close_only_their_connection(txn_served, caplog):
     """Kafka closes the connection of a request it cannot parse or whose version it does not serve
     (ApiVersions aside); nothing of such a request is recorded."""
     server, _bootstrap, root, spark = txn_served
@@ -134,9 +141,10 @@ def test_truncated_malformed_and_unserved_versions_close_only_their_connection(t
     assert rows(server) == []
     assert records(spark, root) == before
     still_serving(server)
+    no_request_failed(caplog)
 
 
-def test_absurd_array_lengths_are_refused_without_holding_the_server(txn_served):
+def test_absurd_array_lengths_are_refused_without_holding_the_server(txn_served, caplog):
     """AddPartitionsToTxn v4 announcing a million transactions, or a million topics, in a small
     frame closes the connection; a frame really holding more than the server's bound of array
     elements (``serve.wire.MAX_ELEMENTS``) too; a request of many partitions that does parse is
@@ -179,6 +187,7 @@ def test_absurd_array_lengths_are_refused_without_holding_the_server(txn_served)
     assert [r["state"] for r in rows(server)] == ["Empty"]  # only InitProducerId's
     client.close()
     still_serving(server)
+    no_request_failed(caplog)
 
 
 def test_many_transactions_in_one_add_partitions_v4_are_answered_quickly(txn_served):
@@ -234,7 +243,7 @@ def test_an_empty_transactional_id_is_an_invalid_request(txn_served):
     client.close()
 
 
-def test_producer_ids_and_epochs_out_of_range_are_refused_and_write_nothing(txn_served):
+def test_producer_ids_and_epochs_out_of_range_are_refused_and_write_nothing(txn_served, caplog):
     server, _bootstrap, root, spark = txn_served
     client = RawClient(server.port)
     code, pid, epoch = init(client, "t")
@@ -260,6 +269,7 @@ def test_producer_ids_and_epochs_out_of_range_are_refused_and_write_nothing(txn_
     assert len(rows(server)) == versions
     assert records(spark, root) == {"in": 0, "out": 0}
     client.close()
+    no_request_failed(caplog)
 
 
 def test_a_transaction_timeout_out_of_range_is_invalid_transaction_timeout(txn_served):
@@ -319,6 +329,9 @@ def test_each_step_without_its_permission_gets_kafkas_error_and_writes_nothing(t
         assert add_offsets(client, "other", pid, epoch) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
         assert add_offsets(client, "ok", pid, epoch, group="h") == "GROUP_AUTHORIZATION_FAILED"
         assert end(client, "other", pid, epoch) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        v4 = client.call(24, 4, {"transactions": [{"transactional_id": "ok", "producer_id": pid, "producer_epoch": epoch,
+                                                   "verify_only": False, "topics": [{"name": "out", "partitions": [0]}]}]})
+        assert (name(v4.error_code), v4.results_by_transaction) == ("CLUSTER_AUTHORIZATION_FAILED", ())  # a broker's
         assert len(rows(server)) == versions, "a refused step recorded something"
 
         assert name(client.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]}).coordinators[0].error_code) == "NONE"
@@ -370,7 +383,7 @@ def test_a_topic_named_twice_in_add_partitions_adds_and_answers_every_partition(
     client.close()
 
 
-def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served):
+def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served, caplog):
     """While a librdkafka transactional producer commits transactions, another connection sends
     garbage, truncated and absurd transaction requests: every transaction commits."""
     server, bootstrap, root, spark = txn_served
@@ -418,6 +431,7 @@ def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served)
 
     assert len(read(spark, root, "out", COMMITTED)) == 20
     assert server.transactions.coordinator.table.get("good").state.value == "CompleteCommit"
+    no_request_failed(caplog)
 
 
 def test_a_plain_batch_under_a_transactional_producers_id_is_refused_while_its_transaction_is_open(txn_served):
