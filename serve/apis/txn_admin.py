@@ -156,15 +156,20 @@ def _topic_producers(server: "Server", topic: str, partitions: list[int]) -> lis
 
 
 async def describe_producers(server: "Server", conn: "Connection", request: "Request") -> dict:
-    out = []
+    """Each partition asked answered once: a topic or partition named again is not answered again
+    (each answer lists every producer of the partition, so a request naming one partition a
+    hundred thousand times would have the server build as many copies of that list)."""
+    asked: dict[str, list[int]] = {}
     for t in request.body.topics:
-        partitions = list(t.partition_indexes)
-        if not server.allowed(conn, "READ", "TOPIC", t.name):
+        asked[t.name] = list(dict.fromkeys([*asked.get(t.name, []), *t.partition_indexes]))
+    out = []
+    for topic, partitions in asked.items():
+        if not server.allowed(conn, "READ", "TOPIC", topic):
             answers = [{"partition_index": p, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"),
                         "error_message": None, "active_producers": []} for p in partitions]
         else:
-            answers = await server.ctx.run(_topic_producers, server, t.name, partitions)
-        out.append({"name": t.name, "partitions": answers})
+            answers = await server.ctx.run(_topic_producers, server, topic, partitions)
+        out.append({"name": topic, "partitions": answers})
     return {"throttle_time": 0, "topics": out}
 
 

@@ -383,6 +383,23 @@ def test_a_topic_named_twice_in_add_partitions_adds_and_answers_every_partition(
     client.close()
 
 
+def test_describe_producers_answers_each_partition_once_however_often_it_is_named(txn_served):
+    """Each answer lists every producer of its partition: a request naming one partition tens of
+    thousands of times (in one topic entry, or in many entries of the topic) is answered once per
+    partition, not with as many copies of the list."""
+    server, _bootstrap, _root, _spark = txn_served
+    client = RawClient(server.port, timeout=60)
+    _code, pid, epoch = init(client, "t")
+    assert add(client, "t", pid, epoch, {"out": [0]}) == {("out", 0): "NONE"}
+    assert txn_produce(client, "t", pid, epoch, 0) == "NONE"
+    r = client.call(61, 0, {"topics": [{"name": "out", "partition_indexes": [0] * 30_000 + [1, 7]},
+                                       *({"name": "out", "partition_indexes": [0]} for _ in range(3_000))]})
+    got = [(t.name, p.partition_index, name(p.error_code), [int(x.producer_id) for x in p.active_producers])
+           for t in r.topics for p in t.partitions]
+    assert got == [("out", 0, "NONE", [pid]), ("out", 1, "NONE", []), ("out", 7, "UNKNOWN_TOPIC_OR_PARTITION", [])]
+    client.close()
+
+
 def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served, caplog):
     """While a librdkafka transactional producer commits transactions, another connection sends
     garbage, truncated and absurd transaction requests: every transaction commits."""
