@@ -63,9 +63,11 @@ def _partitions_of(row: TransactionRow) -> list[dict]:
 
 
 async def describe_transactions(server: "Server", conn: "Connection", request: "Request") -> dict:
+    """Each id asked answered once (as DescribeProducers' partitions: an id named again is not
+    answered again with another copy of its partitions)."""
     states = await server.ctx.run(_states, server)
     out = []
-    for tid in request.body.transactional_ids:
+    for tid in dict.fromkeys(request.body.transactional_ids):
         answer = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
                   "transaction_start_time": _time(NO_TIME), "producer_id": -1, "producer_epoch": -1, "topics": []}
         found = states.get(tid)

@@ -383,7 +383,7 @@ def test_a_topic_named_twice_in_add_partitions_adds_and_answers_every_partition(
     client.close()
 
 
-def test_describe_producers_answers_each_partition_once_however_often_it_is_named(txn_served):
+def test_describe_producers_and_transactions_answer_each_partition_and_id_once_however_often_named(txn_served):
     """Each answer lists every producer of its partition: a request naming one partition tens of
     thousands of times (in one topic entry, or in many entries of the topic) is answered once per
     partition, not with as many copies of the list."""
@@ -397,6 +397,9 @@ def test_describe_producers_answers_each_partition_once_however_often_it_is_name
     got = [(t.name, p.partition_index, name(p.error_code), [int(x.producer_id) for x in p.active_producers])
            for t in r.topics for p in t.partitions]
     assert got == [("out", 0, "NONE", [pid]), ("out", 1, "NONE", []), ("out", 7, "UNKNOWN_TOPIC_OR_PARTITION", [])]
+    described = client.call(65, 0, {"transactional_ids": ["t"] * 30_000}).transaction_states
+    assert [(d.transactional_id, name(d.error_code), d.transaction_state, [(x.topic, x.partitions) for x in d.topics])
+            for d in described] == [("t", "NONE", "Ongoing", [("out", (0,))])]
     client.close()
 
 
