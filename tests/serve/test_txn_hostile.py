@@ -1,9 +1,10 @@
 """The transaction APIs against broken and hostile clients, sent as bare protocol: malformed,
 truncated and wrong-version requests, absurd array lengths, odd transactional ids, producer ids
 and epochs out of range, timeouts out of range, requests before SASL authentication and without
-the permission. Each is answered with Kafka's error (or its connection closed where Kafka closes
-it), nothing is written to the ``transactions`` table or the logs, and the server serves everyone
-else meanwhile, a transactional producer included. The server runs in this process without a JVM."""
+the permission, a plain batch under a transactional producer's id, names repeated to multiply an
+answer. Each is answered with Kafka's error (or its connection closed where Kafka closes it),
+nothing is written to the ``transactions`` table or the logs, and the server serves everyone else
+meanwhile, a transactional producer included. The server runs in this process without a JVM."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from serve.security import Acl
 from tests.serve.raw import RawClient, frame, sized
-from tests.serve.test_txn_produce import UNCOMMITTED, read, serve_txn
+from tests.serve.test_txn_produce import COMMITTED, UNCOMMITTED, read, serve_txn
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 TIMEOUT = 60_000
@@ -329,14 +330,17 @@ def test_each_step_without_its_permission_gets_kafkas_error_and_writes_nothing(t
         assert add_offsets(client, "other", pid, epoch) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
         assert add_offsets(client, "ok", pid, epoch, group="h") == "GROUP_AUTHORIZATION_FAILED"
         assert end(client, "other", pid, epoch) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
-        v4 = client.call(24, 4, {"transactions": [{"transactional_id": "ok", "producer_id": pid, "producer_epoch": epoch,
-                                                   "verify_only": False, "topics": [{"name": "out", "partitions": [0]}]}]})
+        v4 = client.call(24, 4, {"transactions": [
+            {"transactional_id": "ok", "producer_id": pid, "producer_epoch": epoch, "verify_only": False,
+             "topics": [{"name": "out", "partitions": [0]}]}]})
         assert (name(v4.error_code), v4.results_by_transaction) == ("CLUSTER_AUTHORIZATION_FAILED", ())  # a broker's
         assert len(rows(server)) == versions, "a refused step recorded something"
 
         assert name(client.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]}).coordinators[0].error_code) == "NONE"
-        assert commit_offsets(client, "other", pid, epoch, {"out": [0]}) == {("out", 0): "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
-        assert commit_offsets(client, "ok", pid, epoch, {"out": [0]}, group="h") == {("out", 0): "GROUP_AUTHORIZATION_FAILED"}
+        assert commit_offsets(client, "other", pid, epoch, {"out": [0]}) == {
+            ("out", 0): "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
+        assert commit_offsets(client, "ok", pid, epoch, {"out": [0]}, group="h") == {
+            ("out", 0): "GROUP_AUTHORIZATION_FAILED"}
         assert len(rows(server)) == versions, "a refused step recorded something"
         assert add_offsets(client, "ok", pid, epoch) == "NONE"
         assert commit_offsets(client, "ok", pid, epoch, {"in": [0], "out": [1]}) == {
@@ -447,8 +451,6 @@ def test_a_hostile_connection_does_not_fail_a_transactional_producer(txn_served,
         stop.set()
         attacker.join(30)
     assert sent[0] > 0
-    from tests.serve.test_txn_produce import COMMITTED
-
     assert len(read(spark, root, "out", COMMITTED)) == 20
     assert server.transactions.coordinator.table.get("good").state.value == "CompleteCommit"
     no_request_failed(caplog)
