@@ -111,6 +111,12 @@ def kafka_code(exc: Exception) -> str | None:
     return None
 
 
+def _named(tid: str) -> None:
+    """Kafka's coordinator answers a transactional step of an empty id INVALID_REQUEST."""
+    if not tid:
+        raise TxnError("INVALID_REQUEST", "a transactional id must not be empty")
+
+
 class Transactions:
     """The transactional ids served here: the coordinator's calls (blocking: on the pool) and what
     the server remembers between them."""
@@ -123,6 +129,7 @@ class Transactions:
         self._held: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
         self._ended: dict[str, tuple[int, int, bool]] = {}  # id -> (producer id, epoch after its last EndTxn here, committed)
         self._rows: dict[str, TransactionRow] = {}  # id -> its row as this server last recorded or read it
+        self._ids: dict[int, str] = {}  # Kafka producer id -> the transactional id of a row in ``_rows``
         self._shortest: int | None = None  # the shortest transaction timeout initialised here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -133,6 +140,7 @@ class Transactions:
         aborted, the epoch raised). A client naming the id and epoch it holds (KIP-360) must name
         the id's producer, at the coordinator's epoch, or at the one an abort (its timeout's)
         raised it from."""
+        _named(tid)
         if not 0 < timeout_ms <= self.ctx.settings.transaction_max_timeout_ms:
             raise TxnError("INVALID_TRANSACTION_TIMEOUT", f"transaction timeout {timeout_ms} ms is not within "
                            f"1 .. serve.transaction_max_timeout_ms ({self.ctx.settings.transaction_max_timeout_ms})")
@@ -152,12 +160,14 @@ class Transactions:
             self._held[tid] = ((kafka_producer_id(row.producer_id), row.epoch),) * 2
             self._ended.pop(tid, None)
             self._rows[tid] = row
+            self._ids[kafka_producer_id(row.producer_id)] = tid
             self._shortest = min(self._shortest or timeout_ms, timeout_ms)
         return row
 
     def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: dict[str, list[int]],
                        verify_only: bool = False) -> TransactionRow:
         """AddPartitionsToTxn (``verify_only``: KIP-890's check that they are in already)."""
+        _named(tid)
         row, at = self._current(tid, producer_id, epoch)
         if verify_only:
             if row.state != TxnState.ONGOING or any(set(ps) - set(row.partitions.get(t, [])) for t, ps in partitions.items()):
@@ -166,6 +176,7 @@ class Transactions:
         return self._keep(self.coordinator.add_partitions(tid, at, partitions))
 
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> TransactionRow:
+        _named(tid)
         _row, at = self._current(tid, producer_id, epoch)
         return self._keep(self.coordinator.add_offsets(tid, at, group))
 
@@ -179,6 +190,7 @@ class Transactions:
     def end(self, tid: str, producer_id: int, epoch: int, commit: bool, learns_bump: bool) -> TransactionRow:
         """EndTxn: the coordinator's decision, finished. ``learns_bump`` (v5): the client is answered
         the raised epoch and uses it; else it keeps its epoch, mapped to the raised one here."""
+        _named(tid)
         row = self.coordinator.table.get(tid)
         if row is None:
             raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")
@@ -270,7 +282,17 @@ class Transactions:
                 kept = self._rows.get(row.transactional_id)
                 if kept is None or kept.version <= row.version:
                     self._rows[row.transactional_id] = row
+                    self._ids[kafka_producer_id(row.producer_id)] = row.transactional_id
         return row
+
+    def open_in(self, producer_id: int, topic: str, partition: int) -> bool:
+        """Whether Kafka producer ``producer_id`` is a transactional id's whose ongoing transaction
+        holds ``topic``'s ``partition``, as this server last saw the id's row (an id never seen here
+        is not known)."""
+        with self._lock:
+            row = self._rows.get(self._ids.get(producer_id, ""))
+        return (row is not None and row.state == TxnState.ONGOING and kafka_producer_id(row.producer_id) == producer_id
+                and partition in row.partitions.get(topic, []))
 
     # -- the observer ----------------------------------------------------------------------------
     def interval(self) -> float:

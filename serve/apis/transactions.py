@@ -79,7 +79,9 @@ async def _add_one(server: "Server", conn: "Connection", request: "Request", tid
                    topics, verify_only: bool) -> list[dict]:
     """One transaction's partitions added (Kafka's order: the id's permission, each topic's, the
     partitions' existence; one refused, the others OPERATION_NOT_ATTEMPTED), as per-partition results."""
-    wanted = {t.name: list(t.partitions) for t in topics}
+    wanted: dict[str, list[int]] = {}  # a topic named twice: its entries' partitions together, as Kafka's
+    for t in topics:
+        wanted[t.name] = list(dict.fromkeys([*wanted.get(t.name, []), *t.partitions]))
     codes: dict[tuple[str, int], str] = {}
     if not server.allowed(conn, "WRITE", TID, tid):
         codes = {(t, p): "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" for t, ps in wanted.items() for p in ps}
@@ -125,7 +127,8 @@ async def add_offsets(server: "Server", conn: "Connection", request: "Request") 
 async def txn_offset_commit(server: "Server", conn: "Connection", request: "Request") -> dict:
     """TxnOffsetCommit, to the group's coordinator: the member checked as an OffsetCommit's is
     (v3+: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION), the positions kept with the
-    transaction."""
+    transaction: those of partitions the caller may read and that exist (the others answered
+    TOPIC_AUTHORIZATION_FAILED or UNKNOWN_TOPIC_OR_PARTITION, as Kafka's broker answers them)."""
     body = request.body
     codes: dict[tuple[str, int], str] = {}
 
@@ -147,19 +150,25 @@ async def txn_offset_commit(server: "Server", conn: "Connection", request: "Requ
                                                 getattr(body, "group_instance_id", None))
     except GroupError as exc:
         return answer(exc.code)
-    positions: dict[str, dict[int, int]] = {}
+    positions: dict[str, dict[int, int]] = {}  # as Kafka's: the permitted partitions that exist are kept
     for t in body.topics:
         if not server.allowed(conn, "READ", "TOPIC", t.name):
             codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
             continue
-        positions[t.name] = {p.partition_index: p.committed_offset for p in t.partitions}
-    if codes:
+        known = await _partitions(server, t.name)
+        for p in t.partitions:
+            if p.partition_index in known:
+                positions.setdefault(t.name, {})[p.partition_index] = p.committed_offset
+            else:
+                codes[(t.name, p.partition_index)] = "UNKNOWN_TOPIC_OR_PARTITION"
+    if not positions:
         return answer()
     _row, code = await _call(server, request, server.transactions.commit_offsets, body.transactional_id,
                              body.producer_id, body.producer_epoch, body.group_id, positions, generation, member)
     if code == "PRODUCER_FENCED":  # the group coordinator's answer to an old epoch
         code = "INVALID_PRODUCER_EPOCH"
-    return answer(code)
+    codes.update({(t, p): code or "NONE" for t, ps in positions.items() for p in ps})
+    return answer()
 
 
 async def end_txn(server: "Server", conn: "Connection", request: "Request") -> dict:
@@ -182,9 +191,15 @@ async def end_txn(server: "Server", conn: "Connection", request: "Request") -> d
 def writers(server: "Server", tid: str | None, topic: str, partition: int,
             batches: list[ProducedBatch]) -> tuple[str, int] | Outcome | None:
     """(lakelog producer id, coordinator epoch) a partition's transactional batches are appended
-    under, the Outcome refusing them, or None when they are not transactional. Blocking: on the pool."""
+    under, the Outcome refusing them, or None when they are not transactional (refused when their
+    producer's transaction is open in the partition, Kafka's INVALID_TXN_STATE). Blocking: on the pool."""
     kinds = {(b.transactional, b.producer_id, b.producer_epoch) for b in batches}
     if not any(b.transactional for b in batches):
+        held = next((b.producer_id for b in batches if b.producer_id >= 0 and server.transactions.open_in(
+            b.producer_id, topic, partition)), None)
+        if held is not None:  # as Kafka's log: it would land inside the transaction, past read_committed readers
+            return Outcome(error="INVALID_TXN_STATE", message=f"producer {held} sent a non-transactional batch to "
+                           f"partition {partition} of {topic} while its transaction there is open")
         return None
     if len(kinds) > 1:
         return Outcome(error="INVALID_RECORD", message="a partition's batches of one request come from one "

@@ -63,9 +63,11 @@ def _partitions_of(row: TransactionRow) -> list[dict]:
 
 
 async def describe_transactions(server: "Server", conn: "Connection", request: "Request") -> dict:
+    """Each id asked answered once (as DescribeProducers' partitions: an id named again is not
+    answered again with another copy of its partitions)."""
     states = await server.ctx.run(_states, server)
     out = []
-    for tid in request.body.transactional_ids:
+    for tid in dict.fromkeys(request.body.transactional_ids):
         answer = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
                   "transaction_start_time": _time(NO_TIME), "producer_id": -1, "producer_epoch": -1, "topics": []}
         found = states.get(tid)
@@ -156,15 +158,20 @@ def _topic_producers(server: "Server", topic: str, partitions: list[int]) -> lis
 
 
 async def describe_producers(server: "Server", conn: "Connection", request: "Request") -> dict:
-    out = []
+    """Each partition asked answered once: a topic or partition named again is not answered again
+    (each answer lists every producer of the partition, so a request naming one partition a
+    hundred thousand times would have the server build as many copies of that list)."""
+    asked: dict[str, list[int]] = {}
     for t in request.body.topics:
-        partitions = list(t.partition_indexes)
-        if not server.allowed(conn, "READ", "TOPIC", t.name):
+        asked[t.name] = list(dict.fromkeys([*asked.get(t.name, []), *t.partition_indexes]))
+    out = []
+    for topic, partitions in asked.items():
+        if not server.allowed(conn, "READ", "TOPIC", topic):
             answers = [{"partition_index": p, "error_code": code_of("TOPIC_AUTHORIZATION_FAILED"),
                         "error_message": None, "active_producers": []} for p in partitions]
         else:
-            answers = await server.ctx.run(_topic_producers, server, t.name, partitions)
-        out.append({"name": t.name, "partitions": answers})
+            answers = await server.ctx.run(_topic_producers, server, topic, partitions)
+        out.append({"name": topic, "partitions": answers})
     return {"throttle_time": 0, "topics": out}
 
 
