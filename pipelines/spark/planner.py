@@ -36,7 +36,8 @@ from pipelines.spark.reading import DataLossError, TopicRead, with_aborted
 from pipelines.spark.specs import OffsetSpec, TimestampSpec
 from pipelines.spark.tasks import share_by_lag
 from pipelines.spark.positions import (
-    behind_latest, bounds_to_read, ending_positions, resolve_topics, starting_positions, timestamp_targets,
+    behind_latest, bounds_to_read, check_start_in_open_transaction, ending_positions, in_open_transaction,
+    resolve_topics, starting_positions, timestamp_targets,
 )
 
 UNLIMITED = 2**62
@@ -104,6 +105,7 @@ class TopicNow(NamedTuple):
     history: tuple = ()  # ... and its replica states, oldest first (the divergence check reads them)
     leader_ends: dict | None = None  # ... and its leader's log ends, not capped at the high watermark
     unread: tuple = ()  # ... and the in-sync roots this process never read (the high watermark: unknown)
+    open_ends: dict | None = None  # read_committed: the log ends past the last stable offsets (``snap``'s)
 
 
 class Planner:
@@ -175,7 +177,8 @@ class Planner:
                 images = self.reader.images()
                 out = {t: now._replace(image=images[t]) for t, now in out.items()}
             if self.opts.read_committed:  # its ends, latest and a stream's caps: the last stable offsets
-                out = {t: now._replace(snap=stable_view(now.snap)) for t, now in out.items()}
+                out = {t: now._replace(snap=stable_view(now.snap), open_ends=dict(now.snap.log_ends))
+                       for t, now in out.items()}
             return out
         raise LakelogError("the replicated topics this read covers kept changing leaders while it was planned; "
                            "the next trigger plans again")
@@ -287,7 +290,9 @@ class Planner:
         start = self.starting(topics)
         bounds = self.bounds(topics)
         for topic, per_partition in start.items():
-            beyond = {p: s for p, s in per_partition.items() if s > bounds[topic][p][1]}
+            # read_committed: a start in an open transaction waits there, as a consumer's position does
+            beyond = {p: s for p, s in per_partition.items()
+                      if s > bounds[topic][p][1] and not _in_open_transaction(topics[topic], p, s)}
             if beyond:  # records written later below the start would never be read
                 named = ", ".join(f"partition {p} at {s}, past its log end {bounds[topic][p][1]}"
                                   for p, s in sorted(beyond.items()))
@@ -450,13 +455,18 @@ class Planner:
         for topic, per_partition in starts.items():
             for p, s in per_partition.items():
                 lo, hi = bounds[topic][p]
+                if _in_open_transaction(topics[topic], p, s):
+                    check_start_in_open_transaction(topic, p, s, ends[topic][p], hi, topics[topic].open_ends[p])
+                    continue
                 if not lo <= s <= hi and self.opts.fail_on_data_loss:
                     raise DataLossError(
                         f"topic '{topic}' partition {p}: starting offset {s} is outside the log ({lo}-{hi}); "
                         "give an offset in range, or set failOnDataLoss to false to start at the nearest")
         start = StreamOffset({t: TopicOffset(topics[t].topic_id, None, {p: max(s, bounds[t][p][0]) for p, s in ps.items()})
                               for t, ps in starts.items()})
-        end = StreamOffset({t: TopicOffset(topics[t].topic_id, None, {p: min(max(e, 0), bounds[t][p][1]) for p, e in ps.items()})
+        end = StreamOffset({t: TopicOffset(topics[t].topic_id, None,
+                                           {p: e if e == starts[t][p] and _in_open_transaction(topics[t], p, e)
+                                            else min(max(e, 0), bounds[t][p][1]) for p, e in ps.items()})
                             for t, ps in ends.items()})
         self.pin(end, topics)
         return start, end
@@ -470,6 +480,12 @@ class Planner:
         position is behind its log end as the last plan read it (``behind_latest``)."""
         return behind_latest({t: dict(self._latest.get(t, {})) for t in consumed.topics},
                              {t: dict(o.positions) for t, o in consumed.topics.items()})
+
+
+def _in_open_transaction(now: TopicNow, partition: int, start: int) -> bool:
+    """``in_open_transaction`` for ``partition`` of ``now`` (never under read_uncommitted)."""
+    return now.open_ends is not None and in_open_transaction(start, now.snap.log_ends[partition],
+                                                             now.open_ends[partition])
 
 
 def _capped(snap: LogSnapshot, caps: Positions | None) -> LogSnapshot:

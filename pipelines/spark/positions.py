@@ -123,6 +123,29 @@ def ending_positions(spec: OffsetSpec, bounds: Bounds) -> dict[str, dict[int, in
     return _positions(ENDING_OFFSETS, spec, bounds)
 
 
+def in_open_transaction(start: int, stable: int, log_end: int) -> bool:
+    """Whether ``start`` lies past a partition's last stable offset ``stable`` but within its log
+    (read_committed): the records there are not lost, only not committed yet. A consumer's
+    position there gets nothing until the last stable offset passes it; a stream waits there."""
+    return stable < start <= log_end
+
+
+def check_start_in_open_transaction(topic: str, partition: int, start: int, end: int, stable: int,
+                                    log_end: int) -> None:
+    """A read_committed batch read starting in an open transaction (``in_open_transaction``)
+    ends at the last stable offset at most, before its start: refused whatever failOnDataLoss
+    says, as Spark's Kafka batch read refuses a beginning offset after its ending offset (an
+    assertion there). An end given at the start (an empty range) reads nothing, without error."""
+    if end == start:
+        return
+    raise InvalidConfigurationError(
+        f"topic '{topic}' partition {partition}: startingOffsets {start} is past the last stable offset {stable} "
+        f"(kafka.isolation.level=read_committed; offsets {stable}-{log_end - 1} hold a transaction not ended yet), "
+        f"and a read_committed batch read ends there at most, so it would start after its end ({min(end, stable)}); "
+        f"start at or below {stable}, read with read_uncommitted, or read again once the transaction has ended "
+        "(a stream started there waits for it)")
+
+
 def timestamp_targets(spec: TimestampSpec, partitions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, int]]:
     """The time (epoch ms) each covered partition starts at: ``startingTimestamp`` for all of them,
     or ``startingOffsetsByTimestamp``'s, which must name exactly the covered partitions (Spark's
