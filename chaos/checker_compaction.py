@@ -31,10 +31,10 @@ as Kafka cleans. Anomalies:
 
 A group or stream that never delivered a record compaction removed skipped it (counted, as Kafka's
 consumers skip them), unless one of its batches read over the record's offset at a log version
-that still held it (``compacted_undelivered``: lakelog's members name the version each sink commit read
-at, an order in the log's own versions, never a clock): then it is ``undelivered``. A delivery of a
-record compacted later is fine. Delivery order per key is
-the checker's ``delivery_reorder``, unchanged.
+that still held it (``compacted_undelivered``: lakelog's members name the log version each sink
+commit read at, an order in the log's own versions, never a clock): then it is ``undelivered``. A
+delivery of a record compacted later is fine. Delivery order per key is the checker's
+``delivery_reorder``, unchanged.
 """
 
 from __future__ import annotations

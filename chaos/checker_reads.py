@@ -1,8 +1,8 @@
 """What the campaign's checker reads, with delta-rs only (never lakelog's own readers): tables'
 rows and change feeds, a topic's history, its resizes and log location, log starts and what their
-raises took, retired partitions, the sinks' commit groups and the log versions their batches read, the producers' inputs; and records
-written through `lakelog serve` named as their producers sent them (``as_sent``). The checks are
-in ``chaos.checker``."""
+raises took, retired partitions, the sinks' commit groups and the log versions their batches
+read, the producers' inputs; and records written through `lakelog serve` named as their producers
+sent them (``as_sent``). The checks are in ``chaos.checker``."""
 
 from __future__ import annotations
 
