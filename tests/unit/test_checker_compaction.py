@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from deltalake import DeltaTable
 
 from chaos.checker import Findings
