@@ -54,13 +54,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from chaos.checker_compaction import check_compaction, compacted, compaction_removals
+from chaos.checker_compaction import check_compaction, compacted, compaction_removals, compacted_undelivered
 from chaos.checker_order import check_commit_order
 from chaos import checker_txn
 from chaos.checker_txn import Transactions
 from chaos.checker_reads import (
     as_sent, log_location, log_starts, read_changes, read_current, read_inputs, read_log_changes,
-    removed_while_live, resizes, retired_before, retired_ends, sink_commit_groups, stream_since, text, topic_history,
+    removed_while_live, resizes, retired_before, retired_ends, sink_commit_groups, sink_reads, stream_since, text,
+    topic_history,
 )
 
 ANOMALIES = (
@@ -184,11 +185,12 @@ def check_log(log: list[dict], inputs: dict[str, dict[int, str]], acked: dict[st
 
 def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], out: Findings,
                 removed: dict[int, list[tuple[int, int]]], since: int | None = None,
-                cleaned: frozenset = frozenset(), txn: Transactions | None = None) -> None:
+                cleaned: dict[tuple[int, int], int] | None = None, txn: Transactions | None = None) -> None:
     """``removed``: ``removed_while_live`` of the topic's log. ``since``: a stream's group (no
     generations): the topic version the stream first read the topic at (``stream_since``).
-    ``cleaned``: the offsets key compaction removed (a compacted topic: ``check_compaction``).
-    ``txn``: the log's transactions and the level the group read at (default: read_uncommitted)."""
+    ``cleaned``: the offsets key compaction removed and the log version of each removal (a
+    compacted topic: ``check_compaction``). ``txn``: the log's transactions and the level the
+    group read at (default: read_uncommitted)."""
     txn = txn or Transactions()
     history = topic_history(root, topic)
     generations = sorted((g for g in read_current(f"{root}/control/group_generations") if g["group"] == group),
@@ -201,7 +203,8 @@ def check_group(root: str, topic: str, group: str, sink: str, log: list[dict], o
     excluded = retired_before(history, first_version)
     expected = {(r["partition"], r["offset"]): r for r in log if r["offset"] >= excluded.get(r["partition"], 0)
                 and txn.owed(r)}
-    check_sink(group, sink, topic, log, expected, commits, history, out, removed, cleaned, txn)
+    reads = sink_reads(sink, group, topic, log_location(root, topic)) if cleaned else {}
+    check_sink(group, sink, topic, log, expected, commits, history, out, removed, cleaned, txn, reads)
     check_ownership(group, topic, generations, commits, out)
     check_positions(group, topic, commits, log, out)
 
@@ -216,16 +219,18 @@ def _expired_ranges(commits: list[dict], topic: str) -> dict[int, list[tuple[int
 
 def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dict[tuple[int, int], dict],
                commits: list[dict], history: list[dict], out: Findings,
-               removed: dict[int, list[tuple[int, int]]], cleaned: frozenset = frozenset(),
-               txn: Transactions | None = None) -> None:
+               removed: dict[int, list[tuple[int, int]]], cleaned: dict[tuple[int, int], int] | None = None,
+               txn: Transactions | None = None, reads: dict[int, list[tuple[int, int, int]]] | None = None) -> None:
     """``removed``: the offsets retention or delete-records took out while their partition was
     live (``removed_while_live``). A record there that the group neither delivered nor reported
     expired is ``expired_unreported`` if the group ever stood at or below it (it was to read it);
     otherwise it was deleted before the group came near it (a group without a position starts at
     the log start), counted, not flagged, also if its partition was retired later. ``cleaned``:
-    the offsets key compaction removed; one the group never delivered it skipped, as Kafka's
-    consumers do (counted). ``txn``: what of the log the group may deliver (``checker_txn``)."""
-    txn = txn or Transactions()
+    the offsets key compaction removed (and in which log version); one the group never delivered it
+    skipped, as Kafka's consumers do (counted), unless one of its batches (``reads``:
+    ``checker_reads.sink_reads``) read over it while the log held it (``undelivered``). ``txn``:
+    what of the log the group may deliver (``checker_txn``)."""
+    txn, cleaned = txn or Transactions(), cleaned or {}
     in_log = {(r["partition"], r["offset"]): r for r in log}
     others = {v for v, owner in sink_commit_groups(sink).items() if owner != group}  # a sink groups share
     # a stream's rows, and a Kafka member's tombstones (no value to name them by), as the log names them
@@ -274,7 +279,7 @@ def check_sink(group: str, sink: str, topic: str, log: list[dict], expected: dic
             out.stats[f"expired[{group}]"] += 1
             continue
         if ident in cleaned:
-            out.stats[f"compacted_before_read[{group}]"] += 1
+            compacted_undelivered(group, expected[ident], cleaned[ident], reads or {}, out)
             continue
         if any(lo <= o < hi for lo, hi in removed.get(p, [])):
             if stood.get(p, o + 1) <= o:
@@ -406,11 +411,11 @@ def check(root: str, topic: str, producers: dict[str, str], acked: dict[str, Ite
     log = as_sent(log + removed_before_copied(leader, log, other_logs, retired))
     check_log(log, read_inputs(producers), {p: set(s) for p, s in acked.items()}, out)
     removed = removed_while_live(log_location(root, topic), {r["partition"] for r in log})
-    cleaned = frozenset()
+    cleaned: dict[tuple[int, int], int] = {}
     txn, committed = Transactions.of(leader, log), set(read_committed)
     if compacted(root, topic, leader):  # what log cleaning removed, and why it could
-        cleaned = frozenset(check_compaction(log, read_current(leader), compaction_removals(leader),
-                                             resizes(topic_history(root, topic)), out, txn.state))
+        cleaned = check_compaction(log, read_current(leader), compaction_removals(leader),
+                                   resizes(topic_history(root, topic)), out, txn.state)
     for group, sink in sorted(groups.items()):
         check_group(root, topic, group, sink, log, out, removed, cleaned=cleaned, txn=txn.reading(group in committed))
     for group, (sink, checkpoint) in sorted((streams or {}).items()):

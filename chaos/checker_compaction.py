@@ -30,8 +30,11 @@ as Kafka cleans. Anomalies:
   there, or holds an offset twice.
 
 A group or stream that never delivered a record compaction removed skipped it (counted, as Kafka's
-consumers skip them); a delivery of a record compacted later is fine. Delivery order per key is
-the checker's ``delivery_reorder``, unchanged.
+consumers skip them), unless one of its batches read over the record's offset at a log version
+that still held it (``compacted_undelivered``: lakelog's members name the log version each sink
+commit read at, an order in the log's own versions, never a clock): then it is ``undelivered``. A
+delivery of a record compacted later is fine. Delivery order per key is the checker's
+``delivery_reorder``, unchanged.
 """
 
 from __future__ import annotations
@@ -54,6 +57,23 @@ def compacted(root: str, topic: str, location: str) -> bool:
         return False
     config = dict(max(rows, key=lambda r: r["config_version"])["config"] or [])
     return "compact" in (config.get("cleanup.policy") or "delete").split(",")
+
+
+def compacted_undelivered(group: str, record: dict, removed_at: int, reads: dict[int, list[tuple[int, int, int]]],
+                          out) -> None:
+    """Judge the log ``record`` (with ``_commit_version``) that key compaction removed in log
+    version ``removed_at`` and ``group`` never delivered: ``undelivered`` if one of its batches
+    (``reads``: per partition (start, end, log version), ``checker_reads.sink_reads``) read over it
+    at a log version that held it (appended by then, removed after), else skipped (counted): no
+    batch did, or none named its version."""
+    p, o = record["partition"], record["offset"]
+    held_at = next((v for start, end, v in sorted(reads.get(p, []), key=lambda r: r[2])
+                    if start <= o < end and record["_commit_version"] <= v < removed_at), None)
+    if held_at is None:
+        out.stats[f"compacted_before_read[{group}]"] += 1
+    else:
+        out.add("undelivered", f"{group}: p{p}@{o} not in its batch read at log version {held_at}, which held it "
+                               f"(key compaction removed it in version {removed_at})")
 
 
 def compaction_removals(location: str) -> dict[tuple[int, int], int]:
@@ -88,13 +108,15 @@ def _precedes(x: dict, y: dict) -> bool:
 
 
 def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[int, int], int],
-                     resizes: list[dict[int, int]], out, states: dict[tuple[int, int], str] | None = None) -> set[tuple[int, int]]:
+                     resizes: list[dict[int, int]], out,
+                     states: dict[tuple[int, int], str] | None = None) -> dict[tuple[int, int], int]:
     """Judge a compacted topic: ``log`` its records as appended (``as_sent``, with
     ``_commit_version``), ``current`` the rows it holds now, ``removals`` what key compaction
     removed and when (``compaction_removals``), ``resizes`` the topic's (``checker_reads.resizes``),
     ``states`` its transactional records' (``checker_txn.states``): an aborted record supersedes
     nothing and may go; a marker is no key's record, and may go once no record of its transaction
-    is held. Returns the offsets compaction removed (groups skip them)."""
+    is held. Returns the offsets compaction removed and the log version of each removal (a group
+    skips those it read over only after it: ``compacted_undelivered``)."""
     states = states or {}
     log = [{**r, "_era": era(r, resizes)} for r in log]
     appended = {(r["partition"], r["offset"]): r for r in log}
@@ -158,7 +180,7 @@ def check_compaction(log: list[dict], current: list[dict], removals: dict[tuple[
                                               "stays", len(alive))
     out.stats["compacted_topic"] = 1
     out.stats["log_records_now"] = len(held)
-    return set(removed)
+    return removed
 
 
 def _transactions(log: list[dict]) -> tuple[dict[tuple[int, int], tuple[int, int] | None],

@@ -1,7 +1,8 @@
 """The campaign's checker of transactions (``schedule.TxnPlan``), with delta-rs only, as
-``chaos.checker``: the copy topics' logs are read whole (their change feed), each record's fate
-told from the markers alone (a producer id's records in a partition up to its next marker take
-that marker's commit or abort; after its last marker they are open), never from lakelog's readers.
+``chaos.checker``: the copy topics' logs are read whole (their change feed), each record's state
+told from the markers alone (``checker_txn.states`` without marks: a producer id's records in a
+partition up to its next marker take that marker's commit or abort; after its last marker they
+are open), never from lakelog's readers.
 
 Anomaly classes:
 
@@ -27,28 +28,12 @@ from deltalake import DeltaTable
 
 from chaos.checker_compaction import compaction_removals
 from chaos.checker_reads import log_location, read_changes, read_current, read_log_changes, removed_while_live, text
+from chaos.checker_txn import ABORTED, COMMITTED, MARKER, OPEN, states
 
 TXN_ANOMALIES = ("txn_duplicate", "txn_lost", "txn_phantom", "txn_key_reorder", "txn_aborted_read",
                  "txn_sink_duplicate", "txn_undelivered", "txn_open")
 MARK_PREFIX = "lakelog.txn.mark."  # docs/design.md: the mark of a producer id in a partition, an application version
 Add = Callable[[str, str], None]
-
-
-def fates(rows: Iterable[dict]) -> dict[tuple[int, int], str]:
-    """Each record's fate in a transactional topic's log rows, from the markers alone: ``commit``,
-    ``abort``, ``open`` (no marker of its producer after it in its partition); markers are ``marker``."""
-    out: dict[tuple[int, int], str] = {}
-    pending: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for r in sorted(rows, key=lambda r: (r["partition"], r["offset"])):
-        at, who = (r["partition"], r["offset"]), (r["partition"], r.get("producer_id") or "")
-        if r.get("control"):
-            out[at] = "marker"
-            for record in pending.pop(who, []):
-                out[record] = "commit" if r["control"] == "commit" else "abort"
-        else:
-            out[at] = "open"
-            pending[who].append(at)
-    return out
 
 
 def source(row: dict) -> tuple[int, int] | None:
@@ -65,8 +50,8 @@ def check_copies(topic: str, index: int, rows: list[dict], inputs: dict[tuple[in
                  positions: dict[int, int], excused: Callable[[int, int], bool], add: Add) -> tuple[int, int]:
     """One copy topic (the copier's ``index``-th output) against the input; returns its committed
     copies, and the inputs below the group's position removed (retention, compaction) uncopied."""
-    fate = fates(rows)
-    committed = sorted((r for r in rows if fate.get((r["partition"], r["offset"])) == "commit"),
+    fate = states(rows, markers=True)
+    committed = sorted((r for r in rows if fate.get((r["partition"], r["offset"])) == COMMITTED),
                        key=lambda r: (r["partition"], r["offset"]))
     seen: Counter = Counter()
     last: dict[tuple[str, int], tuple[int, int]] = {}  # (key, input partition) -> last input offset copied
@@ -101,22 +86,22 @@ def check_copies(topic: str, index: int, rows: list[dict], inputs: dict[tuple[in
 
 def check_reader(topic: str, rows: list[dict], sink: list[dict], add: Add) -> None:
     """The read_committed group's sink of ``topic``: only committed records, each once, all of them."""
-    fate = fates(rows)
+    fate = states(rows, markers=True)
     got = Counter((r["partition"], r["offset"]) for r in sink if r.get("topic", topic) == topic)
     for (p, o), n in sorted(got.items()):
-        if fate.get((p, o)) != "commit":
+        if fate.get((p, o)) != COMMITTED:
             add("txn_aborted_read", f"{topic} p{p}@{o}: a read_committed sink holds a record whose transaction is "
                                     f"{fate.get((p, o), 'not in the log')}")
         if n > 1:
             add("txn_sink_duplicate", f"{topic} p{p}@{o}: {n} times in the read_committed sink")
     for at, what in sorted(fate.items()):
-        if what == "commit" and at not in got:
+        if what == COMMITTED and at not in got:
             add("txn_undelivered", f"{topic} p{at[0]}@{at[1]}: committed, never delivered to the read_committed group")
 
 
 def check_open(topic: str, rows: list[dict], marks: dict[tuple[int, str], int], add: Add) -> None:
     """No transaction open once everything stopped: no odd mark, no record after its producer's last marker."""
-    opened = {at for at, what in fates(rows).items() if what == "open"}
+    opened = {at for at, what in states(rows).items() if what == OPEN}
     for p in sorted({p for p, _ in opened}):
         firsts = sorted(o for q, o in opened if q == p)
         add("txn_open", f"{topic} p{p}: {len(firsts)} record(s) from offset {firsts[0]} after their producer's last marker")
@@ -172,9 +157,9 @@ def judge(root: str, topic: str, plan, found) -> None:
             copies, gone = check_copies(out_topic, index, rows, inputs, positions, excused, add)
             found.stats[f"txn_copies[{out_topic}]"] = copies
             found.stats[f"txn_removed_before_copied[{out_topic}]"] = gone
-            fate = Counter(fates(rows).values())
-            found.stats["txn_aborted_records"] += fate["abort"]
-            found.stats["txn_markers"] += fate["marker"]
+            fate = Counter(states(rows, markers=True).values())
+            found.stats["txn_aborted_records"] += fate[ABORTED]
+            found.stats["txn_markers"] += fate[MARKER]
             check_open(out_topic, rows, read_marks(where, rows), add)
             if out_topic == plan.copiers[0].outputs[0] and plan.reader:
                 check_reader(out_topic, rows, read_current(f"{root}/sinks/{plan.sink}"), add)

@@ -1,8 +1,8 @@
 """What the campaign's checker reads, with delta-rs only (never lakelog's own readers): tables'
 rows and change feeds, a topic's history, its resizes and log location, log starts and what their
-raises took, retired partitions, the sinks' commit groups, the producers' inputs; and records
-written through `lakelog serve` named as their producers sent them (``as_sent``). The checks are
-in ``chaos.checker``."""
+raises took, retired partitions, the sinks' commit groups and the log versions their batches
+read, the producers' inputs; and records written through `lakelog serve` named as their producers
+sent them (``as_sent``). The checks are in ``chaos.checker``."""
 
 from __future__ import annotations
 
@@ -179,18 +179,40 @@ def resizes(history: list[dict]) -> list[dict[int, int]]:
     return out
 
 
-def sink_commit_groups(sink: str) -> dict[int, str]:
-    """Sink version -> the group whose batch it committed, from the commit's metadata (JSON with
-    ``"lakelog": "sink"`` and the group, in Delta's ``userMetadata``): several groups may write one
-    sink, and each is judged on its own commits. Commits without it count for every group."""
-    out = {}
+def _sink_commits(sink: str) -> Iterable[tuple[int, dict]]:
+    """Each sink commit lakelog's metadata names (JSON with ``"lakelog": "sink"`` in Delta's
+    ``userMetadata``): its version and that metadata."""
     for c in DeltaTable(sink).history():
         try:
             meta = json.loads(c.get("userMetadata") or "null")
         except ValueError:
             continue
-        if isinstance(meta, dict) and meta.get("lakelog") == "sink" and isinstance(meta.get("group"), str):
-            out[int(c["version"])] = meta["group"]
+        if isinstance(meta, dict) and meta.get("lakelog") == "sink":
+            yield int(c["version"]), meta
+
+
+def sink_commit_groups(sink: str) -> dict[int, str]:
+    """Sink version -> the group whose batch it committed, from the commit's metadata (JSON with
+    ``"lakelog": "sink"`` and the group, in Delta's ``userMetadata``): several groups may write one
+    sink, and each is judged on its own commits. Commits without it count for every group."""
+    return {v: meta["group"] for v, meta in _sink_commits(sink) if isinstance(meta.get("group"), str)}
+
+
+def sink_reads(sink: str, group: str, topic: str, location: str) -> dict[int, list[tuple[int, int, int]]]:
+    """Per partition, (start, end, log version) of each batch ``group`` committed to ``sink`` from
+    ``topic``'s log at ``location`` that names the version of that log it was read at
+    (``log_version``: lakelog's members name it; a Kafka member's or a stream's sink does not):
+    every record of [start, end) that version held is in the batch."""
+    out: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    if not _exists(sink):
+        return out
+    for _v, meta in _sink_commits(sink):
+        log, version = meta.get("log"), meta.get("log_version")
+        if (meta.get("group") != group or meta.get("topic") != topic or not isinstance(version, int)
+                or not isinstance(log, str) or log.rstrip("/") != location.rstrip("/")):
+            continue
+        for p, (start, end) in (meta.get("ranges") or {}).items():
+            out[int(p)].append((int(start), int(end), version))
     return out
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from deltalake import DeltaTable
 
 CONTROL = "control"
-COMMITTED, ABORTED, OPEN = "committed", "aborted", "open"
+COMMITTED, ABORTED, OPEN, MARKER = "committed", "aborted", "open", "marker"
 NO_END = 2**62
 
 
@@ -41,24 +41,30 @@ def open_firsts(location: str, log: list[dict]) -> dict[tuple[int, str], int]:
     return out
 
 
-def states(log: list[dict], opened: dict[tuple[int, str], int]) -> dict[tuple[int, int], str]:
+def states(log: list[dict], opened: dict[tuple[int, str], int] | None = None,
+           markers: bool = False) -> dict[tuple[int, int], str]:
     """(partition, offset) -> committed, aborted or open, of each transactional record of ``log``
-    (its rows as appended); plain records and markers are absent."""
-    markers: dict[tuple[int, str], list[tuple[int, bool]]] = defaultdict(list)
+    (its rows as appended): its producer's next marker after it in its partition decides; while
+    none follows it is open where its producer's mark (``opened``: ``open_firsts``) is open at or
+    below it, else a plain record (absent). With ``opened`` None (the markers alone) every record
+    no marker follows is open. Markers are absent, or ``MARKER`` with ``markers``."""
+    ends: dict[tuple[int, str], list[tuple[int, bool]]] = defaultdict(list)
     for r in log:
         if is_marker(r):
-            markers[(r["partition"], r["producer_id"])].append((r["offset"], r[CONTROL] == "commit"))
-    for found in markers.values():
+            ends[(r["partition"], r["producer_id"])].append((r["offset"], r[CONTROL] == "commit"))
+    for found in ends.values():
         found.sort()
     out = {}
     for r in log:
-        if is_marker(r):
-            continue
         ident, key = (r["partition"], r["offset"]), (r["partition"], r["producer_id"])
-        after = next((commit for offset, commit in markers.get(key, ()) if offset > r["offset"]), None)
+        if is_marker(r):
+            if markers:
+                out[ident] = MARKER
+            continue
+        after = next((commit for offset, commit in ends.get(key, ()) if offset > r["offset"]), None)
         if after is not None:
             out[ident] = COMMITTED if after else ABORTED
-        elif key in opened and opened[key] <= r["offset"]:
+        elif opened is None or (key in opened and opened[key] <= r["offset"]):
             out[ident] = OPEN
     return out
 

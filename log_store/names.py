@@ -210,11 +210,16 @@ def commit_metadata(kind: str, **fields: Any) -> str:
     return json.dumps({"lakelog": kind, **fields}, ensure_ascii=False, separators=(",", ":"))
 
 
-def sink_commit_metadata(group: str, topic: str, member_id: str, ranges: dict[int, tuple[int, int]]) -> str:
+def sink_commit_metadata(group: str, topic: str, member_id: str, ranges: dict[int, tuple[int, int]],
+                         log: str | None = None, log_version: int | None = None) -> str:
     """A sink commit's metadata: which group's batch it is, so a sink that several groups write
-    is judged group by group (the audit, the campaign's checker)."""
+    is judged group by group (the audit, the campaign's checker). ``log`` and ``log_version``: the
+    log table and version the batch was read at, where known: every record of ``ranges`` the log
+    held there is in the batch, which orders the batch against the log's own commits (a record key
+    compaction removed after that version was there to deliver)."""
+    read = {"log": log, "log_version": log_version} if log is not None and log_version is not None else {}
     return commit_metadata("sink", group=group, topic=topic, member=member_id,
-                           ranges={str(p): [s, e] for p, (s, e) in sorted(ranges.items())})
+                           ranges={str(p): [s, e] for p, (s, e) in sorted(ranges.items())}, **read)
 
 
 def parse_commit_metadata(text: str | None) -> dict | None:

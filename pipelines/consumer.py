@@ -394,7 +394,7 @@ class Consumer:
                 data = self.log.read(ranges, ordered=sink_path is None, version=snap.version,
                                      exclude=self.reads.aborted(self.log, ranges, snap, "`"))
                 if sink_path:
-                    self._write_sink(sink_path, data, ranges)
+                    self._write_sink(sink_path, data, ranges, snap.version)
                 else:
                     handler(data, ranges)
         except Exception as exc:
@@ -414,7 +414,8 @@ class Consumer:
         """How many records ``ranges`` of ``snap`` hold, as this consumer delivers them (``BatchReads.count``)."""
         return self.reads.count(self.log, ranges, snap)
 
-    def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges) -> None:
+    def _write_sink(self, sink_path: str, data: DataFrame, ranges: Ranges, log_version: int) -> None:
+        """``log_version``: the version of ``self.log`` the batch was read at (named in the commit's metadata)."""
         txn = commits.start(self.spark, sink_path, "the sink")
         check_set_transactions_kept(txn.configuration(), sink_path)
         ids = {p: self._sink_app_id(p) for p in ranges}
@@ -433,7 +434,8 @@ class Consumer:
             raise null_values_refused(self.topic, sink_path, sink=True) from exc
         try:
             txn.commit({**carried, **{ids[p]: end for p, (_s, end) in ranges.items()}},
-                       sink_commit_metadata(self.group, self.topic, self.member_id, ranges))
+                       sink_commit_metadata(self.group, self.topic, self.member_id, ranges, self.log.path,
+                                            log_version))
         except AppVersionConflictError as exc:
             # Another member wrote one of these partitions while this batch was being written (this
             # member was paused past its session, campaign seed 440): nothing of the batch landed.

@@ -205,3 +205,18 @@ def test_tombstones_are_delivered_null_into_a_sink_that_the_audit_passes(spark, 
     with pytest.raises(InvalidRecordError, match=f"topic 'c' has a null value.*the sink at {old}.*DROP NOT NULL"):
         Consumer(spark, root, "c", "g_old").run_to_sink(old)
     assert DeltaTable(old).to_pyarrow_table().num_rows == 0
+
+
+def test_each_sink_commit_names_the_log_and_the_log_version_its_batch_was_read_at(spark, root, topic, tmp_path):
+    """What the campaign's checker orders key compaction's removals against (``chaos.checker_reads.sink_reads``)."""
+    from deltalake import DeltaTable
+
+    from chaos.checker_reads import sink_reads
+
+    sink, location = str(tmp_path / "sink"), TopicAdmin(spark, root).get(topic).location
+    Consumer(spark, root, topic, "g9", ConsumerSettings(max_records_per_batch=100)).run_to_sink(sink)
+    reads = sink_reads(sink, "g9", topic, location)
+    assert {v for batches in reads.values() for _s, _e, v in batches} == {DeltaTable(location).version()}
+    covered = {(p, o) for p, batches in reads.items() for s, e, _v in batches for o in range(s, e)}
+    assert len(covered) == 240
+    assert sink_reads(sink, "g9", topic, location + "-elsewhere") == {}

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from deltalake import DeltaTable
 
 from chaos.checker import Findings
@@ -308,17 +307,61 @@ def test_a_group_standing_on_a_live_record_has_not_drained_whatever_compaction_r
     assert drain_gap(str(root.path), "t", "g") == "p0 at 0 of 2"
 
 
-@pytest.mark.xfail(strict=True, reason="the checker counts every record key compaction removed and a group never "
-                   "delivered as compacted before it was read (chaos/checker.py compacted_before_read), also one "
-                   "the group's committed offset had passed while the log still held it: it has no order between "
-                   "the group's offset commits and the log's compaction commits to tell a skip of a live record")
-def test_a_group_that_committed_past_a_live_record_compaction_removed_only_later_is_flagged(tmp_path):
+def read_batch(root: Compacted, ranges: dict[int, tuple[int, int]], *records: tuple, at: int | None = None,
+               log: str | None = None) -> None:
+    """Group g's batch over ``ranges``, delivering ``records`` (partition, offset, key, sequence,
+    value or None), its sink commit naming the log and the log version it read at (``at``; default
+    the log's version now) as lakelog's members name them (``names.sink_commit_metadata``)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    from log_store.names import sink_commit_metadata
+    from tests.unit.test_checker import CDF, SINK
+
+    location = str(root.path / "topics" / "t")
+    meta = sink_commit_metadata("g", "t", "m1", ranges, log or location, DeltaTable(location).version() if at is None else at)
+    write_deltalake(str(root.path / "sinks" / "g"), pa.Table.from_pylist(
+        [dict(topic="t", partition=p, offset=o, leader_epoch=0, key=k.encode(), value=v and v.encode(), producer_id="p",
+              sequence=s) for p, o, k, s, v in records], SINK),
+        mode="append", configuration=CDF, schema_mode="merge",
+        commit_properties=CommitProperties(custom_metadata={"userMetadata": meta}))
+    root.commit("g", "m1", 1, "commit", {p: end for p, (_s, end) in ranges.items()})
+
+
+def test_a_group_that_read_past_a_live_record_compaction_removed_only_later_is_flagged(tmp_path):
+    """The batch read at a log version that still held a's records at p0 and delivered none of
+    them: compaction removing them afterwards does not excuse it."""
     root = compacted_root(tmp_path)
     root.clean((1, 0), (1, 1))
-    deliver_all_left(root, (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))  # past p0@0 and 1, never delivered
+    read_batch(root, {0: (0, 2), 1: (0, 4)}, (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))  # past p0@0 and 1
     root.clean((0, 0), (0, 1))  # only now: a's records superseded by p1@2
     found = root.check()
-    assert "undelivered" in anomalies(found), found.summary()
+    assert anomalies(found) == {"undelivered": 2}, found.summary()
+    assert found.stats["compacted_before_read[g]"] == 2, "b's records were gone at the version read"
+
+
+def test_a_group_that_read_once_compaction_had_removed_the_records_skipped_them(tmp_path):
+    root = compacted_root(tmp_path)
+    root.clean((1, 0), (1, 1))
+    root.clean((0, 0), (0, 1))
+    read_batch(root, {0: (0, 2), 1: (0, 4)}, (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None))
+    found = root.check()
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["compacted_before_read[g]"] == 4
+
+
+def test_a_batch_read_at_another_log_orders_nothing_against_this_ones_compactions(tmp_path):
+    """Versions of another log (an earlier leader's root) are no order on this one's: the records
+    are taken as removed before the group read them, as for a sink that names no log version."""
+    root = compacted_root(tmp_path)
+    root.clean((1, 0), (1, 1))
+    read_batch(root, {0: (0, 2), 1: (0, 4)}, (1, 2, "a", 4, "p:4"), (1, 3, "b", 5, None),
+               log=str(tmp_path / "other" / "topics" / "t"))
+    root.clean((0, 0), (0, 1))
+    found = root.check()
+    assert anomalies(found) == {}, found.summary()
+    assert found.stats["compacted_before_read[g]"] == 4
+
+
 TXN_LOG = LOG.append(pa.field("control", pa.string()))
 
 

@@ -4,7 +4,8 @@ open) is reported, and a clean run is not."""
 
 from __future__ import annotations
 
-from chaos.checker_copies import check_copies, check_open, check_reader, fates
+from chaos.checker_copies import check_copies, check_open, check_reader
+from chaos.checker_txn import states
 
 PID = "txn-7"
 
@@ -41,15 +42,16 @@ def run(rows, positions=None, sink=None, marks=None, excused=lambda p, o: False)
 
     check_copies("t-copy0", 0, rows, INPUTS, {0: 4} if positions is None else positions, excused, add)
     check_reader("t-copy0", rows, sink if sink is not None else [
-        {**r, "topic": "t-copy0"} for r in rows if fates(rows)[(r["partition"], r["offset"])] == "commit"], add)
+        {**r, "topic": "t-copy0"} for r in rows if states(rows).get((r["partition"], r["offset"])) == "committed"], add)
     check_open("t-copy0", rows, marks or {}, add)
     return found
 
 
-def test_records_take_the_fate_of_their_producers_next_marker():
-    got = fates(clean_log() + [copy(0, 9), rec(0, 10, "k", "x", pid="other"), marker(0, 11, "abort", pid="other")])
-    assert [got[(0, o)] for o in range(12)] == ["commit", "commit", "marker", "abort", "abort", "marker",
-                                                "commit", "commit", "marker", "open", "abort", "marker"]
+def test_records_take_the_state_of_their_producers_next_marker_and_after_the_last_are_open():
+    got = states(clean_log() + [copy(0, 9), rec(0, 10, "k", "x", pid="other"), marker(0, 11, "abort", pid="other")],
+                 markers=True)
+    assert [got[(0, o)] for o in range(12)] == ["committed", "committed", "marker", "aborted", "aborted", "marker",
+                                                "committed", "committed", "marker", "open", "aborted", "marker"]
 
 
 def test_a_clean_run_reports_nothing():

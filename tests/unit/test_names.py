@@ -62,6 +62,12 @@ def test_commit_metadata_is_json_whatever_the_names_hold():
     assert names.parse_commit_metadata("not json") is None and names.parse_commit_metadata(None) is None
 
 
+def test_a_sink_commit_names_the_log_version_its_batch_was_read_at_only_with_its_log():
+    read = names.parse_commit_metadata(names.sink_commit_metadata("g", "t", "m", {0: (0, 5)}, "/r/topics/t", 7))
+    assert (read["log"], read["log_version"]) == ("/r/topics/t", 7)
+    assert "log_version" not in names.parse_commit_metadata(names.sink_commit_metadata("g", "t", "m", {0: (0, 5)}, None, 7))
+
+
 def test_topics_whose_view_names_collide_get_no_view_rather_than_one_of_them():
     views = names.log_view_names(["a.b", "a_b", "A-B", "orders.v1", "c"])
     assert views == {"log_orders_v1": "orders.v1", "log_c": "c"}
