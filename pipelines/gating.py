@@ -181,7 +181,7 @@ class OffsetGate:
         self.group = group
         self.positions = positions
         self.enabled = os.environ.get(DISABLE_ENV, "") not in ("1", "true")
-        self._thresholds: dict[tuple[int, int], int] = {}
+        self._thresholds: dict[tuple[int, int], int] = {}  # read from the records: rises no end was recorded for
         self._barriers: tuple[int, list[Barrier]] | None = None
         self._passed_versions: set[int] = set()
         self._shut: set[int] = set()
@@ -191,19 +191,26 @@ class OffsetGate:
     def threshold(self, partition: int, epoch: int) -> int:
         """Last offset of ``epoch`` in ``partition`` (rule 3); fixed once the epoch was bumped.
 
-        The log end the bump's commit recorded, less one (``LogSnapshot.end_of_epoch``): the
-        same for every gate whenever it asks. The largest offset of the epoch the log still
-        holds is read only where no end was recorded (a bump made by an earlier release): key
-        compaction, retention and delete-records can remove the epoch's last records, and a gate
-        first asking after that would pass a barrier on a position a member whose gate asked
-        before still delivers records below (``floored`` keeps such a gate from falling below
-        an earlier epoch's). Epochs of a reused partition number continue from the retired
-        one's, so (partition, epoch) names one incarnation's records.
+        The log end the bump's commit recorded, less one (``LogSnapshot.end_of_epoch``), read from
+        the snapshot the gate judges against, never kept from an earlier one: in one log it is the
+        same for every gate whenever it asks, but a replicated topic's gate follows an election to
+        the new leader's log, which may have recorded the same rise at its own, lower, log end (the
+        old leader's last records, taken with ``acks: 1``, lost). Kept from the old leader, the
+        threshold would let records of the new epoch at the lost offsets through before the barrier
+        passed, and keep the barrier shut until new records reach those offsets.
+        The largest offset of the epoch the log still holds is read only where no end was recorded
+        (a bump made by an earlier release), once: key compaction, retention and delete-records can
+        remove the epoch's last records, and a gate first asking after that would pass a barrier
+        on a position a member whose gate asked before still delivers records below (``floored``
+        keeps such a gate from falling below an earlier epoch's). Epochs of a reused partition
+        number continue from the retired one's, so (partition, epoch) names one incarnation's records.
         """
+        end = (self._seen or self.log.snapshot()).end_of_epoch(partition, epoch)
+        if end is not None:
+            return end - 1
         key = (partition, epoch)
         if key not in self._thresholds:
-            end = (self._seen or self.log.snapshot()).end_of_epoch(partition, epoch)
-            self._thresholds[key] = end - 1 if end is not None else self.log.last_offset_of_epoch(partition, epoch)
+            self._thresholds[key] = self.log.last_offset_of_epoch(partition, epoch)
         return self._thresholds[key]
 
     def barriers(self, topic_version: int) -> list[Barrier]:
@@ -264,7 +271,8 @@ class OffsetGate:
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("group %s at log v%s (topic v%s): positions %s, group %s, marked ends %s, thresholds %s, "
                        "barriers %s, passed %s -> limits %s", self.group, snap.version, snap.topic_version, positions,
-                       self._group_positions(positions, False, watched), ends, self._thresholds,
+                       self._group_positions(positions, False, watched), ends,
+                       {(p, e): self.threshold(p, e) for b in barriers for p, e in b.before.items()},
                        [(b.version, b.before, b.marked) for b in barriers], sorted(self._passed_versions), out)
         shut = {p for p in positions if out.get(p, positions[p] + 1) <= positions[p]}
         opened = sorted(p for p in self._shut & set(positions) if p not in shut)

@@ -2,14 +2,13 @@
 leader's metadata commit recorded the log end at the rise (``epoch_raised``); a follower that had
 not yet copied that commit, once elected, applies the resize and the election in one commit
 (``replication.election._lead`` -> ``metadata_change``) and records its own, lower, log end for
-the same epoch (the old leader unreachable, so no handover copy brought the commit over); the next
-copy replaces the old leader's entry with it (``replication.copy`` copies every ``lakelog.*``
-property). A gate that read the threshold before the election keeps
-it (``OffsetGate._thresholds``), one that reads it after gets the other."""
+the same epoch (the old leader unreachable, so no handover copy brought the commit over, and its
+records past the follower's end, taken with ``acks: 1``, are lost). A member's gate follows the
+election to the new leader's log (``Consumer.snapshot`` swaps ``gate.log``; a stream's planner
+keeps one gate per topic): it must judge by the end the new log recorded, as a gate started there
+does, not by the one it read at the old leader."""
 
 from __future__ import annotations
-
-import pytest
 
 from log_store.log_metadata import LogSnapshot, PartitionMetadata, TopicLogMetadata, epoch_raised, epoch_ends_of
 from log_store.names import log_end_app_id
@@ -17,8 +16,9 @@ from pipelines.gating import Barrier, OffsetGate
 
 
 def _meta(epoch: int) -> TopicLogMetadata:
-    return TopicLogMetadata(topic="t", undeleted_partition_count=1,
-                            partitions={0: PartitionMetadata(partition=0, leader_epoch=epoch)})
+    return TopicLogMetadata(topic="t", undeleted_partition_count=2,
+                            partitions={0: PartitionMetadata(partition=0, leader_epoch=epoch),
+                                        1: PartitionMetadata(partition=1)})
 
 
 def _snap(conf: dict[str, str]) -> LogSnapshot:
@@ -48,25 +48,40 @@ class _Group:
         pass
 
 
-def _threshold(snap: LogSnapshot) -> int:
+def _gate(snap: LogSnapshot) -> OffsetGate:
+    """A gate on a resize that bumped partition 0 from epoch 1 and made partition 1."""
     gate = OffsetGate(None, _Log(snap), "t", "g", _Group())
     gate.barriers = lambda version: [Barrier(version=2, before={0: 1})]
-    return gate.threshold(0, 1)
+    return gate
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a follower elected before copying a resize's metadata commit records its own log end for the "
-    "resized epoch (log_metadata.epoch_raised via election._lead), lower than the one the old leader "
-    "recorded; a gate that read the threshold before the election keeps the old one (cached), one "
-    "reading it after gets the new: thresholds differ between gates, which the recorded ends were "
-    "meant to rule out. Needs the old leader unreachable at the election (no handover copy) and records "
-    "it took with acks=1 lost; the gate holding the higher one waits for positions past records that "
-    "are gone (shut until new records reach that offset); not run against a replicated topic"))
-def test_gates_reading_a_resize_threshold_before_and_after_an_election_agree():
-    conf = {**_meta(1).to_properties(), "lakelog.topic_version": "1"}
+def _logs() -> tuple[LogSnapshot, LogSnapshot]:
+    conf = {**TopicLogMetadata(topic="t", undeleted_partition_count=1,
+                               partitions={0: PartitionMetadata(partition=0, leader_epoch=1)}).to_properties(),
+            "lakelog.topic_version": "1"}
     # the old leader applies the resize (epoch 1 -> 2) at log end 30
     leader = conf | epoch_raised(conf, _meta(2), {log_end_app_id(0): 30})
     # the follower copied up to offset 27 of epoch 1, not the resize's commit; elected, it applies
     # the resize and the election (epoch 1 -> 3) in one commit
     follower = conf | epoch_raised(conf, _meta(3), {log_end_app_id(0): 27})
-    assert _threshold(_snap(leader)) == _threshold(_snap(follower))
+    return _snap(leader), _snap(follower)
+
+
+def test_a_gate_that_followed_an_election_takes_the_threshold_the_new_leader_recorded():
+    old, new = _logs()
+    gate = _gate(old)
+    assert gate.threshold(0, 1) == 29
+    gate.log = _Log(new)  # the election moved the topic: the gate follows it
+    assert gate.threshold(0, 1) == _gate(new).threshold(0, 1) == 26
+
+
+def test_a_gate_that_followed_an_election_holds_the_new_epochs_records_and_opens_past_the_old_ones():
+    """At the new leader, offsets 27.. of partition 0 hold records of the new epoch: held until the
+    group is past offset 26 (order), and then the barrier passes (liveness), though the old leader
+    had recorded 30."""
+    old, new = _logs()
+    gate = _gate(old)
+    assert gate.limits({0: 25, 1: 0}, old) == {0: 30, 1: 0}
+    gate.log = _Log(new)
+    assert gate.limits({0: 25, 1: 0}, new) == {0: 27, 1: 0}
+    assert gate.limits({0: 27, 1: 0}, new) == {}
