@@ -38,7 +38,8 @@ from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
 from log_store.arrow_files import arrow_schema  # noqa: E402
 from log_store.names import log_end_app_id, producer_app_id  # noqa: E402
-from log_store.rs_engine import RsTransaction, create_table  # noqa: E402
+from log_store.rs_create import create_table  # noqa: E402
+from log_store.rs_engine import RsTransaction  # noqa: E402
 from log_store.topic_log import CHECKPOINT_INTERVAL, RECORD_SCHEMA, STATS_COLUMNS  # noqa: E402
 
 PARTITIONS = 4

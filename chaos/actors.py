@@ -183,7 +183,7 @@ def delete(spark, a: dict) -> None:
 
 
 def member(spark, a: dict) -> None:
-    from control_plane.group.member import RebalanceListener
+    from control_plane.group.listener import RebalanceListener
     from control_plane.settings import GroupSettings
     from pipelines.settings import ConsumerSettings
     from pipelines.group_consumer import GroupConsumer

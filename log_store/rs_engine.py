@@ -7,16 +7,8 @@ is rejected (``ConcurrentCommitError``; ``AppVersionConflictError`` for an id) w
 version, another commit changed the metadata or protocol, or set an application id this
 transaction read (``app_version``, ``depend_on``) or sets; with ``read_whole_table``, also when it
 added or removed data; and when it removed a file this one removes. Any other commit that won the
-race is passed over, as Delta rebases a commit that does not conflict.
-
-How: delta-rs commits at the snapshot's version + 1 with ``max_commit_retries=0``, so a lost race
-raises ``CommitFailedError`` without delta-rs's own conflict check (which knows nothing of ids a
-transaction only read). The transaction then reads the commits that won (``log_store.delta_log``)
-and either raises lakelog's conflict or commits again on the newer snapshot. A commit whose answer
-was lost but landed is recognised by the ``txnId`` it carries in its commit info. delta-rs accepts
-an id's version going down (5, then 4); a commit here refuses it, and always depends on the ids it
-sets, so no concurrent commit can raise one between the check and the commit. Put-if-absent is
-delta-rs's store: a hard link on a local disk, a conditional PUT (``If-None-Match``) on S3.
+race is passed over, as Delta rebases a commit that does not conflict. How a lost race is told
+from a commit that landed: ``log_store.rs_races``; making a table: ``log_store.rs_create``.
 
 Commit shapes delta-rs's public API cannot express in one commit, and what this module does:
 
@@ -29,8 +21,8 @@ Commit shapes delta-rs's public API cannot express in one commit, and what this 
   through delta-rs sets a dropped one to the empty string, which ``configuration`` reads as
   absent (other readers see ``key = ''``); a commit lakelog writes removes it. ``delta.*``
   properties cannot be dropped.
-- custom properties at creation (refused by delta-rs's parser): ``create_table`` makes a local
-  table as ``log_store.table_create`` does (version 0 written by lakelog); elsewhere through
+- custom properties at creation (refused by delta-rs's parser): ``rs_create.create_table`` makes
+  a local table as ``log_store.table_create`` does (version 0 written by lakelog); elsewhere through
   delta-rs with its ``delta.*`` properties, then the others in a second commit.
 - tags on add actions: ``AddAction`` has none. They are kept in the file's statistics JSON under
   ``lakelog.tags`` (delta-rs and Delta's readers ignore keys they do not know, and checkpoints
@@ -54,11 +46,11 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, PostCommitHookProperties, RemoveAction, Transaction
 
 from log_store import app_versions as carried_versions
-from log_store import checkpoints, commit_files, delta_log, rs_tables
+from log_store import checkpoints, commit_files, delta_log, rs_races, rs_tables
 from log_store.arrow_files import (TAGS_KEY, WrittenFile, arrow_schema, fit_rows, parquet_files, split_by, stats_columns,
                                   with_tags, written_file)
-from log_store.delta_errors import conflict_error, retry_on_conflict, translate
-from log_store.errors import ConcurrentCommitError, InvalidConfigurationError, LakelogError, StorageError
+from log_store.delta_errors import conflict_error, translate
+from log_store.errors import InvalidConfigurationError, LakelogError, StorageError
 from log_store.files import is_remote, write_file
 from log_store.object_store import arrow_filesystem
 
@@ -314,17 +306,17 @@ class RsTransaction:
                     version = base + 1
                     break
                 except CommitFailedError as exc:
-                    won = self._winners(base, exc)
+                    won = rs_races.winners(self._open(), self._fs, self._log, self.path, base, exc)
                 except LakelogError as exc:  # the store, or a step after the commit (delta-rs's checkpoint)
-                    landed = self._landed(base)
+                    landed = rs_races.landed(self._fs, self._log, base, self._txn_id)
                     if landed is None:
-                        self._check_reachable(exc)
+                        rs_races.check_reachable(self._fs, self._log, self.path, exc)
                         raise
                     version = landed
                     break
                 base += len(won)
                 moved |= {a["txn"]["appId"]: int(a["txn"]["version"]) for _v, acts in won for a in acts if "txn" in a}
-                mine = next((v for v, actions in won if _txn_id(actions) == self._txn_id), None)
+                mine = next((v for v, actions in won if rs_races.txn_id(actions) == self._txn_id), None)
                 if mine is not None:  # it landed; its answer was lost
                     version = mine
                     break
@@ -366,52 +358,6 @@ class RsTransaction:
         changed = bool(self._properties) or self._partition_columns is not None
         return commit_files.commit_lines(own, self._metadata, self._schema_json, self._partitions(),
                                          self._pending_configuration() if changed else None, self._actions + self._cdc)
-
-    def _winners(self, base: int, failure: CommitFailedError) -> list[tuple[int, list[dict]]]:
-        """The commits after ``base`` that took the version this one tried, each with its actions;
-        the table object moves to the newest snapshot. Without any, the failure was not a lost race."""
-        try:
-            self._open().update_incremental()
-        except Exception as exc:
-            raise translate(exc) from exc
-        newest = self._open().version()
-        if newest <= base:
-            raise translate(failure) from failure
-        won = []
-        for v in range(base + 1, newest + 1):
-            actions = delta_log.commit_actions(self._fs, self._log, v)
-            if actions is None:  # cleaned up already: what it changed is unknown
-                raise ConcurrentCommitError(f"commit {v} of {self.path} won the race and cannot be read; retry")
-            won.append((v, actions))
-        return won
-
-    def _check_reachable(self, failure: Exception) -> None:
-        """``StorageError`` if the table's log cannot be listed now (its root lost or unmounted):
-        delta-rs names such a failure by the version it could not write."""
-        import pyarrow.fs as pafs
-
-        try:
-            reachable = self._fs.get_file_info(self._log).type == pafs.FileType.Directory
-        except OSError:
-            reachable = False
-        if not reachable:
-            raise StorageError(f"the table at {self.path} cannot be reached ({failure}): its root is lost or not "
-                               "mounted; nothing was committed") from failure
-
-    def _landed(self, base: int) -> int | None:
-        """The version this transaction's commit landed at after ``base``, if it did (read from the
-        commit files: None if they cannot be read)."""
-        v = base + 1
-        while True:
-            try:
-                actions = delta_log.commit_actions(self._fs, self._log, v)
-            except OSError:
-                return None
-            if actions is None:
-                return None
-            if _txn_id(actions) == self._txn_id:
-                return v
-            v += 1
 
     def _checkpoint(self, version: int) -> None:
         """The checkpoint due at ``version`` (the table's interval): left to the calling thread's
@@ -457,45 +403,3 @@ class RsTransaction:
                 out.write(data)
         except OSError as exc:
             raise StorageError(f"cannot write {self.path}/{name}: {exc}; nothing was committed") from exc
-
-
-def _txn_id(actions: list[dict]) -> str | None:
-    return next((a["commitInfo"].get("txnId") for a in actions if "commitInfo" in a), None)
-
-
-def create_table(path: str, schema: pa.Schema, partition_by: str | None = None,
-                 properties: Mapping[str, str] | None = None, storage: Storage = None) -> int:
-    """Make the table at ``path`` if there is none, with ``properties``; return its version.
-    Racing creators: one makes it, the others find it. On a local disk as lakelog makes its tables
-    (``log_store.table_create``: one commit). In an object store (``storage``) through delta-rs,
-    which takes only ``delta.*`` properties at creation; the others follow in a commit of their
-    own, made by whichever process finds them missing (a creator killed between the two leaves them
-    to the next)."""
-    given = dict(properties or {})
-    if storage is None and not is_remote(path):
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from log_store.table_create import create_table as create_local
-
-        create_local(None, path, from_arrow_schema(schema), given, partition_by)
-        return RsTransaction.start(path).read_version
-    delta_props = {k: v for k, v in given.items() if k.startswith("delta.")}
-    try:
-        DeltaTable.create(rs_tables.uri(path), schema, partition_by=[partition_by] if partition_by else None,
-                          mode="ignore", configuration=delta_props or None,
-                          storage_options=dict(storage) if storage else None,
-                          commit_properties=CommitProperties(max_commit_retries=0))
-    except CommitFailedError:
-        pass  # another process made version 0 first
-    except Exception as exc:
-        raise translate(exc) from exc
-
-    def finish() -> int:
-        txn = RsTransaction.start(path, storage)
-        missing = {k: v for k, v in given.items() if k not in txn.configuration()}
-        if not missing:
-            return txn.read_version
-        txn.set_properties(missing)
-        return txn.commit()  # a conflict: another creator set them, or changed the table; look again
-
-    return retry_on_conflict(finish)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
-from control_plane.group.member import GroupMember, RebalanceListener
+from control_plane.group.listener import RebalanceListener
+from control_plane.group.member import GroupMember
 
 from control_plane.group.state import MembershipChange
 from control_plane.records import TopicPartition

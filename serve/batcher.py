@@ -4,7 +4,7 @@
 The loop thread queues batches and starts commits; each commit runs on the pool. One commit per
 topic is in flight at a time; batches arriving meanwhile wait for the next. A partition's batches
 of one request are queued together (a unit) and go in one commit, all or none. A commit judges each
-idempotent batch against its producer's mark (``serve.producers.judge``), appends what is new in
+idempotent batch against its producer's mark (``serve.batch_judge``), appends what is new in
 one Delta commit, answers duplicates with the offsets they were first written at, and answers
 what the log refused unit by unit: one unit's failure never fails another, and a batch once
 appended is never answered with an error its retry would write again.
@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from itertools import count as counter
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +28,12 @@ from log_store.errors import (
 from log_store import rs_reader
 from log_store.files import reads_with_delta_rs
 from log_store.topic_log import TopicLog
+from serve.batch_judge import BatchJudge
+from serve.commit_entries import Entry, Outcome
 from serve.context import ServeContext, TopicView
 from serve.errors import message_of, name_of, unreachable
-from serve.placement import CLIENT, UNKNOWN, base_offsets, place_records
-from serve.producers import BATCHES_KEPT, NO_PRODUCER, ProducerStates, judge, lakelog_producer_id
-from serve.records import ProducedBatch, rows_of
+from serve.placement import CLIENT, base_offsets, place_records
+from serve.records import rows_of
 from serve.tail import pieces_of
 from serve.transactions import transactional_rows
 from serve.topic_limits import TopicLimits
@@ -42,36 +41,7 @@ from serve.topic_limits import TopicLimits
 log = logging.getLogger("lakelog.serve")
 ATTEMPTS = 20  # commits of one flush refused by a resize, an election or another server's marks
 VIEW_AGE = 1.0  # seconds a commit may plan on a topic's view: the append checks its metadata itself
-RECENT = 100_000  # batches remembered for answering duplicates without reading the log
 STOP_WAIT = 30  # seconds a stopping server waits for requests being queued and commits under way
-_units = counter()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one partition's batch of a produce request is answered."""
-
-    error: str = "NONE"
-    base_offset: int = -1
-    log_start: int = -1
-    message: str | None = None
-
-
-@dataclass(eq=False)
-class Entry:
-    """One batch waiting for its topic's next commit."""
-
-    topic: str
-    partition: int
-    batch: ProducedBatch
-    acks: int
-    future: asyncio.Future
-    producer: str | None = None  # the lakelog producer id of an idempotent batch
-    txn: tuple[str, int] | None = None  # a transactional batch's (lakelog producer id, coordinator epoch)
-    first: int = -1  # its first sequence value, once judged
-    size: int = 0
-    placed: np.ndarray | None = None  # the partition of each record, as the last attempt placed them
-    unit: int = field(default_factory=lambda: next(_units))  # shared by a partition's batches of one request: all or none
 
 
 @dataclass
@@ -89,9 +59,8 @@ class Batcher:
     def __init__(self, ctx: ServeContext) -> None:
         self.ctx = ctx
         self._queues: dict[str, _Queue] = {}
-        self._producers = ProducerStates(ctx.settings.producer_id_expiration_ms)
+        self.judging = BatchJudge(ctx)  # the producers' marks and the verdict on each idempotent batch
         self.limits = TopicLimits(ctx)  # each topic's max.message.bytes, for the produce requests checked
-        self._recent: OrderedDict[tuple[str, str, int], int] = OrderedDict()  # (path, producer, first) -> offset
         self._tasks: set[asyncio.Task] = set()
         self._arriving: set[asyncio.Task] = set()  # produce requests being decoded and queued
         self._views: dict[str, tuple[TopicView, float]] = {}  # topic -> (view, when read), used by commits
@@ -191,7 +160,7 @@ class Batcher:
             return self._fill(entries, outcomes, Outcome(error="UNKNOWN_SERVER_ERROR",
                                                          message=f"the commit failed: {exc!r}"[:300]))
         finally:
-            self._producers.expire(time.monotonic())
+            self.judging.producers.expire(time.monotonic())
         return self._fill(entries, outcomes, Outcome(error="REQUEST_TIMED_OUT", message="the commit kept being refused"))
 
     def _attempts(self, topic: str, entries: list[Entry], outcomes: dict[int, Outcome]) -> None:
@@ -208,7 +177,7 @@ class Batcher:
             todo = [e for e in entries if id(e) not in outcomes]
             try:
                 placed = self._place(view, todo, outcomes)
-                accepted, expected = self._judge(view, placed, outcomes)
+                accepted, expected = self.judging.judge(view, placed, outcomes)
             except LOST_ROOT as exc:  # the log's marks or a duplicate's record read from a lost root
                 for e in todo:
                     outcomes.pop(id(e), None)
@@ -237,7 +206,7 @@ class Batcher:
             self.committed += 1
             self.ctx.forget(path)
             for pid, mark in after.items():
-                self._producers.learned((path, pid), mark, time.monotonic())
+                self.judging.producers.learned((path, pid), mark, time.monotonic())
             self._answered(view, path, accepted, result, outcomes)
             self._acknowledge(view, todo, outcomes)
             return
@@ -248,7 +217,7 @@ class Batcher:
         with the refusal, False to judge them again on a fresh view. A refusal nobody foresaw is raised."""
         if isinstance(exc, StaleProducerSequenceError):  # another server committed for these producers
             for pid, mark in exc.marks.items():
-                self._producers.learned((path, pid), mark, time.monotonic())
+                self.judging.producers.learned((path, pid), mark, time.monotonic())
             return False
         if isinstance(exc, FencedLeaderEpochError):
             self.ctx.forget(path)  # an election moving the topic: follow its record
@@ -278,7 +247,7 @@ class Batcher:
         now = time.monotonic()
         for e in accepted:
             if e.producer is not None:
-                self._producers.appended((path, e.producer), e.first, e.first + e.batch.count - 1, now)
+                self.judging.producers.appended((path, e.producer), e.first, e.first + e.batch.count - 1, now)
         try:
             self._answer(view, path, accepted, result.ranges, outcomes)
         except Exception:  # noqa: BLE001 - the records are in the log: answered as appended
@@ -309,10 +278,7 @@ class Batcher:
         truncation took records and marks a retry would otherwise be answered with."""
         epoch = view.leadership.leader_epoch if view.leadership is not None else None
         if self._epochs.get(view.name, epoch) != epoch:
-            path = view.record.location
-            self._producers.forget(path)
-            for key in [k for k in self._recent if k[0] == path]:
-                del self._recent[key]
+            self.judging.forget(view.record.location)
         self._epochs[view.name] = epoch
 
     @staticmethod
@@ -364,77 +330,6 @@ class Batcher:
                 outcomes[id(e)] = failed[e.unit]
         return [e for e in todo if e.unit not in failed]
 
-    def _judge(self, view: TopicView, todo: list[Entry], outcomes: dict[int, Outcome]) -> tuple[list[Entry], dict[str, int]]:
-        """The entries to append now, and the mark each producer's rows are numbered after; the
-        others get their outcome (a duplicate, a sequence error). A unit is appended all or none:
-        one of its batches refused refuses the unit's others (with the first refusal), and the
-        producers' running marks go back to where they were before it. A refusal judged on a mark
-        from this server's memory is judged again on the log's: another server may have written
-        for the producer since (its partition's leader moved there and back)."""
-        path = view.record.location
-        known, remembered = self._read_marks(path, todo)
-        accepted, expected, judged, doubtful = self._verdicts(path, todo, known, remembered)
-        if doubtful:  # the log's marks, where they moved past memory (the last batches known no more)
-            now = time.monotonic()
-            moved = {pid: mark for pid, mark in self.ctx.producer_marks(path, sorted(doubtful)).items()
-                     if mark != known[pid][0]}
-            for pid, mark in moved.items():
-                self._producers.learned((path, pid), mark, now)
-                known[pid] = (mark, None)
-            if moved:
-                accepted, expected, judged, _ = self._verdicts(path, todo, known, set())
-        outcomes.update(judged)
-        return accepted, expected
-
-    def _verdicts(self, path: str, todo: list[Entry], known: dict[str, tuple[int, list | None]], remembered: set[str]
-                  ) -> tuple[list[Entry], dict[str, int], dict[int, Outcome], set[str]]:
-        """``_judge``'s pass over ``todo`` with the marks ``known``: (accepted, expected, the others'
-        outcomes, the producers from ``remembered`` whose units were refused)."""
-        accepted: list[Entry] = []
-        expected: dict[str, int] = {}
-        judged: dict[int, Outcome] = {}
-        doubtful: set[str] = set()
-        running: dict[str, tuple[int, list | None]] = {}  # pid -> (mark, its last batches, None: not known)
-        for unit in _by_unit(todo):
-            before, kept, verdicts, refused = dict(running), dict(expected), [], None
-            for e in unit:
-                if e.batch.producer_id == NO_PRODUCER:
-                    verdicts.append((e, None))
-                    continue
-                pid = lakelog_producer_id(e.batch.producer_id, e.partition)
-                e.producer = pid
-                if pid not in running:
-                    running[pid] = known[pid]
-                mark, recent = running[pid]
-                verdict = judge(mark, e.batch.producer_epoch, e.batch.base_sequence, e.batch.count, recent)
-                if verdict.appends:
-                    expected.setdefault(pid, mark)
-                    if e.txn is not None:  # its rows are numbered after the transaction's producer's mark
-                        expected.setdefault(e.txn[0], known[e.txn[0]][0])
-                    e.first = verdict.first
-                    last = verdict.first + e.batch.count - 1
-                    running[pid] = (last, None if recent is None or mark != e.first - 1
-                                    else [*recent, (e.first, last)][-BATCHES_KEPT:])
-                    verdicts.append((e, None))
-                elif verdict.kind == "duplicate":
-                    verdicts.append((e, self._duplicate(path, pid, verdict.first, e)))
-                else:
-                    doubtful |= {pid} & remembered
-                    refused = refused or Outcome(
-                        error=verdict.error, message=f"producer {e.batch.producer_id} epoch {e.batch.producer_epoch} "
-                        f"sequence {e.batch.base_sequence} on partition {e.partition}: {verdict.error}")
-            if refused is not None:
-                running, expected = before, kept
-                for e in unit:
-                    judged[id(e)] = refused
-                continue
-            for e, outcome in verdicts:
-                if outcome is None:
-                    accepted.append(e)
-                else:
-                    judged[id(e)] = outcome
-        return accepted, expected, judged, doubtful
-
     @staticmethod
     def _rows(accepted: list[Entry]) -> pa.Table:
         """The rows of the placed ``accepted`` entries, with their producers' sequences."""
@@ -459,7 +354,7 @@ class Batcher:
         for e, base in zip(accepted, base_offsets(placed, [e.partition for e in accepted], ranges)):
             outcomes[id(e)] = Outcome(base_offset=base, log_start=starts.get(e.partition, 0))
             if e.producer is not None:
-                self._remember((path, e.producer, e.first), base)
+                self.judging.remember((path, e.producer, e.first), base)
 
     def _keep(self, path: str, accepted: list[Entry], result) -> None:
         """Keep the committed records in the server's tail (serve/tail.py), for fetches near the log end."""
@@ -497,46 +392,3 @@ class Batcher:
             code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND" if code == "NOT_ENOUGH_REPLICAS" else code
             for e in waiting:
                 outcomes[id(e)] = Outcome(error=code, message=str(exc))
-
-    def _read_marks(self, path: str, entries: list[Entry]) -> tuple[dict[str, tuple[int, list | None]], set[str]]:
-        """(mark, last batches) of each producer of ``entries``: as this server last saw them (the
-        append checks the marks), or, for those it does not know (never met, or forgotten once
-        idle), the log's marks, read in one read; and which of them came from memory."""
-        pids = {lakelog_producer_id(e.batch.producer_id, e.partition) for e in entries if e.batch.producer_id != NO_PRODUCER}
-        pids |= {e.txn[0] for e in entries if e.txn is not None}
-        now = time.monotonic()
-        found = {pid: state for (_path, pid), state in self._producers.known([(path, p) for p in pids], now).items()}
-        remembered = set(found)
-        new = [pid for pid in pids if pid not in found]
-        if new:
-            for pid, mark in self.ctx.producer_marks(path, new).items():
-                self._producers.learned((path, pid), mark, now)
-                found[pid] = (mark, None)
-        return found, remembered
-
-    def _duplicate(self, path: str, pid: str, first: int, entry: Entry) -> Outcome:
-        """A retried batch: answered as its first send was, with the offset its first record was
-        written at if the whole batch is at consecutive offsets of the partition addressed, else -1."""
-        offset = self._recent.get((path, pid, first))
-        if offset is None:
-            found = self.ctx.record_of(path, pid, first)
-            if found is None:  # written, but no longer in the log (retention): Kafka's answer for it
-                return Outcome(error="DUPLICATE_SEQUENCE_NUMBER")
-            partition, offset = found
-            last = found if entry.batch.count == 1 else self.ctx.record_of(path, pid, first + entry.batch.count - 1)
-            if partition != entry.partition or last != (partition, offset + entry.batch.count - 1):
-                offset = UNKNOWN
-        return Outcome(base_offset=offset)
-
-    def _remember(self, key: tuple[str, str, int], offset: int) -> None:
-        self._recent[key] = offset
-        if len(self._recent) > RECENT:
-            self._recent.popitem(last=False)
-
-
-def _by_unit(entries: list[Entry]) -> list[list[Entry]]:
-    """``entries`` grouped by unit, in the order each unit's first entry came."""
-    units: dict[int, list[Entry]] = {}
-    for e in entries:
-        units.setdefault(e.unit, []).append(e)
-    return list(units.values())

@@ -2,9 +2,10 @@
 
 Where things are: ``state`` (protocols, what a poll changed), ``target`` (what each member should
 own), ``reconcile`` (where a rebalance is decided: eager, cooperative, mixed and warm-up moves),
-``member`` (one member's protocol loop), ``heartbeat`` (its heartbeats and the heartbeat thread), ``store`` (the group tables and the
-generation compare-and-set), ``offsets`` (positions, the generation fence: where a zombie is
-fenced), ``describe`` (what operators and the audit read).
+``member`` (one member's protocol loop), ``listener`` (the callbacks it fires), ``expiry_reports``
+(what a leader or an owner reports expired), ``heartbeat`` (its heartbeats and the heartbeat
+thread), ``store`` (the group tables and the generation compare-and-set), ``offsets`` (positions,
+the generation fence: where a zombie is fenced), ``describe`` (what operators and the audit read).
 
 Kafka's group coordinator becomes three tables and one rule set that every member runs:
 

@@ -21,10 +21,11 @@ from pyspark.sql import SparkSession
 
 from control_plane.assignors import assignor
 from control_plane.group import lifecycle
+from control_plane.group.expiry_reports import expired_of, expired_since
 from control_plane.group.heartbeat import Heartbeats
 from control_plane.group.image import GroupImage
 from control_plane.group.lifecycle import Acquire, Adopt, Beat, Join, Lead, Lose, MemberView, Move, Phase, Revoke
-from control_plane.group.offsets import owed_expiry, unreported_expiry
+from control_plane.group.listener import RebalanceListener
 from control_plane.group.reconcile import plan_generation
 from control_plane.group.state import MembershipChange, PositionsFn
 from control_plane.group.store import GroupTables
@@ -44,23 +45,6 @@ from log_store.crash import crash_point
 from log_store.errors import IllegalGenerationError, InvalidConfigurationError
 
 FENCED_WRITE_ATTEMPTS = 3  # a write fenced by this many generations in a row gives the partitions up
-
-
-class RebalanceListener:
-    """Callbacks a member fires (Kafka's ConsumerRebalanceListener plus the source's per-key ones).
-
-    Override what you need. ``on_partitions_revoked`` runs before the member commits and gives
-    the partitions up; ``on_partitions_lost`` runs when the member learns it was expelled (its
-    commits would be rejected). The per-key callbacks fire when a partition's keys start being
-    delivered by this member and when they may move to another member.
-    """
-
-    def on_partitions_assigned(self, partitions: list[TopicPartition]) -> None: ...
-    def on_partitions_revoked(self, partitions: list[TopicPartition]) -> None: ...
-    def on_partitions_lost(self, partitions: list[TopicPartition]) -> None: ...
-    def on_partition_keys_assigned(self, partitions: list[TopicPartition]) -> None: ...
-    def on_partition_keys_maybe_revoked(self, partitions: list[TopicPartition]) -> None: ...
-    def on_warmup_assigned(self, partitions: list[TopicPartition]) -> None: ...
 
 
 class GroupMember:
@@ -349,7 +333,9 @@ class GroupMember:
         record = plan_generation(
             self.group, lead.target, joined, undeleted, marked, self.settings.assignor, self.member_id,
             lead.reason, lead.waited_ms, gen,
-        ).model_copy(update={"topic_versions": versions, "expired": self._expired_since(gen, versions, joined)})
+        )
+        expired = expired_since(self.tables, self.group, gen, versions, joined, self.group_positions)
+        record = record.model_copy(update={"topic_versions": versions, "expired": expired})
         if not self.tables.propose(record):
             return
         crash_point("group:after_propose")
@@ -360,33 +346,6 @@ class GroupMember:
         self.view, moves = lifecycle.lose(self.view, why)
         for action, _after in moves:
             self._do(action, self.view, dict, change)
-
-    def _expired_since(self, gen: GenerationRecord | None, versions: dict[str, int],
-                       joined: list[MemberHeartbeat]) -> list[ExpiredRange]:
-        """The records of partitions retired within the group's view that it had neither
-        delivered nor reported, for partitions no joined member owns (an owner reports its own
-        on revoking).
-
-        A group's view starts at its first generation (or at the first one that subscribed to a
-        topic, in its current incarnation: ``GroupTables.view_start``): partitions retired before it were never the group's to deliver. Not only since
-        the previous generation: an owner that led the generation dropping its retired partition
-        and died before revoking it left the report to no one (campaign seed 94); what was
-        delivered or reported already is left out by ``owed_expiry``.
-        """
-        if gen is None:
-            return []
-        owned = {tp for b in joined for tp in b.owned}
-        out: list[ExpiredRange] = []
-        for topic, upto in versions.items():
-            after = self.tables.view_start(self.group, topic)
-            if after is None:  # no generation saw this incarnation of the topic: nothing is owed
-                continue
-            retired = [r for r in self.tables.retired_between(topic, after, upto)
-                       if TopicPartition(topic=topic, partition=r[0]) not in owned]
-            if retired:
-                out += owed_expiry(topic, retired, self.group_positions(topic),
-                                      self.tables.offsets.expired(self.group, topic))
-        return out
 
     def _revocation(self, partitions: list[TopicPartition],
                     positions: PositionsFn) -> tuple[dict[TopicPartition, int], list[ExpiredRange]]:
@@ -413,18 +372,8 @@ class GroupMember:
         return {tp: where.get(tp, committed.get(tp, -1)) for tp in partitions}
 
     def _expired_of(self, rows: dict[TopicPartition, int]) -> list[ExpiredRange]:
-        """What an owner must report expired of its partitions (``rows``: partition -> position, -1 unknown)."""
-        out: list[ExpiredRange] = []
-        for topic in sorted({tp.topic for tp in rows}):
-            snap = self.tables.snapshots([topic], ends=True).get(topic)  # log starts: owed expiry
-            if snap is None:
-                continue
-            numbers = [tp.partition for tp in rows if tp.topic == topic]
-            known = {tp.partition: o for tp, o in rows.items() if tp.topic == topic and o >= 0}
-            out += unreported_expiry(topic, snap, numbers, known,
-                                     lambda: self.tables.retired_between(topic, -1, snap.topic_version),
-                                     lambda: self.tables.offsets.expired(self.group, topic))
-        return out
+        """What this member must report expired of its partitions (``expiry_reports.expired_of``)."""
+        return expired_of(self.tables, self.group, rows)
 
     def _beat_now(self) -> MemberHeartbeat:
         """Heartbeat: a full row when this member's state changed, else a cheap tick."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from log_store.errors import LOST_ROOT, InvalidConfigurationError, TopicDeletedError, UnknownTopicError
 from log_store.names import check_topic_name
 from serve.apis.transactions import init_transactional, writers
-from serve.batcher import Entry, Outcome
+from serve.commit_entries import Entry, Outcome
 from serve.errors import code_of, unreachable
 from serve.records import BatchError, Budget, decode_batches
 from serve.security import allowed_on_some

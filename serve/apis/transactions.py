@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from log_store.errors import TopicDeletedError, UnknownTopicError
 from serve.apis.groups import _guard, _ms
-from serve.batcher import Outcome
+from serve.commit_entries import Outcome
 from serve.errors import code_of, name_of
 from serve.groups import GroupError
 from serve.records import ProducedBatch

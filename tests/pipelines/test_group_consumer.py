@@ -11,7 +11,8 @@ from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
 from control_plane.group.describe import ownership_violations
-from control_plane.group.member import GroupMember, RebalanceListener
+from control_plane.group.listener import RebalanceListener
+from control_plane.group.member import GroupMember
 from control_plane.group.offsets import GroupOffsets
 from control_plane.topics import TopicAdmin
 from control_plane.settings import ControllerSettings, GroupSettings

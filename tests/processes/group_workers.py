@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chaos.host import session  # noqa: E402
-from control_plane.group.member import RebalanceListener  # noqa: E402
+from control_plane.group.listener import RebalanceListener  # noqa: E402
 from control_plane.settings import GroupSettings  # noqa: E402
 from pipelines.settings import ConsumerSettings  # noqa: E402
 from pipelines.group_consumer import GroupConsumer  # noqa: E402

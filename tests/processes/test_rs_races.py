@@ -20,7 +20,7 @@ import pytest
 from log_store import delta_log
 from log_store.names import log_end_app_id
 from log_store.object_store import arrow_filesystem
-from log_store.rs_engine import create_table
+from log_store.rs_create import create_table
 from tests.support import race_together
 
 SCHEMA = pa.schema([("writer", pa.string()), ("i", pa.int32()), ("offset", pa.int64())])

@@ -116,7 +116,7 @@ def test_a_re_placed_batch_retried_after_a_grow_is_a_duplicate_answered_as_its_f
     assert produce(client, "t", 0, first) == (0, -1)  # placed at offsets 0-1 of partition 1: not where addressed
     TopicController(spark, root).alter("t", 3)
     assert produce(client, "t", 0, first) == (0, -1)  # the retry: judged by its stream, not placed again
-    served.batcher._recent.clear()  # answered from the log, as after a restart
+    served.batcher.judging.recent.clear()  # answered from the log, as after a restart
     assert produce(client, "t", 0, first) == (0, -1)
     nxt = batch([b"c"], producer_id=91, epoch=0, sequence=2, keys=[key])
     assert produce(client, "t", 0, nxt)[0] == 0

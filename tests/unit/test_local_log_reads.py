@@ -10,7 +10,8 @@ import pytest
 
 from log_store.engine import app_version_changes, app_versions, table_version
 from log_store.errors import StorageError
-from log_store.rs_engine import RsTransaction, create_table
+from log_store.rs_create import create_table
+from log_store.rs_engine import RsTransaction
 
 SCHEMA = pa.schema([("partition", pa.int32(), False), ("value", pa.string())])
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from log_store import rs_reader
-from log_store.rs_engine import RsTransaction, create_table
+from log_store.rs_create import create_table
+from log_store.rs_engine import RsTransaction
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([("partition", pa.int32(), False), ("offset", pa.int64(), False), ("key", pa.binary()),

@@ -7,7 +7,7 @@ kept the partition's position and delivered a batch it did not own.
 
 from types import SimpleNamespace
 
-from control_plane.group.member import RebalanceListener
+from control_plane.group.listener import RebalanceListener
 
 from control_plane.group.state import MembershipChange
 from control_plane.records import TopicPartition

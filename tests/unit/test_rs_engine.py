@@ -16,7 +16,8 @@ from log_store import delta_log
 from log_store.errors import AppVersionConflictError, ConcurrentCommitError, InvalidConfigurationError, LakelogError
 from log_store.object_store import arrow_filesystem
 from log_store.commit_files import conflict
-from log_store.rs_engine import RsTransaction, create_table
+from log_store.rs_create import create_table
+from log_store.rs_engine import RsTransaction
 
 SCHEMA = pa.schema([("partition", pa.int32(), False), ("offset", pa.int64()), ("value", pa.string())])
 END0, END1 = "lakelog.log_end.0", "lakelog.log_end.1"

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import serve.batcher as batcher_module
-from serve.batcher import Batcher, Entry
+from serve.batcher import Batcher
+from serve.commit_entries import Entry
 from serve.records import ProducedBatch
 from serve.settings import ServeSettings
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 
-from serve.batcher import Batcher, Entry
+from serve.batcher import Batcher
+from serve.commit_entries import Entry
 from serve.producers import lakelog_producer_id
 from serve.records import ProducedBatch
 from serve.settings import ServeSettings
@@ -47,14 +48,14 @@ def test_new_producers_marks_are_read_in_one_read_and_a_not_writable_partition_i
     view = _view([0, 1, 2], writable=[0, 1])  # partition 2: in the metadata, not writable (above the count)
     todo = [_entry(7, 0, 4), _entry(8, 1, 0), _entry(9, 2, 0), _entry(8, 5, 0)]  # 5: not a partition
     outcomes: dict = {}
-    accepted, expected = batcher._judge(view, batcher._place(view, todo, outcomes), outcomes)
+    accepted, expected = batcher.judging.judge(view, batcher._place(view, todo, outcomes), outcomes)
     assert ctx.reads == [sorted([known, lakelog_producer_id(8, 1), lakelog_producer_id(9, 2)])]
     assert [e.partition for e in accepted] == [0, 1, 2]
     assert expected == {known: 3, lakelog_producer_id(8, 1): -1, lakelog_producer_id(9, 2): -1}
     assert [o.error for o in outcomes.values()] == ["UNKNOWN_TOPIC_OR_PARTITION"]
 
     ctx.marks[known] = 100  # another server wrote meanwhile: this one keeps what it saw until the append says
-    again, expected = batcher._judge(view, batcher._place(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {}), {})
+    again, expected = batcher.judging.judge(view, batcher._place(view, [_entry(7, 0, 4), _entry(10, 0, 0)], {}), {})
     assert ctx.reads[1:] == [[lakelog_producer_id(10, 0)]]
     assert expected[known] == 3 and len(again) == 2
 
@@ -67,12 +68,12 @@ def test_a_batch_refused_on_a_remembered_mark_is_judged_again_on_the_logs():
     ctx = _Ctx({known: 3})
     batcher = Batcher(ctx)
     view = _view([0], writable=[0])
-    batcher._judge(view, batcher._place(view, [_entry(7, 0, 4)], {}), {})
+    batcher.judging.judge(view, batcher._place(view, [_entry(7, 0, 4)], {}), {})
     ctx.marks[known] = 100
-    accepted, expected = batcher._judge(view, batcher._place(view, [_entry(7, 0, 101)], {}), outcomes := {})
+    accepted, expected = batcher.judging.judge(view, batcher._place(view, [_entry(7, 0, 101)], {}), outcomes := {})
     assert (len(accepted), expected, outcomes) == (1, {known: 100}, {})
     assert ctx.reads[-1] == [known]
     reads = len(ctx.reads)
-    accepted, _ = batcher._judge(view, batcher._place(view, [_entry(7, 0, 150)], {}), outcomes := {})
+    accepted, _ = batcher.judging.judge(view, batcher._place(view, [_entry(7, 0, 150)], {}), outcomes := {})
     assert accepted == [] and [o.error for o in outcomes.values()] == ["OUT_OF_ORDER_SEQUENCE_NUMBER"]
     assert len(ctx.reads) == reads + 1

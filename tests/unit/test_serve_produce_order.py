@@ -9,7 +9,7 @@ import asyncio
 from types import SimpleNamespace
 
 from serve.apis.produce import produce
-from serve.batcher import Outcome
+from serve.commit_entries import Outcome
 from serve.connections import DecodedBytes
 from serve.server import Connection
 
