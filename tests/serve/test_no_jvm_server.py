@@ -23,12 +23,15 @@ def consume(bootstrap, group, want, topic="orders"):
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
-    got, deadline = [], time.monotonic() + 60
+    got, deadline = [], time.monotonic() + 120
     while len(got) < want and time.monotonic() < deadline:
         m = consumer.poll(0.5)
         if m is not None and not m.error():
             got.append((m.partition(), m.offset(), m.key(), m.value()))
-            consumer.commit(m, asynchronous=False)
+            if len(got) % 50 == 0:  # the positions of every record returned so far (librdkafka's offset store)
+                consumer.commit(asynchronous=False)
+    if got and len(got) % 50:
+        consumer.commit(asynchronous=False)
     consumer.close()
     return got
 
