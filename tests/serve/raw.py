@@ -115,15 +115,17 @@ def rebuilt(data: bytes, count: int | None = None, last_delta: int | None = None
     return bytes(head) + body
 
 
+def uvarint(n: int) -> bytes:
+    """Kafka's unsigned varint (flexible versions' compact lengths), for requests built by hand."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
 def metadata_request(name: bytes, times: int) -> bytes:
     """A Metadata v12 request naming ``name`` ``times`` times, built without kio (fast), unframed."""
-    def uvarint(n: int) -> bytes:
-        out = bytearray()
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        return bytes(out + bytes([n]))
-
     head = struct.pack(">hhih", 3, 12, 1, 3) + b"raw" + b"\0"
     return head + uvarint(times + 1) + (b"\0" * 16 + uvarint(len(name) + 1) + name + b"\0") * times + b"\0\0\0"
 

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from kio.schema.errors import ErrorCode
 from serve.security import Acl
-from tests.serve.raw import RawClient, frame, sized
+from tests.serve.raw import RawClient, frame, sized, uvarint
 from tests.serve.test_txn_produce import COMMITTED, UNCOMMITTED, read, serve_txn
+from tests.serve.test_txn_produce_codes import add, init, name
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 TIMEOUT = 60_000
@@ -29,10 +29,6 @@ TXN_APIS = {22: 4, 24: 5, 25: 4, 26: 5, 28: 4, 61: 0, 65: 0, 66: 1}  # API key -
 @pytest.fixture()
 def txn_served(tmp_path, monkeypatch):
     yield from serve_txn(tmp_path, monkeypatch)
-
-
-def name(code) -> str:
-    return ErrorCode(int(code)).name.upper()
 
 
 def closed(client: RawClient, within: float = 10) -> bool:
@@ -66,19 +62,6 @@ def still_serving(server) -> None:
     assert name(client.call(22, 4, {"transactional_id": f"alive-{time.monotonic_ns()}",
                                     "transaction_timeout": TIMEOUT}).error_code) == "NONE"
     client.close()
-
-
-def init(client: RawClient, tid: str, timeout: int = TIMEOUT, version: int = 4) -> tuple[str, int, int]:
-    r = client.call(22, version, {"transactional_id": tid, "transaction_timeout": timeout})
-    return name(r.error_code), int(r.producer_id), int(r.producer_epoch)
-
-
-def add(client: RawClient, tid: str, pid: int, epoch: int, topics: dict[str, list[int]], version: int = 3) -> dict:
-    r = client.call(24, version, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
-                                  "v3_and_below_producer_epoch": epoch,
-                                  "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
-    return {(t.name, p.partition_index): name(p.partition_error_code)
-            for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
 
 
 def add_offsets(client: RawClient, tid: str, pid: int, epoch: int, group: str = "g") -> str:
@@ -152,13 +135,6 @@ def test_absurd_array_lengths_are_refused_without_holding_the_server(txn_served,
     answered per partition, quickly."""
     server, _bootstrap, root, spark = txn_served
     head = struct.pack(">hhih", 24, 4, 1, 3) + b"raw" + b"\0"  # flexible header: no tagged fields
-
-    def uvarint(n: int) -> bytes:
-        out = bytearray()
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        return bytes(out + bytes([n]))
 
     million = 10**6
     transactions = uvarint(million + 1) + b"\0" * 64
