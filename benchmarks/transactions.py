@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/transactions.py [--records 200000] [--partitions 16]
                                                 [--durations 100,1000] [--keys 10000] [--e2e-seconds 10]
                                                 [--e2e-rate 1000] [--e2e-commit-ms 100]
-                                                [--cases all|produce|e2e] [--py-spy FILE] [--json-out FILE]
+                                                [--cases all|produce|e2e|growth] [--growth 200,25]
+                                                [--py-spy FILE] [--json-out FILE]
 
 Each case runs against the broker, then at once against ``lakelog serve`` (its own process over a
 fresh root, no JVM; one server for the whole run), so a pair shares the machine's state. Each
@@ -25,6 +26,10 @@ side's first transaction (the broker's transaction log made) is not timed.
    both on this process's monotonic clock. p50 and p99, and the commit call's p50 over the first
    and the last tenth of the transactions (whether a commit slows as they accumulate); at the end
    the server's ``transactions`` table: its rows and files.
+
+``--cases growth`` (``--growth 200,25``): no broker and no server, the coordinator's own steps on
+a fresh local root, in-process: per block of transactions, the median time of reading one id's
+row, of AddPartitionsToTxn and of EndTxn, as the ``transactions`` table grows.
 
 Prints each measurement as it is made, then a table with ratios (lakelog serve / Kafka); the
 figures, machine and load go to ``--json-out`` (``benchmarks/out/transactions-<time>.json``) after
@@ -172,6 +177,48 @@ def transactions_table(root: str) -> dict:
     return {"rows": len(rs_reader.rows(path)), "files": files, "version": rs_reader.version(path)}
 
 
+def coordinator_growth(total: int, block: int) -> list[dict]:
+    """The coordinator's steps alone (no server, no Spark, no topic: no markers) on a fresh local
+    root, as its ``transactions`` table grows: per block of ``block`` transactions, the median of
+    one id's read, AddPartitionsToTxn and EndTxn."""
+    import statistics
+    import tempfile
+
+    from control_plane.transactions.coordinator import TransactionCoordinator
+    from jobs.config import load_config
+    from log_store.session import LazySession
+
+    def no_spark():
+        raise RuntimeError("the coordinator's steps on a local root should need no Spark session")
+
+    folder = tempfile.mkdtemp(prefix="lakelog-txn-growth-")
+    try:
+        root = folder + "/root"
+        coordinator = TransactionCoordinator(LazySession(no_spark, load_config(None, root).spark.conf), root)
+        epoch = coordinator.init_producer_id("growth").epoch
+        times: dict[str, list[float]] = {"get": [], "add_partitions": [], "end_txn": []}
+        out = []
+        for i in range(1, total + 1):
+            began = time.perf_counter()
+            coordinator.table.get("growth")
+            read = time.perf_counter()
+            coordinator.add_partitions("growth", epoch, {"absent": [0]})
+            added = time.perf_counter()
+            epoch = coordinator.end_txn("growth", epoch, commit=True).epoch
+            ended = time.perf_counter()
+            for name, seconds in (("get", read - began), ("add_partitions", added - read), ("end_txn", ended - added)):
+                times[name].append(seconds)
+            if i % block == 0:
+                out.append({"transactions": i, "rows": len(coordinator.table.rows()),
+                            "load": round(os.getloadavg()[0], 2)}
+                           | {f"{name}_p50_ms": round(1000 * statistics.median(t[-block:]), 1)
+                              for name, t in times.items()})
+                print(json.dumps(out[-1]), flush=True)
+        return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class Profile:
     """py-spy recording a process as collapsed stacks, until ``stop``; nothing if py-spy is not on the path."""
 
@@ -202,7 +249,9 @@ def main() -> None:
     parser.add_argument("--e2e-seconds", type=float, default=10)
     parser.add_argument("--e2e-rate", type=int, default=1000)
     parser.add_argument("--e2e-commit-ms", type=int, default=100)
-    parser.add_argument("--cases", choices=["all", "produce", "e2e"], default="all")
+    parser.add_argument("--cases", choices=["all", "produce", "e2e", "growth"], default="all",
+                        help="growth: only the coordinator's steps as its table grows (no broker, no server)")
+    parser.add_argument("--growth", default="200,25", help="growth: TRANSACTIONS,BLOCK")
     parser.add_argument("--py-spy", default=None, help="record the server through the produce cases into this file")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
@@ -222,6 +271,13 @@ def main() -> None:
         out.write_text(json.dumps(figures, indent=2))
 
     n, parts = args.records, args.partitions
+    if args.cases == "growth":
+        total, block = (int(v) for v in args.growth.split(","))
+        figures["growth"] = coordinator_growth(total, block)
+        figures["load_after"] = os.getloadavg()
+        out.write_text(json.dumps(figures, indent=2))
+        print(f"figures: {out}")
+        return
     with Broker() as broker:
         server = LakelogServer()
         try:
