@@ -123,7 +123,8 @@ bench-serve: setup
 	$(BIN)/python benchmarks/serve.py $(BENCH_ARGS)
 
 # Transactions through lakelog serve beside a Kafka 4.4 broker: ProducerPerformance with
-# --transactional-id, and read_committed end-to-end latency (a few minutes).
+# --transactional-id, and read_committed end-to-end latency (about 8 minutes on 2 busy cores;
+# BENCH_ARGS=--cases=growth: the coordinator's steps alone as its transactions table grows).
 bench-txn: setup
 	$(BIN)/python benchmarks/transactions.py $(BENCH_ARGS)
 
