@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 JARS    := .jars/.resolved
 JVMJAR  := .jars/lakelog-jvm.jar
 
-.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-compaction bench-serve bench-cli bench-realtime bench-all clean check-tools
+.PHONY: setup demo test test-long test-slow test-s3 test-kafka-clients chaos bench bench-groups bench-gating bench-controller bench-partitioner bench-reads bench-spark bench-soak bench-control bench-commit bench-rs-commit bench-commit-growth bench-replication bench-compaction bench-serve bench-txn bench-cli bench-realtime bench-all clean check-tools
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -121,6 +121,12 @@ bench-compaction: setup
 # lakelog serve beside a Kafka 4.4 broker, with Kafka's own performance tools (about 15 minutes).
 bench-serve: setup
 	$(BIN)/python benchmarks/serve.py $(BENCH_ARGS)
+
+# Transactions through lakelog serve beside a Kafka 4.4 broker: ProducerPerformance with
+# --transactional-id, and read_committed end-to-end latency (about 8 minutes on 2 busy cores;
+# BENCH_ARGS=--cases=growth: the coordinator's steps alone as its transactions table grows).
+bench-txn: setup
+	$(BIN)/python benchmarks/transactions.py $(BENCH_ARGS)
 
 # Small commands as a user types them (a new process each), beside a raw delta-rs append.
 bench-cli: setup

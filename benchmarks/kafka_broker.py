@@ -134,25 +134,29 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 def measure(bootstrap: str, records: int, record_bytes: int, partitions: int, acks: str = "1",
             throughput: int = -1, topic: str | None = None, producer_props: Sequence[str] = (),
-            consume: bool = True) -> dict[str, float]:
+            consume: bool = True, tool_args: Sequence[str] = ()) -> dict[str, float]:
     """Kafka's ProducerPerformance then ConsumerPerformance against ``bootstrap`` (a broker, or
     ``lakelog serve``) on a new topic of ``partitions`` (named ``topic``, made here): records per
     second each way, and the producer's latency (average, p50, p99, ms; at ``throughput`` records a
-    second, -1: unlimited). ``producer_props`` are more producer settings; ``consume`` False skips
-    the consumer."""
+    second, -1: unlimited). ``producer_props`` are more producer settings, ``tool_args`` more of
+    ProducerPerformance's own options (``--transactional-id``...); ``consume`` False skips the
+    consumer."""
     topic = topic or f"bench-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions)
     produced = _java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
                      "--record-size", str(record_bytes), "--throughput", str(throughput),
-                     "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}", *producer_props,
-                     heap="1g")
-    found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), ([\d.]+) ms avg latency, "
+                     *tool_args, "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+                     *producer_props, heap="1g")
+    found = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
                        r"[\d.]+ ms max latency, (\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", produced.stdout)
     if not found:
         raise RuntimeError(f"ProducerPerformance: {failure(produced)}")
-    _n, rate, avg, p50, p99 = found[-1]
-    figures = {"produce_rec_s": float(rate), "produce_avg_ms": float(avg), "produce_p50_ms": float(p50),
-               "produce_p99_ms": float(p99)}
+    _n, rate, mb_s, avg, p50, p99 = found[-1]
+    figures = {"produce_rec_s": float(rate), "produce_mb_s": float(mb_s), "produce_avg_ms": float(avg),
+               "produce_p50_ms": float(p50), "produce_p99_ms": float(p99)}
+    for name, value in re.findall(r"^producer-metrics:(txn-[a-z-]+-time-ns-total):\{[^}]*\}\s*:\s*([\d.]+)",
+                                  produced.stdout, re.M):  # with --print-metrics: time in each transaction call
+        figures[f"{name[:-len('-ns-total')]}_ms"] = float(value) / 1e6
     if not consume:
         return figures
     consumed = _java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,

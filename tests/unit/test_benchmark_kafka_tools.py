@@ -1,6 +1,7 @@
-"""The benchmarks' driving of Kafka's tools (benchmarks/kafka_broker.py, benchmarks/serve.py) against
-stand-ins that answer as Kafka 4.4's TopicCommand, ProducerPerformance and ConsumerPerformance do:
-each topic made once, the tools' figures read, and a tool's failure reported in its own words."""
+"""The benchmarks' driving of Kafka's tools (benchmarks/kafka_broker.py, benchmarks/serve.py,
+benchmarks/transactions.py) against stand-ins that answer as Kafka 4.4's TopicCommand,
+ProducerPerformance and ConsumerPerformance do: each topic made once, the tools' figures read, and
+a tool's failure reported in its own words."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 
 import pytest
 
-from benchmarks import kafka_broker, serve
+from benchmarks import kafka_broker, serve, transactions
 
 SLF4J = ('SLF4J: Failed to load class "org.slf4j.impl.StaticLoggerBinder".\n'
          "SLF4J: Defaulting to no-operation (NOP) logger implementation\n")
@@ -23,6 +24,7 @@ class Tools:
     def __init__(self, consumed: int | None = None) -> None:
         self.topics: list[str] = []
         self.consumed = consumed
+        self.produced: tuple[str, ...] = ()  # ProducerPerformance's last arguments
 
     def __call__(self, main: str, *args: str, heap: str = "512m") -> subprocess.CompletedProcess:
         arg = dict(zip(args, args[1:]))
@@ -33,11 +35,16 @@ class Tools:
             self.topics.append(topic)
             return self._done(0, f"Created topic {topic}.\n")
         if main.endswith("ProducerPerformance"):
+            self.produced = args
             n = int(arg["--num-records"])
+            metrics = ("\nMetric Name                                                                  Value\n"
+                       "producer-metrics:txn-begin-time-ns-total:{client-id=perf-producer-client}  : 1500000.000\n"
+                       "producer-metrics:txn-commit-time-ns-total:{client-id=perf-producer-client} : 600000000.000\n"
+                       if "--print-metrics" in args else "")
             return self._done(0, f"{n // 2} records sent, 4000.0 records/sec (0.46 MB/sec), 200.1 ms avg latency, "
                                  f"700.0 ms max latency.\n{n} records sent, 51234.567890 records/sec (5.86 MB/sec), "
                                  "120.45 ms avg latency, 900.00 ms max latency, 100 ms 50th, 300 ms 95th, "
-                                 "450 ms 99th, 800 ms 99.9th.\n")
+                                 f"450 ms 99th, 800 ms 99.9th.\n{metrics}")
         if main.endswith("ConsumerPerformance"):
             n = int(arg["--messages"]) if self.consumed is None else self.consumed
             return self._done(0, f"{CONSUMER_HEADER}\n2026-11-28 17:40:00:000, 2026-11-28 17:40:05:000, 57.2205, "
@@ -82,3 +89,23 @@ def test_a_consumer_that_read_only_part_of_the_topic_is_an_error_not_a_rate(monk
     monkeypatch.setattr(kafka_broker, "_java", Tools(consumed=400))
     with pytest.raises(RuntimeError, match="read 400 of 1000 records"):
         kafka_broker.measure("127.0.0.1:1", 1000, 120, 4)
+
+
+def test_the_transactions_benchmark_runs_the_tool_in_transactions_and_counts_them_by_their_markers(tools, monkeypatch):
+    # 1,000 records into 4 partitions and 3 transactions, each writing to all 4: 12 markers
+    monkeypatch.setattr(transactions, "end_offsets", lambda _b, _t, _p: [253, 252, 251, 256])
+    figures = transactions.transactional_perf("127.0.0.1:1", 1000, 4, 100, keys=10_000)
+    options = dict(zip(tools.produced, tools.produced[1:]))
+    assert options["--transaction-duration-ms"] == "100" and options["--transactional-id"].startswith("perf-")
+    assert (options["--key-distribution"], options["--record-key-range"]) == ("random", "10000")
+    assert options["--num-records"] == "1000" and "acks=all" in tools.produced
+    assert (figures["markers"], figures["transactions"]) == (12, 3)
+    assert figures["produce_mb_s"] == 5.86
+    assert figures["txn_s"] == pytest.approx(3 / (1000 / 51234.56789), rel=0.01)
+    assert figures["commit_avg_ms"] == 200.0  # 600 ms in commitTransaction over 3 transactions
+
+
+def test_the_transactions_benchmark_counts_a_last_short_transaction_that_missed_partitions(tools, monkeypatch):
+    monkeypatch.setattr(transactions, "end_offsets", lambda _b, _t, _p: [252, 252, 251, 258])  # 8 + 5 markers
+    assert transactions.transactional_perf("127.0.0.1:1", 1000, 4, 1000, keys=0)["transactions"] == 4
+    assert "--key-distribution" not in tools.produced
