@@ -87,6 +87,8 @@ class TxnSteps:
                     self.result.faults["zombie copier fenced"] += 1
                 elif rc == 0:
                     self.result.operations["zombie copier ended without writing again"] += 1
+                elif rc == CRASH_EXIT and crash:  # thawed, it went on to its own crash point
+                    self.result.faults[f"crash {crash.split('@')[0]}"] += 1
                 else:
                     self.unexpected(name, rc)
                 return
