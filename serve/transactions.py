@@ -227,6 +227,12 @@ class Transactions:
                 continue
             if (kafka_producer_id(row.producer_id) == producer_id and row.epoch == at
                     and row.state == TxnState.ONGOING and partition in row.partitions.get(topic, [])):
+                added_in = row.incarnations.get(topic)
+                if added_in is not None and self.coordinator.admin.incarnation(topic) != added_in:
+                    # its markers go to the incarnation it was added in: records here would stay open
+                    raise TxnError("INVALID_TXN_STATE", f"topic {topic} was deleted and created again since "
+                                   f"'{tid}' added partition {partition}: abort the transaction and send "
+                                   "again in a new one")
                 return row.producer_id, at
         if row is None:
             raise TxnError("INVALID_PRODUCER_ID_MAPPING", f"unknown transactional id '{tid}'")

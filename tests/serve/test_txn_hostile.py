@@ -465,3 +465,25 @@ def txn_produce(client: RawClient, tid: str | None, pid: int, epoch: int, seq: i
 
 def plain_produce(client: RawClient, pid: int, epoch: int, seq: int) -> str:
     return txn_produce(client, None, pid, epoch, seq, transactional=False)
+
+
+def test_a_batch_to_a_topic_created_again_under_the_open_transaction_is_refused(txn_served):
+    """Its markers go to the incarnation the partition was added in: a record appended to the new
+    one would stay open for good, so the batch is refused (INVALID_TXN_STATE) and nothing written."""
+    from control_plane.controller import TopicController
+    from control_plane.topics import TopicAdmin
+
+    server, _bootstrap, root, spark = txn_served
+    client = RawClient(server.port, timeout=30)
+    code, pid, epoch = init(client, "again")
+    assert code == "NONE" and set(add(client, "again", pid, epoch, {"out": [0]}).values()) == {"NONE"}
+    assert txn_produce(client, "again", pid, epoch, 0) == "NONE"
+    TopicController(spark, root).delete("out")
+    TopicAdmin(spark, root).create("out", 2)
+    deadline, code = time.monotonic() + 20, "UNKNOWN_TOPIC_OR_PARTITION"
+    while code == "UNKNOWN_TOPIC_OR_PARTITION" and time.monotonic() < deadline:  # retried as a client does
+        code = txn_produce(client, "again", pid, epoch, 1)      # until the server sees the new topic
+        time.sleep(0.2)
+    assert code == "INVALID_TXN_STATE"
+    assert records(spark, root).get("out", 0) == 0
+    client.close()
