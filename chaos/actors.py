@@ -298,8 +298,9 @@ def txn_copy(spark, a: dict) -> None:
         # what an earlier instance of the id left: a decided commit's positions are the group's by then.
         with producer.transaction(transactional_id=a["transactional_id"]) as txn:
             taken: list[dict] = []
-            ranges = consumer.deliver(consumer.positions(), a["batch"], handler=ArrowHandler(
-                lambda rows, _r: taken.extend(rows.to_pylist())))
+            snap = consumer.snapshot()
+            ranges = consumer.deliver(consumer.positions(snap=snap), a["batch"], handler=ArrowHandler(
+                lambda rows, _r: taken.extend(rows.to_pylist())), snap=snap)
             if ranges:
                 # each copy names its input record (header ``src``: partition:offset), for the checker
                 src = [[{"key": "src", "value": f"{r['partition']}:{r['offset']}".encode()}] for r in taken]
@@ -319,7 +320,7 @@ def txn_copy(spark, a: dict) -> None:
                 return
             time.sleep(0.5)
             continue
-        say("copied", records=len(taken))
+        say("copied", records=len(taken), topic_version=snap.topic_version)  # the checker: where its view starts
 
 
 def txn_tick(spark, a: dict) -> None:

@@ -9,7 +9,8 @@ Anomaly classes:
 - ``txn_duplicate``: an input record's copy committed twice in one copy topic (the copier's
   output per input offset, named by its ``src`` header);
 - ``txn_lost``: an input record below the copier group's committed position with no committed
-  copy (unless retention, delete-records or key compaction removed it while live);
+  copy (unless retention, delete-records or key compaction removed it while live, or its partition
+  was retired before the copier's first committed read: the group's view starts there);
 - ``txn_phantom``: a committed copy naming no input record, or not its key and value;
 - ``txn_key_reorder``: a key's committed copies out of its input partition's order;
 - ``txn_aborted_read``: the read_committed group's sink holds a record of an aborted or open
@@ -21,13 +22,16 @@ Anomaly classes:
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Callable, Iterable
 
 from deltalake import DeltaTable
 
 from chaos.checker_compaction import compaction_removals
-from chaos.checker_reads import log_location, read_changes, read_current, read_log_changes, removed_while_live, text
+from chaos.checker_reads import (log_location, read_changes, read_current, read_log_changes, removed_while_live,
+                                 retired_before, text, topic_history)
 from chaos.checker_txn import ABORTED, COMMITTED, MARKER, OPEN, states
 
 TXN_ANOMALIES = ("txn_duplicate", "txn_lost", "txn_phantom", "txn_key_reorder", "txn_aborted_read",
@@ -49,7 +53,8 @@ def source(row: dict) -> tuple[int, int] | None:
 def check_copies(topic: str, index: int, rows: list[dict], inputs: dict[tuple[int, int], dict],
                  positions: dict[int, int], excused: Callable[[int, int], bool], add: Add) -> tuple[int, int]:
     """One copy topic (the copier's ``index``-th output) against the input; returns its committed
-    copies, and the inputs below the group's position removed (retention, compaction) uncopied."""
+    copies, and the inputs below the group's position removed (retention, compaction, a retirement
+    before the copier first read) uncopied."""
     fate = states(rows, markers=True)
     committed = sorted((r for r in rows if fate.get((r["partition"], r["offset"])) == COMMITTED),
                        key=lambda r: (r["partition"], r["offset"]))
@@ -131,6 +136,20 @@ def group_positions(root: str, group: str, topic: str) -> dict[int, int]:
     return out
 
 
+def copier_since(logs: Path, transactional_id: str) -> int | None:
+    """The topic version the copier's first committed copy was read at (its runs' ``copied`` events,
+    logs ``<transactional id>.<run>.out``): where its group's view of the topic starts, as a
+    group's first generation starts a member's. None if no run committed a copy (or says no version)."""
+    versions = []
+    for path in logs.glob(f"{transactional_id}.*.out"):
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == "copied" and event.get("topic_version") is not None:
+                    versions.append(int(event["topic_version"]))
+    return min(versions) if versions else None
+
+
 def judge(root: str, topic: str, plan, found) -> None:
     """Check a schedule's transactions (``plan``: its ``TxnPlan``) into ``found`` (``checker.Findings``)."""
     def add(kind: str, what: str) -> None:
@@ -148,13 +167,19 @@ def judge(root: str, topic: str, plan, found) -> None:
     def excused(p: int, o: int) -> bool:
         return (p, o) in cleaned or any(lo <= o < hi for lo, hi in removed.get(p, []))
 
+    history = topic_history(root, topic)
     for copier in plan.copiers:
         positions = group_positions(root, copier.group, topic)
+        since = copier_since(Path(root).parent / "logs", copier.transactional_id)
+        # partitions retired before the copier's first committed read were never its to copy (no interest of
+        # its group held their retirement back), as partitions retired before a group's first generation
+        before = retired_before(history, since) if since is not None else {}
         found.stats[f"txn_positions[{copier.group}]"] = sum(positions.values())
         for index, out_topic in enumerate(copier.outputs):
             where = log_location(root, out_topic)
             rows = read_log_changes(where)
-            copies, gone = check_copies(out_topic, index, rows, inputs, positions, excused, add)
+            copies, gone = check_copies(out_topic, index, rows, inputs, positions,
+                                        lambda p, o: excused(p, o) or o < before.get(p, 0), add)
             found.stats[f"txn_copies[{out_topic}]"] = copies
             found.stats[f"txn_removed_before_copied[{out_topic}]"] = gone
             fate = Counter(states(rows, markers=True).values())

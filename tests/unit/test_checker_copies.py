@@ -88,3 +88,23 @@ def test_a_copy_out_of_its_keys_input_order_or_naming_nothing_is_reported():
     assert list(run(rows)) == ["txn_key_reorder"]
     phantom = clean_log() + [rec(0, 9, "k0", "p0:0-0", src=(0, 1)), marker(0, 10, "commit")]  # wrong key
     assert list(run(phantom)) == ["txn_phantom"]
+
+
+def test_a_copiers_view_starts_at_the_topic_version_of_its_first_committed_copy(tmp_path):
+    """Where a copier's group's view of the input starts (partitions retired before it are not
+    owed: nothing of the group held their retirement back): the lowest topic version a run of
+    that copier read a committed copy at; other copiers' runs and events without a version
+    (logs of an older harness) do not count."""
+    from chaos.checker_copies import copier_since
+    from chaos.checker_reads import retired_before
+
+    (tmp_path / "copier0.1.out").write_text('{"event": "ready"}\n{"event": "copied", "records": 3}\n')
+    assert copier_since(tmp_path, "copier0") is None
+    (tmp_path / "copier0.2.out").write_text('{"event": "copied", "records": 3, "topic_version": 6}\n'
+                                            '{"event": "copied", "records": 1, "topic_version": 5}\n')
+    (tmp_path / "copier1.1.out").write_text('{"event": "copied", "records": 3, "topic_version": 2}\n')
+    assert copier_since(tmp_path, "copier0") == 5
+    history = [{"topic_version": 4, "partitions": [{"partition": 1, "mode": "None", "end_offset": 80}]},
+               {"topic_version": 5, "partitions": [{"partition": 1, "mode": "ReadWrite", "end_offset": None}]}]
+    assert retired_before(history, copier_since(tmp_path, "copier0")) == {1: 80}  # p1@0-79: not the copier's
+    assert retired_before(history, copier_since(tmp_path, "copier1")) == {}
