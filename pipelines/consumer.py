@@ -260,6 +260,17 @@ class Consumer:
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 
+    def pass_retired(self, snap: LogSnapshot, positions: dict[int, int]) -> tuple[list[ExpiredRange], dict[int, int]]:
+        """Positions left below their partition's current incarnation (its number retired and grown
+        back since they were taken): what they pass reported expired, and where they move; nothing
+        when none is. Never a silent skip, whoever loops (``run``, or a read-process-write job of
+        its own calling ``positions`` and ``deliver``)."""
+        below = snap.below_incarnations(positions)
+        if not below:
+            return [], {}
+        self.check_positions(below, snap)
+        return self.report_expired(snap, below), self.moved_up(snap, below)
+
     def moved_up(self, snap: LogSnapshot, partitions: Iterable[int]) -> dict[int, int]:
         """Where positions below their partition's first readable offset move (``snap``'s
         ``incarnation_starts``), stamped, on a replicated topic, with the leader epoch of ``snap``,
@@ -384,6 +395,7 @@ class Consumer:
         snap = snap or self.snapshot()
         snap.metadata.check_not_deleted()
         self.check_positions(positions, snap)
+        positions = {**positions, **self.pass_retired(snap, positions)[1]}  # a caller's own loop too (seed 6072)
         try:
             ranges = self.plan(positions, limit, snap)
             if not ranges:
@@ -473,11 +485,10 @@ class Consumer:
                 limit = min(limit, max_records - delivered)
             try:
                 snap = snap if batches == 0 and not waits else self.snapshot()
-                below = snap.below_incarnations(positions)
-                if below:  # a number retired and grown back meanwhile: report, then move on (seed 18)
-                    self.check_positions(below, snap)
-                    expired += self.report_expired(snap, below)
-                    positions.update(self.moved_up(snap, below))
+                reported, moved = self.pass_retired(snap, positions)
+                if moved:  # a number retired and grown back meanwhile: reported, then moved on (seed 18)
+                    expired += reported
+                    positions.update(moved)
                     pending = True
                 ranges = self.deliver(positions, limit, sink_path, handler, snap)
             except LOST_ROOT as exc:  # the leader root lost: wait for it or an election, up to the timeout

@@ -220,3 +220,29 @@ def test_each_sink_commit_names_the_log_and_the_log_version_its_batch_was_read_a
     covered = {(p, o) for p, batches in reads.items() for s, e, _v in batches for o in range(s, e)}
     assert len(covered) == 240
     assert sink_reads(sink, "g9", topic, location + "-elsewhere") == {}
+
+
+def test_a_job_calling_positions_and_deliver_itself_reports_what_a_retirement_took_below_its_position(spark, tmp_path):
+    """Campaign seed 6072 (2026-12-05): a read-process-write job (``positions`` and ``deliver`` in
+    its own loop, its positions committed in a transaction) stood at offset 5 of partition 2 when
+    the partition was shrunk away, retired at once and grown back; its next batch started in the
+    new incarnation, and nothing said records 5 .. old end were gone. They are reported expired,
+    and nothing below the new start is delivered."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+
+    root, topic = str(tmp_path / "root"), "rpw-retired"
+    TopicAdmin(spark, root).create(topic, 3)
+    Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
+    ends = TopicAdmin(spark, root).log(topic).snapshot().log_ends
+    GroupOffsets(spark, root).commit("g", topic, {0: ends[0], 1: ends[1], 2: 5})
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter(topic, 2)
+    ctl.tick(topic, delete_delay=0)
+    ctl.alter(topic, 3)
+    Producer(spark, root, topic, "p2").send(make_records(spark, 30, keys=30))
+    consumer = Consumer(spark, root, topic, "g")
+    ranges = consumer.deliver(consumer.positions(), 1000, handler=lambda rows, r: None)
+    reported = [(r.partition, r.first, r.end) for r in consumer.offsets.expired_ranges("g")]
+    assert reported == [(2, 5, ends[2])], reported
+    assert ranges.get(2, (ends[2], ends[2]))[0] >= ends[2]
