@@ -34,7 +34,9 @@ def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: boo
     rows = [r.model_dump(mode="json") for r in results]
     emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
     # transactions decided and left unfinished (their producer died after the decision) are finished
-    finished = TransactionCoordinator(c.spark, c.root).tick() if topic is None else []
+    serve = c.config.serve  # the coordinator's windows are the server's settings
+    finished = TransactionCoordinator(c.spark, c.root, history_retention_ms=serve.transaction_history_retention_ms,
+                                      id_expiration_ms=serve.transactional_id_expiration_ms).tick() if topic is None else []
     if finished and not as_json:
         emit([{"transactional_id": r.transactional_id, "state": r.state.value} for r in finished], False,
              "transactions finished")
