@@ -14,6 +14,7 @@ A step that fails or dies leaves the table as it was (files not committed are ne
 
 from __future__ import annotations
 
+import json
 import logging
 from urllib.parse import unquote
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import utcnow
-from control_plane.transactions.table import PREFIX, TransactionTable, table_rows, version_app_id
+from control_plane.transactions.table import PREFIX, TransactionTable, may_hold, table_rows, version_app_id
 from log_store.arrow_files import arrow_schema, fit_rows
 from log_store.errors import ConcurrentCommitError
 from log_store.names import commit_metadata
@@ -78,8 +79,6 @@ def compact(table: TransactionTable, retention_ms: int = DEFAULT_RETENTION_MS,
             expiration_ms: int = DEFAULT_EXPIRATION_MS, now: datetime | None = None) -> Compaction | None:
     """One step (module docstring); None when nothing was due, delta-rs does not read the table, or
     another change won the race (the next step tries again)."""
-    import json
-
     now = now or utcnow()
     txn = table._snapshot()
     if txn is None:
@@ -94,16 +93,13 @@ def compact(table: TransactionTable, retention_ms: int = DEFAULT_RETENTION_MS,
             txn.release()
             return None
         versions = {app[len(PREFIX):]: v for app, v in txn.snapshot_app_versions().items() if app.startswith(PREFIX)}
-        schema, required = arrow_schema(txn.schema_json())
-        fs, root = arrow_filesystem(table.path, txn.storage)
-        parts = []
-        for f in picked:
-            with fs.open_input_file(f"{root}/{unquote(f['path'])}") as handle:
-                part = pq.ParquetFile(handle).read()
-            parts.append(fit_rows(part.select([n for n in part.column_names if n in schema.names]), schema, required,
-                                  table.path))
-        rows = pa.concat_tables(parts) if parts else schema.empty_table()
+        rows = _read(table, txn, picked)
         kept, dropped, forgotten = _sorted_out(table_rows(rows), versions, now, retention_ms, expiration_ms)
+        more = [f for f in files if f not in picked and any(_may_hold_id(f, t) for t in forgotten)]
+        if more:  # a forgotten id's older rows elsewhere go too, or the ``transactions`` view would show one
+            picked += more
+            rows = _read(table, txn, picked)
+            kept, dropped, forgotten = _sorted_out(table_rows(rows), versions, now, retention_ms, expiration_ms)
         edge = _ms(now) - min(retention_ms, expiration_ms)
         change = bool(dropped)  # a merge alone changes no row (as OPTIMIZE): the change feed shows none
         txn.remove(picked, data_change=change)
@@ -122,6 +118,25 @@ def compact(table: TransactionTable, retention_ms: int = DEFAULT_RETENTION_MS,
         txn.release()
     table.forget(forgotten)
     return Compaction(len(picked), written, keep.num_rows, len(dropped), sorted(forgotten))
+
+
+def _may_hold_id(add: dict, tid: str) -> bool:
+    stats = json.loads(add.get("stats") or "{}")
+    return may_hold((stats.get("minValues") or {}).get("transactional_id"),
+                    (stats.get("maxValues") or {}).get("transactional_id"), tid)
+
+
+def _read(table: TransactionTable, txn, files: list[dict]) -> pa.Table:
+    """Every row of ``files``, fitted to the table's schema (a file of an earlier release lacks columns)."""
+    schema, required = arrow_schema(txn.schema_json())
+    fs, root = arrow_filesystem(table.path, txn.storage)
+    parts = []
+    for f in files:
+        with fs.open_input_file(f"{root}/{unquote(f['path'])}") as handle:
+            part = pq.ParquetFile(handle).read()
+        parts.append(fit_rows(part.select([n for n in part.column_names if n in schema.names]), schema, required,
+                              table.path))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def _sorted_out(rows: list[dict], versions: dict[str, int], now: datetime, retention_ms: int,

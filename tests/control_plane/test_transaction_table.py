@@ -222,3 +222,16 @@ def test_serve_reads_the_row_once_per_step(spark, tmp_path, monkeypatch):
     assert len(reads) == 1
     served.end("t1", pid, row.epoch, commit=True, learns_bump=True)
     assert len(reads) == 2
+
+
+def test_a_forgotten_ids_older_rows_in_other_files_go_with_it(coord):
+    transactions(coord, "idle", 2)
+    other = coord.init_producer_id("other")
+    coord.add_partitions("other", other.epoch, {"absent": [0]})  # Ongoing: kept
+    later = utcnow() + timedelta(days=8)
+    month = 30 * 86_400_000
+    assert compaction.compact(coord.table, expiration_ms=month, now=later).forgotten == []  # one file, just pruned
+    transactions(coord, "idle", 1)  # its rows in new files; its older latest row in the pruned one
+    done = compaction.compact(coord.table, now=later + timedelta(hours=1))
+    assert done is not None and done.forgotten == ["idle"]
+    assert {r["transactional_id"] for r in coord.table.rows()} == {"other"}
