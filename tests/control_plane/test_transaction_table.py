@@ -235,3 +235,48 @@ def test_a_forgotten_ids_older_rows_in_other_files_go_with_it(coord):
     done = compaction.compact(coord.table, now=later + timedelta(hours=1))
     assert done is not None and done.forgotten == ["idle"]
     assert {r["transactional_id"] for r in coord.table.rows()} == {"other"}
+
+
+COMPACTING = """
+import sys, time
+from control_plane.layout import RootLayout
+from control_plane.tables import ControlTables
+from control_plane.transactions import compaction
+from control_plane.transactions.table import TransactionTable
+from log_store.session import LazySession
+
+table = TransactionTable(ControlTables(LazySession(lambda: sys.exit("a JVM was started")), RootLayout(sys.argv[1])))
+steps = 0
+open(sys.argv[2] + ".ready", "w").close()
+while not __import__("os").path.exists(sys.argv[2]):
+    steps += compaction.compact(table, retention_ms=0) is not None  # every file, every time
+    time.sleep(0.01)
+print(steps)
+"""
+
+
+def test_rows_recorded_while_another_process_compacts_survive(coord, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    row = transactions(coord, "t1", 1)
+    stop = tmp_path / "stop"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "LAKELOG_NO_JVM": "1"}
+    other = subprocess.Popen([sys.executable, "-c", COMPACTING, str(tmp_path / "root"), str(stop)], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        while not (tmp_path / "stop.ready").exists() and other.poll() is None:
+            time.sleep(0.05)
+        last, i, until = {}, 0, time.monotonic() + 3
+        while i < 12 or time.monotonic() < until:
+            tid = f"t{i % 2 + 1}"
+            last[tid] = transactions(coord, tid, 1)
+            i += 1
+    finally:
+        stop.touch()
+        out, _ = other.communicate(timeout=120)
+    assert other.returncode == 0 and int(out) > 0, "the other process compacted"
+    table_module._KEPT.clear()
+    assert latest_rows(coord.table.rows()) == last == fresh(coord.tables.spark, str(tmp_path / "root")).table.latest()
+    assert row.version < last["t1"].version
