@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from control_plane.tables import ControlTables
 from control_plane.transactions.state import TransactionRow
-from log_store.arrow_files import arrow_schema, fit_rows
+from log_store.arrow_files import STRING_PREFIX, arrow_schema, fit_rows
 from log_store.names import commit_metadata
 from log_store.object_store import arrow_filesystem, delta_rs_reads
 from log_store.rs_engine import RsTransaction
@@ -62,10 +62,16 @@ def _keep(key: tuple, row: TransactionRow | None) -> None:
 
 
 def may_hold(low, high, value) -> bool:
-    """Whether statistics ``low``..``high`` (None: none kept) allow ``value``. A string bound Delta's
-    writer cut to a prefix still holds: a cut minimum is at most the true one, a cut maximum has a
-    tie-breaker past the true one."""
-    return (low is None or low <= value) and (high is None or value <= high)
+    """Whether statistics ``low``..``high`` (None: none kept) allow ``value``. A string bound of
+    Delta's prefix length or more may be cut to a prefix: a cut minimum is at most the true one, and
+    a cut maximum is compared as a prefix (a writer may or may not add a tie-breaker past it)."""
+    if low is not None and value < low:
+        return False
+    if high is None:
+        return True
+    if isinstance(high, str) and len(high) >= STRING_PREFIX:
+        return value[:len(high)] <= high
+    return value <= high
 
 
 def table_rows(table: pa.Table) -> list[dict]:

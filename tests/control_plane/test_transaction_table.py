@@ -280,3 +280,11 @@ def test_rows_recorded_while_another_process_compacts_survive(coord, tmp_path):
     table_module._KEPT.clear()
     assert latest_rows(coord.table.rows()) == last == fresh(coord.tables.spark, str(tmp_path / "root")).table.latest()
     assert row.version < last["t1"].version
+
+
+def test_string_bounds_cut_to_a_prefix_still_hold_the_value():
+    long = "streams-app-0123456789abcdef0123456789-1"
+    assert table_module.may_hold(long[:32], long[:32], long)  # a cut maximum without a tie-breaker
+    assert table_module.may_hold("a", "b", "a-long") and not table_module.may_hold("b", "c", "a")
+    assert not table_module.may_hold(None, long[:32], "t" + long)
+    assert table_module.may_hold(1, 3, 2) and not table_module.may_hold(1, 3, 4)
