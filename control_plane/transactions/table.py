@@ -33,7 +33,7 @@ from log_store.rs_engine import RsTransaction
 
 TABLE = "transactions"
 PREFIX = "lakelog.txn."
-KEPT_ROWS = 65_536  # (table, id, version) -> row kept in memory, the least recently read go first
+KEPT_ROWS = 8_192  # (table, id, version) -> row kept in memory (a few KiB each), the least recently used go first
 
 _KEPT: OrderedDict[tuple, TransactionRow | None] = OrderedDict()
 _LOCK = threading.Lock()
