@@ -3,8 +3,10 @@ latest row always, older versions only for ``history_retention_ms``, and an id i
 Complete* for ``id_expiration_ms`` forgotten (Kafka's ``transactional.id.expiration.ms``).
 
 One step (``compact``) is one commit on the table: it removes the files it chose and adds their
-kept rows, sorted by id and version in files of ``FILE_ROWS`` (so ``table``'s lookups read one
-row group), with the rows it drops as the change feed's deletes. It chooses the small files once
+kept rows in files of ``FILE_ROWS``, sorted by version, then id: a lookup of one id's version
+reads the few files whose version bounds hold it (ids are often longer than the 32 characters
+Delta keeps bounds of, and every id at one version fits in a file or two), with the rows it drops
+as the change feed's deletes. It chooses the small files once
 ``MERGE_FILES`` have gathered, and the files holding rows past the windows (not again until the
 windows have moved on by a quarter: the ``PRUNED_TAG`` each output file carries). Which row is an
 id's latest is the application version ``lakelog.txn.<id>`` of the snapshot the step read, so a
@@ -16,9 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
-from urllib.parse import unquote
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,7 +59,8 @@ def _first_change(add: dict) -> int | None:
     low = (add.get("stats_parsed") or {}).get("changed_at")
     if low is None:
         return None
-    return _ms(datetime.strptime(low[:23], "%Y-%m-%dT%H:%M:%S.%f"))
+    at = datetime.fromisoformat(low.replace("Z", "+00:00"))  # Delta's: UTC, to the millisecond
+    return _ms(at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at)
 
 
 def chosen(files: list[dict], now: datetime, retention_ms: int, expiration_ms: int) -> list[dict]:
