@@ -140,6 +140,11 @@ class RsTransaction:
         """The commit conflicts with any concurrent commit that adds or removes rows."""
         self._whole_table = True
 
+    def file_stats(self) -> pa.Table:
+        """The read version's data files, one row each: ``path``, ``num_records`` and the statistics
+        flattened (``min.<column>``, ``max.<column>``), from delta-rs's state in memory (no log read)."""
+        return pa.RecordBatchReader.from_stream(self._open().get_add_actions(flatten=True)).read_all()
+
     def files(self) -> list[dict]:
         """Every data file of the read version as Delta's add action (tags included), *without*
         depending on them; a concurrent removal of one this commit removes conflicts."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pyarrow.fs import FileType
 
 from log_store import delta_log
 from log_store.delta_errors import translate
@@ -53,6 +54,13 @@ def open_table(path: str, storage: Storage = None) -> DeltaTable:
         raise translate(exc) from exc
 
 
+def _newest(path: str, storage: Storage, version: int) -> bool:
+    """Whether no commit follows ``version``: one look at the next commit file, where delta-rs's
+    update lists the whole log folder (its cost grows with every commit the log keeps)."""
+    fs, root = arrow_filesystem(path, storage)
+    return fs.get_file_info(f"{root}/_delta_log/{version + 1:020d}.json").type == FileType.NotFound
+
+
 def borrow(path: str, storage: Storage = None) -> DeltaTable:
     """The newest snapshot of the table at ``path``: a kept table brought up to date, or opened."""
     with _LOCK:
@@ -61,7 +69,8 @@ def borrow(path: str, storage: Storage = None) -> DeltaTable:
         table, version, digest = kept
         if _digest(path, storage, version) == digest:
             try:
-                table.update_incremental()
+                if not _newest(path, storage, version):
+                    table.update_incremental()
                 return table
             except Exception:  # noqa: BLE001 - opened anew, which says what is wrong
                 pass

@@ -59,6 +59,10 @@ class ServeSettings(Strict):
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: the longest wait between two
     # looks for hung transactions (shorter for short transaction timeouts: a tenth of the shortest)
     transaction_abort_interval_ms: int = Field(default=10_000, ge=10)
+    # How long the transactions table keeps a transactional id's older rows (its latest stays), and
+    # how long an id idle in Empty or Complete* is remembered (Kafka's transactional.id.expiration.ms)
+    transaction_history_retention_ms: int = Field(default=86_400_000, ge=0)
+    transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
 
     # Security (docs/serve.md): the listener's protocol, its TLS files, SASL's mechanisms and users
     # (principal name -> password), and permissions (none: everyone may do everything).

@@ -123,7 +123,10 @@ class Transactions:
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.coordinator = TransactionCoordinator(ctx.spark, ctx.root, new_producer_id=new_producer_id)
+        self.coordinator = TransactionCoordinator(
+            ctx.spark, ctx.root, new_producer_id=new_producer_id,
+            history_retention_ms=ctx.settings.transaction_history_retention_ms,
+            id_expiration_ms=ctx.settings.transactional_id_expiration_ms)
         self._lock = threading.Lock()
         # id -> (its client's (producer id, epoch), the coordinator's they stand for)
         self._held: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
@@ -173,19 +176,20 @@ class Transactions:
             if row.state != TxnState.ONGOING or any(set(ps) - set(row.partitions.get(t, [])) for t, ps in partitions.items()):
                 raise TxnError("INVALID_TXN_STATE", "the partitions are not in the ongoing transaction")
             return row
-        return self._keep(self.coordinator.add_partitions(tid, at, partitions))
+        return self._keep(self.coordinator.add_partitions(tid, at, partitions, row=row))
 
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> TransactionRow:
         _named(tid)
-        _row, at = self._current(tid, producer_id, epoch)
-        return self._keep(self.coordinator.add_offsets(tid, at, group))
+        row, at = self._current(tid, producer_id, epoch)
+        return self._keep(self.coordinator.add_offsets(tid, at, group, row=row))
 
     def commit_offsets(self, tid: str, producer_id: int, epoch: int, group: str, positions: dict[str, dict[int, int]],
                        generation: int, member_id: str) -> TransactionRow:
         """TxnOffsetCommit: the positions kept with the transaction (the member checked by the caller
         against the live group; the coordinator checks its generation against the group's fence)."""
-        _row, at = self._current(tid, producer_id, epoch)
-        return self._keep(self.coordinator.txn_offset_commit(tid, at, group, positions, max(generation, 0), member_id))
+        row, at = self._current(tid, producer_id, epoch)
+        return self._keep(self.coordinator.txn_offset_commit(tid, at, group, positions, max(generation, 0), member_id,
+                                                             row=row))
 
     def end(self, tid: str, producer_id: int, epoch: int, commit: bool, learns_bump: bool) -> TransactionRow:
         """EndTxn: the coordinator's decision, finished. ``learns_bump`` (v5): the client is answered
@@ -203,7 +207,7 @@ class Transactions:
             retried = self._ended.get(tid) == (pid, at, commit) and row.epoch == at and row.state == done
         if retried:  # the answer to an EndTxn was lost and the client sent it again
             return row
-        ended = self._keep(self.coordinator.end_txn(tid, at, commit, mine))
+        ended = self._keep(self.coordinator.end_txn(tid, at, commit, mine, row=row))
         self._in_int16(ended)
         after = (kafka_producer_id(ended.producer_id), ended.epoch)
         with self._lock:

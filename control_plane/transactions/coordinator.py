@@ -12,6 +12,7 @@ decision is idempotent. A crash point names each gap (``log_store.crash``)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -20,6 +21,7 @@ from control_plane.layout import RootLayout
 from control_plane.records import TopicPartition
 from control_plane.tables import ControlTables, counted
 from control_plane.topics import TopicAdmin
+from control_plane.transactions import compaction
 from control_plane.transactions.rules import TxnState
 from control_plane.transactions.state import (
     InvalidTransactionStateError, ProducerFencedError, TimeoutWatch, TransactionRow, UnknownTransactionalIdError,
@@ -32,6 +34,8 @@ from log_store.names import fence_property
 from log_store.txn_markers import write_markers
 
 ATTEMPTS = 50  # changes to one id's row lost to others before giving up
+COMPACT_EVERY = 5.0  # seconds between two compaction steps of one coordinator (``tick``)
+log = logging.getLogger("lakelog.transactions")
 
 
 def positions_app_id(transactional_id: str) -> str:
@@ -52,8 +56,13 @@ class TransactionCoordinator:
     """The coordinator's steps for every transactional id under one root."""
 
     def __init__(self, spark, root: str, clock: Callable[[], float] = time.monotonic,
-                 new_producer_id: Callable[[], str] = new_txn_producer_id) -> None:
+                 new_producer_id: Callable[[], str] = new_txn_producer_id,
+                 history_retention_ms: int = compaction.DEFAULT_RETENTION_MS,
+                 id_expiration_ms: int = compaction.DEFAULT_EXPIRATION_MS) -> None:
         self.new_producer_id = new_producer_id  # names a new producer id (a new id's, an exhausted epoch's)
+        self.history_retention_ms = history_retention_ms  # the table's windows (``compaction``)
+        self.id_expiration_ms = id_expiration_ms
+        self._compacted_at: float | None = None  # time.monotonic() of this coordinator's last step
         self.tables = ControlTables(spark, RootLayout(root))
         self.table = TransactionTable(self.tables)
         self.admin = TopicAdmin(spark, root)
@@ -71,21 +80,24 @@ class TransactionCoordinator:
         if not transactional_id:
             raise InvalidTransactionStateError("a transactional id must not be empty")
         for _ in range(ATTEMPTS):
-            row = self.table.get(transactional_id)
+            row, version = self.table.lookup(transactional_id)
             if row is not None and not row.state.settled:
                 self._settle(row)
                 continue
             new = initialized(row, transactional_id, row.producer_id if row else new_producer_id(), timeout_ms,
                               new_producer_id)
+            if row is None:  # a new id, or one forgotten (``compaction``): its versions go on from the last
+                new = new.model_copy(update={"version": version + 1})
             if self.table.record(new):
                 return new
         raise ConcurrentCommitError(f"transactional id '{transactional_id}': InitProducerId lost to other changes "
                                     f"{ATTEMPTS} times; try again")
 
     def add_partitions(self, transactional_id: str, epoch: int, partitions: dict[str, list[int]],
-                       producer_id: str | None = None) -> TransactionRow:
+                       producer_id: str | None = None, row: TransactionRow | None = None) -> TransactionRow:
         """AddPartitionsToTxn, before any append to them (nothing recorded when all are in already),
-        each topic's incarnation recorded with them (its markers go to that one only)."""
+        each topic's incarnation recorded with them (its markers go to that one only). ``row``: the
+        id's row as the caller just read it, tried first (as every step's, see ``_change``)."""
         incarnations = {t: self.admin.incarnation(t) for t in partitions}
 
         def change(row: TransactionRow) -> TransactionRow | None:
@@ -95,19 +107,21 @@ class TransactionCoordinator:
                 return None
             return with_partitions(row, epoch, partitions, incarnations)
 
-        return self._change(transactional_id, change, producer_id)
+        return self._change(transactional_id, change, producer_id, row)
 
-    def add_offsets(self, transactional_id: str, epoch: int, group: str, producer_id: str | None = None) -> TransactionRow:
+    def add_offsets(self, transactional_id: str, epoch: int, group: str, producer_id: str | None = None,
+                    row: TransactionRow | None = None) -> TransactionRow:
         """AddOffsetsToTxn: ``group``'s positions will be committed by the transaction."""
         def change(row: TransactionRow) -> TransactionRow | None:
             if row.epoch == epoch and row.state == TxnState.ONGOING and row.group == group:
                 return None
             return with_group(row, epoch, group)
 
-        return self._change(transactional_id, change, producer_id)
+        return self._change(transactional_id, change, producer_id, row)
 
     def txn_offset_commit(self, transactional_id: str, epoch: int, group: str, positions: dict[str, dict[int, int]],
-                          generation: int = 0, member_id: str = "", producer_id: str | None = None) -> TransactionRow:
+                          generation: int = 0, member_id: str = "", producer_id: str | None = None,
+                          row: TransactionRow | None = None) -> TransactionRow:
         """TxnOffsetCommit: positions kept with the transaction, the group's only when its commit
         completes. A member's generation is checked now, against the group's fence, as Kafka's
         group coordinator checks it (IllegalGenerationError: the member was replaced)."""
@@ -121,9 +135,10 @@ class TransactionCoordinator:
                 raise IllegalGenerationError(f"member '{member_id}' of group '{group}' sends positions of generation "
                                              f"{generation}, but the group is on generation {fence}: it must rejoin")
         return self._change(transactional_id, lambda row: with_positions(row, epoch, group, positions, generation,
-                                                                         member_id), producer_id)
+                                                                         member_id), producer_id, row)
 
-    def end_txn(self, transactional_id: str, epoch: int, commit: bool, producer_id: str | None = None) -> TransactionRow:
+    def end_txn(self, transactional_id: str, epoch: int, commit: bool, producer_id: str | None = None,
+                row: TransactionRow | None = None) -> TransactionRow:
         """EndTxn: the decision recorded, then finished (markers, positions, Complete*). A retried
         EndTxn of the transaction just ended (the same decision) finishes it again, if need be. The
         row returned holds the producer id and epoch the producer goes on with (a new producer id
@@ -137,7 +152,7 @@ class TransactionCoordinator:
             self._check_producer(row, producer_id)
             return decided(row, epoch, commit, self.new_producer_id)
 
-        row = self._change(transactional_id, change)
+        row = self._change(transactional_id, change, read=row)
         crash_point("txn:after_decision")
         return self.finish(row)
 
@@ -219,12 +234,26 @@ class TransactionCoordinator:
     def tick(self) -> list[TransactionRow]:
         """Finish every decided transaction, and abort every ongoing one this observer has seen
         unchanged for its ``timeout_ms`` (``TimeoutWatch``: its own clock, from the version it first
-        saw; the abort depends on that version). Returns the rows it moved."""
+        saw; the abort depends on that version), then keep the table short (``compact``). Returns
+        the rows it moved."""
         moved = []
         for row in self.table.latest().values():
             if row.state.deciding or self.watch.expired(row):
                 moved.append(self._settle(row))
+        self.compact()
         return moved
+
+    def compact(self, every: float = COMPACT_EVERY) -> "compaction.Compaction | None":
+        """``compaction.compact`` with this coordinator's windows, at most once every ``every``
+        seconds (its monotonic clock); a failure is logged and left to the next time."""
+        if self._compacted_at is not None and time.monotonic() - self._compacted_at < every:
+            return None
+        self._compacted_at = time.monotonic()
+        try:
+            return compaction.compact(self.table, self.history_retention_ms, self.id_expiration_ms)
+        except Exception:  # noqa: BLE001 - the table stays as it was; the next tick tries again
+            log.exception("compacting the transactions table failed")
+            return None
 
     # -- one change ----------------------------------------------------------------------------
     @staticmethod
@@ -237,11 +266,13 @@ class TransactionCoordinator:
                                       "newer instance: close it")
 
     def _change(self, transactional_id: str, change: Callable[[TransactionRow], TransactionRow | None],
-                producer_id: str | None = None) -> TransactionRow:
+                producer_id: str | None = None, read: TransactionRow | None = None) -> TransactionRow:
         """Read the id's row, ``change`` it (None: nothing to record), record it at the next version;
-        read again when another change landed first. ``producer_id``: the caller's, checked first."""
+        read again when another change landed first. ``producer_id``: the caller's, checked first.
+        ``read``: the row as the caller just read it, used for the first try instead of reading
+        again: the record depends on its version, so a row moved meanwhile loses and is read anew."""
         for _ in range(ATTEMPTS):
-            row = self.table.get(transactional_id)
+            row, read = (read, None) if read is not None else (self.table.get(transactional_id), None)
             if row is None:
                 raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}': a producer "
                                                   "initialises it first (InitProducerId)")

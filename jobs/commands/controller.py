@@ -28,13 +28,13 @@ def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: boo
     c.config
     from log_store.errors import StorageError
 
-    from control_plane.transactions.coordinator import TransactionCoordinator
+    from jobs.commands.transactions import coordinator_for
 
     results = c.controller().tick(topic, delete_delay)
     rows = [r.model_dump(mode="json") for r in results]
     emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
     # transactions decided and left unfinished (their producer died after the decision) are finished
-    finished = TransactionCoordinator(c.spark, c.root).tick() if topic is None else []
+    finished = coordinator_for(c).tick() if topic is None else []
     if finished and not as_json:
         emit([{"transactional_id": r.transactional_id, "state": r.state.value} for r in finished], False,
              "transactions finished")

@@ -13,10 +13,13 @@ def transactions() -> None:
     """Inspect and abort transactions (the ``transactions`` control table)."""
 
 
-def _coordinator(c: Context):
+def coordinator_for(c: Context):
+    """The root's coordinator, with the configuration's windows for its table (`serve` settings)."""
     from control_plane.transactions.coordinator import TransactionCoordinator
 
-    return TransactionCoordinator(c.spark, c.root)
+    serve = c.config.serve  # the table's windows (its compaction) are the server's settings
+    return TransactionCoordinator(c.spark, c.root, history_retention_ms=serve.transaction_history_retention_ms,
+                                  id_expiration_ms=serve.transactional_id_expiration_ms)
 
 
 def _summary(row) -> dict:
@@ -32,7 +35,7 @@ def _summary(row) -> dict:
 @pass_ctx
 def list_(c: Context, as_json: bool) -> None:
     """Every transactional id under the root with its producer id, epoch and state."""
-    rows = sorted(_coordinator(c).table.latest().values(), key=lambda r: r.transactional_id)
+    rows = sorted(coordinator_for(c).table.latest().values(), key=lambda r: r.transactional_id)
     emit([_summary(r) for r in rows], as_json, "transactions")
 
 
@@ -46,7 +49,7 @@ def describe(c: Context, transactional_id: str, as_json: bool) -> None:
     producer id differs once an exhausted epoch moved the id to a new one), and the row's versions."""
     from control_plane.transactions.state import UnknownTransactionalIdError
 
-    history = _coordinator(c).table.history(transactional_id)
+    history = coordinator_for(c).table.history(transactional_id)
     if not history:
         raise UnknownTransactionalIdError(f"unknown transactional id '{transactional_id}' under {c.root}: "
                                           "`lakelog transactions list` shows the known ones")
@@ -72,7 +75,7 @@ def describe(c: Context, transactional_id: str, as_json: bool) -> None:
 def abort(c: Context, transactional_id: str, as_json: bool) -> None:
     """Abort the id's open transaction (a hung one), or finish its decided one: abort markers to
     its partitions, the epoch raised, so its producer is fenced. Refused when nothing is open."""
-    row = _coordinator(c).abort(transactional_id)
+    row = coordinator_for(c).abort(transactional_id)
     emit(_summary(row), as_json, f"transactional id {transactional_id}")
 
 
@@ -91,7 +94,7 @@ def watch(c: Context, interval: float, run_for: float | None, as_json: bool) -> 
     import json
     import time
 
-    coordinator = _coordinator(c)
+    coordinator = coordinator_for(c)
     stop = None if run_for is None else time.monotonic() + run_for
     try:
         while stop is None or time.monotonic() < stop:
