@@ -10,7 +10,8 @@ Anomaly classes:
   output per input offset, named by its ``src`` header);
 - ``txn_lost``: an input record below the copier group's committed position with no committed
   copy (unless retention, delete-records or key compaction removed it while live, or its partition
-  was retired before the copier's first committed read: the group's view starts there);
+  was retired before the copier's first committed read: the group's view starts there, or its
+  group reported it expired);
 - ``txn_phantom``: a committed copy naming no input record, or not its key and value;
 - ``txn_key_reorder``: a key's committed copies out of its input partition's order;
 - ``txn_aborted_read``: the read_committed group's sink holds a record of an aborted or open
@@ -126,6 +127,16 @@ def read_marks(location: str, rows: list[dict]) -> dict[tuple[int, str], int]:
     return out
 
 
+def reported_expired(root: str, group: str, topic: str) -> dict[int, list[tuple[int, int]]]:
+    """The ranges the copier's group reported expired on ``topic`` (records a retirement or a
+    deletion took before it read them: reported, as the guarantee's one exception, not lost)."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for c in read_changes(f"{root}/control/offset_commits"):
+        if c["group"] == group and c["topic"] == topic and c["kind"] == "expired":
+            out[c["partition"]].append((c["offset"], c["end_offset"]))
+    return out
+
+
 def group_positions(root: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed positions on ``topic`` (its last commit per partition, by commit version)."""
     out: dict[int, int] = {}
@@ -174,12 +185,14 @@ def judge(root: str, topic: str, plan, found) -> None:
         # partitions retired before the copier's first committed read were never its to copy (no interest of
         # its group held their retirement back), as partitions retired before a group's first generation
         before = retired_before(history, since) if since is not None else {}
+        expired = reported_expired(root, copier.group, topic)
         found.stats[f"txn_positions[{copier.group}]"] = sum(positions.values())
         for index, out_topic in enumerate(copier.outputs):
             where = log_location(root, out_topic)
             rows = read_log_changes(where)
             copies, gone = check_copies(out_topic, index, rows, inputs, positions,
-                                        lambda p, o: excused(p, o) or o < before.get(p, 0), add)
+                                        lambda p, o: excused(p, o) or o < before.get(p, 0)
+                                        or any(lo <= o < hi for lo, hi in expired.get(p, [])), add)
             found.stats[f"txn_copies[{out_topic}]"] = copies
             found.stats[f"txn_removed_before_copied[{out_topic}]"] = gone
             fate = Counter(states(rows, markers=True).values())
