@@ -108,3 +108,22 @@ def test_a_copiers_view_starts_at_the_topic_version_of_its_first_committed_copy(
                {"topic_version": 5, "partitions": [{"partition": 1, "mode": "ReadWrite", "end_offset": None}]}]
     assert retired_before(history, copier_since(tmp_path, "copier0")) == {1: 80}  # p1@0-79: not the copier's
     assert retired_before(history, copier_since(tmp_path, "copier1")) == {}
+
+
+def test_what_a_copiers_group_reported_expired_is_read_as_reported(tmp_path):
+    """The ranges a copier's group reported expired (the guarantee's one exception) are read from
+    the group's offset commits, its own and on that topic only: they are not lost copies."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from chaos.checker_copies import reported_expired
+
+    rows = [("copier0", "in", 1, 63, 70, "expired"), ("copier0", "in", 1, 70, None, "commit"),
+            ("copier1", "in", 2, 5, 9, "expired"), ("copier0", "other", 3, 0, 4, "expired")]
+    table = pa.table({"group": [r[0] for r in rows], "topic": [r[1] for r in rows],
+                      "partition": pa.array([r[2] for r in rows], pa.int32()),
+                      "offset": pa.array([r[3] for r in rows], pa.int64()),
+                      "end_offset": pa.array([r[4] for r in rows], pa.int64()), "kind": [r[5] for r in rows]})
+    write_deltalake(str(tmp_path / "control" / "offset_commits"), table,
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    assert reported_expired(str(tmp_path), "copier0", "in") == {1: [(63, 70)]}
