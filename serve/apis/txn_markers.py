@@ -104,9 +104,11 @@ def _holding_row(server: "Server", producer_id: int, epoch: int) -> TransactionR
     """The coordinator row holding producer id's transaction at ``epoch`` (Ongoing at it, or
     decided at it and not finished), if any."""
     for row in server.transactions.coordinator.table.latest().values():
-        if kafka_producer_id(row.producer_id) != producer_id:
-            continue
-        if (row.state == TxnState.ONGOING and row.epoch == epoch) or (row.state.deciding and row.ended_epoch == epoch):
+        # a decided transaction is under the producer id that ran it (``ended_by``): past the
+        # epoch's end the row moved on to a new one while its markers are still the old id's
+        if row.state == TxnState.ONGOING and kafka_producer_id(row.producer_id) == producer_id and row.epoch == epoch:
+            return row
+        if row.state.deciding and kafka_producer_id(row.ended_by) == producer_id and row.ended_epoch == epoch:
             return row
     return None
 
@@ -129,7 +131,8 @@ def end_through_coordinator(server: "Server", producer_id: int, epoch: int, comm
             log.info("WriteTxnMarkers: transactional id %s ended %s through the coordinator",
                      settled.transactional_id, settled.state.value)
             other = TxnState.COMPLETE_ABORT if commit else TxnState.COMPLETE_COMMIT
-            return "INVALID_TXN_STATE" if settled.state == other and settled.ended_epoch == epoch else None
+            return ("INVALID_TXN_STATE" if settled.state == other and settled.ended_epoch == epoch
+                    and kafka_producer_id(settled.ended_by) == producer_id else None)
     raise ConcurrentCommitError(f"producer id {producer_id}: the coordinator's row moved {ATTEMPTS} times; retry")
 
 

@@ -239,3 +239,20 @@ def test_an_abort_racing_another_end_of_the_transaction_is_judged_by_what_ended_
     assert answer(ongoing.changed(state=TxnState.EMPTY, epoch=5, ended_epoch=3)) is None
     assert answer(ongoing.changed(state=TxnState.COMPLETE_COMMIT, epoch=4, ended_epoch=3)) == "INVALID_TXN_STATE"
     assert answer(ongoing.changed(state=TxnState.COMPLETE_COMMIT, epoch=5, ended_epoch=4)) is None
+
+
+def test_an_abort_of_a_commit_decided_as_the_id_moved_to_a_new_producer_id_is_refused():
+    """A commit decided where the epoch ran out moves the row to a new producer id; its markers,
+    and so an admin's abort naming the transaction, are under the old one. The abort must find the
+    row (finish the commit, answer INVALID_TXN_STATE), not write abort markers beside its commits."""
+    from types import SimpleNamespace
+
+    from control_plane.transactions.state import MAX_EPOCH, TransactionRow, completed, decided
+    from serve.apis.txn_markers import end_through_coordinator
+
+    ongoing = TransactionRow(transactional_id="t", producer_id="kafka-7", epoch=MAX_EPOCH, state=TxnState.ONGOING)
+    prepared = decided(ongoing, MAX_EPOCH, commit=True, new_producer_id=lambda: "kafka-8")
+    assert prepared.producer_id == "kafka-8" and prepared.epoch == 0
+    coordinator = SimpleNamespace(table=SimpleNamespace(latest=lambda: {"t": prepared}), settle=completed)
+    server = SimpleNamespace(transactions=SimpleNamespace(coordinator=coordinator))
+    assert end_through_coordinator(server, 7, MAX_EPOCH, False) == "INVALID_TXN_STATE"
