@@ -387,15 +387,18 @@ class Consumer:
             return False
 
     def deliver(self, positions: dict[int, int], limit: int, sink_path: str | None = None, handler: Handler | None = None,
-                snap: LogSnapshot | None = None) -> Ranges:
+                snap: LogSnapshot | None = None, report: bool = True) -> Ranges:
         """Deliver the next batch after ``positions`` to the sink or handler; return its ranges.
 
-        The batch is planned on one log snapshot and read at that snapshot's version.
+        The batch is planned on one log snapshot and read at that snapshot's version. ``report``:
+        positions below a grown-back incarnation are reported expired and moved (``pass_retired``);
+        False for a warm copy of partitions another member owns, which reports its own.
         """
         snap = snap or self.snapshot()
         snap.metadata.check_not_deleted()
         self.check_positions(positions, snap)
-        positions = {**positions, **self.pass_retired(snap, positions)[1]}  # a caller's own loop too (seed 6072)
+        if report:  # a caller's own loop too (seed 6072); not a warm copy of partitions others own
+            positions = {**positions, **self.pass_retired(snap, positions)[1]}
         try:
             ranges = self.plan(positions, limit, snap)
             if not ranges:

@@ -174,7 +174,8 @@ class GroupConsumer:
         """Read warm-up copies a batch further; report the ones caught up. True if it read any."""
         if not self.held.warm:
             return False
-        ranges = self.consumer.deliver(self.held.warm, limit, None, self.warmup_handler or (lambda df, r: None))
+        ranges = self.consumer.deliver(self.held.warm, limit, None, self.warmup_handler or (lambda df, r: None),
+                                       report=False)  # the owner reports what its partitions lost
         self.held.warm_advance(ranges)
         committed = self.member.tables.offsets.committed(self.member.group, self.topic)
         ready = self.held.warm_ready(committed, self.member.settings.warmup_max_lag)
