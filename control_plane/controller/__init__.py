@@ -35,7 +35,7 @@ from pyspark.sql import SparkSession
 from control_plane.controller.apply import ATTEMPTS, TopicChanges
 from control_plane.controller.deletion import delete_topic, finish_deletion
 from control_plane.controller.retention import ConfigChange, LogMaintenance
-from control_plane.controller.retirement import drained_partitions, purge
+from control_plane.controller.retirement import drained_partitions, purge, report_unread
 from control_plane.controller.rules import check_count, due, essence, log_metadata, plan_alter, plan_retire
 from control_plane.layout import RootLayout
 from control_plane.tables import ControlTables
@@ -76,6 +76,7 @@ class TickResult(BaseModel):
     retired: list[int] = []  # marked partitions retired by this tick
     purged: list[int] = []  # retired partitions whose rows this tick deleted
     waiting: dict[int, float] = {}  # marked partitions still holding records: seconds of delay left
+    expired_for: dict[str, int] = {}  # groups that never read a partition retired past the delay: records reported expired
     resumed: bool = False
     deleted: bool = False  # this tick finished an interrupted topic deletion
     log_starts: list[LogStartChange] = []  # log starts retention raised (records deleted in whole files)
@@ -266,9 +267,13 @@ class TopicController:
             ends = {p: pm.end_offset for p, pm in TopicLog(self.spark, record.location).metadata().partitions.items()
                     if pm.end_offset is not None}
             spans = {p.partition: (p.start_offset, ends[p.partition]) for p in marked}
-            retire, waiting = due(marked, drained_partitions(self.spark, self.layout.root, topic, spans), delay, now)
+            drained_now = drained_partitions(self.spark, self.layout.root, topic, spans)
+            retire, waiting = due(marked, drained_now, delay, now)
             if not retire:
                 return result.model_copy(update={"waiting": waiting})
+            # a group that never read a partition retired past the delay learns it here (crash
+            # point before_record: reported, not retired yet; the next tick retires, reporting nothing twice)
+            unread = report_unread(self.spark, self.layout.root, topic, {p: spans[p] for p in retire if p not in drained_now})
             target = plan_retire(record, {p: ends[p] for p in retire}, now)
             crash_point("retire:before_record")
             if not self.changes.record(target):
@@ -278,7 +283,7 @@ class TopicController:
             crash_point("retire:after_apply")
             purged = purge(self.spark, target.location)
             return result.model_copy(update={"topic_version": target.topic_version, "retired": retire,
-                                             "purged": purged, "waiting": waiting})
+                                             "purged": purged, "waiting": waiting, "expired_for": unread})
         raise ConcurrentTopicChangeError(f"'{topic}' kept changing under the controller's tick; run it again")
 
     def _resume(self, topic: str) -> tuple[TopicRecord, bool]:

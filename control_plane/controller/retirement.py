@@ -9,21 +9,44 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS
-from control_plane.controller.rules import drained
-from control_plane.group.offsets import GroupOffsets
+from control_plane.controller.rules import drained, unread_by_groups
+from control_plane.group.offsets import GroupOffsets, owed_expiry
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.rewrites import delete_below
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
 
+CONTROLLER = "lakelog-controller"  # the member id of rows the controller writes for a group
+
 
 def drained_partitions(spark: SparkSession, root: str, topic: str, spans: dict[int, tuple[int, int]]) -> set[int]:
     """Marked partitions (-> [start, end)) every group with an interest in ``topic`` has consumed
     to the end (or that hold nothing). A group has an interest once a member of it subscribed to
     the topic or it committed a position on it, whether it has read the marked partition or not."""
+    return drained(spans, list(interested_positions(GroupOffsets(spark, root), topic).values()))
+
+
+def interested_positions(offsets: GroupOffsets, topic: str) -> dict[str, dict[int, int]]:
+    """Each group with an interest in ``topic`` -> its committed positions there."""
+    return {group: offsets.committed(group, topic) for group in offsets.interested_groups(topic)}
+
+
+def report_unread(spark: SparkSession, root: str, topic: str, spans: dict[int, tuple[int, int]]) -> dict[str, int]:
+    """Before partitions (-> [start, end)) retire past the delete delay: report, for each group
+    interested in ``topic`` that holds no position on one, its records expired (never silent: the
+    protocol's one exception is reported). Read again here, just before the retirement's record;
+    what a group already reported (a retirement retried) is not reported twice. Returns the
+    records reported per group."""
     offsets = GroupOffsets(spark, root)
-    return drained(spans, [offsets.committed(group, topic) for group in offsets.interested_groups(topic)])
+    out = {}
+    for group, unread in unread_by_groups(spans, interested_positions(offsets, topic)).items():
+        owed = owed_expiry(topic, [(p, start, end) for p, (start, end) in unread.items()], {},
+                           offsets.expired(group, topic))
+        offsets.report_expired(group, owed, member_id=CONTROLLER)
+        if owed:
+            out[group] = sum(r.end - r.first for r in owed)
+    return out
 
 
 def purge(spark: SparkSession, location: str) -> list[int]:

@@ -162,6 +162,19 @@ def drained(spans: dict[int, tuple[int, int]], positions: list[dict[int, int]]) 
             if end <= start or (positions and all(pos.get(p, start) >= end for pos in positions))}
 
 
+def unread_by_groups(spans: dict[int, tuple[int, int]], positions: dict[str, dict[int, int]]) -> dict[str, dict[int, tuple[int, int]]]:
+    """Of partitions retired undrained (-> [start, end)), those each interested group (``positions``:
+    its committed positions) holds no position on and so never read: no consumer of the group can
+    report them later (a consumer without a position starts at the log start, owing nothing), so
+    the retirement reports them for the group. A group with a position reports from it itself."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for group, pos in positions.items():
+        unread = {p: (start, end) for p, (start, end) in spans.items() if end > start and p not in pos}
+        if unread:
+            out[group] = unread
+    return out
+
+
 def due(marked: list[PartitionState], drained_now: set[int], delay: float, now: datetime) -> tuple[list[int], dict[int, float]]:
     """Which marked partitions a tick retires now (drained, or past ``delay`` seconds since their
     mark), and the seconds of delay left for the others."""

@@ -54,6 +54,8 @@ def _readable(row: dict) -> dict:
     for key, value in row.items():
         if key == "log_starts":
             value = [f"{c['partition']}: {c['previous']}->{c['log_start']}" for c in value]
+        elif key == "expired_for":
+            value = [f"{group}: {n}" for group, n in value.items()]
         elif key == "compacted":
             value = [f"{c['partition']}: {c['records_before']}->{c['records_after']} records" if "records_before" in c
                      else f"{c['partition']}: {c['files_before']}->{c['files_after']} files" for c in value]

@@ -404,7 +404,7 @@ def test_cli_alter_and_tick(spark, root, monkeypatch):
     assert res.exit_code == 0 and json.loads(res.stdout)["result"]["event"] == "mark_deletion", res.output
     res = run("controller", "tick", "--delete-delay", "3600", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout) == [
-        {"topic": "c", "topic_version": 4, "retired": [2], "purged": [], "waiting": {}, "resumed": False, "deleted": False,
+        {"topic": "c", "topic_version": 4, "retired": [2], "purged": [], "waiting": {}, "expired_for": {}, "resumed": False, "deleted": False,
          "log_starts": [], "compacted": [], "cleaned": [], "error": None}
     ], "an empty marked partition is drained"
     res = run("controller", "tick")

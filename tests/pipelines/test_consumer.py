@@ -222,6 +222,38 @@ def test_each_sink_commit_names_the_log_and_the_log_version_its_batch_was_read_a
     assert sink_reads(sink, "g9", topic, location + "-elsewhere") == {}
 
 
+def test_a_retirement_past_the_delay_reports_a_partition_an_interested_group_never_read(spark, tmp_path):
+    """Campaign seed 227 (2026-12-05): a group committed on partitions 0 and 1 of a topic (a
+    read-process-write job sends offsets only for what it read) while partition 2 was held back;
+    2 was shrunk away, retired past the delay and grown back. With no position on 2, the job's
+    next batch started in the new incarnation and nothing said the old one's records were gone.
+    The retirement reports them for the group (once, also when the tick runs again), and the
+    job delivers nothing below the new start."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+
+    root, topic = str(tmp_path / "root"), "never-read"
+    TopicAdmin(spark, root).create(topic, 3)
+    Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
+    ends = TopicAdmin(spark, root).log(topic).snapshot().log_ends
+    offsets = GroupOffsets(spark, root)
+    offsets.commit("g", topic, {0: ends[0], 1: ends[1]})
+    offsets.commit("done", topic, {0: ends[0], 1: ends[1], 2: ends[2]})
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter(topic, 2)
+    (first,) = ctl.tick(topic, delete_delay=0)
+    assert first.expired_for == {"g": ends[2]}
+    ctl.tick(topic, delete_delay=0)
+    ctl.alter(topic, 3)
+    Producer(spark, root, topic, "p2").send(make_records(spark, 30, keys=30))
+    consumer = Consumer(spark, root, topic, "g")
+    ranges = consumer.deliver(consumer.positions(), 1000, handler=lambda rows, r: None)
+    reported = [(r.partition, r.first, r.end) for r in offsets.expired_ranges("g")]
+    assert reported == [(2, 0, ends[2])], reported
+    assert offsets.expired_ranges("done") == [], "a group that read everything owes nothing"
+    assert ranges[2][0] >= ends[2]
+
+
 def test_a_job_calling_positions_and_deliver_itself_reports_what_a_retirement_took_below_its_position(spark, tmp_path):
     """Campaign seed 6072 (2026-12-05): a read-process-write job (``positions`` and ``deliver`` in
     its own loop, its positions committed in a transaction) stood at offset 5 of partition 2 when

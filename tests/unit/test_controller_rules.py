@@ -15,6 +15,7 @@ from control_plane.controller.rules import (
     plan_expand,
     plan_retire,
     plan_shrink,
+    unread_by_groups,
 )
 from control_plane.records import MAX_PARTITIONS, PartitionState, TopicEvent, TopicRecord
 from log_store.errors import InvalidPartitionsError
@@ -100,6 +101,13 @@ def test_drained_means_empty_or_consumed_to_the_end_by_every_interested_group():
     assert drained(spans, []) == {4}  # nobody reads yet: only the empty one
     assert drained(spans, [{3: 10, 5: 9}, {3: 10}]) == {3, 4}  # the second group has not read 5
     assert drained(spans, [{3: 9, 5: 9}]) == {4, 5}
+
+
+def test_a_retirement_reports_for_the_groups_that_never_read_a_partition_only():
+    spans = {3: (0, 10), 4: (5, 5), 5: (7, 9)}
+    # a: a position on 3 (reports from it itself), none on 5; b: none at all; c: everything read
+    got = unread_by_groups(spans, {"a": {3: 4}, "b": {}, "c": {3: 10, 5: 9}})
+    assert got == {"a": {5: (7, 9)}, "b": {3: (0, 10), 5: (7, 9)}}, "empty partition 4 owes nothing"
 
 
 def test_due_retires_drained_partitions_at_once_and_others_after_the_delay():
