@@ -36,7 +36,7 @@ from log_store.errors import (
     leader_unavailable, null_values_refused,
 )
 from log_store.names import check_group_name, sink_app_id, sink_commit_metadata
-from log_store.log_metadata import LogSnapshot, check_set_transactions_kept
+from log_store.log_metadata import LogSnapshot, Mode, check_set_transactions_kept
 from log_store.table_create import create_table, table_exists
 from log_store.log_append import value_as_kept
 from log_store.topic_log import RECORD_SCHEMA, TopicLog
@@ -117,6 +117,9 @@ class Consumer:
                                group_positions or CommittedPositions(self.offsets, group, topic))
         self._incarnations: dict[int, int] | None = None  # GroupOffsets.incarnations, read with positions
         self._reported: set[tuple[int, int]] = set()  # expiry reports, read with positions
+        # A standalone consumer reports what retirements took below its group's committed positions
+        # once per topic version it delivers at (``report_retired``); a member's group protocol does.
+        self._standalone, self._retired_checked = group_positions is None, -1
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
         self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
         # The latest snapshot's leader log ends (a replicated topic's, not capped at the high
@@ -260,6 +263,17 @@ class Consumer:
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 
+    def report_retired(self, snap: LogSnapshot) -> list[ExpiredRange]:
+        """A standalone consumer's report of what retired partitions (not grown back: no position
+        of a caller's own loop names them) took below the group's committed positions, as
+        ``run`` makes at its start; once per topic version."""
+        if not self._standalone or self._retired_checked == snap.topic_version:
+            return []
+        self._retired_checked = snap.topic_version
+        if not any(pm.mode is Mode.NONE for pm in snap.metadata.partitions.values()):
+            return []
+        return self.report_expired(snap, self.offsets.committed(self.group, self.topic))
+
     def pass_retired(self, snap: LogSnapshot, positions: dict[int, int]) -> tuple[list[ExpiredRange], dict[int, int]]:
         """Positions left below their partition's current incarnation (its number retired and grown
         back since they were taken): what they pass reported expired, and where they move; nothing
@@ -399,6 +413,7 @@ class Consumer:
         self.check_positions(positions, snap)
         if report:  # a caller's own loop too (seed 6072); not a warm copy of partitions others own
             positions = {**positions, **self.pass_retired(snap, positions)[1]}
+            self.report_retired(snap)
         try:
             ranges = self.plan(positions, limit, snap)
             if not ranges:
@@ -478,6 +493,7 @@ class Consumer:
         point = self.resume(sink_path)  # one read of the control plane serves all three
         positions = self.positions(sink_path, snap, point)
         expired = self.report_expired(snap, point.committed, self._reported)
+        self._retired_checked = snap.topic_version  # reported just now (``report_retired``)
         delivered = batches = waits = 0
         interval = self.settings.offsets_commit_interval_ms / 1000
         # pending: positions moved since the last offsets commit (recovered from the sink count: seed 25)

@@ -222,6 +222,33 @@ def test_each_sink_commit_names_the_log_and_the_log_version_its_batch_was_read_a
     assert sink_reads(sink, "g9", topic, location + "-elsewhere") == {}
 
 
+def test_a_job_calling_deliver_itself_reports_a_partition_retired_below_its_committed_position(spark, tmp_path):
+    """A read-process-write job's loop (``positions``, ``deliver``) whose group stood at offset 5
+    of partition 2 when 2 was shrunk away and retired past the delay (not grown back): no position
+    of the loop names 2 any more, and nothing said records 5 .. end were gone (only ``run``'s
+    start reported them). ``deliver`` reports them, once."""
+    from control_plane.controller import TopicController
+    from control_plane.settings import ControllerSettings
+
+    root, topic = str(tmp_path / "root"), "rpw-shrunk"
+    TopicAdmin(spark, root).create(topic, 3)
+    Producer(spark, root, topic, "p").send(make_records(spark, 90, keys=30))
+    ends = TopicAdmin(spark, root).log(topic).snapshot().log_ends
+    offsets = GroupOffsets(spark, root)
+    offsets.commit("g", topic, {0: 0, 1: 0, 2: 5})
+    consumer = Consumer(spark, root, topic, "g")
+    consumer.deliver(consumer.positions(), 10, handler=lambda rows, r: None)  # before the shrink: nothing owed
+    assert offsets.expired_ranges("g") == []
+    ctl = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
+    ctl.alter(topic, 2)
+    (tick,) = ctl.tick(topic, delete_delay=0)
+    assert tick.expired_for == {}, "the group holds a position on 2: its consumer reports"
+    for _ in range(2):
+        consumer.deliver(consumer.positions(), 10, handler=lambda rows, r: None)
+    reported = [(r.partition, r.first, r.end) for r in offsets.expired_ranges("g")]
+    assert reported == [(2, 5, ends[2])], reported
+
+
 def test_a_retirement_past_the_delay_reports_a_partition_an_interested_group_never_read(spark, tmp_path):
     """Campaign seed 227 (2026-12-05): a group committed on partitions 0 and 1 of a topic (a
     read-process-write job sends offsets only for what it read) while partition 2 was held back;
