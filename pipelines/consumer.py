@@ -120,6 +120,7 @@ class Consumer:
         # A standalone consumer reports what retirements took below its group's committed positions
         # once per topic version it delivers at (``report_retired``); a member's group protocol does.
         self._standalone, self._retired_checked = group_positions is None, -1
+        self._retired_reports: list[ExpiredRange] = []  # ``report_retired``'s, for ``run``'s result
         self.sink_ahead: dict[int, int] = {}  # positions the sink holds past the committed offsets, read with them
         self._sink_legacy: dict[str, int] = {}  # dotted-id positions the next sink commit writes again (SinkPositions)
         # The latest snapshot's leader log ends (a replicated topic's, not capped at the high
@@ -263,16 +264,19 @@ class Consumer:
         self.offsets.report_expired(self.group, ranges, member_id=self.member_id)
         return ranges
 
-    def report_retired(self, snap: LogSnapshot) -> list[ExpiredRange]:
-        """A standalone consumer's report of what retired partitions (not grown back: no position
-        of a caller's own loop names them) took below the group's committed positions, as
-        ``run`` makes at its start; once per topic version."""
+    def report_retired(self, snap: LogSnapshot, positions: dict[int, int]) -> list[ExpiredRange]:
+        """A standalone consumer's report of what retired partitions (not grown back) took below
+        where it stands, as ``run`` makes at its start; once per topic version. Where it stands:
+        the caller's ``positions`` (a loop's, ahead of the last commit) or else the committed one."""
         if not self._standalone or self._retired_checked == snap.topic_version:
             return []
+        ranges = []
+        if any(pm.mode is Mode.NONE for pm in snap.metadata.partitions.values()):
+            committed = self.offsets.committed(self.group, self.topic)
+            ranges = self.report_expired(snap, {**committed, **{p: max(o, committed.get(p, o)) for p, o in positions.items()}})
         self._retired_checked = snap.topic_version
-        if not any(pm.mode is Mode.NONE for pm in snap.metadata.partitions.values()):
-            return []
-        return self.report_expired(snap, self.offsets.committed(self.group, self.topic))
+        self._retired_reports += ranges
+        return ranges
 
     def pass_retired(self, snap: LogSnapshot, positions: dict[int, int]) -> tuple[list[ExpiredRange], dict[int, int]]:
         """Positions left below their partition's current incarnation (its number retired and grown
@@ -413,7 +417,7 @@ class Consumer:
         self.check_positions(positions, snap)
         if report:  # a caller's own loop too (seed 6072); not a warm copy of partitions others own
             positions = {**positions, **self.pass_retired(snap, positions)[1]}
-            self.report_retired(snap)
+            self.report_retired(snap, positions)
         try:
             ranges = self.plan(positions, limit, snap)
             if not ranges:
@@ -515,6 +519,7 @@ class Consumer:
                 self.wait.failed(exc)
                 continue
             self.wait.ok()
+            expired, self._retired_reports = expired + self._retired_reports, []
             if not ranges:
                 break
             positions.update({p: end for p, (_s, end) in ranges.items()})  # past any compaction gap, as Kafka's

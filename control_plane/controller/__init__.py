@@ -267,13 +267,12 @@ class TopicController:
             ends = {p: pm.end_offset for p, pm in TopicLog(self.spark, record.location).metadata().partitions.items()
                     if pm.end_offset is not None}
             spans = {p.partition: (p.start_offset, ends[p.partition]) for p in marked}
-            drained_now = drained_partitions(self.spark, self.layout.root, topic, spans)
-            retire, waiting = due(marked, drained_now, delay, now)
+            retire, waiting = due(marked, drained_partitions(self.spark, self.layout.root, topic, spans), delay, now)
             if not retire:
                 return result.model_copy(update={"waiting": waiting})
             # a group that never read a partition retired past the delay learns it here (crash
             # point before_record: reported, not retired yet; the next tick retires, reporting nothing twice)
-            unread = report_unread(self.spark, self.layout.root, topic, {p: spans[p] for p in retire if p not in drained_now})
+            unread = report_unread(self.spark, self.layout.root, topic, {p: spans[p] for p in retire})
             target = plan_retire(record, {p: ends[p] for p in retire}, now)
             crash_point("retire:before_record")
             if not self.changes.record(target):

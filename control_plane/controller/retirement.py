@@ -10,14 +10,12 @@ from pyspark.sql import SparkSession
 
 from control_plane.controller.apply import ATTEMPTS
 from control_plane.controller.rules import drained, unread_by_groups
-from control_plane.group.offsets import GroupOffsets, owed_expiry
+from control_plane.group.offsets import CONTROLLER, GroupOffsets, owed_expiry
 from log_store.crash import crash_point
 from log_store.delta_errors import retry_on_conflict
 from log_store.rewrites import delete_below
 from log_store.log_metadata import Mode
 from log_store.topic_log import TopicLog
-
-CONTROLLER = "lakelog-controller"  # the member id of rows the controller writes for a group
 
 
 def drained_partitions(spark: SparkSession, root: str, topic: str, spans: dict[int, tuple[int, int]]) -> set[int]:
@@ -36,13 +34,16 @@ def report_unread(spark: SparkSession, root: str, topic: str, spans: dict[int, t
     """Before partitions (-> [start, end)) retire past the delete delay: report, for each group
     interested in ``topic`` that holds no position on one, its records expired (never silent: the
     protocol's one exception is reported). Read again here, just before the retirement's record;
-    what a group already reported (a retirement retried) is not reported twice. Returns the
-    records reported per group."""
+    what a group already reported (a retirement retried) is not reported twice. Only groups with a
+    position on the topic: one whose interest is rows from before its or the topic's deletion has
+    none, and a member subscribed without any reports what it owns through the group protocol.
+    Returns the records reported per group."""
     offsets = GroupOffsets(spark, root)
     out = {}
-    for group, unread in unread_by_groups(spans, interested_positions(offsets, topic)).items():
+    positions = {group: pos for group, pos in interested_positions(offsets, topic).items() if pos}
+    for group, unread in unread_by_groups(spans, positions).items():
         owed = owed_expiry(topic, [(p, start, end) for p, (start, end) in unread.items()], {},
-                           offsets.expired(group, topic))
+                           offsets.reported_anyhow(group, topic))
         offsets.report_expired(group, owed, member_id=CONTROLLER)
         if owed:
             out[group] = sum(r.end - r.first for r in owed)

@@ -28,6 +28,8 @@ from log_store.errors import IllegalGenerationError, UnknownGroupError
 from log_store.names import check_group_name, commit_metadata, fence_property
 from log_store.log_metadata import LogSnapshot, Mode
 
+CONTROLLER = "lakelog-controller"  # the member id of rows the controller writes for a group
+
 
 
 
@@ -111,7 +113,10 @@ class GroupTopicState:
     partition's incarnation (see ``GroupOffsets.incarnations``)."""
 
     committed: dict[int, int] = field(default_factory=dict)
-    expired: set[tuple[int, int]] = field(default_factory=set)
+    expired: set[tuple[int, int]] = field(default_factory=set)  # reported by the group's readers
+    # reported for the group by a retirement (member ``CONTROLLER``): readers still report (and
+    # count, and fail on, as a stream's ``failOnDataLoss``) what they pass of these themselves
+    expired_at_retirement: set[tuple[int, int]] = field(default_factory=set)
     incarnations: dict[int, int] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)  # the leader epoch each position was read under, if known
 
@@ -122,7 +127,9 @@ class GroupTopicState:
         rows = [r for r in rows if state_row(group, topic, r)]
         positions = latest_position_rows(rows)
         committed = {p: int(r["offset"]) for (g, t, p), r in positions.items() if g == group and t == topic}
-        expired = {(r["partition"], commit_key(r)) for r in rows if r["kind"] == CommitKind.EXPIRED.value}
+        reports = [r for r in rows if r["kind"] == CommitKind.EXPIRED.value]
+        expired = {(r["partition"], commit_key(r)) for r in reports if r.get("member_id") != CONTROLLER}
+        at_retirement = {(r["partition"], commit_key(r)) for r in reports if r.get("member_id") == CONTROLLER}
         # one per group deletion, one per topic deletion (named by its version), one per reset
         deletions = (sum(r.get("n", 1) for r in rows if r["kind"] == CommitKind.DELETED.value)
                      + len({r["offset"] for r in rows if r["kind"] == CommitKind.TOPIC_DELETED.value}))
@@ -133,7 +140,7 @@ class GroupTopicState:
         out = {p: n + deletions for p, n in resets.items()}
         epochs = {p: int(r["leader_epoch"]) for (g, t, p), r in positions.items()
                   if g == group and t == topic and r.get("leader_epoch") is not None}
-        return cls(committed, expired, {-1: deletions, **out} if deletions or out else {}, epochs)
+        return cls(committed, expired, at_retirement, {-1: deletions, **out} if deletions or out else {}, epochs)
 
 
 def state_row(group: str, topic: str, r: dict) -> bool:
@@ -286,16 +293,22 @@ class GroupOffsets:
         self._write(group, [self._expired_row(group, r, generation, member_id) for r in ranges], generation, member_id)
 
     def expired(self, group: str, topic: str) -> set[tuple[int, int]]:
-        """(partition, end) of every range ``group`` reported expired on ``topic``."""
+        """(partition, end) of every range ``group``'s readers reported expired on ``topic``."""
         return self.state(group, topic).expired
 
+    def reported_anyhow(self, group: str, topic: str) -> set[tuple[int, int]]:
+        """``expired`` and what retirements reported for ``group`` on ``topic``."""
+        state = self.state(group, topic)
+        return state.expired | state.expired_at_retirement
+
     def expired_ranges(self, group: str) -> list[ExpiredRange]:
-        """Every range ``group`` reported expired, for ``groups describe`` and the audit."""
+        """Every range ``group`` reported expired, for ``groups describe`` and the audit; a range a
+        retirement and a reader both reported, once."""
         if not self.tables.exists("offset_commits"):
             return []
         rows = (self.tables.read("offset_commits")
                 .where((F.col("group") == group) & (F.col("kind") == CommitKind.EXPIRED.value))
-                .select("topic", "partition", "offset", "end_offset").collect())
+                .select("topic", "partition", "offset", "end_offset").distinct().collect())
         return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
                        for r in rows), key=lambda r: (r.topic, r.partition, r.first))
 
@@ -372,7 +385,7 @@ class GroupOffsets:
     def topic_deleted(self, topic: str, topic_version: int) -> None:
         """Record that ``topic`` was deleted (once per deletion, named by its DELETING record's
         version): every group's earlier positions on it stop counting."""
-        row = OffsetCommit(group="", topic=topic, partition=-1, offset=topic_version, member_id="lakelog-controller",
+        row = OffsetCommit(group="", topic=topic, partition=-1, offset=topic_version, member_id=CONTROLLER,
                            kind=CommitKind.TOPIC_DELETED.value).model_dump()
         self.tables.append("offset_commits", [row])  # a resumed deletion may write it again: counted once
 

@@ -35,6 +35,18 @@ def test_positions_reports_and_incarnations_from_one_read():
     assert state.incarnations == {-1: 2, 0: 4}
 
 
+def test_a_retirement_s_reports_do_not_count_as_the_readers_own():
+    """A range the controller reported for the group at a retirement (member ``lakelog-controller``)
+    stays owed by its readers (they report it too, counting and failing on it as before); the
+    controller's next retirement finds it reported either way."""
+    from control_plane.group.offsets import CONTROLLER
+
+    rows = [row(1, CommitKind.COMMIT, 0, 10), {**row(2, CommitKind.EXPIRED, 2, 0, end=8), "member_id": CONTROLLER},
+            row(3, CommitKind.EXPIRED, 3, 4, end=9)]
+    state = GroupTopicState.of(G, T, rows)
+    assert (state.expired, state.expired_at_retirement) == ({(3, 9)}, {(2, 8)})
+
+
 def test_rows_in_any_order_give_the_same_state():
     mine = [r for r in HISTORY if r["group"] in (G, "")]
     assert GroupTopicState.of(G, T, mine[::-1]) == GroupTopicState.of(G, T, mine)

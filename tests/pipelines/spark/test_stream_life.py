@@ -143,8 +143,11 @@ def grown_and_retired_while_stopped(spark, root, tmp_path, fail: str, group: str
     return sink, ck, options, in_p2
 
 
-def test_a_partition_the_stream_never_saw_retired_while_it_was_stopped_is_data_loss(lakelog, root, tmp_path):
-    sink, ck, options, in_p2 = grown_and_retired_while_stopped(lakelog, root, tmp_path, "true")
+@pytest.mark.parametrize("group", [None, "g"])
+def test_a_partition_the_stream_never_saw_retired_while_it_was_stopped_is_data_loss(lakelog, root, tmp_path, group):
+    """With a group too: the retirement reported partition 2 for it (it held positions on 0 and 1
+    only), and that report is no reader's, so the stream still fails on the loss."""
+    sink, ck, options, in_p2 = grown_and_retired_while_stopped(lakelog, root, tmp_path, "true", group)
     with pytest.raises(Exception) as err:
         stream_to(lakelog, sink, ck, **options)
     assert f"partition 2 offsets 0-{in_p2 - 1}" in str(err.value) and "failOnDataLoss" in str(err.value)
