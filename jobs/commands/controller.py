@@ -32,6 +32,8 @@ def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: boo
 
     results = c.controller().tick(topic, delete_delay)
     rows = [r.model_dump(mode="json") for r in results]
+    if not as_json and not any(r["expired_for"] for r in rows):  # a column in a terminal's width only when it says something
+        rows = [{k: v for k, v in r.items() if k != "expired_for"} for r in rows]
     emit(rows if as_json else [_readable(r) for r in rows], as_json, "controller tick")
     # transactions decided and left unfinished (their producer died after the decision) are finished
     finished = coordinator_for(c).tick() if topic is None else []
