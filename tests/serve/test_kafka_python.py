@@ -192,11 +192,12 @@ def test_a_partition_retired_before_the_group_committed_on_it_is_reported_expire
     first.close()
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True))
     controller.alter("orders", 1)
-    assert controller.tick("orders", 0.0)[0].retired == [1]  # past the delay, undrained
+    (tick,) = controller.tick("orders", 0.0)
+    assert tick.retired == [1] and tick.expired_for == {"g": 10}  # past the delay, undrained: reported for g
     second = KafkaConsumer("orders", **settings)
     offsets = GroupOffsets(spark, root)
     deadline = time.monotonic() + 60
-    while not offsets.expired_ranges("g"):  # reported once the server sees the group rebalance
+    while not offsets.expired("g", "orders"):  # the group's own report, once the server sees it rebalance
         assert time.monotonic() < deadline, "partition 1's records were not reported expired"
         second.poll(timeout_ms=500)
     second.close()
