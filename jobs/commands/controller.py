@@ -24,7 +24,10 @@ def controller() -> None:
 def tick(c: Context, topic: str | None, delete_delay: float | None, as_json: bool) -> None:
     """Finish interrupted changes, retire drained or expired marked partitions, delete their rows,
     apply each topic's retention (retention.ms, retention.bytes) and merge small files; finish
-    transactions whose decision was recorded and whose markers were not all written."""
+    transactions whose decision was recorded and whose markers were not all written.
+
+    Starts no JVM, except to rewrite the files an arrival-layout log's retired partitions share with
+    others (a Spark job: starts a JVM)."""
     c.config
     from log_store.errors import StorageError
 

@@ -17,7 +17,7 @@ from jobs.output import emit
 @pass_ctx
 def produce(c: Context, topic: str, input_path: str, producer_id: str | None, sequence_start: int, as_json: bool) -> None:
     """Produce the records of an input file to TOPIC. A local file of up to 20,000 records is
-    produced without a JVM; a larger or remote one is read by a Spark job."""
+    produced without a JVM; a larger or remote one is read by a Spark job (starts a JVM)."""
     from log_store.dense_offsets import ONE_TASK_ROWS
     from pipelines.inputs import read_input, read_local_input
     from pipelines.producer import Producer

@@ -19,7 +19,7 @@ def sql(c: Context, query: str, limit: int, as_json: bool) -> None:
 
     On a local or S3 root a query is answered without starting Spark when it can be (the same views
     read with delta-rs, the query translated to DuckDB); otherwise, or with
-    LAKELOG_FAST_READS=0, by Spark."""
+    LAKELOG_FAST_READS=0, by Spark (starts a JVM)."""
     if c.fast_reads():
         from control_plane.fast_sql import FastSql
         from log_store.rs_reader import FastReadUnavailable

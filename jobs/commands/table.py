@@ -31,7 +31,7 @@ def table(c: Context, topic: str, output: str, checkpoint: str, max_offsets_per_
     and no transaction's marker becomes a key's state, an open transaction's records not until it
     commits. Query it with SQL (SELECT ... FROM delta.`OUTPUT`).
     Each run merges what came since the last (its CHECKPOINT), in the order the resize gates
-    deliver, so a key's latest record holds across a resize. A Spark Structured Streaming query.
+    deliver, so a key's latest record holds across a resize. A Spark Structured Streaming query (starts a JVM).
     OUTPUT is kept by one CHECKPOINT and one incarnation of TOPIC: another is refused (--replace rebuilds)."""
     from pipelines.spark.table_view import COLUMNS, claim, start
 

@@ -34,6 +34,29 @@ def test_only_the_engine_modules_name_deltas_internal_package():
     assert users == set()
 
 
+# format("lakelog")'s JVM source and sink: the one place above log_store that hands Spark's JVM
+# objects across py4j (docs/engine.md, "One engine facade")
+JVM_BRIDGE = {"pipelines/spark/bridge.py", "pipelines/spark/reading.py"}
+PY4J_HANDLES = {"_jvm", "_jdf", "_jsparkSession", "sparkContext", "_gateway"}
+
+
+def test_py4j_handles_above_log_store_only_in_format_lakelogs_jvm_bridge():
+    """Above log_store, no code reaches the JVM through py4j (a Spark Connect session has none)
+    but format("lakelog")'s JVM source and sink; read from the code, not its comments."""
+    users = {}
+    for layer in LAYERS[1:]:
+        for p in (PROJECT / layer).rglob("*.py"):
+            tree = ast.parse(p.read_text())
+            used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in PY4J_HANDLES}
+            used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                     if a.name.split(".")[0] == "py4j"}
+            used |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                     and n.module.split(".")[0] == "py4j"}
+            if used:
+                users[str(p.relative_to(PROJECT))] = sorted(used)
+    assert set(users) <= JVM_BRIDGE, {p: u for p, u in users.items() if p not in JVM_BRIDGE}
+
+
 def test_the_wheel_holds_every_package_of_the_source_tree():
     """lakelog's wheel (databricks.yml installs it) finds every package, subpackages included."""
     import tomllib
