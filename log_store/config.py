@@ -28,7 +28,7 @@ class SparkSettings(Strict):
     app_name: str = "lakelog"
     jars_dir: str = ".jars"
     packages: list[str] = Field(
-        default_factory=lambda: ["io.delta:delta-spark_4.1_2.13:4.4.0"]
+        default_factory=lambda: ["io.delta:delta-spark_4.2_2.13:4.4.0"]
     )
     # Where Delta's internal classes live: open-source Delta ("oss") or Databricks' runtime.
     delta_internals: Literal["oss", "databricks"] = "oss"
