@@ -10,7 +10,7 @@ JVMJAR  := .jars/lakelog-jvm.jar
 
 check-tools:
 	@command -v java >/dev/null || { echo "error: Java 17 is missing: apt-get install openjdk-17-jre-headless"; exit 1; }
-	@command -v mvn >/dev/null || { echo "error: Maven is missing (needed to fetch Delta's jars): apt-get install maven"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: Maven is missing (needed to fetch Delta's jars and build lakelog's own): apt-get install maven"; exit 1; }
 	@command -v $(PY) >/dev/null || command -v python3 >/dev/null || { echo "error: Python 3.11 is missing"; exit 1; }
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,8 @@ $(JARS): conf/delta-jars.pom.xml
 	    -DexcludeGroupIds=io.netty,org.apache.httpcomponents,commons-codec,commons-logging,org.slf4j
 	touch $(JARS)
 
-# Kafka's partitioner as a JVM function (log_store/jvm), built from source.
+# lakelog's jar (log_store/jvm), built from source: Kafka's partitioner and the offset counter as Spark SQL
+# functions, format("lakelog")'s JVM source and sink, the log store of Delta's engine (docs/engine.md).
 $(JVMJAR): $(JARS) log_store/jvm/pom.xml $(shell find log_store/jvm/src -name "*.java")
 	mvn -q -f log_store/jvm/pom.xml package -DskipTests
 	cp log_store/jvm/target/lakelog-jvm.jar $(JVMJAR)
