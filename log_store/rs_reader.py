@@ -106,6 +106,11 @@ def arrow(path: str, version: int | None = None, storage: Storage = None) -> pa.
     return _scan(path, _table(path, version, storage), "SELECT * FROM t")
 
 
+def columns_at(path: str, version: int | None, columns: list[str], storage: Storage = None) -> pa.Table:
+    """``columns`` of every row of the table at ``path`` as of ``version``."""
+    return _scan(path, _table(path, version, storage), "SELECT " + ", ".join(f'"{c}"' for c in columns) + " FROM t")
+
+
 def log_ranges(path: str, version: int, ranges: Mapping[int, tuple[int, int]], columns: list[str] | None = None,
                storage: Storage = None, records_only: bool = False, exclude: str | None = None) -> pa.Table:
     """The rows of a topic log in [start, end) of each partition, as of ``version``

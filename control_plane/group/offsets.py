@@ -306,11 +306,16 @@ class GroupOffsets:
         retirement and a reader both reported, once."""
         if not self.tables.exists("offset_commits"):
             return []
-        rows = (self.tables.read("offset_commits")
-                .where((F.col("group") == group) & (F.col("kind") == CommitKind.EXPIRED.value))
-                .select("topic", "partition", "offset", "end_offset").distinct().collect())
-        return sorted((ExpiredRange(topic=r["topic"], partition=r["partition"], first=r["offset"], end=r["end_offset"])
-                       for r in rows), key=lambda r: (r.topic, r.partition, r.first))
+        columns = ("topic", "partition", "offset", "end_offset")
+        if self.tables.reads_without_spark("offset_commits"):  # delta-rs, no Spark job
+            rows = {tuple(r[c] for c in columns) for r in self.tables.ordered_rows("offset_commits")
+                    if r["group"] == group and r["kind"] == CommitKind.EXPIRED.value}
+        else:
+            rows = {tuple(r) for r in self.tables.read("offset_commits")
+                    .where((F.col("group") == group) & (F.col("kind") == CommitKind.EXPIRED.value))
+                    .select(*columns).distinct().collect()}
+        return sorted((ExpiredRange(topic=t, partition=p, first=o, end=e) for t, p, o, e in rows),
+                      key=lambda r: (r.topic, r.partition, r.first))
 
     def _fenced(self, group: str, rows: list[dict], generation: int, member_id: str, raise_version: int | None,
                 raise_rows: list[dict] = ()) -> bool:

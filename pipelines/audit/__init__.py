@@ -1,12 +1,13 @@
 """The ordering audit: checks the protocol's guarantee on a topic's log and a consumer's sink.
 
 Modules: ``feeds`` (what the log appended, what a sink delivered and when), ``rows`` (the
-questions as DataFrames), ``checks`` (great-expectations judges them), ``run`` (``run_audit``
-and the report).
+questions, in Spark SQL), ``frames`` (where they run: Spark's jobs, or DuckDB in this process on
+delta-rs's reads, no JVM), ``checks`` (great-expectations judges them), ``run`` (``run_audit``,
+which picks the engine, and the report).
 
 The guarantee (protocol.md): a key's records, produced in order by one producer, are delivered
-in that order, none lost, none twice. The audit derives one DataFrame per question with Spark
-(single-pass windows) and asks great-expectations to judge it, so every check has counts and
+in that order, none lost, none twice. The audit derives one table per question (single-pass windows, Spark
+SQL run by Spark or by DuckDB) and asks great-expectations to judge it, so every check has counts and
 sample rows naming partitions, offsets and keys. A readable Markdown report is always written.
 
 - log: per partition, offsets unique and dense from the partition's first offset; leader_epoch

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from log_store.delta_sql import history, properties
 from log_store.errors import InvalidConfigurationError
+from log_store.rs_reader import FastReadUnavailable
 from log_store.txn_marks import CONTROL_COLUMN
 
 
@@ -30,15 +31,30 @@ def _cdf(spark: SparkSession, path: str) -> DataFrame:
 PRODUCED_COLUMNS = ("partition", "offset", "key", "sequence", "producer_id", CONTROL_COLUMN)
 
 
-def _produced(rows: DataFrame) -> DataFrame:
-    """``PRODUCED_COLUMNS`` of a log's rows; ``control`` null where the log has no such column
-    (a log of an earlier release before its first marker: records only)."""
-    if CONTROL_COLUMN not in rows.columns:
-        rows = rows.withColumn(CONTROL_COLUMN, F.lit(None).cast("string"))
-    return rows.select(*PRODUCED_COLUMNS)
+def _produced(frames, feed, truncations: list[int]):
+    """``PRODUCED_COLUMNS`` of a log's change feed inserts with ``_change_type``, less the records
+    a replica's truncation deleted (``truncations``: the versions of its DELETE commits): a
+    returning old leader's records past where the next leader epoch began, never part of the
+    topic's history; ``control`` null where the log has no such column (a log of an earlier
+    release before its first marker: records only)."""
+    have = set(frames.columns(feed))
+    columns = ", ".join(f"f.`{c}`" if c in have else f"CAST(NULL AS STRING) AS `{c}`" for c in PRODUCED_COLUMNS)
+    gone = ""
+    if truncations:  # an insert is gone if a truncation after it deleted its offset
+        gone = (" AND NOT EXISTS (SELECT 1 FROM {feed} g WHERE g._change_type = 'delete' AND g._commit_version IN ("
+                + ", ".join(str(int(v)) for v in truncations) + ") AND g.`partition` = f.`partition` "
+                "AND g.`offset` = f.`offset` AND f._commit_version < g._commit_version)")
+    return frames.sql(f"SELECT {columns}, 'insert' AS _change_type FROM {{feed}} f WHERE f._change_type = 'insert'{gone}",
+                      feed=feed)
 
 
-def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]:
+def truncation_versions(commits: list[dict]) -> list[int]:
+    """The versions of a log's truncations among its commits (``version``, ``userMetadata``): their
+    DELETE commits say ``truncate`` in their metadata; a purge's or retention's do not."""
+    return [int(c["version"]) for c in commits if '"lakelog":"truncate"' in (c.get("userMetadata") or "")]
+
+
+def produced_rows(frames, path: str, storage: dict[str, str] | None = None):
     """Every record the log still remembers appending (its change feed's inserts, ``PRODUCED_COLUMNS``
     and ``_change_type``), kept in memory, and what of its past could not be read.
 
@@ -48,19 +64,23 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
     read from the oldest commit Delta still has, skipping removed files, and the table's current
     rows are added (records appended before that commit and still live). What is skipped lies
     below a log start or in a retired partition: no group can read it any more, and the report
-    says that it was not judged."""
+    says that it was not judged. On DuckDB (``frames``) the whole feed is read by delta-rs, or
+    FastReadUnavailable (Spark audits it)."""
+    if frames.name == "duckdb":
+        feed, commits = rs_change_feed(frames, path, storage)
+        return frames.keep(_produced(frames, feed, truncation_versions(commits))), []
+    spark = frames.spark
     if not _has_change_feed(spark, path):
         _cdf(spark, path)  # raises the error that says what the audit needs
-    rows, reason = _read_now(lambda: _produced(_without_truncated(spark, path, _feed_from(spark, path, 0)))
-                             .withColumn("_change_type", F.lit("insert")))
+    truncations = truncation_versions([r.asDict() for r in history(spark, path).select("version", "userMetadata").collect()])
+    rows, reason = _read_now(lambda: _produced(frames, _feed_from(spark, path, 0), truncations))
     if rows is not None:
         return rows, []
     earliest = _earliest_version(spark, path)
     with _skipping_missing_files(spark):
-        feed = _produced(_without_truncated(spark, path, _feed_from(spark, path, earliest)))
-        live = _produced(spark.read.format("delta").load(path))
-        rows = (feed.unionByName(live).dropDuplicates(["partition", "offset"])
-                .withColumn("_change_type", F.lit("insert")).persist())
+        feed = _produced(frames, _feed_from(spark, path, earliest), truncations)
+        live = _produced(frames, spark.read.format("delta").load(path).withColumn("_change_type", F.lit("insert")), [])
+        rows = feed.unionByName(live).dropDuplicates(["partition", "offset"]).persist()
         rows.count()  # read now, while missing files are skipped: nothing else in the audit skips them
     note = (f"The log's full change feed could not be read ({reason}). It was read from version {earliest}, "
             "the oldest Delta still has, with the files VACUUM removed skipped, together with the records "
@@ -69,20 +89,27 @@ def produced_rows(spark: SparkSession, path: str) -> tuple[DataFrame, list[str]]
     return rows, [note]
 
 
-def _without_truncated(spark: SparkSession, path: str, feed: DataFrame) -> DataFrame:
-    """The feed's inserts, less the records a replica's truncation deleted (a returning old
-    leader's records past where the next leader epoch began: never part of the topic's history).
-    Its DELETE commits say ``truncate`` in their metadata; a purge's or retention's do not."""
-    inserts = feed.where(F.col("_change_type") == "insert")
-    versions = [r["version"] for r in history(spark, path).select("version", "userMetadata").collect()
-                if '"lakelog":"truncate"' in (r["userMetadata"] or "")]
-    if not versions:
-        return inserts
-    gone = (feed.where((F.col("_change_type") == "delete") & F.col("_commit_version").isin(versions))
-            .select(F.col("partition").alias("_p"), F.col("offset").alias("_o"), F.col("_commit_version").alias("_gone_at")))
-    # an insert is gone if a truncation after it deleted its offset
-    return inserts.join(gone, (F.col("partition") == F.col("_p")) & (F.col("offset") == F.col("_o"))
-                        & (F.col("_commit_version") < F.col("_gone_at")), "left_anti")
+def rs_change_feed(frames, path: str, storage: dict[str, str] | None):
+    """The table's whole change feed read by delta-rs into ``frames`` (DuckDB's), and its commits
+    (``version``, ``userMetadata``); FastReadUnavailable when delta-rs cannot read it whole (the
+    change feed off, a commit Delta's log retention removed, a file VACUUM removed)."""
+    from deltalake import DeltaTable
+
+    from log_store.rs_reader import arrow_table
+
+    try:
+        table = DeltaTable(path, storage_options=storage)
+        if table.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() != "true":
+            raise FastReadUnavailable(f"{path} has no change data feed")
+        commits = table.history()
+        if not commits or min(int(c["version"]) for c in commits) > 0:
+            raise FastReadUnavailable(f"{path}'s first commits are gone")
+        feed = arrow_table(table.load_cdf(starting_version=0))
+    except FastReadUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - delta-rs's errors for a missing commit or file
+        raise FastReadUnavailable(f"delta-rs could not read {path}'s change feed: {str(exc).splitlines()[0]}") from None
+    return frames.table(feed), commits
 
 
 # What a sink written by Spark from ``format("lakelog")`` (Kafka's columns) must keep for the audit:
@@ -130,7 +157,7 @@ def _earliest_version(spark: SparkSession, path: str) -> int:
     return int(history(spark, path).agg(F.min("version")).first()[0])
 
 
-def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None = None) -> tuple[DataFrame, list[str]]:
+def sink_changes(frames, sink_path: str, produced=None, storage: dict[str, str] | None = None):
     """The sink's change feed, or for an append-only sink without one (Spark's Delta sink of a
     stream), its rows with the version that added each, read from its commit files; kept in
     memory, with what of the sink's past could not be read. ``produced`` (the log's change feed):
@@ -138,18 +165,25 @@ def sink_changes(spark: SparkSession, sink_path: str, produced: DataFrame | None
 
     A sink kept for months loses its old commit files (``delta.logRetentionDuration``). Then a row
     whose commit is gone is taken from the sink's current rows, delivered at ``BEFORE_KEPT``:
-    before every commit Delta kept, in an order among themselves that no longer can be judged."""
-    if _has_change_feed(spark, sink_path):
-        changes, notes = _sink_feed(spark, sink_path)
+    before every commit Delta kept, in an order among themselves that no longer can be judged.
+    On DuckDB (``frames``) the sink's whole change feed is read by delta-rs, or
+    FastReadUnavailable (Spark audits it)."""
+    if frames.name == "duckdb":
+        changes, notes = rs_change_feed(frames, sink_path, storage)[0], []
+    elif _has_change_feed(frames.spark, sink_path):
+        changes, notes = _sink_feed(frames.spark, sink_path)
     else:
-        changes, notes = _sink_adds(spark, sink_path)
+        changes, notes = _sink_adds(frames.spark, sink_path)
     if produced is None:
-        return changes.persist(), notes
-    ids = (produced.where(F.col("_change_type") == "insert")
-           .select("partition", "offset", "producer_id", "sequence").dropDuplicates(["partition", "offset"]))
-    joined = changes.drop("producer_id", "sequence").join(ids, ["partition", "offset"], "left").persist()
-    joined.count()  # kept before the rows it was made of are let go
-    changes.unpersist()
+        return frames.keep(changes), notes
+    columns = ", ".join(f"c.`{c}`" for c in frames.columns(changes) if c not in ("producer_id", "sequence"))
+    joined = frames.keep(frames.sql(f"""
+        SELECT {columns}, p.producer_id, p.`sequence` FROM {{changes}} c LEFT JOIN (
+            SELECT `partition`, `offset`, producer_id, `sequence`,
+                   row_number() OVER (PARTITION BY `partition`, `offset` ORDER BY `offset`) AS _n
+            FROM {{produced}} WHERE _change_type = 'insert') p
+        ON c.`partition` = p.`partition` AND c.`offset` = p.`offset` AND p._n = 1""", changes=changes, produced=produced))
+    frames.release(changes)  # kept before the rows it was made of are let go
     return joined, notes
 
 

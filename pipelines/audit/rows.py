@@ -1,50 +1,70 @@
-"""The audit's questions as DataFrames, one window each: each log row with the step from the
-previous offset and epoch; each delivered row with its copy number and the step from its key's
-previous sequence; every owed record with its outcome; one group's share of a shared sink."""
+"""The audit's questions, one window each, in Spark SQL that Spark or DuckDB runs (``frames``):
+each log row with the step from the previous offset and epoch; each delivered row with its copy
+number and the step from its key's previous sequence; every owed record with its outcome; one
+group's share of a shared sink."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+from collections.abc import Iterable, Mapping
 
 from control_plane.group.describe import DeliveryView
-from log_store.read_ranges import by_partition
-from pipelines.audit.feeds import BEFORE_KEPT, SINK_ROW, UNATTRIBUTED
+from pipelines.audit.feeds import BEFORE_KEPT, UNATTRIBUTED
 from pipelines.audit.txn import MARKER
 
+ADDS = "_change_type IN ('insert', 'update_postimage')"
 
-def attributed_to(changes: DataFrame, others: list[int], shared: bool) -> DataFrame:
+
+def per_partition(values: Mapping[int, int], otherwise: str = "NULL") -> str:
+    """``values[partition]`` for each row as a SQL expression (``otherwise`` where absent)."""
+    if not values:
+        return otherwise
+    whens = " ".join(f"WHEN {int(p)} THEN {int(v)}" for p, v in sorted(values.items()))
+    return f"CASE `partition` {whens} ELSE {otherwise} END"
+
+
+def _in(values: Iterable[int]) -> str:
+    return ", ".join(str(int(v)) for v in values)
+
+
+def attributed_to(frames, changes, others: list[int], shared: bool):
     """One group's share of a sink: less the versions whose commits name another group
     (``others``). In a sink several groups write (``shared``), rows delivered before the oldest
     kept commit name no group: one copy of each counts as delivered for every group that did not
     deliver that record later, and is left out of the duplicate and order checks."""
-    mine = changes.where(~F.col("_commit_version").isin(others)) if others else changes
+    mine = f"SELECT * FROM {{changes}} WHERE _commit_version NOT IN ({_in(others)})" if others else "SELECT * FROM {changes}"
     if not shared:
-        return mine
-    kept = mine.where(F.col("_commit_version") != BEFORE_KEPT)
-    later = kept.where(F.col("_change_type") == "insert").select(*SINK_ROW).distinct()
-    older = (mine.where(F.col("_commit_version") == BEFORE_KEPT).dropDuplicates(SINK_ROW)
-             .join(later, SINK_ROW, "left_anti").withColumn("_commit_version", F.lit(UNATTRIBUTED).cast("long")))
-    return kept.unionByName(older)
+        return frames.sql(mine, changes=changes) if others else changes
+    columns = ", ".join(f"`{c}`" for c in frames.columns(changes) if c != "_commit_version")
+    return frames.sql(f"""
+        WITH mine AS ({mine}),
+        kept AS (SELECT * FROM mine WHERE _commit_version <> {BEFORE_KEPT}),
+        later AS (SELECT DISTINCT `topic`, `partition`, `offset` FROM kept WHERE _change_type = 'insert'),
+        older AS (SELECT *, row_number() OVER (PARTITION BY `topic`, `partition`, `offset` ORDER BY `topic`) AS _n
+                  FROM mine WHERE _commit_version = {BEFORE_KEPT})
+        SELECT {columns}, _commit_version FROM kept
+        UNION ALL
+        SELECT {columns}, CAST({UNATTRIBUTED} AS BIGINT) AS _commit_version FROM older o
+        WHERE _n = 1 AND NOT EXISTS (SELECT 1 FROM later l WHERE l.`topic` = o.`topic`
+                                     AND l.`partition` = o.`partition` AND l.`offset` = o.`offset`)""",
+                      changes=changes)
 
 
-def log_rows(log: DataFrame, cleaned: Mapping[int, int] | None = None) -> DataFrame:
+def log_rows(frames, log, cleaned: Mapping[int, int] | None = None):
     """Each log row with the step from the previous offset and epoch of its partition. ``gap``
     is the step; ``dense_gap`` the step counted only above ``cleaned[partition]`` (key compaction's
     cleaned offsets: the offsets missing below were compacted away, not lost)."""
-    w = Window.partitionBy("partition").orderBy("offset")
-    step = F.col("offset") - F.col("prev_offset")
-    compacted = F.col("offset") <= F.coalesce(F.expr(by_partition(cleaned, "L")), F.lit(0)) if cleaned else F.lit(False)
-    return log.select(
-        "partition", "offset", "leader_epoch", F.col("key").cast("string").alias("key"),
-        F.lag("offset").over(w).alias("prev_offset"), F.lag("leader_epoch").over(w).alias("prev_epoch"),
-    ).select("*", step.alias("gap"), F.when(compacted, F.least(step, F.lit(1))).otherwise(step).alias("dense_gap"),
-             (F.col("prev_epoch") - F.col("leader_epoch")).alias("epoch_drop"))
+    compacted = f"`offset` <= {per_partition(cleaned, '0')}" if cleaned else "FALSE"
+    return frames.sql(f"""
+        SELECT *, `offset` - prev_offset AS gap,
+               CASE WHEN {compacted} THEN least(`offset` - prev_offset, 1) ELSE `offset` - prev_offset END AS dense_gap,
+               prev_epoch - leader_epoch AS epoch_drop
+        FROM (SELECT `partition`, `offset`, leader_epoch, CAST(`key` AS STRING) AS `key`,
+                     lag(`offset`) OVER (PARTITION BY `partition` ORDER BY `offset`) AS prev_offset,
+                     lag(leader_epoch) OVER (PARTITION BY `partition` ORDER BY `offset`) AS prev_epoch
+              FROM {{log}})""", log=log)
 
 
-def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
+def delivered_rows(frames, sink_changes, topic: str):
     """What the sink holds now for ``topic``: each row with its delivery version, copy number and
     the step from its key's previous sequence in delivery order (key as text, for the report).
 
@@ -54,76 +74,78 @@ def delivered_rows(sink_changes: DataFrame, topic: str) -> DataFrame:
     kept commit (``BEFORE_KEPT``) are not judged for order among themselves: ordered by sequence,
     the highest is what the key's next delivery must follow; ``UNATTRIBUTED`` rows take no part.
     """
-    adds = F.col("_change_type").isin("insert", "update_postimage")
-    ident = Window.partitionBy("partition", "offset")
-    older = F.col("_commit_version") == BEFORE_KEPT
-    per_key = (Window.partitionBy("producer_id", "key")
-               .orderBy("_commit_version", F.when(older, F.col("sequence")), "partition", "offset")
-               .rowsBetween(Window.unboundedPreceding, -1))
-    first = F.col("copy") == 1
-    prev = F.last(F.when(first & (F.col("_commit_version") != UNATTRIBUTED), F.col("sequence")), ignorenulls=True).over(per_key)
-    keyed = first & F.col("key").isNotNull() & F.col("producer_id").isNotNull() & (F.col("_commit_version") >= 0)
-    return (
-        sink_changes.where(F.col("topic") == topic)
-        .withColumn("_removed", F.sum(F.when(adds, 0).otherwise(1)).over(ident))
-        .where(adds)
-        .withColumn("copy", F.row_number().over(ident.orderBy("_commit_version")) - F.col("_removed"))
-        .where(F.col("copy") >= 1)
-        .withColumn("prev_sequence", F.when(keyed, prev))
-        .select("partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
-                "_commit_version", "copy", "prev_sequence",
-                (F.col("sequence") - F.col("prev_sequence")).alias("sequence_step"))
-    )
+    return frames.sql(f"""
+        WITH changes AS (
+            SELECT *, CASE WHEN _commit_version = {BEFORE_KEPT} THEN `sequence` END AS _older_sequence,
+                   CAST(sum(CASE WHEN {ADDS} THEN 0 ELSE 1 END) OVER (PARTITION BY `partition`, `offset`) AS BIGINT) AS _removed
+            FROM {{changes}} WHERE `topic` = '{_topic(topic)}'),
+        copies AS (
+            SELECT *, row_number() OVER (PARTITION BY `partition`, `offset` ORDER BY _commit_version) - _removed AS copy
+            FROM changes WHERE {ADDS}),
+        ordered AS (
+            SELECT *, CASE WHEN copy = 1 AND `key` IS NOT NULL AND producer_id IS NOT NULL AND _commit_version >= 0
+                      THEN last_value(CASE WHEN copy = 1 AND _commit_version <> {UNATTRIBUTED} THEN `sequence` END)
+                           IGNORE NULLS OVER (
+                               PARTITION BY producer_id, `key`
+                               ORDER BY _commit_version ASC NULLS FIRST, _older_sequence ASC NULLS FIRST,
+                                        `partition` ASC NULLS FIRST, `offset` ASC NULLS FIRST
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END AS prev_sequence
+            FROM copies WHERE copy >= 1)
+        SELECT `partition`, `offset`, CAST(`key` AS STRING) AS `key`, `sequence`, producer_id, _commit_version, copy,
+               prev_sequence, `sequence` - prev_sequence AS sequence_step
+        FROM ordered""", changes=sink_changes)
 
 
-def missing_rows(produced: DataFrame, first_deliveries: DataFrame, retired: set[int],
-                 views: list[DeliveryView] = (), owed: list[str] | None = None) -> DataFrame:
+def first_deliveries(frames, delivered):
+    return frames.sql("SELECT * FROM {delivered} WHERE copy = 1", delivered=delivered)
+
+
+def _topic(topic: str) -> str:
+    """A topic name inside a SQL string literal (topic names are letters, digits, '.', '_', '-')."""
+    from log_store.names import check_topic_name
+
+    return check_topic_name(topic)
+
+
+def missing_rows(frames, produced, first, retired: set[int], views: list[DeliveryView] = (),
+                 owed: list[str] | None = None):
     """Every record the sink's groups owe (every record ever appended, less the partitions
     retired before a group started; ``owed``: only rows of these ``txn`` states, ``audit.txn``:
     never a marker), with the sink version that delivered it (null: never) and its ``outcome``:
     delivered, expired (its group reported it), or missing."""
-    got = first_deliveries.select("partition", "offset", *_IDENTITY_AS("_d"),
-                                  F.col("_commit_version").alias("delivered_in_version"))
-    rows = produced.where(F.col("_change_type") == "insert")
+    where = ["_change_type = 'insert'"]
     if owed is not None:
-        rows = rows.where(F.col("txn").isin(owed))
+        where.append(f"txn IN ({', '.join(repr(s) for s in owed)})")
     before = {p: end for v in views for p, end in v.before_view.items()}
-    for p, end in before.items():
-        rows = rows.where(~((F.col("partition") == p) & (F.col("offset") < end)))
-    expired = F.lit(False)
-    for r in (r for v in views for r in v.expired):
-        expired = expired | ((F.col("partition") == r.partition) & (F.col("offset") >= r.first) & (F.col("offset") < r.end))
-    owed = rows.select(
-        "partition", "offset", F.col("key").cast("string").alias("key"), "sequence", "producer_id",
-        F.col("partition").isin(sorted(retired)).alias("retired") if retired else F.lit(False).alias("retired"),
-        expired.alias("expired"),
-    )
+    where += [f"NOT (`partition` = {int(p)} AND `offset` < {int(end)})" for p, end in before.items()]
+    expired = " OR ".join(f"(`partition` = {int(r.partition)} AND `offset` >= {int(r.first)} AND `offset` < {int(r.end)})"
+                          for v in views for r in v.expired) or "FALSE"
+    is_retired = f"`partition` IN ({_in(sorted(retired))})" if retired else "FALSE"
     # delivered means this record at this offset: a row of another history there (a log truncated
     # under the group by an unclean election) does not count
-    same = (owed["partition"] == got["partition"]) & (owed["offset"] == got["offset"]) & _same_record(owed, got, "_d")
-    return owed.join(got, same, "left").select(owed["*"], "delivered_in_version").withColumn(
-        "outcome", F.when(F.col("delivered_in_version").isNotNull(), "delivered")
-        .when(F.col("expired"), "expired").otherwise("missing"))
+    return frames.sql(f"""
+        WITH owed AS (
+            SELECT `partition`, `offset`, CAST(`key` AS STRING) AS `key`, `sequence`, producer_id,
+                   {is_retired} AS retired, {expired} AS expired
+            FROM {{produced}} WHERE {' AND '.join(where)}),
+        matched AS (
+            SELECT o.*, g._commit_version AS delivered_in_version
+            FROM owed o LEFT JOIN {{first}} g
+            ON o.`partition` = g.`partition` AND o.`offset` = g.`offset` AND {_same_record('o', 'g')})
+        SELECT *, CASE WHEN delivered_in_version IS NOT NULL THEN 'delivered' WHEN expired THEN 'expired'
+                       ELSE 'missing' END AS outcome
+        FROM matched""", produced=produced, first=first)
 
 
 _IDENTITY = ("key", "producer_id", "sequence")
 
 
-def _IDENTITY_AS(suffix: str) -> list:
-    return [F.col("key").cast("string").alias(f"key{suffix}"), F.col("producer_id").alias(f"producer_id{suffix}"),
-            F.col("sequence").alias(f"sequence{suffix}")]
+def _same_record(a: str, b: str) -> str:
+    """Null-safe equality of a record's key (as text), producer id and sequence on both sides."""
+    return " AND ".join(f"{a}.`{c}` <=> {b}.`{c}`" for c in _IDENTITY)
 
 
-def _same_record(owed: DataFrame, got: DataFrame, suffix: str):
-    """Null-safe equality of a record's key, producer id and sequence on both sides."""
-    out = F.lit(True)
-    for c in _IDENTITY:
-        out = out & owed[c].eqNullSafe(got[f"{c}{suffix}"])
-    return out
-
-
-def foreign_rows(produced: DataFrame, first_deliveries: DataFrame,
-                 forgotten: tuple[Mapping[int, int], set[int]] | None = None) -> DataFrame:
+def foreign_rows(frames, produced, first, forgotten: tuple[Mapping[int, int], set[int]] | None = None):
     """Each first delivery with its ``outcome``: ``in the log`` when the log appended that record
     at that offset (its key, producer id and sequence), ``a marker`` when that is a transaction's
     marker (no record: never delivered), else ``not in the log``: a record of a history the log no
@@ -133,29 +155,25 @@ def foreign_rows(produced: DataFrame, first_deliveries: DataFrame,
     ``forgotten`` (log starts, retired partitions), when ``produced`` is only what the log still
     remembers (its old commits or VACUUMed files gone): a delivery below its partition's log start
     or in a retired partition, at an offset where the log remembers no record, is ``not judged``."""
-    states = F.col("txn") if "txn" in produced.columns else F.lit(None).cast("string")
-    log = (produced.where(F.col("_change_type") == "insert")
-           .select("partition", "offset", *_IDENTITY_AS("_l"), states.alias("txn")).withColumn("_in_log", F.lit(True)))
-    same = ((first_deliveries["partition"] == log["partition"]) & (first_deliveries["offset"] == log["offset"])
-            & F.lit(True))
-    for c in _IDENTITY:
-        left = first_deliveries[c].cast("string") if c == "key" else first_deliveries[c]
-        same = same & left.eqNullSafe(log[f"{c}_l"])
-    out = first_deliveries.join(log, same, "left").select(first_deliveries["*"], F.col("_in_log"), log["txn"])
-    unknown = F.lit(False)
+    states = "txn" if "txn" in frames.columns(produced) else "CAST(NULL AS STRING)"
+    unknown = "FALSE"
     if forgotten is not None:
         starts, retired = forgotten
-        below = F.lit(False)
-        for p, start in starts.items():
-            below = below | ((F.col("partition") == p) & (F.col("offset") < start))
+        below = [f"(d.`partition` = {int(p)} AND d.`offset` < {int(s)})" for p, s in starts.items()]
         if retired:
-            below = below | F.col("partition").isin(sorted(retired))
-        at = (log.select(F.col("partition").alias("_p"), F.col("offset").alias("_o")).distinct()
-              .withColumn("_held", F.lit(True)))
-        out = (out.join(at, (out["partition"] == at["_p"]) & (out["offset"] == at["_o"]), "left").drop("_p", "_o"))
-        unknown = below & F.col("_held").isNull()
-    return out.withColumn("outcome", F.when(F.col("_in_log") & (F.col("txn") == MARKER), "a marker")
-                          .when(F.col("_in_log"), "in the log").when(unknown, "not judged")
-                          .otherwise("not in the log")).drop("_held")
-
-
+            below.append(f"d.`partition` IN ({_in(sorted(retired))})")
+        if below:
+            unknown = (f"(({' OR '.join(below)}) AND NOT EXISTS (SELECT 1 FROM log h WHERE h.`partition` = d.`partition` "
+                       "AND h.`offset` = d.`offset`))")
+    return frames.sql(f"""
+        WITH log AS (
+            SELECT `partition`, `offset`, CAST(`key` AS STRING) AS `key`, producer_id, `sequence`, {states} AS txn
+            FROM {{produced}} WHERE _change_type = 'insert'),
+        judged AS (
+            SELECT d.*, l.`offset` IS NOT NULL AS _in_log, l.txn, {unknown} AS _unknown
+            FROM {{first}} d LEFT JOIN log l
+            ON d.`partition` = l.`partition` AND d.`offset` = l.`offset` AND {_same_record('d', 'l')})
+        SELECT * EXCEPT (_in_log, _unknown),
+               CASE WHEN _in_log AND txn = '{MARKER}' THEN 'a marker' WHEN _in_log THEN 'in the log'
+                    WHEN _unknown THEN 'not judged' ELSE 'not in the log' END AS outcome
+        FROM judged""", produced=produced, first=first)

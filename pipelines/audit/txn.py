@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from log_store.errors import InvalidConfigurationError
 from log_store.txn_marks import CONTROL_COLUMN
@@ -54,11 +52,12 @@ def state_expression(markers: pa.Table, stable_ends: Mapping[int, int]) -> str:
             + f"ELSE '{RECORD}' END")
 
 
-def with_states(produced: DataFrame, stable_ends: Mapping[int, int]) -> DataFrame:
+def with_states(frames, produced, stable_ends: Mapping[int, int]):
     """``produced`` (the log's change feed, with ``control``) with each row's ``txn`` state; the
     markers are collected to the driver (one per transaction and partition)."""
-    rows = (produced.where(F.col("_change_type") == "insert").where(F.col(CONTROL_COLUMN).isNotNull())
-            .select(*MARKER_COLUMNS).distinct().collect())
-    markers = pa.Table.from_pylist([r.asDict() for r in rows], schema=pa.schema([
+    columns = ", ".join(f"`{c}`" for c in MARKER_COLUMNS)
+    rows = frames.rows(frames.sql(f"SELECT DISTINCT {columns} FROM {{produced}} "
+                                  f"WHERE _change_type = 'insert' AND `{CONTROL_COLUMN}` IS NOT NULL", produced=produced))
+    markers = pa.Table.from_pylist(rows, schema=pa.schema([
         ("partition", pa.int32()), ("offset", pa.int64()), ("producer_id", pa.string()), (CONTROL_COLUMN, pa.string())]))
-    return produced.withColumn("txn", F.expr(state_expression(markers, stable_ends)))
+    return frames.sql(f"SELECT *, {state_expression(markers, stable_ends)} AS txn FROM {{produced}}", produced=produced)

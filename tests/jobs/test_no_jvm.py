@@ -94,7 +94,7 @@ def test_a_command_that_needs_spark_says_so_under_no_jvm(tmp_path):
     """The negative control: the switch does stop a command that starts Spark."""
     root = tmp_path / "root"
     lakelog(root, "topics", "create", "--topic", "t", "--partitions", "1")
-    proc = lakelog(root, "audit", "--topic", "t", check=False)
+    proc = lakelog(root, "audit", "--topic", "t", "--engine", "spark", check=False)
     assert proc.returncode == 1 and "LAKELOG_NO_JVM=1" in proc.stderr
 
 

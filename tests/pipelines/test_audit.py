@@ -4,8 +4,10 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from deltalake import write_deltalake
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
@@ -112,8 +114,8 @@ def test_sink_with_per_key_order_violated(shared, tmp_path, session_of_kind):
     create_table(spark, sink, SINK_SCHEMA, {"delta.enableChangeDataFeed": "true"}, what="the sink")
     log.where("partition = 0 AND offset >= 5").write.format("delta").mode("append").save(sink)
     log.where("NOT (partition = 0 AND offset >= 5)").write.format("delta").mode("append").save(sink)
-    report = run_audit(spark, shared, "t", sink, str(tmp_path / "order.md"))
-    assert [c.name for c in report.checks if not c.passed] == ["sink.per_key_order"]
+    report = run_audit(spark, shared, "t", sink, str(tmp_path / "order.md"), engine="spark")  # Spark's jobs on either session
+    assert report.engine == "spark" and [c.name for c in report.checks if not c.passed] == ["sink.per_key_order"]
     order = next(c for c in report.checks if c.name == "sink.per_key_order")
     early = log.where("partition = 0 AND offset < 5").collect()
     # each key of partition 0 that has records before offset 5 regresses once, at its first early record
@@ -121,6 +123,57 @@ def test_sink_with_per_key_order_violated(shared, tmp_path, session_of_kind):
     assert order.violations == len(keys)
     assert {s["key"] for s in order.samples} == keys
     assert all(s["partition"] == 0 and s["offset"] < 5 and s["sequence"] < s["prev_sequence"] for s in order.samples)
+
+
+def test_duckdb_and_spark_judge_a_sink_alike(spark, shared, tmp_path):
+    """The same sink (a duplicate, keys out of order, records of another history, a partition
+    never delivered) judged by Spark's jobs and by DuckDB in this process: the same checks, counts,
+    samples and missing ranges."""
+    loc = TopicAdmin(spark, shared).get("t").location
+    log = spark.read.format("delta").load(loc).select(F.lit("t").alias("topic"), *RECORD_SCHEMA.fieldNames())
+    sink = str(tmp_path / "sink")
+    create_table(spark, sink, SINK_SCHEMA, {"delta.enableChangeDataFeed": "true"}, what="the sink")
+    log.where("partition = 0 AND offset >= 5").write.format("delta").mode("append").save(sink)
+    log.where("partition = 0 AND offset >= 5").write.format("delta").mode("append").save(sink)  # copies between
+    log.where("partition = 0 AND offset < 5").write.format("delta").mode("append").save(sink)  # a key's records
+    log.where("partition = 1").write.format("delta").mode("append").save(sink)
+    log.where("partition = 2 AND offset < 7").withColumn("producer_id", F.lit("lost-history")).write.format(
+        "delta").mode("append").save(sink)  # partition 3 never delivered
+    spark_report = run_audit(spark, shared, "t", sink, str(tmp_path / "s.md"), engine="spark")
+    duck_report = run_audit(spark, shared, "t", sink, str(tmp_path / "d.md"), engine="duckdb")
+    assert (spark_report.engine, duck_report.engine) == ("spark", "duckdb")
+    assert sorted(c.name for c in spark_report.checks if not c.passed) == [
+        "sink.no_duplicates", "sink.nothing_missing", "sink.per_key_order", "sink.records_match_log"]
+    assert [c.model_dump() for c in duck_report.checks] == [c.model_dump() for c in spark_report.checks]
+    assert (tmp_path / "d.md").read_text().split("\n")[5:] == (tmp_path / "s.md").read_text().split("\n")[5:]
+
+
+def test_a_small_sink_is_audited_without_a_jvm(spark, shared, tmp_path):
+    """``lakelog audit`` of a small sink on a local root is a process that starts no JVM
+    (``LAKELOG_NO_JVM=1`` makes any use of Spark an error): a clean sink passes, a duplicate fails
+    with exit 1; ``--engine spark`` under the same switch is refused (the negative control)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import PROJECT
+
+    def cli_audit(*args):
+        env = {**os.environ, "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
+        return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", shared, "audit", "--topic", "t", *args],
+                              capture_output=True, text=True, timeout=300, cwd=PROJECT, env=env)
+
+    clean = cli_audit("--sink", f"{shared}/sink", "--report", str(tmp_path / "clean.md"), "--json")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    report = json.loads(clean.stdout)
+    assert report["passed"] and report["engine"] == "duckdb" and list(by_name(report)) == CHECKS
+    sink = sink_copy(shared, tmp_path)
+    spark.read.format("delta").load(sink).where("partition = 1 AND offset = 4").write.format("delta").mode(
+        "append").save(sink)
+    dup = cli_audit("--sink", sink, "--report", str(tmp_path / "dup.md"))
+    assert dup.returncode == 1 and "sink.no_duplicates" in dup.stdout and "duckdb" in dup.stdout, dup.stderr[-3000:]
+    refused = cli_audit("--engine", "spark", "--report", str(tmp_path / "spark.md"))
+    assert refused.returncode == 1 and "LAKELOG_NO_JVM=1" in refused.stderr
 
 
 def sink_kept_since(spark, root, tmp_path, name, before, after, change_feed=True):
@@ -279,6 +332,15 @@ def test_bad_input_is_a_clear_error(shared, tmp_path):
     assert res.exit_code == 1 and "unknown topic 'nope'" in res.output
     res = audit_cli(shared, "--topic", "t", "--sink", str(tmp_path / "no-sink"))
     assert res.exit_code == 1 and "no Delta sink table at" in res.output
+    plain = str(tmp_path / "plain")  # a lakelog sink's columns, without a change feed
+    write_deltalake(plain, pa.Table.from_pylist([], schema=pa.schema(
+        [(f.name, pa.int64() if f.name in ("offset", "sequence") else pa.int32() if f.name == "partition"
+          else pa.binary() if f.name in ("key", "value") else pa.string()) for f in SINK_SCHEMA.fields
+         if f.name in ("topic", "partition", "offset", "key", "value", "producer_id", "sequence")])))
+    res = audit_cli(shared, "--topic", "t", "--sink", plain, "--engine", "duckdb")
+    assert res.exit_code == 1 and "cannot run on DuckDB" in res.output and "has no change data feed" in res.output
+    res = CliRunner(env={"LAKELOG_AUDIT_ENGINE": "fast"}).invoke(cli, ["--root", shared, "audit", "--topic", "t"])
+    assert res.exit_code == 1 and "audit engine 'fast' is not one of auto, spark, duckdb" in res.output
     assert set(Path(shared).glob("audit/*.md")) == reports  # nothing written
 
 
