@@ -11,6 +11,22 @@ from log_store.config import SparkSettings
 CONNECT_ENV = "SPARK_CONNECT_MODE_ENABLED"  # PySpark's sign that this process's functions build Connect columns
 
 
+# Variants of parametrized tests kept for the long suite (make test-long, which CI runs): a
+# sibling variant runs the same code in the default suite's time (docs/testing.md).
+LONG_VARIANTS = {
+    "tests/jobs/test_connect_session.py::test_topic_produce_resize_consume_audit[classic]",
+    "tests/pipelines/test_producer.py::test_headers_land_as_given_whichever_path_writes_them[classic-all null]",
+    "tests/pipelines/test_producer.py::test_headers_land_as_given_whichever_path_writes_them[connect-some null]",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in LONG_VARIANTS:
+            item.add_marker(pytest.mark.long)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from chaos.host import GATEWAY_ENV

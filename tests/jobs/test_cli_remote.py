@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pytest
 from deltalake import DeltaTable
 
 from log_store.connect_server import free_port
@@ -55,6 +56,7 @@ def test_cli_spark_jobs_run_on_a_connect_server(connect_server, tmp_path):
     assert len(by_key) == KEYS and all(values == sorted(values) for values in by_key.values())
 
 
+@pytest.mark.long  # 19 s, waiting out the connect timeout
 def test_a_server_that_does_not_answer_is_a_clear_error(tmp_path):
     root, data = str(tmp_path / "root"), _big_input(tmp_path)
     _ok(cli_without_java(root, "topics", "create", "--topic", "orders", "--partitions", "2",
@@ -68,6 +70,7 @@ def test_a_server_that_does_not_answer_is_a_clear_error(tmp_path):
     assert proc.returncode == 1 and "is no Spark Connect URL" in proc.stderr and "sc://host:port" in proc.stderr
 
 
+@pytest.mark.long  # 40 s; the CLI's Spark jobs through Connect stay in the default suite
 def test_the_demo_runs_through_a_connect_server(connect_server, tmp_path):
     """What ``make demo REMOTE=1`` runs: every step, the stream's format("lakelog") being the Python
     data source, with no JVM in lakelog's process; its audits pass."""

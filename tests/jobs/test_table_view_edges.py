@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from deltalake import DeltaTable
 
 from control_plane.controller import TopicController
@@ -14,6 +15,7 @@ from log_store.partitioner import partition_for
 from tests.jobs.test_table_view import _jsonl, _state
 
 
+@pytest.mark.long  # 8 s; the table view's runs are counted in test_table_view.py too
 def test_a_run_counts_the_records_of_every_micro_batch(run, spark, tmp_path):
     assert run("topics", "create", "--topic", "prices", "--partitions", "1").exit_code == 0
     records = [(f"sku-{i}", str(i)) for i in range(6)]

@@ -119,6 +119,7 @@ def test_format_lakelog_batch_reads_the_survivors_without_data_loss(lakelog, roo
         [(p, o) for p, o, _k, _v in kept if (p == 0 and o >= start) or (p == 1 and o < stop)]
 
 
+@pytest.mark.long  # 35 s; the batch reads of the survivors stay in the default suite
 def test_format_lakelog_streams_read_the_survivors(lakelog, root, compacted, tmp_path):
     from pipelines.spark.python_source import register
 

@@ -99,6 +99,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_any_commit(tm
     assert not [k for k in keys if "lakelog-probe" in k], keys
 
 
+@pytest.mark.long  # 30 s; the commit store's other races stay in the default suite
 def test_a_commit_killed_between_writing_and_publishing_leaves_no_file_behind_for_long(tmp_path):
     """A writer killed after writing its commit's bytes, before publishing them, leaves its
     temporary file: outside the folder Delta lists, and removed by the next commit of a version
