@@ -1,6 +1,8 @@
 """Small commands as a new user types them, each a new process from start to exit, on a fresh
 local root: ``topics create``, ``produce`` of 100 records from a JSON Lines file, ``topics
-describe``, and ``consume`` of those 100 records to the terminal in a group. Beside them, in the
+describe``, ``consume`` of those 100 records to the terminal in a group, and ``audit`` of the
+topic's log (judged by DuckDB in the process where it can, and with ``--engine spark`` by Spark's
+jobs, a JVM started: the yardstick of the same audit). Beside them, in the
 same run: the same commands of an earlier checkout (``--before``, e.g. a worktree of the commit
 before the engine moved to delta-rs), and raw Delta: a new Python process appending the same 100
 rows with delta-rs's ``write_deltalake`` (the floor of a process that imports pyarrow and delta-rs
@@ -55,6 +57,10 @@ def one_round(checkout: Path, folder: Path, source: Path) -> dict[str, float]:
         "topics describe": timed([*cli, "topics", "describe", "--topic", "t"], checkout),
         "consume 100 to the terminal": timed([*cli, "consume", "--topic", "t", "--group", "g", "--from-beginning",
                                               "--max-records", "100"], checkout),
+        "audit of the log": timed([*cli, "audit", "--topic", "t", "--report", str(root / "a.md")], checkout),
+        **({"audit of the log on Spark": timed([*cli, "audit", "--topic", "t", "--engine", "spark", "--report",
+                                                str(root / "s.md")], checkout)}
+           if "--engine" in (checkout / "jobs/commands/audit.py").read_text() else {}),
     }
 
 
@@ -86,7 +92,7 @@ def main() -> None:
     for what in times["now"]:
         now = statistics.median(times["now"][what])
         line = f"{what:30} {now:8.2f} {now / floor:7.1f}"
-        if "before" in sides:
+        if "before" in sides and what in times["before"]:
             then = statistics.median(times["before"][what])
             line += f" {then:10.2f} {now / then:13.2f}"
         print(line)
