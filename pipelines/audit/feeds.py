@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
+
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -67,7 +69,7 @@ def produced_rows(frames, path: str, storage: dict[str, str] | None = None):
     says that it was not judged. On DuckDB (``frames``) the whole feed is read by delta-rs, or
     FastReadUnavailable (Spark audits it)."""
     if frames.name == "duckdb":
-        feed, commits = rs_change_feed(frames, path, storage)
+        feed, commits = rs_change_feed(frames, path, storage, PRODUCED_COLUMNS)
         return frames.keep(_produced(frames, feed, truncation_versions(commits))), []
     spark = frames.spark
     if not _has_change_feed(spark, path):
@@ -89,25 +91,37 @@ def produced_rows(frames, path: str, storage: dict[str, str] | None = None):
     return rows, [note]
 
 
-def rs_change_feed(frames, path: str, storage: dict[str, str] | None):
-    """The table's whole change feed read by delta-rs into ``frames`` (DuckDB's), and its commits
-    (``version``, ``userMetadata``); FastReadUnavailable when delta-rs cannot read it whole (the
-    change feed off, a commit Delta's log retention removed, a file VACUUM removed)."""
+def rs_change_feed(frames, path: str, storage: dict[str, str] | None, columns: tuple[str, ...]):
+    """``columns`` (those the table has) of the table's whole change feed read by delta-rs into
+    ``frames`` (DuckDB's), and its commits (``version``, ``userMetadata``); FastReadUnavailable
+    when delta-rs cannot read it whole as Spark would (the change feed off, a commit Delta's log
+    retention removed, a file VACUUM removed, deletion vectors or column mapping, which delta-rs's
+    change feed does not apply) or it holds more than ``frames.limit`` rows."""
     from deltalake import DeltaTable
-
-    from log_store.rs_reader import arrow_table
 
     try:
         table = DeltaTable(path, storage_options=storage)
-        if table.metadata().configuration.get("delta.enableChangeDataFeed", "false").lower() != "true":
+        conf = table.metadata().configuration
+        if conf.get("delta.enableChangeDataFeed", "false").lower() != "true":
             raise FastReadUnavailable(f"{path} has no change data feed")
-        commits = table.history()
-        if not commits or min(int(c["version"]) for c in commits) > 0:
-            raise FastReadUnavailable(f"{path}'s first commits are gone")
-        feed = arrow_table(table.load_cdf(starting_version=0))
+        if conf.get("delta.enableDeletionVectors", "false").lower() == "true" or \
+                conf.get("delta.columnMapping.mode", "none") != "none":
+            raise FastReadUnavailable(f"{path} has deletion vectors or column mapping")
+        have = set(table.schema().to_arrow().names)
+        wanted = [c for c in columns if c in have] + ["_change_type", "_commit_version"]
+        quoted = [f'"{c}"' for c in wanted]  # ``offset`` is a keyword of delta-rs's SQL
+        reader = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=0, columns=quoted))
+        batches, rows = [], 0
+        for batch in reader:
+            rows += batch.num_rows
+            if frames.limit is not None and rows > frames.limit:
+                raise FastReadUnavailable(f"{path}'s change feed holds more than {frames.limit:,} rows")
+            batches.append(batch)
+        feed = pa.Table.from_batches(batches, reader.schema)
+        commits = [{"version": c["version"], "userMetadata": c.get("userMetadata")} for c in table.history()]
     except FastReadUnavailable:
         raise
-    except Exception as exc:  # noqa: BLE001 - delta-rs's errors for a missing commit or file
+    except Exception as exc:  # noqa: BLE001 - delta-rs's errors for a missing commit or file, a store it cannot read
         raise FastReadUnavailable(f"delta-rs could not read {path}'s change feed: {str(exc).splitlines()[0]}") from None
     return frames.table(feed), commits
 
@@ -121,6 +135,8 @@ STREAM_SINK_COLUMNS = ("topic", "partition", "offset", "key")
 BEFORE_KEPT = -1
 UNATTRIBUTED = -2
 SINK_ROW = ["topic", "partition", "offset"]
+# The sink's columns the audit reads (those it has).
+SINK_FEED_COLUMNS = ("topic", "partition", "offset", "key", "sequence", "producer_id")
 
 
 def _feed_from(spark: SparkSession, path: str, version: int) -> DataFrame:
@@ -169,7 +185,7 @@ def sink_changes(frames, sink_path: str, produced=None, storage: dict[str, str] 
     On DuckDB (``frames``) the sink's whole change feed is read by delta-rs, or
     FastReadUnavailable (Spark audits it)."""
     if frames.name == "duckdb":
-        changes, notes = rs_change_feed(frames, sink_path, storage)[0], []
+        changes, notes = rs_change_feed(frames, sink_path, storage, SINK_FEED_COLUMNS)[0], []
     elif _has_change_feed(frames.spark, sink_path):
         changes, notes = _sink_feed(frames.spark, sink_path)
     else:
@@ -180,7 +196,8 @@ def sink_changes(frames, sink_path: str, produced=None, storage: dict[str, str] 
     joined = frames.keep(frames.sql(f"""
         SELECT {columns}, p.producer_id, p.`sequence` FROM {{changes}} c LEFT JOIN (
             SELECT `partition`, `offset`, producer_id, `sequence`,
-                   row_number() OVER (PARTITION BY `partition`, `offset` ORDER BY `offset`) AS _n
+                   row_number() OVER (PARTITION BY `partition`, `offset`
+                                      ORDER BY producer_id ASC NULLS FIRST, `sequence` ASC NULLS FIRST) AS _n
             FROM {{produced}} WHERE _change_type = 'insert') p
         ON c.`partition` = p.`partition` AND c.`offset` = p.`offset` AND p._n = 1""", changes=changes, produced=produced))
     frames.release(changes)  # kept before the rows it was made of are let go

@@ -23,6 +23,7 @@ import pyarrow as pa
 SMALL_ROWS = 2_000_000
 ENGINES = ("auto", "spark", "duckdb")
 ENGINE_ENV = "LAKELOG_AUDIT_ENGINE"
+KEY_AS_TEXT = 'CAST("key" AS TEXT)'  # the audit's SQL's ``CAST(`key` AS STRING)`` as sqlglot writes it for DuckDB
 
 
 class SparkFrames:
@@ -79,35 +80,56 @@ class DuckFrames:
 
     name = "duckdb"
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = SMALL_ROWS) -> None:
         import duckdb
 
+        self.limit = limit  # the most rows of a change feed read here (None: no limit)
         self.con = duckdb.connect()
         self.con.execute("SET TimeZone = 'UTC'")
         self._names = itertools.count()
+        self._arrow: set[str] = set()  # the tables holding Arrow data (the rest are views)
 
     def table(self, arrow: pa.Table) -> str:
         """An Arrow table as a table of this connection."""
         name = f"audit_{next(self._names)}"
         self.con.register(name, _plain_types(arrow))
+        self._arrow.add(name)
         return name
 
     def sql(self, query: str, **tables: str) -> str:
         from control_plane.fast_sql import to_duckdb
 
+        import duckdb
+
+        from log_store.rs_reader import FastReadUnavailable
+
         name = f"audit_{next(self._names)}"
-        text = to_duckdb(_placed(query, tables))
-        self.con.sql(text).create_view(name)
+        # a key as text, as Spark's CAST decodes it (DuckDB's escapes every byte past ASCII): UTF-8
+        text = to_duckdb(_placed(query, tables)).replace(KEY_AS_TEXT, f"coalesce(try(decode(\"key\")), {KEY_AS_TEXT})")
+        try:
+            self.con.sql(text).create_view(name)
+        except duckdb.Error as exc:  # Spark answers what DuckDB cannot
+            raise FastReadUnavailable(f"DuckDB: {str(exc).splitlines()[0]}") from None
         return name
 
     def keep(self, table: str) -> str:
-        return self.table(self.con.table(table).to_arrow_table())
+        import duckdb
+
+        from log_store.rs_reader import FastReadUnavailable
+
+        try:
+            return self.table(self.con.table(table).to_arrow_table())
+        except duckdb.Error as exc:
+            raise FastReadUnavailable(f"DuckDB: {str(exc).splitlines()[0]}") from None
 
     def release(self, table: str) -> None:
-        pass  # the connection holds it until the audit ends
+        """Let ``table``'s rows go (what was derived from it was kept already)."""
+        if table in self._arrow:
+            self.con.unregister(table)
+            self._arrow.discard(table)
 
     def count(self, table: str) -> int:
-        return int(self.con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        return int(self.con.sql(f'SELECT count(*) FROM "{table}"').fetchall()[0][0])
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         return self.con.table(table).to_arrow_table().to_pylist()

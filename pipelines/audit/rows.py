@@ -39,7 +39,8 @@ def attributed_to(frames, changes, others: list[int], shared: bool):
         WITH mine AS ({mine}),
         kept AS (SELECT * FROM mine WHERE _commit_version <> {BEFORE_KEPT}),
         later AS (SELECT DISTINCT `topic`, `partition`, `offset` FROM kept WHERE _change_type = 'insert'),
-        older AS (SELECT *, row_number() OVER (PARTITION BY `topic`, `partition`, `offset` ORDER BY `topic`) AS _n
+        older AS (SELECT *, row_number() OVER (PARTITION BY `topic`, `partition`, `offset`
+                                             ORDER BY producer_id ASC NULLS FIRST, `sequence` ASC NULLS FIRST) AS _n
                   FROM mine WHERE _commit_version = {BEFORE_KEPT})
         SELECT {columns}, _commit_version FROM kept
         UNION ALL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -93,7 +94,7 @@ def run_audit(
         raise InvalidConfigurationError(f"no Delta sink table at {sink_path}; pass the --output path given to `lakelog consume`")
     checks = coverage = None
     if stores is not None:
-        frames = DuckFrames()
+        frames = DuckFrames(limit=None if chosen == "duckdb" else SMALL_ROWS)
         try:
             checks, coverage = _audit(frames, spark, root, record, sink_path, samples, group, isolation_level, stores)
         except FastReadUnavailable as exc:
@@ -135,13 +136,20 @@ def _delta_rs_stores(spark: SparkSession, chosen: str, paths: list[str]) -> dict
                 raise InvalidConfigurationError(f"the audit cannot run on DuckDB: delta-rs does not read {path} "
                                                 "(only local and S3 roots); run it with Spark (--engine spark or auto)")
             return None
+        held = _rows_held(path, storage)
+        if held is None:  # delta-rs cannot open it: Spark says what is wrong, or reads it
+            if chosen == "duckdb":
+                raise InvalidConfigurationError(f"the audit cannot run on DuckDB: delta-rs cannot open {path}; "
+                                                "run it with Spark (--engine spark or auto)")
+            return None
         stores[path] = storage
-        rows += _rows_held(path, storage)
+        rows += held
     return stores if chosen == "duckdb" or rows <= SMALL_ROWS else None
 
 
-def _rows_held(path: str, storage: dict | None) -> int:
-    """The rows of the table's files (their statistics), 0 where there is no table yet."""
+def _rows_held(path: str, storage: dict | None) -> int | None:
+    """The rows of the table's files (their statistics; a change feed holds at least as many), or
+    None where delta-rs cannot open the table (none there, a store or feature it cannot read)."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
@@ -149,8 +157,8 @@ def _rows_held(path: str, storage: dict | None) -> int:
 
     try:
         files = arrow_table(DeltaTable(path, storage_options=storage).get_add_actions(flatten=True))
-    except Exception:  # noqa: BLE001 - no table: the checks below say so
-        return 0
+    except Exception:  # noqa: BLE001 - delta-rs's errors: Spark's turn
+        return None
     return int(pc.sum(files.column("num_records")).as_py() or 0) if files.num_rows else 0
 
 
@@ -213,6 +221,15 @@ def _audit(frames, spark: SparkSession, root: str, record, sink_path: str | None
     return checks, coverage
 
 
+@contextmanager
+def _delta_rs_errors(path: str):
+    """delta-rs failing to read ``path``: FastReadUnavailable (Spark reads it, or says what is wrong)."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - delta-rs's own errors
+        raise FastReadUnavailable(f"delta-rs could not read {path}: {str(exc).splitlines()[0]}") from None
+
+
 # the log's columns the log checks read
 LOG_COLUMNS = ("partition", "offset", "leader_epoch", "key")
 
@@ -221,7 +238,8 @@ def _columns(frames, path: str, storage: dict | None) -> list[str]:
     if frames.name == "duckdb":
         from deltalake import DeltaTable
 
-        return list(DeltaTable(path, storage_options=storage).schema().to_arrow().names)
+        with _delta_rs_errors(path):
+            return list(DeltaTable(path, storage_options=storage).schema().to_arrow().names)
     return list(frames.spark.read.format("delta").load(path).columns)
 
 
@@ -230,8 +248,9 @@ def _commits(frames, path: str, storage: dict | None) -> list[dict]:
     if frames.name == "duckdb":
         from deltalake import DeltaTable
 
-        return [{"version": c["version"], "userMetadata": c.get("userMetadata")}
-                for c in DeltaTable(path, storage_options=storage).history()]
+        with _delta_rs_errors(path):
+            return [{"version": c["version"], "userMetadata": c.get("userMetadata")}
+                    for c in DeltaTable(path, storage_options=storage).history()]
     return [r.asDict() for r in history(frames.spark, path).select("version", "userMetadata").collect()]
 
 
