@@ -64,6 +64,8 @@ class SparkFrames:
         return list(table.columns)
 
     def gx_source(self, context):
+        # GX takes the active session, or makes one of its own (without Delta): lakelog's first
+        self.spark.version  # noqa: B018 - starts a session not yet started (a command's LazySession)
         return context.data_sources.add_spark("lakelog_audit")
 
     def gx_frame(self, table):

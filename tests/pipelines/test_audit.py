@@ -151,15 +151,16 @@ def test_duckdb_and_spark_judge_a_sink_alike(spark, shared, tmp_path):
 def test_a_small_sink_is_audited_without_a_jvm(spark, shared, tmp_path):
     """``lakelog audit`` of a small sink on a local root is a process that starts no JVM
     (``LAKELOG_NO_JVM=1`` makes any use of Spark an error): a clean sink passes, a duplicate fails
-    with exit 1; ``--engine spark`` under the same switch is refused (the negative control)."""
+    with exit 1; ``--engine spark`` under the same switch is refused (the negative control), and
+    without it audits the log in a JVM the command starts (with Delta: not one GX would make)."""
     import os
     import subprocess
     import sys
 
     from tests.support import PROJECT
 
-    def cli_audit(*args):
-        env = {**os.environ, "LAKELOG_NO_JVM": "1", "PYTHONPATH": str(PROJECT)}
+    def cli_audit(*args, jvm=False):
+        env = {**os.environ, "PYTHONPATH": str(PROJECT)} | ({} if jvm else {"LAKELOG_NO_JVM": "1"})
         return subprocess.run([sys.executable, "-m", "jobs.cli", "--root", shared, "audit", "--topic", "t", *args],
                               capture_output=True, text=True, timeout=300, cwd=PROJECT, env=env)
 
@@ -174,6 +175,8 @@ def test_a_small_sink_is_audited_without_a_jvm(spark, shared, tmp_path):
     assert dup.returncode == 1 and "sink.no_duplicates" in dup.stdout and "duckdb" in dup.stdout, dup.stderr[-3000:]
     refused = cli_audit("--engine", "spark", "--report", str(tmp_path / "spark.md"))
     assert refused.returncode == 1 and "LAKELOG_NO_JVM=1" in refused.stderr
+    on_spark = cli_audit("--engine", "spark", "--report", str(tmp_path / "spark.md"), "--json", jvm=True)  # its own JVM
+    assert on_spark.returncode == 0 and json.loads(on_spark.stdout)["engine"] == "spark", on_spark.stderr[-3000:]
 
 
 def sink_kept_since(spark, root, tmp_path, name, before, after, change_feed=True):
