@@ -113,8 +113,12 @@ def test_a_replicated_topic_on_s3_is_copied_and_failed_over_without_a_jvm(conf, 
     assert len(got) == 45 and len({(r["partition"], r["offset"]) for r in got}) == 45
 
 
-def test_a_command_that_needs_spark_says_so_under_no_jvm_on_s3(conf):
-    """The negative control: the switch does stop a command that starts Spark on S3 too."""
-    lakelog(conf, "topics", "create", "--topic", "t", "--partitions", "1")
-    proc = lakelog(conf, "audit", "--topic", "t", check=False)
+def test_a_command_that_needs_spark_says_so_under_no_jvm_on_s3(conf, tmp_path):
+    """The audit of a small log on S3 runs without a JVM (DuckDB on delta-rs's reads), and the
+    negative control: the switch does stop a command that starts Spark on S3 too."""
+    lakelog(conf, "topics", "create", "--topic", "t", "--partitions", "2")
+    lakelog(conf, "produce", "--topic", "t", "--input", records_file(tmp_path, 30))
+    report = as_json(conf, "audit", "--topic", "t")
+    assert report["passed"] and report["engine"] == "duckdb" and all(c["checked"] == 30 for c in report["checks"])
+    proc = lakelog(conf, "audit", "--topic", "t", "--engine", "spark", check=False)
     assert proc.returncode == 1 and "LAKELOG_NO_JVM=1" in proc.stderr
