@@ -99,23 +99,23 @@ class StreamSteps:
         def done(rc: int) -> None:
             if rc == 0:
                 return
-            if rc == 1 and self.read_at_a_lost_root(name):
+            if rc == 1 and self.read_at_a_lost_root(name, run.started):
                 self.result.operations["stream run failed: a root lost between a batch's plan and its read"] += 1
             elif rc != -signal.SIGKILL:
                 self.unexpected(name, rc)
             self.at(self.now() + plan.restart_after, lambda: self.start_stream(plan))
 
-        self.spawn(name, "stream_read", args, done)
+        run = self.spawn(name, "stream_read", args, done)
 
-    def read_at_a_lost_root(self, name: str) -> bool:
+    def read_at_a_lost_root(self, name: str, started: float) -> bool:
         """Whether stream run ``name`` failed as docs/replication.md says a stream fails when a root
         is lost between a micro-batch's plan and its read (lakelog's ``LeaderNotAvailableError``,
-        ``reading.read_lost``) while a root was lost during the run: then it is run again on its
+        ``reading.read_lost``) while a root was lost since it ``started``: then it is run again on its
         checkpoint, as the error says. A file missing while no root was lost is lakelog's own
         removal of a file a planned batch reads: an anomaly."""
         event = self.last_event(name)
         return (event.get("event") == "error" and event.get("error") == "LeaderNotAvailableError"
-                and self.root_lost_since(self.actors[name].started))
+                and self.root_lost_since(started))
 
     def start_stream_writer(self, plan: ProducerPlan, run: int) -> None:
         """The stream writer: its query runs to its end, from its checkpoint after a kill."""

@@ -30,17 +30,29 @@ def stream_run_ending(tmp_path, event: dict, root_lost: bool) -> Runner:
 
     def spawn(name, kind, args, on_exit, *rest, **kw):
         exits[name] = on_exit
-        runner.actors[name] = Actor(name=name, kind=kind, proc=None, started=runner.now(), on_exit=on_exit)
+        runner.actors[name] = Actor(name=name, kind=kind, proc=Exited(1), started=runner.now(), on_exit=on_exit)
+        return runner.actors[name]
 
     runner.spawn = spawn
     runner.start_stream(schedule.stream)
-    (name, on_exit), = exits.items()
+    (name, _on_exit), = exits.items()
     if root_lost:
         runner.cuts.append([runner.now(), runner.now() + 1.0])
     (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
     (tmp_path / "logs" / f"{name}.out").write_text(json.dumps(event) + "\n")
-    on_exit(1)
+    runner.step()  # sees the exit as a run does: the actor leaves ``actors``, then its on_exit runs
+    assert name not in runner.actors
     return runner
+
+
+class Exited:
+    """A process that has exited with ``rc``."""
+
+    def __init__(self, rc: int) -> None:
+        self.rc = rc
+
+    def poll(self) -> int:
+        return self.rc
 
 
 def test_a_stream_run_failed_by_a_root_lost_during_it_runs_again(tmp_path):
