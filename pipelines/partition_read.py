@@ -3,26 +3,30 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from control_plane.replication.operations import Replication
 from control_plane.topics import TopicAdmin
 from log_store.errors import InvalidConfigurationError
-from log_store.topic_log import TopicLog
-from log_store.txn_reads import READ_COMMITTED, aborted_in
+from log_store.topic_log import RECORD_SCHEMA
+from log_store.txn_reads import READ_COMMITTED
+from pipelines.batch_reads import BatchReads
 from pipelines.settings import ConsumerSettings
 from pipelines.waits import LostRootWait
 
 
 def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
-                   max_records: int | None = None, settings: ConsumerSettings | None = None) -> DataFrame:
+                   max_records: int | None = None, settings: ConsumerSettings | None = None) -> pa.Table:
     """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
     topic is read at its leader, below its high watermark. A lost leader root is waited for, up to
     ``settings.leader_wait_timeout_ms`` (``pipelines.waits``). Under read_committed
     (``settings.isolation_level``) the read ends at the last stable offset and leaves aborted
-    transactions' records out; no isolation level delivers a marker (``log_store.txn_reads``)."""
+    transactions' records out; no isolation level delivers a marker (``log_store.txn_reads``).
+    Read into this process as a consumer's batch is (``BatchReads``): by delta-rs on a local or S3
+    root, with no JVM; elsewhere by Spark."""
     settings = settings or ConsumerSettings()
     admin = TopicAdmin(spark, root)
     admin.get(topic)  # UnknownTopicError first
@@ -59,5 +63,4 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     if max_records is not None and snap.dense_from(partition) > first:  # key compaction's gaps: count records
         last = log.end_after_records(partition, first, end, max_records, snap.version)
     ranges = {partition: (first, max(first, last))}
-    return log.read(ranges, ordered=True, version=snap.version,
-                    exclude=aborted_in(log, ranges, snap, "`") if committed else None)
+    return BatchReads(spark, committed).records(log, ranges, snap, RECORD_SCHEMA.fieldNames())

@@ -22,7 +22,7 @@ from jobs.output import emit, stderr
               help="Read this one partition without a group (needs --offset; commits nothing).")
 @click.option("--offset", default=None, metavar="N|earliest|latest", help="With --partition: where to start.")
 @click.option("--output", default=None, help="Delta sink table path: records are written there exactly once "
-              "(by Spark: starts a JVM; to the terminal, on a local root, none starts).")
+              "(by Spark: starts a JVM; to the terminal, on a local or S3 root, none starts).")
 @click.option("--max-records", default=None, type=click.IntRange(min=1))
 @click.option("--member-id", default=None, help="Name this member (default: a random id).")
 @click.option("--protocol", type=click.Choice(["eager", "cooperative"]), default=None, help="Rebalance protocol (conf: group.protocol).")
@@ -71,9 +71,6 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
                            *("null" if rec[f] is None else rec[f] for f in ("key", "value"))])
             sys.stdout.write(line + "\n")
 
-    def print_batch(df, _ranges) -> None:
-        print_rows(df.toLocalIterator())
-
     print_arrow = ArrowHandler(lambda batch, _ranges: print_rows(batch.to_pylist()))
 
     consumer_settings = c.config.consumer
@@ -82,8 +79,7 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
     if partition is not None:
         from pipelines.partition_read import read_partition
 
-        data = read_partition(c.spark, c.root, topic, partition, offset, max_records, consumer_settings)
-        print_batch(data, None)
+        print_rows(read_partition(c.spark, c.root, topic, partition, offset, max_records, consumer_settings).to_pylist())
         return
     if not group:
         import random

@@ -49,6 +49,8 @@ def test_topics_produce_consume_and_groups_start_no_jvm(tmp_path):
         assert values == sorted(values)
     assert {r["key"] for r in got} == {f"k{i}" for i in range(7)} and got[0]["value"].startswith('{"n":')
     assert got[0]["timestamp"].startswith("2026-01-01 00:00:00")  # naive UTC, as Spark's rows print it
+    one = lakelog(root, "consume", "--topic", "t", "--partition", "1", "--offset", "2", "--max-records", "3", "--json")
+    assert [json.loads(line) for line in one.stdout.splitlines()] == [r for r in got if r["partition"] == 1][2:5]
     described = json.loads(lakelog(root, "groups", "describe", "--group", "g", "--json").stdout)
     assert sum(p["lag"] for p in described["partitions"]) == 0 and described["generation"] >= 1
     assert [g["group"] for g in json.loads(lakelog(root, "groups", "list", "--json").stdout)] == ["g"]

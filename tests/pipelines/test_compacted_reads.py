@@ -98,9 +98,9 @@ def test_a_partition_read_from_inside_a_gap_starts_at_the_next_survivor(spark, r
     kept, ends = compacted
     gap = inner_gap(kept, 0)
     after = [r for r in kept if r[0] == 0 and r[1] > gap]
-    rows = read_partition(spark, root, T, 0, str(gap), max_records=2).collect()
+    rows = read_partition(spark, root, T, 0, str(gap), max_records=2).to_pylist()
     assert [(r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in rows] == after[:2]
-    rows = read_partition(spark, root, T, 0, str(gap)).collect()
+    rows = read_partition(spark, root, T, 0, str(gap)).to_pylist()
     assert [r["offset"] for r in rows] == [r[1] for r in after]
 
 

@@ -41,9 +41,9 @@ def test_spark_reads_skip_markers_and_read_committed_skips_aborted_and_open_reco
     assert got == [(0, 2, b"co0")] and result.positions == {0: 4, 1: 0} and result.records == 1
     assert "control" not in DeltaTable(sink).schema().to_arrow().names
 
-    one = read_partition(spark, root, "t", 0, "earliest", settings=COMMITTED).collect()
+    one = read_partition(spark, root, "t", 0, "earliest", settings=COMMITTED).to_pylist()
     assert [(r["offset"], bytes(r["value"])) for r in one] == [(2, b"co0")]
-    every = read_partition(spark, root, "t", 0, "earliest", settings=ConsumerSettings()).collect()
+    every = read_partition(spark, root, "t", 0, "earliest", settings=ConsumerSettings()).to_pylist()
     assert [r["offset"] for r in every] == [0, 2]
 
 
