@@ -19,8 +19,8 @@ from jobs.output import emit, stdout
                                       "committed records and may hold no aborted one (Kafka's and lakelog's default: "
                                       "read_uncommitted).")
 @click.option("--engine", type=click.Choice(["auto", "spark", "duckdb"]), default=None,
-              help="What judges the tables: auto (default; $LAKELOG_AUDIT_ENGINE) uses DuckDB when it can, "
-                   "else Spark; spark or duckdb insists (duckdb refuses what it cannot read).")
+              help="What judges the tables (default: $LAKELOG_AUDIT_ENGINE, else auto): auto uses DuckDB when "
+                   "it can, else Spark; spark or duckdb insists (duckdb refuses what it cannot read).")
 @json_option
 @pass_ctx
 def audit(c: Context, topic: str, sink: str | None, report_path: str | None, samples: int, group: str | None,

@@ -329,6 +329,25 @@ def test_log_with_gap_duplicate_and_epoch_drop(spark, root, tmp_path):
     assert table.exit_code == 1 and "FAILED" in table.stdout and f"report: {tmp_path / 'cli.md'}" in table.stdout
 
 
+def test_auto_hands_spark_what_duckdb_should_not_judge(spark, shared, tmp_path, monkeypatch):
+    """Auto judges on DuckDB only tables delta-rs reads whole and that hold at most the row limit
+    together: one row past it, or a sink with deletion vectors (which delta-rs's change feed does
+    not apply), and Spark judges; the verdicts stay the same."""
+    sink = sink_copy(shared, tmp_path)
+    held = 400  # the log's 200 records and the sink's 200
+    monkeypatch.setattr("pipelines.audit.run.SMALL_ROWS", held)
+    at_limit = run_audit(spark, shared, "t", sink, str(tmp_path / "at.md"))
+    assert (at_limit.engine, at_limit.passed) == ("duckdb", True)
+    monkeypatch.setattr("pipelines.audit.run.SMALL_ROWS", held - 1)
+    past_limit = run_audit(spark, shared, "t", sink, str(tmp_path / "past.md"))
+    assert (past_limit.engine, past_limit.passed) == ("spark", True)
+    monkeypatch.undo()
+    spark.sql(f"ALTER TABLE delta.`{sink}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    with_dvs = run_audit(spark, shared, "t", sink, str(tmp_path / "dv.md"))
+    assert (with_dvs.engine, with_dvs.passed) == ("spark", True)
+    assert [c.model_dump() for c in with_dvs.checks] == [c.model_dump() for c in at_limit.checks]
+
+
 def test_bad_input_is_a_clear_error(shared, tmp_path):
     reports = set(Path(shared).glob("audit/*.md"))
     res = audit_cli(shared, "--topic", "nope")
