@@ -93,7 +93,7 @@ def test_a_killed_stream_restarts_from_its_checkpoint_through_resizes(spark, roo
     assert all(r.lag == 0 for r in GroupOffsets(spark, root).describe("streamers"))
 
 
-@pytest.mark.slow  # 35 s; test_sink.py replays a micro-batch in the default suite (docs/testing.md)
+@pytest.mark.slow  # 35 s; the default suite has the JVM sink's replay rule (unit/test_stream_sink_rules.py) and the Python sink's replay (test_python_write.py)
 def test_a_micro_batch_replayed_after_a_crash_lands_once(spark, root, tmp_path):
     TopicAdmin(spark, root).create(T, 3)
     source, ck = str(tmp_path / "source"), str(tmp_path / "ck")
