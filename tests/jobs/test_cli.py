@@ -132,7 +132,11 @@ def test_topic_already_exists_and_bad_partition_counts(run, root):
         (GOOD[:1] + ['{"key": "a", "value": "v", "timestamp": "yesterday"}'], "line 2: bad timestamp"),
     ],
 )
-def test_bad_input_lines_name_the_line_and_write_nothing(run, tmp_path, root, lines, expected):
+@pytest.mark.parametrize("reader", ["python", "spark"])
+def test_bad_input_lines_name_the_line_and_write_nothing(run, tmp_path, root, lines, expected, reader, monkeypatch):
+    """Either reader of JSON Lines (a small file in Python, a larger or remote one by Spark)."""
+    if reader == "spark":
+        monkeypatch.setattr("pipelines.inputs.read_local_json_lines", lambda _path, _limit: None)
     run("topics", "create", "--topic", "t", "--partitions", "2")
     res = run("produce", "--topic", "t", "--input", jsonl(tmp_path, lines))
     assert res.exit_code == 1 and expected in res.output and "Nothing was produced" in res.output
