@@ -76,6 +76,23 @@ def test_a_missing_lakelog_jar_says_what_to_run_unless_delta_s_store_is_chosen(t
     assert len(local_delta_jars(SparkSettings(jars_dir=str(tmp_path)))) == 2
 
 
+def test_a_cluster_session_takes_deltas_package_and_refuses_to_start_without_lakelogs_jar(tmp_path):
+    """Cluster mode fetches Delta's package on the cluster and ships lakelog's jar (its log store)
+    with the job: without the jar the session refuses to start unless Delta's store is chosen."""
+    from log_store.config import SparkSettings
+    from log_store.errors import SetupError
+    from log_store.session import session_conf
+
+    cluster = SparkSettings(mode="cluster", master="spark://cluster:7077", jars_dir=str(tmp_path))
+    with pytest.raises(SetupError, match=r"lakelog-jvm.jar is missing.*make setup.*log_store: delta"):
+        session_conf(cluster)
+    _master, conf = session_conf(cluster.model_copy(update={"log_store": "delta"}))
+    assert "spark.jars" not in conf and conf["spark.jars.packages"].startswith("io.delta:delta-spark_4.2_2.13:")
+    (tmp_path / "lakelog-jvm.jar").write_bytes(b"")
+    master, conf = session_conf(cluster)
+    assert master == "spark://cluster:7077" and conf["spark.jars"] == str(tmp_path / "lakelog-jvm.jar")
+
+
 def test_commits_go_through_lakelogs_log_store_for_local_disks_and_s3a():
     from log_store.config import SparkSettings
     from log_store.session import CHECKPOINT_MANAGER_CLASS, CHECKPOINT_MANAGER_CONF, LOG_STORE_CLASS, S3A_CLASS, log_store_conf
