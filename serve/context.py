@@ -32,6 +32,7 @@ from serve.settings import ServeSettings
 from serve.tail import Tail
 
 T = TypeVar("T")
+LIVE_MAX_AGE = 1.0  # seconds a list of the live topics answers for names not in it (``ServeContext.known``)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class ServeContext:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.node_id = settings.node_id if settings.node_id is not None else 0
         self.started = time.monotonic()
-        self._replicated: dict[str, tuple[bool, float]] = {}
+        self._replicated: dict[str, tuple[bool, float]] = {}  # live topics only: a name a client makes up is not kept
+        self._live: tuple[frozenset[str], float] | None = None  # the live topics' names, when listed (``known``)
         self._marks: dict[str, tuple] = {}  # topic -> ((path, version), high watermarks, when read, unread roots)
         self._failures: Any = None  # acks=all produces' failure clock, one for the server (the time lag)
         self._configs: tuple[int, list[dict]] | None = None  # (version, rows) of topic_configs, as last read
@@ -117,6 +119,8 @@ class ServeContext:
             hit = self._views.get(topic)
         if hit is not None and time.monotonic() - hit[1] <= max_age:
             return hit[0]
+        if not self.known(topic):
+            raise UnknownTopicError(f"unknown topic '{topic}'")
         first = self.admin.replica_state(topic) if self.replicated(topic) else None
         record = self.admin.get(topic)
         snap, topic_id, log_id = self.snapshot(record.location)
@@ -154,8 +158,24 @@ class ServeContext:
                 del self._views[topic]
 
     def forget_topic(self, topic: str) -> None:
+        """``topic`` was made, changed or deleted here: its view and the live topics are read again."""
         with self._lock:
             self._views.pop(topic, None)
+            self._live = None
+
+    def known(self, topic: str) -> bool:
+        """Whether ``topic`` is among the live topics as listed at most ``LIVE_MAX_AGE`` seconds ago,
+        listed again for a name not there in an older list. A request naming thousands of topics
+        that do not exist then costs one listing, not several per name (a broker answers them from
+        its metadata cache); a topic another process made is known here within that time."""
+        with self._lock:
+            live = self._live
+        if live is not None and (topic in live[0] or time.monotonic() - live[1] <= LIVE_MAX_AGE):
+            return topic in live[0]
+        names = frozenset(self.topics())
+        with self._lock:
+            self._live = (names, time.monotonic())
+        return topic in names
 
     def views(self, names: list[str] | None
               ) -> tuple[dict[str, TopicView], list[str], dict[str, tuple[TopicRecord, str | None]]]:
@@ -163,6 +183,8 @@ class ServeContext:
         up once: a Metadata request may name a hundred thousand that are not), and the records (and
         topic ids, as last read) of live topics whose log cannot be reached now (its root lost)."""
         live = self.topics()
+        with self._lock:
+            self._live = (frozenset(live), time.monotonic())
         wanted = sorted(live) if names is None else names
         found, missing, offline = {}, [], {}
         for name in wanted:
@@ -213,8 +235,11 @@ class ServeContext:
         return latest_config(hit[1], view.record.location)[1].get(PLACEMENT, self.settings.placement)
 
     def replicated(self, topic: str) -> bool:
-        """Whether ``topic`` keeps replicas (looked up again every ten seconds)."""
+        """Whether ``topic`` keeps replicas (looked up again every ten seconds; a name that is not a
+        live topic keeps none)."""
         hit = self._replicated.get(topic)
+        if hit is None and not self.known(topic):
+            return False
         if hit is None or time.monotonic() - hit[1] > 10:
             hit = (self.admin.replica_state(topic) is not None, time.monotonic())
             self._replicated[topic] = hit

@@ -49,8 +49,9 @@ class Waits:
         finally:
             for t in topics:
                 self._waiting[t] -= 1
-                if not self._waiting[t]:
+                if not self._waiting[t]:  # nobody waits on it: nothing of it is kept (a client may name any topic)
                     del self._waiting[t]
+                    self._events.pop(t, None)
 
     async def _poll(self) -> None:
         while True:
@@ -68,10 +69,13 @@ class Waits:
         current = self.ctx.topics()
         for t in topics:
             record = current.get(t)
-            version = table_version(self.ctx.spark, record.location) if record else -1
+            if record is None:  # not a live topic: kept only while it was one (deleted since: its waiters wake)
+                if self._versions.pop(t, None) is not None:
+                    out.append(t)
+                continue
+            version = table_version(self.ctx.spark, record.location)
             if self._versions.get(t) != version:
                 self._versions[t] = version
-                if record:
-                    self.ctx.forget(record.location)
+                self.ctx.forget(record.location)
                 out.append(t)
         return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from log_store.errors import InvalidConfigurationError, LakelogError, StorageError, UnknownTopicError
+from log_store.errors import LOST_ROOT, InvalidConfigurationError, LakelogError, StorageError, UnknownTopicError
 from log_store.names import check_group_name
 from serve.consumer_rules import ConsumerGroupError
 from serve.errors import code_of
@@ -20,6 +20,20 @@ if TYPE_CHECKING:
     from serve.wire import Request
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+
+
+async def existing_partitions(server: "Server", topic: str) -> set[int] | None:
+    """The partitions ``topic`` has, on which a group may keep positions (empty: not a live topic,
+    answered UNKNOWN_TOPIC_OR_PARTITION as Kafka's broker answers a partition its metadata lacks;
+    None: its log cannot be read now, its root lost: the positions are kept, as a broker keeps
+    those of a partition without a leader)."""
+    try:
+        view = await server.ctx.run(server.ctx.view, topic, 1.0)
+    except UnknownTopicError:  # TopicDeletedError too
+        return set()
+    except LOST_ROOT:
+        return None
+    return set(view.snapshot.metadata.partitions)
 
 
 def _ms(value) -> int:
@@ -154,9 +168,13 @@ async def offset_commit(server: "Server", conn: "Connection", request: "Request"
         if not server.allowed(conn, "READ", "TOPIC", t.name):
             codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
             continue
-        offsets.update({(t.name, p.partition_index): p.committed_offset for p in t.partitions})
+        known = await existing_partitions(server, t.name)
+        kept = [p for p in t.partitions if known is None or p.partition_index in known]
+        codes.update({(t.name, p.partition_index): "UNKNOWN_TOPIC_OR_PARTITION" for p in t.partitions
+                      if known is not None and p.partition_index not in known})
+        offsets.update({(t.name, p.partition_index): p.committed_offset for p in kept})
         # KIP-320: the epoch of the last record consumed, which the client validates its position with
-        epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in t.partitions
+        epochs.update({(t.name, p.partition_index): p.committed_leader_epoch for p in kept
                        if getattr(p, "committed_leader_epoch", -1) >= 0})
     consumer = body.group_id in server.consumer_groups.groups  # a KIP-848 group: the generation is a member epoch
     try:

@@ -103,6 +103,7 @@ def _create_one(server: "Server", topic, validate_only: bool) -> dict:
                 raise TopicExistsError(f"topic '{name}' already exists")
             return _result(name, num_partitions=count, replication_factor=1, topic_id=None, configs=[])
         record = server.ctx.admin.create(name, count)
+        server.ctx.forget_topic(name)  # known here at once
         if pairs:
             controller(server).alter_config(name, pairs)
         view = server.ctx.view(name)
@@ -130,6 +131,7 @@ def _delete_one(server: "Server", name: str) -> dict:
     try:
         server.ctx.admin.get(name)
         controller(server).delete(name)
+        server.ctx.forget_topic(name)
         return _result(name)
     except LakelogError as exc:
         return _result(name, exc)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from log_store.errors import TopicDeletedError, UnknownTopicError
-from serve.apis.groups import _guard, _ms
+from serve.apis.groups import _guard, _ms, existing_partitions
 from serve.commit_entries import Outcome
 from serve.errors import code_of, name_of
 from serve.groups import GroupError
@@ -89,8 +88,9 @@ async def _add_one(server: "Server", conn: "Connection", request: "Request", tid
         for topic, partitions in wanted.items():
             refused = None if server.allowed(conn, "WRITE", "TOPIC", topic) else "TOPIC_AUTHORIZATION_FAILED"
             if refused is None:
-                known = await _partitions(server, topic)
-                codes.update({(topic, p): "UNKNOWN_TOPIC_OR_PARTITION" for p in partitions if p not in known})
+                known = await existing_partitions(server, topic)
+                codes.update({(topic, p): "UNKNOWN_TOPIC_OR_PARTITION" for p in partitions
+                              if known is not None and p not in known})
             else:
                 codes.update({(topic, p): refused for p in partitions})
         if codes:
@@ -101,15 +101,6 @@ async def _add_one(server: "Server", conn: "Connection", request: "Request", tid
             codes = {(t, p): code or "NONE" for t, ps in wanted.items() for p in ps}
     return [{"name": t, "results_by_partition": [{"partition_index": p, "partition_error_code": code_of(codes[(t, p)])}
                                                  for p in ps]} for t, ps in wanted.items()]
-
-
-async def _partitions(server: "Server", topic: str) -> set[int]:
-    """The partitions ``topic`` has (none: not a live topic)."""
-    try:
-        view = await server.ctx.run(server.ctx.view, topic, 1.0)
-    except (UnknownTopicError, TopicDeletedError):
-        return set()
-    return set(view.snapshot.metadata.partitions)
 
 
 async def add_offsets(server: "Server", conn: "Connection", request: "Request") -> dict:
@@ -155,9 +146,9 @@ async def txn_offset_commit(server: "Server", conn: "Connection", request: "Requ
         if not server.allowed(conn, "READ", "TOPIC", t.name):
             codes.update({(t.name, p.partition_index): "TOPIC_AUTHORIZATION_FAILED" for p in t.partitions})
             continue
-        known = await _partitions(server, t.name)
+        known = await existing_partitions(server, t.name)
         for p in t.partitions:
-            if p.partition_index in known:
+            if known is None or p.partition_index in known:
                 positions.setdefault(t.name, {})[p.partition_index] = p.committed_offset
             else:
                 codes[(t.name, p.partition_index)] = "UNKNOWN_TOPIC_OR_PARTITION"

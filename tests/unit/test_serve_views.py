@@ -14,6 +14,7 @@ from serve.context import ServeContext
 def _context(snapshots: list, gate: threading.Event, reading_older: threading.Event) -> ServeContext:
     ctx = object.__new__(ServeContext)
     ctx._lock, ctx._views, ctx._ids = threading.Lock(), {}, {}
+    ctx._live = (frozenset({"t"}), 0.0)  # listed: "t" is a live topic
     ctx.replicated = lambda topic: False
     record = SimpleNamespace(topic="t", location="/root/topics/t", event=SimpleNamespace(removes_topic=False))
     ctx.admin = SimpleNamespace(get=lambda topic: record)
