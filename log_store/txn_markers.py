@@ -44,34 +44,42 @@ def has_control_column(txn) -> bool:
     return any(f["name"] == CONTROL_COLUMN for f in json.loads(txn.schema_json())["fields"])
 
 
+ADD_COLUMN_ATTEMPTS = 5  # a metadata commit racing the add (delta-rs refuses to rebase over one) is tried again
+
+
 def ensure_control_column(log: "TopicLog") -> None:
     """Add the nullable ``control`` column to a log made without it, in one metadata commit
     (every append open meanwhile conflicts with it and retries on the new schema); nothing when
-    it is there. A racing adder's column is taken as made."""
-    txn = log.rows_transaction()
-    try:
-        if has_control_column(txn):
-            return
-        rs = isinstance(txn, RsTransaction)
-        storage = txn.storage if rs else None
-    finally:
-        txn.release()
-    try:
-        if rs:
-            from deltalake import DeltaTable, Field
-
-            DeltaTable(log.path, storage_options=storage).alter.add_columns(
-                Field(CONTROL_COLUMN, "string", nullable=True))
-        else:  # a store only Delta's engine commits to (through Spark)
-            log.spark.sql(f"ALTER TABLE delta.`{log.path}` ADD COLUMNS ({CONTROL_COLUMN} STRING)")
-    except Exception as exc:  # noqa: BLE001 - a racing adder made it first: fine if it is there
-        again = log.rows_transaction()
+    it is there. A racing adder's column is taken as made; a racing metadata commit (a resize, a
+    property) makes the add try again on the table as it is then."""
+    for attempt in range(ADD_COLUMN_ATTEMPTS):
+        txn = log.rows_transaction()
         try:
-            if not has_control_column(again):
-                raise StorageError(f"the control column could not be added to the log at {log.path} ({exc}); "
-                                   "no marker was written") from exc
+            if has_control_column(txn):
+                return
+            rs = isinstance(txn, RsTransaction)
+            storage = txn.storage if rs else None
         finally:
-            again.release()
+            txn.release()
+        try:
+            if rs:
+                from deltalake import DeltaTable, Field
+
+                DeltaTable(log.path, storage_options=storage).alter.add_columns(
+                    Field(CONTROL_COLUMN, "string", nullable=True))
+            else:  # a store only Delta's engine commits to (through Spark)
+                log.spark.sql(f"ALTER TABLE delta.`{log.path}` ADD COLUMNS ({CONTROL_COLUMN} STRING)")
+            return
+        except Exception as exc:  # noqa: BLE001 - a racing adder made it (checked next), or a racing commit
+            if attempt == ADD_COLUMN_ATTEMPTS - 1:
+                again = log.rows_transaction()
+                try:
+                    if not has_control_column(again):
+                        raise StorageError(f"the control column could not be added to the log at {log.path} "
+                                           f"({exc}); no marker was written") from exc
+                finally:
+                    again.release()
+
 
 
 def write_markers(log: "TopicLog", producer_id: str, ended_epoch: int, commit: bool, partitions: list[int],

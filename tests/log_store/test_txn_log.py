@@ -199,6 +199,33 @@ def test_a_log_of_an_earlier_release_gets_the_column_once(tmp_path):
     assert [r[CONTROL_COLUMN] for r in read_back(old)] == [None, "commit", None, "abort", None, "commit"]
 
 
+def test_a_metadata_commit_racing_the_columns_add_makes_it_try_again(tmp_path, monkeypatch):
+    """A resize or property commit lands between the marker's read of a log of an earlier release
+    and its add of the column: delta-rs refuses to rebase the add over it; the add is tried again
+    on the table as it is then, and the marker lands (it is no storage failure)."""
+    from deltalake.table import TableAlterer
+
+    from log_store.table_create import create_table
+    from log_store.topic_log import RECORD_SCHEMA
+
+    spark = LazySession(lambda: pytest.fail("a JVM was started"))
+    path = str(tmp_path / "old")
+    create_table(spark, path, RECORD_SCHEMA, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
+    old = TopicLog(spark, path)
+    old.ensure_log_ends([0])
+    old.append_rows(rows("tx", 0, ["a"]), 1, {"tx": -1}, transactional={"tx": 0})
+    add, raced = TableAlterer.add_columns, []
+
+    def racing_add(self, *args, **kwargs):
+        if not raced:  # another process's metadata commit, after this table was opened
+            raced.append(TopicLog(spark, path).set_metadata(TopicLog(spark, path).metadata()))
+        return add(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableAlterer, "add_columns", racing_add)
+    assert write_markers(old, "tx", 0, True, [0], 1) == {0: 1}
+    assert raced and [r[CONTROL_COLUMN] for r in read_back(old)] == [None, "commit"]
+
+
 def with_modes(log: TopicLog, modes: dict[int, Mode]) -> None:
     meta = log.metadata()
     log.set_metadata(meta.model_copy(update={"partitions": {
