@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
@@ -18,6 +20,12 @@ from pipelines.waits import LostRootWait
 
 def read_partition(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
                    max_records: int | None = None, settings: ConsumerSettings | None = None) -> pa.Table:
+    """``partition_chunks`` as one table."""
+    return pa.concat_tables(list(partition_chunks(spark, root, topic, partition, offset, max_records, settings)))
+
+
+def partition_chunks(spark: SparkSession, root: str, topic: str, partition: int, offset: str | int,
+                     max_records: int | None = None, settings: ConsumerSettings | None = None) -> Iterator[pa.Table]:
     """One partition's records from ``offset`` (a number, ``earliest`` or ``latest``) to its log end,
     at most ``max_records``, without a group (Kafka's console consumer with --partition --offset).
     Nothing is committed and no gate applies: order across partitions is not asked for. A replicated
@@ -26,7 +34,9 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     (``settings.isolation_level``) the read ends at the last stable offset and leaves aborted
     transactions' records out; no isolation level delivers a marker (``log_store.txn_reads``).
     Read into this process as a consumer's batch is (``BatchReads``): by delta-rs on a local or S3
-    root, with no JVM; elsewhere by Spark."""
+    root, with no JVM; elsewhere by Spark; one table of at most ``settings.max_records_per_batch``
+    offsets at a time, all at the version first looked at, so a long partition is never held whole.
+    At least one table, empty when there is nothing to read."""
     settings = settings or ConsumerSettings()
     admin = TopicAdmin(spark, root)
     admin.get(topic)  # UnknownTopicError first
@@ -62,5 +72,11 @@ def read_partition(spark: SparkSession, root: str, topic: str, partition: int, o
     last = end if max_records is None else min(end, first + max_records)
     if max_records is not None and snap.dense_from(partition) > first:  # key compaction's gaps: count records
         last = log.end_after_records(partition, first, end, max_records, snap.version)
-    ranges = {partition: (first, max(first, last))}
-    return BatchReads(spark, committed).records(log, ranges, snap, RECORD_SCHEMA.fieldNames())
+    reads, columns, step = BatchReads(spark, committed), RECORD_SCHEMA.fieldNames(), settings.max_records_per_batch
+    at = first
+    while True:
+        upto = min(max(first, last), at + step)
+        yield reads.records(log, {partition: (at, upto)}, snap, columns)
+        at = upto
+        if at >= last:
+            return

@@ -77,9 +77,11 @@ def consume(c: Context, topic: str, group: str | None, from_beginning: bool, par
     if isolation_level:
         consumer_settings = consumer_settings.model_copy(update={"isolation_level": isolation_level})
     if partition is not None:
-        from pipelines.partition_read import read_partition
+        from pipelines.partition_read import partition_chunks
 
-        print_rows(read_partition(c.spark, c.root, topic, partition, offset, max_records, consumer_settings).to_pylist())
+        for chunk in partition_chunks(c.spark, c.root, topic, partition, offset, max_records, consumer_settings):
+            for batch in chunk.to_batches():
+                print_rows(batch.to_pylist())
         return
     if not group:
         import random

@@ -3,6 +3,7 @@ whose transactions this test wrote (with the log's API, as serve's producer will
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from control_plane.topics import TopicAdmin
@@ -67,3 +68,37 @@ def test_a_follower_takes_the_markers_and_the_marks_and_reads_committed_once_ele
     known = admin.log("t").app_versions()
     assert known[txn_mark_app_id("open", 0)] == 2 * 4 + 1 and known[txn_epoch_app_id("open", 0)] == 2
     assert consumed(root, "c", "--isolation-level", "read_committed") == [(0, 2, "co0")]
+
+
+def test_a_partition_read_holds_one_chunk_of_offsets_at_a_time(tmp_path):
+    """``consume --partition`` prints a long partition a chunk of ``max_records_per_batch`` offsets
+    at a time, never the whole range at once; chunked or not, the same records, markers and
+    aborted records left out across the chunks' edges."""
+    from pipelines.partition_read import partition_chunks, read_partition
+    from pipelines.settings import ConsumerSettings
+
+    root = tmp_path / "root"
+    lakelog(root, "topics", "create", "--topic", "t", "--partitions", "1")
+    spark = LazySession(lambda: pytest.fail("a JVM was started"))
+    tx = Producers(TopicAdmin(spark, str(root)).log("t"), count=1)
+    tx.send("plain", 0, [f"p{i}" for i in range(5)])
+    tx.send("ab", 0, ["ab0", "ab1"], epoch=0)
+    tx.send("co", 0, ["co0"], epoch=0)
+    tx.end("ab", 0, False, [0])
+    tx.send("plain", 0, ["p5", "p6"])
+    tx.end("co", 0, True, [0])
+    tx.send("plain", 0, ["p7"])
+    for level in ("read_uncommitted", "read_committed"):
+        whole = read_partition(spark, str(root), "t", 0, "earliest", settings=ConsumerSettings(isolation_level=level))
+        assert whole.num_rows == (9 if level == "read_committed" else 11)
+        for step in (1, 2, 3, 5):
+            chunks = list(partition_chunks(spark, str(root), "t", 0, "earliest",
+                                           settings=ConsumerSettings(isolation_level=level, max_records_per_batch=step)))
+            assert len(chunks) == -(-13 // step) and all(c.num_rows <= step for c in chunks)  # 13 offsets, 2 markers
+            assert pa.concat_tables(chunks).to_pylist() == whole.to_pylist()
+        assert read_partition(spark, str(root), "t", 0, 3, max_records=4, settings=ConsumerSettings(
+            isolation_level=level, max_records_per_batch=3)).num_rows <= 4
+    conf = tmp_path / "small.yaml"
+    conf.write_text(f"root: {root}\nconsumer:\n  max_records_per_batch: 2\n")
+    args = ("consume", "--topic", "t", "--partition", "0", "--offset", "earliest", "--json")
+    assert lakelog(root, "--conf", str(conf), *args).stdout == lakelog(root, *args).stdout != ""
