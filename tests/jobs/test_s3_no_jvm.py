@@ -64,6 +64,8 @@ def test_topics_produce_consume_groups_compaction_and_sql_start_no_jvm_on_s3(con
     for p in {r["partition"] for r in got}:  # per key, in the order produced
         values = [json.loads(r["value"])["n"] for r in got if r["partition"] == p]
         assert values == sorted(values)
+    one = lakelog(conf, "consume", "--topic", "t", "--partition", "1", "--offset", "2", "--max-records", "3", "--json")
+    assert [json.loads(line) for line in one.stdout.splitlines()] == [r for r in got if r["partition"] == 1][2:5]
     described = as_json(conf, "groups", "describe", "--group", "g")
     assert sum(p["lag"] for p in described["partitions"]) == 0 and described["generation"] >= 1
     assert [g["group"] for g in as_json(conf, "groups", "list")] == ["g"]
