@@ -10,6 +10,7 @@ Each run uses a fresh topic and group, so the demo can be re-run on the same roo
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
@@ -55,7 +56,8 @@ def _stream(spark: SparkSession, root: str, topic: str, table: str, checkpoint: 
 def run_demo(spark: SparkSession, root: str, config: LakelogConfig, as_json: bool = False) -> dict:
     """Run the story on a new topic under ``root``; return what happened (also printed)."""
     layout = RootLayout(root)
-    topic = f"demo-orders-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    # the time for people, a random tail so two demos started in one second on one root do not collide
+    topic = f"demo-orders-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     sink = f"{layout.root}/sinks/{topic}"
     admin = TopicAdmin(spark, root)
     controller = TopicController(spark, root, ControllerSettings(delete_partition_enable=True, delete_delay_seconds=0))
