@@ -26,16 +26,20 @@ from log_store.errors import LakelogError
               help="Stop if records were retired before the stream read them (else skip them with a warning).")
 @click.option("--interval", default=None, metavar="DURATION",
               help="Run continuously with this trigger interval (e.g. '10 seconds') instead of stopping when caught up.")
+@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]), default=None,
+              help="read_committed: only committed transactions' records, up to the last stable offset "
+                   "(conf: consumer.isolation_level; default read_uncommitted, as Kafka's).")
 @json_option
 @pass_ctx
 def stream(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
-           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None, as_json: bool) -> None:
+           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None,
+           isolation_level: str | None, as_json: bool) -> None:
     """Stream TOPIC into the Delta table OUTPUT, exactly once through the query's CHECKPOINT.
     A Spark Structured Streaming query (starts a JVM)."""
     query = None
     try:
         query = _start(c, topic, output, checkpoint, group, starting_offsets, max_offsets_per_trigger,
-                       fail_on_data_loss, interval)
+                       fail_on_data_loss, interval, isolation_level or c.config.consumer.isolation_level)
         query.awaitTermination()
     except KeyboardInterrupt:
         if query is None:
@@ -87,8 +91,9 @@ def topic_stream(c: Context, topic: str, group: str | None, starting_offsets: st
 
 
 def _start(c: Context, topic: str, output: str, checkpoint: str, group: str | None, starting_offsets: str,
-           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None):
-    records = topic_stream(c, topic, group, starting_offsets, max_offsets_per_trigger, fail_on_data_loss)
+           max_offsets_per_trigger: int | None, fail_on_data_loss: bool, interval: str | None, isolation_level: str):
+    records = topic_stream(c, topic, group, starting_offsets, max_offsets_per_trigger, fail_on_data_loss,
+                           isolation_level=isolation_level)
     writer = records.writeStream.format("delta").option("checkpointLocation", checkpoint)
     writer = writer.trigger(processingTime=interval) if interval else writer.trigger(availableNow=True)
     return writer.start(output)

@@ -272,3 +272,36 @@ def test_stream_runs_a_structured_streaming_query_into_a_delta_table(run, tmp_pa
     bad = run("stream", "--topic", "nope", "--output", table, "--checkpoint", str(tmp_path / "ck2"))
     assert bad.exit_code == 1 and "subscribe names topic(s) that do not exist under this root: 'nope'" in bad.output
     assert "Traceback" not in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+@pytest.mark.long
+def test_stream_reads_committed_records_only_when_asked(run, tmp_path, root):
+    """``lakelog stream --isolation-level read_committed``: an aborted transaction's records and an
+    open one's are left out (the query stops at the last stable offset); by default every record."""
+    from deltalake import DeltaTable as RsTable
+
+    from control_plane.topics import TopicAdmin
+    from log_store.session import LazySession
+    from tests.pipelines.test_txn_consume import Producers
+
+    assert run("topics", "create", "--topic", "t", "--partitions", "1").exit_code == 0
+    tx = Producers(TopicAdmin(LazySession(lambda: pytest.fail("a JVM was started")), root).log("t"), count=1)
+    tx.send("plain", 0, ["p0"])
+    tx.send("ab", 0, ["ab0"], epoch=0)
+    tx.end("ab", 0, False, [0])
+    tx.send("co", 0, ["co0"], epoch=0)
+    tx.end("co", 0, True, [0])
+    tx.send("open", 0, ["op0"], epoch=0)
+    tx.send("plain", 0, ["p1"])
+
+    def streamed(name: str, *more: str) -> list[str]:
+        table = str(tmp_path / name)
+        out = run("stream", "--topic", "t", "--output", table, "--checkpoint", str(tmp_path / f"{name}-ck"), *more)
+        assert out.exit_code == 0, out.output
+        return [v.decode() for v in RsTable(table).to_pyarrow_table().sort_by("offset").column("value").to_pylist()]
+
+    assert streamed("committed", "--isolation-level", "read_committed") == ["p0", "co0"]
+    assert streamed("every") == ["p0", "ab0", "co0", "op0", "p1"]
+    bad = run("stream", "--topic", "t", "--output", str(tmp_path / "x"), "--checkpoint", str(tmp_path / "y"),
+              "--isolation-level", "serializable")
+    assert bad.exit_code == 2 and "read_committed" in bad.output
