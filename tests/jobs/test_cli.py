@@ -285,14 +285,8 @@ def test_stream_reads_committed_records_only_when_asked(run, tmp_path, root):
     from tests.pipelines.test_txn_consume import Producers
 
     assert run("topics", "create", "--topic", "t", "--partitions", "1").exit_code == 0
-    tx = Producers(TopicAdmin(LazySession(lambda: pytest.fail("a JVM was started")), root).log("t"), count=1)
-    tx.send("plain", 0, ["p0"])
-    tx.send("ab", 0, ["ab0"], epoch=0)
-    tx.end("ab", 0, False, [0])
-    tx.send("co", 0, ["co0"], epoch=0)
-    tx.end("co", 0, True, [0])
-    tx.send("open", 0, ["op0"], epoch=0)
-    tx.send("plain", 0, ["p1"])
+    Producers(TopicAdmin(LazySession(lambda: pytest.fail("a JVM was started")), root).log("t"), count=1
+              ).aborted_committed_open()
 
     def streamed(name: str, *more: str) -> list[str]:
         table = str(tmp_path / name)
@@ -300,8 +294,8 @@ def test_stream_reads_committed_records_only_when_asked(run, tmp_path, root):
         assert out.exit_code == 0, out.output
         return [v.decode() for v in RsTable(table).to_pyarrow_table().sort_by("offset").column("value").to_pylist()]
 
-    assert streamed("committed", "--isolation-level", "read_committed") == ["p0", "co0"]
-    assert streamed("every") == ["p0", "ab0", "co0", "op0", "p1"]
+    assert streamed("committed", "--isolation-level", "read_committed") == ["co0"]
+    assert streamed("every") == ["ab0", "co0", "op0", "p0"]
     bad = run("stream", "--topic", "t", "--output", str(tmp_path / "x"), "--checkpoint", str(tmp_path / "y"),
               "--isolation-level", "serializable")
     assert bad.exit_code == 2 and "read_committed" in bad.output

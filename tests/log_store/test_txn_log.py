@@ -139,20 +139,30 @@ def test_an_append_racing_the_markers_retries_and_is_refused(log, monkeypatch):
     assert [r[CONTROL_COLUMN] for r in read_back(log) if r["partition"] == 0] == [None, "abort"]
 
 
+def log_of_an_earlier_release(tmp_path, schema=None) -> tuple[TopicLog, LazySession]:
+    """A one-partition log made without the control column (``schema``: RECORD_SCHEMA's columns
+    but ``control``, or another), on a session that fails the test if it starts a JVM."""
+    from log_store.table_create import create_table
+    from log_store.topic_log import RECORD_SCHEMA
+
+    spark = LazySession(lambda: pytest.fail("a JVM was started"))
+    path = str(tmp_path / "old")
+    create_table(spark, path, schema or RECORD_SCHEMA, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
+    log = TopicLog(spark, path)
+    log.ensure_log_ends([0])
+    return log, spark
+
+
 def test_markers_in_a_log_of_an_earlier_release_whose_values_are_not_null(tmp_path):
     """A log made before tombstones (value NOT NULL) and before markers: the first marker adds the
     control column, writes an empty value, and ordinary appends go on."""
     from pyspark.sql.types import StructField, StructType
 
-    from log_store.table_create import create_table
     from log_store.topic_log import RECORD_SCHEMA
 
-    old = StructType([StructField(f.name, f.dataType, False) if f.name == "value" else f for f in RECORD_SCHEMA.fields])
-    spark = LazySession(lambda: pytest.fail("a JVM was started"))
-    path = str(tmp_path / "old")
-    create_table(spark, path, old, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
-    log = TopicLog(spark, path)
-    log.ensure_log_ends([0])
+    not_null = StructType([StructField(f.name, f.dataType, False) if f.name == "value" else f
+                           for f in RECORD_SCHEMA.fields])
+    log, spark = log_of_an_earlier_release(tmp_path, not_null)
     log.append_rows(rows("tx", 0, ["a"]), 1, {"tx": -1}, transactional={"tx": 0})
     assert write_markers(log, "tx", 0, True, [0], 1) == {0: 1}
     log.append_rows(rows("plain", 0, ["b"]), 1, {"plain": -1})
@@ -183,15 +193,8 @@ def test_a_new_log_has_the_control_column_so_its_markers_change_no_schema(log):
 
 
 def test_a_log_of_an_earlier_release_gets_the_column_once(tmp_path):
-    from log_store.table_create import create_table
-    from log_store.topic_log import RECORD_SCHEMA
-
-    spark = LazySession(lambda: pytest.fail("a JVM was started"))
-    path = str(tmp_path / "old")
-    create_table(spark, path, RECORD_SCHEMA, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
-    old = TopicLog(spark, path)
-    old.ensure_log_ends([0])
-    assert CONTROL_COLUMN not in DeltaTable(path).schema().to_arrow().names
+    old, _spark = log_of_an_earlier_release(tmp_path)
+    assert CONTROL_COLUMN not in DeltaTable(old.path).schema().to_arrow().names
     for epoch in range(3):
         old.append_rows(rows("tx", 0, ["a"], first_seq=epoch), 1, {"tx": epoch - 1}, transactional={"tx": epoch})
         write_markers(old, "tx", epoch, epoch % 2 == 0, [0], 1)
@@ -205,14 +208,8 @@ def test_a_metadata_commit_racing_the_columns_add_makes_it_try_again(tmp_path, m
     on the table as it is then, and the marker lands (it is no storage failure)."""
     from deltalake.table import TableAlterer
 
-    from log_store.table_create import create_table
-    from log_store.topic_log import RECORD_SCHEMA
-
-    spark = LazySession(lambda: pytest.fail("a JVM was started"))
-    path = str(tmp_path / "old")
-    create_table(spark, path, RECORD_SCHEMA, TopicLogMetadata.initial("t", 1).to_properties(), "partition")
-    old = TopicLog(spark, path)
-    old.ensure_log_ends([0])
+    old, spark = log_of_an_earlier_release(tmp_path)
+    path = old.path
     old.append_rows(rows("tx", 0, ["a"]), 1, {"tx": -1}, transactional={"tx": 0})
     add, raced = TableAlterer.add_columns, []
 

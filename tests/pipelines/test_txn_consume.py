@@ -53,6 +53,16 @@ class Producers:
     def end(self, producer: str, epoch: int, commit: bool, partitions: list[int]) -> dict:
         return write_markers(self.log, producer, epoch, commit, partitions, self.count)
 
+    def aborted_committed_open(self, open_epoch: int = 0) -> None:
+        """In partition 0: ``ab0`` of a transaction aborted, ``co0`` of one committed, ``op0`` of one
+        left open at ``open_epoch``, then a plain producer's ``p0`` (offsets 0-5 with the markers)."""
+        self.send("ab", 0, ["ab0"], epoch=0)
+        self.end("ab", 0, False, [0])
+        self.send("co", 0, ["co0"], epoch=0)
+        self.end("co", 0, True, [0])
+        self.send("open", 0, ["op0"], epoch=open_epoch)
+        self.send("plain", 0, ["p0"])
+
 
 def root_of(log) -> str:
     from pathlib import Path
