@@ -81,7 +81,6 @@ def ensure_control_column(log: "TopicLog") -> None:
                     again.release()
 
 
-
 def write_markers(log: "TopicLog", producer_id: str, ended_epoch: int, commit: bool, partitions: list[int],
                   expected_count: int, max_retries: int = 20, backoff_ms: int = 50) -> dict[int, int | None]:
     """End ``producer_id``'s transaction of epoch ``ended_epoch`` in ``partitions`` (committed if
